@@ -1,0 +1,158 @@
+"""Record types shared by the collectors, the store, the analysis and the pages.
+
+These are plain data: no I/O, no clock. Times named ``*_ns`` are
+``time.monotonic_ns()`` of the collector process; times named ``*_unix_s``
+are wall-clock seconds since the epoch, for display only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    """How a proxied request ended."""
+
+    IN_FLIGHT = "in_flight"  # still running (written periodically for the Live page)
+    OK = "ok"  # final chunk received, forwarded to the client
+    HTTP_ERROR = "http_error"  # upstream answered with a status >= 400
+    UPSTREAM_FAILED = "upstream_failed"  # upstream unreachable, cut mid-stream, or a final {"error"} line
+    CANCELLED = "cancelled"  # the client went away before the final chunk
+
+
+@dataclass(frozen=True)
+class FinalMetrics:
+    """Ollama's final-chunk numbers, exactly as sent (absent keys are None).
+
+    Durations are integer nanoseconds, as on the wire.
+    """
+
+    total_duration_ns: int | None = None
+    load_duration_ns: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_cached_count: int | None = None  # only from Ollama >= 0.33.3
+    prompt_eval_duration_ns: int | None = None
+    eval_count: int | None = None
+    eval_duration_ns: int | None = None
+    done_reason: str | None = None
+
+
+@dataclass
+class RequestRecord:
+    """One generation request seen by the recording proxy."""
+
+    id: str  # uuid4 hex, assigned by the proxy
+    started_at_unix_s: float  # wall clock when the request arrived
+    client_addr: str
+    endpoint: str  # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"
+    model: str
+    stream: bool
+    num_ctx: int | None = None
+    num_predict: int | None = None
+    keep_alive: str | None = None  # as the client sent it, rendered as text
+    # Monotonic timestamps (collector clock).
+    received_ns: int = 0
+    forwarded_ns: int | None = None
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None  # first chunk carrying content
+    token_chunk_ns: list[int] = field(default_factory=list)  # every chunk carrying content, first included
+    final_chunk_ns: int | None = None
+    closed_ns: int | None = None
+    # Result.
+    status_code: int | None = None
+    outcome: Outcome = Outcome.IN_FLIGHT
+    error: str | None = None  # error body or failure description
+    metrics: FinalMetrics | None = None
+    # Only with --record-text.
+    prompt_text: str | None = None
+    response_text: str | None = None
+
+    def wall_s(self, t_ns: int) -> float:
+        """Convert a monotonic timestamp of this request to wall-clock seconds."""
+        return self.started_at_unix_s + (t_ns - self.received_ns) / 1e9
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One NVML reading of one GPU. Any field NVML does not support is None."""
+
+    ts_unix_s: float
+    index: int
+    name: str
+    uuid: str
+    util_gpu_pct: float | None = None  # % of time a kernel ran (not a fraction of compute)
+    util_mem_pct: float | None = None  # % of time memory was read or written (not bandwidth)
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None  # cumulative counter since driver load
+    temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+    mem_bus_width_bits: int | None = None
+    pcie_tx_bytes_s: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    pstate: int | None = None
+    throttle_reasons: int | None = None  # NVML bitmask
+    ollama_mem_bytes: int | None = None  # VRAM used by Ollama's processes
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """One psutil reading of the machine and of Ollama's processes."""
+
+    ts_unix_s: float
+    cpu_pct: float
+    mem_used_bytes: int
+    mem_total_bytes: int
+    ollama_cpu_pct: float | None = None
+    ollama_rss_bytes: int | None = None
+    disk_read_bytes_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One row of Ollama's /api/ps at one moment."""
+
+    ts_unix_s: float
+    name: str
+    model: str
+    digest: str
+    size_bytes: int
+    size_vram_bytes: int
+    context_length: int | None
+    expires_at_unix_s: float | None
+    parameter_size: str | None = None
+    quantization_level: str | None = None
+    family: str | None = None
+
+
+@dataclass(frozen=True)
+class OllamaStatus:
+    """One poll of the Ollama server: reachable or not, and which version."""
+
+    ts_unix_s: float
+    up: bool
+    base_url: str
+    version: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CollectorInfo:
+    """Heartbeat of the collector process, written every interval, read by the sidebar."""
+
+    ts_unix_s: float
+    pid: int
+    listen: str  # proxy address, e.g. "127.0.0.1:11435"
+    ollama_url: str  # upstream, e.g. "http://127.0.0.1:11434"
+    data_dir: str
+    gpu_state: str  # "nvml" | "simulated" | "none"
+    gpu_message: str | None = None  # e.g. why no NVIDIA GPU was found
+    demo: bool = False  # upstream is sim/, not a real Ollama
+    record_text: bool = False

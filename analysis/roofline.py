@@ -1,0 +1,63 @@
+"""Roofline formulas for LLM inference (physics.md §1). Pure functions, SI units.
+
+Decode, one token per step, must stream all weights plus the KV cache:
+    bytes/token = W + KV(c),   KV(c) = 2 · L · h_kv · d_h · c · s
+Prefill of P tokens does matrix work on all of them at once:
+    FLOPs/token ≈ 2N + 2·L·d·P   (causal attention at average context P/2)
+"""
+
+from __future__ import annotations
+
+KV_BYTES_PER_ELEMENT_F16 = 2.0
+
+
+def kv_bytes_per_token(
+    layers: int, kv_heads: int, head_dim: int, bytes_per_element: float = KV_BYTES_PER_ELEMENT_F16
+) -> float:
+    """Bytes of K and V cache that one token of context occupies (all layers)."""
+    return 2.0 * layers * kv_heads * head_dim * bytes_per_element
+
+
+def decode_bytes_per_token(weights_bytes: float, kv_bytes_per_tok: float, context_tokens: int) -> float:
+    """Bytes one decode step reads for a single sequence: the weights plus its KV cache."""
+    return weights_bytes + kv_bytes_per_tok * max(context_tokens, 0)
+
+
+def decode_ceiling_tok_s(
+    bandwidth_bytes_s: float, weights_bytes: float, kv_bytes_per_tok: float, context_tokens: int
+) -> float:
+    """Upper bound on batch-1 decode speed: bandwidth over bytes read per token."""
+    return bandwidth_bytes_s / decode_bytes_per_token(weights_bytes, kv_bytes_per_tok, context_tokens)
+
+
+def decode_flops_per_token(params: float, layers: int, hidden: int, context_tokens: int) -> float:
+    """FLOPs for one decode token: 2N for the matmuls plus 4·L·c·d for attention."""
+    return 2.0 * params + 4.0 * layers * max(context_tokens, 0) * hidden
+
+
+def prefill_flops_per_token(params: float, layers: int, hidden: int, prompt_tokens: int) -> float:
+    """Average FLOPs per prompt token when P tokens are evaluated together."""
+    return 2.0 * params + 2.0 * layers * hidden * max(prompt_tokens, 0)
+
+
+def prefill_ceiling_tok_s(peak_flops: float, params: float, layers: int, hidden: int, prompt_tokens: int) -> float:
+    """Upper bound on prefill speed: compute over FLOPs per prompt token."""
+    return peak_flops / prefill_flops_per_token(params, layers, hidden, prompt_tokens)
+
+
+def blended_bandwidth_bytes_s(gpu_bandwidth_bytes_s: float, host_bandwidth_bytes_s: float, vram_fraction: float) -> float:
+    """Effective bandwidth when a fraction of the weights sits in system memory.
+
+    Layers run one after another, so times add: t = f/BW_gpu + (1-f)/BW_host per byte.
+    """
+    f = min(max(vram_fraction, 0.0), 1.0)
+    if f >= 1.0:
+        return gpu_bandwidth_bytes_s
+    if f <= 0.0:
+        return host_bandwidth_bytes_s
+    return 1.0 / (f / gpu_bandwidth_bytes_s + (1.0 - f) / host_bandwidth_bytes_s)
+
+
+def ridge_point_flop_per_byte(peak_flops: float, bandwidth_bytes_s: float) -> float:
+    """Arithmetic intensity above which work is compute-bound."""
+    return peak_flops / bandwidth_bytes_s

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install everything the tests need, then lint, type-check and run the whole suite.
+# Usage: bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x /usr/bin/chromium ]; then
+  echo "Installing Debian's chromium for the browser tests..."
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+[ -d .venv ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+
+.venv/bin/ruff check .
+.venv/bin/mypy
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" = 5 ]; then
+  echo "pytest collected no tests: that is a failure, not a pass." >&2
+  exit 1
+fi
+exit "$rc"
