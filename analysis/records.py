@@ -8,10 +8,10 @@ are wall-clock seconds since the epoch, for display only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """How a proxied request ended."""
 
     IN_FLIGHT = "in_flight"  # still running (written periodically for the Live page)
