@@ -1,0 +1,371 @@
+"""Chart builders: plain functions from records to Plotly figures (no Streamlit, no I/O).
+
+Every figure has a title, axis titles with units and a legend. Times on the
+x axis are shown in the machine's local time zone. ``uirevision`` keeps a
+user's zoom and hidden traces across the Live page's refreshes.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.records import GpuSample, HostSample, LoadedModel
+from pages.derive import PHASE_ORDER, Band, Interval, stall_threshold_ms
+
+PHASE_COLOURS = {
+    "queue": "#9e9e9e",
+    "load": "#ab47bc",
+    "prefill": "#42a5f5",
+    "decode": "#66bb6a",
+    "transport": "#ffb74d",
+    "waiting for first byte": "#78909c",
+    "first byte to first token": "#5c6bc0",
+    "streaming tokens": "#26a69a",
+    "after last token": "#ffb74d",
+}
+BUSY_COLOUR = "#ff7043"
+GIB = 1024**3
+MAX_POINTS = 1500  # per trace; a 24 h window of 1 Hz samples is averaged down to this
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of one request, in milliseconds since the proxy received it."""
+
+    label: str
+    start_ms: float
+    end_ms: float
+
+
+def plain(text: str) -> str:
+    """Text from users or models, made safe for Plotly, which renders a subset of HTML in labels."""
+    return html.escape(text, quote=False)
+
+
+def _local_offset_s() -> float:
+    return float(time.localtime().tm_gmtoff)
+
+
+def local_times(ts_unix_s: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Unix seconds → naive datetime64 in local time (Plotly shows naive times as they are)."""
+    arr = np.asarray(ts_unix_s, dtype=np.float64) + _local_offset_s()
+    return (arr * 1000).astype("datetime64[ms]")
+
+
+def downsample(
+    x: np.ndarray, ys: dict[str, np.ndarray], max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Average consecutive samples into at most ``max_points`` buckets (NaN-aware)."""
+    n = len(x)
+    if n <= max_points:
+        return x, ys
+    per = int(np.ceil(n / max_points))
+    cut = (n // per) * per
+    x_out = x[:cut].reshape(-1, per)[:, 0]
+    out: dict[str, np.ndarray] = {}
+    for name, y in ys.items():
+        block = y[:cut].reshape(-1, per)
+        # All-NaN buckets (a sensor NVML does not support) are expected; nanmean warns on them.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)
+            out[name] = np.nanmean(block, axis=1)
+    return x_out, out
+
+
+def _col(samples: Sequence[object], attr: str, scale: float = 1.0) -> np.ndarray:
+    values = [getattr(s, attr) for s in samples]
+    return np.array([np.nan if v is None else float(v) * scale for v in values], dtype=np.float64)
+
+
+def _base_layout(fig: go.Figure, title: str, height: int, revision: str) -> go.Figure:
+    fig.update_layout(
+        title={"text": plain(title)},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 70, "b": 40},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        hovermode="x unified",
+        uirevision=revision,
+    )
+    return fig
+
+
+def gpu_timeline_figure(
+    samples: Sequence[GpuSample],
+    bands: Sequence[Band],
+    window_start_unix_s: float,
+    window_end_unix_s: float,
+    unexplained: Sequence[Interval] = (),
+    title: str | None = None,
+) -> go.Figure:
+    """One GPU over the window: utilization, memory, power, clocks, then request phases as bands."""
+    samples = sorted(samples, key=lambda s: s.ts_unix_s)
+    name = samples[0].name if samples else "GPU"
+    index = samples[0].index if samples else 0
+    fig = make_subplots(
+        rows=5,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035,
+        row_heights=[0.2, 0.18, 0.17, 0.17, 0.28],
+        subplot_titles=("Utilization", "Memory", "Power", "Clocks", "Request phases"),
+    )
+    x = local_times([s.ts_unix_s for s in samples])
+    columns = {
+        "util_gpu": _col(samples, "util_gpu_pct"),
+        "util_mem": _col(samples, "util_mem_pct"),
+        "mem_used": _col(samples, "mem_used_bytes", 1 / GIB),
+        "mem_total": _col(samples, "mem_total_bytes", 1 / GIB),
+        "ollama_mem": _col(samples, "ollama_mem_bytes", 1 / GIB),
+        "power": _col(samples, "power_w"),
+        "power_limit": _col(samples, "power_limit_w"),
+        "sm_clock": _col(samples, "sm_clock_mhz"),
+        "mem_clock": _col(samples, "mem_clock_mhz"),
+    }
+    x, columns = downsample(x, columns)
+    lines = [
+        ("util_gpu", "GPU busy (% of time)", 1, "#66bb6a", None),
+        ("util_mem", "memory busy (% of time)", 1, "#42a5f5", None),
+        ("mem_used", "VRAM used", 2, "#ab47bc", None),
+        ("ollama_mem", "VRAM used by Ollama", 2, "#ce93d8", "dot"),
+        ("mem_total", "VRAM total", 2, "#757575", "dash"),
+        ("power", "power draw", 3, "#ffa726", None),
+        ("power_limit", "power limit", 3, "#757575", "dash"),
+        ("sm_clock", "SM clock", 4, "#26c6da", None),
+        ("mem_clock", "memory clock", 4, "#ec407a", None),
+    ]
+    for key, label, row, colour, dash in lines:
+        y = columns[key]
+        if len(y) and np.all(np.isnan(y)):
+            continue  # a sensor this GPU does not report: leave it out rather than draw nothing
+        fig.add_trace(
+            go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "width": 1.5, "dash": dash}),
+            row=row,
+            col=1,
+        )
+    _add_band_traces(fig, bands, row=5)
+    for interval in unexplained:
+        x0, x1 = local_times([interval.start_unix_s, interval.end_unix_s])
+        fig.add_vrect(
+            x0=x0, x1=x1, fillcolor=BUSY_COLOUR, opacity=0.25, line_width=0, row="all", col=1, exclude_empty_subplots=False
+        )
+    if unexplained:
+        # A legend entry for the shaded stretches (shapes have none of their own).
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name="GPU busy, no proxied request",
+                marker={"color": BUSY_COLOUR, "symbol": "square", "size": 12},
+            ),
+            row=1,
+            col=1,
+        )
+    x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
+    fig.update_xaxes(range=[x0, x1])
+    fig.update_xaxes(title_text="local time", row=5, col=1)
+    fig.update_yaxes(title_text="%", range=[0, 105], row=1, col=1)
+    fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="W", rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(title_text="MHz", rangemode="tozero", row=4, col=1)
+    fig.update_yaxes(title_text="lane", row=5, col=1)
+    return _base_layout(fig, title or f"GPU {index}: {name}", 760, f"gpu-{index}")
+
+
+def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int) -> None:
+    by_phase: dict[str, list[Band]] = {p: [] for p in PHASE_ORDER}
+    for b in bands:
+        by_phase.setdefault(b.phase, []).append(b)
+    lanes = sorted({b.lane for b in bands})
+    for phase, items in by_phase.items():
+        if not items:
+            continue
+        starts = local_times([b.start_unix_s for b in items])
+        durations_ms = [max(b.end_unix_s - b.start_unix_s, 0.0) * 1000 for b in items]
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                base=starts,
+                x=durations_ms,
+                y=[f"lane {b.lane + 1}" for b in items],
+                name=phase,
+                marker={"color": PHASE_COLOURS.get(phase, "#bdbdbd")},
+                customdata=[[b.request_id[:8], plain(b.model), f"{d:.0f}"] for b, d in zip(items, durations_ms, strict=True)],
+                hovertemplate="%{customdata[1]} · request %{customdata[0]}<br>" + phase + ": %{customdata[2]} ms<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    fig.update_layout(barmode="overlay")
+    if lanes:
+        fig.update_yaxes(categoryorder="array", categoryarray=[f"lane {n + 1}" for n in reversed(lanes)], row=row, col=1)
+
+
+def phase_waterfall_figure(
+    ollama_spans: Sequence[Span], client_spans: Sequence[Span], ttft_ms: float | None, title: str
+) -> go.Figure:
+    """Phases of one request as bars on one time axis: what Ollama reported above what the client saw."""
+    fig = go.Figure()
+    rows = (("Ollama reported", ollama_spans), ("client saw (proxy)", client_spans))
+    for row_label, spans in rows:
+        for span in spans:
+            length = max(span.end_ms - span.start_ms, 0.0)
+            fig.add_trace(
+                go.Bar(
+                    orientation="h",
+                    base=[span.start_ms],
+                    x=[length],
+                    y=[row_label],
+                    name=span.label,
+                    legendgroup=span.label,
+                    marker={"color": PHASE_COLOURS.get(span.label, "#bdbdbd")},
+                    text=[f"{span.label} {length:,.0f} ms"],
+                    textposition="inside",
+                    insidetextanchor="middle",
+                    hovertemplate=f"{span.label}: %{{base:,.1f}} → {span.end_ms:,.1f} ms ({length:,.1f} ms)<extra></extra>",
+                )
+            )
+    if ttft_ms is not None:
+        fig.add_vline(x=ttft_ms, line={"color": "#ef5350", "dash": "dash", "width": 2})
+        fig.add_annotation(
+            x=ttft_ms,
+            y=1.0,
+            yref="paper",
+            text=f"first token {ttft_ms:,.0f} ms",
+            showarrow=False,
+            yanchor="bottom",
+            font={"color": "#ef5350"},
+        )
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
+    fig.update_yaxes(categoryorder="array", categoryarray=["client saw (proxy)", "Ollama reported"])
+    _base_layout(fig, title, 300, "waterfall")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def token_gaps_figure(token_chunk_ns: Sequence[int], received_ns: int, title: str = "Gaps between tokens") -> go.Figure:
+    """Each content chunk's gap to the one before, over the request's time; stalls in red."""
+    t = np.asarray(token_chunk_ns, dtype=np.int64)
+    fig = go.Figure()
+    if len(t) >= 2:
+        x_s = (t[1:] - received_ns) / 1e9
+        gaps = np.diff(t) / 1e6
+        threshold = stall_threshold_ms(gaps.tolist())
+        stall = gaps > threshold if threshold is not None else np.zeros(len(gaps), dtype=bool)
+        fig.add_trace(
+            go.Scatter(x=x_s[~stall], y=gaps[~stall], mode="markers", name="gap", marker={"color": "#26a69a", "size": 5})
+        )
+        if stall.any():
+            fig.add_trace(
+                go.Scatter(
+                    x=x_s[stall],
+                    y=gaps[stall],
+                    mode="markers",
+                    name="stall",
+                    marker={"color": "#ef5350", "size": 10, "symbol": "x"},
+                )
+            )
+        if threshold is not None:
+            fig.add_hline(
+                y=threshold,
+                line={"color": "#ef5350", "dash": "dot"},
+                annotation_text=f"stall above {threshold:,.0f} ms",
+                annotation_position="top left",
+            )
+    fig.update_xaxes(title_text="s since the proxy received the request", rangemode="tozero")
+    fig.update_yaxes(title_text="gap to previous token (ms)", rangemode="tozero")
+    _base_layout(fig, title, 320, "gaps")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def loaded_models_figure(models: Sequence[LoadedModel]) -> go.Figure:
+    """Each loaded model's size split into VRAM and system memory."""
+    names = [plain(m.name) for m in models]
+    vram = [m.size_vram_bytes / GIB for m in models]
+    system = [max(m.size_bytes - m.size_vram_bytes, 0) / GIB for m in models]
+    fig = go.Figure(
+        [
+            go.Bar(orientation="h", y=names, x=vram, name="in VRAM", marker={"color": "#66bb6a"}),
+            go.Bar(orientation="h", y=names, x=system, name="in system memory (slower)", marker={"color": "#ffa726"}),
+        ]
+    )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="GiB", rangemode="tozero")
+    fig.update_yaxes(title_text="model")
+    _base_layout(fig, "Loaded models: where the weights sit", 140 + 40 * max(len(models), 1), "models")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, window_end_unix_s: float) -> go.Figure:
+    """The machine's CPU and memory, with Ollama's own share where known."""
+    samples = sorted(samples, key=lambda s: s.ts_unix_s)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=("CPU", "Memory"))
+    x = local_times([s.ts_unix_s for s in samples])
+    cols = {
+        "cpu": _col(samples, "cpu_pct"),
+        "ollama_cpu": _col(samples, "ollama_cpu_pct"),
+        "mem": _col(samples, "mem_used_bytes", 1 / GIB),
+        "mem_total": _col(samples, "mem_total_bytes", 1 / GIB),
+        "ollama_rss": _col(samples, "ollama_rss_bytes", 1 / GIB),
+    }
+    x, cols = downsample(x, cols)
+    for key, label, row, colour, dash in (
+        ("cpu", "all processes", 1, "#42a5f5", None),
+        ("ollama_cpu", "Ollama", 1, "#ffa726", None),
+        ("mem", "used", 2, "#42a5f5", None),
+        ("ollama_rss", "Ollama resident", 2, "#ffa726", None),
+        ("mem_total", "total", 2, "#757575", "dash"),
+    ):
+        y = cols[key]
+        if len(y) and np.all(np.isnan(y)):
+            continue
+        fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "dash": dash}), row=row, col=1)
+    x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
+    fig.update_xaxes(range=[x0, x1])
+    fig.update_xaxes(title_text="local time", row=2, col=1)
+    fig.update_yaxes(title_text="% of one core × cores", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
+    return _base_layout(fig, "Host: CPU and memory", 420, "host")
+
+
+def history_figure(
+    started_unix_s: Sequence[float],
+    decode_tok_s: Sequence[float | None],
+    prefill_tok_s: Sequence[float | None],
+    models: Sequence[str],
+) -> go.Figure:
+    """Each finished request's decode and prefill rate over time, on a log scale (they differ by 10-100×)."""
+    fig = go.Figure()
+    x = local_times(started_unix_s)
+    for label, values, symbol in (
+        ("decode (output) tok/s", decode_tok_s, "circle"),
+        ("prefill (prompt) tok/s", prefill_tok_s, "diamond"),
+    ):
+        y = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="markers",
+                name=label,
+                marker={"symbol": symbol, "size": 6},
+                text=[plain(m) for m in models],
+                hovertemplate="%{text}: %{y:,.1f} tok/s<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="local time")
+    fig.update_yaxes(title_text="tokens per second (log)", type="log")
+    _base_layout(fig, "Rates of the requests shown", 320, "history")
+    fig.update_layout(hovermode="closest")
+    return fig

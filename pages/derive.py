@@ -1,0 +1,195 @@
+"""Pure helpers the pages need on top of the records: no Streamlit, no I/O, no clock.
+
+Everything here takes the current time as an argument so that tests and the
+benchmark can call it with fixed values.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
+
+# Colours and order of the phases, shared by every chart.
+PHASE_ORDER = ("queue", "load", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class Band:
+    """One phase of one request on the wall clock, for the bands under the GPU timeline."""
+
+    request_id: str
+    model: str
+    phase: str  # one of PHASE_ORDER
+    start_unix_s: float
+    end_unix_s: float
+    lane: int = 0  # row in the band chart; overlapping requests get different lanes
+
+
+@dataclass(frozen=True)
+class InFlightView:
+    """What the Live page shows for one generation that has not finished."""
+
+    request_id: str
+    model: str
+    client_addr: str
+    endpoint: str
+    phase: str  # "loading model", "waiting or prefill (no tokens yet)", "decoding"
+    elapsed_s: float
+    tokens_so_far: int
+    live_tok_s: float | None  # over the last few seconds of chunks
+
+
+@dataclass(frozen=True)
+class Interval:
+    start_unix_s: float
+    end_unix_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_unix_s - self.start_unix_s
+
+
+def request_end_ns(record: RequestRecord) -> int:
+    """Last moment we know the request was alive (monotonic ns)."""
+    candidates = [record.closed_ns, record.final_chunk_ns]
+    if record.token_chunk_ns:
+        candidates.append(record.token_chunk_ns[-1])
+    candidates.extend([record.first_byte_ns, record.forwarded_ns])
+    known = [c for c in candidates if c is not None]
+    return max(known) if known else record.received_ns
+
+
+def live_phase(record: RequestRecord, loaded_model_names: Iterable[str]) -> str:
+    """Phase of an in-flight request as far as the proxy can tell.
+
+    Before the first token the client sees no bytes, so waiting for a slot and
+    prefill cannot be told apart; a model missing from /api/ps is still loading.
+    """
+    if record.first_token_ns is not None or record.token_chunk_ns:
+        return "decoding"
+    names = set(loaded_model_names)
+    if record.model not in names and f"{record.model}:latest" not in names:
+        return "loading model"
+    return "waiting or prefill (no tokens yet)"
+
+
+def live_tok_s(token_chunk_ns: Sequence[int], lookback_ns: int = 3_000_000_000) -> float | None:
+    """Tokens per second over the chunks of the last ``lookback_ns`` before the latest chunk."""
+    if len(token_chunk_ns) < 2:
+        return None
+    last = token_chunk_ns[-1]
+    start = bisect.bisect_left(token_chunk_ns, last - lookback_ns)
+    start = min(start, len(token_chunk_ns) - 2)
+    span_ns = last - token_chunk_ns[start]
+    if span_ns <= 0:
+        return None
+    return (len(token_chunk_ns) - 1 - start) / (span_ns / 1e9)
+
+
+def in_flight_view(record: RequestRecord, now_unix_s: float, loaded_model_names: Iterable[str]) -> InFlightView:
+    return InFlightView(
+        request_id=record.id,
+        model=record.model,
+        client_addr=record.client_addr,
+        endpoint=record.endpoint,
+        phase=live_phase(record, loaded_model_names),
+        elapsed_s=max(0.0, now_unix_s - record.started_at_unix_s),
+        tokens_so_far=len(record.token_chunk_ns),
+        live_tok_s=live_tok_s(record.token_chunk_ns),
+    )
+
+
+def assign_lanes(bands: Sequence[Band]) -> list[Band]:
+    """Pack requests into as few lanes as possible: a request takes the first lane free at its start.
+
+    All bands of one request share its lane, so one lane reads as one request after another.
+    """
+    spans: dict[str, tuple[float, float]] = {}
+    for b in bands:
+        lo, hi = spans.get(b.request_id, (b.start_unix_s, b.end_unix_s))
+        spans[b.request_id] = (min(lo, b.start_unix_s), max(hi, b.end_unix_s))
+    lane_free_at: list[float] = []
+    lane_of: dict[str, int] = {}
+    for request_id, (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        for lane, free_at in enumerate(lane_free_at):
+            if free_at <= lo:
+                lane_free_at[lane] = hi
+                lane_of[request_id] = lane
+                break
+        else:
+            lane_of[request_id] = len(lane_free_at)
+            lane_free_at.append(hi)
+    return [Band(b.request_id, b.model, b.phase, b.start_unix_s, b.end_unix_s, lane_of[b.request_id]) for b in bands]
+
+
+def unexplained_gpu_activity(
+    samples: Sequence[GpuSample],
+    busy_intervals: Sequence[Interval],
+    util_threshold_pct: float = 20.0,
+    slack_s: float = 1.5,
+    min_duration_s: float = 2.0,
+) -> list[Interval]:
+    """Stretches where a GPU was busy while no proxied request ran: a client that bypasses the proxy.
+
+    ``busy_intervals`` are the proxied requests' lifetimes; ``slack_s`` widens them because
+    samples arrive once a second and a model keeps the GPU busy briefly after the last chunk.
+    """
+    covered = sorted((i.start_unix_s - slack_s, i.end_unix_s + slack_s) for i in busy_intervals)
+    starts = [c[0] for c in covered]
+    # Running maximum of ends, so one bisect answers "is t inside any interval?".
+    max_end: list[float] = []
+    running = float("-inf")
+    for _, hi in covered:
+        running = max(running, hi)
+        max_end.append(running)
+
+    def explained(t: float) -> bool:
+        k = bisect.bisect_right(starts, t) - 1
+        return k >= 0 and max_end[k] >= t
+
+    found: list[Interval] = []
+    run_start: float | None = None
+    last_t = 0.0
+    for s in sorted(samples, key=lambda s: s.ts_unix_s):
+        busy = s.util_gpu_pct is not None and s.util_gpu_pct >= util_threshold_pct
+        if busy and not explained(s.ts_unix_s):
+            if run_start is None:
+                run_start = s.ts_unix_s
+            last_t = s.ts_unix_s
+        elif run_start is not None:
+            if last_t - run_start >= min_duration_s:
+                found.append(Interval(run_start, last_t))
+            run_start = None
+    if run_start is not None and last_t - run_start >= min_duration_s:
+        found.append(Interval(run_start, last_t))
+    return found
+
+
+def token_gaps_ms(token_chunk_ns: Sequence[int]) -> list[float]:
+    """Milliseconds between consecutive content chunks."""
+    return [(b - a) / 1e6 for a, b in itertools.pairwise(token_chunk_ns)]
+
+
+def stall_threshold_ms(gaps_ms: Sequence[float]) -> float | None:
+    """A gap counts as a stall when it is well above the usual rhythm of this request."""
+    if len(gaps_ms) < 3:
+        return None
+    typical = median(gaps_ms)
+    return max(4.0 * typical, typical + 50.0)
+
+
+def finished(record: RequestRecord) -> bool:
+    return record.outcome is not Outcome.IN_FLIGHT
+
+
+def loaded_names(models: Iterable[LoadedModel]) -> set[str]:
+    names: set[str] = set()
+    for m in models:
+        names.add(m.name)
+        names.add(m.model)
+    return names

@@ -1,0 +1,67 @@
+"""Formatting of numbers with their units, for display only (values stay in SI units elsewhere)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def ms(duration_ns: int | float | None) -> str:
+    """Nanoseconds as milliseconds or seconds, whichever reads better; '—' when unknown."""
+    if duration_ns is None:
+        return "—"
+    value_ms = duration_ns / 1e6
+    if abs(value_ms) >= 10_000:
+        return f"{value_ms / 1000:.1f} s"
+    if abs(value_ms) >= 1000:
+        return f"{value_ms / 1000:.2f} s"
+    if abs(value_ms) >= 10:
+        return f"{value_ms:.0f} ms"
+    return f"{value_ms:.1f} ms"
+
+
+def seconds(duration_s: float | None) -> str:
+    """Seconds as '4.2 s', '3 min 05 s' or '1 h 02 min'."""
+    if duration_s is None:
+        return "—"
+    if duration_s < 0:
+        return "-" + seconds(-duration_s)
+    if duration_s < 60:
+        return f"{duration_s:.1f} s"
+    if duration_s < 3600:
+        minutes, secs = divmod(int(duration_s), 60)
+        return f"{minutes} min {secs:02d} s"
+    hours, rest = divmod(int(duration_s), 3600)
+    return f"{hours} h {rest // 60:02d} min"
+
+
+def rate(tok_s: float | None) -> str:
+    """Tokens per second with sensible precision."""
+    if tok_s is None:
+        return "—"
+    if tok_s >= 1000:
+        return f"{tok_s:,.0f} tok/s"
+    if tok_s >= 10:
+        return f"{tok_s:.1f} tok/s"
+    return f"{tok_s:.2f} tok/s"
+
+
+def gib(n_bytes: int | float | None) -> str:
+    """Bytes as GiB (or MiB below one GiB)."""
+    if n_bytes is None:
+        return "—"
+    if abs(n_bytes) >= GIB:
+        return f"{n_bytes / GIB:.2f} GiB"
+    return f"{n_bytes / MIB:.0f} MiB"
+
+
+def clock(ts_unix_s: float) -> str:
+    """Wall-clock time of day in the machine's local time zone."""
+    return datetime.fromtimestamp(ts_unix_s).strftime("%H:%M:%S")
+
+
+def when(ts_unix_s: float) -> str:
+    """Date and time of day in the machine's local time zone."""
+    return datetime.fromtimestamp(ts_unix_s).strftime("%Y-%m-%d %H:%M:%S")
