@@ -1,0 +1,425 @@
+"""Split one generation into its phases: queue, load, prefill, decode, transport.
+
+Pure: no I/O, no clock. Input is Ollama's final response object (a dict) and/or a
+``RequestRecord`` from the recording proxy. Timing model (DESIGN.md):
+
+- decode ends at the final chunk and lasts ``eval_duration`` (first → last token);
+- prefill ends where decode starts and lasts ``prompt_eval_duration`` (uncached tokens only);
+- load starts at the request and lasts ``load_duration``;
+- queue = total − load − prefill − decode (waiting for a slot, plus templating);
+- transport = what the client saw beyond ``total_duration``.
+
+Rates: prefill tok/s = (prompt_eval_count − cached) / prompt_eval_duration, because the
+duration covers only the uncached suffix; decode tok/s = (eval_count − 1) / eval_duration,
+because eval_count includes the first token and the duration spans first → last token.
+Ollama's own formulas (count / duration, ``ollama run --verbose``) are kept beside ours.
+
+Readings that cannot be true, or mean little, are flagged with stable short codes
+(``flags``) plus human text with the numbers (``flag_text``); they are never hidden.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from analysis.records import FinalMetrics, RequestRecord
+
+NS_PER_S = 1_000_000_000
+
+# Anything beyond these is not a reading from a real server: reject (parser) or flag (records).
+MAX_DURATION_NS = 7 * 24 * 3600 * NS_PER_S  # a week for one request
+MAX_TOKEN_COUNT = 100_000_000  # far beyond any context window
+# Rates above these need a datacenter beyond anything Ollama runs on; they come from tiny durations.
+IMPLAUSIBLE_PREFILL_TOK_S = 1_000_000.0
+IMPLAUSIBLE_DECODE_TOK_S = 20_000.0
+# Clock tolerance between Ollama's durations and the proxy's monotonic clock.
+CLOCK_SLACK_NS = 5_000_000
+
+# Wire names of Ollama's final-chunk metrics → FinalMetrics field names.
+_WIRE_FIELDS: dict[str, str] = {
+    "total_duration": "total_duration_ns",
+    "load_duration": "load_duration_ns",
+    "prompt_eval_count": "prompt_eval_count",
+    "prompt_eval_cached_count": "prompt_eval_cached_count",
+    "prompt_eval_duration": "prompt_eval_duration_ns",
+    "eval_count": "eval_count",
+    "eval_duration": "eval_duration_ns",
+}
+_COUNT_FIELDS = {"prompt_eval_count", "prompt_eval_cached_count", "eval_count"}
+
+# Stable flag codes and what they mean. The per-reading text (with numbers) is in Phases.flag_text.
+FLAG_CODES: dict[str, str] = {
+    "missing_metrics": "no final metrics: the request did not finish normally, or the server sent none",
+    "load_only": "a load/unload reply: no prompt was evaluated",
+    "missing_total": "total_duration is absent, so queue time is unknown",
+    "no_prefill_duration": "prompt tokens were reported but no prompt_eval_duration",
+    "no_output": "no output tokens",
+    "one_token_reply": "a one-token reply: there is no interval to time decode over",
+    "cache_hit": "part of the prompt came from the KV cache; Ollama's prefill rate counts it and is inflated",
+    "cache_unknown": "the server does not report cached prompt tokens; the prefill rate may include cache hits",
+    "cached_exceeds_prompt": "more cached tokens than prompt tokens: cannot be true",
+    "negative_queue": "load + prefill + decode is longer than total_duration: cannot be true",
+    "phases_exceed_request": "prefill + decode started before the proxy received the request: cannot be true",
+    "negative_transport": "Ollama's total_duration is longer than the request as the proxy saw it: cannot be true",
+    "implausible_prefill_rate": "prefill rate beyond any hardware: the duration is too small to mean anything",
+    "implausible_decode_rate": "decode rate beyond any hardware: the duration is too small to mean anything",
+    "invalid_metrics": "the final metrics hold negative or absurd values and were ignored",
+}
+
+
+class PhaseSplitError(ValueError):
+    """The input is not an Ollama final response that can be split into phases."""
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Phases, token counts and rates of one generation. None = not known."""
+
+    total_s: float | None = None
+    load_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    queue_s: float | None = None  # slot wait + templating; negative is kept (and flagged)
+    transport_s: float | None = None  # client-side time beyond total_duration
+    ttft_s: float | None = None  # client side: request received → first token chunk
+    client_s: float | None = None  # client side: request received → final chunk (or close)
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # None: the server did not say
+    output_tokens: int | None = None
+    prefill_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    ollama_prefill_tok_s: float | None = None
+    ollama_decode_tok_s: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    itl_max_ms: float | None = None
+    token_chunks: int = 0  # chunks with content seen by the proxy (tokens so far, while in flight)
+    # Phase boundaries on the record's monotonic clock (ns); None without proxy timestamps.
+    load_start_ns: int | None = None
+    load_end_ns: int | None = None
+    prefill_start_ns: int | None = None
+    decode_start_ns: int | None = None  # = prefill end
+    decode_end_ns: int | None = None
+    done_reason: str | None = None
+    flags: list[str] = field(default_factory=list)
+    flag_text: dict[str, str] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output (the CLI and the store's export)."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- parsing the wire object
+
+
+def _check_int(name: str, value: object) -> int:
+    """One metric value: a non-negative integer within reason."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PhaseSplitError(f"{name} must be an integer, got {type(value).__name__} {value!r}"[:200])
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise PhaseSplitError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if value < 0:
+        raise PhaseSplitError(f"{name} is negative ({value})")
+    limit = MAX_TOKEN_COUNT if name in _COUNT_FIELDS else MAX_DURATION_NS
+    if value > limit:
+        raise PhaseSplitError(f"{name} = {value} is absurd (limit {limit})")
+    return value
+
+
+def metrics_from_response(obj: object) -> FinalMetrics:
+    """Validate Ollama's final response object and pull out its metrics.
+
+    Raises PhaseSplitError when ``obj`` is not a final chunk (``done`` is not true), is an
+    error object, or holds negative, non-integer or absurd values.
+    """
+    if not isinstance(obj, Mapping):
+        raise PhaseSplitError(f"expected a JSON object, got {type(obj).__name__}")
+    if "error" in obj:
+        raise PhaseSplitError(f"the server sent an error, not a result: {str(obj['error'])[:200]}")
+    if obj.get("done") is not True:
+        raise PhaseSplitError('not a final chunk: "done" is not true')
+    values: dict[str, Any] = {}
+    for wire, attr in _WIRE_FIELDS.items():
+        if wire in obj and obj[wire] is not None:
+            values[attr] = _check_int(wire, obj[wire])
+    reason = obj.get("done_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise PhaseSplitError(f"done_reason must be a string, got {type(reason).__name__}")
+    metrics = FinalMetrics(done_reason=reason, **values)
+    problem = _impossible(metrics)
+    if problem:
+        raise PhaseSplitError(problem)
+    return metrics
+
+
+def _impossible(m: FinalMetrics) -> str | None:
+    """A reason the metrics cannot come from a real server, or None."""
+    for attr in ("total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns", "eval_duration_ns"):
+        v = getattr(m, attr)
+        if v is not None and not 0 <= v <= MAX_DURATION_NS:
+            return f"{attr} = {v} is negative or absurd"
+    for attr in ("prompt_eval_count", "prompt_eval_cached_count", "eval_count"):
+        v = getattr(m, attr)
+        if v is not None and not 0 <= v <= MAX_TOKEN_COUNT:
+            return f"{attr} = {v} is negative or absurd"
+    return None
+
+
+# ---------------------------------------------------------------- the split
+
+
+def _s(ns: int | None) -> float | None:
+    return None if ns is None else ns / NS_PER_S
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of an already sorted, non-empty sequence."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    pos = (len(sorted_values) - 1) * min(max(q, 0.0), 100.0) / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def token_gaps_ns(token_chunk_ns: Sequence[int]) -> list[int]:
+    """Gaps between consecutive token chunks (ns), in arrival order."""
+    return [b - a for a, b in itertools.pairwise(token_chunk_ns)]
+
+
+class _Flags:
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+        self.text: dict[str, str] = {}
+
+    def add(self, code: str, text: str) -> None:
+        if code not in self.text:
+            self.codes.append(code)
+            self.text[code] = text
+
+
+def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
+    """Phases and rates from Ollama's numbers alone."""
+    out: dict[str, Any] = {"done_reason": m.done_reason}
+    load_ns = m.load_duration_ns or 0  # omitempty: absent means zero
+    prefill_ns = m.prompt_eval_duration_ns or 0
+    decode_ns = m.eval_duration_ns or 0
+    prompt = m.prompt_eval_count
+    cached = m.prompt_eval_cached_count
+    output = m.eval_count
+    out.update(load_s=_s(load_ns), prefill_s=_s(prefill_ns), decode_s=_s(decode_ns), total_s=_s(m.total_duration_ns))
+    out.update(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output)
+
+    if m.done_reason in ("load", "unload"):
+        flags.add("load_only", f"done_reason {m.done_reason!r}: the model was {m.done_reason}ed, nothing was generated")
+    has_numbers = any(
+        v is not None
+        for v in (m.total_duration_ns, m.prompt_eval_count, m.eval_count, m.prompt_eval_duration_ns, m.eval_duration_ns)
+    )
+    if not has_numbers:
+        flags.add("missing_metrics", "the final chunk carries no durations or counts")
+
+    if m.total_duration_ns is None:
+        if has_numbers:
+            flags.add("missing_total", "total_duration is absent, so queue time is unknown")
+    else:
+        queue_ns = m.total_duration_ns - load_ns - prefill_ns - decode_ns
+        out["queue_s"] = _s(queue_ns)
+        if queue_ns < 0:
+            flags.add(
+                "negative_queue",
+                f"load + prefill + decode = {(load_ns + prefill_ns + decode_ns) / 1e6:.1f} ms is longer than "
+                f"total_duration = {m.total_duration_ns / 1e6:.1f} ms",
+            )
+
+    # Prefill: cache-aware when the server reports cached tokens.
+    if prompt is not None and prompt > 0:
+        if cached is not None and cached > prompt:
+            flags.add("cached_exceeds_prompt", f"{cached} cached tokens but only {prompt} prompt tokens")
+        elif cached is not None and cached > 0:
+            flags.add(
+                "cache_hit",
+                f"{cached} of {prompt} prompt tokens came from the KV cache; only {prompt - cached} were computed, "
+                "so Ollama's count/duration overstates prefill speed",
+            )
+        elif cached is None:
+            flags.add("cache_unknown", "the server does not report cached prompt tokens (Ollama < 0.33.3)")
+        if prefill_ns > 0:
+            out["ollama_prefill_tok_s"] = prompt / (prefill_ns / NS_PER_S)
+            if cached is None or cached <= prompt:
+                out["prefill_tok_s"] = (prompt - (cached or 0)) / (prefill_ns / NS_PER_S)
+                if out["prefill_tok_s"] > IMPLAUSIBLE_PREFILL_TOK_S:
+                    flags.add(
+                        "implausible_prefill_rate",
+                        f"{out['prefill_tok_s']:.0f} prompt tokens/s over {prefill_ns / 1e3:.0f} µs",
+                    )
+        elif prompt - (cached or 0) > 0:
+            flags.add("no_prefill_duration", f"{prompt} prompt tokens but no prompt_eval_duration")
+
+    # Decode: n tokens over n − 1 intervals.
+    if has_numbers and not output:
+        flags.add("no_output", "the reply has no output tokens")
+    if output is not None and output > 0 and decode_ns > 0:
+        out["ollama_decode_tok_s"] = output / (decode_ns / NS_PER_S)
+    if output == 1:
+        flags.add("one_token_reply", "one output token: a decode rate over zero intervals means nothing")
+    elif output is not None and output > 1 and decode_ns > 0:
+        out["decode_tok_s"] = (output - 1) / (decode_ns / NS_PER_S)
+        if out["decode_tok_s"] > IMPLAUSIBLE_DECODE_TOK_S:
+            flags.add(
+                "implausible_decode_rate",
+                f"{out['decode_tok_s']:.0f} output tokens/s over {decode_ns / 1e3:.0f} µs",
+            )
+    return out
+
+
+def _result(values: dict[str, Any], flags: _Flags) -> Phases:
+    return Phases(**values, flags=flags.codes, flag_text=flags.text)
+
+
+def split_metrics(metrics: FinalMetrics) -> Phases:
+    """Phases from Ollama's final metrics alone (no proxy timestamps)."""
+    flags = _Flags()
+    problem = _impossible(metrics)
+    if problem:
+        raise PhaseSplitError(problem)
+    return _result(_split_server(metrics, flags), flags)
+
+
+def split_response(obj: object) -> Phases:
+    """Phases from Ollama's final response object (a parsed JSON dict). Raises PhaseSplitError."""
+    return split_metrics(metrics_from_response(obj))
+
+
+def split_record(rec: RequestRecord) -> Phases:
+    """Phases of a recorded request: Ollama's numbers placed on the proxy's clock.
+
+    Never raises for a record's content: metrics that cannot be real are ignored and
+    flagged ``invalid_metrics``; an in-flight or failed request gets what the proxy saw.
+    """
+    flags = _Flags()
+    m = rec.metrics
+    values: dict[str, Any] = {}
+    if m is not None:
+        problem = _impossible(m)
+        if problem:
+            flags.add("invalid_metrics", problem)
+            m = None
+    if m is None:
+        if "invalid_metrics" not in flags.text:
+            flags.add("missing_metrics", f"no final metrics (outcome {rec.outcome.value})")
+    else:
+        values = _split_server(m, flags)
+
+    chunks = list(rec.token_chunk_ns)
+    values["token_chunks"] = len(chunks)
+    if rec.first_token_ns is not None:
+        values["ttft_s"] = (rec.first_token_ns - rec.received_ns) / NS_PER_S
+    end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
+    if end_ns is not None:
+        values["client_s"] = (end_ns - rec.received_ns) / NS_PER_S
+    gaps = sorted(token_gaps_ns(chunks))
+    if gaps:
+        values["itl_p50_ms"] = percentile(gaps, 50) / 1e6
+        values["itl_p99_ms"] = percentile(gaps, 99) / 1e6
+        values["itl_max_ms"] = gaps[-1] / 1e6
+
+    if m is not None and rec.final_chunk_ns is not None:
+        total_ns = m.total_duration_ns
+        client_ns = rec.final_chunk_ns - rec.received_ns
+        if total_ns is not None:
+            transport_ns = client_ns - total_ns
+            values["transport_s"] = transport_ns / NS_PER_S
+            if transport_ns < -CLOCK_SLACK_NS:
+                flags.add(
+                    "negative_transport",
+                    f"total_duration = {total_ns / 1e6:.1f} ms but the proxy saw the request take {client_ns / 1e6:.1f} ms",
+                )
+        decode_end = rec.final_chunk_ns
+        decode_start = decode_end - (m.eval_duration_ns or 0)
+        prefill_start = decode_start - (m.prompt_eval_duration_ns or 0)
+        # Ollama's clock starts when it reads the request, i.e. once we forwarded it.
+        load_start = rec.forwarded_ns if rec.forwarded_ns is not None else rec.received_ns
+        load_end = load_start + (m.load_duration_ns or 0)
+        values.update(
+            load_start_ns=load_start,
+            load_end_ns=load_end,
+            prefill_start_ns=prefill_start,
+            decode_start_ns=decode_start,
+            decode_end_ns=decode_end,
+        )
+        if prefill_start < rec.received_ns - CLOCK_SLACK_NS:
+            flags.add(
+                "phases_exceed_request",
+                f"prefill + decode = {(decode_end - prefill_start) / 1e6:.1f} ms is longer than the "
+                f"{client_ns / 1e6:.1f} ms the proxy saw",
+            )
+    return _result(values, flags)
+
+
+# ---------------------------------------------------------------- command line
+
+CLI_KEYS = (
+    "total_s", "load_s", "prefill_s", "decode_s", "queue_s",
+    "prompt_tokens", "cached_tokens", "output_tokens",
+    "prefill_tok_s", "decode_tok_s", "ollama_prefill_tok_s", "ollama_decode_tok_s",
+    "done_reason", "flags", "flag_text",
+)  # fmt: skip
+
+
+def parse_final_json(text: str) -> Phases:
+    """Split the final response given as JSON text; an NDJSON stream is read up to its last line."""
+    import json
+
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) < 2:
+            raise PhaseSplitError(f"not JSON: {exc}") from None
+        try:
+            obj = json.loads(lines[-1])
+        except (ValueError, RecursionError):
+            raise PhaseSplitError(f"not JSON: {exc}") from None
+    try:
+        return split_response(obj)
+    except RecursionError:
+        raise PhaseSplitError("input nested too deeply") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m analysis.phases``: one final response JSON on stdin → phases JSON on stdout."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.phases",
+        description="Read one Ollama final response object (JSON) on stdin; print its phases and rates as JSON.",
+    )
+    parser.add_argument("--all", action="store_true", help="print every field, not only the summary keys")
+    args = parser.parse_args(argv)
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        print(f"error: input is not UTF-8 text: {exc}", file=sys.stderr)
+        return 2
+    try:
+        phases = parse_final_json(text)
+    except PhaseSplitError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    full = phases.to_json_dict()
+    out = full if args.all else {k: full[k] for k in CLI_KEYS}
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
