@@ -1,0 +1,337 @@
+"""The collector's settings: command-line options, their environment variables, and checks.
+
+``parse_ollama_host`` follows Ollama's own ``envconfig.Host`` rules (ollama-api.md §8)
+so that ``OLLAMA_HOST`` means the same thing to Phasewatch as to the server; the rest is
+plain argparse. Every wrong setting becomes a ``SettingsError`` whose text is one line
+that says what is wrong and what to do; ``__main__`` prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+DEFAULT_OLLAMA_PORT = "11434"
+DEFAULT_LISTEN = "127.0.0.1:11435"
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_SAMPLES_RETENTION_DAYS = 7.0
+DEFAULT_REQUESTS_RETENTION_DAYS = 90.0
+DEFAULT_MAX_DB_MB = 1024.0
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 32) accepts
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; ``str()`` is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class OllamaHost:
+    """``OLLAMA_HOST`` parsed as Ollama does: scheme, host (no brackets), port (text), path."""
+
+    scheme: str
+    host: str
+    port: str
+    path: str = ""
+
+    def __str__(self) -> str:
+        """Render like Go's ``url.URL.String()`` for the URL Ollama builds."""
+        path = self.path
+        if path and not path.startswith("/"):
+            path = "/" + path
+        return f"{self.scheme}://{_join_host_port(self.host, self.port)}{path}"
+
+    def connectable(self) -> OllamaHost:
+        """The address a client should dial: unspecified bind addresses become loopback.
+
+        Ollama's ``ConnectableHost`` maps 0.0.0.0 → 127.0.0.1 and :: → ::1. We also map
+        the empty host of ``:1234`` (which binds all interfaces) to 127.0.0.1, as the
+        Python client does, because an empty host cannot be dialled.
+        """
+        if self.host == "":
+            return OllamaHost(self.scheme, "127.0.0.1", self.port, self.path)
+        ip = _parse_ip(self.host)
+        if ip is not None and ip.is_unspecified:
+            loopback = "127.0.0.1" if ip.version == 4 else "::1"
+            return OllamaHost(self.scheme, loopback, self.port, self.path)
+        return self
+
+
+def _go_trim_var(value: str) -> str:
+    """``envconfig.Var``: trim spaces, then quotes (both kinds) at either end."""
+    return value.strip(" \t\n\r\v\f").strip("\"'")
+
+
+def _split_host_port(hostport: str) -> tuple[str, str] | None:
+    """Go's ``net.SplitHostPort``, step by step: None where Go returns an error."""
+    last_colon = hostport.rfind(":")
+    if last_colon < 0:
+        return None  # missing port
+    no_open_from, no_close_from = 0, 0
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0 or end + 1 != last_colon:
+            return None  # missing ']', missing port, or too many colons
+        host = hostport[1:end]
+        no_open_from, no_close_from = 1, end + 1
+    else:
+        host = hostport[:last_colon]
+        if ":" in host:
+            return None  # too many colons
+    if "[" in hostport[no_open_from:] or "]" in hostport[no_close_from:]:
+        return None
+    return host, hostport[last_colon + 1 :]
+
+
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Go's ``net.ParseIP``: plain IPv4 or IPv6 literals, no zones."""
+    if "%" in text:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _go_ip_string(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Go's ``net.IP.String()``: IPv4-mapped IPv6 prints as dotted IPv4."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return ip.compressed
+
+
+def _join_host_port(host: str, port: str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_ollama_host(value: str | None) -> OllamaHost:
+    """Parse an ``OLLAMA_HOST`` value exactly as Ollama's ``envconfig.Host`` does.
+
+    Pure: no environment, no network. ``None`` or empty gives ``http://127.0.0.1:11434``.
+    Invalid ports silently fall back to the scheme's default, as in Ollama.
+    """
+    text = _go_trim_var(value or "").strip()
+    default_port = DEFAULT_OLLAMA_PORT
+    scheme, sep, hostport = text.partition("://")
+    if not sep:
+        scheme, hostport = "http", text
+        if text == "ollama.com":
+            scheme, hostport = "https", "ollama.com:443"
+    elif scheme == "http":
+        default_port = "80"
+    elif scheme == "https":
+        default_port = "443"
+
+    hostport, _, path = hostport.partition("/")
+    split = _split_host_port(hostport)
+    if split is None:
+        host, port = "127.0.0.1", default_port
+        ip = _parse_ip(hostport.strip("[]"))
+        if ip is not None:
+            host = _go_ip_string(ip)
+        elif hostport != "":
+            host = hostport
+    else:
+        host, port = split
+
+    if not _GO_INT.fullmatch(port) or not 0 <= int(port) <= 65535:
+        port = default_port
+    return OllamaHost(scheme=scheme, host=host, port=port, path=path)
+
+
+def ollama_base_url(value: str | None) -> str:
+    """The URL to connect to for an ``OLLAMA_HOST`` value, without a trailing slash.
+
+    Raises SettingsError for what cannot be proxied (a scheme other than http/https).
+    """
+    parsed = parse_ollama_host(value).connectable()
+    if parsed.scheme not in ("http", "https"):
+        raise SettingsError(
+            f"--ollama/OLLAMA_HOST {value!r}: scheme {parsed.scheme!r} is not supported; "
+            "give an http:// or https:// address such as http://127.0.0.1:11434"
+        )
+    return str(parsed).rstrip("/")
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    host: str
+    port: int  # 0 asks the OS for a free port; the chosen one goes in the lock file
+
+    def __str__(self) -> str:
+        return _join_host_port(self.host, str(self.port))
+
+
+def parse_listen(value: str) -> ListenAddress:
+    """Parse ``HOST:PORT`` (``[::1]:11435`` for IPv6) for the proxy to listen on."""
+    text = value.strip()
+    split = _split_host_port(text)
+    if split is None or split[0] == "" or not re.fullmatch(r"[0-9]{1,5}", split[1]):
+        raise SettingsError(f"--listen/PHASEWATCH_LISTEN {value!r} is not HOST:PORT; give e.g. 127.0.0.1:11435 or [::1]:11435")
+    host, port_text = split
+    port = int(port_text)
+    if port > 65535:
+        raise SettingsError(f"--listen/PHASEWATCH_LISTEN {value!r}: port {port} is above 65535; choose a port in 1-65535")
+    return ListenAddress(host=host, port=port)
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise SettingsError(f"{name}={value!r} is not a yes/no value; use 1 or 0")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the collector process needs to run, already checked."""
+
+    ollama_url: str  # connectable upstream, e.g. "http://127.0.0.1:11434"
+    listen: ListenAddress
+    data_dir: Path
+    interval_s: float
+    record_text: bool
+    demo: bool
+    samples_retention_days: float
+    requests_retention_days: float
+    max_db_bytes: int
+    ollama_pids: tuple[int, ...] = ()  # override for the host/GPU samplers; empty = find by name
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "phasewatch.db"
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("phasewatch", appauthor=False))
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so errors stay one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SettingsError(f"{message} (see python -m collectors --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(
+        prog="python -m collectors",
+        description="Phasewatch collector: a recording proxy in front of Ollama, plus Ollama, GPU and host samplers.",
+    )
+    p.add_argument("--ollama", metavar="URL", help="Ollama to watch; default $OLLAMA_HOST, else http://127.0.0.1:11434")
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help=f"where the proxy listens; default $PHASEWATCH_LISTEN, else {DEFAULT_LISTEN}"
+    )
+    p.add_argument(
+        "--data", metavar="DIR", help="data folder for the store and lock; default $PHASEWATCH_DATA, else the user data folder"
+    )
+    p.add_argument("--interval", metavar="SECONDS", help=f"sampling interval; default {DEFAULT_INTERVAL_S:g}")
+    p.add_argument(
+        "--record-text",
+        action="store_true",
+        default=None,
+        help="also store prompt and response text (off; or PHASEWATCH_RECORD_TEXT=1)",
+    )
+    p.add_argument(
+        "--demo", action="store_true", help="the upstream is sim/: sample its virtual GPU from /sim/gpu instead of NVML"
+    )
+    p.add_argument(
+        "--samples-days", metavar="DAYS", help=f"keep GPU/host samples this long; default {DEFAULT_SAMPLES_RETENTION_DAYS:g}"
+    )
+    p.add_argument(
+        "--requests-days", metavar="DAYS", help=f"keep requests this long; default {DEFAULT_REQUESTS_RETENTION_DAYS:g}"
+    )
+    p.add_argument("--max-db-mb", metavar="MB", help=f"bound on the store's size; default {DEFAULT_MAX_DB_MB:g}")
+    p.add_argument(
+        "--ollama-pids", metavar="PID,PID", help="Ollama's process ids for the samplers (default: found by process name)"
+    )
+    return p
+
+
+def _positive_float(name: str, text: str, *, limit: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name} {text!r} is not a number; give a positive number such as 1") from None
+    if not (value > 0 and value <= limit):  # also rejects NaN
+        raise SettingsError(f"{name} {text!r} is out of range; give a number above 0 and at most {limit:g}")
+    return value
+
+
+def _pid_list(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SettingsError(f"--ollama-pids {text!r} is not a list of process ids; give e.g. 1234,1240")
+    return tuple(int(p) for p in parts)
+
+
+def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
+    """Options win over environment variables, which win over defaults. Pure apart from argparse."""
+    args = build_parser().parse_args(list(argv))
+
+    ollama_value = args.ollama if args.ollama is not None else env.get("OLLAMA_HOST")
+    ollama_url = ollama_base_url(ollama_value)
+
+    listen = parse_listen(args.listen if args.listen is not None else env.get("PHASEWATCH_LISTEN") or DEFAULT_LISTEN)
+
+    data_text = args.data if args.data is not None else env.get("PHASEWATCH_DATA")
+    if data_text is not None and not data_text.strip():
+        raise SettingsError("--data/PHASEWATCH_DATA is empty; give a folder, or leave it unset for the default")
+    data_dir = Path(data_text).expanduser() if data_text else default_data_dir()
+
+    interval_s = DEFAULT_INTERVAL_S if args.interval is None else _positive_float("--interval", args.interval, limit=3600)
+    record_text = (
+        args.record_text
+        if args.record_text is not None
+        else parse_bool("PHASEWATCH_RECORD_TEXT", env.get("PHASEWATCH_RECORD_TEXT", ""))
+    )
+    samples_days = (
+        DEFAULT_SAMPLES_RETENTION_DAYS
+        if args.samples_days is None
+        else _positive_float("--samples-days", args.samples_days, limit=36500)
+    )
+    requests_days = (
+        DEFAULT_REQUESTS_RETENTION_DAYS
+        if args.requests_days is None
+        else _positive_float("--requests-days", args.requests_days, limit=36500)
+    )
+    max_db_mb = DEFAULT_MAX_DB_MB if args.max_db_mb is None else _positive_float("--max-db-mb", args.max_db_mb, limit=1e7)
+    pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
+
+    return Settings(
+        ollama_url=ollama_url,
+        listen=listen,
+        data_dir=data_dir,
+        interval_s=interval_s,
+        record_text=bool(record_text),
+        demo=bool(args.demo),
+        samples_retention_days=samples_days,
+        requests_retention_days=requests_days,
+        max_db_bytes=int(max_db_mb * 1024 * 1024),
+        ollama_pids=pids,
+    )
+
+
+def prepare_data_dir(data_dir: Path) -> None:
+    """Create the data folder and check it is writable; SettingsError otherwise."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(
+            f"--data/PHASEWATCH_DATA {str(data_dir)!r} cannot be created ({exc.strerror}); choose a folder you can write"
+        ) from None
+    if not data_dir.is_dir():
+        raise SettingsError(f"--data/PHASEWATCH_DATA {str(data_dir)!r} is not a folder; choose a folder")
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise SettingsError(f"--data/PHASEWATCH_DATA {str(data_dir)!r} is not writable; choose a folder you can write")

@@ -1,0 +1,148 @@
+"""Host sampler (psutil): the machine's CPU and memory, Ollama's processes, disk reads.
+
+Also finds Ollama's processes (the server and its runners) for the GPU sampler, which
+needs their PIDs to tell Ollama's VRAM from everyone else's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterable
+
+import psutil
+
+from analysis.records import HostSample
+
+# The server and its runners: ``ollama serve``, the llama.cpp ``llama-server`` child
+# (Ollama >= 0.30) and the older ``ollama_llama_server`` runner. Linux truncates a
+# process's comm to 15 characters, hence the prefix entry.
+OLLAMA_PROCESS_NAMES = frozenset({"ollama", "llama-server", "ollama_llama_server", "ollama_llama_se"})
+
+PROCESS_RESCAN_S = 5.0  # a full /proc scan costs milliseconds: do it now and then, not every tick
+
+
+def is_ollama_process(name: str) -> bool:
+    return name in OLLAMA_PROCESS_NAMES or name.removesuffix(".exe") in OLLAMA_PROCESS_NAMES
+
+
+def is_sim_process(cmdline: list[str]) -> bool:
+    """``python -m sim ...``: the demo upstream."""
+    is_python = bool(cmdline) and "python" in cmdline[0]
+    return is_python and any(a == "-m" and b == "sim" for a, b in itertools.pairwise(cmdline))
+
+
+class OllamaProcesses:
+    """The processes that count as Ollama: by name, the sim in demo mode, or given PIDs.
+
+    The set is rescanned every ``rescan_s`` seconds, and at once when a known process
+    has gone (a runner exits when its model unloads).
+    """
+
+    def __init__(
+        self,
+        *,
+        pids: Iterable[int] = (),
+        demo: bool = False,
+        rescan_s: float = PROCESS_RESCAN_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fixed_pids = tuple(pids)
+        self._demo = demo
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._procs: dict[int, psutil.Process] = {}
+        self._scanned_at: float | None = None
+
+    def _matches(self, proc: psutil.Process) -> bool:
+        info = proc.info  # filled by process_iter
+        if is_ollama_process(info.get("name") or ""):
+            return True
+        return self._demo and is_sim_process(info.get("cmdline") or [])
+
+    def _scan(self) -> None:
+        found: dict[int, psutil.Process] = {}
+        if self._fixed_pids:
+            for pid in self._fixed_pids:
+                with contextlib.suppress(psutil.Error):
+                    found[pid] = self._procs.get(pid) or psutil.Process(pid)
+        else:
+            attrs = ["name", "cmdline"] if self._demo else ["name"]
+            for proc in psutil.process_iter(attrs):
+                if self._matches(proc):
+                    # Keep the same Process object: cpu_percent() measures from its last call.
+                    found[proc.pid] = self._procs.get(proc.pid, proc)
+        self._procs = found
+        self._scanned_at = self._clock()
+
+    def processes(self) -> list[psutil.Process]:
+        """Live processes that count as Ollama; rescans when due or when one has exited."""
+        now = self._clock()
+        due = self._scanned_at is None or now - self._scanned_at >= self._rescan_s
+        if not due and not all(p.is_running() for p in self._procs.values()):
+            due = True
+        if due:
+            self._scan()
+        return list(self._procs.values())
+
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.processes()}
+
+
+class HostSampler:
+    """Reads the machine and Ollama's processes; ``sample()`` never raises for a vanished process.
+
+    CPU percentages are over the time since the previous ``sample()`` (psutil keeps the
+    previous reading), so the first sample's CPU figures cover the time since construction.
+    ``ollama_cpu_pct`` is summed over Ollama's processes and may exceed 100 (one core = 100).
+    """
+
+    def __init__(self, processes: OllamaProcesses, *, clock: Callable[[], float] = time.time) -> None:
+        self._processes = processes
+        self._clock = clock
+        psutil.cpu_percent(interval=None)  # start the machine-wide CPU measurement
+        for proc in processes.processes():
+            with contextlib.suppress(psutil.Error):
+                proc.cpu_percent(interval=None)
+        self._last_disk: tuple[float, int] | None = self._disk_read_bytes()
+
+    @staticmethod
+    def _disk_read_bytes() -> tuple[float, int] | None:
+        try:
+            counters = psutil.disk_io_counters(perdisk=False)
+        except (OSError, RuntimeError):
+            return None
+        if counters is None:  # no disks visible (some containers)
+            return None
+        return time.monotonic(), int(counters.read_bytes)
+
+    def _disk_read_rate(self) -> float | None:
+        now = self._disk_read_bytes()
+        last, self._last_disk = self._last_disk, now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return max(0, now[1] - last[1]) / (now[0] - last[0])
+
+    def sample(self) -> HostSample:
+        mem = psutil.virtual_memory()
+        ollama_cpu_pct: float | None = None
+        ollama_rss_bytes: int | None = None
+        for proc in self._processes.processes():
+            try:
+                with proc.oneshot():
+                    cpu = proc.cpu_percent(interval=None)
+                    rss = proc.memory_info().rss
+            except psutil.Error:
+                continue  # exited or not ours to read: leave it out
+            ollama_cpu_pct = (ollama_cpu_pct or 0.0) + cpu
+            ollama_rss_bytes = (ollama_rss_bytes or 0) + rss
+        return HostSample(
+            ts_unix_s=self._clock(),
+            cpu_pct=psutil.cpu_percent(interval=None),
+            mem_used_bytes=int(mem.total - mem.available),
+            mem_total_bytes=int(mem.total),
+            ollama_cpu_pct=ollama_cpu_pct,
+            ollama_rss_bytes=ollama_rss_bytes,
+            disk_read_bytes_s=self._disk_read_rate(),
+        )

@@ -1,0 +1,167 @@
+"""One collector per data folder: an ``fcntl.flock`` on ``<data>/collector.lock``.
+
+The holder writes who it is (JSON: pid, listen address, Ollama URL, start time) into the
+file. ``read_lock`` lets the Streamlit app find a running collector without opening a
+socket: the kernel drops a flock when its process dies, even by SIGKILL, so a lock file
+left behind by a dead collector reads as "nobody".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOCK_NAME = "collector.lock"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """Who holds a data folder. ``pid`` is None if the holder had not yet written its details."""
+
+    pid: int | None
+    listen: str  # the proxy's address, e.g. "127.0.0.1:11435"
+    ollama_url: str
+    started_at_unix_s: float
+    data_dir: str
+    demo: bool = False
+
+
+class LockHeldError(RuntimeError):
+    """Another process holds the data folder; ``holder`` says which, when known."""
+
+    def __init__(self, lock_path: Path, holder: LockInfo | None) -> None:
+        self.lock_path = lock_path
+        self.holder = holder
+        if holder is not None and holder.pid is not None:
+            who = f"process {holder.pid} (listening on {holder.listen}, watching {holder.ollama_url})"
+        else:
+            who = "another process"
+        super().__init__(
+            f"another collector already records into this data folder: {who} holds {lock_path}; "
+            "stop it first, or give a different --data folder"
+        )
+
+
+def lock_path(data_dir: Path | str) -> Path:
+    return Path(data_dir) / LOCK_NAME
+
+
+def _parse(text: str) -> LockInfo | None:
+    try:
+        raw = json.loads(text)
+        return LockInfo(
+            pid=int(raw["pid"]),
+            listen=str(raw["listen"]),
+            ollama_url=str(raw["ollama_url"]),
+            started_at_unix_s=float(raw["started_at_unix_s"]),
+            data_dir=str(raw["data_dir"]),
+            demo=bool(raw.get("demo", False)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_lock(data_dir: Path | str) -> LockInfo | None:
+    """The running collector of ``data_dir``, or None when no live process holds the lock.
+
+    Opens no socket and never blocks. Takes a shared lock for an instant to ask the
+    kernel whether an exclusive one is held; ``CollectorLock.acquire`` retries briefly
+    so that this probe can never make a starting collector fail.
+    """
+    path = lock_path(data_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: read who holds it
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        # The holder writes its details right after locking; give it a moment.
+        deadline = time.monotonic() + 0.5
+        while True:
+            os.lseek(fd, 0, os.SEEK_SET)
+            info = _parse(os.read(fd, 65536).decode("utf-8", "replace"))
+            if info is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return info or LockInfo(None, "", "", 0.0, str(data_dir))
+    finally:
+        os.close(fd)
+
+
+class CollectorLock:
+    """The exclusive lock of one data folder, held for the life of the collector."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = lock_path(data_dir)
+        self._data_dir = data_dir
+        self._fd: int | None = None
+        self._started_at_unix_s = 0.0
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5) -> LockInfo:
+        """Take the lock and write our details; LockHeldError if another process has it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # O_CLOEXEC by default: children don't inherit it
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise
+                # A reader's momentary shared lock also lands here: retry before giving up.
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise LockHeldError(self.path, read_lock(self._data_dir)) from None
+                time.sleep(0.02)
+        self._fd = fd
+        self._started_at_unix_s = time.time()
+        return self.update(listen=listen, ollama_url=ollama_url, demo=demo)
+
+    def update(self, *, listen: str, ollama_url: str, demo: bool = False) -> LockInfo:
+        """Rewrite our details (e.g. once the real listening port is known)."""
+        if self._fd is None:
+            raise RuntimeError("lock not held")
+        info = LockInfo(
+            pid=os.getpid(),
+            listen=listen,
+            ollama_url=ollama_url,
+            started_at_unix_s=self._started_at_unix_s,
+            data_dir=str(self._data_dir),
+            demo=demo,
+        )
+        payload = json.dumps(asdict(info)).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, payload, 0)  # one small write: readers see all of it or nothing
+        return info
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)  # a clean stop leaves an empty file: nobody is running
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> CollectorLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
