@@ -1,0 +1,424 @@
+"""Parse the response stream of one generation request, as recorded by the proxy.
+
+The proxy's hot path only keeps ``(t_ns, bytes)`` for every read from Ollama; this
+module turns those reads into chunks (one NDJSON line, one SSE event, or one JSON
+body), stamps each chunk with the time of the read that completed it, and
+summarises them: which chunks carried content (tokens), when the final chunk came,
+Ollama's final numbers, a final ``{"error": ...}``, and anything malformed.
+
+Pure: no I/O, no clock. Any bytes give a result; only misuse of the API (wrong
+argument types, feeding after the end) raises, and then only ``ChunkParseError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from analysis.records import FinalMetrics
+
+MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
+_EXCERPT_BYTES = 80
+
+
+class ChunkParseError(ValueError):
+    """The parser was used wrongly (not: the stream was bad — that gives malformed markers)."""
+
+
+class StreamFormat(StrEnum):
+    NDJSON = "ndjson"  # Ollama's native streams: one JSON object per "\n"-terminated line
+    SSE = "sse"  # OpenAI-compatible streams: "data: {...}" events, then "data: [DONE]"
+    JSON = "json"  # stream:false, errors: the whole body is one JSON object
+
+
+def stream_format(content_type: str | None) -> StreamFormat:
+    """Pick the framing from a response's Content-Type header."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media == "text/event-stream":
+        return StreamFormat.SSE
+    if media in ("application/x-ndjson", "application/jsonl", "application/x-jsonlines"):
+        return StreamFormat.NDJSON
+    return StreamFormat.JSON
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One NDJSON line, SSE event or JSON body, stamped when its last byte was read."""
+
+    t_ns: int
+    raw: bytes  # the line without its newline, or the event's joined data lines
+    obj: dict[str, Any] | None = None  # None when malformed or for SSE's [DONE]
+    problem: str | None = None  # why it is malformed
+    done_marker: bool = False  # SSE "data: [DONE]"
+
+
+def _excerpt(raw: bytes) -> str:
+    cut = raw[:_EXCERPT_BYTES]
+    return repr(cut) + ("…" if len(raw) > _EXCERPT_BYTES else "")
+
+
+def _decode(t_ns: int, raw: bytes) -> Chunk:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return Chunk(t_ns, raw, problem=f"not JSON ({type(exc).__name__}): {_excerpt(raw)}")
+    if not isinstance(obj, dict):
+        return Chunk(t_ns, raw, problem=f"not a JSON object: {_excerpt(raw)}")
+    return Chunk(t_ns, raw, obj=obj)
+
+
+def _check_read(t_ns: object, data: object) -> bytes:
+    if isinstance(t_ns, bool) or not isinstance(t_ns, int):
+        raise ChunkParseError(f"t_ns must be an int (monotonic nanoseconds), got {type(t_ns).__name__}")
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise ChunkParseError(f"data must be bytes, got {type(data).__name__}")
+
+
+class _Splitter:
+    """Incremental framing: feed reads, get back the chunks they completed."""
+
+    def __init__(self) -> None:
+        self._finished = False
+        self._last_t_ns: int | None = None
+
+    def feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        data = _check_read(t_ns, data)
+        if self._finished:
+            raise ChunkParseError("feed() after finish()")
+        self._last_t_ns = t_ns
+        return self._feed(t_ns, data)
+
+    def finish(self) -> list[Chunk]:
+        if self._finished:
+            raise ChunkParseError("finish() called twice")
+        self._finished = True
+        return self._finish(self._last_t_ns if self._last_t_ns is not None else 0)
+
+    def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        raise NotImplementedError
+
+    def _finish(self, t_ns: int) -> list[Chunk]:
+        raise NotImplementedError
+
+
+class NdjsonSplitter(_Splitter):
+    """One JSON object per line; a line split across reads gets the time of its last read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[bytes] = []  # pieces of an unterminated line (a list: no quadratic joins)
+
+    def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        if b"\n" not in data:
+            if data:
+                self._pending.append(data)
+            return []
+        if self._pending:
+            self._pending.append(data)
+            data = b"".join(self._pending)
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        self._pending = [rest] if rest else []
+        out = []
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if line.strip():
+                out.append(_decode(t_ns, line))
+        return out
+
+    def _finish(self, t_ns: int) -> list[Chunk]:
+        # A last line without its newline: normal for a JSON body, a cut line otherwise.
+        line = b"".join(self._pending).rstrip(b"\r")
+        self._pending = []
+        return [_decode(t_ns, line)] if line.strip() else []
+
+
+class JsonSplitter(_Splitter):
+    """The whole body is one JSON object (pretty-printed or not), complete at the last read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[bytes] = []
+
+    def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        self._parts.append(data)
+        return []
+
+    def _finish(self, t_ns: int) -> list[Chunk]:
+        body = b"".join(self._parts)
+        self._parts = []
+        return [_decode(t_ns, body)] if body.strip() else []
+
+
+_SSE_EOL = re.compile(rb"\r\n|\r|\n")
+
+
+class SseSplitter(_Splitter):
+    """Server-sent events (WHATWG rules): data lines joined by "\\n", dispatched at a blank line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = b""  # an unterminated line
+        self._data: list[bytes] = []  # data lines of the event being built
+        self._skip_lf = False  # the last read ended in "\r": a leading "\n" belongs to it
+
+    def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        if self._skip_lf and data[:1] == b"\n":
+            data = data[1:]
+            self._skip_lf = False
+        if not data:
+            return []
+        self._skip_lf = data[-1:] == b"\r"
+        parts = _SSE_EOL.split(self._pending + data)
+        self._pending = parts.pop()
+        out: list[Chunk] = []
+        for line in parts:
+            if not line:
+                if self._data:
+                    out.append(self._dispatch(t_ns))
+            else:
+                self._field(line)
+        return out
+
+    def _field(self, line: bytes) -> None:
+        if line[:1] == b":":  # a comment
+            return
+        name, _, value = line.partition(b":")
+        if name == b"data":  # other fields (event, id, retry) do not matter here
+            self._data.append(value[1:] if value[:1] == b" " else value)
+
+    def _dispatch(self, t_ns: int) -> Chunk:
+        payload = b"\n".join(self._data)
+        self._data = []
+        if payload.strip() == b"[DONE]":
+            return Chunk(t_ns, payload, done_marker=True)
+        return _decode(t_ns, payload)
+
+    def _finish(self, t_ns: int) -> list[Chunk]:
+        # The WHATWG rules drop an event left open at the end; we keep a marker of it.
+        if self._pending:
+            self._field(self._pending)
+        self._pending = b""
+        if not self._data:
+            return []
+        payload = b"\n".join(self._data)
+        self._data = []
+        return [Chunk(t_ns, payload, problem=f"stream ended inside an SSE event: {_excerpt(payload)}")]
+
+
+def new_splitter(fmt: StreamFormat) -> _Splitter:
+    if fmt is StreamFormat.NDJSON:
+        return NdjsonSplitter()
+    if fmt is StreamFormat.SSE:
+        return SseSplitter()
+    if fmt is StreamFormat.JSON:
+        return JsonSplitter()
+    raise ChunkParseError(f"unknown stream format {fmt!r}")
+
+
+def split_chunks(reads: Iterable[tuple[int, bytes]], fmt: StreamFormat) -> list[Chunk]:
+    """All chunks of a finished stream, each stamped with the time of the read that completed it."""
+    splitter = new_splitter(fmt)
+    out: list[Chunk] = []
+    for t_ns, data in reads:
+        out.extend(splitter.feed(t_ns, data))
+    out.extend(splitter.finish())
+    return out
+
+
+# ---------------------------------------------------------------------------
+# What the chunks say.
+
+
+@dataclass
+class StreamSummary:
+    """What one response stream carried, as far as it has been read."""
+
+    chunk_count: int = 0
+    token_chunk_ns: list[int] = field(default_factory=list)  # every chunk carrying content
+    final_chunk_ns: int | None = None  # done:true, or an OpenAI chunk with a finish_reason
+    metrics: FinalMetrics | None = None
+    error: str | None = None  # text of an {"error": ...} chunk
+    malformed_count: int = 0
+    problems: list[str] = field(default_factory=list)  # the first MAX_PROBLEMS_KEPT, described
+    done_marker: bool = False  # SSE [DONE] seen
+    text: str | None = None  # response text, only when asked for
+
+    @property
+    def first_token_ns(self) -> int | None:
+        return self.token_chunk_ns[0] if self.token_chunk_ns else None
+
+    def copy(self) -> StreamSummary:
+        return replace(self, token_chunk_ns=list(self.token_chunk_ns), problems=list(self.problems))
+
+
+_METRIC_KEYS = (
+    ("total_duration", "total_duration_ns"),
+    ("load_duration", "load_duration_ns"),
+    ("prompt_eval_count", "prompt_eval_count"),
+    ("prompt_eval_cached_count", "prompt_eval_cached_count"),
+    ("prompt_eval_duration", "prompt_eval_duration_ns"),
+    ("eval_count", "eval_count"),
+    ("eval_duration", "eval_duration_ns"),
+)
+
+
+def _count(value: object) -> int | None:
+    """A wire count or duration: a non-negative integer (JSON may spell it 12.0)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and value >= 0 and value.is_integer() and value < 2**63:
+        return int(value)
+    return None
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _error_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):  # OpenAI shape: {"message", "type", "param", "code"}
+        message = value.get("message")
+        if isinstance(message, str):
+            return message
+    return json.dumps(value, ensure_ascii=False)[:500]
+
+
+def _content(obj: dict[str, Any]) -> tuple[bool, str]:
+    """(carries content, response text) of one Ollama or OpenAI chunk.
+
+    Thinking and tool calls are tokens too (they take decode steps) but are not
+    the response text.
+    """
+    text = _str(obj.get("response"))
+    has = bool(text) or bool(_str(obj.get("thinking")))
+    message = obj.get("message")
+    if isinstance(message, dict):
+        content = _str(message.get("content"))
+        text += content
+        has = has or bool(content) or bool(_str(message.get("thinking"))) or bool(message.get("tool_calls"))
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            piece = _str(choice.get("text"))
+            for key in ("delta", "message"):
+                part = choice.get(key)
+                if isinstance(part, dict):
+                    piece += _str(part.get("content"))
+                    has = has or bool(_str(part.get("reasoning"))) or bool(part.get("tool_calls"))
+            text += piece
+            has = has or bool(piece)
+    return has, text
+
+
+class StreamParser:
+    """Incremental parser for one response: ``feed`` reads as they come, ``finish`` at the end.
+
+    Any split of the same bytes into reads gives the same summary (only the
+    timestamps follow the reads).
+    """
+
+    def __init__(self, fmt: StreamFormat, *, keep_text: bool = False) -> None:
+        self.format = fmt
+        self._splitter = new_splitter(fmt)
+        self._summary = StreamSummary(text="" if keep_text else None)
+        self._keep_text = keep_text
+        self._metric_values: dict[str, Any] = {}
+        self._finished = False
+
+    def feed(self, t_ns: int, data: bytes) -> None:
+        for chunk in self._splitter.feed(t_ns, data):
+            self._take(chunk)
+
+    def finish(self) -> StreamSummary:
+        """End of stream: flush a last unterminated chunk; returns the summary."""
+        for chunk in self._splitter.finish():
+            self._take(chunk)
+        self._finished = True
+        return self._summary
+
+    @property
+    def summary(self) -> StreamSummary:
+        """The summary so far (live object; copy it to keep it)."""
+        return self._summary
+
+    def _take(self, chunk: Chunk) -> None:
+        s = self._summary
+        s.chunk_count += 1
+        if chunk.done_marker:
+            s.done_marker = True
+            return
+        if chunk.obj is None:
+            self._malformed(chunk.problem or "malformed chunk")
+            return
+        obj = chunk.obj
+        if "error" in obj and obj["error"] is not None:
+            s.error = _error_text(obj["error"])
+        has_content, text = _content(obj)
+        if has_content:
+            s.token_chunk_ns.append(chunk.t_ns)
+        if self._keep_text and text:
+            s.text = (s.text or "") + text
+        if obj.get("done") is True:
+            s.final_chunk_ns = chunk.t_ns
+            self._native_metrics(obj)
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                    s.final_chunk_ns = chunk.t_ns
+                    self._metric_values["done_reason"] = choice["finish_reason"]
+                    self._publish_metrics()
+        if isinstance(obj.get("usage"), dict):
+            self._usage(obj["usage"])
+
+    def _malformed(self, problem: str) -> None:
+        s = self._summary
+        s.malformed_count += 1
+        if len(s.problems) < MAX_PROBLEMS_KEPT:
+            s.problems.append(problem)
+
+    def _native_metrics(self, obj: dict[str, Any]) -> None:
+        for wire, name in _METRIC_KEYS:
+            if wire in obj:
+                value = _count(obj[wire])
+                if value is None:
+                    self._malformed(f"{wire} is not a non-negative integer: {obj[wire]!r:.60}")
+                self._metric_values[name] = value
+        reason = obj.get("done_reason")
+        if isinstance(reason, str):
+            self._metric_values["done_reason"] = reason
+        self._publish_metrics()
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        # OpenAI-compatible replies carry no durations, only counts.
+        self._metric_values["prompt_eval_count"] = _count(usage.get("prompt_tokens"))
+        self._metric_values["eval_count"] = _count(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and "cached_tokens" in details:
+            self._metric_values["prompt_eval_cached_count"] = _count(details["cached_tokens"])
+        self._publish_metrics()
+
+    def _publish_metrics(self) -> None:
+        self._summary.metrics = FinalMetrics(**self._metric_values)
+
+
+def parse_stream(reads: Iterable[tuple[int, bytes]], fmt: StreamFormat, *, keep_text: bool = False) -> StreamSummary:
+    """Summary of a finished stream given all its ``(t_ns, bytes)`` reads."""
+    parser = StreamParser(fmt, keep_text=keep_text)
+    for t_ns, data in reads:
+        parser.feed(t_ns, data)
+    return parser.finish()
