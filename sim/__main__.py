@@ -1,0 +1,101 @@
+"""``python -m sim``: an Ollama-compatible server with a physical timing model."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+
+from aiohttp import web
+
+from sim.catalog import MODELS
+from sim.engine import SimEngine
+from sim.faults import Faults
+from sim.ollama_time import keep_alive_ns
+from sim.profiles import DEFAULT_PROFILE, PROFILES
+from sim.server import ServerConfig, build_app
+
+
+def _epilog() -> str:
+    hw = "\n".join(
+        f"  {p.key:<10} {p.spec.name}: {p.spec.bandwidth_bytes_s / 1e9:.0f} GB/s, "
+        f"{p.spec.fp16_flops / 1e12:.1f} TFLOP/s, {p.spec.memory_bytes / 1e9:.0f} GB"
+        for p in PROFILES.values()
+    )
+    models = "\n".join(
+        f"  {m.name:<16} {m.parameter_size} {m.quantization}, {m.size_bytes / 1e9:.2f} GB, "
+        f"{m.block_count} layers, ctx {m.context_length}"
+        for m in MODELS
+    )
+    routes = "GET|DELETE /sim/truth, GET /sim/gpu, GET|POST|DELETE /sim/faults (see sim/README.md)"
+    return f"hardware profiles:\n{hw}\n\nmodels:\n{models}\n\nextra routes: {routes}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m sim",
+        description="Ollama-compatible simulator: Ollama's HTTP API with roofline timing.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=11434, help="port (default 11434)")
+    ap.add_argument("--hardware", default=DEFAULT_PROFILE, choices=list(PROFILES), metavar="NAME",
+                    help=f"hardware profile (default {DEFAULT_PROFILE}; listed below)")
+    ap.add_argument("--num-parallel", type=int, default=1, metavar="N", help="slots per model (OLLAMA_NUM_PARALLEL, default 1)")
+    ap.add_argument("--max-queue", type=int, default=512, metavar="N",
+                    help="pending loads before 503 (OLLAMA_MAX_QUEUE, default 512)")
+    ap.add_argument("--keep-alive", default="5m", metavar="DURATION", help="default keep-alive (OLLAMA_KEEP_ALIVE, default 5m)")
+    ap.add_argument("--ollama-version", default="0.33.3", metavar="V",
+                    help="version to report; >= 0.33.3 adds prompt_eval_cached_count")
+    ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
+    args = ap.parse_args(argv)
+    if args.num_parallel < 1:
+        ap.error("--num-parallel must be >= 1")
+    if args.max_queue < 0:
+        ap.error("--max-queue must be >= 0")
+    try:
+        args.keep_alive_ns = keep_alive_ns(args.keep_alive if not args.keep_alive.lstrip("-").isdigit() else int(args.keep_alive))
+    except ValueError as e:
+        ap.error(f"--keep-alive: {e}")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    faults = Faults()
+    engine = SimEngine(
+        PROFILES[args.hardware],
+        num_parallel=args.num_parallel,
+        max_queue=args.max_queue,
+        default_keep_alive_ns=args.keep_alive_ns,
+        faults=faults,
+    )
+    app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+    # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    print(f"sim: listening on http://{args.host}:{args.port} (hardware {args.hardware}, "
+          f"num_parallel {args.num_parallel}, version {args.ollama_version})", file=sys.stderr, flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        import uvloop
+
+        runner: contextlib.AbstractContextManager[asyncio.Runner] = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner as r, contextlib.suppress(KeyboardInterrupt):
+        r.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The interface between the HTTP layer (``sim.server``) and an inference engine.
+
+The HTTP layer speaks Ollama's API; an engine only turns token ids into
+timed tokens. ``sim.engine.SimEngine`` is the physical model; a real backend
+(e.g. llama.cpp in ``sim/llama_engine.py``) implements the same ``Backend``
+protocol and can then be served by ``python -m sim --engine ...``.
+
+A backend must:
+
+* ``catalog()`` -- the models it can serve (``ModelFacts``), for tags/show/ps.
+* ``async generate(req)`` -- an async iterator of events for one request:
+  first ``Loaded`` (the model is ready; Ollama's ``load_duration`` ends here),
+  then ``SlotAcquired``, then one ``Token`` per generated token (the first one
+  marks the end of prefill), and finally ``Done`` (with the engine's measured
+  durations) -- or ``Failed`` after tokens have been sent. Errors before any
+  token is sent are raised as ``EngineError(status, message)``. Closing the
+  iterator early (``aclose()``, client gone) must free the slot at once.
+  The backend fills ``req.truth`` (a ``TruthRecord``) with the true
+  ``time.monotonic_ns()`` of each phase boundary.
+* ``async load(model, options, keep_alive_ns)`` / ``async unload(model)`` --
+  Ollama's empty-prompt load and ``keep_alive: 0`` unload.
+* ``loaded()`` -- what ``/api/ps`` lists.
+* ``gpu_state()`` -- a dict for ``/sim/gpu`` (or ``None`` if the backend has
+  no virtual GPU).
+
+Times are ``time.monotonic_ns()`` throughout: CLOCK_MONOTONIC is system-wide
+on Linux, so another process can compare them with its own readings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sim.catalog import ModelFacts
+from sim.truth import TruthRecord
+
+
+class EngineError(Exception):
+    """A failure before the stream starts; the HTTP layer answers ``status`` with ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class GenRequest:
+    model: ModelFacts
+    prompt_ids: list[int]
+    truth: TruthRecord
+    num_predict: int = -1  # <= 0: the answer ends by itself ("stop")
+    num_ctx: int | None = None  # None: the server's default
+    num_batch: int | None = None
+    keep_alive_ns: int | None = None  # None: keep the runner's; < 0: forever
+    seed: str = "0"  # seeds the generated text
+    faults: dict[str, Any] = field(default_factory=dict)  # one-shot fault switches taken for this request
+
+
+@dataclass(frozen=True)
+class Loaded:
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class SlotAcquired:
+    at_ns: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    token_id: int
+    at_ns: int  # when the engine sampled it
+
+
+@dataclass(frozen=True)
+class Done:
+    done_reason: str  # "stop" | "length"
+    prompt_eval_count: int  # whole prompt, cached tokens included
+    prompt_eval_cached_count: int
+    prompt_eval_ns: int  # uncached tokens only: prefill start -> first token
+    eval_count: int  # first token included
+    eval_ns: int  # first token -> last token
+    context_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = Loaded | SlotAcquired | Token | Done | Failed
+
+
+@dataclass(frozen=True)
+class LoadedInfo:
+    model: ModelFacts
+    size_bytes: int
+    size_vram_bytes: int
+    context_length: int
+    expires_at_unix_s: float | None  # None: forever
+
+
+class Backend(Protocol):
+    def catalog(self) -> list[ModelFacts]: ...
+
+    def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]: ...
+
+    async def load(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None) -> None: ...
+
+    async def unload(self, model: ModelFacts) -> None: ...
+
+    def loaded(self) -> list[LoadedInfo]: ...
+
+    def gpu_state(self) -> dict[str, Any] | None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,468 @@
+"""SimEngine: continuous batching with roofline step times (the ``Backend`` for ``python -m sim``).
+
+One ``_Runner`` per loaded model owns ``num_parallel`` slots and one batch
+loop. Each step carries one token per decoding slot plus up to ``num_batch``
+prompt tokens of prefilling slots (as llama-server's ``update_slots``) and
+lasts as long as ``sim.timing.step_seconds`` says. Tokens of every slot in a
+step are handed out in the same event-loop tick, as a batching server writes
+them. All reported durations are measured with ``time.monotonic_ns()``, never
+computed from the model, so they always match elapsed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim import timing
+from sim.backend import (
+    Done,
+    EngineError,
+    Event,
+    Failed,
+    GenRequest,
+    Loaded,
+    LoadedInfo,
+    SlotAcquired,
+    Token,
+)
+from sim.catalog import MODELS, ModelFacts
+from sim.faults import Faults
+from sim.gpu import VirtualGpu
+from sim.profiles import SimProfile
+from sim.tokens import TextStream, token_id
+
+QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
+GRAPH_BYTES = 256 * 1024**2  # llama.cpp compute buffers
+MAX_LOADED_MODELS = 3  # OLLAMA_MAX_LOADED_MODELS default: 3 x one GPU
+MAX_CARRY_NS = 2_000_000  # how much sleep overshoot the next step may absorb
+
+
+class QueueFullError(EngineError):
+    def __init__(self) -> None:
+        super().__init__(503, QUEUE_FULL_MESSAGE)
+
+
+@dataclass
+class _Slot:
+    index: int
+    cache_ids: list[int] = field(default_factory=list)
+    busy: bool = False
+    last_used_ns: int = 0
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class _Job:
+    req: GenRequest
+    slot: _Slot
+    prompt_ids: list[int]
+    cached: int
+    max_tokens: int
+    length_reason: str  # why it ends at max_tokens: "length" or "stop"
+    text: TextStream
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    pos: int = 0  # prompt tokens in the KV cache
+    generated: list[int] = field(default_factory=list)
+    prefill_start_ns: int | None = None
+    first_ns: int | None = None
+    last_ns: int | None = None
+    active: bool = True
+
+    @property
+    def decoding(self) -> bool:
+        return self.pos >= len(self.prompt_ids)
+
+    @property
+    def context_len(self) -> int:
+        return self.pos + len(self.generated)
+
+
+class _Runner:
+    def __init__(self, engine: SimEngine, model: ModelFacts, num_ctx: int, size_bytes: int, size_vram_bytes: int) -> None:
+        self.engine = engine
+        self.model = model
+        self.num_ctx = num_ctx
+        self.num_batch = timing.default_num_batch(num_ctx)
+        self.size_bytes = size_bytes
+        self.size_vram_bytes = size_vram_bytes
+        self.vram_fraction = size_vram_bytes / size_bytes if size_bytes else 0.0
+        self.keep_alive_ns = engine.default_keep_alive_ns
+        self.expires_at_unix_s: float | None = None
+        self.refs = 0
+        self.last_used_ns = time.monotonic_ns()
+        self.slots = [_Slot(i) for i in range(engine.num_parallel)]
+        self._waiters: deque[asyncio.Future[_Slot]] = deque()
+        self.jobs: list[_Job] = []
+        self._wake = asyncio.Event()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch-{model.name}")
+
+    # --- slots -------------------------------------------------------------
+    def _pick_slot(self, prompt_ids: list[int]) -> _Slot | None:
+        free = [s for s in self.slots if not s.busy]
+        if not free:
+            return None
+        # llama-server prefers the slot whose cache shares the longest prefix, else the least recently used.
+        best = max(free, key=lambda s: (_common_prefix(s.cache_ids, prompt_ids), -s.last_used_ns))
+        if _common_prefix(best.cache_ids, prompt_ids) == 0:
+            best = min(free, key=lambda s: s.last_used_ns)
+        return best
+
+    async def acquire_slot(self, prompt_ids: list[int]) -> _Slot:
+        if not self._waiters:
+            slot = self._pick_slot(prompt_ids)
+            if slot is not None:
+                slot.busy = True
+                return slot
+        fut: asyncio.Future[_Slot] = asyncio.get_running_loop().create_future()
+        fut_prompt = prompt_ids
+        self._waiters.append(fut)
+        fut.add_done_callback(lambda _f: None)
+        setattr(fut, "prompt_ids", fut_prompt)  # noqa: B010 - read back in release_slot
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release_slot(fut.result())
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(fut)
+            raise
+
+    def release_slot(self, slot: _Slot) -> None:
+        slot.busy = False
+        slot.last_used_ns = time.monotonic_ns()
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            nxt = self._pick_slot(getattr(fut, "prompt_ids", []))
+            if nxt is None:
+                self._waiters.appendleft(fut)
+                return
+            nxt.busy = True
+            fut.set_result(nxt)
+
+    # --- batch loop --------------------------------------------------------
+    def submit(self, job: _Job) -> None:
+        self.jobs.append(job)
+        self._wake.set()
+
+    def finish(self, job: _Job) -> None:
+        """The request ended (done, failed or client gone): leave the batch, keep what is cached."""
+        job.active = False
+        if job in self.jobs:
+            self.jobs.remove(job)
+        job.slot.cache_ids = job.prompt_ids[: job.pos] + job.generated
+        self.release_slot(job.slot)
+
+    async def _loop(self) -> None:
+        target_ns: int | None = None
+        profile = self.engine.profile
+        while True:
+            if not self.jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                target_ns = None
+                continue
+            decoders = [j for j in self.jobs if j.decoding]
+            budget = max(self.num_batch - len(decoders), 0)
+            chunks: list[tuple[_Job, int]] = []
+            for j in self.jobs:
+                if not j.decoding and budget > 0:
+                    n = min(budget, len(j.prompt_ids) - j.pos)
+                    chunks.append((j, n))
+                    budget -= n
+            work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
+            step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
+            step_s += self._stall_s(decoders, chunks)
+            start = time.monotonic_ns()
+            for j, _ in chunks:
+                if j.prefill_start_ns is None:
+                    j.prefill_start_ns = start
+                    j.req.truth.prefill_start_ns = start
+            # Absorb small sleep overshoot so average rates follow the model, not the timer.
+            base = start if target_ns is None or start - target_ns > MAX_CARRY_NS else target_ns
+            target_ns = base + int(step_s * 1e9)
+            self.engine.gpu.record_step(start, target_ns, self._compute_share(work))
+            delay = (target_ns - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            end = time.monotonic_ns()
+            for j in decoders:
+                if j.active:
+                    self._emit(j, end)
+            for j, n in chunks:
+                if j.active:
+                    j.pos += n
+                    if j.decoding:
+                        j.req.truth.prefill_end_ns = end
+                        self._emit(j, end)
+
+    def _stall_s(self, decoders: list[_Job], chunks: list[tuple[_Job, int]]) -> float:
+        stall = 0.0
+        for j in [*decoders, *(j for j, _ in chunks)]:
+            ms = j.req.faults.get("stall_ms")
+            if ms is None:
+                continue
+            after = int(j.req.faults.get("stall_after_tokens", 1))
+            # The step that yields token number `after` (1 = the first) is the slow one.
+            will_emit = j.decoding or j.pos + next(n for jj, n in chunks if jj is j) >= len(j.prompt_ids)
+            if will_emit and len(j.generated) + 1 >= after:
+                stall = max(stall, ms / 1000.0)
+                j.req.faults.pop("stall_ms")
+        return stall
+
+    def _compute_share(self, work: timing.StepWork) -> float:
+        spec = self.engine.profile.spec
+        weights, kv = timing.step_bytes(self.model, work)
+        mem_s = (weights + kv) / (spec.eta_bw_quant * spec.bandwidth_bytes_s)
+        flop_s = timing.step_flops(self.model, work) / (spec.eta_compute * spec.fp16_flops)
+        return min(flop_s / mem_s, 1.0) if mem_s > 0 else 1.0
+
+    def _emit(self, job: _Job, at_ns: int) -> None:
+        text = next(job.text)
+        tid = token_id(text.strip()) if text.strip() else 0
+        job.generated.append(tid)
+        if job.first_ns is None:
+            job.first_ns = at_ns
+        job.last_ns = at_ns
+        job.req.truth.token_sampled_ns.append(at_ns)
+        job.queue.put_nowait(Token(text, tid, at_ns))
+        if len(job.generated) >= job.max_tokens:
+            assert job.prefill_start_ns is not None
+            job.queue.put_nowait(
+                Done(
+                    done_reason=job.length_reason,
+                    prompt_eval_count=len(job.prompt_ids),
+                    prompt_eval_cached_count=job.cached,
+                    prompt_eval_ns=job.first_ns - job.prefill_start_ns,
+                    eval_count=len(job.generated),
+                    eval_ns=job.last_ns - job.first_ns,
+                    context_ids=job.prompt_ids + job.generated,
+                )
+            )
+            job.active = False
+            self.jobs.remove(job)
+
+    # --- keep-alive --------------------------------------------------------
+    def mark_idle(self) -> None:
+        """Called when the last request using this runner ends."""
+        self.last_used_ns = time.monotonic_ns()
+        if self._expiry:
+            self._expiry.cancel()
+            self._expiry = None
+        ka = self.keep_alive_ns
+        if ka < 0:
+            self.expires_at_unix_s = None
+            return
+        self.expires_at_unix_s = time.time() + ka / 1e9
+        if ka == 0:
+            self.engine._unload_runner(self)
+            return
+        self._expiry = asyncio.get_running_loop().call_later(ka / 1e9, self._expire)
+
+    def mark_busy(self) -> None:
+        if self._expiry:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _expire(self) -> None:
+        if self.refs == 0:
+            self.engine._unload_runner(self)
+
+    def stop(self) -> None:
+        if self._expiry:
+            self._expiry.cancel()
+        self._task.cancel()
+        for j in list(self.jobs):
+            j.queue.put_nowait(Failed("model runner has unexpectedly stopped"))
+
+
+class SimEngine:
+    """The physical-model backend. See ``sim.backend`` for the interface."""
+
+    def __init__(
+        self,
+        profile: SimProfile,
+        *,
+        num_parallel: int = 1,
+        max_queue: int = 512,
+        default_keep_alive_ns: int = 5 * 60 * 10**9,
+        faults: Faults | None = None,
+    ) -> None:
+        self.profile = profile
+        self.num_parallel = num_parallel
+        self.max_queue = max_queue
+        self.default_keep_alive_ns = default_keep_alive_ns
+        self.faults = faults or Faults()
+        self.gpu = VirtualGpu(profile)
+        self.runners: dict[str, _Runner] = {}
+        self._sched_lock = asyncio.Lock()
+        self._pending = 0
+
+    def catalog(self) -> list[ModelFacts]:
+        return list(MODELS)
+
+    # --- loading -------------------------------------------------------------
+    def _memory_plan(self, model: ModelFacts, num_ctx: int) -> tuple[int, int]:
+        """(size, size_vram) for a runner: weights + KV for all slots + compute buffers; the rest offloaded."""
+        kv = int(model.kv_bytes_per_token * num_ctx * self.num_parallel)
+        size = model.size_bytes + kv + GRAPH_BYTES
+        used = sum(r.size_vram_bytes for r in self.runners.values())
+        free = max(self.profile.vram_bytes - used, 0)
+        return size, min(size, free)
+
+    def _free_memory_for(self, size: int) -> None:
+        """Evict idle runners, least recently used first, until ``size`` fits or none is idle."""
+        while True:
+            used = sum(r.size_vram_bytes for r in self.runners.values())
+            over_count = len(self.runners) >= MAX_LOADED_MODELS
+            if used + size <= self.profile.vram_bytes and not over_count:
+                return
+            idle = [r for r in self.runners.values() if r.refs == 0]
+            if not idle:
+                return
+            self._unload_runner(min(idle, key=lambda r: r.last_used_ns))
+
+    def _unload_runner(self, runner: _Runner) -> None:
+        if self.runners.get(runner.model.name) is runner:
+            del self.runners[runner.model.name]
+        runner.stop()
+        self.gpu.models_vram_bytes = sum(r.size_vram_bytes for r in self.runners.values())
+
+    def _num_ctx(self, model: ModelFacts, num_ctx: int | None) -> int:
+        ctx = num_ctx if num_ctx and num_ctx > 0 else self.profile.default_num_ctx
+        return min(ctx, model.context_length)
+
+    async def _get_runner(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None, truth: Any) -> _Runner:
+        """A ready runner with one reference taken; loads (through the bounded pending queue) when needed."""
+        ctx = self._num_ctx(model, num_ctx)
+        runner = self.runners.get(model.name)
+        if runner is None or runner.num_ctx != ctx:
+            if self._pending >= self.max_queue:
+                raise QueueFullError()
+            self._pending += 1
+            try:
+                async with self._sched_lock:
+                    runner = self.runners.get(model.name)
+                    if runner is not None and runner.num_ctx != ctx:
+                        # A load-time option changed: wait until it is idle, then reload.
+                        while runner.refs > 0:
+                            await asyncio.sleep(0.005)
+                        self._unload_runner(runner)
+                        runner = None
+                    if runner is None:
+                        runner = await self._load(model, ctx, truth)
+            finally:
+                self._pending -= 1
+        runner.refs += 1
+        runner.mark_busy()
+        if keep_alive_ns is not None:
+            runner.keep_alive_ns = keep_alive_ns  # a request's keep_alive sticks to the runner
+        return runner
+
+    async def _load(self, model: ModelFacts, ctx: int, truth: Any) -> _Runner:
+        start = time.monotonic_ns()
+        if truth is not None:
+            truth.load_start_ns = start
+        size, _ = self._memory_plan(model, ctx)
+        self._free_memory_for(size)
+        size, size_vram = self._memory_plan(model, ctx)
+        failure = self.faults.take_load_failure()
+        load_s = timing.load_seconds(model, self.profile)
+        if failure is not None:
+            await asyncio.sleep(min(load_s, 0.05))
+            if truth is not None:
+                truth.load_end_ns = time.monotonic_ns()
+            raise EngineError(500, failure)
+        await asyncio.sleep(load_s)
+        runner = _Runner(self, model, ctx, size, size_vram)
+        self.runners[model.name] = runner
+        self.gpu.models_vram_bytes = sum(r.size_vram_bytes for r in self.runners.values())
+        if truth is not None:
+            truth.load_end_ns = time.monotonic_ns()
+        return runner
+
+    def _release(self, runner: _Runner) -> None:
+        runner.refs -= 1
+        if runner.refs == 0 and self.runners.get(runner.model.name) is runner:
+            runner.mark_idle()
+
+    # --- Backend API ---------------------------------------------------------
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]:
+        truth = req.truth
+        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, truth)
+        slot: _Slot | None = None
+        job: _Job | None = None
+        try:
+            yield Loaded(time.monotonic_ns())
+            prompt_ids = req.prompt_ids[-(runner.num_ctx - 1) :] if len(req.prompt_ids) >= runner.num_ctx else req.prompt_ids
+            slot = await runner.acquire_slot(prompt_ids)
+            # llama-server always evaluates at least the last prompt token.
+            cached = min(_common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
+            now = time.monotonic_ns()
+            truth.slot_acquired_ns = now
+            truth.prompt_tokens = len(prompt_ids)
+            truth.cached_tokens = cached
+            yield SlotAcquired(now, cached)
+            text = TextStream(req.seed)
+            room = max(runner.num_ctx - len(prompt_ids), 1)
+            if req.num_predict > 0 and req.num_predict <= room:
+                max_tokens, reason = req.num_predict, "length"
+            else:
+                natural = text.plausible_length()
+                max_tokens, reason = (natural, "stop") if natural <= room else (room, "length")
+            job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached)
+            runner.submit(job)
+            while True:
+                ev = await job.queue.get()
+                yield ev
+                if isinstance(ev, Done | Failed):
+                    return
+        finally:
+            if job is not None:
+                runner.finish(job)
+            elif slot is not None:
+                runner.release_slot(slot)
+            self._release(runner)
+
+    async def load(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None) -> None:
+        runner = await self._get_runner(model, num_ctx, keep_alive_ns, None)
+        self._release(runner)
+
+    async def unload(self, model: ModelFacts) -> None:
+        runner = self.runners.get(model.name)
+        if runner is None:
+            return
+        runner.keep_alive_ns = 0
+        runner.expires_at_unix_s = time.time()
+        if runner.refs == 0:
+            self._unload_runner(runner)
+
+    def loaded(self) -> list[LoadedInfo]:
+        return [
+            LoadedInfo(r.model, r.size_bytes, r.size_vram_bytes, r.num_ctx, r.expires_at_unix_s)
+            for r in self.runners.values()
+        ]
+
+    def gpu_state(self) -> dict[str, Any] | None:
+        if self.profile.vram_bytes == 0:
+            return None
+        return self.gpu.state()
+
+    async def close(self) -> None:
+        for r in list(self.runners.values()):
+            self._unload_runner(r)

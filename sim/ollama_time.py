@@ -1,0 +1,68 @@
+"""Go-compatible time and duration formats used on Ollama's wire."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+FOREVER_S = 292 * 365 * 24 * 3600  # Go's maximum duration, about 292 years
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+_PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def rfc3339nano(unix_ns: int | None = None) -> str:
+    """Like Go's time.RFC3339Nano in UTC: trailing zeros of the fraction trimmed."""
+    ns = time.time_ns() if unix_ns is None else unix_ns
+    secs, frac = divmod(ns, 10**9)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    digits = f"{frac:09d}".rstrip("0")
+    return base + ("." + digits if digits else "") + "Z"
+
+
+def rfc3339_from_unix_s(unix_s: float) -> str:
+    """An expires_at value; far-future values are clamped to what datetime can hold."""
+    if unix_s > 253_402_300_000:
+        unix_s = 253_402_300_000 - 1
+    dt = datetime.fromtimestamp(unix_s, tz=UTC)
+    return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_go_duration_ns(text: str) -> int:
+    """Parse Go's time.ParseDuration syntax ("5m", "1h30m", "-1s", "0"); ValueError with Go's wording."""
+    s = text.strip()
+    orig = s
+    sign = 1
+    if s[:1] in "+-" and s:
+        sign = -1 if s[0] == "-" else 1
+        s = s[1:]
+    if s == "0":
+        return 0
+    if not s:
+        raise ValueError(f'time: invalid duration "{orig}"')
+    total = 0.0
+    pos = 0
+    while pos < len(s):
+        m = _PART_RE.match(s, pos)
+        if not m:
+            if re.fullmatch(r"[\d.]+", s[pos:]):
+                raise ValueError(f'time: missing unit in duration "{orig}"')
+            raise ValueError(f'time: invalid duration "{orig}"')
+        total += float(m.group(1)) * _UNIT_NS[m.group(2)]
+        pos = m.end()
+    return sign * int(total)
+
+
+def keep_alive_ns(value: object) -> int | None:
+    """Ollama's keep_alive: number = seconds, string = Go duration; negative = forever (-1). None = not given."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("invalid keep_alive value")
+    if isinstance(value, int | float):
+        ns = int(value * 10**9)
+    elif isinstance(value, str):
+        ns = parse_go_duration_ns(value)
+    else:
+        raise ValueError("invalid keep_alive value")
+    return -1 if ns < 0 else ns

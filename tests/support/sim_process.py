@@ -1,0 +1,78 @@
+"""Start ``python -m sim`` on a free loopback port for a test, and stop it afterwards.
+
+    with start_sim("--hardware", "rtx-3090") as sim:
+        client = ollama.Client(host=sim.base_url)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class SimProcess:
+    base_url: str  # "http://127.0.0.1:PORT"
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path  # the simulator's stderr (GIN lines)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def start_sim(*args: str) -> Iterator[SimProcess]:
+    """Run ``python -m sim --port <free> *args``; yield once ``GET /`` answers; terminate (then kill) on exit."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)  # noqa: SIM115 - closed below
+    cmd = [sys.executable, "-m", "sim", "--port", str(port), *args]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=log, env=env)
+    sim = SimProcess(f"http://127.0.0.1:{port}", port, proc, Path(log.name))
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sim exited with {proc.returncode}: {sim.log()[-2000:]}")
+            try:
+                with urllib.request.urlopen(sim.base_url + "/", timeout=1.0) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sim did not answer within {START_TIMEOUT_S}s: {sim.log()[-2000:]}")
+            time.sleep(0.05)
+        yield sim
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(log.name)
