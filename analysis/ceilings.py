@@ -1,0 +1,272 @@
+"""Ceilings and expected rates for one GPU and one model (physics.md §1 and §3).
+
+decode ceiling  = bandwidth ÷ (W + KV(c)), bandwidth blended between GPU and
+                  system memory by size_vram ÷ size when the model is partly offloaded
+prefill ceiling = compute ÷ (2N + 2·L·d·P)
+expected        = η × ceiling, η from physics.md §3 until the user's own history
+                  calibrates it (:func:`calibrate`).
+Pure functions; SI units throughout.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from analysis import roofline
+from analysis.hardware import BY_KEY, HardwareSpec
+from analysis.model_facts import ModelFacts, is_high_precision
+
+# llama.cpp's default micro-batch: prefill reads the weights once per this many prompt tokens.
+DEFAULT_UBATCH_TOKENS = 512
+# Used for the offloaded part when the host's bandwidth was never measured.
+FALLBACK_HOST_BANDWIDTH_BYTES_S = BY_KEY["cpu"].bandwidth_bytes_s
+# A calibration needs this many measurements of a kind before it replaces the starting η.
+MIN_CALIBRATION_SAMPLES = 5
+# Measured/ceiling above this is not physical (prompt-cache hits, clock error): never calibrate on it.
+MAX_PLAUSIBLE_FRACTION = 1.05
+
+STARTING_SOURCE = "physics.md §3 starting value"
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Fraction of each ceiling that this hardware reaches in practice."""
+
+    eta_bw: float  # decode
+    eta_compute: float  # prefill
+    source_bw: str = STARTING_SOURCE
+    source_compute: str = STARTING_SOURCE
+    decode_samples: int = 0  # measurements behind eta_bw when calibrated
+    prefill_samples: int = 0
+
+
+def starting_efficiencies(spec: HardwareSpec | None, quantization: str | None) -> Efficiencies:
+    """physics.md §3 values: NVIDIA 0.70 quantized / 0.82 F16·Q8, Apple Max/Ultra 0.5 on 4-bit, η_c 0.45 / 0.7."""
+    if spec is None:
+        # Unknown hardware given as raw numbers: the NVIDIA values are the middle of the literature.
+        return Efficiencies(0.82 if is_high_precision(quantization) else 0.70, 0.45)
+    eta_bw = spec.eta_bw_f16 if is_high_precision(quantization) else spec.eta_bw_quant
+    return Efficiencies(eta_bw, spec.eta_compute)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    gpu_bandwidth_bytes_s: float
+    host_bandwidth_bytes_s: float | None  # only when partly offloaded
+    vram_fraction: float  # size_vram ÷ size; 1.0 = all on the GPU
+    bandwidth_bytes_s: float  # effective, after blending
+    peak_flops: float
+    weights_bytes: float
+    kv_bytes_per_tok: float
+    context_tokens: int
+    prompt_tokens: int
+    decode_bytes_per_token: float
+    decode_ceiling_tok_s: float
+    decode_expected_tok_s: float
+    full_gpu_decode_ceiling_tok_s: float  # same model entirely in VRAM
+    prefill_flops_per_token: float
+    prefill_ceiling_tok_s: float
+    prefill_expected_tok_s: float
+    ridge_point_flop_per_byte: float  # peak_flops ÷ bandwidth: above it work is compute-bound
+    decode_intensity_flop_per_byte: float  # batch-1 decode FLOPs ÷ bytes read
+    prefill_intensity_flop_per_byte: float  # one micro-batch of prompt FLOPs ÷ bytes read
+    efficiencies: Efficiencies
+
+    @property
+    def expected_ratio(self) -> float:
+        """How many times faster prefill is expected to run than decode."""
+        return self.prefill_expected_tok_s / self.decode_expected_tok_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compute_ceilings(
+    *,
+    bandwidth_bytes_s: float,
+    peak_flops: float,
+    weights_bytes: float,
+    params: float,
+    layers: int,
+    hidden: int,
+    kv_bytes_per_tok: float,
+    context_tokens: int,
+    prompt_tokens: int,
+    efficiencies: Efficiencies,
+    vram_fraction: float = 1.0,
+    host_bandwidth_bytes_s: float | None = None,
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
+) -> Ceilings:
+    """Every ceiling from raw numbers (the command line's entry point).
+
+    ``context_tokens`` is the context a decode step attends over (prompt + tokens so far);
+    ``prompt_tokens`` the prompt evaluated in prefill. Raises ValueError on non-positive inputs.
+    """
+    for label, v in (
+        ("bandwidth_bytes_s", bandwidth_bytes_s),
+        ("peak_flops", peak_flops),
+        ("weights_bytes", weights_bytes),
+        ("params", params),
+        ("layers", layers),
+        ("hidden", hidden),
+    ):
+        if not v > 0:
+            raise ValueError(f"{label} must be positive, got {v!r}")
+    if kv_bytes_per_tok < 0 or context_tokens < 0 or prompt_tokens < 0:
+        raise ValueError("kv_bytes_per_tok, context_tokens and prompt_tokens must not be negative")
+    f = min(max(vram_fraction, 0.0), 1.0)
+    host = None
+    bw = bandwidth_bytes_s
+    if f < 1.0:
+        host = (
+            host_bandwidth_bytes_s if host_bandwidth_bytes_s and host_bandwidth_bytes_s > 0 else FALLBACK_HOST_BANDWIDTH_BYTES_S
+        )
+        bw = roofline.blended_bandwidth_bytes_s(bandwidth_bytes_s, host, f)
+    decode_bytes = roofline.decode_bytes_per_token(weights_bytes, kv_bytes_per_tok, context_tokens)
+    decode_ceiling = bw / decode_bytes
+    full_gpu = bandwidth_bytes_s / decode_bytes
+    # Prefill stays on the GPU's compute: llama.cpp ships offloaded weights to the GPU for large batches.
+    pp_flops = roofline.prefill_flops_per_token(params, layers, hidden, prompt_tokens)
+    pp_ceiling = peak_flops / pp_flops
+    dec_flops = roofline.decode_flops_per_token(params, layers, hidden, context_tokens)
+    ub = max(1, min(prompt_tokens, ubatch_tokens)) if prompt_tokens > 0 else ubatch_tokens
+    prefill_bytes = weights_bytes + kv_bytes_per_tok * ub
+    return Ceilings(
+        gpu_bandwidth_bytes_s=bandwidth_bytes_s,
+        host_bandwidth_bytes_s=host,
+        vram_fraction=f,
+        bandwidth_bytes_s=bw,
+        peak_flops=peak_flops,
+        weights_bytes=weights_bytes,
+        kv_bytes_per_tok=kv_bytes_per_tok,
+        context_tokens=context_tokens,
+        prompt_tokens=prompt_tokens,
+        decode_bytes_per_token=decode_bytes,
+        decode_ceiling_tok_s=decode_ceiling,
+        decode_expected_tok_s=efficiencies.eta_bw * decode_ceiling,
+        full_gpu_decode_ceiling_tok_s=full_gpu,
+        prefill_flops_per_token=pp_flops,
+        prefill_ceiling_tok_s=pp_ceiling,
+        prefill_expected_tok_s=efficiencies.eta_compute * pp_ceiling,
+        ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bandwidth_bytes_s),
+        decode_intensity_flop_per_byte=dec_flops / decode_bytes,
+        prefill_intensity_flop_per_byte=pp_flops * ub / prefill_bytes,
+        efficiencies=efficiencies,
+    )
+
+
+def ceilings_for(
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    *,
+    context_tokens: int,
+    prompt_tokens: int,
+    vram_fraction: float = 1.0,
+    host_bandwidth_bytes_s: float | None = None,
+    efficiencies: Efficiencies | None = None,
+    bandwidth_bytes_s: float | None = None,
+) -> Ceilings:
+    """Ceilings for a table GPU and a model from ``/api/show``.
+
+    ``bandwidth_bytes_s`` overrides the table (e.g. :func:`analysis.hardware.choose_bandwidth`'s pick);
+    ``vram_fraction`` is ``size_vram ÷ size`` from ``/api/ps``.
+    """
+    return compute_ceilings(
+        bandwidth_bytes_s=bandwidth_bytes_s or spec.bandwidth_bytes_s,
+        peak_flops=spec.fp16_flops,
+        weights_bytes=facts.weights_bytes,
+        params=facts.params,
+        layers=facts.layers,
+        hidden=facts.hidden,
+        kv_bytes_per_tok=facts.kv_bytes_per_token,
+        context_tokens=context_tokens,
+        prompt_tokens=prompt_tokens,
+        efficiencies=efficiencies or starting_efficiencies(spec, facts.quantization),
+        vram_fraction=vram_fraction,
+        host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+    )
+
+
+def vram_fraction(size_bytes: int | float | None, size_vram_bytes: int | float | None) -> float:
+    """size_vram ÷ size from /api/ps, clamped to [0, 1]; 1.0 when unknown."""
+    if not size_bytes or size_vram_bytes is None or size_bytes <= 0:
+        return 1.0
+    return min(max(size_vram_bytes / size_bytes, 0.0), 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured against ceiling
+
+
+@dataclass(frozen=True)
+class RateVerdict:
+    measured_tok_s: float
+    ceiling_tok_s: float
+    expected_tok_s: float
+    fraction_of_ceiling: float
+    fraction_of_expected: float
+    above_ceiling: bool  # a reading that cannot be true: flag it, never hide it
+
+
+def judge_rate(measured_tok_s: float, ceiling_tok_s: float, expected_tok_s: float) -> RateVerdict:
+    """A measured rate set against its ceiling and the expected rate."""
+    if not ceiling_tok_s > 0 or not expected_tok_s > 0:
+        raise ValueError("ceiling and expected rates must be positive")
+    frac = measured_tok_s / ceiling_tok_s
+    return RateVerdict(measured_tok_s, ceiling_tok_s, expected_tok_s, frac, measured_tok_s / expected_tok_s, frac > 1.0)
+
+
+def judge_decode(measured_tok_s: float, c: Ceilings) -> RateVerdict:
+    return judge_rate(measured_tok_s, c.decode_ceiling_tok_s, c.decode_expected_tok_s)
+
+
+def judge_prefill(measured_tok_s: float, c: Ceilings) -> RateVerdict:
+    return judge_rate(measured_tok_s, c.prefill_ceiling_tok_s, c.prefill_expected_tok_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from the user's own history
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One measured rate and the ceiling it had (same GPU, same model or quantization class)."""
+
+    kind: Literal["decode", "prefill"]
+    measured_tok_s: float
+    ceiling_tok_s: float
+
+
+def calibrate(
+    history: Iterable[CalibrationPoint],
+    start: Efficiencies,
+    min_samples: int = MIN_CALIBRATION_SAMPLES,
+) -> Efficiencies:
+    """Replace each starting η by the median measured/ceiling once there are ``min_samples`` of that kind.
+
+    Ratios above the ceiling (impossible readings: prompt-cache hits, clock errors) and
+    non-positive ones are left out. A kind with too few points keeps its starting value.
+    """
+    ratios: dict[str, list[float]] = {"decode": [], "prefill": []}
+    for p in history:
+        if p.ceiling_tok_s > 0 and p.measured_tok_s > 0:
+            r = p.measured_tok_s / p.ceiling_tok_s
+            if r <= MAX_PLAUSIBLE_FRACTION:
+                ratios[p.kind].append(r)
+    out = start
+    dec, pre = ratios["decode"], ratios["prefill"]
+    if len(dec) >= min_samples:
+        out = replace(
+            out, eta_bw=statistics.median(dec), source_bw=f"median of {len(dec)} of your requests", decode_samples=len(dec)
+        )
+    if len(pre) >= min_samples:
+        out = replace(
+            out,
+            eta_compute=statistics.median(pre),
+            source_compute=f"median of {len(pre)} of your requests",
+            prefill_samples=len(pre),
+        )
+    return out

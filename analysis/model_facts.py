@@ -1,0 +1,215 @@
+"""Model facts from Ollama's ``/api/show`` JSON: the numbers the roofline needs.
+
+``model_info`` holds the GGUF key/values under the ``general.architecture``
+prefix (``llama.block_count``, ``qwen2.attention.head_count_kv``, ...), so the
+prefix is read first and every other key is looked up under it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.roofline import KV_BYTES_PER_ELEMENT_F16
+
+# Whole-model bits per weight (physics.md §1, Llama-3.1-8B column; block figure where no whole-model one).
+BITS_PER_WEIGHT: dict[str, float] = {
+    "F32": 32.0, "F16": 16.0005, "BF16": 16.0005, "Q8_0": 8.5008, "Q6_K": 6.5633,
+    "Q5_K_M": 5.7036, "Q5_K_S": 5.5704, "Q5_0": 5.5, "Q5_1": 6.0, "Q4_K_M": 4.8944, "Q4_K_S": 4.6672,
+    "Q4_0": 4.63, "Q4_1": 5.0, "Q3_K_L": 4.2979, "Q3_K_M": 3.91, "Q3_K_S": 3.6429, "Q2_K": 3.1593,
+    "IQ4_NL": 4.6818, "IQ4_XS": 4.4597, "IQ3_S": 3.6606, "IQ3_XXS": 3.2548, "IQ2_S": 2.7403,
+    "IQ2_XS": 2.5882, "IQ2_XXS": 2.3824, "IQ1_M": 2.1460, "IQ1_S": 2.0042, "MXFP4": 4.25,
+}  # fmt: skip
+
+# GGUF general.file_type (llama.cpp's llama_ftype) to Ollama's quantization names.
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M",
+    18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S",
+    25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M",
+    32: "BF16", 38: "MXFP4",
+}  # fmt: skip
+
+HIGH_PRECISION_QUANTS = frozenset({"F32", "F16", "BF16", "Q8_0", "Q8_1", "Q8_K"})
+
+
+class ModelFactsError(ValueError):
+    """The /api/show JSON lacks a key the roofline needs (the message names it)."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    architecture: str  # general.architecture, e.g. "llama", "qwen2", "gemma3"
+    params: float  # parameters used per token (MoE: the active ones)
+    total_params: float  # all parameters (same as params for dense models)
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: float  # average over layers where the GGUF gives a per-layer list
+    head_dim: int  # key head dimension
+    value_head_dim: int
+    context_length: int | None  # the model's trained maximum, not the loaded num_ctx
+    quantization: str | None  # e.g. "Q4_K_M"
+    weights_bytes: float  # bytes streamed per decode token (MoE: the active experts' share)
+    weights_bytes_estimated: bool  # True when no size was given and bits-per-weight filled in
+    experts: int | None = None
+    experts_used: int | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """F16 K and V cache bytes one token of context occupies, all layers."""
+        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * KV_BYTES_PER_ELEMENT_F16
+
+    @property
+    def high_precision(self) -> bool:
+        """F16/BF16/Q8 weights: decode reaches more of the bandwidth than with 4-6 bit ones."""
+        return is_high_precision(self.quantization)
+
+
+def is_high_precision(quantization: str | None) -> bool:
+    return (quantization or "").upper() in HIGH_PRECISION_QUANTS
+
+
+def _number(info: Mapping[str, Any], key: str, *, required: bool = True) -> float | None:
+    if key not in info or info[key] is None:
+        if required:
+            raise ModelFactsError(f"/api/show model_info has no {key!r}")
+        return None
+    value = info[key]
+    if isinstance(value, bool):
+        raise ModelFactsError(f"/api/show model_info {key!r} is {value!r}, not a number")
+    if isinstance(value, list):
+        # Per-layer values (e.g. head_count_kv on models with mixed attention layers).
+        nums = [v for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
+        if not nums:
+            raise ModelFactsError(
+                f"/api/show model_info {key!r} is a per-layer list that came back empty or not numeric; "
+                'Ollama shortens arrays longer than 5 items unless asked with "verbose": true'
+            )
+        if not all(math.isfinite(v) for v in nums):
+            raise ModelFactsError(f"/api/show model_info {key!r} holds a non-finite number")
+        return float(sum(nums)) / len(nums)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ModelFactsError(f"/api/show model_info {key!r} is {value!r}, not a number") from None
+    if not math.isfinite(number):
+        raise ModelFactsError(f"/api/show model_info {key!r} is {value!r}, not a finite number")
+    return number
+
+
+def _positive_int(info: Mapping[str, Any], key: str) -> int:
+    v = _number(info, key)
+    assert v is not None
+    if v <= 0 or v != int(v):
+        raise ModelFactsError(f"/api/show model_info {key!r} is {info[key]!r}; expected a positive integer")
+    return int(v)
+
+
+def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> ModelFacts:
+    """Roofline facts from an ``/api/show`` reply.
+
+    ``size_bytes`` is the model's size as ``/api/tags`` lists it (the GGUF file, i.e. the
+    weights; not ``/api/ps``'s size, which adds KV cache and buffers). Without it the
+    weight bytes are estimated from the parameter count and the quantization's bits per weight.
+    Raises :class:`ModelFactsError` naming any key that is missing or malformed.
+    """
+    if not isinstance(show, Mapping):
+        raise ModelFactsError(f"/api/show reply is {type(show).__name__}, not a JSON object")
+    info = show.get("model_info", show.get("modelinfo"))
+    if not isinstance(info, Mapping):
+        raise ModelFactsError("/api/show reply has no 'model_info' object")
+    arch = info.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelFactsError("/api/show model_info has no 'general.architecture'")
+
+    def k(name: str) -> str:
+        return f"{arch}.{name}"
+
+    layers = _positive_int(info, k("block_count"))
+    hidden = _positive_int(info, k("embedding_length"))
+    heads_f = _number(info, k("attention.head_count"))
+    assert heads_f is not None
+    if heads_f <= 0:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} must be positive")
+    heads = round(heads_f)
+    if heads < 1:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} is {heads_f!r}; expected at least 1")
+    # llama.cpp defaults the KV head count to the head count (plain multi-head attention).
+    kv_heads = _number(info, k("attention.head_count_kv"), required=False)
+    if kv_heads is None:
+        kv_heads = float(heads)
+    if kv_heads < 0:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count_kv')!r} is negative")
+    key_len = _number(info, k("attention.key_length"), required=False)
+    head_dim = int(key_len) if key_len else hidden // heads
+    value_len = _number(info, k("attention.value_length"), required=False)
+    value_head_dim = int(value_len) if value_len else head_dim
+    if head_dim < 1 or value_head_dim < 1:
+        raise ModelFactsError(
+            f"/api/show model_info gives a head dimension of {head_dim} (key) / {value_head_dim} (value); "
+            f"check {k('attention.key_length')!r}, {k('embedding_length')!r} and {k('attention.head_count')!r}"
+        )
+    ctx = _number(info, k("context_length"), required=False)
+
+    details = show.get("details") if isinstance(show.get("details"), Mapping) else {}
+    assert isinstance(details, Mapping)
+    quant = details.get("quantization_level") or None
+    if quant is None:
+        ft = info.get("general.file_type")
+        if isinstance(ft, int | float) and not isinstance(ft, bool) and math.isfinite(ft):
+            quant = FILE_TYPES.get(int(ft))
+    quant = str(quant).upper() if quant else None
+
+    total_params = _number(info, "general.parameter_count")
+    assert total_params is not None
+    if total_params <= 0:
+        raise ModelFactsError("/api/show model_info 'general.parameter_count' must be positive")
+
+    # Mixture of experts: only expert_used_count of expert_count FFNs run per token.
+    experts = _number(info, k("expert_count"), required=False)
+    experts_used = _number(info, k("expert_used_count"), required=False)
+    active_params = total_params
+    if experts and experts_used and experts > experts_used:
+        ffn = _number(info, k("expert_feed_forward_length"), required=False) or _number(
+            info, k("feed_forward_length"), required=False
+        )
+        if ffn:
+            # Three matrices (gate, up, down) of d × ffn per expert per layer.
+            idle = layers * (experts - experts_used) * 3.0 * hidden * ffn
+            active_params = max(total_params - idle, total_params * experts_used / experts)
+        else:
+            active_params = total_params * experts_used / experts
+
+    if size_bytes is not None and size_bytes > 0:
+        total_weight_bytes = float(size_bytes)
+        estimated = False
+    else:
+        bpw = BITS_PER_WEIGHT.get(quant or "")
+        if bpw is None:
+            raise ModelFactsError(
+                f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
+            )
+        total_weight_bytes = total_params * bpw / 8.0
+        estimated = True
+    weights_bytes = total_weight_bytes * active_params / total_params
+
+    return ModelFacts(
+        architecture=arch,
+        params=active_params,
+        total_params=total_params,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        value_head_dim=value_head_dim,
+        context_length=int(ctx) if ctx else None,
+        quantization=quant,
+        weights_bytes=weights_bytes,
+        weights_bytes_estimated=estimated,
+        experts=int(experts) if experts else None,
+        experts_used=int(experts_used) if experts_used else None,
+    )
