@@ -1,0 +1,242 @@
+"""SQLite schema of the store: DDL, ordered migrations, connection settings.
+
+One file ``<data_dir>/phasewatch.sqlite3`` in WAL mode: one writer (the collector),
+many short read-only readers (the pages). ``PRAGMA user_version`` holds the schema
+version; ``migrate`` applies every missing step in order, each in one transaction.
+
+Times: ``*_unix_s`` are wall-clock seconds (REAL) and carry every index used for
+windows; ``*_ns`` are the collector's monotonic nanoseconds, kept to rebuild records.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+DB_FILENAME = "phasewatch.sqlite3"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked (missing, too new, not a Phasewatch store)."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """No store file where one was expected."""
+
+
+def db_path(data_dir: str | Path) -> Path:
+    """The store's file inside a data folder."""
+    return Path(data_dir) / DB_FILENAME
+
+
+_V1 = """
+CREATE TABLE gpu_samples (
+    ts_unix_s REAL NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    util_gpu_pct REAL, util_mem_pct REAL,
+    mem_used_bytes INTEGER, mem_total_bytes INTEGER,
+    power_w REAL, power_limit_w REAL, energy_j REAL, temperature_c REAL,
+    sm_clock_mhz INTEGER, sm_clock_max_mhz INTEGER, mem_clock_mhz INTEGER, mem_clock_max_mhz INTEGER,
+    mem_bus_width_bits INTEGER, pcie_tx_bytes_s REAL, pcie_rx_bytes_s REAL,
+    pstate INTEGER, throttle_reasons INTEGER, ollama_mem_bytes INTEGER,
+    simulated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX gpu_samples_ts ON gpu_samples(ts_unix_s);
+
+CREATE TABLE host_samples (
+    ts_unix_s REAL NOT NULL,
+    cpu_pct REAL NOT NULL,
+    mem_used_bytes INTEGER NOT NULL,
+    mem_total_bytes INTEGER NOT NULL,
+    ollama_cpu_pct REAL, ollama_rss_bytes INTEGER, disk_read_bytes_s REAL
+);
+CREATE INDEX host_samples_ts ON host_samples(ts_unix_s);
+
+-- One row per /api/ps poll (also when nothing is loaded), models in loaded_models.
+CREATE TABLE ps_snapshots (
+    ts_unix_s REAL PRIMARY KEY,
+    n_models INTEGER NOT NULL
+);
+CREATE TABLE loaded_models (
+    ts_unix_s REAL NOT NULL,
+    name TEXT NOT NULL, model TEXT NOT NULL, digest TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL, size_vram_bytes INTEGER NOT NULL,
+    context_length INTEGER, expires_at_unix_s REAL,
+    parameter_size TEXT, quantization_level TEXT, family TEXT
+);
+CREATE INDEX loaded_models_ts ON loaded_models(ts_unix_s);
+
+CREATE TABLE model_info (
+    digest TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    show_json TEXT NOT NULL,  -- /api/show minus license, modelfile, template
+    updated_at_unix_s REAL NOT NULL
+);
+CREATE INDEX model_info_name ON model_info(name);
+
+-- Up/down (and version) changes only; the last poll is in ollama_last_poll.
+CREATE TABLE ollama_events (
+    ts_unix_s REAL NOT NULL,
+    up INTEGER NOT NULL,
+    base_url TEXT NOT NULL,
+    version TEXT,
+    error TEXT
+);
+CREATE INDEX ollama_events_ts ON ollama_events(ts_unix_s);
+CREATE TABLE ollama_last_poll (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    ts_unix_s REAL NOT NULL, up INTEGER NOT NULL, base_url TEXT NOT NULL, version TEXT, error TEXT
+);
+
+CREATE TABLE collector_heartbeat (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    ts_unix_s REAL NOT NULL, pid INTEGER NOT NULL, listen TEXT NOT NULL, ollama_url TEXT NOT NULL,
+    data_dir TEXT NOT NULL, gpu_state TEXT NOT NULL, gpu_message TEXT,
+    demo INTEGER NOT NULL, record_text INTEGER NOT NULL
+);
+
+CREATE TABLE requests (
+    id TEXT PRIMARY KEY,
+    started_at_unix_s REAL NOT NULL,
+    client_addr TEXT NOT NULL, endpoint TEXT NOT NULL, model TEXT NOT NULL, stream INTEGER NOT NULL,
+    num_ctx INTEGER, num_predict INTEGER, keep_alive TEXT,
+    received_ns INTEGER NOT NULL, forwarded_ns INTEGER, first_byte_ns INTEGER, first_token_ns INTEGER,
+    final_chunk_ns INTEGER, closed_ns INTEGER,
+    status_code INTEGER, outcome TEXT NOT NULL, error TEXT,
+    has_metrics INTEGER NOT NULL DEFAULT 0,
+    total_duration_ns INTEGER, load_duration_ns INTEGER, prompt_eval_count INTEGER,
+    prompt_eval_cached_count INTEGER, prompt_eval_duration_ns INTEGER,
+    eval_count INTEGER, eval_duration_ns INTEGER, done_reason TEXT,
+    prompt_text TEXT, response_text TEXT,
+    -- Derived by analysis.phases.split_record at write time, for fast page queries.
+    updated_at_unix_s REAL NOT NULL,      -- wall clock of the last write of this row
+    ended_at_unix_s REAL,                 -- final chunk, else close
+    last_token_unix_s REAL,
+    tokens_so_far INTEGER NOT NULL DEFAULT 0,
+    total_s REAL, load_s REAL, prefill_s REAL, decode_s REAL, queue_s REAL, transport_s REAL,
+    ttft_s REAL, client_s REAL,
+    prompt_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
+    prefill_tok_s REAL, decode_tok_s REAL, ollama_prefill_tok_s REAL, ollama_decode_tok_s REAL,
+    itl_p50_ms REAL, itl_p99_ms REAL, itl_max_ms REAL,
+    flags TEXT NOT NULL DEFAULT '[]'      -- JSON list of analysis.phases flag codes
+);
+CREATE INDEX requests_started ON requests(started_at_unix_s);
+CREATE INDEX requests_model_started ON requests(model, started_at_unix_s);
+CREATE INDEX requests_in_flight ON requests(outcome) WHERE outcome = 'in_flight';
+
+-- Token chunk times, compact: little-endian int64 gaps (ns); the first is from received_ns.
+CREATE TABLE request_tokens (
+    request_id TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,
+    n_chunks INTEGER NOT NULL,
+    gaps_le_i64 BLOB NOT NULL
+);
+"""
+
+# v2: the Lab's experiments, and phase boundaries in wall time for the GPU timeline bands.
+_V2 = """
+CREATE TABLE experiments (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    params_json TEXT NOT NULL,
+    started_at_unix_s REAL NOT NULL,
+    ended_at_unix_s REAL,
+    status TEXT NOT NULL,
+    results_json TEXT
+);
+CREATE INDEX experiments_started ON experiments(started_at_unix_s);
+ALTER TABLE requests ADD COLUMN load_start_unix_s REAL;
+ALTER TABLE requests ADD COLUMN prefill_start_unix_s REAL;
+ALTER TABLE requests ADD COLUMN decode_start_unix_s REAL;
+ALTER TABLE requests ADD COLUMN decode_end_unix_s REAL;
+CREATE INDEX requests_ended ON requests(ended_at_unix_s);
+"""
+
+
+def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
+    def step(conn: sqlite3.Connection) -> None:
+        # executescript would COMMIT first; run statement by statement inside our transaction.
+        for stmt in _statements(sql):
+            conn.execute(stmt)
+
+    return step
+
+
+def _statements(sql: str) -> list[str]:
+    out: list[str] = []
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf)
+            buf = ""
+    if buf.strip() and not buf.strip().startswith("--"):
+        out.append(buf)
+    return out
+
+
+# MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2)]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the store up to ``target``; returns the version it had before.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). A store newer than
+    this code is refused rather than touched.
+    """
+    before = schema_version(conn)
+    if before > SCHEMA_VERSION:
+        raise StoreError(f"store schema v{before} is newer than this Phasewatch (v{SCHEMA_VERSION}); upgrade Phasewatch")
+    for version in range(before, target):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-check under the write lock: another process may have migrated meanwhile.
+            if schema_version(conn) != version:
+                conn.execute("ROLLBACK")
+                continue
+            MIGRATIONS[version](conn)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return before
+
+
+def connect_writer(path: str | Path, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """The writer's connection: WAL, incremental auto-vacuum, schema migrated.
+
+    ``check_same_thread=False`` because the background writer hands the connection to its
+    own thread; it is still used by one thread at a time.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if schema_version(conn) == 0 and not conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+            # Must precede the first table: lets retention give pages back to the file system.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"could not switch {path} to WAL mode (got {mode})")
+        # NORMAL in WAL: a committed transaction survives a killed process; only power loss may drop the last ones.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{path} is not a usable Phasewatch store: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
