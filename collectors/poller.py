@@ -1,0 +1,210 @@
+"""Ollama poller: ``/api/version`` and ``/api/ps`` every interval, ``/api/show`` once per digest.
+
+When Ollama is down the poller records it, backs off (interval → ×2 … up to 30 s) and
+recovers by itself. Nothing escapes ``run()``: a poll that fails in any way is a "down"
+reading, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import aiohttp
+
+from analysis.records import LoadedModel, OllamaStatus
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 30.0
+REQUEST_TIMEOUT_S = 5.0
+SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
+
+
+class PollerSink(Protocol):
+    """Where readings go (``store.writer.BackgroundWriter`` has these methods)."""
+
+    def submit_ollama_status(self, status: OllamaStatus) -> None: ...
+
+    def submit_loaded_models(self, ts_unix_s: float, models: list[LoadedModel]) -> None: ...
+
+    def submit_model_info(self, digest: str, name: str, show: Mapping[str, Any]) -> None: ...
+
+
+class PollError(Exception):
+    """One poll failed; the text says how, for OllamaStatus.error."""
+
+
+def parse_time(value: object) -> float | None:
+    """RFC 3339 (Go's, nanoseconds allowed) → Unix seconds; None for absent, zero or unparseable."""
+    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def parse_ps(body: object, ts_unix_s: float) -> list[LoadedModel]:
+    """``GET /api/ps`` → one LoadedModel per loaded model; PollError on a shape that is not /api/ps."""
+    if not isinstance(body, dict) or not isinstance(body.get("models"), list | None):
+        raise PollError('/api/ps did not return {"models": [...]}')
+    models: list[LoadedModel] = []
+    for item in body.get("models") or []:
+        if not isinstance(item, dict):
+            raise PollError("/api/ps listed a model that is not a JSON object")
+        raw_details = item.get("details")
+        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+        name = _str_or_none(item.get("name")) or _str_or_none(item.get("model")) or ""
+        models.append(
+            LoadedModel(
+                ts_unix_s=ts_unix_s,
+                name=name,
+                model=_str_or_none(item.get("model")) or name,
+                digest=_str_or_none(item.get("digest")) or "",
+                size_bytes=_int_or_none(item.get("size")) or 0,
+                size_vram_bytes=_int_or_none(item.get("size_vram")) or 0,  # omitted when 0: all in system RAM
+                context_length=_int_or_none(item.get("context_length")),
+                expires_at_unix_s=parse_time(item.get("expires_at")),
+                parameter_size=_str_or_none(details.get("parameter_size")),
+                quantization_level=_str_or_none(details.get("quantization_level")),
+                family=_str_or_none(details.get("family")),
+            )
+        )
+    return models
+
+
+@dataclass
+class PollerState:
+    """The latest view of Ollama, for /metrics and the heartbeat."""
+
+    status: OllamaStatus | None = None
+    models: list[LoadedModel] = field(default_factory=list)
+    consecutive_failures: int = 0
+
+
+class OllamaPoller:
+    """Polls one Ollama server and hands what it reads to ``sink``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        sink: PollerSink,
+        *,
+        interval_s: float = 1.0,
+        max_backoff_s: float = MAX_BACKOFF_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._session = session
+        self._sink = sink
+        self.interval_s = interval_s
+        self.max_backoff_s = max(max_backoff_s, interval_s)
+        self._clock = clock
+        self.state = PollerState()
+        self._shown: set[str] = set()  # digests whose /api/show is stored
+        self._show_retry_at: dict[str, float] = {}
+
+    async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        try:
+            async with self._session.request(method, self.base_url + path, json=json_body, timeout=timeout) as resp:
+                if resp.status != 200:
+                    text = (await resp.text(errors="replace"))[:300]
+                    raise PollError(f"{path} answered HTTP {resp.status}: {text.strip()}")
+                return await resp.json(content_type=None)
+        except PollError:
+            raise
+        except TimeoutError:
+            raise PollError(f"{path} did not answer within {REQUEST_TIMEOUT_S:g} s") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise PollError(f"cannot connect to {self.base_url}: {exc.os_error.strerror or exc}") from None
+        except aiohttp.ClientError as exc:
+            raise PollError(f"{path} failed: {type(exc).__name__}: {exc}") from None
+        except ValueError as exc:  # not JSON
+            raise PollError(f"{path} did not return JSON: {exc}") from None
+
+    async def poll_once(self) -> bool:
+        """One poll; True when Ollama answered. Never raises (except cancellation)."""
+        ts = self._clock()
+        try:
+            version_body = await self._get_json("GET", "/api/version")
+            version = version_body.get("version") if isinstance(version_body, dict) else None
+            if not isinstance(version, str):
+                raise PollError('/api/version did not return {"version": ...}: is this Ollama?')
+            models = parse_ps(await self._get_json("GET", "/api/ps"), ts)
+        except PollError as exc:
+            self._record_down(ts, str(exc))
+            return False
+        except Exception as exc:  # a bug here must not stop the poller
+            log.exception("Ollama poll failed unexpectedly")
+            self._record_down(ts, f"poll failed: {type(exc).__name__}: {exc}")
+            return False
+
+        status = OllamaStatus(ts_unix_s=ts, up=True, base_url=self.base_url, version=version)
+        if self.state.status is None or not self.state.status.up:
+            log.info("Ollama %s is up (version %s)", self.base_url, version)
+        self.state.status = status
+        self.state.models = models
+        self.state.consecutive_failures = 0
+        self._sink.submit_ollama_status(status)
+        self._sink.submit_loaded_models(ts, models)
+        await self._show_new_models(models)
+        return True
+
+    def _record_down(self, ts: float, error: str) -> None:
+        if self.state.status is None or self.state.status.up:
+            log.warning("Ollama %s is down: %s", self.base_url, error)
+        self.state.status = OllamaStatus(ts_unix_s=ts, up=False, base_url=self.base_url, error=error)
+        self.state.models = []
+        self.state.consecutive_failures += 1
+        self._sink.submit_ollama_status(self.state.status)
+
+    async def _show_new_models(self, models: list[LoadedModel]) -> None:
+        now = time.monotonic()
+        for m in models:
+            if not m.digest or m.digest in self._shown or self._show_retry_at.get(m.digest, 0.0) > now:
+                continue
+            try:
+                show = await self._get_json("POST", "/api/show", {"model": m.name})
+                if not isinstance(show, dict):
+                    raise PollError("/api/show did not return a JSON object")
+            except PollError as exc:
+                log.warning("could not read /api/show for %s: %s", m.name, exc)
+                self._show_retry_at[m.digest] = now + SHOW_RETRY_S
+                continue
+            self._sink.submit_model_info(m.digest, m.name, show)
+            self._shown.add(m.digest)
+            self._show_retry_at.pop(m.digest, None)
+
+    def next_delay_s(self) -> float:
+        """The interval while Ollama answers; doubling from it up to ``max_backoff_s`` while it does not."""
+        failures = self.state.consecutive_failures
+        if failures == 0:
+            return self.interval_s
+        return min(self.interval_s * 2 ** min(failures - 1, 30), self.max_backoff_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set."""
+        while not stop.is_set():
+            started = time.monotonic()
+            await self.poll_once()
+            delay = self.next_delay_s() - (time.monotonic() - started)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
