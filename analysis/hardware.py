@@ -404,3 +404,25 @@ def apple_chip_name(brand_string: str) -> str | None:
     chip = m.group(1).upper()
     tier = f" {m.group(2).capitalize()}" if m.group(2) else ""
     return f"Apple {chip}{tier}"
+
+
+def apple_gpu_cores_from_system_profiler(report: object) -> int | None:
+    """GPU core count from ``system_profiler SPDisplaysDataType -json`` (``sppci_cores``), or None."""
+    if not isinstance(report, dict):
+        return None
+    entries = report.get("SPDisplaysDataType")
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        model = str(entry.get("sppci_model", ""))
+        cores = entry.get("sppci_cores")
+        if model.lower().startswith("apple") and cores is not None:
+            try:
+                n = int(str(cores).strip())
+            except ValueError:
+                continue
+            if 1 <= n <= 1024:
+                return n
+    return None
