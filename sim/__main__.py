@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import sys
 
 from aiohttp import web
@@ -49,10 +50,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--keep-alive", default="5m", metavar="DURATION", help="default keep-alive (OLLAMA_KEEP_ALIVE, default 5m)")
     ap.add_argument("--ollama-version", default="0.33.3", metavar="V",
                     help="version to report; >= 0.33.3 adds prompt_eval_cached_count")
+    ap.add_argument("--disk-gbs", type=float, default=None, metavar="GB/S",
+                    help="override the profile's load speed (e.g. a warm page cache), GB/s")
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
     args = ap.parse_args(argv)
     if args.num_parallel < 1:
         ap.error("--num-parallel must be >= 1")
+    if args.disk_gbs is not None and args.disk_gbs <= 0:
+        ap.error("--disk-gbs must be > 0")
     if args.max_queue < 0:
         ap.error("--max-queue must be >= 0")
     try:
@@ -64,8 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     faults = Faults()
+    profile = PROFILES[args.hardware]
+    if args.disk_gbs:
+        profile = dataclasses.replace(profile, disk_read_bytes_s=args.disk_gbs * 1e9)
     engine = SimEngine(
-        PROFILES[args.hardware],
+        profile,
         num_parallel=args.num_parallel,
         max_queue=args.max_queue,
         default_keep_alive_ns=args.keep_alive_ns,

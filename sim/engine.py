@@ -91,20 +91,23 @@ class _Job:
 
 
 class _Runner:
-    def __init__(self, engine: SimEngine, model: ModelFacts, num_ctx: int, size_bytes: int, size_vram_bytes: int) -> None:
+    def __init__(
+        self, engine: SimEngine, model: ModelFacts, num_ctx: int, num_batch: int, size_bytes: int, size_vram_bytes: int
+    ) -> None:
         self.engine = engine
         self.model = model
         self.num_ctx = num_ctx
-        self.num_batch = timing.default_num_batch(num_ctx)
+        self.num_batch = num_batch
         self.size_bytes = size_bytes
         self.size_vram_bytes = size_vram_bytes
         self.vram_fraction = size_vram_bytes / size_bytes if size_bytes else 0.0
         self.keep_alive_ns = engine.default_keep_alive_ns
-        self.expires_at_unix_s: float | None = None
+        # Ollama sets expires_at when a runner goes idle; until then it shows the load-time value.
+        self.expires_at_unix_s: float | None = time.time() + self.keep_alive_ns / 1e9 if self.keep_alive_ns >= 0 else None
         self.refs = 0
         self.last_used_ns = time.monotonic_ns()
         self.slots = [_Slot(i) for i in range(engine.num_parallel)]
-        self._waiters: deque[asyncio.Future[_Slot]] = deque()
+        self._waiters: deque[tuple[asyncio.Future[_Slot], list[int]]] = deque()
         self.jobs: list[_Job] = []
         self._wake = asyncio.Event()
         self._expiry: asyncio.TimerHandle | None = None
@@ -122,36 +125,36 @@ class _Runner:
         return best
 
     async def acquire_slot(self, prompt_ids: list[int]) -> _Slot:
+        """A free slot, waiting first-come first-served; cancelling the wait leaves the queue."""
         if not self._waiters:
             slot = self._pick_slot(prompt_ids)
             if slot is not None:
                 slot.busy = True
                 return slot
         fut: asyncio.Future[_Slot] = asyncio.get_running_loop().create_future()
-        fut_prompt = prompt_ids
-        self._waiters.append(fut)
-        fut.add_done_callback(lambda _f: None)
-        setattr(fut, "prompt_ids", fut_prompt)  # noqa: B010 - read back in release_slot
+        entry = (fut, prompt_ids)
+        self._waiters.append(entry)
         try:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.release_slot(fut.result())
             with contextlib.suppress(ValueError):
-                self._waiters.remove(fut)
+                self._waiters.remove(entry)
             raise
 
     def release_slot(self, slot: _Slot) -> None:
         slot.busy = False
         slot.last_used_ns = time.monotonic_ns()
         while self._waiters:
-            fut = self._waiters.popleft()
+            fut, prompt_ids = self._waiters[0]
             if fut.done():
+                self._waiters.popleft()
                 continue
-            nxt = self._pick_slot(getattr(fut, "prompt_ids", []))
+            nxt = self._pick_slot(prompt_ids)
             if nxt is None:
-                self._waiters.appendleft(fut)
                 return
+            self._waiters.popleft()
             nxt.busy = True
             fut.set_result(nxt)
 
@@ -347,25 +350,34 @@ class SimEngine:
         ctx = num_ctx if num_ctx and num_ctx > 0 else self.profile.default_num_ctx
         return min(ctx, model.context_length)
 
-    async def _get_runner(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None, truth: Any) -> _Runner:
+    async def _get_runner(
+        self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None, truth: Any, num_batch: int | None = None
+    ) -> _Runner:
         """A ready runner with one reference taken; loads (through the bounded pending queue) when needed."""
         ctx = self._num_ctx(model, num_ctx)
+        batch = num_batch if num_batch and num_batch > 0 else timing.default_num_batch(ctx)
+
+        def stale(r: _Runner | None) -> bool:
+            return r is not None and (r.num_ctx != ctx or r.num_batch != batch)
+
         runner = self.runners.get(model.name)
-        if runner is None or runner.num_ctx != ctx:
-            if self._pending >= self.max_queue:
+        if runner is None or stale(runner):
+            # Like Ollama's pendingReqCh: the request the scheduler is loading has left the queue.
+            waiting = self._pending - (1 if self._sched_lock.locked() else 0)
+            if waiting >= self.max_queue:
                 raise QueueFullError()
             self._pending += 1
             try:
                 async with self._sched_lock:
                     runner = self.runners.get(model.name)
-                    if runner is not None and runner.num_ctx != ctx:
+                    if runner is not None and stale(runner):
                         # A load-time option changed: wait until it is idle, then reload.
                         while runner.refs > 0:
                             await asyncio.sleep(0.005)
                         self._unload_runner(runner)
                         runner = None
                     if runner is None:
-                        runner = await self._load(model, ctx, truth)
+                        runner = await self._load(model, ctx, batch, truth)
             finally:
                 self._pending -= 1
         runner.refs += 1
@@ -374,7 +386,7 @@ class SimEngine:
             runner.keep_alive_ns = keep_alive_ns  # a request's keep_alive sticks to the runner
         return runner
 
-    async def _load(self, model: ModelFacts, ctx: int, truth: Any) -> _Runner:
+    async def _load(self, model: ModelFacts, ctx: int, batch: int, truth: Any) -> _Runner:
         start = time.monotonic_ns()
         if truth is not None:
             truth.load_start_ns = start
@@ -389,7 +401,7 @@ class SimEngine:
                 truth.load_end_ns = time.monotonic_ns()
             raise EngineError(500, failure)
         await asyncio.sleep(load_s)
-        runner = _Runner(self, model, ctx, size, size_vram)
+        runner = _Runner(self, model, ctx, batch, size, size_vram)
         self.runners[model.name] = runner
         self.gpu.models_vram_bytes = sum(r.size_vram_bytes for r in self.runners.values())
         if truth is not None:
@@ -404,7 +416,7 @@ class SimEngine:
     # --- Backend API ---------------------------------------------------------
     async def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]:
         truth = req.truth
-        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, truth)
+        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, truth, req.num_batch)
         slot: _Slot | None = None
         job: _Job | None = None
         try:

@@ -507,6 +507,9 @@ def build_app(backend: Backend, config: ServerConfig, faults: Faults) -> web.App
     r.add_get("/sim/faults", get_faults)
     r.add_post("/sim/faults", post_faults)
     r.add_delete("/sim/faults", delete_faults)
+    from sim import openai_api  # imports this module's helpers, so it is imported late
+
+    openai_api.add_routes(app)
     async def _close(_: web.Application) -> None:
         await backend.close()
 

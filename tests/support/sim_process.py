@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -76,3 +78,31 @@ def start_sim(*args: str) -> Iterator[SimProcess]:
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
+
+
+# --- small HTTP helpers for tests (standard library only) ---------------------------
+
+
+def http_json(sim: SimProcess, method: str, path: str, body: object | None = None, timeout_s: float = 30.0) -> tuple[int, Any]:
+    """(status, parsed JSON body) of one request; error statuses are returned, not raised."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(sim.base_url + path, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def truth(sim: SimProcess) -> list[dict[str, Any]]:
+    """All records of ``GET /sim/truth``."""
+    status, body = http_json(sim, "GET", "/sim/truth")
+    assert status == 200, body
+    return list(body["requests"])
+
+
+def truth_by_id(sim: SimProcess, request_id: str) -> dict[str, Any]:
+    for rec in truth(sim):
+        if rec["id"] == request_id:
+            return rec
+    raise KeyError(request_id)
