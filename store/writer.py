@@ -494,6 +494,7 @@ class BackgroundWriter:
         self._submitted = 0
         self._committed = 0
         self._dropped = 0
+        self._batches = 0
         self._closing = False
         self._give_up_at: float | None = None
         self._wake = threading.Event()
@@ -567,6 +568,12 @@ class BackgroundWriter:
         """Records submitted and not yet committed (waiting in memory)."""
         with self._lock:
             return self._submitted - self._committed - self._dropped
+
+    @property
+    def committed_batches(self) -> int:
+        """Transactions committed so far (each holds one batch)."""
+        with self._lock:
+            return self._batches
 
     @property
     def dropped_count(self) -> int:
@@ -678,6 +685,7 @@ class BackgroundWriter:
             return self._write_one_by_one(batch)
         with self._lock:
             self._committed += weight
+            self._batches += 1
             self._done.notify_all()
         self.last_error = None
         return True

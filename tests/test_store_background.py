@@ -1,0 +1,167 @@
+"""BackgroundWriter: batching from an asyncio loop, locked and full stores, bad records, readers alongside."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from analysis.records import HostSample
+from store import queries
+from store.schema import db_path
+from store.writer import BackgroundWriter
+from tests.test_store_writer import make_record
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return db_path(tmp_path)
+
+
+@pytest.fixture
+def bg(path: Path) -> Iterator[BackgroundWriter]:
+    w = BackgroundWriter(path, busy_timeout_ms=50, max_backoff_s=0.2)
+    yield w
+    w.close(timeout_s=5)
+
+
+def _count(path: Path, table: str = "requests") -> int:
+    conn = queries.open_readonly(path)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _integrity(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_submits_from_an_asyncio_loop_land_in_few_transactions(bg: BackgroundWriter, path: Path) -> None:
+    async def produce() -> None:
+        for i in range(300):
+            bg.submit_request(make_record(f"r{i}", final=False, n_tokens=1))
+            bg.submit_request(make_record(f"r{i}"))  # the final row replaces the progress row
+            if i % 50 == 0:
+                await asyncio.sleep(0)
+
+    asyncio.run(produce())
+    assert bg.flush(timeout_s=20)
+    assert bg.pending_count == 0 and bg.last_error is None
+    assert 1 <= bg.committed_batches < 20  # 600 submits, batched every 200 ms
+    conn = queries.open_readonly(path)
+    rows = queries.recent_requests(conn, 0, limit=1000)
+    assert len(rows) == 300 and {r["outcome"] for r in rows} == {"ok"}
+
+
+def test_locked_store_keeps_records_in_memory_until_it_is_free(bg: BackgroundWriter, path: Path) -> None:
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+    try:
+        for i in range(50):
+            bg.submit_request(make_record(f"r{i}"))  # returns at once although nothing can be written
+        assert bg.pending_count == 50
+        assert not bg.flush(timeout_s=1.0)
+        assert bg.last_error is not None and "locked" in bg.last_error and "50 records waiting" in bg.last_error
+        assert _count(path) == 0
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert bg.flush(timeout_s=20)
+    assert bg.pending_count == 0 and bg.last_error is None
+    assert _count(path) == 50
+
+
+def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: Path) -> None:
+    bg.submit_request(make_record("before"))
+    assert bg.flush(timeout_s=20)
+    bg.set_hard_limit_bytes(1)  # the file may not grow any more: SQLITE_FULL, as on a full disk
+    big = [replace(make_record(f"r{i}", n_tokens=200), response_text="x" * 4000) for i in range(60)]
+    for rec in big:
+        bg.submit_request(rec)
+    assert not bg.flush(timeout_s=1.5)
+    assert bg.last_error is not None and "full" in bg.last_error
+    assert bg.pending_count == 60
+    # One transaction per batch: nothing of the failed batch is visible, not even part of it.
+    assert _count(path) == 1
+    assert _count(path, "request_tokens") == 1
+
+    bg.set_hard_limit_bytes(None)  # space returns
+    assert bg.flush(timeout_s=20)
+    assert bg.pending_count == 0 and bg.last_error is None
+    conn = queries.open_readonly(path)
+    for rec in big:
+        assert queries.request_detail(conn, rec.id) == rec
+    assert _integrity(path) == "ok"
+
+
+def test_close_drains_everything_submitted(path: Path) -> None:
+    bg = BackgroundWriter(path, batch_interval_s=10.0)  # would not write for 10 s on its own
+    for i in range(100):
+        bg.submit_host_sample(HostSample(1000.0 + i, 5.0, 1, 2))
+    bg.submit_request(make_record())
+    assert bg.close(timeout_s=10)
+    assert _count(path, "host_samples") == 100 and _count(path) == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        bg.submit_request(make_record("late"))
+
+
+def test_a_record_sqlite_refuses_is_dropped_alone_and_said(bg: BackgroundWriter, path: Path) -> None:
+    bad = replace(make_record("bad"), model=None)  # type: ignore[arg-type]  # NOT NULL model
+    bg.submit_request(make_record("good-1"))
+    bg.submit_request(bad)
+    bg.submit_request(make_record("good-2"))
+    assert bg.flush(timeout_s=20)
+    assert bg.dropped_count == 1
+    assert bg.last_error is not None and "dropped" in bg.last_error
+    conn = queries.open_readonly(path)
+    assert {r["id"] for r in queries.recent_requests(conn, 0)} == {"good-1", "good-2"}
+
+
+def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path) -> None:
+    bg.submit_request(make_record("seed"))
+    assert bg.flush(timeout_s=20)
+    stop = threading.Event()
+    written = 0
+
+    def write() -> None:
+        nonlocal written
+        t = 1_700_000_000.0
+        while not stop.is_set() and written < 3000:
+            bg.submit_request(make_record(f"w{written}", t + written))
+            bg.submit_host_sample(HostSample(t + written, 10.0, 1, 2))
+            written += 1
+            if written % 20 == 0:
+                time.sleep(0.005)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 15.0
+        while (writer.is_alive() or len(seen) < 5) and time.monotonic() < deadline:
+            conn = queries.open_readonly(path)
+            try:
+                n = len(queries.recent_requests(conn, 0, limit=10_000))
+                queries.host_samples(conn, 0, 2e9)
+                queries.in_flight_requests(conn, time.time())
+            finally:
+                conn.close()
+            seen.append(n)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert bg.flush(timeout_s=30)
+    assert seen == sorted(seen)  # readers see whole batches, never a row go away
+    assert len(set(seen)) > 1  # and they saw the writer's progress while it wrote
+    assert _count(path) == written + 1
