@@ -22,7 +22,8 @@ from tests.support.sim_process import SimProcess, start_sim
 SMALL = "qwen2.5:0.5b"
 # What legitimately differs between two runs of the same request: clocks and cache-dependent numbers.
 _VOLATILE = re.compile(
-    rb'"(created_at|expires_at)":"[^"]*"|"(total_duration|load_duration|prompt_eval_duration|eval_duration)":\d+'
+    rb'"(created_at|expires_at)": ?"[^"]*"|"(total_duration|load_duration|prompt_eval_duration|eval_duration|created)": ?\d+'
+    rb'|"id": ?"(chatcmpl|cmpl)-\d+"'
 )
 
 
@@ -142,6 +143,56 @@ def test_ndjson_bytes_match_and_arrive_in_chunks(sim: SimProcess, proxy: ProxyTh
     assert proxy_headers["content-type"] == direct_headers["content-type"] == "application/x-ndjson"
     assert "x-sim-request-id" in proxy_headers and RECORD_ID_HEADER.lower() in proxy_headers
     assert len(proxy_reads) > 3  # streamed chunk by chunk, not buffered into one piece
+
+
+OPENAI_STREAMS = {
+    "chat, usage": (
+        "/v1/chat/completions",
+        {
+            "model": SMALL,
+            "messages": [{"role": "user", "content": "Hi there"}],
+            "stream": True,
+            "max_tokens": 10,
+            "stream_options": {"include_usage": True},
+        },
+    ),
+    "completions": ("/v1/completions", {"model": SMALL, "prompt": "Once upon a time", "stream": True, "max_tokens": 10}),
+}
+
+
+@pytest.mark.parametrize("name", list(OPENAI_STREAMS))
+def test_sse_bytes_match_and_are_recorded(sim: SimProcess, proxy: ProxyThread, name: str) -> None:
+    path, body = OPENAI_STREAMS[name]
+
+    def stream(base: str) -> tuple[dict[str, str], list[bytes]]:
+        with httpx.stream("POST", base + path, json=body, timeout=30) as r:
+            return dict(r.headers), list(r.iter_raw())
+
+    stream(sim.base_url)
+    direct_headers, direct_reads = stream(sim.base_url)
+    proxy_headers, proxy_reads = stream(proxy.base_url)
+    assert normalize(b"".join(proxy_reads)) == normalize(b"".join(direct_reads))
+    assert b"".join(proxy_reads).endswith(b"data: [DONE]\n\n")
+    assert proxy_headers["content-type"] == direct_headers["content-type"] == "text/event-stream"
+    rec = _record(proxy, proxy_headers[RECORD_ID_HEADER.lower()])
+    assert (rec.endpoint, rec.stream, rec.num_predict, rec.outcome) == (path, True, 10, Outcome.OK)
+    assert len(rec.token_chunk_ns) == 10 and rec.final_chunk_ns is not None and rec.final_chunk_ns >= rec.token_chunk_ns[-1]
+    assert rec.metrics is not None and rec.metrics.done_reason == "length"
+    assert rec.metrics.eval_count == (10 if "usage" in name else None)  # usage only when asked for
+
+
+def test_openai_non_streaming_is_the_default_and_recorded(sim: SimProcess, proxy: ProxyThread) -> None:
+    body = {"model": SMALL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3}
+    direct = httpx.post(sim.base_url + "/v1/chat/completions", json=body, timeout=30)
+    proxied = httpx.post(proxy.base_url + "/v1/chat/completions", json=body, timeout=30)
+    assert normalize(proxied.content) == normalize(direct.content)
+    rec = _record(proxy, proxied.headers[RECORD_ID_HEADER])
+    assert rec.stream is False and rec.outcome is Outcome.OK
+    assert (
+        rec.metrics is not None
+        and rec.metrics.eval_count == 3
+        and rec.metrics.prompt_eval_count == direct.json()["usage"]["prompt_tokens"]
+    )
 
 
 def _record(proxy: ProxyThread, record_id: str, timeout_s: float = 10.0) -> RequestRecord:
