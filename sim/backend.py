@@ -57,6 +57,13 @@ class GenRequest:
     keep_alive_ns: int | None = None  # None: keep the runner's; < 0: forever
     seed: str = "0"  # seeds the generated text
     faults: dict[str, Any] = field(default_factory=dict)  # one-shot fault switches taken for this request
+    # The request's own text and options, for engines that tokenize and sample themselves (sim/llama_engine.py);
+    # ``prompt_ids`` above are the simulator's stand-in tokens.
+    prompt_text: str | None = None  # /api/generate and /v1/completions: the prompt as sent (untemplated)
+    system: str | None = None  # /api/generate's ``system``
+    messages: list[dict[str, Any]] | None = None  # /api/chat and /v1/chat/completions: the messages as sent
+    raw: bool = False  # /api/generate's ``raw``
+    options: dict[str, Any] = field(default_factory=dict)  # Ollama's ``options`` (temperature, top_k, stop, ...)
 
 
 @dataclass(frozen=True)

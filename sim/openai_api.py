@@ -73,13 +73,13 @@ class _OpenAiGeneration:
             return _oai_error(e.status, e.message)
 
     async def _run(self) -> web.StreamResponse:
-        from sim.catalog import find_model
+        from sim.server import lookup_model
 
         body = await _read_json(self.request)
         model_str = body.get("model")
         if not isinstance(model_str, str) or not model_str:
             raise ApiError(400, "model is required")
-        model = find_model(model_str)
+        model = lookup_model(self.request.app[BACKEND_KEY], model_str)
         if model is None:
             raise ApiError(404, f"model '{model_str}' not found")
         self.truth.model = model.name
@@ -106,6 +106,8 @@ class _OpenAiGeneration:
             model=model, prompt_ids=prompt_ids, truth=self.truth,
             num_predict=int(max_tokens) if isinstance(max_tokens, int) else -1,
             seed=_seed_for(cfg, opts, prompt_ids), faults=self.request.app[FAULTS_KEY].take_generation(),
+            prompt_text=None if self.chat else prompt, messages=messages if self.chat else None, raw=True,
+            options=opts | ({"temperature": body["temperature"]} if isinstance(body.get("temperature"), int | float) else {}),
         )
         return await self._consume(req, model_str, stream, include_usage)
 

@@ -125,8 +125,17 @@ async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse
 # --- request parsing ----------------------------------------------------------------
 
 
-def _model_or_404(name: object) -> ModelFacts:
-    model = find_model(name) if isinstance(name, str) else None
+def lookup_model(backend: Backend, name: str) -> ModelFacts | None:
+    """Resolve a model string against the backend's catalog as Ollama does: exact name, else with ``:latest``."""
+    by_name = {m.name: m for m in backend.catalog()}
+    return by_name.get(name) or (by_name.get(name + ":latest") if ":" not in name else None)
+
+
+def _model_or_404(name: object, backend: Backend | None = None) -> ModelFacts:
+    if backend is not None:
+        model = lookup_model(backend, name) if isinstance(name, str) else None
+    else:
+        model = find_model(name) if isinstance(name, str) else None
     if model is None:
         raise ApiError(404, f"model '{name if isinstance(name, str) else ''}' not found")
     return model
@@ -216,7 +225,7 @@ async def ps(request: web.Request) -> web.Response:
 async def show(request: web.Request) -> web.Response:
     try:
         body = await _read_json(request)
-        model = _model_or_404(body.get("model") or body.get("name"))
+        model = _model_or_404(body.get("model") or body.get("name"), request.app[BACKEND_KEY])
     except ApiError as e:
         return _error(e.status, e.message)
     params = "\n".join(f'stop "{s}"' for s in model.stop)
@@ -296,7 +305,7 @@ class _Generation:
         model_field = body.get("model")
         if chat and not model_field:
             raise ApiError(400, "model is required")
-        model = _model_or_404(model_field)
+        model = _model_or_404(model_field, self.backend)
         model_str = str(model_field)
         self.truth.model = model.name
         opts = _options(body)
@@ -325,6 +334,11 @@ class _Generation:
             num_batch=int(opts["num_batch"]) if "num_batch" in opts else None,
             keep_alive_ns=ka, seed=_seed_for(self.cfg, opts, prompt_ids),
             faults=self.app[FAULTS_KEY].take_generation(),
+            prompt_text=None if chat else str(body.get("prompt") or ""),
+            system=None if chat or not body.get("system") else str(body["system"]),
+            messages=messages if chat else None,
+            raw=bool(body.get("raw")),
+            options=opts,
         )
         return await self._stream(req, model_str, stream, bool(body.get("raw")))
 
