@@ -18,6 +18,8 @@ from pathlib import Path
 
 import platformdirs
 
+from store.schema import db_path as store_db_path
+
 DEFAULT_OLLAMA_PORT = "11434"
 DEFAULT_LISTEN = "127.0.0.1:11435"
 DEFAULT_INTERVAL_S = 1.0
@@ -210,7 +212,7 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "phasewatch.db"
+        return store_db_path(self.data_dir)
 
 
 def default_data_dir() -> Path:

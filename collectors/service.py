@@ -1,0 +1,279 @@
+"""The collector process's orchestration, on one asyncio loop (testable in-process).
+
+Start order: lock the data folder, open the store (marking requests a killed collector
+left in flight), start the proxy, then the loops — Ollama poller, samplers + heartbeat
++ in-flight snapshots every interval, retention every hour. Stop order is the reverse:
+stop accepting, let running streams finish for a moment, stop the loops, write what is
+queued, release the lock.
+
+Blocking work (NVML, psutil, the SQLite writer) runs off the loop, so the proxy's
+per-chunk path never waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from analysis.records import CollectorInfo, GpuSample, HostSample, RequestRecord
+from collectors.config import Settings, SettingsError, prepare_data_dir
+from collectors.gpu import GpuState, NvmlGpuSource, SimGpuSource
+from collectors.host import HostSampler, OllamaProcesses
+from collectors.lock import CollectorLock
+from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
+from collectors.poller import OllamaPoller
+from collectors.proxy import RecordingProxy
+from store.writer import DAY_S, BackgroundWriter, RetentionPolicy
+
+log = logging.getLogger(__name__)
+
+METRICS_PATH = "/phasewatch/metrics"
+RETENTION_EVERY_S = 3600.0
+INTERRUPTED_REASON = "the collector stopped before this request ended"
+WRITER_CLOSE_TIMEOUT_S = 10.0
+
+
+class StoreOpenError(RuntimeError):
+    """The store in the data folder cannot be opened (the text says why)."""
+
+
+class CollectorService:
+    """Everything ``python -m collectors`` runs. ``await start()``, then ``await stop()``.
+
+    ``nvml`` is the ``pynvml`` module (tests pass a fake one); None imports the real one.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        nvml: ModuleType | Any | None = None,
+        max_backoff_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._nvml = nvml
+        self._max_backoff_s = max_backoff_s
+        self._clock = clock
+        self.lock = CollectorLock(settings.data_dir)
+        self.writer: BackgroundWriter | None = None
+        self.proxy: RecordingProxy | None = None
+        self.poller: OllamaPoller | None = None
+        self.stats = RequestStats()
+        self.gpu_state = GpuState("none", "not started")
+        self.latest_gpus: list[GpuSample] = []
+        self.latest_host: HostSample | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._nvml_source: NvmlGpuSource | None = None
+        self._sim_source: SimGpuSource | None = None
+        self._host: HostSampler | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listen = ""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def listen(self) -> str:
+        """The proxy's real address (with the chosen port when --listen asked for port 0)."""
+        return self._listen
+
+    async def start(self) -> None:
+        """Raises SettingsError (bad folder, cannot listen), LockHeldError or StoreOpenError."""
+        s = self.settings
+        prepare_data_dir(s.data_dir)
+        # listen="" until the proxy is up: readers take a non-empty address to mean "ready".
+        self.lock.acquire(listen="", ollama_url=s.ollama_url, demo=s.demo)
+        try:
+            await self._start_locked()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_locked(self) -> None:
+        s = self.settings
+        retention = RetentionPolicy(
+            samples_max_age_s=s.samples_retention_days * DAY_S,
+            requests_max_age_s=s.requests_retention_days * DAY_S,
+            max_bytes=s.max_db_bytes,
+        )
+        try:
+            self.writer = BackgroundWriter(s.db_path, retention=retention)
+        except Exception as exc:
+            raise StoreOpenError(f"cannot open the store {s.db_path}: {exc}") from exc
+        self.writer.submit_mark_interrupted_in_flight(INTERRUPTED_REASON)
+        self.writer.submit_retention(self._clock())
+
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10), trust_env=False)
+        processes = OllamaProcesses(pids=s.ollama_pids, demo=s.demo)
+        if s.demo:
+            self._sim_source = SimGpuSource(s.ollama_url, self._session, clock=self._clock)
+            self.gpu_state = self._sim_source.state
+        else:
+            nvml = self._nvml
+            if nvml is None:
+                import pynvml
+
+                nvml = pynvml
+            self._nvml_source = NvmlGpuSource(nvml, processes=processes, clock=self._clock)
+            self.gpu_state = await asyncio.to_thread(self._nvml_source.open)
+        log.info("GPU: %s%s", self.gpu_state.kind, f" ({self.gpu_state.message})" if self.gpu_state.message else "")
+        self._host = await asyncio.to_thread(HostSampler, processes, clock=self._clock)
+
+        self.proxy = RecordingProxy(s.ollama_url, self._on_record, record_text=s.record_text)
+        self.proxy.add_local_route("GET", METRICS_PATH, self._metrics_handler)
+        try:
+            await self.proxy.start(s.listen.host, s.listen.port)
+        except OSError as exc:
+            self.proxy = None
+            raise SettingsError(f"{exc.strerror or exc}; choose another --listen address or stop what uses it") from None
+        host = s.listen.host
+        self._listen = f"[{host}]:{self.proxy.port}" if ":" in host else f"{host}:{self.proxy.port}"
+        self.lock.update(listen=self._listen, ollama_url=s.ollama_url, demo=s.demo)
+
+        kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
+        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
+        self._tasks = [
+            asyncio.create_task(self.poller.run(self._stop), name="ollama-poller"),
+            asyncio.create_task(self._tick_loop(), name="samplers"),
+            asyncio.create_task(self._retention_loop(), name="retention"),
+        ]
+        log.info(
+            "recording on %s for %s; data in %s%s",
+            self._listen,
+            s.ollama_url,
+            s.data_dir,
+            " (demo)" if s.demo else "",
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, finish, flush and release. Safe to call more than once."""
+        self._stop.set()
+        if self.proxy is not None:
+            await self.proxy.stop()  # finished streams reach _on_record before this returns
+            self.proxy = None
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self.writer is not None:
+            writer, self.writer = self.writer, None
+            if not await asyncio.to_thread(writer.close, WRITER_CLOSE_TIMEOUT_S):
+                log.error("the store did not take every record before closing: %s", writer.last_error)
+        if self._nvml_source is not None:
+            await asyncio.to_thread(self._nvml_source.close)
+            self._nvml_source = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self.lock.release()
+
+    async def run_until(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    # -- recording -----------------------------------------------------------------------
+
+    def _on_record(self, record: RequestRecord) -> None:
+        """Called by the proxy once per finished request, on the loop: only enqueue."""
+        if self.writer is not None:
+            self.writer.submit_request(record)
+        try:
+            self.stats.observe(record)
+        except Exception:  # statistics must never cost a record
+            log.exception("metrics could not count request %s", record.id)
+
+    def _sample_blocking(self) -> tuple[list[GpuSample], HostSample | None]:
+        gpus = self._nvml_source.sample() if self._nvml_source is not None else []
+        host = self._host.sample() if self._host is not None else None
+        return gpus, host
+
+    async def _tick(self) -> None:
+        writer = self.writer
+        if writer is None:
+            return
+        gpus, host = await asyncio.to_thread(self._sample_blocking)
+        if self._sim_source is not None:
+            gpus = await self._sim_source.sample()
+            self.gpu_state = self._sim_source.state
+        elif self._nvml_source is not None:
+            self.gpu_state = self._nvml_source.state
+        if gpus:
+            writer.submit_gpu_samples(gpus)
+        if host is not None:
+            writer.submit_host_sample(host)
+        self.latest_gpus, self.latest_host = gpus, host
+        if self.proxy is not None:
+            running = self.proxy.in_flight()
+            if running:
+                writer.submit_requests(running)  # the Live page shows generations while they run
+        writer.submit_heartbeat(self.heartbeat())
+
+    def heartbeat(self) -> CollectorInfo:
+        s = self.settings
+        return CollectorInfo(
+            ts_unix_s=self._clock(),
+            pid=os.getpid(),
+            listen=self._listen,
+            ollama_url=s.ollama_url,
+            data_dir=str(s.data_dir),
+            gpu_state=self.gpu_state.kind,
+            gpu_message=self.gpu_state.message,
+            demo=s.demo,
+            record_text=s.record_text,
+        )
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.settings.interval_s
+        next_at = loop.time()
+        while not self._stop.is_set():
+            try:
+                await self._tick()
+            except Exception:  # one bad tick must not end sampling
+                log.exception("sampling failed")
+            next_at += interval
+            now = loop.time()
+            if next_at < now:  # fell behind (a slow NVML call): skip, don't burst
+                next_at = now + interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), next_at - now)
+
+    async def _retention_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), RETENTION_EVERY_S)
+            if not self._stop.is_set() and self.writer is not None:
+                self.writer.submit_retention(self._clock())
+
+    # -- /phasewatch/metrics ---------------------------------------------------------------
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        poller = self.poller
+        return MetricsSnapshot(
+            gpus=self.latest_gpus,
+            host=self.latest_host,
+            ollama=poller.state.status if poller else None,
+            loaded_models=poller.state.models if poller else [],
+            stats=self.stats,
+            in_flight=len(self.proxy.in_flight()) if self.proxy else 0,
+            store_pending=self.writer.pending_count if self.writer else 0,
+        )
+
+    async def _metrics_handler(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = render(self.metrics_snapshot())
+        return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE})
