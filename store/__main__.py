@@ -1,0 +1,73 @@
+"""``python -m store export --data DIR --format jsonl|csv [--since ...] [--out FILE]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from store.export import export_rows, parse_since, write_csv, write_jsonl
+from store.queries import open_readonly
+from store.schema import StoreError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m store", description="Phasewatch store tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    export = sub.add_parser("export", help="one row per recorded request with its phases and rates")
+    export.add_argument(
+        "--data", metavar="DIR", default=os.environ.get("PHASEWATCH_DATA"),
+        help="data folder holding phasewatch.sqlite3 (default $PHASEWATCH_DATA)",
+    )  # fmt: skip
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    export.add_argument("--since", help="Unix seconds, ISO 8601 time (UTC by default), or an age: 30m, 24h, 7d")
+    export.add_argument("--out", metavar="FILE", help="write here instead of standard output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.data:
+        print("error: say where the store is: --data DIR (or set PHASEWATCH_DATA)", file=sys.stderr)
+        return 2
+    data = Path(args.data)
+    if not data.is_dir():
+        print(f"error: {data} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        since = parse_since(args.since, time.time()) if args.since else 0.0
+        conn = open_readonly(data)
+    except (ValueError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    write = write_jsonl if args.format == "jsonl" else write_csv
+    try:
+        if args.out:
+            # Write beside the target and rename, so a failed export never leaves half a file.
+            out_path = Path(args.out)
+            tmp = out_path.with_name(f".{out_path.name}.partial")
+            try:
+                with tmp.open("w", encoding="utf-8", newline="") as f:
+                    n = write(export_rows(conn, since), f)
+                tmp.replace(out_path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            print(f"wrote {n} requests to {out_path}", file=sys.stderr)
+        else:
+            write(export_rows(conn, since), sys.stdout)
+    except BrokenPipeError:  # e.g. `| head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""Export recorded requests, one row each with its phases and rates, as JSON lines or CSV.
+
+Rows are rebuilt as ``RequestRecord`` and split again with ``analysis.phases``, so an
+export carries exactly the keys and numbers of ``python -m analysis.phases``, plus what
+only the proxy knows (id, model, endpoint, outcome, client timings).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from analysis.phases import CLI_KEYS, split_record
+from store.queries import _RECORD_SQL, _record
+
+# Columns in the order written; the phase keys are those of `python -m analysis.phases`.
+EXPORT_KEYS: tuple[str, ...] = (
+    "id", "started_at", "started_at_unix_s", "model", "endpoint", "client_addr", "status", "status_code", "error",
+    *CLI_KEYS,
+    "ttft_s", "transport_s", "client_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "token_chunks",
+)  # fmt: skip
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str, now_unix_s: float) -> float:
+    """``--since``: Unix seconds, an ISO 8601 time (UTC unless it says otherwise), or an age like ``24h``/``7d``."""
+    match = _RELATIVE.match(text)
+    if match:
+        return now_unix_s - float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r}: give Unix seconds, an ISO 8601 time, or an age such as 30m, 24h, 7d") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator[dict[str, Any]]:
+    """One dict per request started since ``since_unix_s``, oldest first."""
+    cur = conn.execute(f"{_RECORD_SQL} WHERE r.started_at_unix_s >= ? ORDER BY r.started_at_unix_s, r.id", (since_unix_s,))
+    for row in cur:
+        rec = _record(row, row["tokens"])
+        phases = split_record(rec).to_json_dict()
+        out: dict[str, Any] = {
+            "id": rec.id,
+            "started_at": datetime.fromtimestamp(rec.started_at_unix_s, UTC).isoformat(timespec="milliseconds"),
+            "started_at_unix_s": rec.started_at_unix_s,
+            "model": rec.model,
+            "endpoint": rec.endpoint,
+            "client_addr": rec.client_addr,
+            "status": rec.outcome.value,
+            "status_code": rec.status_code,
+            "error": rec.error,
+        }
+        for key in EXPORT_KEYS:
+            if key not in out:
+                out[key] = phases[key]
+        yield out
+
+
+def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    n = 0
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        n += 1
+    return n
+
+
+def write_csv(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    """CSV with a header; lists and dicts (flags) as JSON text, absent values empty."""
+    writer = csv.DictWriter(out, fieldnames=list(EXPORT_KEYS), lineterminator="\n")
+    writer.writeheader()
+    n = 0
+    for row in rows:
+        writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else v for k, v in row.items()})
+        n += 1
+    return n

@@ -1,0 +1,84 @@
+"""``python -m store export``: one row per request with the phase keys of ``analysis.phases``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.phases import CLI_KEYS, split_record
+from store.export import parse_since
+from store.schema import db_path
+from store.writer import StoreWriter
+from tests.test_store_writer import make_record
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = 1_750_000_000.0
+
+
+def _export(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "store", "export", *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    w = StoreWriter(db_path(tmp_path))
+    w.write_requests([make_record("a", T0), make_record("b", T0 + 3600, n_tokens=1), make_record("c", T0 + 7200, final=False)])
+    w.close()
+    return tmp_path
+
+
+def test_jsonl_has_the_phase_keys_and_their_values(data_dir: Path) -> None:
+    proc = _export("--data", str(data_dir), "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b", "c"]
+    required = {"id", "model", "endpoint", "status", "started_at", "ttft_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms"}
+    assert required | set(CLI_KEYS) <= set(rows[0])
+    a = split_record(make_record("a", T0))
+    for key in ("total_s", "queue_s", "prefill_tok_s", "decode_tok_s", "ollama_prefill_tok_s", "ttft_s", "itl_p99_ms"):
+        assert rows[0][key] == pytest.approx(getattr(a, key)), key
+    assert rows[0]["started_at"] == "2025-06-15T15:06:40.000+00:00"
+    assert rows[0]["status"] == "ok" and rows[0]["flags"] == ["cache_hit"]
+    assert rows[1]["decode_tok_s"] is None and "one_token_reply" in rows[1]["flags"]
+    assert rows[2]["status"] == "in_flight" and rows[2]["flags"] == ["missing_metrics"]
+
+
+def test_csv_to_a_file_with_since(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    proc = _export("--data", str(data_dir), "--format", "csv", "--since", str(T0 + 1), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote 2 requests" in proc.stderr
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [r["id"] for r in rows] == ["b", "c"]
+    assert json.loads(rows[0]["flags"])[0] in {"cache_hit", "one_token_reply"}
+    assert rows[1]["decode_tok_s"] == ""  # absent, not zero
+
+
+def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
+    proc = _export("--data", str(tmp_path), "--format", "csv")
+    assert proc.returncode == 2
+    assert "no Phasewatch store" in proc.stderr and proc.stdout == ""
+    proc = _export("--data", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
+
+
+def test_bad_since_is_a_clear_error(data_dir: Path) -> None:
+    proc = _export("--data", str(data_dir), "--since", "yesterday-ish")
+    assert proc.returncode == 2 and "--since" in proc.stderr
+
+
+def test_parse_since_forms() -> None:
+    now = 2_000_000_000.0
+    assert parse_since("24h", now) == now - 86400
+    assert parse_since("30m", now) == now - 1800
+    assert parse_since("1700000000", now) == 1_700_000_000.0
+    assert parse_since("2025-06-15T15:06:40", now) == T0  # UTC unless it says otherwise
+    assert parse_since("2025-06-15T17:06:40+02:00", now) == T0
