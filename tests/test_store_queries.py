@@ -1,0 +1,161 @@
+"""Read queries: filters, windows, downsampling in SQL, rate points, stale in-flight rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from analysis.records import GpuSample, HostSample, Outcome
+from store import queries
+from store.schema import db_path
+from store.writer import StoreWriter
+from tests.test_store_writer import make_record
+
+T0 = 1_750_000_000.0
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[StoreWriter]:
+    w = StoreWriter(db_path(tmp_path), clock=lambda: T0 + 10_000)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def conn(writer: StoreWriter) -> Iterator[sqlite3.Connection]:
+    c = queries.open_readonly(writer.path)
+    yield c
+    c.close()
+
+
+def test_recent_requests_filters(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    writer.write_requests(
+        [
+            make_record("a", T0, model="llama3.2"),
+            replace(make_record("b", T0 + 10, model="qwen3"), endpoint="/api/generate"),
+            replace(make_record("c", T0 + 20, model="qwen3", final=False), outcome=Outcome.CANCELLED),
+            make_record("d", T0 - 100, model="qwen3"),
+        ]
+    )
+    assert [r["id"] for r in queries.recent_requests(conn, T0)] == ["c", "b", "a"]  # newest first, since T0
+    assert [r["id"] for r in queries.recent_requests(conn, T0, model="qwen3")] == ["c", "b"]
+    assert [r["id"] for r in queries.recent_requests(conn, T0, endpoint="/api/generate")] == ["b"]
+    assert [r["id"] for r in queries.recent_requests(conn, T0, outcome="cancelled")] == ["c"]
+    assert [r["id"] for r in queries.recent_requests(conn, 0, limit=2)] == ["c", "b"]
+    assert [r["id"] for r in queries.recent_requests(conn, 0, until_unix_s=T0)] == ["a", "d"]
+    assert queries.request_models(conn) == ["llama3.2", "qwen3"]
+    assert queries.request_models(conn, T0 + 5) == ["qwen3"]
+    with pytest.raises(ValueError):
+        queries.recent_requests(conn, 0, outcome="bogus")
+
+
+def test_requests_in_window_finds_those_alive_in_it(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    # Each record lasts 200 ms + 19 × 25 ms + 2 ms ≈ 0.68 s.
+    writer.write_requests(
+        [
+            make_record("before", T0 - 100),
+            make_record("overlapping", T0 - 0.5),
+            make_record("inside", T0 + 10),
+            make_record("after", T0 + 100),
+            make_record("running", T0 - 50, final=False),  # started before the window, still in flight
+        ]
+    )
+    got = queries.requests_in_window(conn, T0, T0 + 60)
+    assert [r.id for r in got] == ["running", "overlapping", "inside"]
+    assert all(r.token_chunk_ns == [] for r in got)
+    with_tokens = queries.requests_in_window(conn, T0, T0 + 60, with_tokens=True)
+    assert with_tokens[1] == make_record("overlapping", T0 - 0.5)
+
+
+def test_in_flight_leaves_out_rows_nobody_updates(tmp_path: Path) -> None:
+    now = [T0]
+    w = StoreWriter(db_path(tmp_path), clock=lambda: now[0])
+    w.write_request(make_record("old", T0 - 600, final=False))
+    now[0] = T0 + 600
+    w.write_request(make_record("live", T0 + 590, final=False))
+    w.close()
+    conn = queries.open_readonly(tmp_path)
+    assert [r.id for r in queries.in_flight_requests(conn, T0 + 601, stale_after_s=30)] == ["live"]
+
+
+def _gpu(ts: float, index: int, util: float) -> GpuSample:
+    return GpuSample(ts, index, f"GPU {index}", f"GPU-{index}", util_gpu_pct=util, mem_used_bytes=int(ts - T0) * 1000,
+                     power_w=100.0 + index, sm_clock_mhz=1500)  # fmt: skip
+
+
+def test_long_windows_are_averaged_into_buckets_in_sql(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    # One hour at 1 Hz on two GPUs; utilisation alternates 0/100 so each bucket's mean is 50.
+    samples = [_gpu(T0 + i, g, 100.0 * (i % 2)) for i in range(3600) for g in (0, 1)]
+    writer.write_gpu_samples(samples)
+    writer.write_host_sample(HostSample(T0, 10.0, 100, 1000))
+    raw = queries.gpu_samples(conn, T0, T0 + 99)
+    assert len(raw) == 200  # 100 s × 2 GPUs, under the limit: untouched
+    assert raw[:2] == samples[:2]
+    coarse = queries.gpu_samples(conn, T0, T0 + 3600, max_points=60)
+    for g in (0, 1):
+        mine = [s for s in coarse if s.index == g]
+        assert 55 <= len(mine) <= 61
+        assert all(s.util_gpu_pct == pytest.approx(50.0) for s in mine)
+        assert all(s.name == f"GPU {g}" and s.power_w == pytest.approx(100.0 + g) for s in mine)
+        # Memory keeps its peak per bucket, as an int.
+        assert all(isinstance(s.mem_used_bytes, int) for s in mine)
+        assert mine[-1].mem_used_bytes == 3599 * 1000
+    assert [s.ts_unix_s for s in coarse] == sorted(s.ts_unix_s for s in coarse)
+
+
+def test_host_samples_downsample(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    for i in range(0, 1000, 100):
+        for j in range(i, i + 100):
+            writer.write_host_sample(HostSample(T0 + j, float(j % 2) * 20, 5_000 + j, 10_000))
+    got = queries.host_samples(conn, T0, T0 + 1000, max_points=10)
+    assert 9 <= len(got) <= 11
+    assert all(s.cpu_pct == pytest.approx(10.0) for s in got)
+    assert got[0].mem_used_bytes == 5_099  # peak of the first bucket
+
+
+def test_rate_points_for_the_why_page(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    writer.write_requests(
+        [
+            make_record("a", T0, n_tokens=40),
+            make_record("b", T0 + 1, model="other"),
+            replace(make_record("c", T0 + 2), outcome=Outcome.CANCELLED),
+            make_record("d", T0 + 3, final=False),
+        ]
+    )
+    (p,) = queries.rate_points(conn, "llama3.2", T0 - 1)
+    assert p["id"] == "a"
+    assert p["prompt_tokens"] == 120 and p["cached_tokens"] == 20 and p["output_tokens"] == 40
+    assert p["prefill_tok_s"] == pytest.approx(100 / 0.15)
+    assert p["decode_tok_s"] == pytest.approx(40.0)
+    assert p["decode_context_tokens"] == pytest.approx(140.0)
+    assert p["num_ctx"] == 4096 and p["flags"] == ["cache_hit"]
+
+
+def test_model_info_name_variants(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    writer.write_model_info("d1" * 32, "qwen3:8b", {"details": {"family": "qwen3"}})
+    writer.write_model_info("d2" * 32, "llama3.2:latest", {"details": {"family": "llama"}})
+    info = queries.model_info(conn, "qwen3:8b")
+    assert info is not None and info["details"]["family"] == "qwen3"
+    assert queries.model_info(conn, "qwen3") is None  # :latest is implied, not :8b
+    latest = queries.model_info(conn, "llama3.2")
+    assert latest is not None and latest["digest"] == "d2" * 32
+    assert queries.model_info(conn, "llama3.2:latest") == latest
+
+
+def test_empty_store_answers_with_nothing(conn: sqlite3.Connection) -> None:
+    assert queries.recent_requests(conn, 0) == []
+    assert queries.gpu_samples(conn, 0, 2e9) == []
+    assert queries.host_samples(conn, 0, 2e9) == []
+    assert queries.latest_loaded_models(conn) == []
+    assert queries.latest_ps_snapshot_unix_s(conn) is None
+    assert queries.latest_ollama_status(conn) is None
+    assert queries.ollama_events(conn, 0, 2e9) == []
+    assert queries.latest_heartbeat(conn) is None
+    assert queries.model_info(conn, "x") is None
+    assert queries.experiments(conn) == []
+    assert queries.rate_points(conn, "x", 0) == []
+    assert queries.in_flight_requests(conn, T0) == []
