@@ -270,3 +270,29 @@ def calibrate(
             prefill_samples=len(pre),
         )
     return out
+
+
+def ceilings_for_request(
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    *,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+    vram_fraction: float = 1.0,
+    host_bandwidth_bytes_s: float | None = None,
+    efficiencies: Efficiencies | None = None,
+    bandwidth_bytes_s: float | None = None,
+) -> Ceilings:
+    """Ceilings for one request: decode attends over the prompt plus, on average, half the reply."""
+    p = max(prompt_tokens or 0, 0)
+    n = max(output_tokens or 0, 0)
+    return ceilings_for(
+        spec,
+        facts,
+        context_tokens=p + n // 2,
+        prompt_tokens=p,
+        vram_fraction=vram_fraction,
+        host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+        efficiencies=efficiencies,
+        bandwidth_bytes_s=bandwidth_bytes_s,
+    )

@@ -1,0 +1,306 @@
+"""Diagnoses of one request: what held it back, each in a sentence with its numbers.
+
+Input is a ``RequestRecord``, its ``Phases`` (analysis.phases.split_record) and,
+when known, GPU samples, the /api/ps snapshot of the model, model facts and the
+hardware spec. Each check stays silent unless its evidence is present, so a clean
+request gets an empty list. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from analysis import wording as w
+from analysis.ceilings import Ceilings, Efficiencies, ceilings_for_request, vram_fraction
+from analysis.hardware import HardwareSpec
+from analysis.model_facts import ModelFacts
+from analysis.phases import Phases
+from analysis.records import GpuSample, LoadedModel, RequestRecord
+
+
+class Severity(StrEnum):
+    INFO = "info"  # worth knowing; nothing to fix
+    WARNING = "warning"  # costs speed, and there is something to do about it
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str
+    severity: Severity
+    sentence: str
+    numbers: dict[str, float] = field(default_factory=dict)  # the figures the sentence quotes, unformatted
+
+
+CODES: dict[str, str] = {
+    "partial_offload": "part of the model sits in system memory, so decode reads it at system-memory speed",
+    "memory_clock_low": "the GPU memory clock ran below its maximum (a lower P-state), lowering bandwidth",
+    "power_capped": "the GPU ran at its power limit, or NVML reported power-cap throttling",
+    "cache_hit": "prompt-cache hits inflate Ollama's own prefill rate",
+    "cache_suspected": "Ollama's prefill rate is above the hardware ceiling: cache hits this server does not report",
+    "one_token_reply": "a one-token reply: no interval to time decode over",
+    "ttft_load": "time to first token went mostly to loading the model",
+    "ttft_prompt": "time to first token went mostly to reading a long prompt",
+    "ttft_queue": "time to first token went mostly to waiting for a free slot",
+    "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
+    "decode_slow": "decode well below the expected rate, with no other cause found",
+}
+
+# A part that is this close to fully in VRAM counts as fully on the GPU (Ollama rounds).
+OFFLOAD_MIN_FRACTION_IN_RAM = 0.02
+MEM_CLOCK_LOW_FRACTION = 0.95
+POWER_CAP_FRACTION = 0.97
+# NVML clock-event (throttle) reasons: software power cap, hardware power brake.
+THROTTLE_SW_POWER_CAP = 0x4
+THROTTLE_HW_POWER_BRAKE = 0x80
+TTFT_MIN_S = 1.0  # below this nobody waits long enough to ask why
+TTFT_DOMINANT_FRACTION = 0.5
+DECODE_SLOW_FRACTION_OF_EXPECTED = 0.5
+CEILING_SLACK = 1.05
+BUSY_UTIL_PCT = 10.0  # clock and rounding slack before a rate counts as above its ceiling
+
+
+def request_window_unix_s(record: RequestRecord, phases: Phases) -> tuple[float, float] | None:
+    """Wall-clock span of the request's work (prefill start → decode end), or request → final chunk."""
+    start_ns = phases.prefill_start_ns if phases.prefill_start_ns is not None else record.received_ns
+    end_ns = phases.decode_end_ns if phases.decode_end_ns is not None else record.final_chunk_ns
+    if end_ns is None:
+        return None
+    return record.wall_s(start_ns), record.wall_s(end_ns)
+
+
+def samples_in(samples: Sequence[GpuSample], window: tuple[float, float] | None) -> list[GpuSample]:
+    if window is None:
+        return []
+    t0, t1 = window
+    return [s for s in samples if t0 <= s.ts_unix_s <= t1]
+
+
+def diagnose_request(
+    record: RequestRecord,
+    phases: Phases,
+    *,
+    gpu_samples: Sequence[GpuSample] = (),
+    loaded: LoadedModel | None = None,
+    facts: ModelFacts | None = None,
+    spec: HardwareSpec | None = None,
+    host_bandwidth_bytes_s: float | None = None,
+    efficiencies: Efficiencies | None = None,
+    ceilings: Ceilings | None = None,
+) -> list[Diagnosis]:
+    """Every diagnosis that applies to this request, most costly first; [] for a clean one."""
+    frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    if ceilings is None and spec is not None and facts is not None:
+        ceilings = ceilings_for_request(
+            spec,
+            facts,
+            prompt_tokens=phases.prompt_tokens,
+            output_tokens=phases.output_tokens,
+            vram_fraction=frac_vram,
+            host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+            efficiencies=efficiencies,
+        )
+    out: list[Diagnosis] = []
+    for d in (
+        _partial_offload(record, phases, loaded, ceilings),
+        _memory_clock(record, phases, gpu_samples),
+        _power_cap(record, phases, gpu_samples),
+        _cache(phases, ceilings),
+        _one_token(phases),
+        _ttft(record, phases),
+        _decode_vs_ceiling(phases, ceilings),
+    ):
+        if d is not None:
+            out.append(d)
+    # "decode_slow" is the fallback explanation: drop it when another diagnosis explains the slowness.
+    if any(d.code in ("partial_offload", "memory_clock_low", "power_capped") for d in out):
+        out = [d for d in out if d.code != "decode_slow"]
+    out.sort(key=lambda d: 0 if d.severity is Severity.WARNING else 1)
+    return out
+
+
+def _partial_offload(record: RequestRecord, phases: Phases, loaded: LoadedModel | None, c: Ceilings | None) -> Diagnosis | None:
+    if loaded is None or loaded.size_bytes <= 0:
+        return None
+    in_ram = loaded.size_bytes - loaded.size_vram_bytes
+    frac_ram = in_ram / loaded.size_bytes
+    if frac_ram < OFFLOAD_MIN_FRACTION_IN_RAM:
+        return None
+    nums: dict[str, float] = {"fraction_in_system_memory": frac_ram, "bytes_in_system_memory": float(in_ram)}
+    text = (
+        f"{w.pct(frac_ram)} of {loaded.name} ({w.gb(in_ram)} of {w.gb(loaded.size_bytes)}) sits in system memory, "
+        "so every output token also reads that part over the CPU's memory bus"
+    )
+    if c is not None and c.host_bandwidth_bytes_s is not None:
+        full_expected = c.efficiencies.eta_bw * c.full_gpu_decode_ceiling_tok_s
+        nums.update(
+            host_bandwidth_bytes_s=c.host_bandwidth_bytes_s,
+            gpu_bandwidth_bytes_s=c.gpu_bandwidth_bytes_s,
+            full_gpu_expected_tok_s=full_expected,
+            expected_tok_s=c.decode_expected_tok_s,
+        )
+        text += f" at {w.gb_s(c.host_bandwidth_bytes_s)} instead of the GPU's {w.gb_s(c.gpu_bandwidth_bytes_s)}"
+        measured = phases.decode_tok_s
+        if measured:
+            nums["measured_tok_s"] = measured
+            text += (
+                f"; decode ran at {w.tok_s(measured)}, and fully on the GPU about {w.tok_s(full_expected)} "
+                f"could be expected ({w.times(full_expected / measured)} faster)"
+            )
+        else:
+            text += (
+                f"; expect about {w.tok_s(c.decode_expected_tok_s)} instead of {w.tok_s(full_expected)} fully on the GPU "
+                f"({w.times(full_expected / c.decode_expected_tok_s)} faster)"
+            )
+    text += ". A smaller quantization, a shorter context (num_ctx) or closing other GPU programs lets it fit."
+    return Diagnosis("partial_offload", Severity.WARNING, text, nums)
+
+
+def _memory_clock(record: RequestRecord, phases: Phases, samples: Sequence[GpuSample]) -> Diagnosis | None:
+    # An idle GPU parks its memory clock low (P8): only samples where a kernel ran say anything.
+    during = [
+        s
+        for s in samples_in(samples, request_window_unix_s(record, phases))
+        if s.mem_clock_mhz is not None and s.mem_clock_max_mhz and (s.util_gpu_pct is None or s.util_gpu_pct >= BUSY_UTIL_PCT)
+    ]
+    if not during:
+        return None
+    clock = statistics.median(float(s.mem_clock_mhz) for s in during if s.mem_clock_mhz is not None)
+    max_clock = max(float(s.mem_clock_max_mhz) for s in during if s.mem_clock_max_mhz)
+    if clock >= MEM_CLOCK_LOW_FRACTION * max_clock:
+        return None
+    pstates = sorted({s.pstate for s in during if s.pstate is not None})
+    pstate = f" (P-state P{pstates[0]})" if len(pstates) == 1 else ""
+    frac = clock / max_clock
+    text = (
+        f"The GPU's memory clock ran at {clock:.0f} MHz during this request{pstate}, {w.pct(1 - frac)} below its "
+        f"{max_clock:.0f} MHz maximum, and decode speed falls with it: memory bandwidth scales with that clock."
+    )
+    nums = {"mem_clock_mhz": clock, "mem_clock_max_mhz": max_clock, "fraction_of_max": frac}
+    if during[0].mem_bus_width_bits:
+        bw_now = 2 * clock * 1e6 * during[0].mem_bus_width_bits / 8
+        bw_max = 2 * max_clock * 1e6 * during[0].mem_bus_width_bits / 8
+        nums.update(bandwidth_bytes_s=bw_now, max_bandwidth_bytes_s=bw_max)
+        text = text[:-1] + f" ({w.gb_s(bw_now)} instead of {w.gb_s(bw_max)})."
+    return Diagnosis("memory_clock_low", Severity.WARNING if frac < 0.9 else Severity.INFO, text, nums)
+
+
+def _power_cap(record: RequestRecord, phases: Phases, samples: Sequence[GpuSample]) -> Diagnosis | None:
+    during = samples_in(samples, request_window_unix_s(record, phases))
+    at_cap = [
+        s
+        for s in during
+        if (s.power_w is not None and s.power_limit_w and s.power_w >= POWER_CAP_FRACTION * s.power_limit_w)
+        or (s.throttle_reasons is not None and s.throttle_reasons & (THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE))
+    ]
+    if not at_cap:
+        return None
+    peak = max((s.power_w for s in at_cap if s.power_w is not None), default=None)
+    limit = max((s.power_limit_w for s in at_cap if s.power_limit_w), default=None)
+    share = len(at_cap) / len(during)
+    nums: dict[str, float] = {"samples_at_cap": float(len(at_cap)), "samples": float(len(during))}
+    if peak is not None and limit is not None:
+        nums.update(power_w=peak, power_limit_w=limit)
+        drew = f"drew up to {peak:.0f} W of its {limit:.0f} W limit"
+    else:
+        drew = "reported power-cap throttling"
+    text = (
+        f"The GPU {drew} in {len(at_cap)} of {len(during)} samples ({w.pct(share)}) during this request, "
+        "so its clocks were held down; prefill, which is limited by compute, suffers most."
+    )
+    return Diagnosis("power_capped", Severity.WARNING, text, nums)
+
+
+def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
+    prompt, cached = phases.prompt_tokens, phases.cached_tokens
+    if prompt and cached and 0 < cached <= prompt:
+        computed = prompt - cached
+        nums: dict[str, float] = {"prompt_tokens": float(prompt), "cached_tokens": float(cached)}
+        text = f"{w.count(cached)} of the {w.count(prompt)} prompt tokens came from the prompt cache"
+        if phases.ollama_prefill_tok_s:
+            nums["ollama_prefill_tok_s"] = phases.ollama_prefill_tok_s
+            text += f"; Ollama's own prefill rate ({w.tok_s(phases.ollama_prefill_tok_s)}) counts them as if computed"
+        if phases.prefill_tok_s:
+            nums["prefill_tok_s"] = phases.prefill_tok_s
+            text += f", but only {w.count(computed)} were, at {w.tok_s(phases.prefill_tok_s)}"
+        return Diagnosis("cache_hit", Severity.INFO, text + ".", nums)
+    # Older servers do not report cached tokens: a rate above the ceiling gives the hits away.
+    rate = phases.ollama_prefill_tok_s
+    if cached is None and c is not None and rate and prompt and rate > CEILING_SLACK * c.prefill_ceiling_tok_s:
+        nums = {"ollama_prefill_tok_s": rate, "prefill_ceiling_tok_s": c.prefill_ceiling_tok_s}
+        text = (
+            f"Ollama reports reading the {w.count(prompt)}-token prompt at {w.tok_s(rate)}, above the "
+            f"{w.tok_s(c.prefill_ceiling_tok_s)} this hardware can compute for this model: most of the prompt must have "
+            "come from the prompt cache, which this Ollama version does not report, so that rate is inflated."
+        )
+        return Diagnosis("cache_suspected", Severity.INFO, text, nums)
+    return None
+
+
+def _one_token(phases: Phases) -> Diagnosis | None:
+    if phases.output_tokens != 1:
+        return None
+    text = (
+        "The reply was a single token, so there is no interval between tokens to time: "
+        "any decode rate shown for it means nothing."
+    )
+    if phases.ollama_decode_tok_s:
+        text = text[:-1] + f" (Ollama's formula gives {w.tok_s(phases.ollama_decode_tok_s)})."
+    return Diagnosis("one_token_reply", Severity.INFO, text, {"output_tokens": 1.0})
+
+
+def _ttft(record: RequestRecord, phases: Phases) -> Diagnosis | None:
+    parts = {"load": phases.load_s or 0.0, "queue": max(phases.queue_s or 0.0, 0.0), "prompt": phases.prefill_s or 0.0}
+    ttft = phases.ttft_s if phases.ttft_s is not None else sum(parts.values())
+    if ttft < TTFT_MIN_S:
+        return None
+    name, part_s = max(parts.items(), key=lambda kv: kv[1])
+    if part_s < TTFT_DOMINANT_FRACTION * ttft:
+        return None
+    nums = {"ttft_s": ttft, f"{name}_s": part_s}
+    lead = f"{w.secs(part_s)} of the {w.secs(ttft)} before the first token"
+    if name == "load":
+        text = (
+            f"{lead} went to loading {record.model} into memory: it was not loaded, or a changed option (such as num_ctx) "
+            "forced a reload. A longer keep_alive keeps it loaded between requests."
+        )
+        return Diagnosis("ttft_load", Severity.INFO, text, nums)
+    if name == "queue":
+        text = (
+            f"{lead} was spent waiting for a free slot while other requests ran: Ollama serves one request per model at a "
+            "time unless OLLAMA_NUM_PARALLEL is raised."
+        )
+        return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+    computed = (phases.prompt_tokens or 0) - (phases.cached_tokens or 0)
+    rate = f" at {w.tok_s(phases.prefill_tok_s)}" if phases.prefill_tok_s else ""
+    nums["prompt_tokens"] = float(computed)
+    text = (
+        f"{lead} went to reading the {w.count(computed)}-token prompt{rate}; a shorter prompt, or one that repeats an "
+        "earlier prefix so the prompt cache can serve it, starts answering sooner."
+    )
+    return Diagnosis("ttft_prompt", Severity.INFO, text, nums)
+
+
+def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
+    measured = phases.decode_tok_s
+    if c is None or not measured or (phases.output_tokens or 0) < 2:
+        return None
+    nums = {"measured_tok_s": measured, "ceiling_tok_s": c.decode_ceiling_tok_s, "expected_tok_s": c.decode_expected_tok_s}
+    if measured > CEILING_SLACK * c.decode_ceiling_tok_s:
+        text = (
+            f"Decode at {w.tok_s(measured)} is above the {w.tok_s(c.decode_ceiling_tok_s)} that "
+            f"{w.gb_s(c.bandwidth_bytes_s)} allows for {w.gb(c.decode_bytes_per_token)} read per token: this reading cannot "
+            "be true (check the GPU and model this request was matched to)."
+        )
+        return Diagnosis("decode_above_ceiling", Severity.WARNING, text, nums)
+    if measured < DECODE_SLOW_FRACTION_OF_EXPECTED * c.decode_expected_tok_s:
+        text = (
+            f"Decode ran at {w.tok_s(measured)}, {w.pct(measured / c.decode_expected_tok_s)} of the "
+            f"{w.tok_s(c.decode_expected_tok_s)} expected here ({w.pct(measured / c.decode_ceiling_tok_s)} of the "
+            f"{w.tok_s(c.decode_ceiling_tok_s)} ceiling). That usually means partial CPU offload, a low memory "
+            "clock or a power cap; other requests running at the same time also share the bandwidth."
+        )
+        return Diagnosis("decode_slow", Severity.INFO, text, nums)
+    return None

@@ -1,0 +1,203 @@
+"""Diagnoses on hand-built records: each fires on its evidence, with its numbers; a clean request gets none."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from analysis.diagnose import CODES, Diagnosis, Severity, diagnose_request
+from analysis.hardware import spec_by_key
+from analysis.model_facts import ModelFacts
+from analysis.phases import Phases, split_record
+from analysis.records import FinalMetrics, GpuSample, LoadedModel, Outcome, RequestRecord
+
+MS = 1_000_000
+T0_UNIX = 1_800_000_000.0
+T0_NS = 5_000_000_000
+SPEC = spec_by_key("rtx-3090")
+FACTS = ModelFacts("llama", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, 128, 131072, "Q4_K_M", 4.92e9, False)
+
+
+def make_record(
+    *,
+    load_ms: int = 3,
+    queue_ms: int = 2,
+    prompt: int = 200,
+    cached: int | None = 0,
+    prefill_ms: int = 60,
+    output: int = 50,
+    token_gap_ms: float = 9.0,
+    model: str = "llama3.1:8b",
+) -> RequestRecord:
+    """A finished request shaped as the proxy records it: phases back to back, a token every gap."""
+    received = T0_NS
+    forwarded = received + MS
+    decode_ns = int((output - 1) * token_gap_ms * MS) if output > 1 else 0
+    first_token = forwarded + (load_ms + queue_ms + prefill_ms) * MS
+    tokens = [first_token + int(i * token_gap_ms * MS) for i in range(output)]
+    final = (tokens[-1] if tokens else first_token) + MS
+    total_ns = (load_ms + queue_ms + prefill_ms) * MS + decode_ns
+    metrics = FinalMetrics(
+        total_duration_ns=total_ns,
+        load_duration_ns=load_ms * MS,
+        prompt_eval_count=prompt,
+        prompt_eval_cached_count=cached,
+        prompt_eval_duration_ns=prefill_ms * MS,
+        eval_count=output,
+        eval_duration_ns=decode_ns or None,
+        done_reason="stop",
+    )
+    return RequestRecord(
+        id="r1",
+        started_at_unix_s=T0_UNIX,
+        client_addr="127.0.0.1",
+        endpoint="/api/chat",
+        model=model,
+        stream=True,
+        received_ns=received,
+        forwarded_ns=forwarded,
+        first_byte_ns=first_token,
+        first_token_ns=first_token,
+        token_chunk_ns=tokens,
+        final_chunk_ns=final,
+        closed_ns=final,
+        status_code=200,
+        outcome=Outcome.OK,
+        metrics=metrics,
+    )
+
+
+def loaded(size: float = 5.6e9, vram: float | None = None) -> LoadedModel:
+    return LoadedModel(
+        T0_UNIX, "llama3.1:8b", "llama3.1:8b", "d" * 64, int(size), int(size if vram is None else vram), 4096, None
+    )
+
+
+def gpu_samples(rec: RequestRecord, **fields: object) -> list[GpuSample]:
+    """Samples every 20 ms across the request, busy, with the given overrides."""
+    end = rec.wall_s(rec.final_chunk_ns or rec.received_ns)
+    base = GpuSample(
+        ts_unix_s=T0_UNIX, index=0, name=SPEC.name, uuid="GPU-1", util_gpu_pct=95.0, power_w=250.0, power_limit_w=350.0,
+        mem_clock_mhz=9751, mem_clock_max_mhz=9751, mem_bus_width_bits=384, pstate=2,
+    )  # fmt: skip
+    out = []
+    t = T0_UNIX
+    while t <= end:
+        out.append(dataclasses.replace(base, ts_unix_s=t, **fields))  # type: ignore[arg-type]
+        t += 0.02
+    return out
+
+
+def codes(ds: list[Diagnosis]) -> list[str]:
+    return [d.code for d in ds]
+
+
+def run(rec: RequestRecord, **kw: object) -> list[Diagnosis]:
+    return diagnose_request(rec, split_record(rec), spec=SPEC, facts=FACTS, **kw)  # type: ignore[arg-type]
+
+
+def test_clean_request_is_silent() -> None:
+    # 50 tokens at 9 ms (111 tok/s), on a 3090 where 130 tok/s is expected, fully in VRAM, clocks at max.
+    rec = make_record()
+    assert run(rec, loaded=loaded(), gpu_samples=gpu_samples(rec)) == []
+
+
+def test_every_code_is_documented() -> None:
+    for code in ("partial_offload", "memory_clock_low", "power_capped", "cache_hit", "one_token_reply", "ttft_load",
+                 "ttft_prompt", "ttft_queue"):  # fmt: skip
+        assert code in CODES
+
+
+def test_partial_offload_says_how_much_faster_on_gpu() -> None:
+    rec = make_record(token_gap_ms=60)  # 16.7 tok/s
+    ds = run(rec, loaded=loaded(size=10e9, vram=6e9), host_bandwidth_bytes_s=60e9)
+    assert codes(ds)[0] == "partial_offload"
+    d = ds[0]
+    assert d.severity is Severity.WARNING
+    assert "40%" in d.sentence and "4.00 GB of 10.0 GB" in d.sentence
+    assert "60 GB/s" in d.sentence and "936 GB/s" in d.sentence
+    assert "16.7 tok/s" in d.sentence
+    full = d.numbers["full_gpu_expected_tok_s"]
+    assert full == pytest.approx(0.70 * 936e9 / (4.92e9 + 131072 * (200 + 25)))
+    assert f"{full / 16.7:.1f}×" in d.sentence or f"{full / 16.67:.0f}×" in d.sentence
+    # The generic "decode is slow" fallback is not repeated once the cause is known.
+    assert "decode_slow" not in codes(ds)
+
+
+def test_memory_clock_below_max() -> None:
+    rec = make_record()
+    ds = run(rec, gpu_samples=gpu_samples(rec, mem_clock_mhz=8000))
+    assert codes(ds) == ["memory_clock_low"]
+    assert "8000 MHz" in ds[0].sentence and "9751 MHz" in ds[0].sentence and "P2" in ds[0].sentence
+    assert "768 GB/s" in ds[0].sentence  # 2 × 8000 MHz × 384 bit ÷ 8
+
+
+def test_idle_samples_do_not_count_as_a_low_clock() -> None:
+    rec = make_record()
+    assert run(rec, gpu_samples=gpu_samples(rec, mem_clock_mhz=405, util_gpu_pct=0.0)) == []
+
+
+def test_power_cap() -> None:
+    rec = make_record()
+    ds = run(rec, gpu_samples=gpu_samples(rec, power_w=349.0))
+    assert codes(ds) == ["power_capped"]
+    assert "349 W of its 350 W limit" in ds[0].sentence
+    by_flag = run(rec, gpu_samples=gpu_samples(rec, throttle_reasons=0x4))
+    assert codes(by_flag) == ["power_capped"]
+
+
+def test_cache_hit_names_both_rates() -> None:
+    rec = make_record(prompt=1000, cached=900, prefill_ms=50)
+    ds = run(rec)
+    assert codes(ds) == ["cache_hit"]
+    s = ds[0].sentence
+    assert "900 of the 1,000 prompt tokens" in s
+    assert "20,000 tok/s" in s  # Ollama's 1000 / 0.05 s
+    assert "only 100 were, at 2,000 tok/s" in s
+
+
+def test_cache_suspected_when_server_does_not_say() -> None:
+    rec = make_record(prompt=8000, cached=None, prefill_ms=40)  # 200,000 tok/s: far above the 3090's ceiling
+    ds = run(rec)
+    assert codes(ds) == ["cache_suspected"]
+    assert "200,000 tok/s" in ds[0].sentence
+
+
+def test_one_token_reply() -> None:
+    ds = run(make_record(output=1))
+    assert codes(ds) == ["one_token_reply"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "code", "needle"),
+    [
+        ({"load_ms": 2500}, "ttft_load", "2.50 s of the 2.56 s before the first token went to loading llama3.1:8b"),
+        ({"queue_ms": 4000}, "ttft_queue", "4.00 s of the 4.06 s before the first token was spent waiting"),
+        ({"prompt": 8000, "prefill_ms": 2000}, "ttft_prompt", "reading the 8,000-token prompt at 4,000 tok/s"),
+    ],
+)
+def test_ttft_dominated(kw: dict[str, int], code: str, needle: str) -> None:
+    ds = run(make_record(**kw))
+    assert code in codes(ds)
+    d = next(d for d in ds if d.code == code)
+    assert needle in d.sentence
+
+
+def test_decode_far_below_expected_without_cause() -> None:
+    ds = run(make_record(token_gap_ms=40))  # 25 tok/s where 130 is expected
+    assert codes(ds) == ["decode_slow"]
+    assert "25.0 tok/s" in ds[0].sentence
+
+
+def test_decode_above_ceiling_is_flagged() -> None:
+    ds = run(make_record(token_gap_ms=2))  # 500 tok/s: a 3090 cannot read 4.9 GB that often
+    assert codes(ds) == ["decode_above_ceiling"]
+
+
+def test_works_without_hardware_or_model() -> None:
+    rec = make_record(load_ms=3000)
+    ds = diagnose_request(rec, split_record(rec))
+    assert codes(ds) == ["ttft_load"]
+    # An empty Phases (e.g. a failed request) gives nothing to say rather than an error.
+    assert diagnose_request(rec, Phases()) == []
