@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_one_token_reply() -> None:
         ({"prompt": 8000, "prefill_ms": 2000}, "ttft_prompt", "reading the 8,000-token prompt at 4,000 tok/s"),
     ],
 )
-def test_ttft_dominated(kw: dict[str, int], code: str, needle: str) -> None:
+def test_ttft_dominated(kw: dict[str, Any], code: str, needle: str) -> None:
     ds = run(make_record(**kw))
     assert code in codes(ds)
     d = next(d for d in ds if d.code == code)
