@@ -70,15 +70,15 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
 
         # A long generation: its row shows up in flight while it runs, then finished.
         stream = await client.generate(model=MODEL, prompt="tell me a long story", stream=True, options={"num_predict": 400})
-        seen = 0
+        seen, last_done = 0, False
         async for part in stream:
-            seen += 1
+            seen, last_done = seen + 1, bool(part.done)
             if seen == 20:
                 rows = await _until(
                     lambda: _query(data, "SELECT * FROM requests WHERE outcome = 'in_flight' AND tokens_so_far > 0")
                 )
                 assert rows[0]["endpoint"] == "/api/generate" and rows[0]["model"] == MODEL
-        assert part.done and seen > 20
+        assert last_done and seen > 20
 
         await _until(lambda: len(_query(data, "SELECT id FROM requests WHERE outcome = 'ok'")) == 2)
         rows = _query(data, "SELECT * FROM requests ORDER BY started_at_unix_s")
