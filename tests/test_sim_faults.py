@@ -1,0 +1,99 @@
+"""sim's one-shot fault switches (POST /sim/faults), seen through the official client and raw HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+from collections.abc import Iterator
+
+import httpx
+import ollama
+import pytest
+
+from tests.support.sim_process import SimProcess, http_json, start_sim, truth
+
+SMALL = "qwen2.5:0.5b"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    with start_sim("--hardware", "rtx-3090") as s:
+        yield s
+
+
+@pytest.fixture()
+def client(sim: SimProcess) -> ollama.Client:
+    http_json(sim, "DELETE", "/sim/faults")
+    return ollama.Client(host=sim.base_url, timeout=30)
+
+
+def raw_lines(sim: SimProcess, body: dict[str, object]) -> list[bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+    try:
+        conn.request("POST", "/api/generate", json.dumps(body))
+        r = conn.getresponse()
+        assert r.status == 200
+        return r.read().split(b"\n")
+    except http.client.IncompleteRead as e:
+        return bytes(e.partial).split(b"\n")
+    finally:
+        conn.close()
+
+
+def test_faults_are_validated_and_readable(sim: SimProcess, client: ollama.Client) -> None:
+    assert http_json(sim, "POST", "/sim/faults", {"stall_ms": "x"})[0] == 400
+    assert http_json(sim, "POST", "/sim/faults", {"explode": 1})[0] == 400
+    assert http_json(sim, "GET", "/sim/faults") == (200, {})
+    assert http_json(sim, "POST", "/sim/faults", {"cut_after_tokens": 2}) == (200, {"cut_after_tokens": 2})
+    assert http_json(sim, "GET", "/sim/faults") == (200, {"cut_after_tokens": 2})
+
+
+def test_fail_next_load_is_a_500_once(sim: SimProcess, client: ollama.Client) -> None:
+    msg = "llama-server process has terminated: exit status 2"
+    http_json(sim, "POST", "/sim/faults", {"fail_next_load": msg})
+    with pytest.raises(ollama.ResponseError) as e:
+        client.generate(model="llama3.2", prompt="x")
+    assert (e.value.status_code, e.value.error) == (500, msg)
+    assert client.generate(model="llama3.2", prompt="x", options={"num_predict": 1}).done  # one-shot
+
+
+def test_error_line_mid_stream_raises_response_error(client: ollama.Client, sim: SimProcess) -> None:
+    http_json(sim, "POST", "/sim/faults", {"error_after_tokens": 3})
+    got: list[str] = []
+    with pytest.raises(ollama.ResponseError) as e:
+        for part in client.generate(model=SMALL, prompt="x", stream=True, options={"num_predict": 20}):
+            got.append(part.response or "")
+    assert e.value.status_code == -1 and "unexpectedly stopped" in e.value.error
+    assert len(got) == 3
+
+
+def test_cut_stream_has_no_final_chunk(sim: SimProcess, client: ollama.Client) -> None:
+    http_json(sim, "POST", "/sim/faults", {"cut_after_tokens": 4})
+    lines = [ln for ln in raw_lines(sim, {"model": SMALL, "prompt": "x", "options": {"num_predict": 30}}) if ln]
+    objs = [json.loads(ln) for ln in lines]
+    assert len(objs) == 4 and not any(o["done"] for o in objs)
+    with pytest.raises(httpx.HTTPError):
+        http_json(sim, "POST", "/sim/faults", {"cut_after_tokens": 1})
+        list(client.generate(model=SMALL, prompt="y", stream=True, options={"num_predict": 30}))
+
+
+def test_malformed_line(sim: SimProcess, client: ollama.Client) -> None:
+    http_json(sim, "POST", "/sim/faults", {"malformed_after_tokens": 2})
+    lines = [ln for ln in raw_lines(sim, {"model": SMALL, "prompt": "x", "options": {"num_predict": 30}}) if ln]
+    assert len(lines) == 3
+    json.loads(lines[0])
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(lines[2])
+
+
+def test_stall_delays_the_chosen_token_and_is_reported(sim: SimProcess, client: ollama.Client) -> None:
+    http_json(sim, "POST", "/sim/faults", {"stall_ms": 400, "stall_after_tokens": 3})
+    r = client.generate(model=SMALL, prompt="stall me", options={"num_predict": 6})
+    assert r.eval_duration is not None and r.eval_duration >= 400_000_000
+    rec = [x for x in truth(sim) if x["reported"].get("eval_count") == 6][-1]
+    t = rec["token_sampled_ns"]
+    gaps = [b - a for a, b in itertools.pairwise(t)]
+    assert gaps.index(max(gaps)) == 1  # between token 2 and token 3
+    assert max(gaps) >= 400_000_000
+    assert http_json(sim, "GET", "/sim/faults") == (200, {})

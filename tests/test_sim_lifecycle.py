@@ -1,0 +1,135 @@
+"""Model lifecycle in sim: keep-alive, offload, the virtual GPU, clients that go away."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from typing import Any
+
+import ollama
+
+from sim.catalog import BY_NAME
+from sim.profiles import PROFILES
+from tests.support.sim_process import SimProcess, http_json, start_sim, truth
+
+SMALL = "qwen2.5:0.5b"
+
+
+def ps_names(sim: SimProcess) -> list[str]:
+    return [m["name"] for m in http_json(sim, "GET", "/api/ps")[1]["models"]]
+
+
+def wait_until(cond: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_keep_alive_expiry_and_request_override() -> None:
+    with start_sim("--keep-alive", "1s") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        client.generate(model=SMALL, prompt="hi", options={"num_predict": 2})
+        assert ps_names(sim) == [SMALL]
+        assert wait_until(lambda: ps_names(sim) == [], 5)  # server default 1s
+        # A request's keep_alive sticks to the runner: -1 = forever, later requests without it keep it.
+        client.generate(model=SMALL, prompt="hi", keep_alive=-1, options={"num_predict": 1})
+        client.generate(model=SMALL, prompt="again", options={"num_predict": 1})
+        time.sleep(1.5)
+        rows = client.ps().models
+        assert [m.model for m in rows] == [SMALL]
+        assert rows[0].expires_at is not None and rows[0].expires_at.year > 2200
+        client.generate(model=SMALL, prompt="", keep_alive="300ms")
+        assert wait_until(lambda: ps_names(sim) == [], 3)
+
+
+def test_big_model_is_partly_offloaded_and_slower() -> None:
+    with start_sim("--hardware", "rtx-3090", "--disk-gbs", "100") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=60)
+        client.generate(model="llama3.1:8b", prompt="", keep_alive="10m")
+        client.generate(model="llama3.1:70b", prompt="")
+        rows = {m.model: m for m in client.ps().models}
+        big = rows["llama3.1:70b"]
+        assert big.size is not None and big.size_vram is not None
+        assert 0 < big.size_vram < big.size  # does not fit in 24 GB: partial CPU offload
+        # The idle 8B was evicted to make room, as Ollama's scheduler does.
+        assert "llama3.1:8b" not in rows
+        assert big.size_vram <= PROFILES["rtx-3090"].vram_bytes
+        r = client.generate(model="llama3.1:70b", prompt="one", options={"num_predict": 3})
+        assert r.eval_duration is not None and r.eval_count == 3
+        decode_tok_s = 2 / (r.eval_duration / 1e9)
+        full_vram_ceiling = PROFILES["rtx-3090"].spec.bandwidth_bytes_s / BY_NAME["llama3.1:70b"].size_bytes
+        assert decode_tok_s < full_vram_ceiling / 3  # offloaded layers stream from system RAM
+
+
+def test_virtual_gpu_moves_with_work() -> None:
+    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "50") as sim:
+        idle = http_json(sim, "GET", "/sim/gpu")[1]
+        assert idle["simulated"] is True
+        g0 = idle["gpus"][0]
+        assert g0["name"] == "Simulated NVIDIA GeForce RTX 4090" and g0["simulated"] is True
+        assert g0["util_gpu_pct"] == 0 and g0["mem_clock_max_mhz"] == 10501 and g0["mem_bus_width_bits"] == 384
+        # Theoretical bandwidth from the reported clock and bus width matches the spec (physics.md §4).
+        assert abs(2 * g0["mem_clock_max_mhz"] * 1e6 * g0["mem_bus_width_bits"] / 8 - 1008e9) < 1e9
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        client.generate(model="llama3.1:8b", prompt="work", options={"num_predict": 60})
+        busy = http_json(sim, "GET", "/sim/gpu")[1]["gpus"][0]
+        assert busy["util_gpu_pct"] > 20
+        assert busy["power_w"] > g0["power_w"] + 50
+        assert busy["mem_used_bytes"] > g0["mem_used_bytes"] + BY_NAME["llama3.1:8b"].size_bytes
+        assert busy["sm_clock_mhz"] > g0["sm_clock_mhz"] and busy["pstate"] < g0["pstate"]
+        assert busy["total_energy_mj"] > g0["total_energy_mj"]
+        assert busy["power_w"] <= busy["power_limit_w"]
+    with start_sim("--hardware", "cpu") as sim:
+        assert http_json(sim, "GET", "/sim/gpu")[1] == {"simulated": True, "gpus": []}
+
+
+def test_client_disconnect_frees_the_slot_at_once() -> None:
+    with start_sim("--hardware", "rtx-3090", "--num-parallel", "1", "--disk-gbs", "50") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        client.generate(model="llama3.1:8b", prompt="")
+        # A long answer (~10 s at ~120 tok/s); read three lines, then hang up.
+        sock = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+        body = json.dumps({"model": "llama3.1:8b", "prompt": "long one", "options": {"num_predict": 1200}}).encode()
+        sock.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        buf = b""
+        while buf.count(b"\n") < 12:  # headers plus a few chunk lines
+            buf += sock.recv(4096)
+        sock.close()
+        t_closed = time.monotonic_ns()
+        r = client.generate(model="llama3.1:8b", prompt="next", options={"num_predict": 3})
+        assert r.total_duration is not None and r.total_duration < 1_000_000_000
+        recs = [x for x in truth(sim) if x["endpoint"] == "/api/generate" and x["prompt_tokens"]]
+        gone = next(x for x in recs if x["cancelled"])
+        assert gone["done_ns"] is not None and gone["done_ns"] - t_closed < 500_000_000
+        assert len(gone["token_sampled_ns"]) < 200
+
+
+def test_slot_waiter_that_leaves_is_not_served() -> None:
+    with start_sim("--hardware", "rtx-3090", "--num-parallel", "1", "--disk-gbs", "50") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        client.generate(model="llama3.1:8b", prompt="")
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+        conn.request("POST", "/api/generate", json.dumps({"model": "llama3.1:8b", "prompt": "a", "options": {"num_predict": 80}}))
+        time.sleep(0.1)
+        waiter = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+        body = json.dumps({"model": "llama3.1:8b", "prompt": "b", "options": {"num_predict": 500}}).encode()
+        waiter.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+                       + b"\r\n\r\n" + body)
+        time.sleep(0.1)
+        waiter.close()  # leaves while waiting for the slot
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert json.loads(resp.read().splitlines()[-1])["eval_count"] == 80
+        conn.close()
+        r = client.generate(model="llama3.1:8b", prompt="c", options={"num_predict": 2})
+        # c did not have to wait for b's 500 tokens.
+        assert r.total_duration is not None and r.total_duration < 1_500_000_000
+        cancelled = [x for x in truth(sim) if x["cancelled"]]
+        assert len(cancelled) == 1
+        assert cancelled[0]["token_sampled_ns"] == [] and cancelled[0]["slot_acquired_ns"] is None

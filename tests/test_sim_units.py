@@ -1,0 +1,95 @@
+"""Pure parts of sim: tokenizer, Go durations, step timing, profiles."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from analysis.roofline import kv_bytes_per_token
+from sim import timing
+from sim.catalog import BY_NAME, MODELS, find_model
+from sim.ollama_time import keep_alive_ns, parse_go_duration_ns, rfc3339nano
+from sim.profiles import PROFILES
+from sim.tokens import TextStream, count_tokens, encode, make_prompt
+
+
+@given(st.integers(min_value=0, max_value=3000), st.integers(min_value=0, max_value=10**6))
+def test_make_prompt_has_exactly_n_tokens(n: int, seed: int) -> None:
+    text = make_prompt(n, seed)
+    assert count_tokens(text) == n
+    assert make_prompt(n, seed) == text
+
+
+def test_generated_text_recounts_to_its_tokens() -> None:
+    stream = TextStream("seed")
+    pieces = [next(stream) for _ in range(500)]
+    assert count_tokens("".join(pieces)) == 500
+    again = TextStream("seed")
+    assert [next(again) for _ in range(5)] == pieces[:5]
+    assert encode("a, b") == encode("a , b") and len(encode("a, b")) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [("5m", 300 * 10**9), ("1h30m", 5400 * 10**9), ("300ms", 300 * 10**6), ("0", 0), ("-1s", -(10**9)), ("1.5s", 1_500_000_000)],
+)
+def test_go_durations(text: str, ns: int) -> None:
+    assert parse_go_duration_ns(text) == ns
+
+
+def test_keep_alive_rules() -> None:
+    assert keep_alive_ns(None) is None
+    assert keep_alive_ns(30) == 30 * 10**9
+    assert keep_alive_ns(-5) == -1 and keep_alive_ns("-1m") == -1
+    with pytest.raises(ValueError, match="missing unit"):
+        keep_alive_ns("10")
+    with pytest.raises(ValueError, match="invalid duration"):
+        keep_alive_ns("soon")
+
+
+def test_rfc3339nano_trims_zeros() -> None:
+    assert rfc3339nano(1_700_000_000_120_000_000) == "2023-11-14T22:13:20.12Z"
+    assert rfc3339nano(1_700_000_000_000_000_000) == "2023-11-14T22:13:20Z"
+
+
+def test_catalogue_facts() -> None:
+    m = BY_NAME["llama3.1:8b"]
+    facts = (m.parameter_count, m.block_count, m.head_count_kv, m.head_dim, m.size_bytes)
+    assert facts == (8_030_261_312, 32, 8, 128, 4_920_753_328)
+    assert m.kv_bytes_per_token == kv_bytes_per_token(32, 8, 128) == 128 * 1024
+    assert find_model("llama3.2") is BY_NAME["llama3.2:latest"] and find_model("llama3.1") is None
+    assert BY_NAME["llama3.1:70b"].size_bytes > 24e9
+    assert len({m.digest for m in MODELS}) == len(MODELS)
+
+
+def test_decode_step_grows_by_the_kv_term() -> None:
+    m, p = BY_NAME["llama3.1:8b"], PROFILES["rtx-3090"]
+    t0 = timing.step_seconds(m, p, 1.0, timing.StepWork([0], []))
+    t32k = timing.step_seconds(m, p, 1.0, timing.StepWork([32768], []))
+    eta_bw = p.spec.eta_bw_quant * p.spec.bandwidth_bytes_s
+    assert t32k - t0 == pytest.approx(32768 * m.kv_bytes_per_token / eta_bw, rel=1e-9)
+
+
+def test_batching_amortizes_weights_until_compute_binds() -> None:
+    m, p = BY_NAME["llama3.1:8b"], PROFILES["rtx-4090"]
+    one = timing.step_seconds(m, p, 1.0, timing.StepWork([100], []))
+    eight = timing.step_seconds(m, p, 1.0, timing.StepWork([100] * 8, []))
+    assert eight < 1.2 * one  # memory-bound: 8 streams cost little more than one
+    chunk = timing.step_seconds(m, p, 1.0, timing.StepWork([], [(0, 2048)]))
+    assert chunk > 20 * one  # a big prefill chunk is compute-bound
+
+
+def test_offload_makes_decode_slower() -> None:
+    m, p = BY_NAME["llama3.1:70b"], PROFILES["rtx-3090"]
+    full = timing.step_seconds(m, p, 1.0, timing.StepWork([10], []))
+    half = timing.step_seconds(m, p, 0.5, timing.StepWork([10], []))
+    assert half > 5 * full
+
+
+def test_default_num_ctx_and_batch() -> None:
+    assert PROFILES["rtx-3090"].default_num_ctx == 4096  # 24 GB is under 23 GiB once reserved
+    assert PROFILES["rtx-5090"].default_num_ctx == 32768
+    assert PROFILES["m2-ultra"].default_num_ctx == 262144
+    assert [timing.default_num_batch(c) for c in (4096, 8192, 65536)] == [512, 1024, 2048]
+    assert PROFILES["cpu"].vram_bytes == 0
