@@ -74,6 +74,21 @@ class Ceilings:
     decode_intensity_flop_per_byte: float  # batch-1 decode FLOPs ÷ bytes read
     prefill_intensity_flop_per_byte: float  # one micro-batch of prompt FLOPs ÷ bytes read
     efficiencies: Efficiencies
+    decode_flops_per_token: float = 0.0  # 2N + 4·L·c·d at this context
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS
+
+    def batched_decode_tok_s(self, streams: int) -> tuple[float, float]:
+        """(aggregate, per-stream) expected decode rate with ``streams`` sequences per step (physics.md §6).
+
+        One step reads the weights once for all streams plus each stream's KV cache, and does
+        each stream's arithmetic: T(B) = max((W + B·KV(c)) ÷ (η·BW), B·FLOPs ÷ (η_c·F)).
+        """
+        b = max(streams, 1)
+        kv = self.kv_bytes_per_tok * self.context_tokens
+        t_mem = (self.weights_bytes + b * kv) / (self.efficiencies.eta_bw * self.bandwidth_bytes_s)
+        t_compute = b * self.decode_flops_per_token / (self.efficiencies.eta_compute * self.peak_flops)
+        step_s = max(t_mem, t_compute)
+        return b / step_s, 1.0 / step_s
 
     @property
     def expected_ratio(self) -> float:
@@ -155,6 +170,8 @@ def compute_ceilings(
         decode_intensity_flop_per_byte=dec_flops / decode_bytes,
         prefill_intensity_flop_per_byte=pp_flops * ub / prefill_bytes,
         efficiencies=efficiencies,
+        decode_flops_per_token=dec_flops,
+        ubatch_tokens=ubatch_tokens,
     )
 
 

@@ -221,3 +221,17 @@ def test_cli_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--gpu", "Apple M2 Ultra", *ARGS]) == 0
     text = capsys.readouterr().out
     assert "Apple M2 Ultra" in text and "800 GB/s" in text and "decode" in text and "prefill" in text
+
+
+def test_batched_decode_follows_physics_section_6() -> None:
+    c = ceilings_for(spec_by_key("rtx-3090"), _llama3_8b(), context_tokens=512, prompt_tokens=512)
+    agg1, per1 = c.batched_decode_tok_s(1)
+    assert agg1 == per1 == pytest.approx(c.decode_expected_tok_s)
+    agg4, per4 = c.batched_decode_tok_s(4)
+    # Memory-bound: the weights are read once for all four, so the total rises almost 4× and each stream slows a little.
+    assert 3.5 * agg1 < agg4 < 4 * agg1
+    assert 0.85 * per1 < per4 < per1
+    # Far enough out the compute roof takes over and the total stops growing.
+    agg_huge, _ = c.batched_decode_tok_s(4096)
+    agg_more, _ = c.batched_decode_tok_s(8192)
+    assert agg_more == pytest.approx(agg_huge, rel=0.2)
