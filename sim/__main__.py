@@ -53,7 +53,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--disk-gbs", type=float, default=None, metavar="GB/S",
                     help="override the profile's load speed (e.g. a warm page cache), GB/s")
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
+    ap.add_argument("--engine", default="sim", choices=["sim", "llama-cpp"],
+                    help="sim: the roofline model (default); llama-cpp: a real GGUF through llama.cpp (sim/llama_engine.py)")
+    ap.add_argument("--gguf", default=None, metavar="PATH",
+                    help="with --engine llama-cpp: the model file (python scripts/get_gemma.py writes one)")
+    ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME",
+                    help="with --engine llama-cpp: the name it is served as")
+    ap.add_argument("--threads", type=int, default=2, metavar="N", help="with --engine llama-cpp: CPU threads (default 2)")
     args = ap.parse_args(argv)
+    if args.engine == "llama-cpp" and not args.gguf:
+        ap.error("--engine llama-cpp needs --gguf PATH")
+    if args.engine == "llama-cpp" and args.num_parallel != 1:
+        ap.error("--engine llama-cpp serves one slot: --num-parallel 1")
     if args.num_parallel < 1:
         ap.error("--num-parallel must be >= 1")
     if args.disk_gbs is not None and args.disk_gbs <= 0:
@@ -79,7 +90,20 @@ async def serve(args: argparse.Namespace) -> None:
         default_keep_alive_ns=args.keep_alive_ns,
         faults=faults,
     )
-    app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+    if args.engine == "llama-cpp":
+        from sim.llama_engine import EngineUnavailable, LlamaEngine, add_engine_routes
+
+        try:
+            real = LlamaEngine(args.gguf, model_name=args.model_name, n_threads=args.threads, max_queue=args.max_queue,
+                               default_keep_alive_ns=args.keep_alive_ns)
+        except EngineUnavailable as e:
+            print(f"sim: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        app = build_app(real, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+        add_engine_routes(app, real)
+        args.hardware = f"llama.cpp on the CPU, {args.threads} threads, {real.model.name} from {args.gguf}"
+    else:
+        app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
