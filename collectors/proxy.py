@@ -239,6 +239,8 @@ class RecordingProxy:
 
     async def stop(self) -> None:
         """Stop accepting, let running streams finish for a moment, then cancel them."""
+        if self._stopping:
+            return
         self._stopping = True
         if self._site is not None:
             await self._site.stop()  # closes the listening socket
@@ -453,10 +455,9 @@ class RecordingProxy:
             ex.failure = ex.failure or f"parse failure: {exc}"
         summary = ex.parser.summary if ex.parser is not None else None
         notes: list[str] = []
-        if ex.failure_outcome is Outcome.CANCELLED and record.final_chunk_ns is not None:
-            record.outcome = Outcome.OK  # everything arrived; the client left while we closed
-        elif ex.failure_outcome is not None:
-            record.outcome = ex.failure_outcome
+        # What failed first decides: Ollama (unreachable, cut, error status, error line), then the client.
+        if ex.failure_outcome is Outcome.UPSTREAM_FAILED:
+            record.outcome = Outcome.UPSTREAM_FAILED
             notes.append(ex.failure or "")
         elif record.status_code is not None and record.status_code >= 400:
             record.outcome = Outcome.HTTP_ERROR
@@ -464,6 +465,11 @@ class RecordingProxy:
         elif summary is not None and summary.error is not None:
             record.outcome = Outcome.UPSTREAM_FAILED
             notes.append(f"Ollama reported an error mid-stream: {summary.error}")
+        elif ex.failure_outcome is Outcome.CANCELLED and record.final_chunk_ns is not None:
+            record.outcome = Outcome.OK  # everything arrived; the client left while we closed
+        elif ex.failure_outcome is not None:
+            record.outcome = ex.failure_outcome
+            notes.append(ex.failure or "")
         elif record.final_chunk_ns is None:
             record.outcome = Outcome.UPSTREAM_FAILED
             notes.append("the response ended without a final chunk")

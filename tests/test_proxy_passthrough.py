@@ -14,9 +14,9 @@ import ollama
 import pytest
 from aiohttp import web
 
-from analysis.records import Outcome, RequestRecord
+from analysis.records import Outcome
 from collectors.proxy import RECORD_ID_HEADER
-from tests.support.proxy_thread import ProxyThread, run_proxy
+from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
 from tests.support.sim_process import SimProcess, start_sim
 
 SMALL = "qwen2.5:0.5b"
@@ -174,7 +174,7 @@ def test_sse_bytes_match_and_are_recorded(sim: SimProcess, proxy: ProxyThread, n
     assert normalize(b"".join(proxy_reads)) == normalize(b"".join(direct_reads))
     assert b"".join(proxy_reads).endswith(b"data: [DONE]\n\n")
     assert proxy_headers["content-type"] == direct_headers["content-type"] == "text/event-stream"
-    rec = _record(proxy, proxy_headers[RECORD_ID_HEADER.lower()])
+    rec = proxy.wait_record(proxy_headers[RECORD_ID_HEADER.lower()])
     assert (rec.endpoint, rec.stream, rec.num_predict, rec.outcome) == (path, True, 10, Outcome.OK)
     assert len(rec.token_chunk_ns) == 10 and rec.final_chunk_ns is not None and rec.final_chunk_ns >= rec.token_chunk_ns[-1]
     assert rec.metrics is not None and rec.metrics.done_reason == "length"
@@ -186,29 +186,13 @@ def test_openai_non_streaming_is_the_default_and_recorded(sim: SimProcess, proxy
     direct = httpx.post(sim.base_url + "/v1/chat/completions", json=body, timeout=30)
     proxied = httpx.post(proxy.base_url + "/v1/chat/completions", json=body, timeout=30)
     assert normalize(proxied.content) == normalize(direct.content)
-    rec = _record(proxy, proxied.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(proxied.headers[RECORD_ID_HEADER])
     assert rec.stream is False and rec.outcome is Outcome.OK
     assert (
         rec.metrics is not None
         and rec.metrics.eval_count == 3
         and rec.metrics.prompt_eval_count == direct.json()["usage"]["prompt_tokens"]
     )
-
-
-def _record(proxy: ProxyThread, record_id: str, timeout_s: float = 10.0) -> RequestRecord:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for r in list(proxy.records):
-            if r.id == record_id:
-                return r
-        time.sleep(0.01)
-    raise TimeoutError(f"no record {record_id}")
-
-
-def _truth(sim: SimProcess, sim_id: str) -> dict[str, Any]:
-    truths = httpx.get(sim.base_url + "/sim/truth", timeout=10).json()
-    truths = truths["requests"] if isinstance(truths, dict) else truths
-    return next(t for t in truths if t["id"] == sim_id)
 
 
 def test_a_streamed_generation_is_recorded_with_its_facts(sim: SimProcess, proxy: ProxyThread) -> None:
@@ -221,8 +205,8 @@ def test_a_streamed_generation_is_recorded_with_its_facts(sim: SimProcess, proxy
     with httpx.stream("POST", proxy.base_url + "/api/generate", json=body, timeout=30) as r:
         lines = [json.loads(line) for line in r.iter_lines()]
         record_id, sim_id = r.headers[RECORD_ID_HEADER], r.headers["x-sim-request-id"]
-    rec = _record(proxy, record_id)
-    truth = _truth(sim, sim_id)
+    rec = proxy.wait_record(record_id)
+    truth = sim_truth(sim.base_url, sim_id)
     assert (rec.endpoint, rec.model, rec.stream, rec.client_addr) == ("/api/generate", SMALL, True, "127.0.0.1")
     assert (rec.num_ctx, rec.num_predict, rec.keep_alive) == (2048, 15, "10m")
     assert rec.outcome is Outcome.OK and rec.status_code == 200 and rec.error is None
@@ -253,24 +237,24 @@ def test_stream_flag_defaults_and_non_streaming_records(proxy: ProxyThread) -> N
         json={"model": SMALL, "messages": [{"role": "user", "content": "x"}], "stream": False, "options": {"num_predict": 4}},
         timeout=30,
     )
-    rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.stream is False and rec.outcome is Outcome.OK
     assert len(rec.token_chunk_ns) == 1 and rec.token_chunk_ns[0] == rec.final_chunk_ns  # all content came at once
     assert rec.metrics is not None and rec.metrics.eval_count == 4
     # A load-only request: one object, done_reason "load", no metrics: still ok.
     r = httpx.post(proxy.base_url + "/api/generate", json={"model": SMALL}, timeout=30)
-    rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.stream is True and rec.outcome is Outcome.OK and rec.metrics is not None and rec.metrics.done_reason == "load"
 
 
 def test_http_errors_are_recorded_with_their_body(proxy: ProxyThread) -> None:
     r = httpx.post(proxy.base_url + "/api/generate", json={"model": "nope:1b", "prompt": "x"}, timeout=30)
     assert r.status_code == 404
-    rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.outcome is Outcome.HTTP_ERROR and rec.status_code == 404
     assert rec.error is not None and "model 'nope:1b' not found" in rec.error
     r = httpx.post(proxy.base_url + "/api/chat", content=b"{oops", timeout=30)
-    rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.outcome is Outcome.HTTP_ERROR and rec.status_code == 400 and rec.model == ""
 
 
@@ -306,7 +290,7 @@ def test_credentials_and_text_are_not_recorded(proxy: ProxyThread) -> None:
         headers={"Authorization": f"Bearer {secret}", "Cookie": f"session={secret}", "X-Api-Key": secret},
         timeout=30,
     )
-    rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+    rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     dumped = json.dumps(dataclasses.asdict(rec))
     assert secret not in dumped and "private prompt" not in dumped
     assert rec.prompt_text is None and rec.response_text is None
@@ -321,7 +305,7 @@ def test_text_is_recorded_when_opted_in(sim: SimProcess) -> None:
             timeout=30,
         )
         answer = "".join(json.loads(line)["message"]["content"] for line in r.text.splitlines())
-        rec = _record(proxy, r.headers[RECORD_ID_HEADER])
+        rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.prompt_text == "user: say hi"
     assert rec.response_text == answer and answer
 
@@ -339,7 +323,7 @@ def test_in_flight_snapshots_show_progress(sim: SimProcess, proxy: ProxyThread) 
         assert mine[0].outcome is Outcome.IN_FLIGHT and mine[0].final_chunk_ns is None
         assert len(mine[0].token_chunk_ns) >= 5 and mine[0].first_token_ns == mine[0].token_chunk_ns[0]
         rest = list(lines)
-    rec = _record(proxy, record_id)
+    rec = proxy.wait_record(record_id)
     assert len(rec.token_chunk_ns) == 400 == len(rest) + 5 - 1  # the last line is the final chunk
     assert all(s.id != record_id for s in proxy.in_flight())
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+import urllib.request
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from analysis.records import RequestRecord
@@ -22,11 +24,19 @@ T = TypeVar("T")
 
 
 class ProxyThread:
-    def __init__(self, upstream_url: str, *, record_text: bool = False) -> None:
+    def __init__(
+        self, upstream_url: str, *, record_text: bool = False, on_record: Callable[[RequestRecord], None] | None = None
+    ) -> None:
         self.records: list[RequestRecord] = []  # appended on the proxy's loop, read here (list ops are atomic)
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy-loop", daemon=True)
-        self.proxy = RecordingProxy(upstream_url, self.records.append, record_text=record_text)
+        self._extra = on_record
+        self.proxy = RecordingProxy(upstream_url, self._on_record, record_text=record_text)
+
+    def _on_record(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        if self._extra is not None:
+            self._extra(record)
 
     @property
     def base_url(self) -> str:
@@ -51,6 +61,16 @@ class ProxyThread:
             time.sleep(0.01)
         return list(self.records)
 
+    def wait_record(self, record_id: str, timeout_s: float = 10.0) -> RequestRecord:
+        """The record with this id (from the X-Phasewatch-Request-Id response header), once it arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for record in list(self.records):
+                if record.id == record_id:
+                    return record
+            time.sleep(0.01)
+        raise TimeoutError(f"no record {record_id} within {timeout_s}s")
+
     def start(self) -> None:
         self._thread.start()
         self.call(self.proxy.start("127.0.0.1", 0))
@@ -74,10 +94,22 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 @contextlib.contextmanager
-def run_proxy(upstream_url: str, *, record_text: bool = False) -> Iterator[ProxyThread]:
-    proxy = ProxyThread(upstream_url, record_text=record_text)
+def run_proxy(
+    upstream_url: str, *, record_text: bool = False, on_record: Callable[[RequestRecord], None] | None = None
+) -> Iterator[ProxyThread]:
+    proxy = ProxyThread(upstream_url, record_text=record_text, on_record=on_record)
     proxy.start()
     try:
         yield proxy
     finally:
         proxy.stop()
+
+
+def sim_truth(base_url: str, sim_id: str) -> dict[str, Any]:
+    """sim's truth about one request (by its X-Sim-Request-Id)."""
+    with urllib.request.urlopen(base_url + "/sim/truth", timeout=10) as r:
+        truths = json.loads(r.read())["requests"]
+    for truth in truths:
+        if truth["id"] == sim_id:
+            return dict(truth)
+    raise KeyError(f"sim has no truth for request {sim_id}")
