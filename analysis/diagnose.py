@@ -59,7 +59,8 @@ TTFT_MIN_S = 1.0  # below this nobody waits long enough to ask why
 TTFT_DOMINANT_FRACTION = 0.5
 DECODE_SLOW_FRACTION_OF_EXPECTED = 0.5
 CEILING_SLACK = 1.05
-BUSY_UTIL_PCT = 10.0  # clock and rounding slack before a rate counts as above its ceiling
+BUSY_UTIL_PCT = 10.0
+CACHE_HIT_MIN_FRACTION = 0.2  # clock and rounding slack before a rate counts as above its ceiling
 
 
 def request_window_unix_s(record: RequestRecord, phases: Phases) -> tuple[float, float] | None:
@@ -215,7 +216,8 @@ def _power_cap(record: RequestRecord, phases: Phases, samples: Sequence[GpuSampl
 
 def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     prompt, cached = phases.prompt_tokens, phases.cached_tokens
-    if prompt and cached and 0 < cached <= prompt:
+    # A few template tokens served from the cache barely move the rate: not worth a sentence.
+    if prompt and cached and CACHE_HIT_MIN_FRACTION * prompt <= cached <= prompt:
         computed = prompt - cached
         nums: dict[str, float] = {"prompt_tokens": float(prompt), "cached_tokens": float(cached)}
         text = f"{w.count(cached)} of the {w.count(prompt)} prompt tokens came from the prompt cache"
@@ -224,7 +226,8 @@ def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
             text += f"; Ollama's own prefill rate ({w.tok_s(phases.ollama_prefill_tok_s)}) counts them as if computed"
         if phases.prefill_tok_s:
             nums["prefill_tok_s"] = phases.prefill_tok_s
-            text += f", but only {w.count(computed)} were, at {w.tok_s(phases.prefill_tok_s)}"
+            were = "was" if computed == 1 else "were"
+            text += f", but only {w.count(computed)} {were}, at {w.tok_s(phases.prefill_tok_s)}"
         return Diagnosis("cache_hit", Severity.INFO, text + ".", nums)
     # Older servers do not report cached tokens: a rate above the ceiling gives the hits away.
     rate = phases.ollama_prefill_tok_s

@@ -127,14 +127,15 @@ def find_interference(requests: Sequence[tuple[RequestRecord, Phases]]) -> list[
 def describe(i: Interference, victim_label: str = "this request", aggressor_label: str = "another request") -> str:
     """One sentence in the user's numbers."""
     prompt = f"{w.count(i.aggressor_prompt_tokens)}-token prompt" if i.aggressor_prompt_tokens else "prompt"
+    took = w.secs(i.aggressor_prefill_ms / 1000)
     if not i.significant:
         return (
-            f"While {aggressor_label} read its {prompt} ({w.ms(i.aggressor_prefill_ms)}), {victim_label}'s gaps between tokens "
+            f"While {aggressor_label} read its {prompt} ({took}), {victim_label}'s gaps between tokens "
             f"stayed near their usual {w.ms(i.baseline_gap_ms)}."
         )
     tokens = "token" if i.affected_gaps == 1 else "tokens"
     return (
-        f"While {aggressor_label} read its {prompt} ({w.ms(i.aggressor_prefill_ms)}), {victim_label}'s gap between tokens grew "
+        f"While {aggressor_label} read its {prompt} ({took}), {victim_label}'s gap between tokens grew "
         f"from its usual {w.ms(i.baseline_gap_ms)} to {w.ms(i.mean_gap_ms)} on average (longest {w.ms(i.max_gap_ms)}) for "
         f"{i.affected_gaps} {tokens}: the other request cost it {w.ms(i.extra_ms_per_token)} per token, "
         f"{w.secs(i.extra_ms_total / 1000)} in all."

@@ -202,3 +202,9 @@ def test_works_without_hardware_or_model() -> None:
     assert codes(ds) == ["ttft_load"]
     # An empty Phases (e.g. a failed request) gives nothing to say rather than an error.
     assert diagnose_request(rec, Phases()) == []
+
+
+def test_a_few_cached_template_tokens_are_not_worth_a_sentence() -> None:
+    assert run(make_record(prompt=40, cached=2)) == []
+    one = run(make_record(prompt=1000, cached=999, prefill_ms=10))
+    assert "only 1 was, at 100 tok/s" in one[0].sentence
