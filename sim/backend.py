@@ -10,8 +10,10 @@ A backend must:
 * ``catalog()`` -- the models it can serve (``ModelFacts``), for tags/show/ps.
 * ``async generate(req)`` -- an async iterator of events for one request:
   first ``Loaded`` (the model is ready; Ollama's ``load_duration`` ends here),
-  then ``SlotAcquired``, then one ``Token`` per generated token (the first one
-  marks the end of prefill), and finally ``Done`` (with the engine's measured
+  then ``SlotAcquired``, then one ``Token`` per sampled token (the first one
+  marks the end of prefill; an answer that ends by itself ends with an
+  ``eos=True`` token, which counts in ``eval_count`` as in llama-server but
+  has no text), and finally ``Done`` (with the engine's measured
   durations) -- or ``Failed`` after tokens have been sent. Errors before any
   token is sent are raised as ``EngineError(status, message)``. Closing the
   iterator early (``aclose()``, client gone) must free the slot at once.
@@ -82,6 +84,7 @@ class Token:
     text: str
     token_id: int
     at_ns: int  # when the engine sampled it
+    eos: bool = False  # the end-of-generation token: counted in eval_count, never written as a chunk
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +35,12 @@ from sim.catalog import MODELS, ModelFacts
 from sim.faults import Faults
 from sim.gpu import VirtualGpu
 from sim.profiles import SimProfile
-from sim.tokens import TextStream, token_id
+from sim.tokens import TextStream, special_id, token_id
 
 QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 GRAPH_BYTES = 256 * 1024**2  # llama.cpp compute buffers
 MAX_LOADED_MODELS = 3  # OLLAMA_MAX_LOADED_MODELS default: 3 x one GPU
+EOS_TOKEN_ID = special_id(2)  # <|eot_id|>
 MAX_CARRY_NS = 2_000_000  # how much sleep overshoot the next step may absorb
 
 
@@ -236,14 +237,16 @@ class _Runner:
         return min(flop_s / mem_s, 1.0) if mem_s > 0 else 1.0
 
     def _emit(self, job: _Job, at_ns: int) -> None:
-        text = next(job.text)
-        tid = token_id(text.strip()) if text.strip() else 0
+        # An answer that ends by itself ends on the end-of-generation token, sampled like any other.
+        eos = job.length_reason == "stop" and len(job.generated) + 1 == job.max_tokens
+        text = "" if eos else next(job.text)
+        tid = EOS_TOKEN_ID if eos else token_id(text.strip())
         job.generated.append(tid)
         if job.first_ns is None:
             job.first_ns = at_ns
         job.last_ns = at_ns
         job.req.truth.token_sampled_ns.append(at_ns)
-        job.queue.put_nowait(Token(text, tid, at_ns))
+        job.queue.put_nowait(Token(text, tid, at_ns, eos=eos))
         if len(job.generated) >= job.max_tokens:
             assert job.prefill_start_ns is not None
             job.queue.put_nowait(
@@ -367,17 +370,13 @@ class SimEngine:
             if waiting >= self.max_queue:
                 raise QueueFullError()
             self._pending += 1
+            # The load goes on when the client leaves (as Ollama's scheduler does); the model then idles.
+            task = asyncio.ensure_future(self._load_locked(model, ctx, batch, stale, truth))
             try:
-                async with self._sched_lock:
-                    runner = self.runners.get(model.name)
-                    if runner is not None and stale(runner):
-                        # A load-time option changed: wait until it is idle, then reload.
-                        while runner.refs > 0:
-                            await asyncio.sleep(0.005)
-                        self._unload_runner(runner)
-                        runner = None
-                    if runner is None:
-                        runner = await self._load(model, ctx, batch, truth)
+                runner = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                task.add_done_callback(self._orphaned_load)
+                raise
             finally:
                 self._pending -= 1
         runner.refs += 1
@@ -385,6 +384,28 @@ class SimEngine:
         if keep_alive_ns is not None:
             runner.keep_alive_ns = keep_alive_ns  # a request's keep_alive sticks to the runner
         return runner
+
+    async def _load_locked(
+        self, model: ModelFacts, ctx: int, batch: int, stale: Callable[[_Runner | None], bool], truth: Any
+    ) -> _Runner:
+        async with self._sched_lock:
+            runner = self.runners.get(model.name)
+            if runner is not None and stale(runner):
+                # A load-time option changed: wait until it is idle, then reload.
+                while runner.refs > 0:
+                    await asyncio.sleep(0.005)
+                self._unload_runner(runner)
+                runner = None
+            if runner is None:
+                runner = await self._load(model, ctx, batch, truth)
+            return runner
+
+    def _orphaned_load(self, task: asyncio.Future[_Runner]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        runner = task.result()
+        if runner.refs == 0 and self.runners.get(runner.model.name) is runner:
+            runner.mark_idle()
 
     async def _load(self, model: ModelFacts, ctx: int, batch: int, truth: Any) -> _Runner:
         start = time.monotonic_ns()
@@ -436,7 +457,8 @@ class SimEngine:
                 max_tokens, reason = req.num_predict, "length"
             else:
                 natural = text.plausible_length()
-                max_tokens, reason = (natural, "stop") if natural <= room else (room, "length")
+                # natural visible tokens, then the end-of-generation token
+                max_tokens, reason = (natural + 1, "stop") if natural + 1 <= room else (room, "length")
             job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached)
             runner.submit(job)
             while True:

@@ -28,6 +28,32 @@ def rfc3339_from_unix_s(unix_s: float) -> str:
     return dt.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def format_go_duration(ns: int) -> str:
+    """Go's time.Duration.String(): "1.234567s", "12.5ms", "830µs", "97ns", "1m2.5s"."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns < 1_000:
+        return f"{sign}{ns}ns"
+    if ns < 1_000_000:
+        return sign + _trim(f"{ns / 1_000:.3f}") + "µs"
+    if ns < 10**9:
+        return sign + _trim(f"{ns / 1_000_000:.6f}") + "ms"
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    secs = _trim(f"{rest / 10**9:.9f}") + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}"
+    if minutes:
+        return f"{sign}{minutes}m{secs}"
+    return sign + secs
+
+
+def _trim(number: str) -> str:
+    return number.rstrip("0").rstrip(".") if "." in number else number
+
+
 def parse_go_duration_ns(text: str) -> int:
     """Parse Go's time.ParseDuration syntax ("5m", "1h30m", "-1s", "0"); ValueError with Go's wording."""
     s = text.strip()

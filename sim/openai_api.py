@@ -8,6 +8,7 @@ after the finish chunk), then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -121,6 +122,8 @@ class _OpenAiGeneration:
                     if isinstance(ev, Loaded):
                         continue
                     if isinstance(ev, Token):
+                        if ev.eos:
+                            continue
                         if not stream:
                             texts.append(ev.text)
                             continue
@@ -156,12 +159,16 @@ class _OpenAiGeneration:
                         return resp
         except EngineError as e:
             raise ApiError(e.status, e.message) from None
-        except BaseException as e:
-            if isinstance(e, ApiError):
-                raise
-            self.truth.cancelled = True
-            self._done(None, type(e).__name__)
+        except ApiError:
             raise
+        except asyncio.CancelledError:
+            self.truth.cancelled = True
+            self._done(None, "client disconnected")
+            raise
+        except ConnectionError as e:
+            self.truth.cancelled = True
+            self._done(None, f"client disconnected: {e}")
+            return resp or web.Response(status=499)
         raise ApiError(500, RUNNER_STOPPED)
 
     def _whole(self, model_str: str, text: str, reason: str, usage: dict[str, int]) -> web.Response:

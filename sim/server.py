@@ -8,22 +8,24 @@ and ``/sim/faults`` (see ``sim/README.md``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
 import time
+import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from sim import tokens
-from sim.backend import Backend, Done, EngineError, Failed, GenRequest, Loaded, SlotAcquired, Token
+from sim.backend import Backend, Done, EngineError, Event, Failed, GenRequest, Loaded, Token
 from sim.catalog import ModelFacts, find_model
 from sim.faults import FaultError, Faults
-from sim.ollama_time import FOREVER_S, keep_alive_ns, rfc3339_from_unix_s, rfc3339nano
+from sim.ollama_time import FOREVER_S, format_go_duration, keep_alive_ns, rfc3339_from_unix_s, rfc3339nano
 from sim.truth import TruthLog, TruthRecord
 
 NDJSON = "application/x-ndjson"
@@ -104,7 +106,7 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """One GIN-style line per request on stderr, written when it completes."""
-    start = time.monotonic()
+    start_ns = time.monotonic_ns()
     status = 500
     try:
         resp = await handler(request)
@@ -114,11 +116,11 @@ async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse
         status = e.status
         raise
     finally:
-        elapsed = time.monotonic() - start
+        elapsed_ns = time.monotonic_ns() - start_ns
         stamp = time.strftime("%Y/%m/%d - %H:%M:%S")
-        dur = f"{elapsed * 1000:.3f}ms" if elapsed < 1 else f"{elapsed:.3f}s"
+        dur = format_go_duration(elapsed_ns)
         peer = request.remote or "-"
-        line = f'[GIN] {stamp} | {status} | {dur:>12} | {peer:>15} | {request.method:<8} "{request.path}"'
+        line = f'[GIN] {stamp} | {status:3d} | {dur:>13} | {peer:>15} | {request.method:<8} "{request.path}"'
         print(line, file=sys.stderr, flush=True)
 
 
@@ -310,6 +312,9 @@ class _Generation:
         self.truth.model = model.name
         opts = _options(body)
         ka = _keep_alive(body)
+        think = body.get("think")
+        if think is not None and think is not False and "thinking" not in model.capabilities:
+            raise ApiError(400, f'"{model_str}" does not support thinking')
         if chat:
             messages = body.get("messages") or []
             if not isinstance(messages, list):
@@ -360,62 +365,78 @@ class _Generation:
         return web.json_response(d)
 
     async def _stream(self, req: GenRequest, model_str: str, stream: bool, raw: bool) -> web.StreamResponse:
-        faults = req.faults
-        resp: web.StreamResponse | None = None
-        load_ns = 0
-        texts: list[str] = []
-        n_written = 0
+        self._resp: web.StreamResponse | None = None
         gen = self.backend.generate(req)
         try:
             async with contextlib.aclosing(gen):
-                async for ev in gen:
-                    if isinstance(ev, Loaded):
-                        load_ns = ev.at_ns - self.t0
-                    elif isinstance(ev, SlotAcquired):
-                        pass
-                    elif isinstance(ev, Token):
-                        if not stream:
-                            texts.append(ev.text)
-                            continue
-                        if resp is None:
-                            resp = await self._prepare()
-                        await resp.write(_dumps(self._content(model_str, ev.text, False)) + b"\n")
-                        n_written += 1
-                        self.truth.token_written_ns.append(time.monotonic_ns())
-                        if await self._apply_stream_fault(resp, faults, n_written, model_str):
-                            return resp
-                    elif isinstance(ev, Done):
-                        final = self._final(model_str, ev, load_ns, "" if stream else "".join(texts), raw)
-                        if resp is None and not stream:
-                            out = web.json_response(final, headers={"X-Sim-Request-Id": self.rid})
-                            self._done(200)
-                            return out
-                        if resp is None:
-                            resp = await self._prepare()
-                        await resp.write(_dumps(final) + b"\n")
-                        await resp.write_eof()
-                        self._done(200)
-                        return resp
-                    elif isinstance(ev, Failed):
-                        if resp is None:
-                            raise ApiError(500, RUNNER_STOPPED)
-                        await resp.write(_dumps({"error": RUNNER_STOPPED}) + b"\n")
-                        await resp.write_eof()
-                        self._done(200, ev.message)
-                        return resp
+                return await self._consume(gen, req.faults, model_str, stream, raw)
         except EngineError as e:
             raise ApiError(e.status, e.message) from None
-        except (ConnectionResetError, BaseException) as e:
-            if isinstance(e, ApiError):
-                raise
-            self.truth.cancelled = True
-            self._done(None, type(e).__name__)
+        except ApiError:
             raise
-        raise ApiError(500, RUNNER_STOPPED)
+        except asyncio.CancelledError:
+            # The client went away (aiohttp cancels the handler): the generator is closed, the slot freed.
+            self.truth.cancelled = True
+            self._done(None, "client disconnected")
+            raise
+        except ConnectionError as e:
+            self.truth.cancelled = True
+            self._done(None, f"client disconnected: {e}")
+            return self._resp or web.Response(status=499)
+        except Exception as e:  # a backend bug: fail like a crashed runner
+            traceback.print_exc(file=sys.stderr)
+            if self._resp is None:
+                raise ApiError(500, RUNNER_STOPPED) from None
+            with contextlib.suppress(ConnectionError):
+                await self._resp.write(_dumps({"error": RUNNER_STOPPED}) + b"\n")
+                await self._resp.write_eof()
+            self._done(200, f"{type(e).__name__}: {e}")
+            return self._resp
+
+    async def _consume(
+        self, gen: AsyncGenerator[Event, None], faults: dict[str, Any], model_str: str, stream: bool, raw: bool
+    ) -> web.StreamResponse:
+        load_ns = 0
+        texts: list[str] = []
+        n_written = 0
+        async for ev in gen:
+            if isinstance(ev, Loaded):
+                load_ns = ev.at_ns - self.t0
+            elif isinstance(ev, Token):
+                if ev.eos:
+                    continue
+                if not stream:
+                    texts.append(ev.text)
+                    continue
+                resp = self._resp or await self._prepare()
+                await resp.write(_dumps(self._content(model_str, ev.text, False)) + b"\n")
+                n_written += 1
+                self.truth.token_written_ns.append(time.monotonic_ns())
+                if await self._apply_stream_fault(resp, faults, n_written, model_str):
+                    return resp
+            elif isinstance(ev, Done):
+                final = self._final(model_str, ev, load_ns, "" if stream else "".join(texts), raw)
+                if not stream:
+                    self._done(200)
+                    return web.json_response(final, headers={"X-Sim-Request-Id": self.rid})
+                resp = self._resp or await self._prepare()
+                await resp.write(_dumps(final) + b"\n")
+                await resp.write_eof()
+                self._done(200)
+                return resp
+            elif isinstance(ev, Failed):
+                if self._resp is None:
+                    raise ApiError(500, RUNNER_STOPPED)
+                await self._resp.write(_dumps({"error": RUNNER_STOPPED}) + b"\n")
+                await self._resp.write_eof()
+                self._done(200, ev.message)
+                return self._resp
+        raise ApiError(500, RUNNER_STOPPED)  # the backend ended without Done or Failed
 
     async def _prepare(self) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": NDJSON, "X-Sim-Request-Id": self.rid})
         await resp.prepare(self.request)
+        self._resp = resp
         return resp
 
     async def _apply_stream_fault(self, resp: web.StreamResponse, faults: dict[str, Any], n: int, model_str: str) -> bool:

@@ -133,3 +133,15 @@ def test_slot_waiter_that_leaves_is_not_served() -> None:
         cancelled = [x for x in truth(sim) if x["cancelled"]]
         assert len(cancelled) == 1
         assert cancelled[0]["token_sampled_ns"] == [] and cancelled[0]["slot_acquired_ns"] is None
+
+
+def test_load_goes_on_when_the_client_leaves() -> None:
+    with start_sim("--hardware", "rtx-3090", "--disk-gbs", "5") as sim:  # 8B: ~1 s to load
+        sock = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+        body = json.dumps({"model": "llama3.1:8b", "prompt": "hi"}).encode()
+        sock.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(0.2)
+        sock.close()
+        assert wait_until(lambda: ps_names(sim) == ["llama3.1:8b"], 10)
+        rec = truth(sim)[0]
+        assert rec["cancelled"] and rec["load_end_ns"] - rec["load_start_ns"] > 800_000_000

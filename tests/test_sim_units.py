@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from analysis.roofline import kv_bytes_per_token
 from sim import timing
 from sim.catalog import BY_NAME, MODELS, find_model
-from sim.ollama_time import keep_alive_ns, parse_go_duration_ns, rfc3339nano
+from sim.ollama_time import format_go_duration, keep_alive_ns, parse_go_duration_ns, rfc3339nano
 from sim.profiles import PROFILES
 from sim.tokens import TextStream, count_tokens, encode, make_prompt
 
@@ -93,3 +93,12 @@ def test_default_num_ctx_and_batch() -> None:
     assert PROFILES["m2-ultra"].default_num_ctx == 262144
     assert [timing.default_num_batch(c) for c in (4096, 8192, 65536)] == [512, 1024, 2048]
     assert PROFILES["cpu"].vram_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [(0, "0s"), (97, "97ns"), (830_000, "830µs"), (12_500_000, "12.5ms"), (1_234_567_891, "1.234567891s"),
+     (62_500_000_000, "1m2.5s")],
+)
+def test_go_duration_strings(ns: int, text: str) -> None:
+    assert format_go_duration(ns) == text

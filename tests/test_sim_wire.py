@@ -254,3 +254,26 @@ def test_openai_non_streaming_and_errors(sim: SimProcess) -> None:
                             {"model": "ghost", "messages": [{"role": "user", "content": "x"}]})
     assert status == 404
     assert obj["error"] == {"message": "model 'ghost' not found", "type": "not_found_error", "param": None, "code": None}
+
+
+def test_natural_stop_counts_the_end_token(sim: SimProcess) -> None:
+    # Without num_predict the answer ends by itself: done_reason "stop", and eval_count includes the
+    # end-of-generation token, which has no chunk of its own (llama-server's predicted_n).
+    status, _, raw = post_raw(sim, "/api/generate", {"model": SMALL, "prompt": "tell me a story"})
+    assert status == 200
+    chunks = ndjson(raw)
+    final = chunks[-1]
+    assert final["done_reason"] == "stop"
+    assert final["eval_count"] == len(chunks) - 1 + 1
+
+
+def test_think_on_a_model_without_thinking_is_400(sim: SimProcess) -> None:
+    status, _, raw = post_raw(sim, "/api/chat", {"model": SMALL, "messages": [{"role": "user", "content": "x"}], "think": True})
+    assert (status, json.loads(raw)) == (400, {"error": '"qwen2.5:0.5b" does not support thinking'})
+
+
+def test_gin_log_line_per_request(sim: SimProcess) -> None:
+    post_raw(sim, "/api/show", {"model": SMALL})
+    line = [ln for ln in sim.log().splitlines() if '"/api/show"' in ln][-1]
+    gin = r'\[GIN\] \d{4}/\d\d/\d\d - \d\d:\d\d:\d\d \| 200 \| +[\d.]+(ns|µs|ms|s) \| +127\.0\.0\.1 \| POST +"/api/show"'
+    assert re.fullmatch(gin, line), line
