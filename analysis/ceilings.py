@@ -10,6 +10,7 @@ Pure functions; SI units throughout.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
@@ -312,4 +313,92 @@ def ceilings_for_request(
         host_bandwidth_bytes_s=host_bandwidth_bytes_s,
         efficiencies=efficiencies,
         bandwidth_bytes_s=bandwidth_bytes_s,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# For charts and calibration: lines over prompt / context length, points from measured requests
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    tokens: int  # prompt length (prefill) or context length (decode)
+    ceiling_tok_s: float
+    expected_tok_s: float
+
+
+def curve_tokens(max_tokens: int, points: int = 40, min_tokens: int = 1) -> list[int]:
+    """Log-spaced token counts from ``min_tokens`` to ``max_tokens`` (distinct, ascending) for a chart's x axis."""
+    if max_tokens < min_tokens:
+        return [max(min_tokens, 0)]
+    lo, hi = math.log(max(min_tokens, 1)), math.log(max_tokens)
+    raw = {round(math.exp(lo + (hi - lo) * k / max(points - 1, 1))) for k in range(points)}
+    return sorted(raw | {max_tokens})
+
+
+def prefill_curve(
+    spec: HardwareSpec, facts: ModelFacts, prompt_tokens: Iterable[int], *, efficiencies: Efficiencies | None = None
+) -> list[CurvePoint]:
+    """Prefill ceiling and expected rate at each prompt length: attention work grows with the prompt."""
+    eff = efficiencies or starting_efficiencies(spec, facts.quantization)
+    out = []
+    for p in prompt_tokens:
+        ceiling = roofline.prefill_ceiling_tok_s(spec.fp16_flops, facts.params, facts.layers, facts.hidden, p)
+        out.append(CurvePoint(p, ceiling, eff.eta_compute * ceiling))
+    return out
+
+
+def decode_curve(
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    context_tokens: Iterable[int],
+    *,
+    vram_fraction: float = 1.0,
+    host_bandwidth_bytes_s: float | None = None,
+    efficiencies: Efficiencies | None = None,
+    bandwidth_bytes_s: float | None = None,
+) -> list[CurvePoint]:
+    """Decode ceiling and expected rate at each context length: the KV cache read grows with it."""
+    out = []
+    for c in context_tokens:
+        ceil = ceilings_for(
+            spec,
+            facts,
+            context_tokens=c,
+            prompt_tokens=0,
+            vram_fraction=vram_fraction,
+            host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+            efficiencies=efficiencies,
+            bandwidth_bytes_s=bandwidth_bytes_s,
+        )
+        out.append(CurvePoint(c, ceil.decode_ceiling_tok_s, ceil.decode_expected_tok_s))
+    return out
+
+
+# Requests too short to time well are left out of calibration.
+MIN_DECODE_INTERVALS_FOR_CALIBRATION = 8
+MIN_PROMPT_TOKENS_FOR_CALIBRATION = 64
+
+
+def calibration_points(decode_tok_s: float | None, output_tokens: int | None, prefill_tok_s: float | None,
+                       computed_prompt_tokens: int | None, c: Ceilings) -> list[CalibrationPoint]:  # fmt: skip
+    """The calibration points one measured request gives (none when it is too short to time well).
+
+    ``computed_prompt_tokens`` excludes cache hits, whose inflated rate would mislead.
+    """
+    out = []
+    if decode_tok_s and output_tokens and output_tokens - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION:
+        out.append(CalibrationPoint("decode", decode_tok_s, c.decode_ceiling_tok_s))
+    if prefill_tok_s and computed_prompt_tokens and computed_prompt_tokens >= MIN_PROMPT_TOKENS_FOR_CALIBRATION:
+        out.append(CalibrationPoint("prefill", prefill_tok_s, c.prefill_ceiling_tok_s))
+    return out
+
+
+def judge_request(
+    decode_tok_s: float | None, prefill_tok_s: float | None, c: Ceilings
+) -> tuple[RateVerdict | None, RateVerdict | None]:
+    """(decode, prefill) verdicts for whichever rates were measured: each rate's fraction of its ceiling."""
+    return (
+        judge_decode(decode_tok_s, c) if decode_tok_s else None,
+        judge_prefill(prefill_tok_s, c) if prefill_tok_s else None,
     )

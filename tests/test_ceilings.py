@@ -18,10 +18,15 @@ from analysis.ceilings import (
     CalibrationPoint,
     Efficiencies,
     calibrate,
+    calibration_points,
     ceilings_for,
     compute_ceilings,
+    curve_tokens,
+    decode_curve,
     judge_decode,
     judge_prefill,
+    judge_request,
+    prefill_curve,
     starting_efficiencies,
     vram_fraction,
 )
@@ -45,10 +50,17 @@ def _expected_for_row(models: dict[str, Any], row: dict[str, Any]) -> tuple[floa
     eff = starting_efficiencies(spec, row["quant"])
     kv = kv_bytes_per_token(m["layers"], m["kv_heads"], m["head_dim"])
     dec = compute_ceilings(
-        bandwidth_bytes_s=spec.bandwidth_bytes_s, peak_flops=spec.fp16_flops, weights_bytes=weights, params=m["params"],
-        layers=m["layers"], hidden=m["hidden"], kv_bytes_per_tok=kv, context_tokens=row["tg_context"], prompt_tokens=512,
+        bandwidth_bytes_s=spec.bandwidth_bytes_s,
+        peak_flops=spec.fp16_flops,
+        weights_bytes=weights,
+        params=m["params"],
+        layers=m["layers"],
+        hidden=m["hidden"],
+        kv_bytes_per_tok=kv,
+        context_tokens=row["tg_context"],
+        prompt_tokens=512,
         efficiencies=eff,
-    )  # fmt: skip
+    )
     return dec.decode_expected_tok_s, dec.prefill_expected_tok_s
 
 
@@ -72,8 +84,10 @@ def test_expected_rates_match_reference_rows() -> None:
         p_factor = max(pre / row["pp512_tok_s"], row["pp512_tok_s"] / pre)
         decode_ok += abs(d_err) <= 0.25
         prefill_ok += p_factor <= 1.6
-        report.append(f"{row['hardware']}: decode {dec:.1f} vs {row['tg_tok_s']} ({d_err:+.0%}), "
-                      f"prefill {pre:.0f} vs {row['pp512_tok_s']} (×{p_factor:.2f})")  # fmt: skip
+        report.append(
+            f"{row['hardware']}: decode {dec:.1f} vs {row['tg_tok_s']} ({d_err:+.0%}), "
+            f"prefill {pre:.0f} vs {row['pp512_tok_s']} (×{p_factor:.2f})"
+        )
     text = "\n".join(report)
     assert decode_ok >= 0.8 * len(rows), text
     assert prefill_ok >= 0.8 * len(rows), text
@@ -160,8 +174,18 @@ def test_calibrate_needs_five_of_each_and_takes_the_median() -> None:
 
 def test_compute_ceilings_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="bandwidth_bytes_s"):
-        compute_ceilings(bandwidth_bytes_s=0, peak_flops=1, weights_bytes=1, params=1, layers=1, hidden=1,
-                         kv_bytes_per_tok=0, context_tokens=0, prompt_tokens=0, efficiencies=Efficiencies(0.7, 0.45))  # fmt: skip
+        compute_ceilings(
+            bandwidth_bytes_s=0,
+            peak_flops=1,
+            weights_bytes=1,
+            params=1,
+            layers=1,
+            hidden=1,
+            kv_bytes_per_tok=0,
+            context_tokens=0,
+            prompt_tokens=0,
+            efficiencies=Efficiencies(0.7, 0.45),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +198,11 @@ ARGS = ["--weights-bytes", str(4.58 * GIB), "--params", "8.03e9", "--layers", "3
 def test_cli_json_in_a_real_process() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "analysis.roofline", "--gpu", "NVIDIA GeForce RTX 3090", *ARGS, "--json"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     data = json.loads(out.stdout)
     for key in ("bandwidth_bytes_s", "peak_flops", "decode_ceiling_tok_s", "decode_expected_tok_s",
                 "prefill_ceiling_tok_s", "prefill_expected_tok_s"):  # fmt: skip
@@ -189,8 +216,10 @@ def test_cli_json_in_a_real_process() -> None:
 def test_cli_unknown_gpu_exits_2_with_close_matches() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "analysis.roofline", "--gpu", "RTX 4095", *ARGS, "--json"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "NVIDIA GeForce RTX 4090" in out.stderr
     assert out.stdout == ""
@@ -235,3 +264,29 @@ def test_batched_decode_follows_physics_section_6() -> None:
     agg_huge, _ = c.batched_decode_tok_s(4096)
     agg_more, _ = c.batched_decode_tok_s(8192)
     assert agg_more == pytest.approx(agg_huge, rel=0.2)
+
+
+def test_curves_for_charts() -> None:
+    xs = curve_tokens(32768, points=30)
+    assert xs[0] == 1 and xs[-1] == 32768 and xs == sorted(set(xs))
+    spec, f = spec_by_key("rtx-4090"), _llama3_8b()
+    pre = prefill_curve(spec, f, [128, 4096, 32768])
+    assert pre[0].ceiling_tok_s > pre[1].ceiling_tok_s > pre[2].ceiling_tok_s  # attention grows with the prompt
+    assert pre[1].expected_tok_s == pytest.approx(0.45 * pre[1].ceiling_tok_s)
+    dec = decode_curve(spec, f, [0, 32768])
+    assert dec[0].ceiling_tok_s == pytest.approx(1008e9 / (4.58 * GIB))
+    assert dec[1].ceiling_tok_s == pytest.approx(1008e9 / (4.58 * GIB + 4 * GIB))
+    offloaded = decode_curve(spec, f, [0], vram_fraction=0.5, host_bandwidth_bytes_s=50e9)
+    assert offloaded[0].ceiling_tok_s < dec[0].ceiling_tok_s / 5
+
+
+def test_calibration_points_and_verdicts_from_a_request() -> None:
+    c = ceilings_for(spec_by_key("rtx-3090"), _llama3_8b(), context_tokens=512, prompt_tokens=512)
+    pts = calibration_points(115.0, 100, 4000.0, 512, c)
+    assert [p.kind for p in pts] == ["decode", "prefill"]
+    assert calibration_points(115.0, 3, 4000.0, 10, c) == []  # too short to time well
+    dec, pre = judge_request(115.0, None, c)
+    assert dec is not None and pre is None and dec.fraction_of_ceiling == pytest.approx(115.0 / c.decode_ceiling_tok_s)
+    # Five decent requests calibrate decode to what this machine really does.
+    eff = calibrate(pts * 5, c.efficiencies)
+    assert eff.eta_bw == pytest.approx(115.0 / c.decode_ceiling_tok_s)
