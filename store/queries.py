@@ -8,6 +8,7 @@ things and timelines come back as the record types of ``analysis.records``.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,18 @@ from analysis.records import (
     Outcome,
     RequestRecord,
 )
-from store.schema import DB_FILENAME, SCHEMA_VERSION, StoreError, StoreNotFoundError, schema_version
+from store.schema import (
+    DB_FILENAME,
+    GPU_MEAN_FIELDS,
+    GPU_PEAK_FIELDS,
+    HOST_MEAN_FIELDS,
+    HOST_PEAK_FIELDS,
+    ROLLUP_S,
+    SCHEMA_VERSION,
+    StoreError,
+    StoreNotFoundError,
+    schema_version,
+)
 from store.writer import decode_token_times
 
 # Beyond this many points per series a window is averaged into time buckets.
@@ -81,11 +93,22 @@ _SUMMARY_COLUMNS = (
 _SUMMARY_SQL = ", ".join(_SUMMARY_COLUMNS)
 
 
-def _summary(row: sqlite3.Row) -> dict[str, Any]:
-    d = dict(row)
-    d["stream"] = bool(d["stream"])
-    d["flags"] = json.loads(d["flags"]) if d.get("flags") else []
-    return d
+def _dicts(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+    """Rows as dicts, with ``flags`` parsed and ``stream`` a bool where present."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    cur.execute(sql, args)
+    names = [d[0] for d in cur.description]
+    out = []
+    for values in cur:
+        d = dict(zip(names, values, strict=True))
+        if "flags" in d:
+            flags = d["flags"]
+            d["flags"] = [] if not flags or flags == "[]" else json.loads(flags)
+        if "stream" in d:
+            d["stream"] = bool(d["stream"])
+        out.append(d)
+    return out
 
 
 def recent_requests(
@@ -113,7 +136,7 @@ def recent_requests(
         where.append("outcome = ?")
         args.append(Outcome(outcome).value)
     sql = f"SELECT {_SUMMARY_SQL} FROM requests WHERE {' AND '.join(where)} ORDER BY started_at_unix_s DESC LIMIT ?"
-    return [_summary(r) for r in conn.execute(sql, [*args, int(limit)])]
+    return _dicts(conn, sql, [*args, int(limit)])
 
 
 def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
@@ -189,20 +212,20 @@ def requests_in_window(
     t1_unix_s: float,
     *,
     with_tokens: bool = False,
-    lookback_s: float = 3600.0,
     limit: int = 2000,
 ) -> list[RequestRecord]:
     """Requests alive at some point in [t0, t1] (for phase bands under the GPU timeline), oldest first.
 
-    Without ``with_tokens`` the records carry no ``token_chunk_ns`` (cheaper). A request
-    that started more than ``lookback_s`` before t0 is only found while in flight.
+    Without ``with_tokens`` the records carry no ``token_chunk_ns`` (cheaper). Beyond
+    ``limit`` the newest are kept.
     """
     base = _RECORD_SQL if with_tokens else _RECORD_SQL_NO_TOKENS
+    # Two index range scans: finished requests that ended after t0, and those still in flight.
     rows = conn.execute(
-        f"{base} WHERE r.started_at_unix_s BETWEEN ? AND ? "
-        "AND (r.outcome = 'in_flight' OR COALESCE(r.ended_at_unix_s, r.updated_at_unix_s) >= ?) "
-        "ORDER BY r.started_at_unix_s DESC LIMIT ?",
-        (t0_unix_s - lookback_s, t1_unix_s, t0_unix_s, int(limit)),
+        f"{base} WHERE r.rowid IN (SELECT rowid FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
+        "UNION ALL SELECT rowid FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1) "
+        "ORDER BY r.started_at_unix_s DESC LIMIT :limit",
+        {"t0": t0_unix_s, "t1": t1_unix_s, "limit": int(limit)},
     ).fetchall()
     return [_record(r, r["tokens"]) for r in reversed(rows)]
 
@@ -212,20 +235,17 @@ def rate_points(conn: sqlite3.Connection, model: str, since_unix_s: float, limit
 
     ``decode_context_tokens`` is the mean context during decode: the prompt plus half the reply.
     """
-    rows = conn.execute(
+    out = _dicts(
+        conn,
         "SELECT id, started_at_unix_s, num_ctx, prompt_tokens, cached_tokens, output_tokens, prefill_s, decode_s, "
         "prefill_tok_s, decode_tok_s, ollama_prefill_tok_s, ollama_decode_tok_s, ttft_s, flags "
         "FROM requests WHERE model = ? AND started_at_unix_s >= ? AND outcome = 'ok' AND has_metrics = 1 "
         "ORDER BY started_at_unix_s DESC LIMIT ?",
         (model, since_unix_s, int(limit)),
     )
-    out = []
-    for r in rows:
-        d = dict(r)
-        d["flags"] = json.loads(d["flags"]) if d["flags"] else []
+    for d in out:
         prompt, output = d["prompt_tokens"], d["output_tokens"]
         d["decode_context_tokens"] = None if prompt is None else prompt + (output or 0) / 2
-        out.append(d)
     return out
 
 
@@ -236,83 +256,135 @@ def _bucket_s(t0: float, t1: float, max_points: int) -> float:
     return max((t1 - t0) / max(max_points, 1), 1e-3)
 
 
+def _tuples(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Plain tuples: several times cheaper than sqlite3.Row for long results."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    return cur.execute(sql, args).fetchall()
+
+
+# Windows longer than this, or whose buckets would span a minute or more, read the per-minute rollups.
+ROLLUP_WINDOW_S = 3 * 3600.0
+
 _GPU_FIELDS = (
     "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "power_limit_w", "energy_j",
     "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz", "mem_bus_width_bits",
     "pcie_tx_bytes_s", "pcie_rx_bytes_s", "pstate", "throttle_reasons", "ollama_mem_bytes",
-)  # fmt: skip
-_GPU_INT_FIELDS = {
-    "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz",
-    "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes",
-}  # fmt: skip
-# How a bucket summarises each field: peaks for memory and limits, the last counter value, the mean otherwise.
-_GPU_AGG = {f: "AVG" for f in _GPU_FIELDS} | {
-    "mem_used_bytes": "MAX", "mem_total_bytes": "MAX", "ollama_mem_bytes": "MAX", "power_limit_w": "MAX",
-    "energy_j": "MAX", "sm_clock_max_mhz": "MAX", "mem_clock_max_mhz": "MAX", "mem_bus_width_bits": "MAX",
-    "pstate": "MAX", "throttle_reasons": "MAX",
-}  # fmt: skip
+)  # fmt: skip  (GpuSample's field order)
+_GPU_INT_POSITIONS = [
+    4 + i for i, f in enumerate(_GPU_FIELDS)
+    if f in {"mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz",
+             "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes"}
+]  # fmt: skip
 
 
-def _gpu_sample(d: dict[str, Any]) -> GpuSample:
-    for f in _GPU_INT_FIELDS:
-        if d[f] is not None:
-            d[f] = round(d[f])
-    d["simulated"] = bool(d["simulated"])
-    d["index"] = d.pop("gpu_index")
-    return GpuSample(**d)
+_GPU_NAMES = ("ts_unix_s", "index", "name", "uuid", *_GPU_FIELDS)
+
+
+def _gpu(values: Sequence[Any]) -> GpuSample:
+    """A GpuSample from (ts, index, name, uuid, *_GPU_FIELDS, simulated)."""
+    return GpuSample(**dict(zip(_GPU_NAMES, values[:-1], strict=True)), simulated=bool(values[-1]))
+
+
+def _use_rollup(t0: float, t1: float, max_points: int) -> bool:
+    return (t1 - t0) > ROLLUP_WINDOW_S or _bucket_s(t0, t1, max_points) >= ROLLUP_S
+
+
+def _rollup_bucket_s(t0: float, t1: float, max_points: int) -> int:
+    """Whole minutes per bucket, so that buckets never split a rollup row."""
+    return max(ROLLUP_S, math.ceil(_bucket_s(t0, t1, max_points) / ROLLUP_S) * ROLLUP_S)
+
+
+def _rollup_select(mean_fields: tuple[str, ...], peak_fields: tuple[str, ...], order: Sequence[str]) -> str:
+    exprs = {f: f"SUM({f}_sum) / NULLIF(SUM({f}_n), 0)" for f in mean_fields} | {f: f"MAX({f}_peak)" for f in peak_fields}
+    return ", ".join(exprs[f] for f in order)
+
+
+def _fix_ints(row: tuple[Any, ...], positions: Sequence[int]) -> list[Any]:
+    values = list(row)
+    for i in positions:
+        if values[i] is not None:
+            values[i] = round(values[i])
+    return values
 
 
 def gpu_samples(
     conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float, max_points: int = DEFAULT_MAX_POINTS
 ) -> list[GpuSample]:
-    """GPU samples in [t0, t1], every GPU, oldest first; averaged into time buckets beyond ``max_points`` per GPU."""
-    n, n_gpus = conn.execute(
-        "SELECT COUNT(*), COUNT(DISTINCT gpu_index) FROM gpu_samples WHERE ts_unix_s BETWEEN ? AND ?",
-        (t0_unix_s, t1_unix_s),
-    ).fetchone()
+    """GPU samples in [t0, t1], every GPU, oldest first.
+
+    Beyond ``max_points`` per GPU they are summarised per time bucket (means for
+    utilisation, power, clocks; peaks for memory and limits): from the raw samples for
+    short windows, from the per-minute rollups for long ones.
+    """
+    t0, t1 = t0_unix_s, t1_unix_s
     cols = ", ".join(_GPU_FIELDS)
+    if _use_rollup(t0, t1, max_points):
+        bucket = _rollup_bucket_s(t0, t1, max_points)
+        rows = _tuples(
+            conn,
+            f"SELECT SUM(ts_sum) / SUM(n), gpu_index, MAX(name), MAX(uuid), "
+            f"{_rollup_select(GPU_MEAN_FIELDS, GPU_PEAK_FIELDS, _GPU_FIELDS)}, MAX(simulated) FROM gpu_minutes "
+            "WHERE minute_unix_s BETWEEN ? AND ? GROUP BY gpu_index, (minute_unix_s - ?) / ? ORDER BY 1, 2",
+            (math.floor(t0 / ROLLUP_S) * ROLLUP_S, t1, math.floor(t0 / ROLLUP_S) * ROLLUP_S, bucket),
+        )
+        return [_gpu(_fix_ints(r, _GPU_INT_POSITIONS)) for r in rows]
+    n, n_gpus = conn.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT gpu_index) FROM gpu_samples WHERE ts_unix_s BETWEEN ? AND ?", (t0, t1)
+    ).fetchone()
     if n <= max_points * max(n_gpus, 1):
-        rows = conn.execute(
+        rows = _tuples(
+            conn,
             f"SELECT ts_unix_s, gpu_index, name, uuid, {cols}, simulated FROM gpu_samples "
             "WHERE ts_unix_s BETWEEN ? AND ? ORDER BY ts_unix_s, gpu_index",
-            (t0_unix_s, t1_unix_s),
+            (t0, t1),
         )
-    else:
-        aggs = ", ".join(f"{_GPU_AGG[f]}({f}) AS {f}" for f in _GPU_FIELDS)
-        rows = conn.execute(
-            f"SELECT AVG(ts_unix_s) AS ts_unix_s, gpu_index, MAX(name) AS name, MAX(uuid) AS uuid, {aggs}, "
-            "MAX(simulated) AS simulated FROM gpu_samples WHERE ts_unix_s BETWEEN ? AND ? "
-            "GROUP BY gpu_index, CAST((ts_unix_s - ?) / ? AS INTEGER) ORDER BY 1, 2",
-            (t0_unix_s, t1_unix_s, t0_unix_s, _bucket_s(t0_unix_s, t1_unix_s, max_points)),
-        )
-    return [_gpu_sample(dict(r)) for r in rows]
+        return [_gpu(r) for r in rows]
+    aggs = ", ".join(("AVG" if f in GPU_MEAN_FIELDS else "MAX") + f"({f})" for f in _GPU_FIELDS)
+    rows = _tuples(
+        conn,
+        f"SELECT AVG(ts_unix_s), gpu_index, MAX(name), MAX(uuid), {aggs}, MAX(simulated) FROM gpu_samples "
+        "WHERE ts_unix_s BETWEEN ? AND ? GROUP BY gpu_index, CAST((ts_unix_s - ?) / ? AS INTEGER) ORDER BY 1, 2",
+        (t0, t1, t0, _bucket_s(t0, t1, max_points)),
+    )
+    return [_gpu(_fix_ints(r, _GPU_INT_POSITIONS)) for r in rows]
+
+
+_HOST_FIELDS = ("cpu_pct", "mem_used_bytes", "mem_total_bytes", "ollama_cpu_pct", "ollama_rss_bytes", "disk_read_bytes_s")
+_HOST_INT_POSITIONS = (2, 3, 5)
 
 
 def host_samples(
     conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float, max_points: int = DEFAULT_MAX_POINTS
 ) -> list[HostSample]:
-    """Host samples in [t0, t1], oldest first; averaged into time buckets beyond ``max_points``."""
-    (n,) = conn.execute("SELECT COUNT(*) FROM host_samples WHERE ts_unix_s BETWEEN ? AND ?", (t0_unix_s, t1_unix_s)).fetchone()
-    if n <= max_points:
-        rows = conn.execute(
-            "SELECT ts_unix_s, cpu_pct, mem_used_bytes, mem_total_bytes, ollama_cpu_pct, ollama_rss_bytes, disk_read_bytes_s "
-            "FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? ORDER BY ts_unix_s",
-            (t0_unix_s, t1_unix_s),
+    """Host samples in [t0, t1], oldest first; summarised per time bucket beyond ``max_points`` (as ``gpu_samples``)."""
+    t0, t1 = t0_unix_s, t1_unix_s
+    if _use_rollup(t0, t1, max_points):
+        start = math.floor(t0 / ROLLUP_S) * ROLLUP_S
+        rows = _tuples(
+            conn,
+            f"SELECT SUM(ts_sum) / SUM(n), {_rollup_select(HOST_MEAN_FIELDS, HOST_PEAK_FIELDS, _HOST_FIELDS)} "
+            "FROM host_minutes WHERE minute_unix_s BETWEEN ? AND ? GROUP BY (minute_unix_s - ?) / ? ORDER BY 1",
+            (start, t1, start, _rollup_bucket_s(t0, t1, max_points)),
         )
     else:
-        rows = conn.execute(
-            "SELECT AVG(ts_unix_s), AVG(cpu_pct), MAX(mem_used_bytes), MAX(mem_total_bytes), AVG(ollama_cpu_pct), "
-            "MAX(ollama_rss_bytes), AVG(disk_read_bytes_s) FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? "
+        (n,) = conn.execute("SELECT COUNT(*) FROM host_samples WHERE ts_unix_s BETWEEN ? AND ?", (t0, t1)).fetchone()
+        if n <= max_points:
+            rows = _tuples(
+                conn,
+                f"SELECT ts_unix_s, {', '.join(_HOST_FIELDS)} FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? "
+                "ORDER BY ts_unix_s",
+                (t0, t1),
+            )
+            return [HostSample(*r) for r in rows]
+        aggs = ", ".join(("AVG" if f in HOST_MEAN_FIELDS else "MAX") + f"({f})" for f in _HOST_FIELDS)
+        rows = _tuples(
+            conn,
+            f"SELECT AVG(ts_unix_s), {aggs} FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? "
             "GROUP BY CAST((ts_unix_s - ?) / ? AS INTEGER) ORDER BY 1",
-            (t0_unix_s, t1_unix_s, t0_unix_s, _bucket_s(t0_unix_s, t1_unix_s, max_points)),
+            (t0, t1, t0, _bucket_s(t0, t1, max_points)),
         )
-    return [
-        HostSample(
-            ts_unix_s=r[0], cpu_pct=r[1], mem_used_bytes=int(r[2]), mem_total_bytes=int(r[3]), ollama_cpu_pct=r[4],
-            ollama_rss_bytes=None if r[5] is None else int(r[5]), disk_read_bytes_s=r[6],
-        )
-        for r in rows
-    ]
+    return [HostSample(*_fix_ints(r, _HOST_INT_POSITIONS)) for r in rows]
 
 
 # ---------------------------------------------------------------- Ollama and the collector

@@ -155,6 +155,100 @@ CREATE INDEX requests_ended ON requests(ended_at_unix_s);
 """
 
 
+# How per-minute rollups (v3) summarise each sample field: the mean for rates and levels,
+# the peak for memory, limits, counters and states (pstate: the highest number = the lowest
+# performance state seen; throttle_reasons: the largest mask, SQLite has no bitwise-OR aggregate).
+GPU_MEAN_FIELDS = (
+    "util_gpu_pct", "util_mem_pct", "power_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
+    "pcie_tx_bytes_s", "pcie_rx_bytes_s",
+)  # fmt: skip
+GPU_PEAK_FIELDS = (
+    "mem_used_bytes", "mem_total_bytes", "power_limit_w", "energy_j", "sm_clock_max_mhz", "mem_clock_max_mhz",
+    "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes",
+)  # fmt: skip
+HOST_MEAN_FIELDS = ("cpu_pct", "ollama_cpu_pct", "disk_read_bytes_s")
+HOST_PEAK_FIELDS = ("mem_used_bytes", "mem_total_bytes", "ollama_rss_bytes")
+ROLLUP_S = 60  # one rollup row per minute (per GPU)
+
+
+def _rollup_columns(mean_fields: tuple[str, ...], peak_fields: tuple[str, ...]) -> str:
+    cols = [f"{f}_sum REAL NOT NULL DEFAULT 0, {f}_n INTEGER NOT NULL DEFAULT 0" for f in mean_fields]
+    cols += [f"{f}_peak REAL" for f in peak_fields]
+    return ",\n    ".join(cols)
+
+
+# v3: per-minute rollups of the samples, so that a day-long chart reads 1,440 rows, not 86,400.
+_V3 = f"""
+CREATE TABLE gpu_minutes (
+    minute_unix_s INTEGER NOT NULL,
+    gpu_index INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    ts_sum REAL NOT NULL,
+    simulated INTEGER NOT NULL DEFAULT 0,
+    {_rollup_columns(GPU_MEAN_FIELDS, GPU_PEAK_FIELDS)},
+    PRIMARY KEY (minute_unix_s, gpu_index)
+) WITHOUT ROWID;
+CREATE TABLE host_minutes (
+    minute_unix_s INTEGER PRIMARY KEY,
+    n INTEGER NOT NULL,
+    ts_sum REAL NOT NULL,
+    {_rollup_columns(HOST_MEAN_FIELDS, HOST_PEAK_FIELDS)}
+);
+"""
+
+
+def rollup_upsert_sql(table: str, keys: tuple[str, ...], mean_fields: tuple[str, ...], peak_fields: tuple[str, ...],
+                      extra: tuple[str, ...] = ()) -> str:  # fmt: skip
+    """INSERT … ON CONFLICT that folds one sample (named parameters = sample fields) into its minute row."""
+    cols = [*keys, *extra, "n", "ts_sum"]
+    vals = [f":{k}" for k in (*keys, *extra)] + ["1", ":ts_unix_s"]
+    sets = ["n = n + 1", "ts_sum = ts_sum + excluded.ts_sum"] + [f"{e} = excluded.{e}" for e in extra]
+    for f in mean_fields:
+        cols += [f"{f}_sum", f"{f}_n"]
+        vals += [f"COALESCE(:{f}, 0)", f"(:{f} IS NOT NULL)"]
+        sets += [f"{f}_sum = {f}_sum + excluded.{f}_sum", f"{f}_n = {f}_n + excluded.{f}_n"]
+    for f in peak_fields:
+        cols.append(f"{f}_peak")
+        vals.append(f":{f}")
+        # Two-argument MAX is NULL when either side is: compare only what is known.
+        sets.append(f"{f}_peak = MAX(COALESCE({f}_peak, excluded.{f}_peak), COALESCE(excluded.{f}_peak, {f}_peak))")
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(vals)}) "
+        f"ON CONFLICT({', '.join(keys)}) DO UPDATE SET {', '.join(sets)}"
+    )
+
+
+GPU_ROLLUP_SQL = rollup_upsert_sql(
+    "gpu_minutes", ("minute_unix_s", "gpu_index"), GPU_MEAN_FIELDS, GPU_PEAK_FIELDS, extra=("name", "uuid", "simulated")
+)
+HOST_ROLLUP_SQL = rollup_upsert_sql("host_minutes", ("minute_unix_s",), HOST_MEAN_FIELDS, HOST_PEAK_FIELDS)
+
+
+def _v3(conn: sqlite3.Connection) -> None:
+    for stmt in _statements(_V3):
+        conn.execute(stmt)
+    # Backfill from the samples already stored.
+    minute = f"CAST(ts_unix_s / {ROLLUP_S} AS INTEGER) * {ROLLUP_S}"
+    for table, src, keys, extra, means, peaks in (
+        ("gpu_minutes", "gpu_samples", ("gpu_index",), ("name", "uuid", "simulated"), GPU_MEAN_FIELDS, GPU_PEAK_FIELDS),
+        ("host_minutes", "host_samples", (), (), HOST_MEAN_FIELDS, HOST_PEAK_FIELDS),
+    ):
+        cols = ["minute_unix_s", *keys, *extra, "n", "ts_sum"]
+        sel = [minute, *keys, *(f"MAX({e})" for e in extra), "COUNT(*)", "SUM(ts_unix_s)"]
+        for f in means:
+            cols += [f"{f}_sum", f"{f}_n"]
+            sel += [f"TOTAL({f})", f"COUNT({f})"]
+        for f in peaks:
+            cols.append(f"{f}_peak")
+            sel.append(f"MAX({f})")
+        conn.execute(
+            f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} "
+            f"GROUP BY {', '.join([minute, *keys])}"
+        )
+
+
 def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
     def step(conn: sqlite3.Connection) -> None:
         # executescript would COMMIT first; run statement by statement inside our transaction.
@@ -179,7 +273,7 @@ def _statements(sql: str) -> list[str]:
 
 
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2)]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from analysis.records import (
     Outcome,
     RequestRecord,
 )
-from store.schema import connect_writer
+from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S, connect_writer
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ _UPSERT_REQUEST = (
 def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float) -> dict[str, Any]:
     """One ``requests`` row: the record's fields, its metrics flattened, and its derived phases."""
     m = rec.metrics
+    in_flight = Outcome(rec.outcome) is Outcome.IN_FLIGHT
     end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
     row: dict[str, Any] = {
         "id": rec.id,
@@ -154,7 +155,8 @@ def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float) -> dict[s
         "prompt_text": rec.prompt_text,
         "response_text": rec.response_text,
         "updated_at_unix_s": now_unix_s,
-        "ended_at_unix_s": _opt_wall(rec, end_ns),
+        # A finished request always has an end (the write time at worst), so windows can find it by index.
+        "ended_at_unix_s": _opt_wall(rec, end_ns) if end_ns is not None else (None if in_flight else now_unix_s),
         "last_token_unix_s": _opt_wall(rec, rec.token_chunk_ns[-1] if rec.token_chunk_ns else None),
         "tokens_so_far": len(rec.token_chunk_ns),
         "flags": json.dumps(phases.flags),
@@ -166,6 +168,14 @@ def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float) -> dict[s
     for c in _PHASE_COLUMNS:
         row[c] = getattr(phases, c)
     return row
+
+
+def _rollup_params(values: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Named parameters for a rollup upsert: the sample's fields plus its minute."""
+    values.update(extra, minute_unix_s=int(values["ts_unix_s"] // ROLLUP_S) * ROLLUP_S)
+    if "simulated" in values:
+        values["simulated"] = int(values["simulated"])
+    return values
 
 
 def _show_json(show: Mapping[str, Any]) -> str:
@@ -326,6 +336,7 @@ class StoreWriter:
                 for s in samples
             ],
         )
+        self._conn.executemany(GPU_ROLLUP_SQL, [_rollup_params(asdict(s), gpu_index=s.index) for s in samples])
 
     def _op_host_sample(self, now: float, s: HostSample) -> None:
         self._conn.execute(
@@ -333,6 +344,7 @@ class StoreWriter:
             (s.ts_unix_s, s.cpu_pct, s.mem_used_bytes, s.mem_total_bytes, s.ollama_cpu_pct, s.ollama_rss_bytes,
              s.disk_read_bytes_s),
         )  # fmt: skip
+        self._conn.execute(HOST_ROLLUP_SQL, _rollup_params(asdict(s)))
 
     def _op_loaded_models(self, now: float, ts_unix_s: float, models: list[LoadedModel]) -> None:
         conn = self._conn
@@ -390,8 +402,9 @@ class StoreWriter:
 
     def _op_mark_interrupted(self, now: float, reason: str) -> int:
         cur = self._conn.execute(
-            "UPDATE requests SET outcome = ?, error = ?, updated_at_unix_s = ? WHERE outcome = ?",
-            (Outcome.UPSTREAM_FAILED.value, reason, now, Outcome.IN_FLIGHT.value),
+            "UPDATE requests SET outcome = ?, error = ?, updated_at_unix_s = ?, "
+            "ended_at_unix_s = COALESCE(ended_at_unix_s, last_token_unix_s, ?) WHERE outcome = ?",
+            (Outcome.UPSTREAM_FAILED.value, reason, now, now, Outcome.IN_FLIGHT.value),
         )
         return cur.rowcount
 
@@ -407,6 +420,8 @@ class StoreWriter:
         def delete_samples_before(cutoff: float) -> None:
             for table in ("gpu_samples", "host_samples", "loaded_models", "ps_snapshots", "ollama_events"):
                 count(table, conn.execute(f"DELETE FROM {table} WHERE ts_unix_s < ?", (cutoff,)).rowcount)
+            for table in ("gpu_minutes", "host_minutes"):  # minutes wholly before the cutoff
+                count(table, conn.execute(f"DELETE FROM {table} WHERE minute_unix_s + ? <= ?", (ROLLUP_S, cutoff)).rowcount)
 
         def delete_requests_before(cutoff: float) -> None:
             # request_tokens go with their rows (ON DELETE CASCADE).

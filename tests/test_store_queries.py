@@ -11,7 +11,7 @@ import pytest
 
 from analysis.records import GpuSample, HostSample, Outcome
 from store import queries
-from store.schema import db_path
+from store.schema import ROLLUP_S, db_path
 from store.writer import StoreWriter
 from tests.test_store_writer import make_record
 
@@ -107,14 +107,31 @@ def test_long_windows_are_averaged_into_buckets_in_sql(writer: StoreWriter, conn
     assert [s.ts_unix_s for s in coarse] == sorted(s.ts_unix_s for s in coarse)
 
 
+def test_rollups_keep_unsupported_fields_missing(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    # A GPU whose driver reports no utilisation and no power: the summary says "unknown", not 0.
+    writer.write_gpu_samples([GpuSample(T0 + i, 0, "G", "U", mem_used_bytes=i) for i in range(7200)])
+    coarse = queries.gpu_samples(conn, T0, T0 + 7200, max_points=60)
+    assert coarse and all(s.util_gpu_pct is None and s.power_w is None for s in coarse)
+    assert coarse[-1].mem_used_bytes == 7199
+
+
 def test_host_samples_downsample(writer: StoreWriter, conn: sqlite3.Connection) -> None:
     for i in range(0, 1000, 100):
         for j in range(i, i + 100):
             writer.write_host_sample(HostSample(T0 + j, float(j % 2) * 20, 5_000 + j, 10_000))
-    got = queries.host_samples(conn, T0, T0 + 1000, max_points=10)
-    assert 9 <= len(got) <= 11
-    assert all(s.cpu_pct == pytest.approx(10.0) for s in got)
-    assert got[0].mem_used_bytes == 5_099  # peak of the first bucket
+    # 100 buckets of 10 s: averaged from the raw samples.
+    fine = queries.host_samples(conn, T0, T0 + 1000, max_points=100)
+    assert len(fine) == 100
+    assert all(s.cpu_pct == pytest.approx(10.0) for s in fine)
+    assert fine[0].mem_used_bytes == 5_009  # peak of the first 10 s
+    # Buckets of 100 s or more: whole minutes (2 here) from the per-minute rollups.
+    coarse = queries.host_samples(conn, T0, T0 + 1000, max_points=10)
+    assert 9 <= len(coarse) <= 10
+    assert all(s.cpu_pct == pytest.approx(10.0) for s in coarse)
+    first_minute = (int(T0) // ROLLUP_S) * ROLLUP_S
+    last_in_first_bucket = first_minute + 2 * ROLLUP_S - 1 - int(T0)
+    assert coarse[0].mem_used_bytes == 5_000 + last_in_first_bucket
+    assert coarse[-1].mem_used_bytes == 5_999
 
 
 def test_rate_points_for_the_why_page(writer: StoreWriter, conn: sqlite3.Connection) -> None:

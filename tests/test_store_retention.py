@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus
 from store import queries
-from store.schema import db_path
+from store.schema import ROLLUP_S, db_path
 from store.writer import DAY_S, RetentionPolicy, StoreWriter
 from tests.test_store_writer import make_record
 
@@ -88,9 +88,12 @@ def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> N
     assert counts["requests"] == 500  # samples go first
     assert 0 < counts["gpu_samples"] < 20_000
     conn = queries.open_readonly(path)
-    kept = [s.ts_unix_s for s in queries.gpu_samples(conn, 0, NOW + 1, max_points=10**6)]
-    assert max(kept) == NOW - 1  # the newest samples stay; the oldest went
-    assert min(kept) > NOW - 20_000
+    oldest, newest = conn.execute("SELECT MIN(ts_unix_s), MAX(ts_unix_s) FROM gpu_samples").fetchone()
+    assert newest == NOW - 1  # the newest samples stay; the oldest went
+    assert oldest > NOW - 20_000
+    # The per-minute rollups are cut at the same point (whole minutes before the oldest sample kept).
+    (oldest_minute,) = conn.execute("SELECT MIN(minute_unix_s) FROM gpu_minutes").fetchone()
+    assert oldest - 2 * ROLLUP_S < oldest_minute <= oldest
     # Freed pages go back to the file system (incremental auto-vacuum).
     w.close()
     assert sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0] < pages_before

@@ -217,22 +217,38 @@ def test_migrates_a_v1_store_and_keeps_its_rows(tmp_path: Path) -> None:
     conn.execute("PRAGMA journal_mode = WAL")
     MIGRATIONS[0](conn)
     conn.execute("PRAGMA user_version = 1")
-    rec = make_record()
     cols = "id, started_at_unix_s, client_addr, endpoint, model, stream, received_ns, outcome, updated_at_unix_s"
     conn.execute(f"INSERT INTO requests ({cols}) VALUES ('old', 1.0, 'c', '/api/generate', 'm', 0, 0, 'ok', 1.0)")
+    # Six hours of samples at one a minute, utilisation 0 and 100 in turn (rolled up by migration 3).
+    t0 = 1_700_000_040.0
+    for i in range(360):
+        conn.execute(
+            "INSERT INTO gpu_samples (ts_unix_s, gpu_index, name, uuid, util_gpu_pct, mem_used_bytes) "
+            "VALUES (?, 0, 'G', 'U', ?, ?)",
+            (t0 + 60 * i, 100.0 * (i % 2), 1000 + i),
+        )
+        conn.execute("INSERT INTO host_samples VALUES (?, ?, 1, 2, NULL, NULL, NULL)", (t0 + 60 * i, 50.0))
     conn.close()
     assert "experiments" not in _V1
     with pytest.raises(StoreError, match="v1"):
         queries.open_readonly(path)  # readers refuse an old schema with a clear message
 
+    rec = make_record()
     w = StoreWriter(path)
     w.write_request(rec)
     w.write_experiment("e", "k", {}, 1.0, "done")
     w.close()
     rconn = queries.open_readonly(path)
-    assert rconn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert rconn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert {r["id"] for r in queries.recent_requests(rconn, 0)} == {"old", rec.id}
     assert queries.request_detail(rconn, rec.id) == rec
+    # A six-hour window reads the rollups that migration 3 built from the old samples.
+    gpu = queries.gpu_samples(rconn, t0, t0 + 6 * 3600, max_points=180)  # 2-minute buckets: one 0 and one 100
+    assert len(gpu) == 180
+    assert all(s.util_gpu_pct == pytest.approx(50.0) for s in gpu)
+    assert gpu[-1].mem_used_bytes == 1359
+    host = queries.host_samples(rconn, t0, t0 + 6 * 3600, max_points=180)
+    assert len(host) == 180 and host[0].cpu_pct == pytest.approx(50.0)
 
 
 def test_refuses_a_store_newer_than_the_code(tmp_path: Path) -> None:
