@@ -11,7 +11,7 @@ Apple; RDNA3's figure counts dual issue).
 
 Names are what NVML (NVIDIA), rocm-smi / the driver (AMD) and
 ``sysctl machdep.cpu.brand_string`` (Apple) report; :func:`match_gpu` maps such
-a name onto a row.
+a name onto a row (sim/'s "Simulated NVIDIA ..." names too, for demo mode).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ SPECS: tuple[HardwareSpec, ...] = (
     _nv("rtx-4060-ti-16gb", "NVIDIA GeForce RTX 4060 Ti", 16, 288, 88, derived=True),
     _nv("rtx-4070", "NVIDIA GeForce RTX 4070", 12, 504, 117, derived=True),
     _nv("rtx-4070-super", "NVIDIA GeForce RTX 4070 SUPER", 12, 504, 141.9, derived=True),
-    _nv("rtx-4070-ti", "NVIDIA GeForce RTX 4070 Ti", 12, 504, 160.4),
+    _nv("rtx-4070-ti", "NVIDIA GeForce RTX 4070 Ti", 12, 504, 160.4, derived=True),
     _nv("rtx-4070-ti-super", "NVIDIA GeForce RTX 4070 Ti SUPER", 16, 672, 176.4, derived=True),
     _nv("rtx-4080", "NVIDIA GeForce RTX 4080", 16, 717, 195, derived=True),
     _nv("rtx-4080-super", "NVIDIA GeForce RTX 4080 SUPER", 16, 736, 208.9, derived=True),
@@ -121,8 +121,8 @@ SPECS: tuple[HardwareSpec, ...] = (
     _nv("rtx-4060-laptop", "NVIDIA GeForce RTX 4060 Laptop GPU", 8, 256, 58.2, derived=True, laptop=True),
     _nv("rtx-4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU", 8, 256, 80.2, derived=True, laptop=True),
     _nv("rtx-4080-laptop", "NVIDIA GeForce RTX 4080 Laptop GPU", 12, 432, 135.4, derived=True, laptop=True),
-    _nv("rtx-4090-laptop", "NVIDIA GeForce RTX 4090 Laptop GPU", 16, 576, 158.8, derived=True, laptop=True),
-    _nv("rtx-5090-laptop", "NVIDIA GeForce RTX 5090 Laptop GPU", 24, 896, 200.0, derived=True, laptop=True),
+    _nv("rtx-4090-laptop", "NVIDIA GeForce RTX 4090 Laptop GPU", 16, 576, 171.5, derived=True, laptop=True),
+    _nv("rtx-5090-laptop", "NVIDIA GeForce RTX 5090 Laptop GPU", 24, 896, 228, derived=True, laptop=True),
     # --- Workstation (full-rate FP32 accumulate; datasheet sparse figures halved).
     _nv("quadro-rtx-6000", "Quadro RTX 6000", 24, 672, 130.5),
     _nv("quadro-rtx-8000", "Quadro RTX 8000", 48, 672, 130.5),
@@ -131,7 +131,7 @@ SPECS: tuple[HardwareSpec, ...] = (
     _nv("rtx-a4500", "NVIDIA RTX A4500", 20, 640, 94.6),
     _nv("rtx-a5000", "NVIDIA RTX A5000", 24, 768, 111.1),
     _nv("rtx-a6000", "NVIDIA RTX A6000", 48, 768, 154.8),
-    _nv("rtx-4000-ada", "NVIDIA RTX 4000 Ada Generation", 20, 360, 76.7, derived=True),
+    _nv("rtx-4000-ada", "NVIDIA RTX 4000 Ada Generation", 20, 360, 81.9, derived=True),
     _nv("rtx-5000-ada", "NVIDIA RTX 5000 Ada Generation", 32, 576, 261, derived=True),
     _nv("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 48, 960, 364.2),
     _nv(
@@ -230,7 +230,8 @@ def spec_by_key(key: str) -> HardwareSpec:
 # Words that vendors and drivers add or drop without changing the part.
 _NOISE = frozenset(
     {"nvidia", "geforce", "amd", "radeon", "apple", "tesla", "quadro", "graphics", "gpu", "generation",
-     "edition", "workstation", "r", "tm", "with", "design", "card", "the"}
+     "edition", "workstation", "r", "tm", "with", "design", "card", "the",
+     "simulated"}
 )  # fmt: skip
 # Form factor and memory-type words: they pick between rows of one part (H100 SXM vs PCIe).
 _QUALIFIER = re.compile(r"^(sxm\d?|pcie|hbm\d?e?|oem|lhr)$")

@@ -97,6 +97,10 @@ def test_table_covers_the_families() -> None:
         ("Radeon RX 7900 XT", "rx-7900-xt"),
         ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx-4090-laptop"),
         ("NVIDIA GeForce RTX 4060 Ti 16GB", "rtx-4060-ti-16gb"),
+        ("Simulated NVIDIA GeForce RTX 3090", "rtx-3090"),  # what sim/ reports in demo mode
+        ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),
+        ("NVIDIA GeForce RTX 5070 Ti", "rtx-5070-ti"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
     ],
 )
 def test_match_reported_names(reported: str, key: str) -> None:
