@@ -688,8 +688,13 @@ class BackgroundWriter:
                 self._writer.set_hard_limit_bytes(limit)
             self._writer.apply(batch)
         except sqlite3.OperationalError as exc:
-            # Disk full, locked, I/O: keep the batch, retry later.
+            # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the
+            # same request replaces need not wait in memory (a long outage would otherwise pile them up).
+            kept = _drop_superseded(batch)
+            superseded = weight - sum(_weight(op) for op in kept)
+            batch[:] = kept
             with self._lock:
+                self._committed += superseded
                 waiting = self._submitted - self._committed - self._dropped
             self.last_error = f"{exc}: {waiting} records waiting"
             log.warning("store write failed, will retry: %s", self.last_error)

@@ -82,6 +82,23 @@ def test_locked_store_keeps_records_in_memory_until_it_is_free(bg: BackgroundWri
     assert _count(path) == 50
 
 
+def test_progress_rows_waiting_for_a_locked_store_collapse_to_the_latest(bg: BackgroundWriter, path: Path) -> None:
+    final = make_record("x", n_tokens=30)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        for n in range(1, 30):
+            bg.submit_request(replace(make_record("x", final=False, n_tokens=30), token_chunk_ns=final.token_chunk_ns[:n]))
+        bg.submit_request(final)
+        assert not bg.flush(timeout_s=1.0)
+        assert bg.pending_count == 1  # only the final row still needs writing
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert bg.flush(timeout_s=20)
+    assert queries.request_detail(queries.open_readonly(path), "x") == final
+
+
 def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: Path) -> None:
     bg.submit_request(make_record("before"))
     assert bg.flush(timeout_s=20)
