@@ -57,25 +57,53 @@ def test_prompt_length_prefill_rises_then_flattens_while_ttft_grows(sim: SimProc
 
 
 def test_context_depth_decode_falls_slowly(sim: SimProcess) -> None:
-    r = run(sim, "context-depth", min_context_tokens=256, max_context_tokens=3000, num_predict=24)
+    # A 16k context makes the KV term big enough to stand out of the timing noise: at 14k tokens
+    # llama3.1:8b's cache (128 KiB/token) is about a third of its 4.9 GB of weights.
+    r = asyncio.run(
+        run_experiment(
+            "context-depth",
+            sim.base_url,
+            MODEL,
+            {"min_context_tokens": 512, "max_context_tokens": 14000, "num_predict": 48},
+            num_ctx=16384,
+            timeout_s=120,
+        )
+    )
+    assert r.state == DONE, r.error
     pts = sorted(r.points, key=lambda p: p["context_tokens"])
-    assert len(pts) == 5  # 256, 512, 1024, 2048, 3000
-    assert pts[-1]["context_tokens"] > 2500
-    d0, d1 = pts[0]["decode_tok_s"], pts[-1]["decode_tok_s"]
-    # The KV cache (128 KiB/token for llama3.1:8b) grows against 4.9 GB of weights: a few percent, not a collapse.
-    assert 0.6 * d0 < d1 < 0.99 * d0
+    assert [p["context_tokens_target"] for p in pts] == [512, 1024, 2048, 4096, 8192, 14000]
+    assert pts[-1]["context_tokens"] > 12000
+    rates = [p["decode_tok_s"] for p in pts]
+    # Slowly: a few tens of percent over 14k tokens, not a collapse. (The best of the two shallowest
+    # points is the reference: one slow step on a busy machine must not decide the test.)
+    shallow = max(rates[:2])
+    assert 0.4 * shallow < rates[-1] < 0.85 * shallow
     # The conversation grows as a prefix, so the prompt cache holds the earlier turns.
     assert all((p["cached_tokens"] or 0) > 0.4 * p["context_tokens"] for p in pts[1:])
-    assert r.summary["drop_fraction"] > 0
+    assert r.summary["drop_fraction"] > 0 and "slower" in r.conclusion
 
 
 def test_concurrency_total_rises_while_each_stream_slows(sim: SimProcess) -> None:
-    r = run(sim, "concurrency", max_streams=4, num_predict=32)
+    # 6,000-token prompts: each decode step also reads every stream's KV cache (128 KiB/token), so a
+    # stream in a batch of 4 reads 3 GB more per step than alone, while the 4.9 GB of weights are
+    # still read once for all 4: per stream about 25% slower, in total about 3× faster.
+    r = asyncio.run(
+        run_experiment(
+            "concurrency",
+            sim.base_url,
+            MODEL,
+            {"max_streams": 4, "num_predict": 48, "prompt_tokens": 6000},
+            num_ctx=8192,
+            timeout_s=120,
+        )
+    )
+    assert r.state == DONE, r.error
     by_n = {p["streams"]: p for p in r.points}
     assert sorted(by_n) == [1, 2, 4]
-    assert by_n[4]["total_tok_s"] > 2.5 * by_n[1]["total_tok_s"]
-    assert by_n[4]["per_stream_tok_s"] < by_n[1]["per_stream_tok_s"]
-    assert by_n[4]["mean_active_streams"] > 3
+    # Measured over the stretch where all 4 were decoding together.
+    assert by_n[4]["together_s"] > 0.1
+    assert by_n[4]["total_tok_s"] > 2.2 * by_n[1]["total_tok_s"]
+    assert by_n[4]["per_stream_tok_s"] < 0.9 * by_n[1]["per_stream_tok_s"]
     assert r.summary["served_serially"] is False
 
 

@@ -271,14 +271,28 @@ def _concurrency_point(n: int, probes: list[Probe]) -> dict[str, Any]:
     union_s = _union_s(windows)
     tokens = sum(pr.eval_count or 0 for pr in probes)
     span_s = (max(b for _, b in windows) - min(a for a, _ in windows)) / NS if windows else 0.0
-    rates = [r for r in (pr.decode_tok_s for pr in probes) if r]
+    server_rates = [r for r in (pr.decode_tok_s for pr in probes) if r]
     ttfts = [t for t in (pr.ttft_s for pr in probes) if t is not None]
     queues = [q for q in (pr.queue_s for pr in probes) if q is not None]
+    # Steady state: the stretch where every stream was decoding. Outside it some streams were still
+    # prefilling (which stalls the others) or already done, so it is where "n streams at once" holds.
+    total_tok_s: float | None = tokens / span_s if span_s > 0 else None
+    per_stream = statistics.median(server_rates) if server_rates else None
+    together_s = 0.0
+    if len(windows) == n and windows:
+        start, end = max(a for a, _ in windows), min(b for _, b in windows)
+        together_s = max(0, end - start) / NS
+        counts = [sum(1 for t in pr.token_ns if start <= t <= end) for pr in probes]
+        if together_s > 0 and min(counts) >= 4:
+            total_tok_s = sum(counts) / together_s
+            per_stream = statistics.median(counts) / together_s
     return {
         "streams": n,
-        "total_tok_s": tokens / span_s if span_s > 0 else None,
-        "per_stream_tok_s": statistics.median(rates) if rates else None,
-        "slowest_stream_tok_s": min(rates) if rates else None,
+        "total_tok_s": total_tok_s,
+        "per_stream_tok_s": per_stream,
+        "per_stream_server_tok_s": statistics.median(server_rates) if server_rates else None,
+        "slowest_stream_server_tok_s": min(server_rates) if server_rates else None,
+        "together_s": together_s,
         "ttft_s_median": statistics.median(ttfts) if ttfts else None,
         "ttft_s_max": max(ttfts) if ttfts else None,
         "queue_s_max": max(queues) if queues else None,
@@ -324,9 +338,12 @@ async def run_interference(ctx: LabContext, p: InterferenceParams) -> None:
         patience_s = max(2.0, 4.0 * long_tokens / rate)
         await asyncio.wait({long_task, chat_task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
         if not long_task.done() and long.first_token_ns is None and not chat_task.done():
-            gaps_since = [b - a for a, b in zip(chat.token_ns, chat.token_ns[1:], strict=False) if a >= long.sent_ns]
-            before = chat.gaps_ms()[: p.baseline_tokens] or [1.0]
-            if not gaps_since or max(gaps_since) / 1e6 < 3 * statistics.median(before):
+            # A prefill running beside the chat would hold each chat token for a whole prompt chunk,
+            # cutting its rate several-fold. Still at half its usual rate or more: nothing is prefilling.
+            base_gap_s = statistics.median(chat.gaps_ms()[: p.baseline_tokens] or [1.0]) / 1e3
+            since = [t for t in chat.token_ns if t >= long.sent_ns]
+            elapsed_s = (time.monotonic_ns() - long.sent_ns) / NS
+            if len(since) * base_gap_s >= 0.5 * elapsed_s:
                 cut_as_serial = True
                 chat_task.cancel()
         long = await long_task
