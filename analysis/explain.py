@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from analysis import wording as w
 from analysis.ceilings import Ceilings
 from analysis.diagnose import Diagnosis, Severity
+from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
 from analysis.phases import Phases
 from analysis.records import RequestRecord
@@ -162,3 +163,16 @@ def explain_rates(
         text = describe(worst, "one reply", "another request")
         out.append("Measured here: " + text[0].lower() + text[1:])
     return out
+
+
+def explain_energy(e: PhaseEnergy) -> str | None:
+    """Joules per prompt token against joules per output token, or None when either is unknown."""
+    if e.j_per_prompt_token is None or e.j_per_output_token is None or e.j_per_prompt_token <= 0:
+        return None
+    how = "the GPU's energy counter" if e.method == "energy_counter" else "its power readings"
+    rough = " (a rough figure: the phases were shorter than the time between readings)" if e.coarse else ""
+    return (
+        f"By {how}, reading the prompt cost {w.num(e.j_per_prompt_token)} J per token and writing the reply "
+        f"{w.num(e.j_per_output_token)} J per token, {w.times(e.j_per_output_token / e.j_per_prompt_token)} more: "
+        f"a prompt token shares one pass over the weights with its whole batch, an output token pays for a pass alone{rough}."
+    )

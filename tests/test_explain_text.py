@@ -83,3 +83,15 @@ def test_explain_rates_quotes_measured_interference() -> None:
     lines = explain_rates(c, hardware_name="RTX 4090", model_name="m", interference=[i])
     assert lines[-1].startswith("Measured here: while another request read its 4,096-token prompt")
     assert "40 ms per token" in lines[-1]
+
+
+def test_explain_energy() -> None:
+    from analysis.energy import PhaseEnergy
+    from analysis.explain import explain_energy
+
+    e = PhaseEnergy(150.0, 300.0, 800, 100, 0.1875, 3.0, "energy_counter", False)
+    s = explain_energy(e)
+    assert s is not None
+    assert "0.188 J per token" in s and "3.00 J per token" in s and "16×" in s and "energy counter" in s
+    assert "rough" in (explain_energy(PhaseEnergy(1.0, 1.0, 10, 10, 0.1, 0.1, "power_samples", True)) or "")
+    assert explain_energy(PhaseEnergy(None, 300.0, None, 100, None, 3.0, "energy_counter", False)) is None
