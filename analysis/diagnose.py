@@ -46,6 +46,7 @@ CODES: dict[str, str] = {
     "ttft_queue": "time to first token went mostly to waiting for a free slot",
     "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
     "decode_slow": "decode well below the expected rate, with no other cause found",
+    "prefill_above_ceiling": "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true",
 }
 
 # A part that is this close to fully in VRAM counts as fully on the GPU (Ollama rounds).
@@ -112,6 +113,7 @@ def diagnose_request(
         _one_token(phases),
         _ttft(record, phases),
         _decode_vs_ceiling(phases, ceilings),
+        _prefill_vs_ceiling(phases, ceilings),
     ):
         if d is not None:
             out.append(d)
@@ -307,3 +309,18 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
         )
         return Diagnosis("decode_slow", Severity.INFO, text, nums)
     return None
+
+
+def _prefill_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
+    # Only when the server reported its cache hits: otherwise _cache explains a high rate.
+    measured = phases.prefill_tok_s
+    if c is None or not measured or phases.cached_tokens is None or measured <= CEILING_SLACK * c.prefill_ceiling_tok_s:
+        return None
+    computed = (phases.prompt_tokens or 0) - phases.cached_tokens
+    text = (
+        f"Prefill of {w.count(computed)} uncached prompt tokens at {w.tok_s(measured)} is above the "
+        f"{w.tok_s(c.prefill_ceiling_tok_s)} that {w.tflops(c.peak_flops)} allows for this model: this reading cannot be true "
+        "(check the GPU and model this request was matched to)."
+    )
+    nums = {"measured_tok_s": measured, "ceiling_tok_s": c.prefill_ceiling_tok_s}
+    return Diagnosis("prefill_above_ceiling", Severity.WARNING, text, nums)

@@ -208,3 +208,9 @@ def test_a_few_cached_template_tokens_are_not_worth_a_sentence() -> None:
     assert run(make_record(prompt=40, cached=2)) == []
     one = run(make_record(prompt=1000, cached=999, prefill_ms=10))
     assert "only 1 was, at 100 tok/s" in one[0].sentence
+
+
+def test_prefill_above_ceiling_with_cache_reported() -> None:
+    ds = run(make_record(prompt=8000, cached=0, prefill_ms=100))  # 80,000 tok/s of real compute: impossible on a 3090
+    assert codes(ds) == ["prefill_above_ceiling"]
+    assert "80,000 tok/s" in ds[0].sentence and "142 TFLOP/s" in ds[0].sentence
