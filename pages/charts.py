@@ -25,6 +25,7 @@ PHASE_COLOURS = {
     "load": "#ab47bc",
     "prefill": "#42a5f5",
     "decode": "#66bb6a",
+    "in flight": "#bdbdbd",
     "transport": "#ffb74d",
     "waiting for first byte": "#78909c",
     "first byte to first token": "#5c6bc0",
@@ -143,7 +144,7 @@ def gpu_timeline_figure(
     ]
     for key, label, row, colour, dash in lines:
         y = columns[key]
-        if len(y) and np.all(np.isnan(y)):
+        if np.all(np.isnan(y)):  # also true when empty
             continue  # a sensor this GPU does not report: leave it out rather than draw nothing
         fig.add_trace(
             go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "width": 1.5, "dash": dash}),
@@ -170,17 +171,34 @@ def gpu_timeline_figure(
             col=1,
         )
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
-    fig.update_xaxes(range=[x0, x1])
+    # Explicit: the band row's x values are durations (ms on a date axis), which would make Plotly guess "linear".
+    fig.update_xaxes(type="date", range=[x0, x1])
     fig.update_xaxes(title_text="local time", row=5, col=1)
     fig.update_yaxes(title_text="%", range=[0, 105], row=1, col=1)
     fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="W", rangemode="tozero", row=3, col=1)
     fig.update_yaxes(title_text="MHz", rangemode="tozero", row=4, col=1)
     fig.update_yaxes(title_text="lane", row=5, col=1)
-    return _base_layout(fig, title or f"GPU {index}: {name}", 760, f"gpu-{index}")
+    _base_layout(fig, title or f"GPU {index}: {name}", 760, f"gpu-{index}")
+    # Many series: a legend on the right keeps the title and the plots clear.
+    fig.update_layout(legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01},
+                      margin={"l": 60, "r": 10, "t": 60, "b": 40})  # fmt: skip
+    return fig
 
 
-def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int) -> None:
+def phase_bands_figure(bands: Sequence[Band], window_start_unix_s: float, window_end_unix_s: float, title: str) -> go.Figure:
+    """Request phases alone, for machines without GPU samples."""
+    fig = go.Figure()
+    _add_band_traces(fig, bands, row=None)
+    x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
+    fig.update_xaxes(type="date", range=[x0, x1], title_text="local time")
+    fig.update_yaxes(title_text="lane")
+    _base_layout(fig, title, 200 + 30 * len({b.lane for b in bands}), "bands")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int | None) -> None:
     by_phase: dict[str, list[Band]] = {p: [] for p in PHASE_ORDER}
     for b in bands:
         by_phase.setdefault(b.phase, []).append(b)
@@ -201,12 +219,12 @@ def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int) -> None:
                 customdata=[[b.request_id[:8], plain(b.model), f"{d:.0f}"] for b, d in zip(items, durations_ms, strict=True)],
                 hovertemplate="%{customdata[1]} · request %{customdata[0]}<br>" + phase + ": %{customdata[2]} ms<extra></extra>",
             ),
-            row=row,
-            col=1,
+            **({} if row is None else {"row": row, "col": 1}),
         )
     fig.update_layout(barmode="overlay")
     if lanes:
-        fig.update_yaxes(categoryorder="array", categoryarray=[f"lane {n + 1}" for n in reversed(lanes)], row=row, col=1)
+        order = {"categoryorder": "array", "categoryarray": [f"lane {n + 1}" for n in reversed(lanes)]}
+        fig.update_yaxes(**order, **({} if row is None else {"row": row, "col": 1}))
 
 
 def phase_waterfall_figure(
@@ -328,7 +346,7 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
         ("mem_total", "total", 2, "#757575", "dash"),
     ):
         y = cols[key]
-        if len(y) and np.all(np.isnan(y)):
+        if np.all(np.isnan(y)):
             continue
         fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "dash": dash}), row=row, col=1)
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 GIB = 1024**3
 MIB = 1024**2
 
@@ -28,6 +30,10 @@ def seconds(duration_s: float | None) -> str:
         return "—"
     if duration_s < 0:
         return "-" + seconds(-duration_s)
+    if duration_s < 1:
+        return f"{duration_s * 1000:.0f} ms"
+    if duration_s < 10:
+        return f"{duration_s:.2f} s"
     if duration_s < 60:
         return f"{duration_s:.1f} s"
     if duration_s < 3600:
@@ -65,3 +71,8 @@ def clock(ts_unix_s: float) -> str:
 def when(ts_unix_s: float) -> str:
     """Date and time of day in the machine's local time zone."""
     return datetime.fromtimestamp(ts_unix_s).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def md_escape(text: str) -> str:
+    """Text from elsewhere (GPU names, versions, flag texts) made literal inside our own Markdown."""
+    return _MD_SPECIAL.sub(r"\\\1", text)

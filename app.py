@@ -1,0 +1,30 @@
+"""Phasewatch: ``streamlit run app.py``.
+
+Starts the collector for the data folder when none runs (or the demo, with
+``PHASEWATCH_DEMO=1`` or the "Start demo" button), draws the sidebar, then shows
+the pages through ``st.navigation``. Pages only read the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from pages import common, sidebar
+
+st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout="wide")
+
+ctx = common.app_context()
+sidebar.render(ctx)
+
+HERE = Path(__file__).parent
+pages = [
+    st.Page("pages/live.py", title="Live", icon=":material/monitoring:", default=True),
+    st.Page("pages/requests.py", title="Requests", icon=":material/receipt_long:"),
+]
+# The Why and Lab pages join here when their files exist.
+for file, title, icon in (("pages/why.py", "Why", ":material/lightbulb:"), ("pages/lab.py", "Lab", ":material/science:")):
+    if (HERE / file).is_file():
+        pages.append(st.Page(file, title=title, icon=icon))
+st.navigation(pages).run()

@@ -1,0 +1,331 @@
+"""Demo mode: the simulator, a collector in front of it, and synthetic traffic through the proxy.
+
+``python -m collectors.demo --data DIR`` starts ``python -m sim`` on a free loopback
+port with a realistic GPU profile, a collector (``--demo``) in front of it on another
+free port, and then plays users with the official ``ollama`` client through the
+proxy, so that every chart fills with real recorded data:
+
+- one person chatting, with streamed replies and a conversation that grows;
+- a long document to summarise every minute or so (a long prefill that the chat feels);
+- now and then a second model, loaded cold and unloaded again.
+
+It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
+and stops its children when it stops. Use a data folder of its own: demo recordings
+must never mix with real ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.lock import LockInfo, read_lock
+
+DEMO_LOCK = "demo.lock"
+CHAT_MODEL = "llama3.2:latest"
+SECOND_MODEL = "llama3.1:8b"
+DEFAULT_HARDWARE = "rtx-4090"
+DOCUMENT_EVERY_S = 60.0
+COLD_LOAD_EVERY_S = 150.0
+
+QUESTIONS = (
+    "Why is my GPU fan loud when I generate text?",
+    "Explain the difference between RAM and VRAM in two sentences.",
+    "What does a context window do?",
+    "Give me three tips for writing clear emails.",
+    "How does quantization make a model smaller?",
+    "Summarise the plot of a heist film you invent.",
+    "What is the capital of Australia, and why not Sydney?",
+    "Write a haiku about memory bandwidth.",
+)
+
+
+@dataclass(frozen=True)
+class DemoInfo:
+    pid: int
+    sim_url: str
+    hardware: str
+    started_at_unix_s: float
+
+
+def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
+    """The running demo of ``data_dir``, or None. Opens no socket and never blocks."""
+    path = Path(data_dir) / DEMO_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held by a live demo process
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        try:
+            raw = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
+            return DemoInfo(int(raw["pid"]), str(raw["sim_url"]), str(raw["hardware"]), float(raw["started_at_unix_s"]))
+        except (ValueError, KeyError, TypeError):
+            return DemoInfo(0, "", "", 0.0)  # held, details not written yet
+    finally:
+        os.close(fd)
+
+
+def stop_demo(data_dir: Path | str, timeout_s: float = 10.0) -> bool:
+    """Ask the running demo of ``data_dir`` to stop (it stops its children); True once it is gone."""
+    info = read_demo_lock(data_dir)
+    if info is None:
+        return True
+    if info.pid <= 0:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if read_demo_lock(data_dir) is None:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the demo process dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _start(argv: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float, what: str, child: subprocess.Popen[bytes] | None = None) -> Any:
+    """Poll ``check`` until it returns something truthy; RuntimeError after ``timeout_s`` or if ``child`` exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child is not None and child.poll() is not None:
+            raise RuntimeError(f"{what}: the process exited with code {child.returncode}")
+        with contextlib.suppress(OSError):
+            result = check()
+            if result:
+                return result
+        time.sleep(0.1)
+    raise RuntimeError(f"{what}: not ready after {timeout_s:.0f} s")
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:  # a loopback URL we built
+        return bool(resp.status == 200)
+
+
+class Traffic:
+    """Synthetic users sending requests through the proxy with the official client."""
+
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
+        import ollama  # here, not at import time: read_demo_lock must stay cheap for the app
+
+        self._client = ollama.Client(host=proxy_url, timeout=120)
+        self._stop = stop
+        self._rng = random.Random(seed)
+        self.sent = 0
+        self.failed = 0
+
+    def _guard(self, what: str, call: Callable[..., None], *args: Any) -> None:
+        try:
+            call(*args)
+            self.sent += 1
+        except Exception as exc:  # a demo user shrugs and tries again later
+            self.failed += 1
+            print(f"demo traffic: {what} failed: {exc}", file=sys.stderr, flush=True)
+            self._stop.wait(3.0)
+
+    def _chat_turn(self, messages: list[dict[str, str]]) -> None:
+        reply: list[str] = []
+        stream = self._client.chat(
+            model=CHAT_MODEL, messages=messages, stream=True, options={"num_predict": self._rng.randint(40, 220)}
+        )
+        for part in stream:
+            if self._stop.is_set():
+                break
+            reply.append(part.message.content or "")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+    def _summarise(self, document: str) -> None:
+        prompt = f"Summarise this document in five bullet points:\n{document}"
+        for _ in self._client.generate(model=CHAT_MODEL, prompt=prompt, stream=True, options={"num_predict": 150}):
+            if self._stop.is_set():
+                break
+
+    def _cold_load(self) -> None:
+        # keep_alive 0 unloads it afterwards, so the next visit is a cold load again.
+        stream = self._client.generate(
+            model=SECOND_MODEL, prompt="Say hello in French.", stream=True, keep_alive=0, options={"num_predict": 30}
+        )
+        for _ in stream:
+            if self._stop.is_set():
+                break
+
+    def chat_user(self) -> None:
+        messages: list[dict[str, str]] = []
+        while not self._stop.is_set():
+            if len(messages) >= 16:
+                messages = []  # a new conversation
+            messages.append({"role": "user", "content": self._rng.choice(QUESTIONS)})
+            self._guard("chat", self._chat_turn, messages)
+            if messages[-1]["role"] == "user":
+                messages.pop()  # the turn failed: ask again later
+            self._stop.wait(self._rng.uniform(3.0, 9.0))
+
+    def document_reader(self) -> None:
+        self._stop.wait(20.0)
+        vocabulary = ("report", "quarter", "revenue", "growth", "team", "plan", "risk", "data")
+        while not self._stop.is_set():
+            document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(1500, 4000)))
+            self._guard("document", self._summarise, document)
+            self._stop.wait(DOCUMENT_EVERY_S * self._rng.uniform(0.8, 1.2))
+
+    def cold_loader(self) -> None:
+        self._stop.wait(45.0)
+        while not self._stop.is_set():
+            self._guard("cold load", self._cold_load)
+            self._stop.wait(COLD_LOAD_EVERY_S * self._rng.uniform(0.8, 1.2))
+
+    def start(self) -> list[threading.Thread]:
+        threads = [
+            threading.Thread(target=fn, name=f"demo-{fn.__name__}", daemon=True)
+            for fn in (self.chat_user, self.document_reader, self.cold_loader)
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+
+class DemoLock:
+    """Exclusive flock on ``DIR/demo.lock`` for the life of the demo process."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / DEMO_LOCK
+        self._fd: int | None = None
+
+    def acquire(self, info: DemoInfo) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(f"a demo already runs for {self.path.parent}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(asdict(info)).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout_s)
+
+
+def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, stop: threading.Event) -> int:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    existing = read_lock(data_dir)
+    if existing is not None:
+        print(f"demo: a collector (process {existing.pid}) already records into {data_dir}; stop it first", file=sys.stderr)
+        return 2
+    sim_port = free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    lock = DemoLock(data_dir)
+    lock.acquire(DemoInfo(os.getpid(), sim_url, hardware, time.time()))
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        sim = _start(
+            [sys.executable, "-m", "sim", "--port", str(sim_port), "--hardware", hardware, "--num-parallel", str(num_parallel)],
+            data_dir / "sim.log",
+        )
+        children.append(sim)
+        wait_for(lambda: _http_ok(f"{sim_url}/api/version"), 30, "simulator", sim)
+        collector = _start(
+            [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
+             "--data", str(data_dir), "--demo"],
+            data_dir / "collector.log",
+        )  # fmt: skip
+        children.append(collector)
+        info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
+        print(f"demo: simulator {sim_url} ({hardware}), proxy {info.listen}, data {data_dir}", flush=True)
+        if traffic:
+            Traffic(f"http://{info.listen}", stop).start()
+        while not stop.wait(1.0):
+            for child in children:
+                if child.poll() is not None:
+                    print(f"demo: {child.args!r} exited with code {child.returncode}; stopping", file=sys.stderr)
+                    return 1
+        return 0
+    finally:
+        stop.set()
+        for child in reversed(children):
+            _stop_child(child)
+        lock.release()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m collectors.demo", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data", required=True, type=Path, help="data folder for the demo's store (apart from real data)")
+    parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help=f"simulated GPU profile (default {DEFAULT_HARDWARE})")
+    parser.add_argument("--num-parallel", type=int, default=2, help="slots per model in the simulator (default 2)")
+    parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run_demo(args.data.expanduser(), args.hardware, args.num_parallel, not args.no_traffic, stop)
+    except RuntimeError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

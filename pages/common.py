@@ -1,0 +1,131 @@
+"""What every page shares: the app context, the demo banner, the "Ollama down" panel, empty states.
+
+Text that comes from users or models (model names, errors, replies) never goes
+through Markdown here: it is shown with ``st.text``/``st.code`` or in dataframes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import streamlit as st
+
+from pages import data
+from pages.launch import LaunchState, ensure_collector, ensure_demo
+from pages.settings import AppSettings, client_host_line, resolve_settings
+
+WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
+DEFAULT_WINDOW = "5 min"
+_CTX_KEY = "pw_ctx"
+DEMO_KEY = "pw_demo"
+
+
+@dataclass(frozen=True)
+class AppContext:
+    settings: AppSettings
+    demo: bool
+    data_dir: Path
+    launch: LaunchState
+    window_s: float = WINDOWS_S[DEFAULT_WINDOW]
+    paused: bool = False
+
+    @property
+    def db_path(self) -> Path:
+        return data.db_path(self.data_dir)
+
+
+def app_context() -> AppContext:
+    """Resolve settings, make sure a collector (or the demo) runs, and remember the result for the pages."""
+    settings = resolve_settings()
+    if DEMO_KEY not in st.session_state:
+        st.session_state[DEMO_KEY] = settings.demo_at_start
+    demo = bool(st.session_state[DEMO_KEY])
+    data_dir = settings.demo_data_dir if demo else settings.data_dir
+    if demo and settings.start_collector:
+        launch = ensure_demo(data_dir)
+    elif demo:
+        launch = LaunchState("off", "demo mode, but PHASEWATCH_COLLECTOR=off: the app starts no simulator")
+    else:
+        launch = ensure_collector(data_dir, settings.ollama_url, settings.listen, settings.start_collector)
+    ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch)
+    st.session_state[_CTX_KEY] = ctx
+    return ctx
+
+
+def set_view(window_s: float, paused: bool) -> AppContext:
+    ctx: AppContext = st.session_state[_CTX_KEY]
+    ctx = replace(ctx, window_s=window_s, paused=paused)
+    st.session_state[_CTX_KEY] = ctx
+    return ctx
+
+
+def context() -> AppContext:
+    """The context app.py resolved for this run, brought up to date with the sidebar's widgets.
+
+    Rebuilt when the demo switch changed since it was stored (a page can run without app.py
+    running first: AppTest's reruns under st.navigation do that).
+    """
+    ctx: AppContext | None = st.session_state.get(_CTX_KEY)
+    if ctx is None or ctx.demo != bool(st.session_state.get(DEMO_KEY, ctx.demo)):
+        ctx = app_context()
+    window = str(st.session_state.get("pw_window", ""))
+    paused = st.session_state.get("pw_paused")
+    if window in WINDOWS_S or paused is not None:
+        ctx = set_view(WINDOWS_S.get(window, ctx.window_s), bool(paused) if paused is not None else ctx.paused)
+    return ctx
+
+
+def start_demo() -> None:
+    st.session_state[DEMO_KEY] = True
+
+
+def leave_demo() -> None:
+    st.session_state[DEMO_KEY] = False
+
+
+def demo_banner(ctx: AppContext, status: data.Status) -> None:
+    """Say plainly when what a page shows comes from the simulator."""
+    simulated = ctx.demo or (status.heartbeat is not None and status.heartbeat.demo)
+    if simulated:
+        st.info(
+            "**Demo mode:** everything on this page comes from the built-in simulator (`sim/`) and its simulated GPU, "
+            "recorded through the proxy like real traffic. It is not your Ollama and not your GPU.",
+            icon=":material/science:",
+        )
+
+
+def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
+    """When no Ollama answers: say so, say how to fix it, offer the demo. True when shown."""
+    if ctx.demo:
+        return False
+    down = status.ollama is not None and not status.ollama.up
+    never_seen = status.ollama is None and ctx.launch.state in ("failed", "off")
+    if not (down or never_seen):
+        return False
+    url = status.ollama.base_url if status.ollama is not None else ctx.settings.ollama_url
+    with st.container(border=True, key="ollama_down"):
+        st.error("**Ollama is not answering.** Nothing new can be recorded until it does.", icon=":material/power_off:")
+        st.text(f"Address tried: {url}")
+        if status.ollama is not None and status.ollama.error:
+            st.text(f"Last error: {status.ollama.error}")
+        st.markdown(
+            "- Start it: run `ollama serve` in a terminal (or open the Ollama app), then wait a few seconds.\n"
+            "- Ollama runs elsewhere? Set `OLLAMA_HOST` before starting Phasewatch, for example "
+            "`OLLAMA_HOST=192.168.1.20:11434 streamlit run app.py`.\n"
+            "- No Ollama at all? Try the demo: a simulated GPU and model with synthetic users, recorded into a "
+            "separate data folder."
+        )
+        st.button("Start demo", key="pw_start_demo", on_click=start_demo, type="primary")
+    return True
+
+
+def no_store_state(ctx: AppContext) -> None:
+    """Empty state: no store file yet."""
+    st.info(
+        "**Nothing recorded yet.** The collector creates its store when it starts"
+        + (" — it is starting now." if ctx.launch.state == "starting" else ".")
+        + " Then point your clients at the proxy and run a prompt:",
+        icon=":material/hourglass_empty:",
+    )
+    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")

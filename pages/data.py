@@ -1,0 +1,203 @@
+"""The pages' view of the store: short read-only queries (``store.queries``) shaped for each page.
+
+Every function opens the store read-only for one use and returns None when there is
+no store yet, so a page can show its empty state instead of an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.records import CollectorInfo, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
+from pages.derive import Band, Interval
+from store import queries
+from store.schema import StoreNotFoundError
+from store.schema import db_path as _db_path
+
+ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions")
+BANDS_LIMIT = 2000  # requests drawn under the GPU timeline
+
+
+def db_path(data_dir: Path) -> Path:
+    return _db_path(data_dir)
+
+
+@contextlib.contextmanager
+def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
+    try:
+        conn = queries.open_readonly(db)
+    except StoreNotFoundError:
+        yield None
+        return
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class Status:
+    ollama: OllamaStatus | None = None
+    heartbeat: CollectorInfo | None = None
+    gpus: list[GpuSample] = field(default_factory=list)  # latest sample of each GPU
+    store_exists: bool = False
+
+
+def load_status(db: Path, now_unix_s: float | None = None) -> Status:
+    """Ollama's last poll, the collector's heartbeat and the GPUs it saw in the last minute."""
+    import time
+
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        if conn is None:
+            return Status()
+        latest: dict[int, GpuSample] = {}
+        for s in queries.gpu_samples(conn, now - 60, now + 5):
+            latest[s.index] = s
+        return Status(
+            ollama=queries.latest_ollama_status(conn),
+            heartbeat=queries.latest_heartbeat(conn),
+            gpus=[latest[i] for i in sorted(latest)],
+            store_exists=True,
+        )
+
+
+@dataclass
+class LiveSnapshot:
+    in_flight: list[RequestRecord]
+    gpu_by_index: dict[int, list[GpuSample]]
+    host: list[HostSample]
+    loaded: list[LoadedModel]
+    bands: list[Band]
+    busy_intervals: list[Interval]
+    requests_in_window: int
+    gpu_state: str | None
+    gpu_message: str | None
+
+
+def bands_of(row: dict[str, Any]) -> list[Band]:
+    """Phase bands of one finished request from its stored wall-clock boundaries."""
+    rid, model = str(row["id"]), str(row["model"])
+    load_start = row.get("load_start_unix_s")
+    prefill_start = row.get("prefill_start_unix_s")
+    decode_start = row.get("decode_start_unix_s")
+    decode_end = row.get("decode_end_unix_s")
+    out: list[Band] = []
+    if load_start is not None and prefill_start is not None:
+        load_end = load_start + (row.get("load_s") or 0.0)
+        if load_end > load_start:
+            out.append(Band(rid, model, "load", load_start, load_end))
+        if prefill_start > load_end:
+            out.append(Band(rid, model, "queue", load_end, prefill_start))
+    if prefill_start is not None and decode_start is not None and decode_start > prefill_start:
+        out.append(Band(rid, model, "prefill", prefill_start, decode_start))
+    if decode_start is not None and decode_end is not None and decode_end > decode_start:
+        out.append(Band(rid, model, "decode", decode_start, decode_end))
+    return out
+
+
+def load_live(db: Path, now_unix_s: float, window_s: float) -> LiveSnapshot | None:
+    start = now_unix_s - window_s
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        in_flight = queries.in_flight_requests(conn, now_unix_s)
+        gpu_by_index: dict[int, list[GpuSample]] = {}
+        for s in queries.gpu_samples(conn, start, now_unix_s + 1):
+            gpu_by_index.setdefault(s.index, []).append(s)
+        host = queries.host_samples(conn, start, now_unix_s + 1)
+        loaded = queries.latest_loaded_models(conn)
+        heartbeat = queries.latest_heartbeat(conn)
+        # Requests that started up to 10 min before the window may still reach into it.
+        rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
+    bands: list[Band] = []
+    busy: list[Interval] = []
+    shown = 0
+    for row in rows:
+        if row["outcome"] == Outcome.IN_FLIGHT.value:
+            continue  # drawn below from the in-flight records, which are fresher
+        end = row.get("ended_at_unix_s") or row.get("updated_at_unix_s") or row["started_at_unix_s"]
+        if end < start:
+            continue
+        shown += row["started_at_unix_s"] >= start
+        busy.append(Interval(row["started_at_unix_s"], end))
+        bands.extend(bands_of(row))
+    for rec in in_flight:
+        busy.append(Interval(rec.started_at_unix_s, now_unix_s))
+        bands.append(Band(rec.id, rec.model, "in flight", rec.started_at_unix_s, now_unix_s))
+    return LiveSnapshot(
+        in_flight=in_flight,
+        gpu_by_index=gpu_by_index,
+        host=host,
+        loaded=loaded,
+        bands=bands,
+        busy_intervals=busy,
+        requests_in_window=shown + sum(1 for r in in_flight if r.started_at_unix_s >= start),
+        gpu_state=heartbeat.gpu_state if heartbeat else None,
+        gpu_message=heartbeat.gpu_message if heartbeat else None,
+    )
+
+
+@dataclass(frozen=True)
+class HistoryOptions:
+    models: list[str]
+    endpoints: list[str]
+    outcomes: list[str]
+
+
+def load_history(
+    db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None,
+    limit: int | None,
+) -> tuple[list[dict[str, Any]], HistoryOptions] | None:  # fmt: skip
+    """Requests started in the window that match the filters (None = any), newest first."""
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        rows = queries.recent_requests(
+            conn, start_unix_s, model=model, endpoint=endpoint, outcome=outcome,
+            limit=limit if limit is not None else 10_000_000, until_unix_s=end_unix_s,
+        )  # fmt: skip
+        options = HistoryOptions(
+            models=queries.request_models(conn, start_unix_s),
+            endpoints=list(ENDPOINTS),
+            outcomes=[o.value for o in Outcome],
+        )
+    return rows, options
+
+
+def load_request(db: Path, request_id: str) -> RequestRecord | None:
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        return queries.request_detail(conn, request_id)
+
+
+@dataclass
+class RequestContext:
+    """What the explainer needs beside the record: the GPU during the request, the model's facts, where it sat."""
+
+    gpu_samples: list[GpuSample]
+    show: dict[str, Any] | None
+    loaded: LoadedModel | None
+
+
+def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> RequestContext:
+    with _open(db) as conn:
+        if conn is None:
+            return RequestContext([], None, None)
+        samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
+        show = queries.model_info(conn, rec.model)
+        loaded = next((m for m in queries.latest_loaded_models(conn) if rec.model in (m.name, m.model)), None)
+    return RequestContext(samples, show, loaded)
+
+
+def latest_request_ids(db: Path, since_unix_s: float, limit: int = 1) -> list[str]:
+    with _open(db) as conn:
+        if conn is None:
+            return []
+        return [str(r["id"]) for r in queries.recent_requests(conn, since_unix_s, limit=limit)]

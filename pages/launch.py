@@ -1,0 +1,109 @@
+"""Start the collector (or the demo) in the background when none runs for a data folder.
+
+The child is detached (its own session) so that it keeps recording after the
+browser tab and even the Streamlit server are gone. Only this module starts
+processes for the app; it opens no sockets itself: whether a collector runs is
+answered by its lock file (``collectors.lock.read_lock``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from collectors.demo import read_demo_lock
+from collectors.lock import read_lock
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESPAWN_AFTER_S = 20.0  # give a starting child this long before trying again
+
+_lock = threading.Lock()
+_children: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+
+
+@dataclass(frozen=True)
+class LaunchState:
+    state: str  # "running" | "starting" | "failed" | "off"
+    message: str
+    pid: int | None = None
+    listen: str | None = None
+
+
+def _tail(path: Path, n_lines: int = 6) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n_lines:])
+
+
+def _spawn(key: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            argv,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives the app, and Ctrl-C in its terminal
+        )
+    _children[key] = (child, time.monotonic())
+    return child
+
+
+def _child_state(key: str, log_path: Path, what: str) -> LaunchState | None:
+    """State of a child we started ourselves, or None when we should (re)start one."""
+    entry = _children.get(key)
+    if entry is None:
+        return None
+    child, started = entry
+    code = child.poll()
+    if code is None:
+        if time.monotonic() - started < RESPAWN_AFTER_S:
+            return LaunchState("starting", f"{what} is starting (process {child.pid})", pid=child.pid)
+        return LaunchState("failed", f"{what} (process {child.pid}) has not taken its data folder yet; see {log_path}", child.pid)
+    if time.monotonic() - started < RESPAWN_AFTER_S:
+        detail = _tail(log_path)
+        return LaunchState("failed", f"{what} exited with code {code}. Last lines of {log_path}:\n{detail}", child.pid)
+    return None
+
+
+def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool) -> LaunchState:
+    """Reuse the collector that records into ``data_dir``, or start one."""
+    info = read_lock(data_dir)
+    if info is not None:
+        return LaunchState("running", f"collector running (process {info.pid})", info.pid, info.listen or None)
+    if not allowed:
+        return LaunchState("off", "no collector runs for this data folder (PHASEWATCH_COLLECTOR=off: the app starts none)")
+    key = f"collector:{data_dir}"
+    log_path = data_dir / "collector.log"
+    with _lock:
+        state = _child_state(key, log_path, "the collector")
+        if state is not None:
+            return state
+        argv = [sys.executable, "-m", "collectors", "--ollama", ollama_url, "--listen", listen, "--data", str(data_dir)]
+        child = _spawn(key, argv, log_path)
+    return LaunchState("starting", f"started the collector (process {child.pid})", child.pid)
+
+
+def ensure_demo(demo_dir: Path) -> LaunchState:
+    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one."""
+    demo = read_demo_lock(demo_dir)
+    collector = read_lock(demo_dir)
+    if demo is not None and collector is not None:
+        return LaunchState("running", f"demo running (process {demo.pid})", demo.pid, collector.listen or None)
+    if demo is not None:
+        return LaunchState("starting", f"demo is starting its simulator and collector (process {demo.pid})", demo.pid)
+    key = f"demo:{demo_dir}"
+    log_path = demo_dir / "demo.log"
+    with _lock:
+        state = _child_state(key, log_path, "the demo")
+        if state is not None:
+            return state
+        child = _spawn(key, [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir)], log_path)
+    return LaunchState("starting", f"started the demo (process {child.pid})", child.pid)

@@ -1,0 +1,33 @@
+"""Live: generations in flight, the GPU timeline with request phases under it, loaded models, host."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from pages import common, data
+from pages.live_view import build_live, show_live
+from pages.settings import client_host_line
+
+ctx = common.context()
+st.title("Live")
+status = data.load_status(ctx.db_path)
+common.demo_banner(ctx, status)
+common.ollama_down_panel(ctx, status)
+proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
+
+if ctx.paused:
+    st.caption("Live updates are paused (sidebar). Zoom and pan freely; switch the pause off to follow again.")
+
+
+@st.fragment(run_every=None if ctx.paused else 1)
+def live() -> None:
+    model = build_live(ctx.db_path, time.time(), ctx.window_s)
+    if model is None:
+        common.no_store_state(ctx)
+        return
+    show_live(model, proxy_line)
+
+
+live()

@@ -1,0 +1,169 @@
+"""The Live page's work, split in two: ``build_live`` (store → figures and tables, no Streamlit,
+timed by ``bench/pages_refresh.py``) and ``show_live`` (draws them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages import charts, data, derive, fmt
+from pages.derive import InFlightView, Interval
+
+
+@dataclass
+class LiveModel:
+    now_unix_s: float
+    window_start_unix_s: float
+    in_flight: list[InFlightView]
+    gpu_figures: list[tuple[int, go.Figure]]  # (GPU index, figure)
+    bands_figure: go.Figure | None  # phases only, when there is no GPU to draw them under
+    unexplained: list[Interval]
+    models_table: pd.DataFrame
+    models_figure: go.Figure | None
+    host_figure: go.Figure | None
+    gpu_state: str | None  # the collector's word: "nvml" | "simulated" | "none"
+    gpu_message: str | None
+    requests_in_window: int
+    notes: list[str] = field(default_factory=list)
+
+
+def build_live(db: Path, now_unix_s: float, window_s: float) -> LiveModel | None:
+    """Everything the Live page shows for one refresh; None when there is no store yet."""
+    snap = data.load_live(db, now_unix_s, window_s)
+    if snap is None:
+        return None
+    start = now_unix_s - window_s
+    names = derive.loaded_names(snap.loaded)
+    in_flight = [derive.in_flight_view(r, now_unix_s, names) for r in snap.in_flight]
+    bands = derive.assign_lanes(snap.bands)
+    # Per GPU: a bypassing client shows up on the GPU it runs on.
+    unexplained_by_gpu = {
+        i: derive.unexplained_gpu_activity(samples, snap.busy_intervals) for i, samples in snap.gpu_by_index.items()
+    }
+    unexplained = sorted((u for found in unexplained_by_gpu.values() for u in found), key=lambda u: u.start_unix_s)
+    gpu_figures = [
+        (index, charts.gpu_timeline_figure(samples, bands, start, now_unix_s, unexplained=unexplained_by_gpu[index]))
+        for index, samples in sorted(snap.gpu_by_index.items())
+    ]
+    bands_figure = None
+    if not gpu_figures and bands:
+        bands_figure = charts.phase_bands_figure(bands, start, now_unix_s, "Request phases (no GPU samples)")
+    models_table = pd.DataFrame(
+        [
+            {
+                "model": m.name,
+                "size": fmt.gib(m.size_bytes),
+                "in VRAM": fmt.gib(m.size_vram_bytes),
+                "in system memory": fmt.gib(max(m.size_bytes - m.size_vram_bytes, 0)),
+                "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
+                "context length": m.context_length,
+                "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
+                "quantization": m.quantization_level,
+            }
+            for m in snap.loaded
+        ]
+    )
+    return LiveModel(
+        now_unix_s=now_unix_s,
+        window_start_unix_s=start,
+        in_flight=in_flight,
+        gpu_figures=gpu_figures,
+        bands_figure=bands_figure,
+        unexplained=unexplained,
+        models_table=models_table,
+        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded else None,
+        host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
+        gpu_state=snap.gpu_state,
+        gpu_message=snap.gpu_message,
+        requests_in_window=snap.requests_in_window,
+    )
+
+
+def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
+    if expires_at_unix_s is None:
+        return "—"
+    left = expires_at_unix_s - now_unix_s
+    if left > 365 * 24 * 3600:
+        return "never (kept loaded)"
+    if left <= 0:
+        return "busy or unloading"  # /api/ps keeps a stale expiry while a request runs
+    return fmt.seconds(left)
+
+
+def in_flight_frame(views: list[InFlightView]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "model": v.model,
+                "client": v.client_addr,
+                "endpoint": v.endpoint,
+                "phase": v.phase,
+                "elapsed (s)": round(v.elapsed_s, 1),
+                "tokens so far": v.tokens_so_far,
+                "live tok/s": None if v.live_tok_s is None else round(v.live_tok_s, 1),
+                "request": v.request_id[:8],
+            }
+            for v in views
+        ]
+    )
+
+
+def show_live(model: LiveModel, proxy_line: str) -> None:
+    """Draw one refresh of the Live page."""
+    a, b, c = st.columns(3)
+    a.metric("Generations in flight", len(model.in_flight))
+    b.metric("Requests in window", model.requests_in_window)
+    c.metric("Updated", fmt.clock(model.now_unix_s))
+
+    st.subheader("Generations in flight")
+    if model.in_flight:
+        st.dataframe(in_flight_frame(model.in_flight), hide_index=True, key="live_in_flight")
+    else:
+        st.caption("None right now. Requests sent through the proxy show up here while they run.")
+
+    st.subheader("GPU timeline")
+    if model.unexplained:
+        total_s = sum(u.duration_s for u in model.unexplained)
+        last = model.unexplained[-1]
+        st.warning(
+            f"The GPU was busy for {fmt.seconds(total_s)} with no request through the proxy "
+            f"(last at {fmt.clock(last.start_unix_s)}–{fmt.clock(last.end_unix_s)}). A client is probably talking to "
+            "Ollama directly, bypassing the proxy, so its requests are not recorded. Point it at the proxy:",
+            icon=":material/visibility_off:",
+        )
+        st.code(proxy_line, language="bash")
+    if model.gpu_figures:
+        for index, fig in model.gpu_figures:
+            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
+    else:
+        if model.gpu_state == "none":
+            st.info(
+                "No NVIDIA GPU found, so there is no GPU timeline. Phases and rates still come from Ollama's own timings.",
+                icon=":material/info:",
+            )
+            if model.gpu_message:
+                st.text(model.gpu_message)
+        else:
+            st.caption("No GPU samples in this window yet.")
+        if model.bands_figure is not None:
+            st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+
+    st.subheader("Loaded models")
+    if model.models_table.empty:
+        st.caption(
+            "No model is loaded. Ollama loads one on the first request and unloads it after keep_alive (5 min by default)."
+        )
+    else:
+        st.dataframe(model.models_table, hide_index=True, key="live_models")
+        if model.models_figure is not None:
+            st.plotly_chart(model.models_figure, key="live_models_fig", config={"displaylogo": False})
+
+    st.subheader("Host")
+    if model.host_figure is not None:
+        st.plotly_chart(model.host_figure, key="live_host", config={"displaylogo": False})
+    else:
+        st.caption("No host samples in this window yet.")

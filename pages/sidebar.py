@@ -1,0 +1,77 @@
+"""The sidebar: the sources at a glance (Ollama, proxy, GPU, data folder), the time window, the pause switch."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from pages import common, data, fmt
+from pages.common import AppContext
+from pages.fmt import md_escape
+from pages.settings import client_host_line
+
+HEARTBEAT_STALE_S = 15.0
+
+
+def render(ctx: AppContext) -> AppContext:
+    with st.sidebar:
+        labels = list(common.WINDOWS_S)
+        window = st.selectbox("Time window", labels, index=labels.index(common.DEFAULT_WINDOW), key="pw_window",
+                              help="How far back the charts and the request list reach.")  # fmt: skip
+        paused = st.toggle("Pause live updates", key="pw_paused", help="Freeze the Live page to read or zoom in peace.")
+        ctx = common.set_view(common.WINDOWS_S[window or common.DEFAULT_WINDOW], paused)
+        _status_fragment(ctx)
+        if ctx.demo:
+            st.button("Leave demo", key="pw_leave_demo", on_click=common.leave_demo,
+                      help="Back to your own recordings. The demo keeps running in the background.")  # fmt: skip
+    return ctx
+
+
+def _status_fragment(ctx: AppContext) -> None:
+    @st.fragment(run_every=None if ctx.paused else 5)
+    def sources() -> None:
+        render_sources(ctx, data.load_status(ctx.db_path), time.time())
+
+    sources()
+
+
+def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> None:
+    st.subheader("Sources")
+    # Ollama
+    if status.ollama is None:
+        st.markdown("**Ollama** · not polled yet")
+        st.text(ctx.settings.ollama_url if not ctx.demo else "the simulator")
+    elif status.ollama.up:
+        version = f" · version {md_escape(status.ollama.version)}" if status.ollama.version else ""
+        st.markdown(f"**Ollama** · :green[reachable]{version}")
+        st.text(status.ollama.base_url)
+    else:
+        st.markdown(f"**Ollama** · :red[not answering] since {fmt.clock(status.ollama.ts_unix_s)}")
+        st.text(status.ollama.base_url)
+    # Proxy
+    listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
+    st.markdown("**Proxy** · point your clients at it:")
+    st.code(client_host_line(listen), language="bash")
+    # GPU
+    if status.gpus:
+        for g in status.gpus:
+            sim = " (simulated)" if g.simulated else ""
+            st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
+    elif status.heartbeat is not None and status.heartbeat.gpu_state == "none":
+        st.markdown("**GPU** · no NVIDIA GPU found")
+        st.caption("GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings.")
+        if status.heartbeat.gpu_message:
+            st.text(status.heartbeat.gpu_message)
+    else:
+        st.markdown("**GPU** · no samples yet")
+    # Collector and data folder
+    hb = status.heartbeat
+    if hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
+        st.markdown(f"**Collector** · :orange[silent for {fmt.seconds(now_unix_s - hb.ts_unix_s)}]")
+    else:
+        st.markdown(f"**Collector** · {md_escape(ctx.launch.message)}")
+    if ctx.launch.state == "failed":
+        st.code(ctx.launch.message, language=None)
+    st.markdown("**Data folder**")
+    st.text(str(ctx.data_dir))
