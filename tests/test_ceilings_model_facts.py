@@ -163,7 +163,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from([*list(LLAMA32_SHOW["model_info"]), "llama.attention.key_length"]), _json))
 def test_free_form_model_info_gives_facts_or_model_facts_error(overrides: dict[str, Any]) -> None:
     show = copy.deepcopy(LLAMA32_SHOW)
@@ -176,7 +176,7 @@ def test_free_form_model_info_gives_facts_or_model_facts_error(overrides: dict[s
     assert f.kv_bytes_per_token >= 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_json)
 def test_any_json_gives_facts_or_model_facts_error(obj: Any) -> None:
     with contextlib.suppress(ModelFactsError):
