@@ -19,14 +19,15 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from collectors.lab.client import LabClient, LabError, same_model
+from collectors.lab.client import LabClient, LabError, normalize_url, same_model
 from collectors.lab.context import DEFAULT_CONTEXT_TOKENS
 from collectors.lab.experiments import EXPERIMENTS, make_params
-from collectors.lab.results import CANCELLED, DONE, TIMED_OUT, ExperimentResult, lab_dir, write_result
+from collectors.lab.results import CANCELLED, DONE, FAILED, TIMED_OUT, ExperimentResult, lab_dir, write_result
 from collectors.lab.runner import DEFAULT_TIMEOUT_S, preflight, run_experiment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
@@ -154,6 +155,23 @@ def _short(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _write_failed(out: Path, args: argparse.Namespace, run_id: str, params: dict[str, Any], started: float, error: str) -> None:
+    doc = ExperimentResult(
+        name=args.experiment,
+        run_id=run_id,
+        model=args.model,
+        ollama_url=normalize_url(args.ollama),
+        parameters={**params, "num_ctx": args.num_ctx, "seed": args.seed, "timeout_s": args.timeout},
+        started_at_unix_s=started,
+        state=FAILED,
+        conclusion=f"Failed before sending anything: {error}",
+        finished_at_unix_s=time.time(),
+        error=error,
+        pid=os.getpid(),
+    )
+    write_result(out, doc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     fields = _param_fields()
@@ -176,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     args.run_id = run_id
     out: Path | None = args.out or (lab_dir(args.data) / f"{run_id}.json" if args.data else None)
     bar = ProgressBar(sys.stderr)
+    started = time.time()
     try:
         result = asyncio.run(_run(args, params, out, bar))
     except LabError as exc:
         bar.finish()
+        if out is not None:  # whoever follows the document (the Lab page) learns why nothing ran
+            _write_failed(out, args, run_id, params, started, str(exc))
         return _error(str(exc))
     bar.finish()
     if args.json:

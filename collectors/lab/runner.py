@@ -45,6 +45,8 @@ def model_facts(show: dict[str, Any], tag: dict[str, Any] | None) -> dict[str, A
         "parameter_size": details.get("parameter_size"),
         "family": details.get("family"),
         "model_bytes": (tag or {}).get("size"),
+        # What analysis.model_facts.model_facts_from_show needs, for the ceilings drawn with the results.
+        "show": {"model_info": {k: v for k, v in info.items() if not isinstance(v, list | dict)}, "details": details},
     }
 
 
