@@ -160,6 +160,16 @@ def _keep_alive(body: dict[str, Any]) -> int | None:
         raise ApiError(400, str(e)) from None
 
 
+def _turn(role: str, content: str) -> list[int]:
+    """One templated message: header, role, content, end-of-turn (a Llama 3 style template)."""
+    return [_HEADER, tokens.token_id(role), *tokens.encode(content), _EOT]
+
+
+# The assistant header that ends every templated prompt. A reply sent back in a later chat turn then
+# extends the slot's cache (prompt + generated tokens) exactly, as it does with a real template.
+_ASSISTANT_HEADER = [_HEADER, tokens.token_id("assistant")]
+
+
 def _prompt_ids_generate(body: dict[str, Any]) -> list[int]:
     prompt = str(body.get("prompt") or "")
     system = body.get("system")
@@ -167,9 +177,8 @@ def _prompt_ids_generate(body: dict[str, Any]) -> list[int]:
         return tokens.encode(prompt)
     ids = [_BOS]
     if system:
-        ids += [_HEADER, *tokens.encode(str(system)), _EOT]
-    ids += [_HEADER, *tokens.encode(prompt), _EOT, _HEADER]
-    return ids
+        ids += _turn("system", str(system))
+    return ids + _turn("user", prompt) + _ASSISTANT_HEADER
 
 
 def _prompt_ids_chat(messages: list[Any]) -> list[int]:
@@ -177,8 +186,8 @@ def _prompt_ids_chat(messages: list[Any]) -> list[int]:
     for m in messages:
         if not isinstance(m, dict):
             raise ApiError(400, "json: cannot unmarshal message")
-        ids += [_HEADER, *tokens.encode(str(m.get("role", ""))), *tokens.encode(str(m.get("content") or "")), _EOT]
-    return [*ids, _HEADER]
+        ids += _turn(str(m.get("role") or "user"), str(m.get("content") or ""))
+    return ids + _ASSISTANT_HEADER
 
 
 def _seed_for(cfg: ServerConfig, opts: dict[str, Any], prompt_ids: list[int]) -> str:

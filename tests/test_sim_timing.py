@@ -165,3 +165,18 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         assert 6 * chunk_s * 1e9 <= b.prompt_eval_duration <= 12 * chunk_s * 1e9
         _, gpu = http_json(sim, "GET", "/sim/gpu")
         assert gpu["gpus"][0]["mem_used_bytes"] > BY_NAME[LLAMA8B].size_bytes
+
+
+def test_chat_history_reuses_the_cache_of_the_previous_turn() -> None:
+    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "50") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        history = [{"role": "user", "content": make_prompt(300, seed=6)}]
+        first = client.chat(model=LLAMA8B, messages=history)
+        assert first.done_reason == "stop" and first.eval_count is not None
+        history += [{"role": "assistant", "content": first.message.content or ""}, {"role": "user", "content": "and then?"}]
+        second = client.chat(model=LLAMA8B, messages=history)
+        rec = [r for r in truth(sim) if r["endpoint"] == "/api/chat"][-1]
+        # Everything up to the end of the first answer was in the slot's cache.
+        assert first.prompt_eval_count is not None and second.prompt_eval_count is not None
+        assert rec["cached_tokens"] == first.prompt_eval_count + first.eval_count
+        assert second.prompt_eval_count - rec["cached_tokens"] < 10
