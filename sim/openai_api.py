@@ -36,9 +36,9 @@ from sim.truth import TruthRecord
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error"}
 
 
-def _oai_error(status: int, message: str) -> web.Response:
+def _oai_error(status: int, message: str, request_id: str) -> web.Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "api_error"), "param": None, "code": None}
-    return web.json_response({"error": err}, status=status)
+    return web.json_response({"error": err}, status=status, headers={"X-Sim-Request-Id": request_id})
 
 
 def _sse(obj: object) -> bytes:
@@ -71,7 +71,7 @@ class _OpenAiGeneration:
             return await self._run()
         except ApiError as e:
             self.truth.status, self.truth.error, self.truth.done_ns = e.status, e.message, time.monotonic_ns()
-            return _oai_error(e.status, e.message)
+            return _oai_error(e.status, e.message, self.rid)
 
     async def _run(self) -> web.StreamResponse:
         from sim.server import lookup_model

@@ -69,8 +69,9 @@ class ApiError(Exception):
         self.message = message
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, request_id: str | None = None) -> web.Response:
+    headers = {"X-Sim-Request-Id": request_id} if request_id else None
+    return web.json_response({"error": message}, status=status, headers=headers)
 
 
 def _dumps(obj: object) -> bytes:
@@ -308,7 +309,7 @@ class _Generation:
         except ApiError as e:
             self.truth.status, self.truth.error = e.status, e.message
             self.truth.done_ns = time.monotonic_ns()
-            return _error(e.status, e.message)
+            return _error(e.status, e.message, self.rid)
 
     async def _run(self) -> web.StreamResponse:
         body = await _read_json(self.request)
@@ -371,7 +372,7 @@ class _Generation:
         d["done_reason"] = reason
         self.truth.status = 200
         self.truth.done_ns = time.monotonic_ns()
-        return web.json_response(d)
+        return web.json_response(d, headers={"X-Sim-Request-Id": self.rid})
 
     async def _stream(self, req: GenRequest, model_str: str, stream: bool, raw: bool) -> web.StreamResponse:
         self._resp: web.StreamResponse | None = None
