@@ -61,9 +61,12 @@ def _excerpt(raw: bytes) -> str:
     return repr(cut) + ("…" if len(raw) > _EXCERPT_BYTES else "")
 
 
+_json_decode = json.JSONDecoder().decode  # what json.loads calls, minus its per-call encoding sniffing
+
+
 def _decode(t_ns: int, raw: bytes) -> Chunk:
     try:
-        obj = json.loads(raw)
+        obj = _json_decode(raw.decode("utf-8"))  # Ollama's wire format is UTF-8
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return Chunk(t_ns, raw, problem=f"not JSON ({type(exc).__name__}): {_excerpt(raw)}")
     if not isinstance(obj, dict):
@@ -72,6 +75,8 @@ def _decode(t_ns: int, raw: bytes) -> Chunk:
 
 
 def _check_read(t_ns: object, data: object) -> bytes:
+    if type(t_ns) is int and type(data) is bytes:  # the common case, checked cheaply
+        return data
     if isinstance(t_ns, bool) or not isinstance(t_ns, int):
         raise ChunkParseError(f"t_ns must be an int (monotonic nanoseconds), got {type(t_ns).__name__}")
     if isinstance(data, bytes):

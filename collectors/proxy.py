@@ -340,11 +340,16 @@ class RecordingProxy:
                 ex.failure_outcome = Outcome.CANCELLED
             raise
 
+        first_byte_ns = time.monotonic_ns()
         try:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             response.headers.extend(_filtered(upstream.headers, frozenset()))
+            early = b""
             if ex is not None:
-                ex.record.first_byte_ns = time.monotonic_ns()
+                # Bytes that came in with the headers (Ollama sends its first chunk with them) arrived then,
+                # not after our own bookkeeping below.
+                early = upstream.content.read_nowait()
+                ex.record.first_byte_ns = first_byte_ns
                 response.headers[RECORD_ID_HEADER] = ex.record.id
                 ex.record.status_code = upstream.status
                 ex.parser = StreamParser(stream_format(upstream.headers.get("Content-Type")), keep_text=self._record_text)
@@ -356,6 +361,9 @@ class RecordingProxy:
             monotonic_ns = time.monotonic_ns
             if ex is not None:
                 append = ex.reads.append
+                if early:
+                    append((first_byte_ns, early))
+                    await write(early)
                 while data := await readany():
                     append((monotonic_ns(), data))
                     await write(data)
