@@ -99,6 +99,7 @@ class _Runner:
         self.model = model
         self.num_ctx = num_ctx
         self.num_batch = num_batch
+        self.num_gpu = -1  # Ollama's num_gpu option it was loaded with (-1 = auto)
         self.size_bytes = size_bytes
         self.size_vram_bytes = size_vram_bytes
         self.vram_fraction = size_vram_bytes / size_bytes if size_bytes else 0.0
@@ -323,12 +324,17 @@ class SimEngine:
         return list(MODELS)
 
     # --- loading -------------------------------------------------------------
-    def _memory_plan(self, model: ModelFacts, num_ctx: int) -> tuple[int, int]:
-        """(size, size_vram) for a runner: weights + KV for all slots + compute buffers; the rest offloaded."""
+    def _memory_plan(self, model: ModelFacts, num_ctx: int, num_gpu: int = -1) -> tuple[int, int]:
+        """(size, size_vram) for a runner: weights + KV for all slots + compute buffers; the rest offloaded.
+
+        ``num_gpu`` (Ollama's option: layers to put on the GPU, -1 = as many as fit) caps the VRAM share.
+        """
         kv = int(model.kv_bytes_per_token * num_ctx * self.num_parallel)
         size = model.size_bytes + kv + GRAPH_BYTES
         used = sum(r.size_vram_bytes for r in self.runners.values())
         free = max(self.profile.vram_bytes - used, 0)
+        if num_gpu >= 0:
+            free = min(free, int(size * min(num_gpu, model.block_count) / model.block_count))
         return size, min(size, free)
 
     def _free_memory_for(self, size: int) -> None:
@@ -354,14 +360,21 @@ class SimEngine:
         return min(ctx, model.context_length)
 
     async def _get_runner(
-        self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None, truth: Any, num_batch: int | None = None
+        self,
+        model: ModelFacts,
+        num_ctx: int | None,
+        keep_alive_ns: int | None,
+        truth: Any,
+        num_batch: int | None = None,
+        num_gpu: int = -1,
     ) -> _Runner:
         """A ready runner with one reference taken; loads (through the bounded pending queue) when needed."""
         ctx = self._num_ctx(model, num_ctx)
         batch = num_batch if num_batch and num_batch > 0 else timing.default_num_batch(ctx)
 
         def stale(r: _Runner | None) -> bool:
-            return r is not None and (r.num_ctx != ctx or r.num_batch != batch)
+            # Load-time options that differ from the running model's force a reload, as in Ollama.
+            return r is not None and (r.num_ctx != ctx or r.num_batch != batch or r.num_gpu != num_gpu)
 
         runner = self.runners.get(model.name)
         if runner is None or stale(runner):
@@ -371,7 +384,7 @@ class SimEngine:
                 raise QueueFullError()
             self._pending += 1
             # The load goes on when the client leaves (as Ollama's scheduler does); the model then idles.
-            task = asyncio.ensure_future(self._load_locked(model, ctx, batch, stale, truth))
+            task = asyncio.ensure_future(self._load_locked(model, ctx, batch, num_gpu, stale, truth))
             try:
                 runner = await asyncio.shield(task)
             except asyncio.CancelledError:
@@ -386,7 +399,7 @@ class SimEngine:
         return runner
 
     async def _load_locked(
-        self, model: ModelFacts, ctx: int, batch: int, stale: Callable[[_Runner | None], bool], truth: Any
+        self, model: ModelFacts, ctx: int, batch: int, num_gpu: int, stale: Callable[[_Runner | None], bool], truth: Any
     ) -> _Runner:
         async with self._sched_lock:
             runner = self.runners.get(model.name)
@@ -397,7 +410,7 @@ class SimEngine:
                 self._unload_runner(runner)
                 runner = None
             if runner is None:
-                runner = await self._load(model, ctx, batch, truth)
+                runner = await self._load(model, ctx, batch, num_gpu, truth)
             return runner
 
     def _orphaned_load(self, task: asyncio.Future[_Runner]) -> None:
@@ -407,13 +420,14 @@ class SimEngine:
         if runner.refs == 0 and self.runners.get(runner.model.name) is runner:
             runner.mark_idle()
 
-    async def _load(self, model: ModelFacts, ctx: int, batch: int, truth: Any) -> _Runner:
+    async def _load(self, model: ModelFacts, ctx: int, batch: int, num_gpu: int, truth: Any) -> _Runner:
         start = time.monotonic_ns()
         if truth is not None:
             truth.load_start_ns = start
-        size, _ = self._memory_plan(model, ctx)
-        self._free_memory_for(size)
-        size, size_vram = self._memory_plan(model, ctx)
+        size, _ = self._memory_plan(model, ctx, num_gpu)
+        layers_share = 1.0 if num_gpu < 0 else min(num_gpu, model.block_count) / model.block_count
+        self._free_memory_for(int(size * layers_share))
+        size, size_vram = self._memory_plan(model, ctx, num_gpu)
         failure = self.faults.take_load_failure()
         load_s = timing.load_seconds(model, self.profile)
         if failure is not None:
@@ -423,6 +437,7 @@ class SimEngine:
             raise EngineError(500, failure)
         await asyncio.sleep(load_s)
         runner = _Runner(self, model, ctx, batch, size, size_vram)
+        runner.num_gpu = num_gpu
         self.runners[model.name] = runner
         self.gpu.models_vram_bytes = sum(r.size_vram_bytes for r in self.runners.values())
         if truth is not None:
@@ -437,7 +452,9 @@ class SimEngine:
     # --- Backend API ---------------------------------------------------------
     async def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]:
         truth = req.truth
-        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, truth, req.num_batch)
+        num_gpu = req.options.get("num_gpu", -1)
+        num_gpu = int(num_gpu) if isinstance(num_gpu, int | float) and not isinstance(num_gpu, bool) else -1
+        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, truth, req.num_batch, num_gpu)
         slot: _Slot | None = None
         job: _Job | None = None
         try:

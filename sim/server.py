@@ -485,7 +485,19 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 async def get_truth(request: web.Request) -> web.Response:
-    return web.json_response({"requests": [r.to_json() for r in request.app[TRUTH_KEY].all()]})
+    """All records, or ``?id=`` one request (404 if unknown), or ``?after_ns=`` those received later."""
+    records = request.app[TRUTH_KEY].all()
+    if "id" in request.query:
+        records = [r for r in records if r.id == request.query["id"]]
+        if not records:
+            return _error(404, f"no request with id {request.query['id']!r}")
+    if "after_ns" in request.query:
+        try:
+            after_ns = int(request.query["after_ns"])
+        except ValueError:
+            return _error(400, "after_ns must be an integer (time.monotonic_ns)")
+        records = [r for r in records if r.received_ns > after_ns]
+    return web.json_response({"requests": [r.to_json() for r in records]})
 
 
 async def delete_truth(request: web.Request) -> web.Response:

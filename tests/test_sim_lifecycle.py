@@ -12,7 +12,7 @@ import ollama
 
 from sim.catalog import BY_NAME
 from sim.profiles import PROFILES
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth
+from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
 
 SMALL = "qwen2.5:0.5b"
 
@@ -145,3 +145,35 @@ def test_load_goes_on_when_the_client_leaves() -> None:
         assert wait_until(lambda: ps_names(sim) == ["llama3.1:8b"], 10)
         rec = truth(sim)[0]
         assert rec["cancelled"] and rec["load_end_ns"] - rec["load_start_ns"] > 800_000_000
+
+
+def test_num_gpu_zero_runs_on_the_cpu_and_reloads() -> None:
+    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "50") as sim:
+        client = ollama.Client(host=sim.base_url, timeout=60)
+        gpu = client.generate(model="llama3.2", prompt="hi", options={"num_predict": 6})
+        assert client.ps().models[0].size_vram == client.ps().models[0].size
+        cpu = client.generate(model="llama3.2", prompt="hi", options={"num_predict": 6, "num_gpu": 0})
+        assert cpu.load_duration is not None and cpu.load_duration > 30_000_000  # reloaded: ~40 ms from a 50 GB/s disk
+        row = client.ps().models[0]
+        assert row.size_vram == 0 and row.size is not None and row.size > 0
+        assert cpu.eval_duration is not None and gpu.eval_duration is not None
+        assert cpu.eval_duration > 5 * gpu.eval_duration  # system RAM is far slower than GDDR6X
+        half = client.generate(model="llama3.2", prompt="hi", options={"num_predict": 2, "num_gpu": 14})
+        assert half.done
+        row = client.ps().models[0]
+        assert row.size is not None and row.size_vram is not None
+        assert abs(row.size_vram / row.size - 0.5) < 0.01
+
+
+def test_truth_query_by_id_and_time() -> None:
+    with start_sim() as sim:
+        client = ollama.Client(host=sim.base_url, timeout=30)
+        client.generate(model=SMALL, prompt="one", options={"num_predict": 1})
+        mid = time.monotonic_ns()
+        client.generate(model=SMALL, prompt="two", options={"num_predict": 1})
+        later = http_json(sim, "GET", f"/sim/truth?after_ns={mid}")[1]["requests"]
+        assert len(later) == 1 and later[0]["received_ns"] > mid
+        assert truth_by_id(sim, later[0]["id"]) == later[0]
+        assert http_json(sim, "GET", "/sim/truth?id=nope")[0] == 404
+        assert http_json(sim, "GET", "/sim/truth?after_ns=x")[0] == 400
+        assert http_json(sim, "DELETE", "/sim/truth")[0] == 200 and truth(sim) == []

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,7 +103,9 @@ def truth(sim: SimProcess) -> list[dict[str, Any]]:
 
 
 def truth_by_id(sim: SimProcess, request_id: str) -> dict[str, Any]:
-    for rec in truth(sim):
-        if rec["id"] == request_id:
-            return rec
-    raise KeyError(request_id)
+    """The ``/sim/truth`` record of one request (its ``X-Sim-Request-Id``); KeyError if unknown."""
+    status, body = http_json(sim, "GET", "/sim/truth?id=" + urllib.parse.quote(request_id))
+    if status == 404:
+        raise KeyError(request_id)
+    assert status == 200, body
+    return dict(body["requests"][0])
