@@ -16,7 +16,7 @@ from typing import Any
 
 from collectors.lab import conclusions
 from collectors.lab.client import Probe, same_model
-from collectors.lab.context import DEFAULT_CONTEXT_TOKENS, LabContext
+from collectors.lab.context import LabContext
 from collectors.lab.prompts import random_words
 
 NS = 1e9
@@ -114,7 +114,10 @@ def doubling(lo: int, hi: int) -> list[int]:
 
 
 def _cap(context_tokens: int | None, reserve: int) -> int:
-    return int(((context_tokens or DEFAULT_CONTEXT_TOKENS) - reserve) * 0.9)
+    """Largest prompt the context allows; unknown context: no cap, so the estimate is an upper bound."""
+    if context_tokens is None:
+        return 10**9
+    return int((context_tokens - reserve) * 0.9)
 
 
 def cost_prompt_length(p: PromptLengthParams, context_tokens: int | None) -> Cost:

@@ -1,0 +1,123 @@
+"""What the Lab page shows, shaped from the store (read-only) and the run documents. No Streamlit, no sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from collectors.lab.experiments import Cost
+from collectors.lab.ingest import result_from_row
+from collectors.lab.results import RUNNING, ExperimentResult, ResultFileError, list_results
+from store import queries
+from store.schema import StoreNotFoundError
+
+MODELS_SINCE_S = 30 * 86_400.0
+RATES_SINCE_S = 7 * 86_400.0
+# Upper-guess rates when the store has none for a model: a small machine running a mid-size model.
+FALLBACK_PREFILL_TOK_S = 300.0
+FALLBACK_DECODE_TOK_S = 15.0
+FALLBACK_LOAD_S = 10.0
+
+
+@contextlib.contextmanager
+def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
+    try:
+        conn = queries.open_readonly(db)
+    except StoreNotFoundError:
+        yield None
+        return
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def known_models(db: Path, now_unix_s: float | None = None) -> list[str]:
+    """Models the collector has seen: loaded now first, then those with recent requests."""
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        if conn is None:
+            return []
+        loaded = [m.name for m in queries.latest_loaded_models(conn)]
+        seen = queries.request_models(conn, now - MODELS_SINCE_S)
+    return list(dict.fromkeys([*loaded, *seen]))
+
+
+def loaded_context(db: Path, model: str) -> int | None:
+    """The context the loaded model gets (``/api/ps`` context_length), if it is loaded."""
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        for m in queries.latest_loaded_models(conn):
+            if m.name == model or m.model == model:
+                return m.context_length
+    return None
+
+
+@dataclass(frozen=True)
+class Rates:
+    prefill_tok_s: float
+    decode_tok_s: float
+    measured: bool  # False: fallback guesses, no history for this model
+    requests: int = 0
+
+
+def recent_rates(db: Path, model: str, now_unix_s: float | None = None) -> Rates:
+    """Median prefill and decode speed of the model's recent requests, for the cost estimate."""
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        rows = [] if conn is None else queries.rate_points(conn, model, now - RATES_SINCE_S, limit=500)
+    prefill = [r["prefill_tok_s"] for r in rows if r.get("prefill_tok_s") and (r.get("prompt_tokens") or 0) >= 64]
+    decode = [r["decode_tok_s"] for r in rows if r.get("decode_tok_s")]
+    if not prefill or not decode:
+        return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False, len(rows))
+    return Rates(statistics.median(prefill), statistics.median(decode), True, len(rows))
+
+
+def cost_sentence(cost: Cost, rates: Rates) -> str:
+    seconds = cost.seconds(rates.prefill_tok_s, rates.decode_tok_s, FALLBACK_LOAD_S)
+    basis = (
+        f"at this model's recent speed ({rates.prefill_tok_s:,.0f} tok/s prefill, {rates.decode_tok_s:,.1f} tok/s decode)"
+        if rates.measured
+        else f"at a slow machine's speed ({rates.prefill_tok_s:,.0f} / {rates.decode_tok_s:,.0f} tok/s; "
+        "no recorded requests of this model yet)"
+    )
+    text = (
+        f"Sends {cost.requests} requests: about {cost.prompt_tokens:,} prompt tokens and {cost.output_tokens:,} "
+        f"output tokens; at most about {seconds:,.0f} s {basis}."
+    )
+    for note in cost.notes:
+        text += f" Note: {note}."
+    return text
+
+
+def load_runs(data_dir: Path, db: Path) -> list[ExperimentResult]:
+    """Every run, newest first: the store's experiments plus run documents not stored yet (running ones).
+
+    A document wins over the store's row for the same run: it is the source, the row its copy.
+    """
+    by_id: dict[str, ExperimentResult] = {}
+    with _open(db) as conn:
+        if conn is not None:
+            for row in queries.experiments(conn, limit=200):
+                with contextlib.suppress(ResultFileError, KeyError):
+                    r = result_from_row(row)
+                    by_id[r.run_id] = r
+    for r in list_results(data_dir):
+        by_id[r.run_id] = r
+    return sorted(by_id.values(), key=lambda r: r.started_at_unix_s, reverse=True)
+
+
+def run_label(r: ExperimentResult, interrupted: bool = False) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at_unix_s))
+    state = "interrupted" if interrupted else r.state
+    return f"{when} · {r.name} · {r.model} · {state}"
+
+
+def is_running(r: ExperimentResult) -> bool:
+    return r.state == RUNNING

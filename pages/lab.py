@@ -1,0 +1,199 @@
+"""Lab: run an experiment against Ollama through the proxy, watch it, and compare the results.
+
+Running is an explicit click: the page starts ``python -m collectors.lab`` as a
+background process (``collectors.lab.launcher``) that talks HTTP to the proxy, so
+its probes are recorded like any other request, and keeps its result in
+``<data>/lab/<run>.json``. The page only reads that file and the store; the
+collector copies finished runs into the store's experiments table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pandas as pd
+import streamlit as st
+
+from analysis.hardware import HardwareSpec, match_gpu
+from collectors.lab import launcher, view
+from collectors.lab.experiments import EXPERIMENTS, make_params
+from collectors.lab.figures import figure_for
+from collectors.lab.results import FINAL_STATES, ExperimentResult, lab_dir, read_result
+from pages import common, data, fmt
+
+PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
+SELECTED_KEY = "lab_selected"
+
+ctx = common.context()
+st.title("Lab")
+status = data.load_status(ctx.db_path)
+common.demo_banner(ctx, status)
+common.ollama_down_panel(ctx, status)
+st.caption(
+    "Experiments that make the phases visible on your own machine. Every probe goes through the proxy, "
+    "so it is recorded on the Live and Requests pages like any other request."
+)
+listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
+proxy_url = f"http://{listen}"
+
+
+def hardware() -> HardwareSpec | None:
+    for g in status.gpus:
+        spec = match_gpu(g.name.removeprefix("Simulated "), g.mem_total_bytes)
+        if spec is not None:
+            return spec
+    return None
+
+
+def active_run(runs: list[ExperimentResult]) -> ExperimentResult | None:
+    return next((r for r in runs if view.is_running(r) and launcher.is_alive(r)), None)
+
+
+runs = view.load_runs(ctx.data_dir, ctx.db_path)
+running = active_run(runs)
+pending = st.session_state.get(PENDING_KEY)
+if pending is not None and any(r.run_id == pending[0] for r in runs):
+    pending = None  # its document exists now
+    st.session_state.pop(PENDING_KEY, None)
+
+# ---------------------------------------------------------------- a new run
+with st.container(border=True, key="lab_new"):
+    st.subheader("New run")
+    names = list(EXPERIMENTS)
+    c1, c2 = st.columns(2)
+    exp_name = c1.selectbox(
+        "Experiment", names, format_func=lambda n: EXPERIMENTS[n].title, key="lab_exp",
+        help="What each experiment answers is written under it.",
+    )  # fmt: skip
+    spec = EXPERIMENTS[exp_name]
+    models = view.known_models(ctx.db_path)
+    if models:
+        model = c2.selectbox("Model", models, key="lab_model", help="Models loaded now or seen in recent requests.")
+    else:
+        model = c2.text_input(
+            "Model", key="lab_model_text", placeholder="e.g. llama3.2", help="No model recorded yet: type its name."
+        )
+    st.markdown(f"**{spec.question}**")
+    values: dict[str, int | float] = {}
+    with st.expander("Parameters"):
+        for f in dataclasses.fields(spec.params_cls):
+            label, key, help_text = f.name.replace("_", " "), f"lab_p_{exp_name}_{f.name}", f.metadata.get("help")
+            default = f.default
+            if isinstance(default, int):
+                values[f.name] = st.number_input(label, min_value=1, value=default, step=1, help=help_text, key=key)
+            elif isinstance(default, float):
+                values[f.name] = st.number_input(label, min_value=0.1, value=default, help=help_text, key=key)
+    params = make_params(exp_name, values)
+    param_values = dataclasses.asdict(params)
+    cost = spec.cost(params, view.loaded_context(ctx.db_path, model) if model else None)
+    st.caption(view.cost_sentence(cost, view.recent_rates(ctx.db_path, model or "")))
+    if cost.unloads_model:
+        st.warning(
+            "This experiment unloads the model first: anyone using it waits for it to load again.", icon=":material/warning:"
+        )
+    busy = running is not None or pending is not None
+    clicked = st.button(
+        "Run experiment", type="primary", key="lab_run", disabled=busy or not model,
+        help="One experiment at a time: its timings would disturb each other." if busy else None,
+    )  # fmt: skip
+    if clicked and model and not busy:
+        handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values)
+        st.session_state[PENDING_KEY] = (handle.run_id, handle.pid, time.time())
+        st.session_state[SELECTED_KEY] = handle.run_id
+        st.rerun()
+
+
+# ---------------------------------------------------------------- the run in progress
+def show_figure(selected: list[ExperimentResult], key: str) -> None:
+    if any(r.points for r in selected):
+        st.plotly_chart(figure_for(selected, hardware()), key=key, config={"displaylogo": False})
+
+
+def progress_panel(run_id: str) -> None:
+    path = lab_dir(ctx.data_dir) / f"{run_id}.json"
+    doc: ExperimentResult | None = None
+    if path.exists():
+        doc = read_result(path)
+    if doc is None or doc.state in FINAL_STATES:
+        code = launcher.exit_code(run_id)
+        if doc is not None or code is not None:
+            st.session_state.pop(PENDING_KEY, None)
+            st.rerun(scope="app")  # finished: show it with the history
+        st.progress(0.0, text="Starting…")
+        return
+    with st.container(border=True, key="lab_progress"):
+        st.markdown(f"**Running: {EXPERIMENTS[doc.name].title}**")
+        st.text(f"model {doc.model} · through {doc.ollama_url}")  # text: names come from users
+        st.progress(doc.progress.fraction, text=f"{doc.progress.done}/{doc.progress.total or '?'} · {doc.progress.message}")
+        stop_help = "Stops its requests at once; keeps what it measured."
+        if st.button("Cancel", key="lab_cancel", icon=":material/stop:", help=stop_help):
+            launcher.cancel(doc)
+        show_figure([doc], key="lab_live_chart")
+
+
+live_id: str | None = running.run_id if running is not None else (str(pending[0]) if pending is not None else None)
+if live_id is not None:
+    following: str = live_id
+
+    @st.fragment(run_every=1)
+    def live() -> None:
+        progress_panel(following)
+
+    live()
+
+# ---------------------------------------------------------------- results and history
+done = [r for r in runs if r.state in FINAL_STATES or launcher.interrupted(r)]
+if not done:
+    st.info(
+        "No runs yet. Choose an experiment and a model above, check what it will cost, then run it.", icon=":material/science:"
+    )
+    st.stop()
+
+st.subheader("Results")
+labels = {r.run_id: view.run_label(r, launcher.interrupted(r)) for r in done}
+ids = list(labels)
+if st.session_state.get(SELECTED_KEY) not in labels:
+    st.session_state[SELECTED_KEY] = ids[0]
+picked_id = st.selectbox("Run", ids, format_func=labels.__getitem__, key=SELECTED_KEY)
+picked = next(r for r in done if r.run_id == picked_id)
+same_kind = [r for r in done if r.name == picked.name and r.run_id != picked.run_id]
+compare_ids = st.multiselect(
+    "Compare with earlier runs of this experiment", [r.run_id for r in same_kind], format_func=labels.__getitem__,
+    key=f"lab_compare_{picked.run_id}",
+)  # fmt: skip
+shown = [picked, *[r for r in same_kind if r.run_id in compare_ids]]
+
+if picked.state == "failed" or launcher.interrupted(picked):
+    st.error(fmt.md_escape(picked.error or "The run's process ended without a result."), icon=":material/error:")
+st.info(fmt.md_escape(picked.conclusion or "No conclusion."), icon=":material/lightbulb:")
+show_figure(shown, key="lab_result_chart")
+m = st.columns(4)
+m[0].metric("Experiment", EXPERIMENTS[picked.name].title)
+m[1].metric("State", "interrupted" if launcher.interrupted(picked) else picked.state)
+m[2].metric("Duration", fmt.seconds((picked.finished_at_unix_s or time.time()) - picked.started_at_unix_s))
+m[3].metric("Server", picked.server_version or "—")
+if picked.points:
+    st.markdown("**Measured points**")
+    st.dataframe(pd.DataFrame(picked.points), hide_index=True, key="lab_points")
+with st.expander("Parameters and key figures"):
+    st.json({"parameters": picked.parameters, "summary": picked.summary, "ollama_url": picked.ollama_url}, expanded=True)
+
+st.subheader("History")
+table = pd.DataFrame(
+    [
+        {
+            "started": pd.Timestamp(r.started_at_unix_s, unit="s", tz="UTC").tz_convert(None),
+            "experiment": EXPERIMENTS[r.name].title if r.name in EXPERIMENTS else r.name,
+            "model": r.model,
+            "state": "interrupted" if launcher.interrupted(r) else r.state,
+            "points": len(r.points),
+            "conclusion": r.conclusion,
+        }
+        for r in done
+    ]
+)
+st.dataframe(
+    table, hide_index=True, key="lab_history",
+    column_config={"started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")},
+)  # fmt: skip
