@@ -313,7 +313,11 @@ def split_record(rec: RequestRecord) -> Phases:
             m = None
     if m is None:
         if "invalid_metrics" not in flags.text:
-            flags.add("missing_metrics", f"no final metrics (outcome {rec.outcome.value})")
+            if rec.endpoint.startswith("/v1/"):
+                why = "the OpenAI-compatible API sends no timings"
+            else:
+                why = "still running" if rec.outcome == "in_flight" else f"the request ended as {rec.outcome}"
+            flags.add("missing_metrics", f"no final metrics: {why}")
     else:
         values = _split_server(m, flags)
 

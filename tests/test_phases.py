@@ -278,3 +278,12 @@ def test_cli_bad_input_is_one_line_on_stderr_and_exit_2(stdin: bytes, message: b
     assert proc.stdout == b""
     assert message in proc.stderr
     assert proc.stderr.count(b"\n") == 1 and proc.stderr.startswith(b"error: ")
+
+
+def test_openai_endpoint_without_timings_says_why() -> None:
+    rec = _record(endpoint="/v1/chat/completions", outcome=Outcome.OK, final_chunk_ns=2_000_000_000)
+    p = split_record(rec)
+    assert p.flags == ["missing_metrics"]
+    assert "OpenAI-compatible" in p.flag_text["missing_metrics"]
+    cancelled = split_record(_record(outcome=Outcome.CANCELLED))
+    assert "ended as cancelled" in cancelled.flag_text["missing_metrics"]
