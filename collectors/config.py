@@ -238,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data", metavar="DIR", help="data folder for the store and lock; default $PHASEWATCH_DATA, else the user data folder"
     )
-    p.add_argument("--interval", metavar="SECONDS", help=f"sampling interval; default {DEFAULT_INTERVAL_S:g}")
+    p.add_argument(
+        "--interval", metavar="SECONDS", help=f"sampling interval; default $PHASEWATCH_INTERVAL, else {DEFAULT_INTERVAL_S:g}"
+    )
     p.add_argument(
         "--record-text",
         action="store_true",
@@ -249,12 +251,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="the upstream is sim/: sample its virtual GPU from /sim/gpu instead of NVML"
     )
     p.add_argument(
-        "--samples-days", metavar="DAYS", help=f"keep GPU/host samples this long; default {DEFAULT_SAMPLES_RETENTION_DAYS:g}"
+        "--samples-days",
+        metavar="DAYS",
+        help=f"keep samples this long; default $PHASEWATCH_SAMPLES_DAYS, else {DEFAULT_SAMPLES_RETENTION_DAYS:g}",
     )
     p.add_argument(
-        "--requests-days", metavar="DAYS", help=f"keep requests this long; default {DEFAULT_REQUESTS_RETENTION_DAYS:g}"
+        "--requests-days",
+        metavar="DAYS",
+        help=f"keep requests this long; default $PHASEWATCH_REQUESTS_DAYS, else {DEFAULT_REQUESTS_RETENTION_DAYS:g}",
     )
-    p.add_argument("--max-db-mb", metavar="MB", help=f"bound on the store's size; default {DEFAULT_MAX_DB_MB:g}")
+    p.add_argument(
+        "--max-db-mb", metavar="MB", help=f"bound on the store's size; default $PHASEWATCH_MAX_DB_MB, else {DEFAULT_MAX_DB_MB:g}"
+    )
     p.add_argument(
         "--ollama-pids", metavar="PID,PID", help="Ollama's process ids for the samplers (default: found by process name)"
     )
@@ -292,23 +300,24 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         raise SettingsError("--data/PHASEWATCH_DATA is empty; give a folder, or leave it unset for the default")
     data_dir = Path(data_text).expanduser() if data_text else default_data_dir()
 
-    interval_s = DEFAULT_INTERVAL_S if args.interval is None else _positive_float("--interval", args.interval, limit=3600)
+    def number(option: str, value: str | None, env_name: str, default: float, limit: float) -> float:
+        if value is not None:
+            return _positive_float(option, value, limit=limit)
+        if env.get(env_name, "").strip():
+            return _positive_float(env_name, env[env_name], limit=limit)
+        return default
+
+    interval_s = number("--interval", args.interval, "PHASEWATCH_INTERVAL", DEFAULT_INTERVAL_S, 3600)
     record_text = (
         args.record_text
         if args.record_text is not None
         else parse_bool("PHASEWATCH_RECORD_TEXT", env.get("PHASEWATCH_RECORD_TEXT", ""))
     )
-    samples_days = (
-        DEFAULT_SAMPLES_RETENTION_DAYS
-        if args.samples_days is None
-        else _positive_float("--samples-days", args.samples_days, limit=36500)
+    samples_days = number("--samples-days", args.samples_days, "PHASEWATCH_SAMPLES_DAYS", DEFAULT_SAMPLES_RETENTION_DAYS, 36500)
+    requests_days = number(
+        "--requests-days", args.requests_days, "PHASEWATCH_REQUESTS_DAYS", DEFAULT_REQUESTS_RETENTION_DAYS, 36500
     )
-    requests_days = (
-        DEFAULT_REQUESTS_RETENTION_DAYS
-        if args.requests_days is None
-        else _positive_float("--requests-days", args.requests_days, limit=36500)
-    )
-    max_db_mb = DEFAULT_MAX_DB_MB if args.max_db_mb is None else _positive_float("--max-db-mb", args.max_db_mb, limit=1e7)
+    max_db_mb = number("--max-db-mb", args.max_db_mb, "PHASEWATCH_MAX_DB_MB", DEFAULT_MAX_DB_MB, 1e7)
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
 
     return Settings(

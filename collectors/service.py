@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import time
@@ -40,6 +41,15 @@ METRICS_PATH = "/phasewatch/metrics"
 RETENTION_EVERY_S = 3600.0
 INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class StoreOpenError(RuntimeError):
@@ -139,6 +149,12 @@ class CollectorService:
         host = s.listen.host
         self._listen = f"[{host}]:{self.proxy.port}" if ":" in host else f"{host}:{self.proxy.port}"
         self.lock.update(listen=self._listen, ollama_url=s.ollama_url, demo=s.demo)
+        if not _is_loopback(host):
+            log.warning(
+                "listening on %s, which is not a loopback address: other machines can use Ollama through it, "
+                "and their requests are recorded",
+                self._listen,
+            )
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
         self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)

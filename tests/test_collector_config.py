@@ -115,9 +115,14 @@ def test_environment_and_options(tmp_path: Path) -> None:
         "PHASEWATCH_LISTEN": "127.0.0.1:1234",
         "PHASEWATCH_DATA": str(tmp_path),
         "PHASEWATCH_RECORD_TEXT": "1",
+        "PHASEWATCH_INTERVAL": "2.5",
+        "PHASEWATCH_SAMPLES_DAYS": "3",
+        "PHASEWATCH_REQUESTS_DAYS": "10",
+        "PHASEWATCH_MAX_DB_MB": "64",
     }
     s = load_settings([], env)
     assert (s.ollama_url, str(s.listen), s.data_dir, s.record_text) == ("http://127.0.0.1:9999", "127.0.0.1:1234", tmp_path, True)
+    assert (s.interval_s, s.samples_retention_days, s.requests_retention_days, s.max_db_bytes) == (2.5, 3, 10, 64 << 20)
     s = load_settings(
         ["--ollama", "http://10.0.0.2:11434", "--listen", "[::1]:5", "--data", str(tmp_path / "x"), "--interval", "0.5",
          "--demo", "--samples-days", "1", "--requests-days", "30", "--ollama-pids", "10,11"],
@@ -142,6 +147,8 @@ def test_environment_and_options(tmp_path: Path) -> None:
         (["--samples-days", "-1"], {}, "--samples-days '-1' is out of range"),
         (["--ollama-pids", "a,b"], {}, "--ollama-pids"),
         (["--data", " "], {}, "--data/PHASEWATCH_DATA is empty"),
+        ([], {"PHASEWATCH_INTERVAL": "fast"}, "PHASEWATCH_INTERVAL 'fast' is not a number"),
+        ([], {"PHASEWATCH_MAX_DB_MB": "0"}, "PHASEWATCH_MAX_DB_MB '0' is out of range"),
         (["--ollama", "ftp://host"], {}, "scheme 'ftp' is not supported"),
     ],
 )
