@@ -9,6 +9,10 @@ prefill; workstation and datacenter cards run FP16 and FP32 accumulate at the
 same rate.  Apple and AMD figures are the shader FP16 peak (no tensor units on
 Apple; RDNA3's figure counts dual issue).
 
+Memory sizes are GiB (``mem_gib`` × 2**30): vendors print "24 GB" for 24 GiB of
+VRAM or unified memory, and NVML reports 24,576 MiB for an RTX 3090. Bandwidth and
+FLOPS are decimal (GB/s = 10**9 bytes/s), as vendors and the roofline use them.
+
 Names are what NVML (NVIDIA), rocm-smi / the driver (AMD) and
 ``sysctl machdep.cpu.brand_string`` (Apple) report; :func:`match_gpu` maps such
 a name onto a row (sim/'s "Simulated NVIDIA ..." names too, for demo mode).
@@ -21,7 +25,8 @@ import math
 import re
 from dataclasses import dataclass
 
-GB = 1e9
+GB = 1e9  # bandwidth is decimal: GB/s
+GIB = 2**30  # memory sizes are binary: a "24 GB" card holds 24 GiB (NVML: 24,576 MiB)
 TFLOPS = 1e12
 
 
@@ -47,7 +52,7 @@ class HardwareSpec:
 def _nv(
     key: str,
     name: str,
-    mem_gb: float,
+    mem_gib: float,
     bw_gbs: float,
     tflops: float,
     derived: bool = False,
@@ -57,22 +62,24 @@ def _nv(
     note: str = "",
 ) -> HardwareSpec:
     return HardwareSpec(
-        key, name, "nvidia", mem_gb * GB, bw_gbs * GB, tflops * TFLOPS, 0.70, 0.82, 0.45, derived,
+        key, name, "nvidia", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, 0.70, 0.82, 0.45, derived,
         laptop=laptop, aliases=aliases, note=note,
     )  # fmt: skip
 
 
-def _apple(key: str, name: str, mem_gb: float, bw_gbs: float, tflops: float, big: bool, cores: int | None = None) -> HardwareSpec:
+def _apple(
+    key: str, name: str, mem_gib: float, bw_gbs: float, tflops: float, big: bool, cores: int | None = None
+) -> HardwareSpec:
     # Apple Max/Ultra reach less of their bandwidth on 4-bit weights than base/Pro chips.
     eta_q = 0.5 if big else 0.75
-    return HardwareSpec(key, name, "apple", mem_gb * GB, bw_gbs * GB, tflops * TFLOPS, eta_q, 0.75, 0.70, True, gpu_cores=cores)
+    return HardwareSpec(key, name, "apple", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, eta_q, 0.75, 0.70, True, gpu_cores=cores)
 
 
-def _amd(key: str, name: str, mem_gb: float, bw_gbs: float, tflops: float, derived: bool = False) -> HardwareSpec:
+def _amd(key: str, name: str, mem_gib: float, bw_gbs: float, tflops: float, derived: bool = False) -> HardwareSpec:
     # physics.md gives no AMD efficiencies; these are our starting guess (ROCm/Vulkan llama.cpp
     # reaches a little less of the ceiling than CUDA). calibrate() replaces them with the user's own.
     return HardwareSpec(
-        key, name, "amd", mem_gb * GB, bw_gbs * GB, tflops * TFLOPS, 0.65, 0.75, 0.35, derived,
+        key, name, "amd", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, 0.65, 0.75, 0.35, derived,
         note="efficiency factors are a starting guess",
     )  # fmt: skip
 
@@ -210,7 +217,7 @@ SPECS: tuple[HardwareSpec, ...] = (
     _apple("m4-max", "Apple M4 Max", 128, 546, 18, big=True, cores=40),
     _apple("m4-max-32c", "Apple M4 Max", 36, 410, 14.4, big=True, cores=32),
     # A plain desktop: dual-channel DDR5, 8 cores with AVX2 FMA (about 1 TFLOP/s FP32).
-    HardwareSpec("cpu", "Desktop CPU (dual-channel DDR5)", "cpu", 64 * GB, 80 * GB, 1.0 * TFLOPS, 0.65, 0.75, 0.5, True),
+    HardwareSpec("cpu", "Desktop CPU (dual-channel DDR5)", "cpu", 64 * GIB, 80 * GB, 1.0 * TFLOPS, 0.65, 0.75, 0.5, True),
 )
 
 BY_KEY: dict[str, HardwareSpec] = {s.key: s for s in SPECS}
@@ -244,7 +251,7 @@ _CORES = re.compile(r"(\d+)[\s-]*core(?:s)?[\s-]*gpu|(\d+)[\s-]*core\b|\b(\d+)c\
 class _Parsed:
     compact: str  # core words squeezed together, e.g. "rtx4070tisuper"
     qualifiers: frozenset[str]
-    memory_gb: float | None
+    memory_gib: float | None  # a size in the name ("A100 80GB"): vendors' "GB" are GiB
     laptop: bool
     gpu_cores: int | None
 
@@ -264,18 +271,18 @@ def _parse(name: str) -> _Parsed:
     tokens = [t for t in re.split(r"[^a-z0-9]+", text) if t]
     core: list[str] = []
     quals: set[str] = set()
-    memory_gb: float | None = None
+    memory_gib: float | None = None
     for tok in tokens:
         mm = _MEM_TOKEN.match(tok)
         if mm:
-            memory_gb = float(mm.group(1))
+            memory_gib = float(mm.group(1))
         elif _QUALIFIER.match(tok):
             quals.add(re.sub(r"\d", "", tok) if tok.startswith("sxm") else tok)
         elif tok in _NOISE or tok in ("laptop", "mobile"):
             continue
         else:
             core.append(tok)
-    return _Parsed("".join(core), frozenset(quals), memory_gb, laptop, cores)
+    return _Parsed("".join(core), frozenset(quals), memory_gib, laptop, cores)
 
 
 def _row_names(spec: HardwareSpec) -> tuple[str, ...]:
@@ -307,7 +314,7 @@ def match_gpu(name: str, memory_bytes: float | None = None, gpu_cores: int | Non
     candidates = _INDEX.get((parsed.compact, parsed.laptop))
     if not candidates:
         return None
-    mem_gb = memory_bytes / GB if memory_bytes else parsed.memory_gb
+    mem_gib = memory_bytes / GIB if memory_bytes else parsed.memory_gib
     cores = gpu_cores if gpu_cores is not None else parsed.gpu_cores
 
     def score(item: tuple[HardwareSpec, _Parsed]) -> float:
@@ -317,8 +324,8 @@ def match_gpu(name: str, memory_bytes: float | None = None, gpu_cores: int | Non
             s += 10.0 if q in row.qualifiers else -10.0
         if cores is not None and spec.gpu_cores is not None:
             s += 10.0 if spec.gpu_cores == cores else -abs(spec.gpu_cores - cores) / cores
-        if mem_gb:
-            s -= abs(math.log(spec.memory_bytes / GB / mem_gb))
+        if mem_gib:
+            s -= abs(math.log(spec.memory_bytes / GIB / mem_gib))
         return s
 
     best = max(candidates, key=score)  # max keeps the first of equals: table order is the default

@@ -21,7 +21,7 @@ from sim.server import ServerConfig, build_app
 def _epilog() -> str:
     hw = "\n".join(
         f"  {p.key:<10} {p.spec.name}: {p.spec.bandwidth_bytes_s / 1e9:.0f} GB/s, "
-        f"{p.spec.fp16_flops / 1e12:.1f} TFLOP/s, {p.spec.memory_bytes / 1e9:.0f} GB"
+        f"{p.spec.fp16_flops / 1e12:.1f} TFLOP/s, {p.spec.memory_bytes / 2**30:.0f} GiB"
         for p in PROFILES.values()
     )
     models = "\n".join(

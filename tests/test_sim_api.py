@@ -85,7 +85,7 @@ def test_list_show_ps_agree(client: ollama.Client) -> None:
     assert SMALL in loaded
     row = loaded[SMALL]
     assert row.digest == listed[SMALL].digest
-    assert row.size_vram == row.size and row.context_length == 4096
+    assert row.size_vram == row.size and row.context_length == 32768  # 24 GiB of VRAM: Ollama defaults to 32K
     assert row.expires_at is not None
 
 
