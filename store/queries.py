@@ -446,11 +446,19 @@ def model_info(conn: sqlite3.Connection, name: str) -> dict[str, Any] | None:
     None when the collector has not fetched it yet.
     """
     names = _name_variants(name)
+    marks = ", ".join("?" * len(names))
     r = conn.execute(
-        f"SELECT digest, name, show_json, updated_at_unix_s FROM model_info WHERE name IN ({', '.join('?' * len(names))}) "
+        f"SELECT digest, name, show_json, updated_at_unix_s FROM model_info WHERE name IN ({marks}) "
         "ORDER BY updated_at_unix_s DESC LIMIT 1",
         names,
     ).fetchone()
+    if r is None:
+        # One row per digest keeps one name; an alias of the same weights is found through /api/ps.
+        r = conn.execute(
+            "SELECT digest, name, show_json, updated_at_unix_s FROM model_info WHERE digest = "
+            f"(SELECT digest FROM loaded_models WHERE name IN ({marks}) OR model IN ({marks}) ORDER BY ts_unix_s DESC LIMIT 1)",
+            [*names, *names],
+        ).fetchone()
     if r is None:
         return None
     show: dict[str, Any] = json.loads(r["show_json"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.records import GpuSample, HostSample, Outcome
+from analysis.records import GpuSample, HostSample, LoadedModel, Outcome
 from store import queries
 from store.schema import ROLLUP_S, db_path
 from store.writer import StoreWriter
@@ -161,6 +161,10 @@ def test_model_info_name_variants(writer: StoreWriter, conn: sqlite3.Connection)
     latest = queries.model_info(conn, "llama3.2")
     assert latest is not None and latest["digest"] == "d2" * 32
     assert queries.model_info(conn, "llama3.2:latest") == latest
+    # Another name for the same weights, known from /api/ps: found by digest.
+    writer.write_loaded_models(T0, [LoadedModel(T0, "llama3.2:3b", "llama3.2:3b", "d2" * 32, 10, 10, 4096, None)])
+    alias = queries.model_info(conn, "llama3.2:3b")
+    assert alias is not None and alias["digest"] == "d2" * 32
 
 
 def test_empty_store_answers_with_nothing(conn: sqlite3.Connection) -> None:
