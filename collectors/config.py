@@ -215,6 +215,26 @@ class Settings:
         return store_db_path(self.data_dir)
 
 
+_THIS_MACHINE = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", ""}
+
+
+def _check_not_self(ollama_url: str, listen: ListenAddress) -> None:
+    """Refuse an upstream that is our own listening address: every request would loop back to us.
+
+    Easy to hit: clients are told OLLAMA_HOST=127.0.0.1:11435, and a collector started
+    from that same shell would read it as Ollama's address.
+    """
+    parsed = parse_ollama_host(ollama_url)
+    if listen.port == 0 or parsed.port != str(listen.port):
+        return
+    same_host = parsed.host == listen.host or (parsed.host in _THIS_MACHINE and listen.host in _THIS_MACHINE)
+    if same_host:
+        raise SettingsError(
+            f"--ollama/OLLAMA_HOST ({ollama_url}) is this collector's own --listen address {listen}; "
+            "point --ollama at Ollama itself, usually http://127.0.0.1:11434"
+        )
+
+
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("phasewatch", appauthor=False))
 
@@ -318,6 +338,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         "--requests-days", args.requests_days, "PHASEWATCH_REQUESTS_DAYS", DEFAULT_REQUESTS_RETENTION_DAYS, 36500
     )
     max_db_mb = number("--max-db-mb", args.max_db_mb, "PHASEWATCH_MAX_DB_MB", DEFAULT_MAX_DB_MB, 1e7)
+    _check_not_self(ollama_url, listen)
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
 
     return Settings(

@@ -150,6 +150,8 @@ def test_environment_and_options(tmp_path: Path) -> None:
         ([], {"PHASEWATCH_INTERVAL": "fast"}, "PHASEWATCH_INTERVAL 'fast' is not a number"),
         ([], {"PHASEWATCH_MAX_DB_MB": "0"}, "PHASEWATCH_MAX_DB_MB '0' is out of range"),
         (["--ollama", "ftp://host"], {}, "scheme 'ftp' is not supported"),
+        ([], {"OLLAMA_HOST": "127.0.0.1:11435"}, "is this collector's own --listen address 127.0.0.1:11435"),
+        (["--ollama", "localhost:9000", "--listen", "0.0.0.0:9000"], {}, "own --listen address"),
     ],
 )
 def test_wrong_settings_are_one_clear_line(argv: list[str], env: dict[str, str], needle: str) -> None:
@@ -158,6 +160,11 @@ def test_wrong_settings_are_one_clear_line(argv: list[str], env: dict[str, str],
     message = str(err.value)
     assert needle in message
     assert "\n" not in message
+
+
+def test_same_port_elsewhere_is_not_a_loop() -> None:
+    s = load_settings(["--ollama", "http://10.0.0.2:11435"], {})
+    assert s.ollama_url == "http://10.0.0.2:11435" and s.listen.port == 11435
 
 
 def test_data_dir_checks(tmp_path: Path) -> None:
