@@ -7,6 +7,7 @@ batch stays in memory and is retried whole.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -61,11 +62,7 @@ class RetentionResult:
 
 def encode_token_times(received_ns: int, token_chunk_ns: Sequence[int]) -> bytes:
     """Chunk times as little-endian int64 gaps: first from ``received_ns``, then chunk to chunk."""
-    gaps = array("q")
-    prev = received_ns
-    for t in token_chunk_ns:
-        gaps.append(t - prev)
-        prev = t
+    gaps = array("q", [t - prev for prev, t in itertools.pairwise(itertools.chain((received_ns,), token_chunk_ns))])
     if sys.byteorder != "little":
         gaps.byteswap()
     return gaps.tobytes()
@@ -77,12 +74,7 @@ def decode_token_times(received_ns: int, blob: bytes) -> list[int]:
     gaps.frombytes(blob)
     if sys.byteorder != "little":
         gaps.byteswap()
-    out: list[int] = []
-    t = received_ns
-    for g in gaps:
-        t += g
-        out.append(t)
-    return out
+    return list(itertools.accumulate(gaps, initial=received_ns))[1:]
 
 
 def _opt_wall(rec: RequestRecord, t_ns: int | None) -> float | None:

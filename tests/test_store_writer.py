@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis.phases import split_record
 from analysis.records import (
@@ -286,3 +288,9 @@ def test_experiment_params_are_json(store: StoreWriter) -> None:
     store.write_experiment("e2", "decode_vs_context", {"model": "m", "contexts": [1, 2]}, 5.0, "queued")
     raw = sqlite3.connect(store.path).execute("SELECT params_json FROM experiments").fetchone()[0]
     assert json.loads(raw) == {"model": "m", "contexts": [1, 2]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**62), st.lists(st.integers(0, 2**62), max_size=50))
+def test_token_times_round_trip_any_clock_values(received_ns: int, times: list[int]) -> None:
+    assert decode_token_times(received_ns, encode_token_times(received_ns, times)) == times
