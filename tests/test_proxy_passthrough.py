@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -339,3 +340,21 @@ def test_local_routes_are_served_here(proxy: ProxyThread) -> None:
     assert missing.status_code == 404 and "error" in missing.json()
     with pytest.raises(ValueError, match="/phasewatch/"):
         proxy.proxy.add_local_route("GET", "/api/tags", metrics)
+
+
+def test_expect_100_continue_is_answered(proxy: ProxyThread) -> None:
+    # curl sends "Expect: 100-continue" before large bodies and waits for the interim answer.
+    body = json.dumps({"model": SMALL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}}).encode()
+    head = (
+        f"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", proxy.proxy.port), timeout=10) as s:
+        s.sendall(head)
+        assert s.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(body)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["eval_count"] == 2

@@ -1,0 +1,335 @@
+"""What the recording proxy adds to a stream, next to nginx, measured side by side in one run.
+
+    .venv/bin/python bench/proxy_overhead.py [--streams 1,16,64] [--tokens 100] [--reps 3]
+
+One sim (batching engine: every running stream gets its token in the same step)
+serves three paths: direct, through our proxy (its own process, recording
+included), and through Debian's nginx (proxy_buffering off, HTTP/1.1 keep-alive
+upstream). For each number of concurrent streams it prints, relative to direct:
+added time to first byte, added delay of each chunk (p50, p99; a chunk's delay is
+the client's arrival time minus sim's truth of when it wrote that token, on the
+same monotonic clock), and the proxy's CPU time per chunk; then the idle CPU of a
+proxy doing nothing. Runs of the three paths alternate so that drift in the
+machine's load hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.sim_process import free_port, start_sim  # noqa: E402
+
+NGINX = "/usr/sbin/nginx"
+TARGETS_16 = {"p50_ms": 0.5, "p99_ms": 2.0, "ttfb_ms": 5.0, "cpu_us": 20.0}
+TARGET_64_P99_MS = 3.0
+
+
+@dataclass
+class Path_:
+    name: str
+    base_url: str
+    pids: list[int] = field(default_factory=list)  # processes whose CPU we charge to this path
+
+    def cpu_s(self) -> float:
+        return sum(_cpu_s(pid) for pid in self.pids)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time of a process, all threads: schedstat's nanoseconds where Linux has them (psutil counts 10 ms ticks)."""
+    try:
+        total_ns = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+        return total_ns / 1e9
+    except (OSError, ValueError, IndexError):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
+        return 0.0
+
+
+@dataclass
+class Run:
+    ttfb_ms: list[float] = field(default_factory=list)
+    transit_ms: list[float] = field(default_factory=list)  # TTFB minus sim's own time to its first token
+    delay_ms: list[float] = field(default_factory=list)
+    chunks: int = 0
+    cpu_s: float = 0.0
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not listen within 20 s")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def start_proxy(upstream: str) -> Iterator[Path_]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "collectors.proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port, proc, "proxy")
+        yield Path_("phasewatch", f"http://127.0.0.1:{port}", [proc.pid])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  upstream ollama {{ server 127.0.0.1:{upstream_port}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://ollama;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }}
+  }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def start_nginx(upstream_port: int) -> Iterator[Path_ | None]:
+    if not os.path.exists(NGINX):
+        print(f"({NGINX} not found: no nginx column)")
+        yield None
+        return
+    tmp = tempfile.mkdtemp(prefix="pw-nginx-")
+    os.chmod(tmp, 0o755)  # workers run as nobody
+    port = free_port()
+    conf = Path(tmp) / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=tmp, port=port, upstream_port=upstream_port))
+    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port, proc, "nginx")
+        pids = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children()]
+        yield Path_("nginx", f"http://127.0.0.1:{port}", pids)
+    finally:
+        proc.send_signal(signal.SIGQUIT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, body: Mapping[str, object]) -> tuple[str, int, int, list[int]]:
+    """One streaming request: (sim id, sent_ns, first byte ns, arrival ns of each complete line)."""
+    sent_ns = time.monotonic_ns()
+    async with session.post(url + "/api/generate", json=body) as r:
+        first_byte_ns = time.monotonic_ns()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {await r.text()}")
+        lines: list[int] = []
+        async for data in r.content.iter_any():
+            t_ns = time.monotonic_ns()
+            lines.extend([t_ns] * data.count(b"\n"))
+        return r.headers["X-Sim-Request-Id"], sent_ns, first_byte_ns, lines
+
+
+async def _burst(path: Path_, sim_url: str, streams: int, tokens: int, model: str, tag: str) -> Run:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
+        bodies = [
+            {"model": model, "prompt": f"{tag} stream {i}: tell me about the sky", "options": {"num_predict": tokens}}
+            for i in range(streams)
+        ]
+        cpu0 = path.cpu_s()
+        results = await asyncio.gather(*(_stream(session, path.base_url, b) for b in bodies))
+        cpu1 = path.cpu_s()
+        async with session.get(sim_url + "/sim/truth") as r:
+            truths = {t["id"]: t for t in (await r.json())["requests"]}
+        async with session.delete(sim_url + "/sim/truth"):
+            pass
+    run = Run(cpu_s=cpu1 - cpu0)
+    for sim_id, sent_ns, first_byte_ns, lines in results:
+        written = truths[sim_id]["token_written_ns"]
+        if len(lines) < len(written):
+            raise RuntimeError(f"{path.name}: got {len(lines)} lines for {len(written)} tokens")
+        run.ttfb_ms.append((first_byte_ns - sent_ns) / 1e6)
+        truth = truths[sim_id]
+        run.transit_ms.append(((first_byte_ns - sent_ns) - (written[0] - truth["received_ns"])) / 1e6)
+        run.delay_ms += [(arrived - wrote) / 1e6 for arrived, wrote in zip(lines, written, strict=False)]
+        run.chunks += len(lines)
+    return run
+
+
+def _pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def _merge(runs: list[Run]) -> Run:
+    out = Run()
+    for r in runs:
+        out.ttfb_ms += r.ttfb_ms
+        out.transit_ms += r.transit_ms
+        out.delay_ms += r.delay_ms
+        out.chunks += r.chunks
+        out.cpu_s += r.cpu_s
+    return out
+
+
+def _idle_cpu_pct(path: Path_, seconds: float) -> float:
+    cpu0 = path.cpu_s()
+    time.sleep(seconds)
+    return (path.cpu_s() - cpu0) / seconds * 100
+
+
+@dataclass
+class Cell:
+    ttfb_p50_ms: float
+    transit_p50_ms: float
+    delay_p50_ms: float
+    delay_p99_ms: float
+    cpu_us_per_chunk: float | None
+
+
+def _cell(run: Run, charged: bool) -> Cell:
+    return Cell(
+        statistics.median(run.ttfb_ms),
+        statistics.median(run.transit_ms),
+        _pct(run.delay_ms, 50),
+        _pct(run.delay_ms, 99),
+        run.cpu_s / run.chunks * 1e6 if charged and run.chunks else None,
+    )
+
+
+def _report(counts: list[int], paths: list[Path_], results: dict[tuple[int, str], Run]) -> None:
+    print()
+    print(
+        f"{'streams':>7} {'path':<11} {'TTFB p50':>9} {'+TTFB':>7} {'+transit':>8} "
+        f"{'delay p50':>9} {'+p50':>7} {'delay p99':>9} {'+p99':>7} {'CPU/chunk':>9}"
+    )
+    for n in counts:
+        base = _cell(results[(n, "direct")], False)
+        for p in paths:
+            c = _cell(results[(n, p.name)], bool(p.pids))
+            cpu = f"{c.cpu_us_per_chunk:7.1f}µs" if c.cpu_us_per_chunk is not None else f"{'-':>9}"
+            print(
+                f"{n:>7} {p.name:<11} {c.ttfb_p50_ms:7.2f}ms {c.ttfb_p50_ms - base.ttfb_p50_ms:+7.2f} "
+                f"{c.transit_p50_ms - base.transit_p50_ms:+8.2f} "
+                f"{c.delay_p50_ms:7.3f}ms {c.delay_p50_ms - base.delay_p50_ms:+7.3f} "
+                f"{c.delay_p99_ms:7.3f}ms {c.delay_p99_ms - base.delay_p99_ms:+7.3f} {cpu}"
+            )
+    print(
+        "\nms. '+' columns: added relative to direct. +TTFB compares raw times to first byte (sim sends headers with the\n"
+        "first token, so it includes prefill and batching luck); +transit removes sim's own time from request to first\n"
+        "token. A chunk's delay is its arrival at the client minus sim's truth of when it wrote that token. CPU/chunk:\n"
+        "the proxy's CPU time over the bursts (schedstat, all its processes) per chunk forwarded, requests and recording\n"
+        "included."
+    )
+
+
+def _verdict(counts: list[int], results: dict[tuple[int, str], Run]) -> str:
+    out = []
+    for n, targets in ((16, TARGETS_16), (64, {"p99_ms": TARGET_64_P99_MS})):
+        if n not in counts:
+            continue
+        ours, base = _cell(results[(n, "phasewatch")], True), _cell(results[(n, "direct")], False)
+        got = {
+            "p50_ms": ours.delay_p50_ms - base.delay_p50_ms,
+            "p99_ms": ours.delay_p99_ms - base.delay_p99_ms,
+            "ttfb_ms": ours.transit_p50_ms - base.transit_p50_ms,
+            "cpu_us": ours.cpu_us_per_chunk or 0.0,
+        }
+        for key, target in targets.items():
+            out.append(
+                f"{n} streams, added {key}: {got[key]:.3f} (target <= {target}) {'ok' if got[key] <= target else 'MISSED'}"
+            )
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", default="1,16,64", help="concurrent streams per burst, comma-separated")
+    ap.add_argument("--tokens", type=int, default=100, help="tokens per stream")
+    ap.add_argument("--reps", type=int, default=3, help="bursts per path and stream count (alternating paths)")
+    ap.add_argument("--model", default="llama3.2", help="sim model (llama3.2 on rtx-3060: ~6 ms per batched step)")
+    ap.add_argument("--hardware", default="rtx-3060", help="sim hardware profile")
+    ap.add_argument("--idle-s", type=float, default=5.0, help="how long to watch an idle proxy")
+    args = ap.parse_args()
+    counts = [int(s) for s in args.streams.split(",")]
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+
+    sim_args = ["--hardware", args.hardware, "--num-parallel", str(max(counts)), "--disk-gbs", "20"]
+    with runner, start_sim(*sim_args) as sim, start_proxy(sim.base_url) as proxy, start_nginx(sim.port) as nginx:
+        paths = [Path_("direct", sim.base_url), proxy] + ([nginx] if nginx else [])
+        print(
+            f"machine: {psutil.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; sim {' '.join(sim_args)}, "
+            f"model {args.model}, {args.tokens} tokens per stream, {args.reps} bursts per cell"
+        )
+        for p in paths:  # load the model, open keep-alive connections
+            runner.run(_burst(p, sim.base_url, max(counts), 4, args.model, "warm"))
+        results: dict[tuple[int, str], Run] = {}
+        for n in counts:
+            runs: dict[str, list[Run]] = {p.name: [] for p in paths}
+            for rep in range(args.reps):
+                for p in paths:
+                    runs[p.name].append(runner.run(_burst(p, sim.base_url, n, args.tokens, args.model, f"{p.name}-{n}-{rep}")))
+            for name, rs in runs.items():
+                results[(n, name)] = _merge(rs)
+
+        _report(counts, paths, results)
+        idle = {p.name: _idle_cpu_pct(p, args.idle_s) for p in paths if p.pids}
+        print("idle CPU: " + ", ".join(f"{k} {v:.3f}% of one core" for k, v in idle.items()))
+        print(_verdict(counts, results))
+        print(f"load average at the end: {os.getloadavg()[0]:.2f} on {psutil.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
