@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -260,36 +261,50 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-_SIM_FIELDS = {f for f in GpuSample.__dataclass_fields__ if f not in ("ts_unix_s", "simulated")}
+_SIM_TEXT_FIELDS = ("name", "uuid")
+_SIM_INT_FIELDS = (
+    "index", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
+    "mem_clock_max_mhz", "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes",
+)  # fmt: skip
+_SIM_FLOAT_FIELDS = (
+    "util_gpu_pct", "util_mem_pct", "power_w", "power_limit_w", "energy_j", "temperature_c",
+    "pcie_tx_bytes_s", "pcie_rx_bytes_s",
+)  # fmt: skip
+
+
+def _sim_gpu(item: object, position: int, ts_unix_s: float) -> GpuSample:
+    if not isinstance(item, dict):
+        raise ValueError("/sim/gpu returned a GPU that is not a JSON object")
+    values: dict[str, Any] = {"index": position, "name": "simulated GPU", "uuid": f"SIM-{position}"}
+    for key, value in item.items():
+        if value is None or key not in (*_SIM_TEXT_FIELDS, *_SIM_INT_FIELDS, *_SIM_FLOAT_FIELDS):
+            continue  # unknown keys (e.g. total_energy_mj) and absent readings are skipped
+        ok = (
+            isinstance(value, str)
+            if key in _SIM_TEXT_FIELDS
+            else isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        )
+        if not ok:
+            raise ValueError(f"/sim/gpu returned {key}={value!r}, which is not a valid reading")
+        values[key] = int(value) if key in _SIM_INT_FIELDS else float(value) if key in _SIM_FLOAT_FIELDS else value
+    return GpuSample(ts_unix_s=ts_unix_s, simulated=True, **values)
 
 
 def gpu_samples_from_sim(payload: Any, ts_unix_s: float) -> list[GpuSample]:
     """Turn a ``GET /sim/gpu`` body into samples marked simulated.
 
-    Accepts one GPU object, a list of them, or ``{"gpus": [...]}``; keys are GpuSample's
-    field names. Raises ValueError on anything else.
+    Accepts ``{"gpus": [...]}``, a list of GPU objects, or one GPU object; keys are
+    GpuSample's field names. Raises ValueError, naming the field, on anything else.
     """
     if isinstance(payload, dict) and isinstance(payload.get("gpus"), list):
         items = payload["gpus"]
     elif isinstance(payload, list):
         items = payload
-    elif isinstance(payload, dict):
+    elif isinstance(payload, dict) and "gpus" not in payload:
         items = [payload]
     else:
-        raise ValueError("/sim/gpu did not return a JSON object or list")
-    samples = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise ValueError("/sim/gpu returned a GPU that is not a JSON object")
-        values = {k: v for k, v in item.items() if k in _SIM_FIELDS}
-        values.setdefault("index", i)
-        values.setdefault("name", "simulated GPU")
-        values.setdefault("uuid", f"SIM-{i}")
-        try:
-            samples.append(GpuSample(ts_unix_s=ts_unix_s, simulated=True, **values))
-        except TypeError as exc:
-            raise ValueError(f"/sim/gpu returned an unusable GPU: {exc}") from None
-    return samples
+        raise ValueError("/sim/gpu did not return a JSON object or list of GPUs")
+    return [_sim_gpu(item, i, ts_unix_s) for i, item in enumerate(items)]
 
 
 class SimGpuSource:
