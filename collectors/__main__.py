@@ -1,8 +1,9 @@
 """``python -m collectors``: the recording proxy, the Ollama poller and the samplers, until stopped.
 
-Exit codes: 0 after Ctrl-C or SIGTERM (everything written); 2 for a wrong setting (one
-line on stderr says what and what to do); 3 when another collector already holds the
-data folder (the line names its process).
+Exit codes: 0 after Ctrl-C or SIGTERM (everything written); 1 when the store would not
+take every record before closing (disk full, say); 2 for a wrong setting (one line on
+stderr says what and what to do); 3 when another collector already holds the data
+folder (the line names its process).
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ from collectors.proxy import run_with_best_loop
 from collectors.service import CollectorService, StoreOpenError
 
 EXIT_OK = 0
+EXIT_UNWRITTEN = 1
 EXIT_SETTINGS = 2
 EXIT_ALREADY_RUNNING = 3
 
 
-async def _run(settings: Settings) -> None:
+async def _run(settings: Settings) -> CollectorService:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await CollectorService(settings).run_until(stop)
+    service = CollectorService(settings)
+    await service.run_until(stop)
+    return service
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SETTINGS
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        run_with_best_loop(_run(settings))
+        service = run_with_best_loop(_run(settings))
     except SettingsError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
@@ -51,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LockHeldError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
+    if service.unwritten_records:
+        print(
+            f"{prog}: {service.unwritten_records} records could not be written to the store: {service.unwritten_error}",
+            file=sys.stderr,
+        )
+        return EXIT_UNWRITTEN
     return EXIT_OK
 
 

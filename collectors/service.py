@@ -89,6 +89,8 @@ class CollectorService:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listen = ""
+        self.unwritten_records = 0  # set by stop() when the store would not take everything
+        self.unwritten_error: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -186,7 +188,9 @@ class CollectorService:
         if self.writer is not None:
             writer, self.writer = self.writer, None
             if not await asyncio.to_thread(writer.close, WRITER_CLOSE_TIMEOUT_S):
-                log.error("the store did not take every record before closing: %s", writer.last_error)
+                self.unwritten_records = writer.pending_count
+                self.unwritten_error = writer.last_error
+                log.error("the store did not take %d records before closing: %s", self.unwritten_records, writer.last_error)
         if self._nvml_source is not None:
             await asyncio.to_thread(self._nvml_source.close)
             self._nvml_source = None

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import ollama
+import pytest
 
 from analysis.records import Outcome, RequestRecord
 from collectors.config import Settings, load_settings
@@ -157,3 +158,25 @@ def test_demo_mode_samples_the_sims_gpu(tmp_path: Path) -> None:
                 await service.stop()
 
         asyncio.run(scenario())
+
+
+def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process holds the store's write lock: stop() gives up after its timeout and says how many were lost."""
+    monkeypatch.setattr("collectors.service.WRITER_CLOSE_TIMEOUT_S", 1.0)
+
+    async def scenario() -> None:
+        service = CollectorService(_settings("http://127.0.0.1:9", tmp_path), nvml=FakeNvml([]))
+        await service.start()
+        assert service.writer is not None and service.writer.flush(5)
+        blocker = sqlite3.connect(db_path(tmp_path), isolation_level=None)
+        try:
+            blocker.execute("BEGIN EXCLUSIVE")
+            await _until(lambda: service.writer is not None and service.writer.pending_count > 0)  # heartbeats queue up
+            await service.stop()
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert service.unwritten_records > 0
+        assert service.unwritten_error is not None and "locked" in service.unwritten_error
+
+    asyncio.run(scenario())
