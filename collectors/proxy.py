@@ -263,7 +263,7 @@ class RecordingProxy:
             await self._session.close()
 
     def in_flight(self) -> list[RequestRecord]:
-        """Snapshots of recorded requests still running, parsed up to now."""
+        """Snapshots of recorded requests still running, parsed up to now (call it on the proxy's event loop)."""
         return [self._snapshot(ex) for ex in list(self._live.values())]
 
     def add_local_route(self, method: str, path: str, handler: LocalHandler) -> None:

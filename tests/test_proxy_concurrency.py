@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -38,25 +39,30 @@ TOLERANCE_MS = 2.0  # issue 3: recorded TTFT and token gaps within 2 ms (p99) of
 class ProxyProcess:
     base_url: str
     proc: subprocess.Popen[bytes]
+    records_path: Path
 
     def stop(self) -> list[dict[str, Any]]:
         """SIGTERM, then the records it printed (one JSON object per line)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            out, _ = self.proc.communicate(timeout=15)
+            self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate(timeout=5)
-        return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+            self.proc.wait(timeout=5)
+        lines = self.records_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
 
 @contextlib.contextmanager
-def start_proxy_process(upstream: str) -> Iterator[ProxyProcess]:
+def start_proxy_process(upstream: str, tmp_path: Path) -> Iterator[ProxyProcess]:
     port = free_port()
     cmd = [sys.executable, "-m", "collectors.proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}", "--print-records"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ))
-    proxy = ProxyProcess(f"http://127.0.0.1:{port}", proc)
+    records_path = tmp_path / "records.jsonl"
+    # A file, not a pipe: a pipe nobody reads until the end would fill up and stall the proxy's loop.
+    with records_path.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    proxy = ProxyProcess(f"http://127.0.0.1:{port}", proc, records_path)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -99,8 +105,8 @@ def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def test_sixteen_streams_match_the_truth_and_are_recorded_once(sim: SimProcess) -> None:
-    with start_proxy_process(sim.base_url) as proxy:
+def test_sixteen_streams_match_the_truth_and_are_recorded_once(sim: SimProcess, tmp_path: Path) -> None:
+    with start_proxy_process(sim.base_url, tmp_path) as proxy:
         asyncio.run(_burst(proxy.base_url))  # load the model, open the pooled upstream connections
         pairs = asyncio.run(_burst(proxy.base_url))
         records = proxy.stop()
