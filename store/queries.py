@@ -230,7 +230,7 @@ def requests_in_window(
     return [_record(r, r["tokens"]) for r in reversed(rows)]
 
 
-def rate_points(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 20000) -> list[dict[str, Any]]:
+def rate_points(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[dict[str, Any]]:
     """Per finished request of a model: prompt length vs prefill rate, context vs decode rate (the Why page).
 
     ``decode_context_tokens`` is the mean context during decode: the prompt plus half the reply.

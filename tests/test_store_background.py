@@ -15,7 +15,7 @@ import pytest
 from analysis.records import HostSample
 from store import queries
 from store.schema import db_path
-from store.writer import BackgroundWriter
+from store.writer import BackgroundWriter, StoreWriter
 from tests.test_store_writer import make_record
 
 
@@ -182,3 +182,22 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
     assert seen == sorted(seen)  # readers see whole batches, never a row go away
     assert len(set(seen)) > 1  # and they saw the writer's progress while it wrote
     assert _count(path) == written + 1
+
+
+def test_startup_ops_through_the_queue(path: Path) -> None:
+    # What the collector does on start: mark what a killed predecessor left in flight, then apply retention.
+    w = StoreWriter(path)
+    w.write_requests([make_record("left-running", final=False), make_record("ancient", 1_000.0)])
+    w.close()
+    bg = BackgroundWriter(path)
+    try:
+        bg.submit_mark_interrupted_in_flight("the collector stopped before this request finished")
+        bg.submit_retention(1_700_000_000.0 + 3600)
+        assert bg.flush(timeout_s=20)
+    finally:
+        assert bg.close(timeout_s=10)
+    conn = queries.open_readonly(path)
+    (row,) = queries.recent_requests(conn, 0)
+    assert row["id"] == "left-running" and row["outcome"] == "upstream_failed"
+    assert row["error"] == "the collector stopped before this request finished"
+    assert row["ended_at_unix_s"] is not None  # so that time windows still find it

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis.phases import CLI_KEYS, split_record
-from store.export import parse_since
+from store.export import EXPORT_KEYS, parse_since
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_store_writer import make_record
@@ -82,3 +82,10 @@ def test_parse_since_forms() -> None:
     assert parse_since("1700000000", now) == 1_700_000_000.0
     assert parse_since("2025-06-15T15:06:40", now) == T0  # UTC unless it says otherwise
     assert parse_since("2025-06-15T17:06:40+02:00", now) == T0
+
+
+def test_empty_store_exports_a_header_only(tmp_path: Path) -> None:
+    StoreWriter(db_path(tmp_path)).close()
+    proc = _export("--data", str(tmp_path), "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [",".join(EXPORT_KEYS)]
