@@ -7,6 +7,7 @@ batch stays in memory and is retried whole.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import logging
@@ -520,11 +521,14 @@ class BackgroundWriter:
         self._queue.put(op)
 
     def submit_request(self, rec: RequestRecord) -> None:
-        self._submit(("request", (rec,)))
+        """Queue a snapshot of ``rec``: the proxy keeps changing a running request while this thread writes it."""
+        snap = copy.copy(rec)
+        snap.token_chunk_ns = list(rec.token_chunk_ns)
+        self._submit(("request", (snap,)))
 
     def submit_requests(self, recs: Iterable[RequestRecord]) -> None:
         for r in recs:
-            self._submit(("request", (r,)))
+            self.submit_request(r)
 
     def submit_gpu_samples(self, samples: Iterable[GpuSample]) -> None:
         self._submit(("gpu_samples", (list(samples),)))

@@ -201,3 +201,13 @@ def test_startup_ops_through_the_queue(path: Path) -> None:
     assert row["id"] == "left-running" and row["outcome"] == "upstream_failed"
     assert row["error"] == "the collector stopped before this request finished"
     assert row["ended_at_unix_s"] is not None  # so that time windows still find it
+
+
+def test_a_submitted_request_is_a_snapshot(bg: BackgroundWriter, path: Path) -> None:
+    rec = make_record("live", final=False, n_tokens=3)
+    bg.submit_request(rec)
+    rec.token_chunk_ns.append(rec.token_chunk_ns[-1] + 25_000_000)  # the proxy goes on recording
+    rec.first_byte_ns = None
+    assert bg.flush(timeout_s=20)
+    back = queries.request_detail(queries.open_readonly(path), "live")
+    assert back == make_record("live", final=False, n_tokens=3)
