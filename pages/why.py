@@ -1,0 +1,161 @@
+"""Why: prefill against decode for the selected model on this GPU, each rate set against its ceiling.
+
+Everything is built by ``pages.why_view.build_why``; this file only lays it out. Sentences
+carry model and GPU names, so they go through ``st.text`` or escaped Markdown, never HTML.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from analysis import wording as w
+from pages import common, data, fmt
+from pages.settings import client_host_line
+from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices
+
+LAB_PAGE = Path(__file__).parent / "lab.py"
+
+
+@st.cache_resource(show_spinner="Measuring this computer's memory bandwidth once (cached in the data folder)…")
+def _host_bandwidth(data_dir: str) -> float | None:
+    from collectors.host_bandwidth import host_bandwidth  # numpy copy loop, no sockets
+
+    try:
+        return host_bandwidth(Path(data_dir)).bandwidth_bytes_s
+    except (OSError, ValueError, MemoryError):
+        return None
+
+
+@st.cache_resource
+def _apple_chip() -> tuple[str, int | None] | None:
+    from collectors.host_bandwidth import detect_apple_gpu  # None at once on anything but Apple Silicon macOS
+
+    return detect_apple_gpu()
+
+
+def text(sentence: str) -> None:
+    """A sentence with names in it, as literal text in the page's normal font."""
+    st.markdown(fmt.md_escape(sentence))
+
+
+def how_to_make_requests(model: str | None) -> None:
+    who = f"for {model} " if model else ""
+    st.info(
+        f"**No requests {who}recorded yet.** Point a client at Phasewatch's proxy and send a few prompts of "
+        "different lengths; each one becomes a point on the charts below"
+        + (", or run an experiment on the Lab page." if LAB_PAGE.is_file() else "."),
+        icon=":material/hourglass_empty:",
+    )
+    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+
+
+def show_why(m: WhyModel) -> None:
+    hw = m.hardware
+    if m.simulated:
+        st.info(
+            "**Simulated data:** this GPU and these requests come from the demo's simulator, not from your hardware.",
+            icon=":material/science:",
+        )
+    st.caption(fmt.md_escape(hardware_line(hw)))
+    line = facts_line(m)
+    if line:
+        st.caption(fmt.md_escape(line))
+    for note in m.notes:
+        st.caption(fmt.md_escape(note))
+    if m.facts_error:
+        st.info(fmt.md_escape(m.facts_error), icon=":material/info:")
+
+    if m.requests_total == 0:
+        how_to_make_requests(m.model)
+
+    c = st.columns(4)
+    c[0].metric("Prefill (median)", fmt.rate(m.prefill_median_tok_s), help="Prompt tokens per second, cache hits excluded.")
+    c[1].metric("Decode (median)", fmt.rate(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration.")
+    c[2].metric("Prefill ÷ decode", w.times(m.ratio) if m.ratio else "—", help="How many times faster prompts are read.")
+    expected = m.ceilings.expected_ratio if m.ceilings else None
+    c[3].metric("Expected ratio", w.times(expected) if expected else "—",
+                help="From the expected lines at your typical prompt and context.")  # fmt: skip
+
+    st.plotly_chart(m.prefill_fig, key="why_prefill", config={"displaylogo": False})
+    st.plotly_chart(m.decode_fig, key="why_decode", config={"displaylogo": False})
+    eff = m.efficiencies
+    if eff is not None:
+        st.caption(
+            fmt.md_escape(
+                f"Expected lines: decode at {w.pct(eff.eta_bw)} of its ceiling ({eff.source_bw}), prefill at "
+                f"{w.pct(eff.eta_compute)} ({eff.source_compute}). They switch to your own medians once "
+                "5 requests of each kind are long enough to time well."
+            )
+        )
+    st.caption(
+        f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from every stored request of this "
+        "model; one point per request."
+    )
+
+    if m.sentences:
+        st.subheader("Why prefill is so much faster than decode")
+        text(m.sentences[0])
+        with st.container(border=True, key="why_explanation"):
+            for sentence in m.sentences[1:]:
+                text(sentence)
+
+    if m.interference_sentences:
+        st.subheader("Interference measured here")
+        for sentence in m.interference_sentences:
+            text(sentence)
+
+    st.subheader("What held requests back")
+    window = fmt.seconds(ctx.window_s)
+    if not m.diagnosed_requests:
+        st.caption(f"No finished requests of this model in the last {window} (the sidebar's window).")
+    elif not m.diagnoses:
+        st.success(f"Nothing held back the {m.diagnosed_requests:,} requests of the last {window}.", icon=":material/check:")
+    else:
+        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of the last {window}:")
+        table = pd.DataFrame(
+            {
+                "requests": [g.requests for g in m.diagnoses],
+                "what": [g.what for g in m.diagnoses],
+                "latest, in its numbers": [g.latest for g in m.diagnoses],
+                "kind": [g.severity for g in m.diagnoses],
+            }
+        )
+        st.dataframe(table, hide_index=True, key="why_diagnoses")
+
+    if m.energy_sentence:
+        st.subheader("Energy per token")
+        e = m.energy
+        assert e is not None
+        e1, e2 = st.columns(2)
+        e1.metric("Per prompt token", f"{w.num(e.j_per_prompt_token or 0)} J")
+        e2.metric("Per output token", f"{w.num(e.j_per_output_token or 0)} J")
+        text(m.energy_sentence)
+
+
+ctx = common.context()
+st.title("Why")
+st.caption("Why prompt tokens per second run so far ahead of output tokens per second, on this machine, in your numbers.")
+status = data.load_status(ctx.db_path)
+common.demo_banner(ctx, status)
+common.ollama_down_panel(ctx, status)
+
+models = model_choices(ctx.db_path)
+if models is None:
+    common.no_store_state(ctx)
+    st.stop()
+if not models:
+    how_to_make_requests(None)
+    st.caption("Model facts (layers, heads, quantization) appear here once Ollama has a model loaded.")
+    st.stop()
+
+model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")
+why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip(),
+                host_bandwidth=lambda: _host_bandwidth(str(ctx.data_dir)))  # fmt: skip
+if why is None:
+    common.no_store_state(ctx)
+    st.stop()
+show_why(why)
