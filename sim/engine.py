@@ -41,7 +41,10 @@ QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests e
 GRAPH_BYTES = 256 * 1024**2  # llama.cpp compute buffers
 MAX_LOADED_MODELS = 3  # OLLAMA_MAX_LOADED_MODELS default: 3 x one GPU
 EOS_TOKEN_ID = special_id(2)  # <|eot_id|>
-MAX_CARRY_NS = 2_000_000  # how much sleep overshoot the next step may absorb
+# Steps are scheduled on a virtual timeline (each ends one step time after the previous one's planned end),
+# so timer overshoot and a starved host CPU are caught up by the following steps and average rates follow
+# the model. Lateness beyond this restarts the timeline from now.
+MAX_CARRY_NS = 250_000_000
 
 
 class QueueFullError(EngineError):
@@ -198,13 +201,12 @@ class _Runner:
                 if j.prefill_start_ns is None:
                     j.prefill_start_ns = start
                     j.req.truth.prefill_start_ns = start
-            # Absorb small sleep overshoot so average rates follow the model, not the timer.
             base = start if target_ns is None or start - target_ns > MAX_CARRY_NS else target_ns
             target_ns = base + int(step_s * 1e9)
             self.engine.gpu.record_step(start, target_ns, self._compute_share(work))
             delay = (target_ns - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Always yield, so writers run between steps even while catching up.
+            await asyncio.sleep(max(delay, 0.0))
             end = time.monotonic_ns()
             for j in decoders:
                 if j.active:
