@@ -42,7 +42,7 @@ def _check_numbers_are_finite(values: dict[str, object]) -> None:
             assert math.isfinite(v), key
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(final_objects | json_values)
 def test_split_response_raises_only_its_own_error(obj: object) -> None:
     try:
@@ -97,7 +97,7 @@ def test_split_metrics_raises_only_its_own_error(m: FinalMetrics) -> None:
     _check_numbers_are_finite(p.to_json_dict())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     received=ns,
     forwarded=opt_ns,
