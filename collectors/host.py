@@ -56,10 +56,15 @@ class OllamaProcesses:
         self._scanned_at: float | None = None
 
     def _matches(self, proc: psutil.Process) -> bool:
-        info = proc.info  # filled by process_iter
-        if is_ollama_process(info.get("name") or ""):
+        name = proc.info.get("name") or ""  # filled by process_iter
+        if is_ollama_process(name):
             return True
-        return self._demo and is_sim_process(info.get("cmdline") or [])
+        if not (self._demo and name.startswith("python")):
+            return False
+        try:  # the command line only for Python processes: reading every one costs more
+            return is_sim_process(proc.cmdline())
+        except psutil.Error:
+            return False
 
     def _scan(self) -> None:
         found: dict[int, psutil.Process] = {}
@@ -68,8 +73,7 @@ class OllamaProcesses:
                 with contextlib.suppress(psutil.Error):
                     found[pid] = self._procs.get(pid) or psutil.Process(pid)
         else:
-            attrs = ["name", "cmdline"] if self._demo else ["name"]
-            for proc in psutil.process_iter(attrs):
+            for proc in psutil.process_iter(["name"]):
                 if self._matches(proc):
                     # Keep the same Process object: cpu_percent() measures from its last call.
                     found[proc.pid] = self._procs.get(proc.pid, proc)
