@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import signal
 import sys
 
 from aiohttp import web
@@ -111,10 +112,17 @@ async def serve(args: argparse.Namespace) -> None:
     await site.start()
     print(f"sim: listening on http://{args.host}:{args.port} (hardware {args.hardware}, "
           f"num_parallel {args.num_parallel}, version {args.ollama_version})", file=sys.stderr, flush=True)
+    # SIGTERM (service managers, tests) and SIGINT stop it cleanly: open streams end, models unload.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
+        print("sim: stopped", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +16,7 @@ from sim.catalog import BY_NAME, MODELS, find_model
 from sim.ollama_time import format_go_duration, keep_alive_ns, parse_go_duration_ns, rfc3339nano
 from sim.profiles import PROFILES
 from sim.tokens import TextStream, count_tokens, encode, make_prompt
+from tests.support.sim_process import start_sim
 
 
 @given(st.integers(min_value=0, max_value=3000), st.integers(min_value=0, max_value=10**6))
@@ -103,3 +108,20 @@ def test_default_num_ctx_and_batch() -> None:
 )
 def test_go_duration_strings(ns: int, text: str) -> None:
     assert format_go_duration(ns) == text
+
+
+def test_cli_help_lists_profiles_and_models() -> None:
+    out = subprocess.run([sys.executable, "-m", "sim", "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    for name in ("rtx-3060", "rtx-3090", "rtx-4090", "rtx-5090", "m1", "m2-ultra", "m3-max", "cpu"):
+        assert f"  {name} " in out
+    for model in MODELS:
+        assert model.name in out
+    bad = subprocess.run([sys.executable, "-m", "sim", "--hardware", "rtx-9999"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "rtx-9999" in bad.stderr
+
+
+def test_sigterm_stops_cleanly() -> None:
+    with start_sim() as sim:
+        sim.proc.send_signal(signal.SIGTERM)
+        assert sim.proc.wait(timeout=10) == 0
+        assert "sim: stopped" in sim.log()
