@@ -197,6 +197,9 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
 # --- prompts, sampling, stop strings --------------------------------------------------------
 
 
+TRANSCRIPT_STOPS = ("\nuser:", "\nsystem:", "\nassistant:")  # a base model would go on writing the other turns
+
+
 def render_prompt(req: GenRequest) -> str:
     """Plain-completion text for a base model: the prompt as sent; chat as a plain transcript."""
     if req.messages is not None:
@@ -232,11 +235,10 @@ class StopFilter:
     def feed(self, text: str) -> str:
         """Text that is safe to send now; sets ``stopped`` when a stop string completed."""
         self.pending += text
-        for s in self.stops:
-            i = self.pending.find(s)
-            if i >= 0:
-                out, self.pending, self.stopped = self.pending[:i], "", True
-                return out
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending, self.stopped = self.pending[: min(hits)], "", True
+            return out
         keep = 0
         for s in self.stops:
             for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
@@ -393,7 +395,10 @@ class _Runner:
         seed = req.options.get("seed")
         llm.set_seed(int(seed) if isinstance(seed, int) and seed >= 0 else int.from_bytes(os.urandom(4), "little"))
         stop = req.options.get("stop")
-        stops = StopFilter([str(s) for s in stop] if isinstance(stop, list) else [str(stop)] if isinstance(stop, str) else [])
+        stop_list = [str(s) for s in stop] if isinstance(stop, list) else [str(stop)] if isinstance(stop, str) else []
+        if req.messages is not None and not stop_list:
+            stop_list = list(TRANSCRIPT_STOPS)  # what a Modelfile's PARAMETER stop does for a chat template
+        stops = StopFilter(stop_list)
         vocab = llm._model.vocab
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         record = job.record
