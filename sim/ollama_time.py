@@ -11,13 +11,18 @@ _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 10**9, "m"
 _PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
+_base_cache: tuple[int, str] = (-1, "")
+
+
 def rfc3339nano(unix_ns: int | None = None) -> str:
     """Like Go's time.RFC3339Nano in UTC: trailing zeros of the fraction trimmed."""
+    global _base_cache
     ns = time.time_ns() if unix_ns is None else unix_ns
     secs, frac = divmod(ns, 10**9)
-    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    if _base_cache[0] != secs:  # every chunk asks; the seconds part changes once a second
+        _base_cache = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
     digits = f"{frac:09d}".rstrip("0")
-    return base + ("." + digits if digits else "") + "Z"
+    return _base_cache[1] + ("." + digits if digits else "") + "Z"
 
 
 def rfc3339_from_unix_s(unix_s: float) -> str:

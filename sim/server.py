@@ -422,7 +422,7 @@ class _Generation:
                 await resp.write(_dumps(self._content(model_str, ev.text, False)) + b"\n")
                 n_written += 1
                 self.truth.token_written_ns.append(time.monotonic_ns())
-                if await self._apply_stream_fault(resp, faults, n_written, model_str):
+                if faults and await self._apply_stream_fault(resp, faults, n_written, model_str):
                     return resp
             elif isinstance(ev, Done):
                 final = self._final(model_str, ev, load_ns, "" if stream else "".join(texts), raw)
