@@ -44,6 +44,11 @@ class ServerConfig:
     seed: int = 0
 
     @property
+    def counts_only_new_prompt_tokens(self) -> bool:
+        """Ollama 0.30.0 reported only the uncached tokens in ``prompt_eval_count`` (#16414; fixed in 0.30.1)."""
+        return (0, 30, 0) <= _version_tuple(self.ollama_version) < (0, 30, 1)
+
+    @property
     def reports_cached_count(self) -> bool:
         """``prompt_eval_cached_count`` exists from Ollama 0.33.3 on."""
         return _version_tuple(self.ollama_version) >= (0, 33, 3)
@@ -291,7 +296,9 @@ class _Generation:
         metrics: dict[str, int] = {
             "total_duration": time.monotonic_ns() - self.t0,
             "load_duration": load_ns,
-            "prompt_eval_count": ev.prompt_eval_count,
+            "prompt_eval_count": ev.prompt_eval_count - ev.prompt_eval_cached_count
+            if self.cfg.counts_only_new_prompt_tokens
+            else ev.prompt_eval_count,
         }
         if self.cfg.reports_cached_count:
             metrics["prompt_eval_cached_count"] = ev.prompt_eval_cached_count

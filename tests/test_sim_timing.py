@@ -180,3 +180,14 @@ def test_chat_history_reuses_the_cache_of_the_previous_turn() -> None:
         assert first.prompt_eval_count is not None and second.prompt_eval_count is not None
         assert rec["cached_tokens"] == first.prompt_eval_count + first.eval_count
         assert second.prompt_eval_count - rec["cached_tokens"] < 10
+
+
+def test_ollama_0_30_0_counted_only_new_prompt_tokens() -> None:
+    # Ollama 0.30.0 (#16414) reported only the evaluated suffix; 0.30.1 went back to the whole prompt.
+    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "50", "--ollama-version", "0.30.0") as sim:
+        body = {"model": "llama3.2", "prompt": make_prompt(400, seed=8), "options": {"num_predict": 1}}
+        first, _ = generate(sim, body)
+        second, rid = generate(sim, body)
+        assert first["prompt_eval_count"] > 400
+        assert second["prompt_eval_count"] == 1 and "prompt_eval_cached_count" not in second
+        assert truth_by_id(sim, rid)["prompt_tokens"] == first["prompt_eval_count"]
