@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
+import traceback
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
@@ -178,45 +180,60 @@ class _Runner:
 
     async def _loop(self) -> None:
         target_ns: int | None = None
-        profile = self.engine.profile
         while True:
             if not self.jobs:
                 self._wake.clear()
                 await self._wake.wait()
                 target_ns = None
                 continue
-            decoders = [j for j in self.jobs if j.decoding]
-            budget = max(self.num_batch - len(decoders), 0)
-            chunks: list[tuple[_Job, int]] = []
-            for j in self.jobs:
-                if not j.decoding and budget > 0:
-                    n = min(budget, len(j.prompt_ids) - j.pos)
-                    chunks.append((j, n))
-                    budget -= n
-            work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
-            step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
-            step_s += self._stall_s(decoders, chunks)
-            start = time.monotonic_ns()
-            for j, _ in chunks:
-                if j.prefill_start_ns is None:
-                    j.prefill_start_ns = start
-                    j.req.truth.prefill_start_ns = start
-            base = start if target_ns is None or start - target_ns > MAX_CARRY_NS else target_ns
-            target_ns = base + int(step_s * 1e9)
-            self.engine.gpu.record_step(start, target_ns, self._compute_share(work))
-            delay = (target_ns - time.monotonic_ns()) / 1e9
-            # Always yield, so writers run between steps even while catching up.
-            await asyncio.sleep(max(delay, 0.0))
-            end = time.monotonic_ns()
-            for j in decoders:
-                if j.active:
+            try:
+                target_ns = await self._step(target_ns)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bug must not leave streams hanging: fail this batch, keep serving
+                traceback.print_exc(file=sys.stderr)
+                for j in list(self.jobs):
+                    j.active = False
+                    j.queue.put_nowait(Failed(f"{type(e).__name__}: {e}"))
+                self.jobs.clear()
+                target_ns = None
+
+    async def _step(self, target_ns: int | None) -> int:
+        """Run one batch step; returns its planned end on the virtual timeline."""
+        profile = self.engine.profile
+        decoders = [j for j in self.jobs if j.decoding]
+        budget = max(self.num_batch - len(decoders), 0)
+        chunks: list[tuple[_Job, int]] = []
+        for j in self.jobs:
+            if not j.decoding and budget > 0:
+                n = min(budget, len(j.prompt_ids) - j.pos)
+                chunks.append((j, n))
+                budget -= n
+        work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
+        step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
+        step_s += self._stall_s(decoders, chunks)
+        start = time.monotonic_ns()
+        for j, _ in chunks:
+            if j.prefill_start_ns is None:
+                j.prefill_start_ns = start
+                j.req.truth.prefill_start_ns = start
+        base = start if target_ns is None or start - target_ns > MAX_CARRY_NS else target_ns
+        target_ns = base + int(step_s * 1e9)
+        self.engine.gpu.record_step(start, max(target_ns, start), self._compute_share(work))
+        delay = (target_ns - time.monotonic_ns()) / 1e9
+        # Always yield, so writers run between steps even while catching up.
+        await asyncio.sleep(max(delay, 0.0))
+        end = time.monotonic_ns()
+        for j in decoders:
+            if j.active:
+                self._emit(j, end)
+        for j, n in chunks:
+            if j.active:
+                j.pos += n
+                if j.decoding:
+                    j.req.truth.prefill_end_ns = end
                     self._emit(j, end)
-            for j, n in chunks:
-                if j.active:
-                    j.pos += n
-                    if j.decoding:
-                        j.req.truth.prefill_end_ns = end
-                        self._emit(j, end)
+        return target_ns
 
     def _stall_s(self, decoders: list[_Job], chunks: list[tuple[_Job, int]]) -> float:
         stall = 0.0
@@ -462,6 +479,7 @@ class SimEngine:
         try:
             yield Loaded(time.monotonic_ns())
             prompt_ids = req.prompt_ids[-(runner.num_ctx - 1) :] if len(req.prompt_ids) >= runner.num_ctx else req.prompt_ids
+            prompt_ids = prompt_ids or [special_id(0)]  # an empty text still evaluates BOS
             slot = await runner.acquire_slot(prompt_ids)
             # llama-server always evaluates at least the last prompt token.
             cached = min(_common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -111,3 +112,26 @@ def test_bad_bodies_and_routes(sim: SimProcess) -> None:
     assert status == 400 and json.loads(body) == {"error": "invalid character 'x' looking for beginning of value"}
     assert _http(sim, "GET", "/api/nothing")[0:3:2] == (404, "404 page not found")
     assert _http(sim, "GET", "/api/generate")[0] == 405
+
+
+def test_async_client_streams_chat(sim: SimProcess) -> None:
+    async def run() -> list[ollama.ChatResponse]:
+        client = ollama.AsyncClient(host=sim.base_url, timeout=30)
+        stream = await client.chat(model=SMALL, messages=[{"role": "user", "content": "hi"}], stream=True,
+                                   options={"num_predict": 3})
+        return [part async for part in stream]
+
+    parts = asyncio.run(run())
+    assert [p.done for p in parts] == [False, False, False, True]
+    assert parts[-1].eval_count == 3
+
+
+def test_keep_alive_zero_unloads_after_the_request(client: ollama.Client) -> None:
+    r = client.chat(model="llama3.2", messages=[{"role": "user", "content": "bye"}], keep_alive=0, options={"num_predict": 2})
+    assert r.done
+    assert "llama3.2:latest" not in [m.model for m in client.ps().models]
+
+
+def test_whitespace_raw_prompt_still_evaluates_one_token(client: ollama.Client) -> None:
+    r = client.generate(model=SMALL, prompt="   ", raw=True, options={"num_predict": 2})
+    assert r.prompt_eval_count == 1 and r.eval_count == 2
