@@ -426,6 +426,7 @@ class _Runner:
                     truth.prefill_end_ns = now
                     at_first = PerfCounters.read(llama_cpp, ctx)
                 if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                    job.emit(Token("", tok, now, eos=True))  # counted in eval_count, never written
                     reason = "stop"
                     break
                 piece = utf8.decode(llm.detokenize([tok]))
