@@ -197,6 +197,8 @@ async def _down_up_down_up() -> None:
                 await wait_until(lambda: not sink.statuses[-1].up)
             with sim_on(port):
                 await wait_until(lambda: sink.statuses[-1].up)
+                stop.set()  # before this sim goes away, or its exit would be one more "down"
+                await asyncio.wait_for(task, 5)
         finally:
             stop.set()
             await asyncio.wait_for(task, 5)
