@@ -14,7 +14,7 @@ import aiohttp
 import ollama
 import pytest
 
-from analysis.records import Outcome, RequestRecord
+from analysis.records import HostSample, Outcome, RequestRecord
 from collectors.config import Settings, load_settings
 from collectors.lock import read_lock
 from collectors.metrics import parse_exposition
@@ -180,3 +180,20 @@ def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypat
         assert service.unwritten_error is not None and "locked" in service.unwritten_error
 
     asyncio.run(scenario())
+
+
+def test_retention_options_apply_at_start(tmp_path: Path) -> None:
+    now = time.time()
+    writer = StoreWriter(db_path(tmp_path))
+    writer.write_host_sample(HostSample(ts_unix_s=now - 3 * 86400, cpu_pct=1, mem_used_bytes=1, mem_total_bytes=2))
+    writer.write_host_sample(HostSample(ts_unix_s=now - 0.5 * 86400, cpu_pct=2, mem_used_bytes=1, mem_total_bytes=2))
+    writer.close()
+
+    async def start_and_stop() -> None:
+        service = CollectorService(_settings("http://127.0.0.1:9", tmp_path, "--samples-days", "1"), nvml=FakeNvml([]))
+        await service.start()
+        await service.stop()
+
+    asyncio.run(start_and_stop())
+    kept = [r["cpu_pct"] for r in _query(tmp_path, "SELECT cpu_pct FROM host_samples WHERE ts_unix_s < ?", now - 60)]
+    assert kept == [2.0]  # the 3-day-old sample is gone, the half-day-old one stays
