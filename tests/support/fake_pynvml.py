@@ -10,7 +10,7 @@ calls when the driver lacks them.
 
 Usage::
 
-    nvml = FakeNvml([FakeGpu(name="NVIDIA GeForce RTX 4090"), FakeGpu(index_lost=True)])
+    nvml = FakeNvml([FakeGpu(name="NVIDIA GeForce RTX 4090"), FakeGpu(lost=True)])
     source = NvmlGpuSource(nvml)
 """
 
