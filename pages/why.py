@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from analysis import wording as w
+from analysis.ceilings import MIN_CALIBRATION_SAMPLES
 from pages import common, data, fmt
 from pages.settings import client_host_line
 from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices
@@ -35,6 +35,10 @@ def _apple_chip() -> tuple[str, int | None] | None:
     from collectors.host_bandwidth import detect_apple_gpu  # None at once on anything but Apple Silicon macOS
 
     return detect_apple_gpu()
+
+
+def _num(value: float | None) -> str:
+    return w.num(value) if value else "—"
 
 
 def text(sentence: str) -> None:
@@ -73,8 +77,8 @@ def show_why(m: WhyModel) -> None:
         how_to_make_requests(m.model)
 
     c = st.columns(4)
-    c[0].metric("Prefill (median)", fmt.rate(m.prefill_median_tok_s), help="Prompt tokens per second, cache hits excluded.")
-    c[1].metric("Decode (median)", fmt.rate(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration.")
+    c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s), help="Prompt tokens per second, cache hits excluded.")
+    c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration.")
     c[2].metric("Prefill ÷ decode", w.times(m.ratio) if m.ratio else "—", help="How many times faster prompts are read.")
     expected = m.ceilings.expected_ratio if m.ceilings else None
     c[3].metric("Expected ratio", w.times(expected) if expected else "—",
@@ -84,11 +88,14 @@ def show_why(m: WhyModel) -> None:
     st.plotly_chart(m.decode_fig, key="why_decode", config={"displaylogo": False})
     eff = m.efficiencies
     if eff is not None:
+        pending = "" if eff.decode_samples and eff.prefill_samples else (
+            f" A starting value gives way to the median of your own requests once {MIN_CALIBRATION_SAMPLES} of that kind are "
+            "long enough to time well."
+        )  # fmt: skip
         st.caption(
             fmt.md_escape(
                 f"Expected lines: decode at {w.pct(eff.eta_bw)} of its ceiling ({eff.source_bw}), prefill at "
-                f"{w.pct(eff.eta_compute)} ({eff.source_compute}). They switch to your own medians once "
-                "5 requests of each kind are long enough to time well."
+                f"{w.pct(eff.eta_compute)} of its ceiling ({eff.source_compute}).{pending}"
             )
         )
     st.caption(
@@ -103,9 +110,11 @@ def show_why(m: WhyModel) -> None:
             for sentence in m.sentences[1:]:
                 text(sentence)
 
-    if m.interference_sentences:
-        st.subheader("Interference measured here")
-        for sentence in m.interference_sentences:
+    # The worst event is already the explanation's last sentence; list the next ones.
+    more = m.interference_sentences[1:] if m.sentences else m.interference_sentences
+    if more:
+        st.subheader("More interference measured here")
+        for sentence in more:
             text(sentence)
 
     st.subheader("What held requests back")
@@ -115,16 +124,12 @@ def show_why(m: WhyModel) -> None:
     elif not m.diagnoses:
         st.success(f"Nothing held back the {m.diagnosed_requests:,} requests of the last {window}.", icon=":material/check:")
     else:
-        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of the last {window}:")
-        table = pd.DataFrame(
-            {
-                "requests": [g.requests for g in m.diagnoses],
-                "what": [g.what for g in m.diagnoses],
-                "latest, in its numbers": [g.latest for g in m.diagnoses],
-                "kind": [g.severity for g in m.diagnoses],
-            }
-        )
-        st.dataframe(table, hide_index=True, key="why_diagnoses")
+        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of the last {window}, with the newest case's numbers:")
+        with st.container(key="why_diagnoses"):
+            for g in m.diagnoses:
+                mark = ":material/warning:" if g.severity == "warning" else ":material/info:"
+                head = f"{mark} **{g.requests:,} of {m.diagnosed_requests:,}** · {fmt.md_escape(g.what)}"
+                st.markdown(f"{head}  \n{fmt.md_escape(g.latest)}")
 
     if m.energy_sentence:
         st.subheader("Energy per token")

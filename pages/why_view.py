@@ -200,7 +200,7 @@ def _layout(fig: go.Figure, title: str, x_title: str) -> go.Figure:
     fig.update_layout(
         title={"text": title},
         height=420,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        margin={"l": 60, "r": 20, "t": 70, "b": 50},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest",
     )
@@ -227,7 +227,7 @@ def prefill_figure(
                         [p["id"] for p in points], "prompt tokens")
     )  # fmt: skip
     return _layout(
-        fig, f"Prefill: prompt tokens/s against prompt length ({plain(model)} on {plain(hw_label)})",
+        fig, f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
         "prompt length (tokens computed, cache hits excluded; log scale)",
     )  # fmt: skip
 
@@ -252,7 +252,7 @@ def decode_figure(
                         [p["id"] for p in points], "context tokens")
     )  # fmt: skip
     return _layout(
-        fig, f"Decode: output tokens/s against context length ({plain(model)} on {plain(hw_label)})",
+        fig, f"Decode: output tokens/s against context length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
         "context length (prompt + half the reply, tokens; log scale)",
     )  # fmt: skip
 
