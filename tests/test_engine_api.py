@@ -95,6 +95,14 @@ def test_load_and_unload_really_map_and_free_the_model(engine: SimProcess, gguf_
     assert http_json(engine, "GET", "/api/ps")[1]["models"] == []
     assert proc.memory_info().rss < rss_loaded - 0.5 * gguf_meta["size"]
 
+    # keep_alive runs out: the model goes by itself.
+    status, body = http_json(engine, "POST", "/api/generate", {"model": MODEL, "keep_alive": "1s"}, timeout_s=120)
+    assert status == 200 and body["done_reason"] == "load"
+    deadline = time.monotonic() + 30
+    while http_json(engine, "GET", "/api/ps")[1]["models"]:
+        assert time.monotonic() < deadline, "the model outlived its keep_alive"
+        time.sleep(0.2)
+
 
 def test_streamed_generation_reports_llama_cpp_durations(engine: SimProcess, gguf_meta: dict[str, Any]) -> None:
     client = ollama.Client(host=engine.base_url, timeout=120)
