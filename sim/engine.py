@@ -211,13 +211,16 @@ class _Runner:
                 budget -= n
         work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
         step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
-        step_s += self._stall_s(decoders, chunks)
+        stall_s = self._stall_s(decoders, chunks)
+        step_s += stall_s
         start = time.monotonic_ns()
         for j, _ in chunks:
             if j.prefill_start_ns is None:
                 j.prefill_start_ns = start
                 j.req.truth.prefill_start_ns = start
-        base = start if target_ns is None or start - target_ns > MAX_CARRY_NS else target_ns
+        # A stall fault is a real-time hiccup: it restarts the timeline instead of absorbing earlier lateness.
+        late = target_ns is None or start - target_ns > MAX_CARRY_NS or stall_s > 0
+        base = start if late or target_ns is None else target_ns
         target_ns = base + int(step_s * 1e9)
         self.engine.gpu.record_step(start, max(target_ns, start), self._compute_share(work))
         delay = (target_ns - time.monotonic_ns()) / 1e9

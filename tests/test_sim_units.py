@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.roofline import kv_bytes_per_token
@@ -19,6 +19,7 @@ from sim.tokens import TextStream, count_tokens, encode, make_prompt
 from tests.support.sim_process import start_sim
 
 
+@settings(deadline=None, max_examples=50)  # the machine is shared: no per-example deadline
 @given(st.integers(min_value=0, max_value=3000), st.integers(min_value=0, max_value=10**6))
 def test_make_prompt_has_exactly_n_tokens(n: int, seed: int) -> None:
     text = make_prompt(n, seed)
