@@ -45,7 +45,7 @@ def _check(sim: SimProcess, results: list[tuple[str, list[dict[str, Any]]]]) -> 
         assert final["total_duration"] >= final["load_duration"] + final["prompt_eval_duration"] + final.get("eval_duration", 0)
         assert rec["received_ns"] <= rec["slot_acquired_ns"] <= rec["prefill_start_ns"] < rec["prefill_end_ns"]
         assert rec["prefill_end_ns"] == sampled[0] and all(w >= s for w, s in zip(written, sampled, strict=False))
-        assert 0 <= (rec["done_ns"] - rec["received_ns"]) - final["total_duration"] < 50_000_000
+        assert 0 <= (rec["done_ns"] - rec["received_ns"]) - final["total_duration"] < 100_000_000
         assert rec["reported"]["total_duration"] == final["total_duration"]
         assert final["prompt_eval_count"] == rec["prompt_tokens"]
 

@@ -106,7 +106,7 @@ def test_client_disconnect_frees_the_slot_at_once() -> None:
         assert r.total_duration is not None and r.total_duration < 1_000_000_000
         recs = [x for x in truth(sim) if x["endpoint"] == "/api/generate" and x["prompt_tokens"]]
         gone = next(x for x in recs if x["cancelled"])
-        assert gone["done_ns"] is not None and gone["done_ns"] - t_closed < 500_000_000
+        assert gone["done_ns"] is not None and gone["done_ns"] - t_closed < 1_000_000_000
         assert len(gone["token_sampled_ns"]) < 200
 
 

@@ -109,13 +109,14 @@ def test_second_request_waits_for_the_slot_in_total_not_load() -> None:
         a.join(30)
         b.join(30)
         ra, rb = results["a"], results["b"]
-        assert rb.load_duration < 50_000_000  # warm model: milliseconds, no slot wait in here
+        assert rb.load_duration < 100_000_000  # warm model: milliseconds, no slot wait in here
         queue_ns = rb.total_duration - rb.load_duration - rb.prompt_eval_duration - rb.eval_duration
         assert queue_ns > 200_000_000  # b waited while a decoded most of its 60 tokens (~0.5 s)
         recs = {r["reported"].get("eval_count"): r for r in truth(sim) if r["endpoint"] == "/api/generate"}
         ta, tb = recs[60], recs[5]
         assert tb["slot_acquired_ns"] >= ta["token_sampled_ns"][-1]
-        assert abs(queue_ns - (tb["slot_acquired_ns"] - tb["received_ns"])) < 30_000_000
+        # The rest of the gap: waiting for the next step boundary, building the final chunk.
+        assert abs(queue_ns - (tb["slot_acquired_ns"] - tb["received_ns"])) < 60_000_000
         assert ra.total_duration >= ra.prompt_eval_duration + ra.eval_duration
 
 
@@ -158,7 +159,7 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         normal_s = timing.step_seconds(m, p, 1.0, timing.StepWork([40], []))
         assert chunk_s > 10 * normal_s
         assert sorted(before)[len(before) // 2] < 3 * normal_s * 1e9
-        assert 0.7 * chunk_s * 1e9 <= max(during) <= 1.6 * chunk_s * 1e9
+        assert 0.7 * chunk_s * 1e9 <= max(during) <= 2.0 * chunk_s * 1e9
         assert len(during) >= 6  # A kept streaming, one token per chunk of B's prompt
         # B's prefill time covers the shared steps: about 8 chunks.
         b = results["b"]
