@@ -63,11 +63,18 @@ class _Slot:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the shared prefix; bisects on slice equality (C speed) so long prompts do not stall the loop."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass
