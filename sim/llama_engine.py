@@ -388,6 +388,10 @@ class _Runner:
                 break
             common += 1
         cached = min(common, len(tokens) - 1)
+        if common >= len(tokens):
+            # The whole prompt is held: llama-cpp-python would sample from stale logits without evaluating
+            # anything; llama-server re-evaluates the last prompt token, and so do we.
+            llm.n_tokens = len(tokens) - 1
         truth.prompt_tokens, truth.cached_tokens = len(tokens), cached
         room = self.num_ctx - len(tokens)
         max_tokens = min(req.num_predict, room) if req.num_predict > 0 else room

@@ -158,6 +158,15 @@ def test_prompt_cache_is_llama_cpps(engine: SimProcess) -> None:
     assert n - 2 <= cached < longer.prompt_eval_count
     assert log[ids[2]]["prefill"]["tokens"] == longer.prompt_eval_count - cached
 
+    # One-token replies leave exactly the prompt in the cache; the repeat still re-evaluates its last token.
+    short = words_prompt(20, seed=12)
+    client.generate(MODEL, short, options={**GREEDY, "num_predict": 1})
+    again = client.generate(MODEL, short, options={**GREEDY, "num_predict": 1})
+    rid = _ids(engine)[-1]
+    assert again.prompt_eval_count is not None
+    assert truth_by_id(engine, rid)["reported"]["prompt_eval_cached_count"] == again.prompt_eval_count - 1
+    assert engine_log(engine)[rid]["prefill"]["tokens"] == 1
+
 
 def test_requests_queue_for_the_one_slot(engine: SimProcess) -> None:
     client = ollama.Client(host=engine.base_url, timeout=180)
