@@ -15,15 +15,17 @@ import time
 import pandas as pd
 import streamlit as st
 
-from analysis.hardware import HardwareSpec, match_gpu
+from analysis.hardware import BY_KEY, HardwareSpec
 from collectors.lab import launcher, view
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.figures import figure_for
 from collectors.lab.results import FINAL_STATES, ExperimentResult, lab_dir, read_result
 from pages import common, data, fmt
+from pages.why_view import resolve_hardware
 
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
 SELECTED_KEY = "lab_selected"
+FOLLOW_KEY = "lab_follow"  # a run started here: show its results as soon as it ends
 
 ctx = common.context()
 st.title("Lab")
@@ -38,12 +40,19 @@ listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.l
 proxy_url = f"http://{listen}"
 
 
+detected = resolve_hardware(status.gpus[0] if status.gpus else None, gpu_count=max(len(status.gpus), 1))
+HW_KEY = "lab_hw"
+AUTO = "auto"
+
+
 def hardware() -> HardwareSpec | None:
-    for g in status.gpus:
-        spec = match_gpu(g.name.removeprefix("Simulated "), g.mem_total_bytes)
-        if spec is not None:
-            return spec
-    return None
+    """The spec the ceilings are drawn for: the detected one (as on the Why page), or the user's pick."""
+    choice = st.session_state.get(HW_KEY, AUTO)
+    return detected.spec if choice == AUTO else BY_KEY.get(choice)
+
+
+def hardware_label(key: str) -> str:
+    return f"detected: {detected.label}" if key == AUTO else BY_KEY[key].name
 
 
 def active_run(runs: list[ExperimentResult]) -> ExperimentResult | None:
@@ -100,7 +109,7 @@ with st.container(border=True, key="lab_new"):
     if clicked and model and not busy:
         handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values)
         st.session_state[PENDING_KEY] = (handle.run_id, handle.pid, time.time())
-        st.session_state[SELECTED_KEY] = handle.run_id
+        st.session_state[FOLLOW_KEY] = handle.run_id
         st.rerun()
 
 
@@ -145,14 +154,20 @@ if live_id is not None:
 # ---------------------------------------------------------------- results and history
 done = [r for r in runs if r.state in FINAL_STATES or launcher.interrupted(r)]
 if not done:
-    st.info(
-        "No runs yet. Choose an experiment and a model above, check what it will cost, then run it.", icon=":material/science:"
-    )
+    if live_id is not None:
+        st.caption("Results appear here when the run ends; the chart above fills in as it goes.")
+    else:
+        st.info(
+            "No runs yet. Choose an experiment and a model above, check what it will cost, then run it.",
+            icon=":material/science:",
+        )
     st.stop()
 
 st.subheader("Results")
 labels = {r.run_id: view.run_label(r, launcher.interrupted(r)) for r in done}
 ids = list(labels)
+if st.session_state.get(FOLLOW_KEY) in labels:
+    st.session_state[SELECTED_KEY] = st.session_state.pop(FOLLOW_KEY)
 if st.session_state.get(SELECTED_KEY) not in labels:
     st.session_state[SELECTED_KEY] = ids[0]
 picked_id = st.selectbox("Run", ids, format_func=labels.__getitem__, key=SELECTED_KEY)
@@ -163,6 +178,10 @@ compare_ids = st.multiselect(
     key=f"lab_compare_{picked.run_id}",
 )  # fmt: skip
 shown = [picked, *[r for r in same_kind if r.run_id in compare_ids]]
+st.selectbox(
+    "Ceilings for", [AUTO, *BY_KEY], format_func=hardware_label, key=HW_KEY,
+    help="The hardware whose roofline ceilings are drawn with the measurements.",
+)  # fmt: skip
 
 if picked.state == "failed" or launcher.interrupted(picked):
     st.error(fmt.md_escape(picked.error or "The run's process ended without a result."), icon=":material/error:")

@@ -105,7 +105,10 @@ def test_opening_the_page_runs_nothing_and_shows_the_cost(data_dir: Path, sim: S
 
 
 def test_click_runs_follows_progress_and_charts_the_result(data_dir: Path, sim: SimProcess) -> None:
+    older = _doc("older", time.time() - 600, 100.0)
+    write_result(lab_dir(data_dir) / "older.json", older)
     at = lab_page()
+    assert at.selectbox(key="lab_selected").value == "older"
     at.selectbox(key="lab_exp").select("prompt-length")
     at.text_input(key="lab_model_text").input(MODEL)
     rerun(at)
@@ -114,10 +117,11 @@ def test_click_runs_follows_progress_and_charts_the_result(data_dir: Path, sim: 
     button(at, "Run experiment").click()
     rerun(at)
     assert button(at, "Run experiment").disabled  # one run at a time
-    wait_for(at, lambda a: any(s.value == "Results" for s in a.subheader))
-    runs = list_results(data_dir)
+    wait_for(at, lambda a: a.selectbox(key="lab_selected").value != "older")
+    runs = [r for r in list_results(data_dir) if r.run_id != "older"]
     assert len(runs) == 1 and runs[0].state == DONE
     assert [p["prompt_tokens_target"] for p in runs[0].points] == [64, 128, 256, 512]
+    assert at.selectbox(key="lab_selected").value == runs[0].run_id  # the new run is the one shown
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 1
     fig = charts[0]

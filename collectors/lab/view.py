@@ -89,7 +89,7 @@ def cost_sentence(cost: Cost, rates: Rates) -> str:
     )
     text = (
         f"Sends {cost.requests} requests: about {cost.prompt_tokens:,} prompt tokens and {cost.output_tokens:,} "
-        f"output tokens; at most about {seconds:,.0f} s {basis}."
+        f"output tokens; about {seconds:,.0f} s {basis}."
     )
     for note in cost.notes:
         text += f" Note: {note}."
