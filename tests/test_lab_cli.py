@@ -63,6 +63,13 @@ def test_unreachable_ollama_exits_2_with_a_clear_message() -> None:
     assert p.stdout == ""
 
 
+def test_bad_address_exits_2_and_the_document_says_why(tmp_path: Path) -> None:
+    p = lab("cold-warm", "--ollama", "ftp://box", "--model", MODEL, "--data", str(tmp_path), "--run-id", "r1")
+    assert p.returncode == 2 and "scheme 'ftp' is not supported" in p.stderr
+    doc = read_result(tmp_path / "lab" / "r1.json")  # what the Lab page shows
+    assert doc.state == "failed" and doc.error and "not supported" in doc.error
+
+
 def test_unknown_model_exits_2_and_names_the_known_ones(sim: SimProcess) -> None:
     p = lab("prompt-length", "--ollama", sim.base_url, "--model", "nosuch:7b", "--json")
     assert p.returncode == 2

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collectors.lab import conclusions
-from collectors.lab.client import normalize_url, same_model
+from collectors.lab.client import LabError, normalize_url, same_model
 from collectors.lab.experiments import EXPERIMENTS, doubling, make_params
 from collectors.lab.prompts import TokenEstimator, random_words
 from collectors.lab.results import CANCELLED, ExperimentResult, ResultFileError, list_results, read_result, write_result
@@ -31,12 +31,18 @@ def test_doubling_ladder_ends_at_the_cap() -> None:
         ("127.0.0.1:11435", "http://127.0.0.1:11435"),
         ("http://box:8080/", "http://box:8080"),
         ("[::1]", "http://[::1]:11434"),
-        ("https://ollama.example", "https://ollama.example"),
+        ("https://ollama.example", "https://ollama.example:443"),
         ("", "http://127.0.0.1:11434"),
+        ("0.0.0.0", "http://127.0.0.1:11434"),  # a bind-all server address, connected to locally
     ],
 )
 def test_normalize_url(given_url: str, expected: str) -> None:
     assert normalize_url(given_url) == expected
+
+
+def test_unsupported_scheme_is_a_lab_error() -> None:
+    with pytest.raises(LabError, match="not supported"):
+        normalize_url("ftp://box")
 
 
 def test_same_model_treats_missing_tag_as_latest() -> None:

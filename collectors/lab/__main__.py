@@ -36,13 +36,19 @@ _TYPES: dict[str, type] = {"int": int, "float": float}
 
 def _param_fields() -> dict[str, tuple[type, str, list[str]]]:
     """Every experiment parameter: its type, help, and which experiments have it."""
-    out: dict[str, tuple[type, str, list[str]]] = {}
+    found: dict[str, list[tuple[str, dataclasses.Field[Any]]]] = {}
     for spec in EXPERIMENTS.values():
         for f in dataclasses.fields(spec.params_cls):
-            typ = _TYPES[str(f.type)]
-            prev = out.get(f.name)
-            users = [*(prev[2] if prev else []), spec.name]
-            out[f.name] = (typ, f"{f.metadata.get('help', '')} (default {f.default})", users)
+            found.setdefault(f.name, []).append((spec.name, f))
+    out: dict[str, tuple[type, str, list[str]]] = {}
+    for name, uses in found.items():
+        first = uses[0][1]
+        defaults = {str(f.default) for _, f in uses}
+        if len(defaults) == 1:
+            default = f"default {first.default}"
+        else:
+            default = "default " + ", ".join(f"{exp} {f.default}" for exp, f in uses)
+        out[name] = (_TYPES[str(first.type)], f"{first.metadata.get('help', '')} ({default})", [exp for exp, _ in uses])
     return out
 
 
@@ -55,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("experiment", choices=sorted(EXPERIMENTS))
     ap.add_argument(
         "--ollama",
-        default=os.environ.get("OLLAMA_HOST", "127.0.0.1:11434"),
-        help="Ollama or proxy URL (default $OLLAMA_HOST or 127.0.0.1:11434)",
+        default=os.environ.get("OLLAMA_HOST", ""),
+        help="Ollama or proxy address, by OLLAMA_HOST's rules (default $OLLAMA_HOST, else 127.0.0.1:11434)",
     )
     ap.add_argument("--model", required=True)
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -156,11 +162,15 @@ def _short(v: Any) -> str:
 
 
 def _write_failed(out: Path, args: argparse.Namespace, run_id: str, params: dict[str, Any], started: float, error: str) -> None:
+    try:
+        url = normalize_url(args.ollama)
+    except LabError:
+        url = args.ollama
     doc = ExperimentResult(
         name=args.experiment,
         run_id=run_id,
         model=args.model,
-        ollama_url=normalize_url(args.ollama),
+        ollama_url=url,
         parameters={**params, "num_ctx": args.num_ctx, "seed": args.seed, "timeout_s": args.timeout},
         started_at_unix_s=started,
         state=FAILED,

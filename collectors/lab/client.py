@@ -17,7 +17,8 @@ from typing import Any
 
 import aiohttp
 
-DEFAULT_PORT = 11434
+from collectors.config import SettingsError, ollama_base_url
+
 USER_AGENT = "phasewatch-lab/0.1"
 
 
@@ -40,18 +41,11 @@ class ProbeError(LabError):
 
 
 def normalize_url(url: str) -> str:
-    """``host``, ``host:port`` or a full URL → ``http://host:port`` (Ollama's default port 11434)."""
-    url = url.strip().strip("'\"").rstrip("/")
-    if not url:
-        return f"http://127.0.0.1:{DEFAULT_PORT}"
-    if "://" not in url:
-        url = "http://" + url
-    scheme, rest = url.split("://", 1)
-    hostport, _, path = rest.partition("/")
-    has_port = "]:" in hostport if hostport.startswith("[") else ":" in hostport  # [::1] is an IPv6 literal
-    if not has_port:
-        hostport = f"{hostport}:{DEFAULT_PORT}" if scheme == "http" else hostport
-    return f"{scheme}://{hostport}" + (f"/{path}" if path else "")
+    """An ``OLLAMA_HOST``-style value → the URL to connect to, by Ollama's own rules (``collectors.config``)."""
+    try:
+        return ollama_base_url(url)
+    except SettingsError as exc:
+        raise LabError(str(exc)) from None
 
 
 def same_model(a: str, b: str) -> bool:
