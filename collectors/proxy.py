@@ -349,6 +349,9 @@ class RecordingProxy:
                 # Bytes that came in with the headers (Ollama sends its first chunk with them) arrived then,
                 # not after our own bookkeeping below.
                 early = upstream.content.read_nowait()
+                # When many responses start in the same tick (a batching server), let the others take their
+                # timestamps before this one does the heavier work of starting its response.
+                await asyncio.sleep(0)
                 ex.record.first_byte_ns = first_byte_ns
                 response.headers[RECORD_ID_HEADER] = ex.record.id
                 ex.record.status_code = upstream.status

@@ -143,7 +143,17 @@ def test_ndjson_bytes_match_and_arrive_in_chunks(sim: SimProcess, proxy: ProxyTh
     assert normalize(b"".join(proxy_reads)) == normalize(b"".join(direct_reads))
     assert proxy_headers["content-type"] == direct_headers["content-type"] == "application/x-ndjson"
     assert "x-sim-request-id" in proxy_headers and RECORD_ID_HEADER.lower() in proxy_headers
-    assert len(proxy_reads) > 3  # streamed chunk by chunk, not buffered into one piece
+
+
+def test_chunks_reach_the_client_while_the_generation_runs(sim: SimProcess, proxy: ProxyThread) -> None:
+    # Not buffered: the first line is in the client's hands while sim is still generating.
+    body = {"model": SMALL, "prompt": "a long one", "options": {"num_predict": 3000}}
+    with httpx.stream("POST", proxy.base_url + "/api/generate", json=body, timeout=30) as r:
+        lines = r.iter_lines()
+        first = json.loads(next(lines))
+        truth = sim_truth(sim.base_url, r.headers["x-sim-request-id"])
+    assert first["done"] is False and first["response"]
+    assert truth["done_ns"] is None and len(truth["token_written_ns"]) < 3000
 
 
 OPENAI_STREAMS = {
