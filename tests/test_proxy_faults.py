@@ -159,7 +159,7 @@ def test_client_leaving_midstream_cancels_upstream_and_frees_the_slot(sim: SimPr
     # The only slot is free again: the next request does not wait for it.
     r2 = httpx.post(proxy.base_url + "/api/generate", json={"model": SMALL, "prompt": "next", "stream": False}, timeout=30)
     nxt = sim_truth(sim.base_url, r2.headers["x-sim-request-id"])
-    assert nxt["slot_acquired_ns"] - nxt["received_ns"] < 200_000_000
+    assert nxt["slot_acquired_ns"] - nxt["received_ns"] < 1_000_000_000  # the cancelled one had seconds left
 
 
 def test_client_leaving_while_queued_cancels_upstream(sim: SimProcess, proxy: ProxyThread) -> None:
