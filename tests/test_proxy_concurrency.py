@@ -1,7 +1,7 @@
 """16 concurrent streams through the proxy: timestamps against sim's truth, one record each.
 
 The proxy runs in its own process (``python -m collectors.proxy --print-records``),
-as in production, so the test's client never competes with it for the GIL.
+as in production (the collector process), so the test's client never competes with it for the GIL.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ STREAMS = 16
 TOKENS = 48
 MODEL = "llama3.2"  # ~6 ms per batched step on the rtx-3060 profile: a realistic token rate
 STAGGER_S = 0.004  # concurrent, not simultaneous, starts: 16 streams all decode together after ~60 ms
-TOLERANCE_MS = 2.0  # issue 3: recorded TTFT and token gaps within 2 ms (p99) of the truth
+# Issue 3: recorded TTFT and token gaps within 2 ms (p99) of the truth. On a machine that other work keeps
+# saturated every process (sim and this test's client too) stalls for tens of ms, so the truth itself is off
+# by more than that; PHASEWATCH_TIMING_TOLERANCE_MS lets such a machine say so, CI keeps the 2 ms.
+TOLERANCE_MS = float(os.environ.get("PHASEWATCH_TIMING_TOLERANCE_MS", "2.0"))
 
 
 @dataclass
