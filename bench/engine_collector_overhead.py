@@ -8,7 +8,8 @@ engine with no collector process at all, or through a freshly started collector 
 (``python -m collectors``: recording proxy, Ollama poller, host sampler, store writer, at 1 Hz),
 in ABBA order so that drift in the machine's load hits both alike. Decode speed is the engine's own
 (eval_count - 1) / eval_duration from the final chunk. It prints every run, the medians, the paired
-differences, and the collector's cost as a share of decode speed (target: under 2%).
+differences, and the collector's cost as a share of decode speed (target: under 2%); then how much
+of eval_duration is sampling rather than llama.cpp's decode compute, greedy vs Ollama's defaults.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from collectors.lock import read_lock  # noqa: E402
 from tests.support.engine_process import DEFAULT_GGUF, GREEDY, MODEL, words_prompt  # noqa: E402
-from tests.support.sim_process import start_sim  # noqa: E402
+from tests.support.sim_process import http_json, start_sim  # noqa: E402
 
 TARGET_PCT = 2.0
 
@@ -63,9 +64,10 @@ def collector(upstream: str, interval_s: float) -> Iterator[tuple[str, psutil.Pr
                 proc.wait()
 
 
-def generate(base_url: str, prompt: str, tokens: int) -> dict[str, int]:
+def generate(base_url: str, prompt: str, tokens: int, options: dict[str, object] | None = None) -> dict[str, int]:
     """One streamed generation (as chat front-ends do); the final chunk's metrics."""
-    body = {"model": MODEL, "prompt": prompt, "stream": True, "options": {**GREEDY, "num_predict": tokens}}
+    opts = GREEDY if options is None else options
+    body = {"model": MODEL, "prompt": prompt, "stream": True, "options": {**opts, "num_predict": tokens}}
     final: dict[str, int] = {}
     with httpx.Client(timeout=600) as client, client.stream("POST", base_url + "/api/generate", json=body) as r:
         r.raise_for_status()
@@ -123,6 +125,13 @@ def main() -> int:
             print(f"  rep {rep + 1}: direct {got['direct']:6.2f} tok/s   through collector {got['collector']:6.2f} tok/s   "
                   f"cost {pairs[-1]:+5.2f}%", flush=True)
 
+        # Beside it: how much of eval_duration is sampling, not llama.cpp's compute (greedy vs Ollama's defaults).
+        sampling: list[tuple[str, float]] = []
+        for label, opts in (("greedy, no repeat penalty", GREEDY), ("Ollama's default sampling", {})):
+            final = generate(engine.base_url, prompt, args.tokens, {**opts, "seed": 3})
+            rec = http_json(engine, "GET", "/sim/engine")[1]["requests"][-1]
+            sampling.append((label, 100.0 * (final["eval_duration"] / 1e6 / rec["decode"]["compute_ms"] - 1.0)))
+
     med_direct = statistics.median(runs["direct"])
     med_coll = statistics.median(runs["collector"])
     cost_pct = 100.0 * (1.0 - med_coll / med_direct)
@@ -131,6 +140,8 @@ def main() -> int:
           f"(run-to-run spread of direct runs ±{spread:.1f}%)")
     print(f"paired cost per rep: median {statistics.median(pairs):+.2f}%, mean {statistics.mean(pairs):+.2f}%")
     print(f"collector process CPU while a run streamed: {100.0 * collector_cpu_s / collector_wall_s:.2f}% of one core")
+    for label, pct in sampling:
+        print(f"eval_duration beyond llama.cpp's decode compute with {label}: {pct:+.1f}% (sampling, Python)")
     verdict = "OK" if cost_pct < TARGET_PCT else "OVER TARGET"
     print(f"collector costs {cost_pct:+.2f}% of decode speed (target < {TARGET_PCT:g}%): {verdict}")
     return 0
