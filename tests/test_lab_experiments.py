@@ -8,6 +8,7 @@ of a loaded 2-core machine, while each experiment still takes a second or two.
 from __future__ import annotations
 
 import asyncio
+import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,13 +47,15 @@ def test_prompt_length_prefill_rises_then_flattens_while_ttft_grows(sim: SimProc
         assert abs(p["prompt_tokens"] - p["prompt_tokens_target"]) <= 0.1 * p["prompt_tokens_target"] + 3
         assert p["cached_tokens"] in (0, None), "fresh random prompts must not hit the prompt cache"
     rates = [p["prefill_tok_s"] for p in pts]
+    # (A busy test machine can delay one probe; the checks below let any one point be slow.)
     # Short prompts are memory-bound: the weights are read once for a handful of tokens.
-    assert rates[3] > 3 * rates[0]
-    # Long ones are compute-bound: the rate flattens.
-    assert rates[-1] == pytest.approx(rates[-2], rel=0.25)
+    assert statistics.median(rates[4:]) > 3 * rates[0]
+    # Long ones are compute-bound: the rate flattens near its peak.
+    second, top = sorted(rates[-3:])[-2:]
+    assert top <= 1.25 * second and top >= 0.75 * max(rates)
     assert r.summary["flat_from_prompt_tokens"] <= 256
     ttfts = [p["ttft_s"] for p in pts]
-    assert ttfts[-1] > 5 * ttfts[3]
+    assert ttfts[-1] > 5 * min(ttfts[:4])
     assert "tok/s" in r.conclusion and "Time to first token grew" in r.conclusion
 
 
@@ -113,11 +116,12 @@ def test_interference_stall_is_about_one_prefill_chunk(sim: SimProcess) -> None:
     assert s["served_serially"] is False
     chunk_tokens = default_num_batch(profile_by_key(HARDWARE).default_num_ctx)  # 512 at the default 4096 context
     chunk_s = chunk_tokens / s["long_prefill_tok_s"]
-    # The chat's largest gap is one batch step holding a full prefill chunk, not the whole prefill.
-    assert s["stall_ms"] / 1000 == pytest.approx(chunk_s, rel=0.35)
+    # Each stall is one batch step holding a full prefill chunk, not the whole prefill.
+    assert s["typical_stall_ms"] / 1000 == pytest.approx(chunk_s, rel=0.3)
     assert s["max_gap_ms"] / 1000 < 0.6 * s["long_prefill_s"]
     assert s["max_gap_ms"] > 4 * s["baseline_gap_ms"]
-    assert 0.6 * chunk_tokens < s["stall_prompt_tokens"] < 1.4 * chunk_tokens
+    assert s["stall_ms"] / 1000 > 0.7 * chunk_s
+    assert s["gaps_over_3x_during_prefill"] >= 2048 // chunk_tokens - 1
     phases = {p["phase"] for p in r.points}
     assert {"before", "during"} <= phases
 

@@ -175,7 +175,10 @@ def interference(points: list[Point], facts: dict[str, Any]) -> tuple[dict[str, 
     peak = max(during)
     stall_ms = peak - base
     over = sum(1 for g in during if g > 3 * base)
+    stalled = [g for g in during if g > 3 * base]
     summary.update(
+        # Each batch of the long prompt holds the chat once: the typical stalled gap is one batch's time.
+        typical_stall_ms=statistics.median(stalled) if stalled else None,
         baseline_gap_ms=base,
         max_gap_ms=peak,
         stall_ms=stall_ms,
