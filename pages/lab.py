@@ -93,7 +93,11 @@ with st.container(border=True, key="lab_new"):
                 values[f.name] = st.number_input(label, min_value=1, value=default, step=1, help=help_text, key=key)
             elif isinstance(default, float):
                 values[f.name] = st.number_input(label, min_value=0.1, value=default, help=help_text, key=key)
-    params = make_params(exp_name, values)
+    try:
+        params = make_params(exp_name, values)
+    except ValueError as exc:
+        st.error(fmt.md_escape(str(exc)), icon=":material/error:")
+        st.stop()
     param_values = dataclasses.asdict(params)
     cost = spec.cost(params, view.loaded_context(ctx.db_path, model) if model else None)
     st.caption(view.cost_sentence(cost, view.recent_rates(ctx.db_path, model or "")))

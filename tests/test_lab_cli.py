@@ -82,6 +82,14 @@ def test_parameter_of_another_experiment_is_rejected(sim: SimProcess) -> None:
     assert "prompt-length has no parameter prefix_tokens" in p.stderr
 
 
+def test_bad_values_exit_2_before_anything_is_sent(sim: SimProcess) -> None:
+    p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--min-prompt-tokens", "900",
+            "--max-prompt-tokens", "100")  # fmt: skip
+    assert p.returncode == 2 and "larger than max_prompt_tokens" in p.stderr
+    p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--timeout", "0")
+    assert p.returncode == 2 and "must be positive" in p.stderr
+
+
 def test_dry_run_prints_the_cost_and_sends_nothing(sim: SimProcess) -> None:
     p = lab("concurrency", "--ollama", sim.base_url, "--model", MODEL, "--max-streams", "4", "--num-predict", "10", "--dry-run")
     assert p.returncode == 0, p.stderr

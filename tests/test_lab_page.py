@@ -102,6 +102,13 @@ def test_opening_the_page_runs_nothing_and_shows_the_cost(data_dir: Path, sim: S
     at.selectbox(key="lab_exp").select("cold-warm")
     rerun(at)
     assert any("unloads the model first" in w.value for w in at.warning)
+    # Impossible parameters: said plainly, and nothing can be started.
+    at.selectbox(key="lab_exp").select("prompt-length")
+    rerun(at)
+    at.number_input(key="lab_p_prompt-length_min_prompt_tokens").set_value(9000)
+    rerun(at)
+    assert any("larger than max" in e.value for e in at.error)
+    assert not any(b.label == "Run experiment" for b in at.button)
 
 
 def test_click_runs_follows_progress_and_charts_the_result(data_dir: Path, sim: SimProcess) -> None:

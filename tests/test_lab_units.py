@@ -139,9 +139,13 @@ def test_every_experiment_has_a_bounded_cost() -> None:
     assert small.prompt_tokens < EXPERIMENTS["prompt-length"].cost(make_params("prompt-length"), 32768).prompt_tokens
 
 
-def test_make_params_rejects_unknown_names() -> None:
+def test_make_params_rejects_unknown_names_and_bad_values() -> None:
     with pytest.raises(ValueError, match="known: max_prompt_tokens"):
         make_params("prompt-length", {"streams": 3})
+    with pytest.raises(ValueError, match="num_predict must be a positive number"):
+        make_params("prompt-length", {"num_predict": 0})
+    with pytest.raises(ValueError, match=r"min_prompt_tokens \(512\) is larger than max_prompt_tokens \(256\)"):
+        make_params("prompt-length", {"min_prompt_tokens": 512, "max_prompt_tokens": 256})
 
 
 def _result(run_id: str, started: float) -> ExperimentResult:

@@ -187,12 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     fields = _param_fields()
     params = {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
     try:
-        p = make_params(args.experiment, params)
+        make_params(args.experiment, params)
     except ValueError as exc:
         return _error(str(exc))
-    bad = [f.name for f in dataclasses.fields(p) if getattr(p, f.name) <= 0]
-    if bad or (args.num_ctx is not None and args.num_ctx <= 0) or args.timeout <= 0:
-        return _error(f"these must be positive: {', '.join(bad) or '--num-ctx/--timeout'}")
+    if (args.num_ctx is not None and args.num_ctx <= 0) or args.timeout <= 0:
+        return _error("--num-ctx and --timeout must be positive")
     if args.dry_run:
         try:
             plan = asyncio.run(_dry_run(args, params))

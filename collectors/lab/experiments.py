@@ -549,4 +549,11 @@ def make_params(name: str, values: dict[str, Any] | None = None) -> Any:
     unknown = set(values) - known
     if unknown:
         raise ValueError(f"{name} has no parameter {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    return spec.params_cls(**values)
+    params = spec.params_cls(**values)
+    for f in fields(params):
+        v = getattr(params, f.name)
+        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{f.name} must be a positive number, got {v!r}")
+        if f.name.startswith("min_") and v > getattr(params, "max_" + f.name[4:], v):
+            raise ValueError(f"{f.name} ({v}) is larger than max_{f.name[4:]} ({getattr(params, 'max_' + f.name[4:])})")
+    return params
