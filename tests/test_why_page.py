@@ -8,6 +8,7 @@ not read back from the page's own code.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import statistics
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -152,8 +154,16 @@ def figures(at: AppTest) -> dict[str, dict[str, Any]]:
     return out
 
 
+def values(v: Any) -> list[Any]:
+    """A trace's x or y as a list: Plotly sends numpy arrays as base64 typed arrays."""
+    if isinstance(v, dict) and "bdata" in v:
+        return list(np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).tolist())
+    return list(v or [])
+
+
 def trace(fig: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return next(t for t in fig["data"] if str(t.get("name", "")).startswith(prefix))
+    t = dict(next(t for t in fig["data"] if str(t.get("name", "")).startswith(prefix)))
+    return {**t, "x": values(t.get("x")), "y": values(t.get("y"))}
 
 
 def unescape(md: str) -> str:

@@ -71,11 +71,12 @@ def _store_ready(stack: Stack, n: int) -> bool:
 
 
 def _charts(page: Page) -> dict[str, Any]:
-    """Each Plotly chart's title → its traces' names and point counts, as the browser drew them."""
+    """Each Plotly chart's title → its traces' names, point counts and markers drawn, as the browser has them."""
     charts: list[dict[str, Any]] = page.evaluate("""() => Array.from(document.querySelectorAll(
         '[data-testid="stPlotlyChart"] .js-plotly-plot')).map(gd => ({
             title: (gd.layout.title && gd.layout.title.text) || '',
-            traces: gd.data.map(t => ({name: t.name, n: (t.x || []).length})),
+            traces: gd._fullData.map((t, i) => ({name: t.name, n: t._length,
+                drawn: (gd.querySelectorAll('.scatterlayer .trace')[i] || gd).querySelectorAll('.point').length})),
             legend: Array.from(gd.querySelectorAll('.legendtext')).map(e => e.textContent)}))""")
     # Streamlit's theme wraps titles in <b>; the key is the plain text before the colon.
     return {re.sub(r"<[^>]+>", "", c["title"]).split(":")[0]: c for c in charts}
@@ -109,8 +110,8 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
     assert {"Prefill", "Decode"} <= set(charts), charts
     for title, kind in (("Prefill", "compute"), ("Decode", "memory bandwidth")):
         names = {t["name"]: t["n"] for t in charts[title]["traces"]}
-        measured = names["measured (one per request)"]
-        assert measured == len(rows)
+        measured = next(t for t in charts[title]["traces"] if t["name"] == "measured (one per request)")
+        assert measured["n"] == measured["drawn"] == len(rows)  # one marker drawn per stored request
         assert names[next(k for k in names if k.startswith(f"ceiling ({kind}"))] >= 20
         assert any(k.startswith("expected (") for k in names)
         legend = " ".join(charts[title]["legend"])
