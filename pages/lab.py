@@ -26,6 +26,7 @@ from pages.why_view import resolve_hardware
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
 SELECTED_KEY = "lab_selected"
 FOLLOW_KEY = "lab_follow"  # a run started here: show its results as soon as it ends
+CRASH_KEY = "lab_crash"  # (exit code, log tail) of a run that ended without a document
 
 ctx = common.context()
 st.title("Lab")
@@ -111,7 +112,11 @@ with st.container(border=True, key="lab_new"):
         help="One experiment at a time: its timings would disturb each other." if busy else None,
     )  # fmt: skip
     if clicked and model and not busy:
-        handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values)
+        try:
+            handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values)
+        except OSError as exc:  # e.g. the data folder is not writable
+            st.error(fmt.md_escape(f"Could not start the run: {exc}"), icon=":material/error:")
+            st.stop()
         st.session_state[PENDING_KEY] = (handle.run_id, handle.pid, time.time())
         st.session_state[FOLLOW_KEY] = handle.run_id
         st.rerun()
@@ -130,6 +135,8 @@ def progress_panel(run_id: str) -> None:
         doc = read_result(path)
     if doc is None or doc.state in FINAL_STATES:
         code = launcher.exit_code(run_id)
+        if doc is None and code is not None:  # died before writing anything: show why
+            st.session_state[CRASH_KEY] = (code, launcher.log_tail(ctx.data_dir, run_id))
         if doc is not None or code is not None:
             st.session_state.pop(PENDING_KEY, None)
             st.rerun(scope="app")  # finished: show it with the history
@@ -144,6 +151,11 @@ def progress_panel(run_id: str) -> None:
             launcher.cancel(doc)
         show_figure([doc], key="lab_live_chart")
 
+
+crash = st.session_state.pop(CRASH_KEY, None)
+if crash is not None:
+    st.error(f"The run ended with exit code {crash[0]} before it could write a result. Its last words:", icon=":material/error:")
+    st.code(crash[1] or "(nothing)", language=None)
 
 live_id: str | None = running.run_id if running is not None else (str(pending[0]) if pending is not None else None)
 if live_id is not None:
