@@ -94,13 +94,18 @@ with st.container(border=True, key="lab_new"):
                 values[f.name] = st.number_input(label, min_value=1, value=default, step=1, help=help_text, key=key)
             elif isinstance(default, float):
                 values[f.name] = st.number_input(label, min_value=0.1, value=default, help=help_text, key=key)
+        num_ctx = st.number_input(
+            "context (num_ctx)", min_value=0, value=0, step=1024, key="lab_num_ctx",
+            help="0: whatever context the loaded model has. Another value makes Ollama reload the model with it.",
+        )  # fmt: skip
     try:
         params = make_params(exp_name, values)
     except ValueError as exc:
         st.error(fmt.md_escape(str(exc)), icon=":material/error:")
         st.stop()
     param_values = dataclasses.asdict(params)
-    cost = spec.cost(params, view.loaded_context(ctx.db_path, model) if model else None)
+    context = num_ctx or (view.loaded_context(ctx.db_path, model) if model else None)
+    cost = spec.cost(params, context)
     st.caption(view.cost_sentence(cost, view.recent_rates(ctx.db_path, model or "")))
     if cost.unloads_model:
         st.warning(
@@ -113,7 +118,7 @@ with st.container(border=True, key="lab_new"):
     )  # fmt: skip
     if clicked and model and not busy:
         try:
-            handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values)
+            handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values, num_ctx or None)
         except OSError as exc:  # e.g. the data folder is not writable
             st.error(fmt.md_escape(f"Could not start the run: {exc}"), icon=":material/error:")
             st.stop()

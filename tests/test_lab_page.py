@@ -120,6 +120,7 @@ def test_click_runs_follows_progress_and_charts_the_result(data_dir: Path, sim: 
     at.text_input(key="lab_model_text").input(MODEL)
     rerun(at)
     at.number_input(key="lab_p_prompt-length_max_prompt_tokens").set_value(512)
+    at.number_input(key="lab_num_ctx").set_value(8192)
     rerun(at)
     button(at, "Run experiment").click()
     rerun(at)
@@ -129,6 +130,7 @@ def test_click_runs_follows_progress_and_charts_the_result(data_dir: Path, sim: 
     assert len(runs) == 1 and runs[0].state == DONE
     assert [p["prompt_tokens_target"] for p in runs[0].points] == [64, 128, 256, 512]
     assert at.selectbox(key="lab_selected").value == runs[0].run_id  # the new run is the one shown
+    assert runs[0].parameters["num_ctx"] == 8192 and runs[0].summary["context_tokens"] == 8192
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 1
     fig = charts[0]
