@@ -47,7 +47,7 @@ def text(sentence: str) -> None:
 
 
 def how_to_make_requests(model: str | None) -> None:
-    who = f"for {model} " if model else ""
+    who = f"for {fmt.md_escape(model)} " if model else ""
     st.info(
         f"**No requests {who}recorded yet.** Point a client at Phasewatch's proxy and send a few prompts of "
         "different lengths; each one becomes a point on the charts below"

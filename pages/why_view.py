@@ -320,7 +320,7 @@ def model_choices(db: Path) -> list[str] | None:
         newest = conn.execute("SELECT model, MAX(started_at_unix_s) FROM requests GROUP BY model ORDER BY 2 DESC").fetchall()
         names = [str(r[0]) for r in newest]
         for m in queries.latest_loaded_models(conn):
-            if m.name not in names and m.model not in names:
+            if not any(_same_model(m.name, n) or _same_model(m.model, n) for n in names):
                 names.append(m.name)
     return names
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis.hardware import BY_KEY, GB
 from bench.pages_fixture import gpu_sample
-from pages.why_view import build_why, hardware_line, resolve_hardware
+from pages.why_view import build_why, hardware_line, model_choices, resolve_hardware
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_why_page import PLAIN, build_store
@@ -73,3 +73,13 @@ def test_unknown_gpu_still_draws_the_measured_points(tmp_path: Path) -> None:
 
 def _never() -> float:
     raise AssertionError("the host's bandwidth was measured though nothing needs it")
+
+
+def test_model_choices_newest_first_then_loaded_without_tag_duplicates(tmp_path: Path) -> None:
+    now = time.time()
+    reqs = [replace(PLAIN[0], model="llama3.2", offset_s=10), replace(PLAIN[1], model="qwen2.5:0.5b", offset_s=50)]
+    build_store(tmp_path, now, reqs=reqs)  # loads llama3.2:latest: the same model as the requests' "llama3.2"
+    assert model_choices(db_path(tmp_path)) == ["llama3.2", "qwen2.5:0.5b"]
+    m = build_why(db_path(tmp_path), "llama3.2", now, host_bandwidth=_never)
+    assert m is not None and m.facts is not None and m.loaded is not None  # /api/show and /api/ps found under the tag
+    assert model_choices(tmp_path / "elsewhere.db") is None
