@@ -129,7 +129,9 @@ def concurrency(points: list[Point]) -> tuple[dict[str, Any], str]:
     }
     if serial:
         gens = _num(top, "ttft_s_max")
-        gen_s = _num(one, "generation_s")
+        # The last stream waited for the others' generations at that level (on a busy machine those run
+        # slower than the lone stream did, so the lone one is not the yardstick).
+        gen_s = _num(top, "generation_s") or _num(one, "generation_s")
         waits = f" The last stream's first token came after {_fmt_s(gens)}" if gens is not None else ""
         if gens is not None and gen_s:
             waits += f", about {gens / gen_s:.1f} whole generations"

@@ -339,14 +339,17 @@ async def run_interference(ctx: LabContext, p: InterferenceParams) -> None:
         # the time its prefill should take, stop the chat: the wait, not a stall, is the finding.
         rate = warm.prefill_tok_s or 100.0
         patience_s = max(2.0, 4.0 * long_tokens / rate)
-        await asyncio.wait({long_task, chat_task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
-        if not long_task.done() and long.first_token_ns is None and not chat_task.done():
-            # A prefill running beside the chat would hold each chat token for a whole prompt chunk,
-            # cutting its rate several-fold. Still at half its usual rate or more: nothing is prefilling.
-            base_gap_s = statistics.median(chat.gaps_ms()[: p.baseline_tokens] or [1.0]) / 1e3
-            since = [t for t in chat.token_ns if t >= long.sent_ns]
-            elapsed_s = (time.monotonic_ns() - long.sent_ns) / NS
-            if len(since) * base_gap_s >= 0.5 * elapsed_s:
+        base_gap_s = statistics.median(chat.gaps_ms()[: p.baseline_tokens] or [1.0]) / 1e3
+        while not cut_as_serial:
+            window_start = time.monotonic_ns()
+            await asyncio.wait({long_task, chat_task}, timeout=patience_s, return_when=asyncio.FIRST_COMPLETED)
+            if long_task.done() or long.first_token_ns is not None or chat_task.done():
+                break
+            # A prefill running beside the chat holds each chat token for a whole prompt batch, cutting its
+            # rate several-fold. Still at a quarter of its usual rate or more over the last window, with the
+            # long prompt not started: nothing is prefilling beside the chat.
+            recent = sum(1 for t in chat.token_ns if t >= window_start)
+            if recent * base_gap_s >= 0.25 * (time.monotonic_ns() - window_start) / NS:
                 cut_as_serial = True
                 chat_task.cancel()
         long = await long_task
