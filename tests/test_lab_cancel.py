@@ -72,7 +72,7 @@ def test_cancel_closes_every_inflight_request_at_once(sim: SimProcess) -> None:
     for r in cancelled:
         # The server saw the client go within a fraction of a second and stopped generating.
         assert r["done_ns"] is not None
-        assert (r["done_ns"] - t_cancel_ns) / 1e9 < 0.5
+        assert (r["done_ns"] - t_cancel_ns) / 1e9 < 1.0  # vs ~25 s of generation left
     chat = next(r for r in cancelled if r["endpoint"] == "/api/chat")
     assert len(chat["token_sampled_ns"]) < 3000
     # Nothing is left running on the server.
@@ -102,4 +102,4 @@ def test_outer_task_cancellation_also_closes_the_streams(sim: SimProcess) -> Non
     while any(r["done_ns"] is None for r in truth(sim)) and time.monotonic() < deadline:
         time.sleep(0.05)
     streams = [r for r in truth(sim) if r["cancelled"]]
-    assert streams and all((r["done_ns"] - t_cancel_ns) / 1e9 < 0.5 for r in streams)
+    assert streams and all((r["done_ns"] - t_cancel_ns) / 1e9 < 1.0 for r in streams)
