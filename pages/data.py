@@ -101,20 +101,29 @@ def bands_of(row: dict[str, Any]) -> list[Band]:
     return out
 
 
-def load_live(db: Path, now_unix_s: float, window_s: float) -> LiveSnapshot | None:
+def load_live(
+    db: Path, now_unix_s: float, window_s: float, *, now_part: bool = True, context_part: bool = True
+) -> LiveSnapshot | None:
+    """What the Live page reads. ``now_part``: in-flight requests, GPU samples and request bands (refreshed
+    every second); ``context_part``: host samples (refreshed less often). Loaded models come with both."""
     start = now_unix_s - window_s
+    in_flight: list[RequestRecord] = []
+    gpu_by_index: dict[int, list[GpuSample]] = {}
+    host: list[HostSample] = []
+    rows: list[dict[str, Any]] = []
     with _open(db) as conn:
         if conn is None:
             return None
-        in_flight = queries.in_flight_requests(conn, now_unix_s)
-        gpu_by_index: dict[int, list[GpuSample]] = {}
-        for s in queries.gpu_samples(conn, start, now_unix_s + 1):
-            gpu_by_index.setdefault(s.index, []).append(s)
-        host = queries.host_samples(conn, start, now_unix_s + 1)
+        if now_part:
+            in_flight = queries.in_flight_requests(conn, now_unix_s)
+            for s in queries.gpu_samples(conn, start, now_unix_s + 1):
+                gpu_by_index.setdefault(s.index, []).append(s)
+            # Requests that started up to 10 min before the window may still reach into it.
+            rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
+        if context_part:
+            host = queries.host_samples(conn, start, now_unix_s + 1)
         loaded = queries.latest_loaded_models(conn)
         heartbeat = queries.latest_heartbeat(conn)
-        # Requests that started up to 10 min before the window may still reach into it.
-        rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
     bands: list[Band] = []
     busy: list[Interval] = []
     shown = 0

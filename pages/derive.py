@@ -78,29 +78,39 @@ def live_phase(record: RequestRecord, loaded_model_names: Iterable[str]) -> str:
     return "waiting or prefill (no tokens yet)"
 
 
-def live_tok_s(token_chunk_ns: Sequence[int], lookback_ns: int = 3_000_000_000) -> float | None:
-    """Tokens per second over the chunks of the last ``lookback_ns`` before the latest chunk."""
+def live_tok_s(token_chunk_ns: Sequence[int], now_ns: int, lookback_ns: int = 3_000_000_000) -> float | None:
+    """Tokens per second over the last ``lookback_ns`` before ``now_ns`` (0 during a stall).
+
+    None until the stream is older than the look-back window or has two tokens.
+    """
     if len(token_chunk_ns) < 2:
         return None
-    last = token_chunk_ns[-1]
-    start = bisect.bisect_left(token_chunk_ns, last - lookback_ns)
-    start = min(start, len(token_chunk_ns) - 2)
-    span_ns = last - token_chunk_ns[start]
-    if span_ns <= 0:
-        return None
-    return (len(token_chunk_ns) - 1 - start) / (span_ns / 1e9)
+    start_ns = now_ns - lookback_ns
+    if token_chunk_ns[0] > start_ns:
+        # Younger than the window: the rate so far, first to last token.
+        span_ns = token_chunk_ns[-1] - token_chunk_ns[0]
+        return (len(token_chunk_ns) - 1) / (span_ns / 1e9) if span_ns > 0 else None
+    recent = len(token_chunk_ns) - bisect.bisect_left(token_chunk_ns, start_ns)
+    return recent / (lookback_ns / 1e9)
 
 
 def in_flight_view(record: RequestRecord, now_unix_s: float, loaded_model_names: Iterable[str]) -> InFlightView:
+    # The record's times are the collector's monotonic clock; place "now" on it through the wall clock.
+    now_ns = record.received_ns + int((now_unix_s - record.started_at_unix_s) * 1e9)
+    phase = live_phase(record, loaded_model_names)
+    if phase == "decoding" and record.token_chunk_ns:
+        silent_s = (now_ns - record.token_chunk_ns[-1]) / 1e9
+        if silent_s >= 2.0:
+            phase = f"decoding, no token for {silent_s:.0f} s"
     return InFlightView(
         request_id=record.id,
         model=record.model,
         client_addr=record.client_addr,
         endpoint=record.endpoint,
-        phase=live_phase(record, loaded_model_names),
+        phase=phase,
         elapsed_s=max(0.0, now_unix_s - record.started_at_unix_s),
         tokens_so_far=len(record.token_chunk_ns),
-        live_tok_s=live_tok_s(record.token_chunk_ns),
+        live_tok_s=live_tok_s(record.token_chunk_ns, now_ns),
     )
 
 

@@ -7,7 +7,7 @@ import time
 import streamlit as st
 
 from pages import common, data
-from pages.live_view import build_live, show_live
+from pages.live_view import build_live, show_context, show_now
 from pages.settings import client_host_line
 
 ctx = common.context()
@@ -21,13 +21,22 @@ if ctx.paused:
     st.caption("Live updates are paused (sidebar). Zoom and pan freely; switch the pause off to follow again.")
 
 
+# Two fragments: what moves every second, and what changes slowly (redrawing charts costs the browser).
 @st.fragment(run_every=None if ctx.paused else 1)
-def live() -> None:
-    model = build_live(ctx.db_path, time.time(), ctx.window_s)
+def now_part() -> None:
+    model = build_live(ctx.db_path, time.time(), ctx.window_s, context_part=False)
     if model is None:
         common.no_store_state(ctx)
         return
-    show_live(model, proxy_line)
+    show_now(model, proxy_line)
 
 
-live()
+@st.fragment(run_every=None if ctx.paused else 5)
+def context_part() -> None:
+    model = build_live(ctx.db_path, time.time(), ctx.window_s, now_part=False)
+    if model is not None:
+        show_context(model)
+
+
+now_part()
+context_part()

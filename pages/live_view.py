@@ -31,9 +31,15 @@ class LiveModel:
     notes: list[str] = field(default_factory=list)
 
 
-def build_live(db: Path, now_unix_s: float, window_s: float) -> LiveModel | None:
-    """Everything the Live page shows for one refresh; None when there is no store yet."""
-    snap = data.load_live(db, now_unix_s, window_s)
+def build_live(
+    db: Path, now_unix_s: float, window_s: float, *, now_part: bool = True, context_part: bool = True
+) -> LiveModel | None:
+    """What the Live page shows for one refresh; None when there is no store yet.
+
+    ``now_part`` (every second): metrics, generations in flight, GPU timelines with bands.
+    ``context_part`` (every few seconds): loaded models and host. Both by default.
+    """
+    snap = data.load_live(db, now_unix_s, window_s, now_part=now_part, context_part=context_part)
     if snap is None:
         return None
     start = now_unix_s - window_s
@@ -75,7 +81,7 @@ def build_live(db: Path, now_unix_s: float, window_s: float) -> LiveModel | None
         bands_figure=bands_figure,
         unexplained=unexplained,
         models_table=models_table,
-        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded else None,
+        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded and context_part else None,
         host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
         gpu_state=snap.gpu_state,
         gpu_message=snap.gpu_message,
@@ -112,8 +118,8 @@ def in_flight_frame(views: list[InFlightView]) -> pd.DataFrame:
     )
 
 
-def show_live(model: LiveModel, proxy_line: str) -> None:
-    """Draw one refresh of the Live page."""
+def show_now(model: LiveModel, proxy_line: str) -> None:
+    """The part of the Live page that follows every second: metrics, generations in flight, GPU timelines."""
     a, b, c = st.columns(3)
     a.metric("Generations in flight", len(model.in_flight))
     b.metric("Requests in window", model.requests_in_window)
@@ -152,6 +158,9 @@ def show_live(model: LiveModel, proxy_line: str) -> None:
         if model.bands_figure is not None:
             st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
 
+
+def show_context(model: LiveModel) -> None:
+    """The slower part of the Live page: loaded models and the host."""
     st.subheader("Loaded models")
     if model.models_table.empty:
         st.caption(

@@ -130,4 +130,9 @@ def test_live_helpers() -> None:
     view = derive.in_flight_view(rec, T0 + 2.5, ["m:latest"])
     assert view.phase == "decoding" and view.tokens_so_far == 101 and view.elapsed_s == pytest.approx(2.5)
     assert view.live_tok_s == pytest.approx(100.0)
+    # Seconds later with no new token: the live rate falls to 0 and the phase says why.
+    stalled = derive.in_flight_view(rec, T0 + 6.0, ["m:latest"])
+    assert stalled.phase == "decoding, no token for 5 s" and stalled.live_tok_s == 0.0
+    # A long stream: the rate over the last 3 s only (50 tokens/s there).
+    assert derive.live_tok_s([i * 20_000_000 for i in range(500)], now_ns=10_000_000_000) == pytest.approx(50.0, abs=0.4)
     assert derive.stall_threshold_ms([10, 10, 10, 10]) == pytest.approx(60.0)

@@ -1,0 +1,1 @@
+"""Real-browser tests: Playwright driving Debian's Chromium against sim → collector → store → app."""

@@ -1,0 +1,226 @@
+"""The whole path in a real browser: sim → proxy → store → Streamlit pages, seen in Debian's Chromium.
+
+Starts ``python -m sim``, ``python -m collectors`` (``--demo --record-text``) and
+``streamlit run app.py`` on free loopback ports, sends three requests through the proxy
+with the official ``ollama`` client, and watches them on the Live page while they run
+and on the Requests page afterwards, with the phase numbers the store holds.
+Screenshots of every page go to ``$PHASEWATCH_ARTIFACTS`` (default ``artifacts/``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import ollama
+import pytest
+from playwright.sync_api import Browser, Page
+
+from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, status_rows
+from pages import fmt
+from store import queries
+from store.schema import db_path
+from store.writer import StoreWriter
+
+# The fixtures (stack, browser, page) live in tests/e2e/conftest.py.
+from tests.e2e.support import (
+    UI_TIMEOUT_MS,
+    Stack,
+    in_flight_bands,
+    live_snapshot,
+    metric,
+    no_injection,
+    post_json,
+    run_app,
+    screenshot,
+    wait_ready,
+    wait_until,
+)
+
+pytestmark = pytest.mark.browser
+
+
+def pick_request(page: Page, request_id: str) -> None:
+    """Choose a request in the "Request to inspect" box by typing its short id and clicking it, as a user would."""
+    pick = page.locator('[data-testid="stSelectbox"]', has_text="Request to inspect")
+    pick.locator("input").click(force=True)
+    pick.locator("input").press_sequentially(request_id[:8], delay=30)
+    page.get_by_role("option").filter(has_text=request_id[:8]).first.click(timeout=UI_TIMEOUT_MS)
+    wait_until(lambda: request_id[:8] in pick.locator("input").input_value(), 30, f"request {request_id[:8]} to be picked")
+    wait_ready(page)
+
+
+def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
+    page.goto(stack.app_url)
+    wait_ready(page)
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    wait_until(lambda: f"OLLAMA_HOST={stack.proxy}" in sidebar.inner_text(), 30, "the proxy line in the sidebar")
+    # Reused, not started: the app found the collector through its lock.
+    assert f"collector running (process {stack.collector_pid})" in sidebar.inner_text()
+    assert "Demo mode" in page.locator('[data-testid="stMain"]').inner_text()  # it watches the simulator, and says so
+
+    # Hold the first generation's batch for a while, so that a loaded test machine still sees them run.
+    post_json(stack.sim_url + "/sim/faults", {"stall_ms": 30000, "stall_after_tokens": 20})
+    client = ollama.Client(host=f"http://{stack.proxy}", timeout=120)
+    long_doc = " ".join(["report revenue growth"] * 1200)
+    calls: list[Callable[[], object]] = [
+        # The first one gets the stall (see above); the text carries markup, recorded with --record-text.
+        lambda: list(client.chat(model="llama3.2:latest", messages=[{"role": "user", "content": XSS_PROMPT}], stream=True,
+                                 options={"num_predict": 1500})),
+        lambda: list(client.chat(model="llama3.1:8b", messages=[{"role": "user", "content": "Tell me a long story."}],
+                                 stream=True, options={"num_predict": 1200})),
+        lambda: list(client.generate(model="llama3.1:8b", prompt=f"Summarise: {long_doc}", stream=True,
+                                     options={"num_predict": 900})),
+    ]  # fmt: skip
+    failures: list[BaseException] = []
+
+    def call(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=call, args=(fn,), daemon=True) for fn in calls]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)
+
+    # Live: the generations show up while they run, with their models and phases.
+    seen_models: set[str] = set()
+    most_in_flight = 0
+    readings: list[str | None] = []
+
+    def live_shows_them() -> bool:
+        nonlocal most_in_flight
+        value, models = live_snapshot(page)
+        seen_models.update(models)
+        readings.append(value)
+        if value is not None and value.isdigit():
+            most_in_flight = max(most_in_flight, int(value))
+        return seen_models == {"llama3.1:8b", "llama3.2:latest"} and most_in_flight >= 2
+
+    try:
+        wait_until(live_shows_them, 90, "the three requests on the Live page")
+    except AssertionError as exc:
+        screenshot(page, "live-FAILED")
+        raise AssertionError(f"{exc}; models seen in flight: {sorted(seen_models)}, most at once: {most_in_flight}; "
+                             f"bands: {in_flight_bands(page)}, metric readings: {readings[-40:]}") from None  # fmt: skip
+    screenshot(page, "live-in-flight")
+
+    for t in threads:
+        t.join(180)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+
+    # The store's view of the three requests.
+    conn = queries.open_readonly(stack.data_dir)
+    try:
+        rows = wait_until(
+            lambda: (r := [x for x in queries.recent_requests(conn, 0) if x["outcome"] == "ok"]) and len(r) >= 3 and r,
+            30, "three finished requests in the store",
+        )  # fmt: skip
+    finally:
+        conn.close()
+    assert len(rows) == 3
+    wait_until(lambda: metric(page, "Generations in flight") == "0", 60, "the Live page to see them finish")
+    screenshot(page, "live")
+
+    # Requests: the history, and each request's phases as the store holds them.
+    page.goto(stack.app_url + "/requests")
+    wait_ready(page)
+    history_models = wait_until(
+        lambda: page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
+            .filter(gd => ((gd.layout.title || {}).text || '').includes('Rates of the requests'))
+            .flatMap(gd => gd.data[0].text)"""),
+        30, "the history chart",
+    )  # fmt: skip
+    assert sorted(history_models) == sorted(r["model"] for r in rows)
+    for row in rows:
+        pick_request(page, row["id"])
+        expected = {
+            "First token": fmt.seconds(row["ttft_s"]),
+            "Load": fmt.seconds(row["load_s"]),
+            "Prefill": fmt.seconds(row["prefill_s"]),
+            "Decode": fmt.seconds(row["decode_s"]),
+        }
+        wait_until(lambda: all(metric(page, k) == v for k, v in expected.items()), 30,  # noqa: B023 - called at once
+                   f"the phase numbers of {row['id'][:8]} ({expected})")  # fmt: skip
+        assert page.locator('[data-testid="stPlotlyChart"]').count() >= 3  # history, waterfall, gaps
+    screenshot(page, "requests")
+
+    # The request whose prompt carries markup: shown as text, literally, and nothing injected.
+    xss_row = next(r for r in rows if r["model"] == "llama3.2:latest")
+    pick_request(page, xss_row["id"])
+    wait_until(lambda: page.locator('[data-testid="stCode"]', has_text="<script>alert(1)</script>").count() >= 1, 30,
+               "the prompt shown as code")  # fmt: skip
+    code = page.locator('[data-testid="stCode"]', has_text="Repeat after me").first.inner_text()
+    assert XSS_PROMPT in code
+    no_injection(page)
+    screenshot(page, "requests-text-as-text")
+
+    # Every other page in the navigation (Why and Lab join later) opens without an error.
+    links = page.locator('[data-testid="stSidebarNav"] a')
+    hrefs = [links.nth(i).get_attribute("href") or "" for i in range(links.count())]
+    for href in hrefs:
+        name = href.removeprefix(stack.app_url).strip("/")
+        if name in ("live", "requests", ""):
+            continue
+        page.goto(href if href.startswith("http") else stack.app_url + "/" + href.lstrip("/"))
+        wait_ready(page)
+        assert page.locator('[data-testid="stException"]').count() == 0, name
+        screenshot(page, name)
+
+
+def test_zoom_holds_while_paused(stack: Stack, page: Page) -> None:
+    """Each refresh redraws the charts (Streamlit remounts a changed figure), so zoom is kept by pausing."""
+    page.goto(stack.app_url)
+    wait_ready(page)
+    # force: the page redraws every second, so Playwright may never see the toggle "stable".
+    page.locator('[data-testid="stSidebar"]').get_by_text("Pause live updates").click(force=True, timeout=UI_TIMEOUT_MS)
+    wait_until(lambda: page.get_by_text("Live updates are paused").count() == 1, 30, "the pause to take effect")
+    wait_ready(page)
+    chart = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').first
+    chart.wait_for(timeout=UI_TIMEOUT_MS)
+    # Zoom with the mouse, as a user does: drag across the middle of the utilization plot.
+    box = chart.bounding_box()
+    assert box is not None
+    y = box["y"] + 120
+    page.mouse.move(box["x"] + box["width"] * 0.35, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=8)
+    page.mouse.up()
+    page.wait_for_timeout(500)
+    zoomed = chart.evaluate("gd => gd.layout.xaxis.range.join(' ')")
+    page.wait_for_timeout(3000)  # three refresh periods
+    assert chart.evaluate("gd => gd.layout.xaxis.range.join(' ')") == zoomed
+    assert chart.evaluate("gd => gd.layout.xaxis.autorange") is False
+    screenshot(page, "live-paused-zoomed")
+
+
+def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
+    """A recorded reply full of markup, read back by the pages: visible literally, nothing injected."""
+    now = time.time()
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        status_rows(w, now, tmp_path)
+        w.write_request(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
+                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY))  # fmt: skip
+    finally:
+        w.close()
+    with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
+        context = browser.new_context(viewport={"width": 1400, "height": 2400})
+        page = context.new_page()
+        try:
+            for path in ("/", "/requests"):
+                page.goto(url + path)
+                wait_ready(page)
+                no_injection(page)
+            reply = page.locator('[data-testid="stCode"]', has_text="onerror").first
+            reply.wait_for(timeout=UI_TIMEOUT_MS)
+            assert reply.inner_text().strip() == XSS_REPLY
+            assert page.get_by_text("[click me](http://evil.example)").count() >= 1  # the Markdown link, literally
+            screenshot(page, "requests-reply-as-text")
+        finally:
+            context.close()
