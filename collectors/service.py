@@ -29,6 +29,7 @@ from analysis.records import CollectorInfo, GpuSample, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu import GpuState, NvmlGpuSource, SimGpuSource
 from collectors.host import HostSampler, OllamaProcesses
+from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
 from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
 from collectors.poller import OllamaPoller
@@ -86,6 +87,7 @@ class CollectorService:
         self._nvml_source: NvmlGpuSource | None = None
         self._sim_source: SimGpuSource | None = None
         self._host: HostSampler | None = None
+        self._lab: LabIngester | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listen = ""
@@ -123,6 +125,8 @@ class CollectorService:
         except Exception as exc:
             raise StoreOpenError(f"cannot open the store {s.db_path}: {exc}") from exc
         self.writer.submit_mark_interrupted_in_flight(INTERRUPTED_REASON)
+        # Lab runs are separate processes writing result files; only this process writes the store.
+        self._lab = LabIngester(s.data_dir, self.writer.submit_experiment)
         self.writer.submit_retention(self._clock())
 
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10), trust_env=False)
@@ -242,6 +246,8 @@ class CollectorService:
             if running:
                 writer.submit_requests(running)  # the Live page shows generations while they run
         writer.submit_heartbeat(self.heartbeat())
+        if self._lab is not None:
+            await asyncio.to_thread(self._lab.poll)
 
     def heartbeat(self) -> CollectorInfo:
         s = self.settings

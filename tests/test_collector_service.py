@@ -197,3 +197,37 @@ def test_retention_options_apply_at_start(tmp_path: Path) -> None:
     asyncio.run(start_and_stop())
     kept = [r["cpu_pct"] for r in _query(tmp_path, "SELECT cpu_pct FROM host_samples WHERE ts_unix_s < ?", now - 60)]
     assert kept == [2.0]  # the 3-day-old sample is gone, the half-day-old one stays
+
+
+def test_lab_run_documents_reach_the_experiments_table(tmp_path: Path) -> None:
+    """A Lab run writes its result file; the collector (the store's only writer) copies it on its tick."""
+    with start_sim("--hardware", "rtx-4090") as sim:
+        asyncio.run(_lab_ingest(sim, tmp_path))
+
+
+async def _lab_ingest(sim: SimProcess, data: Path) -> None:
+    from collectors.lab.results import ExperimentResult, lab_dir, write_result
+    from store.queries import experiments, open_readonly
+
+    service = CollectorService(_settings(sim.base_url, data), nvml=FakeNvml([]))
+    await service.start()
+    try:
+        run = ExperimentResult(
+            name="prompt-length", run_id="run-1", model=MODEL, ollama_url=f"http://{service.listen}",
+            parameters={"min_prompt_tokens": 64}, started_at_unix_s=time.time(), state="done",
+            points=[{"prompt_tokens": 64, "prefill_tok_s": 1234.5}],
+        )
+        write_result(lab_dir(data) / "run-1.json", run)
+
+        def stored() -> list[dict[str, Any]]:
+            conn = open_readonly(data)
+            try:
+                return experiments(conn)
+            finally:
+                conn.close()
+
+        rows = await _until(stored)
+        assert rows[0]["id"] == "run-1" and rows[0]["kind"] == "prompt-length" and rows[0]["status"] == "done"
+        assert rows[0]["results"]["points"] == [{"prompt_tokens": 64, "prefill_tok_s": 1234.5}]
+    finally:
+        await service.stop()
