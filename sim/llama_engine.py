@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,10 +359,10 @@ class _Runner:
             return
         self.expires_at_unix_s = time.time() + ka / 1e9
         if ka == 0:
-            asyncio.get_running_loop().create_task(self.engine._unload_runner(self))
+            self.engine._spawn(self.engine._unload_runner(self))
             return
         self._expiry = asyncio.get_running_loop().call_later(
-            ka / 1e9, lambda: asyncio.get_running_loop().create_task(self.engine._unload_if_idle(self))
+            ka / 1e9, lambda: self.engine._spawn(self.engine._unload_if_idle(self))
         )
 
     # --- worker thread ------------------------------------------------------------------
@@ -493,6 +493,12 @@ class LlamaEngine:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._sched_lock = asyncio.Lock()
         self._pending = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # unloads in flight (the loop keeps only weak references)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _in_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)

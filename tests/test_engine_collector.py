@@ -38,6 +38,11 @@ from tests.support.sim_process import SimProcess, http_json
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
 AGREEMENT = 0.05  # recorded phase vs llama.cpp's own compute time
+# Plus a fixed few ms per phase: prompt_eval_duration ends when the first token has been *sampled*
+# (llama-server's prompt_ms), and sampling over Gemma's 262k-token vocabulary plus setting up the
+# sampler chain is outside llama.cpp's compute counter. Measured 1.5-3.5 ms here; it only matters
+# for a prompt-cache hit whose prefill is a few tokens (~30 ms).
+FIXED_SLACK_S = 0.005
 MIN_PREFILL_OVER_DECODE = 5.0
 
 
@@ -82,8 +87,8 @@ def send(proxy: ProxyThread, engine: SimProcess, prompt: str, num_predict: int) 
     return Sent(split_record(record), final, engine_log(engine)[sim_id], (first_ns - t0) / 1e9)
 
 
-def within(measured_s: float, reference_s: float, rel: float) -> bool:
-    return abs(measured_s - reference_s) <= rel * reference_s
+def within(measured_s: float, reference_s: float, rel: float, slack_s: float = FIXED_SLACK_S) -> bool:
+    return abs(measured_s - reference_s) <= rel * reference_s + slack_s
 
 
 def test_recorded_phases_agree_with_llama_cpp(proxy: ProxyThread, engine: SimProcess) -> None:
