@@ -32,7 +32,6 @@ PHASE_COLOURS = {
     "streaming tokens": "#26a69a",
     "after last token": "#ffb74d",
 }
-BUSY_COLOUR = "#ff7043"
 GIB = 1024**3
 MAX_POINTS = 1500  # per trace; a 24 h window of 1 Hz samples is averaged down to this
 
@@ -152,24 +151,22 @@ def gpu_timeline_figure(
             col=1,
         )
     _add_band_traces(fig, bands, row=5)
-    for interval in unexplained:
-        x0, x1 = local_times([interval.start_unix_s, interval.end_unix_s])
-        fig.add_vrect(
-            x0=x0, x1=x1, fillcolor=BUSY_COLOUR, opacity=0.25, line_width=0, row="all", col=1, exclude_empty_subplots=False
-        )
     if unexplained:
-        # A legend entry for the shaded stretches (shapes have none of their own).
+        # One filled trace for all stretches (shapes cost Plotly a layout validation each: hundreds make it crawl).
+        xs: list[object] = []
+        ys: list[float | None] = []
+        ends = local_times([v for u in unexplained for v in (u.start_unix_s, u.end_unix_s)])
+        for a, b in zip(ends[0::2], ends[1::2], strict=True):
+            xs += [a, a, b, b, None]
+            ys += [0.0, 100.0, 100.0, 0.0, None]
         fig.add_trace(
             go.Scatter(
-                x=[None],
-                y=[None],
-                mode="markers",
-                name="GPU busy, no proxied request",
-                marker={"color": BUSY_COLOUR, "symbol": "square", "size": 12},
+                x=xs, y=ys, mode="lines", fill="toself", fillcolor="rgba(255,112,67,0.3)", line={"width": 0},
+                name="GPU busy, no proxied request", hoverinfo="skip",
             ),
             row=1,
             col=1,
-        )
+        )  # fmt: skip
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     # Explicit: the band row's x values are durations (ms on a date axis), which would make Plotly guess "linear".
     fig.update_xaxes(type="date", range=[x0, x1])
@@ -207,17 +204,23 @@ def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int | None) -> 
         if not items:
             continue
         starts = local_times([b.start_unix_s for b in items])
-        durations_ms = [max(b.end_unix_s - b.start_unix_s, 0.0) * 1000 for b in items]
+        durations_ms = np.array([max(b.end_unix_s - b.start_unix_s, 0.0) * 1000 for b in items])
+        # Flat numpy arrays throughout: Plotly validates Python lists element by element, which is slow.
+        hover = [
+            f"{plain(b.model)} · request {b.request_id[:8]}<br>{phase}: {d:,.0f} ms"
+            for b, d in zip(items, durations_ms, strict=True)
+        ]
         fig.add_trace(
             go.Bar(
                 orientation="h",
                 base=starts,
                 x=durations_ms,
-                y=[f"lane {b.lane + 1}" for b in items],
+                y=np.array([f"lane {b.lane + 1}" for b in items]),
                 name=phase,
                 marker={"color": PHASE_COLOURS.get(phase, "#bdbdbd")},
-                customdata=[[b.request_id[:8], plain(b.model), f"{d:.0f}"] for b, d in zip(items, durations_ms, strict=True)],
-                hovertemplate="%{customdata[1]} · request %{customdata[0]}<br>" + phase + ": %{customdata[2]} ms<extra></extra>",
+                customdata=np.array([plain(b.model) for b in items]),
+                hovertext=np.array(hover),
+                hovertemplate="%{hovertext}<extra></extra>",
             ),
             **({} if row is None else {"row": row, "col": 1}),
         )

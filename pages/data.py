@@ -102,10 +102,10 @@ def bands_of(row: dict[str, Any]) -> list[Band]:
 
 
 def load_live(
-    db: Path, now_unix_s: float, window_s: float, *, now_part: bool = True, context_part: bool = True
+    db: Path, now_unix_s: float, window_s: float, *, flight: bool = True, timeline: bool = True, context: bool = True
 ) -> LiveSnapshot | None:
-    """What the Live page reads. ``now_part``: in-flight requests, GPU samples and request bands (refreshed
-    every second); ``context_part``: host samples (refreshed less often). Loaded models come with both."""
+    """What the Live page reads, by part: ``flight`` the in-flight requests; ``timeline`` GPU samples and the
+    requests drawn as bands (in flight included); ``context`` host samples. Loaded models come with every part."""
     start = now_unix_s - window_s
     in_flight: list[RequestRecord] = []
     gpu_by_index: dict[int, list[GpuSample]] = {}
@@ -114,13 +114,14 @@ def load_live(
     with _open(db) as conn:
         if conn is None:
             return None
-        if now_part:
+        if flight or timeline:
             in_flight = queries.in_flight_requests(conn, now_unix_s)
+        if timeline:
             for s in queries.gpu_samples(conn, start, now_unix_s + 1):
                 gpu_by_index.setdefault(s.index, []).append(s)
             # Requests that started up to 10 min before the window may still reach into it.
             rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
-        if context_part:
+        if context:
             host = queries.host_samples(conn, start, now_unix_s + 1)
         loaded = queries.latest_loaded_models(conn)
         heartbeat = queries.latest_heartbeat(conn)
@@ -136,7 +137,7 @@ def load_live(
         shown += row["started_at_unix_s"] >= start
         busy.append(Interval(row["started_at_unix_s"], end))
         bands.extend(bands_of(row))
-    for rec in in_flight:
+    for rec in in_flight if timeline else []:
         busy.append(Interval(rec.started_at_unix_s, now_unix_s))
         bands.append(Band(rec.id, rec.model, "in flight", rec.started_at_unix_s, now_unix_s))
     return LiveSnapshot(

@@ -7,7 +7,7 @@ import time
 import streamlit as st
 
 from pages import common, data
-from pages.live_view import build_live, show_context, show_now
+from pages.live_view import build_live, show_context, show_flight, show_timeline, timeline_refresh_s
 from pages.settings import client_host_line
 
 ctx = common.context()
@@ -21,22 +21,33 @@ if ctx.paused:
     st.caption("Live updates are paused (sidebar). Zoom and pan freely; switch the pause off to follow again.")
 
 
-# Two fragments: what moves every second, and what changes slowly (redrawing charts costs the browser).
+# Three fragments, each redrawn only as often as it changes: redrawing charts costs the browser.
 @st.fragment(run_every=None if ctx.paused else 1)
-def now_part() -> None:
-    model = build_live(ctx.db_path, time.time(), ctx.window_s, context_part=False)
+def flight_part() -> None:
+    model = build_live(ctx.db_path, time.time(), ctx.window_s, timeline=False, context=False)
     if model is None:
         common.no_store_state(ctx)
         return
-    show_now(model, proxy_line)
+    show_flight(model)
+
+
+refresh_s = timeline_refresh_s(ctx.window_s)
+
+
+@st.fragment(run_every=None if ctx.paused else refresh_s)
+def timeline_part() -> None:
+    model = build_live(ctx.db_path, time.time(), ctx.window_s, flight=False, context=False)
+    if model is not None:
+        show_timeline(model, proxy_line, refresh_s)
 
 
 @st.fragment(run_every=None if ctx.paused else 5)
 def context_part() -> None:
-    model = build_live(ctx.db_path, time.time(), ctx.window_s, now_part=False)
+    model = build_live(ctx.db_path, time.time(), ctx.window_s, flight=False, timeline=False)
     if model is not None:
         show_context(model)
 
 
-now_part()
+flight_part()
+timeline_part()
 context_part()

@@ -31,15 +31,27 @@ class LiveModel:
     notes: list[str] = field(default_factory=list)
 
 
-def build_live(
-    db: Path, now_unix_s: float, window_s: float, *, now_part: bool = True, context_part: bool = True
-) -> LiveModel | None:
-    """What the Live page shows for one refresh; None when there is no store yet.
+def timeline_refresh_s(window_s: float) -> float:
+    """How often the GPU timeline redraws: every second up to a 5-minute window, then less often
+    (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing)."""
+    if window_s <= 300:
+        return 1.0
+    if window_s <= 900:
+        return 2.0
+    if window_s <= 3600:
+        return 5.0
+    return 30.0
 
-    ``now_part`` (every second): metrics, generations in flight, GPU timelines with bands.
-    ``context_part`` (every few seconds): loaded models and host. Both by default.
+
+def build_live(
+    db: Path, now_unix_s: float, window_s: float, *, flight: bool = True, timeline: bool = True, context: bool = True
+) -> LiveModel | None:
+    """What the Live page shows for one refresh of the chosen parts; None when there is no store yet.
+
+    ``flight`` (every second): generations in flight. ``timeline`` (``timeline_refresh_s``): GPU timelines
+    with request bands and bypass warnings. ``context`` (every 5 s): loaded models and host.
     """
-    snap = data.load_live(db, now_unix_s, window_s, now_part=now_part, context_part=context_part)
+    snap = data.load_live(db, now_unix_s, window_s, flight=flight, timeline=timeline, context=context)
     if snap is None:
         return None
     start = now_unix_s - window_s
@@ -81,7 +93,7 @@ def build_live(
         bands_figure=bands_figure,
         unexplained=unexplained,
         models_table=models_table,
-        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded and context_part else None,
+        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded and context else None,
         host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
         gpu_state=snap.gpu_state,
         gpu_message=snap.gpu_message,
@@ -118,20 +130,24 @@ def in_flight_frame(views: list[InFlightView]) -> pd.DataFrame:
     )
 
 
-def show_now(model: LiveModel, proxy_line: str) -> None:
-    """The part of the Live page that follows every second: metrics, generations in flight, GPU timelines."""
-    a, b, c = st.columns(3)
+def show_flight(model: LiveModel) -> None:
+    """Every second: how many generations run, and each one's phase, tokens and rate."""
+    a, b = st.columns(2)
     a.metric("Generations in flight", len(model.in_flight))
-    b.metric("Requests in window", model.requests_in_window)
-    c.metric("Updated", fmt.clock(model.now_unix_s))
-
+    b.metric("Updated", fmt.clock(model.now_unix_s))
     st.subheader("Generations in flight")
     if model.in_flight:
         st.dataframe(in_flight_frame(model.in_flight), hide_index=True, key="live_in_flight")
     else:
         st.caption("None right now. Requests sent through the proxy show up here while they run.")
 
+
+def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
+    """The GPU timelines with the phases of the window's requests, and clients that bypass the proxy."""
     st.subheader("GPU timeline")
+    st.metric("Requests in window", model.requests_in_window)
+    if refresh_s > 1:
+        st.caption(f"Redrawn every {refresh_s:.0f} s at this window; pick 5 min or less in the sidebar to follow each second.")
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]

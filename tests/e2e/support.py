@@ -132,7 +132,7 @@ def live_snapshot(page: Page) -> tuple[str | None, list[str]]:
         const m = Array.from(document.querySelectorAll('[data-testid="stMetric"]'))
             .find(m => m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim() === 'Generations in flight');
         const models = Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
-            .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => (t.customdata || []).map(c => c[1])));
+            .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => Array.from(t.customdata || [])));
         return [m ? m.querySelector('[data-testid="stMetricValue"]').innerText.trim() : null, models];
     }""")
     return value, list(models)
@@ -142,7 +142,7 @@ def in_flight_bands(page: Page) -> list[str]:
     """Models of the "in flight" bands drawn under the GPU timeline (read from Plotly's own data)."""
     return list(
         page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
-        .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => (t.customdata || []).map(c => c[1])))""")
+        .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => Array.from(t.customdata || [])))""")
     )
 
 
