@@ -15,8 +15,9 @@ Durations follow Ollama >= 0.30, which reports llama-server's slot timings (olla
 * ``prompt_eval_count`` = ``cache_n + prompt_n``: the whole prompt; ``prompt_eval_cached_count`` = ``cache_n``.
 
 Beside them, every request keeps llama.cpp's own counters (``llama_perf_context``: compute time of
-prompt batches and of single-token decodes, without sampling), split at the first token, served on
-``GET /sim/engine`` so tests can hold the reported phases against them. llama.cpp files a decode by its
+prompt batches and of single-token decodes, without sampling) and the time spent in llama.cpp's
+sampler (timed around its calls), split at the first token, served on ``GET /sim/engine`` so tests
+can hold the reported phases against them. llama.cpp files a decode by its
 batch size, not by phase: a one-token prompt suffix counts as an "eval", so we split by time instead.
 
 The prompt cache is llama-cpp-python's: ``Llama.generate`` keeps the previous request's tokens in
@@ -343,6 +344,19 @@ class _Runner:
         self.expires_at_unix_s: float | None = time.time() + self.keep_alive_ns / 1e9 if self.keep_alive_ns >= 0 else None
         self.refs = 0
         self.slot = asyncio.Lock()  # one slot: FIFO waiters
+        # llama.cpp's sampler keeps no timings of its own in this binding, so we time its calls: Ollama's
+        # durations include sampling, and over a 262k-token vocabulary it is a few % of a decode step.
+        self.sample_ns = 0
+        original_sample = llm.sample
+
+        def timed_sample(*args: Any, **kwargs: Any) -> int:
+            t0 = time.perf_counter_ns()
+            try:
+                return int(original_sample(*args, **kwargs))
+            finally:
+                self.sample_ns += time.perf_counter_ns() - t0
+
+        setattr(llm, "sample", timed_sample)  # Llama.generate looks it up on the instance  # noqa: B010
         self._expiry: asyncio.TimerHandle | None = None
         self.closed = False
 
@@ -412,6 +426,7 @@ class _Runner:
 
         llama_cpp.llama_perf_context_reset(ctx)
         zero = PerfCounters.read(llama_cpp, ctx)
+        sample0_ns = sample1_ns = self.sample_ns
         start_ns = time.monotonic_ns()
         truth.prefill_start_ns = start_ns
         first_ns = last_ns = start_ns
@@ -429,6 +444,7 @@ class _Runner:
                     first_ns = now
                     truth.prefill_end_ns = now
                     at_first = PerfCounters.read(llama_cpp, ctx)
+                    sample1_ns = self.sample_ns
                 if llama_cpp.llama_vocab_is_eog(vocab, tok):
                     job.emit(Token("", tok, now, eos=True))  # counted in eval_count, never written
                     reason = "stop"
@@ -454,7 +470,8 @@ class _Runner:
         end = PerfCounters.read(llama_cpp, ctx)
         record.sampled_tokens = len(sampled)
         record.prompt_eval_ns, record.eval_ns = first_ns - start_ns, last_ns - first_ns
-        record.prefill, record.decode = at_first.minus(zero).to_json(), end.minus(at_first).to_json()
+        record.prefill = at_first.minus(zero).to_json() | {"sample_ms": (sample1_ns - sample0_ns) / 1e6}
+        record.decode = end.minus(at_first).to_json() | {"sample_ms": (self.sample_ns - sample1_ns) / 1e6}
         job.emit(Done(
             done_reason=reason,
             prompt_eval_count=len(tokens),
