@@ -357,7 +357,9 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
     fig.update_xaxes(title_text="local time", row=2, col=1)
     fig.update_yaxes(title_text="% of one core × cores", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
-    return _base_layout(fig, "Host: CPU and memory", 420, "host")
+    _base_layout(fig, "Host: CPU and memory", 420, "host")
+    fig.update_layout(legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01})
+    return fig
 
 
 def history_figure(
@@ -369,9 +371,9 @@ def history_figure(
     """Each finished request's decode and prefill rate over time, on a log scale (they differ by 10-100×)."""
     fig = go.Figure()
     x = local_times(started_unix_s)
-    for label, values, symbol in (
-        ("decode (output) tok/s", decode_tok_s, "circle"),
-        ("prefill (prompt) tok/s", prefill_tok_s, "diamond"),
+    for label, values, symbol, colour in (
+        ("decode (output) tok/s", decode_tok_s, "circle", PHASE_COLOURS["decode"]),
+        ("prefill (prompt) tok/s", prefill_tok_s, "diamond", PHASE_COLOURS["prefill"]),
     ):
         y = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         fig.add_trace(
@@ -380,7 +382,7 @@ def history_figure(
                 y=y,
                 mode="markers",
                 name=label,
-                marker={"symbol": symbol, "size": 6},
+                marker={"symbol": symbol, "size": 7, "color": colour},
                 text=[plain(m) for m in models],
                 hovertemplate="%{text}: %{y:,.1f} tok/s<extra></extra>",
             )

@@ -16,7 +16,7 @@ from typing import Any
 from analysis.records import CollectorInfo, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
 from pages.derive import Band, Interval
 from store import queries
-from store.schema import StoreNotFoundError
+from store.schema import StoreError, StoreNotFoundError
 from store.schema import db_path as _db_path
 
 ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions")
@@ -27,11 +27,26 @@ def db_path(data_dir: Path) -> Path:
     return _db_path(data_dir)
 
 
+def _being_created(db: Path) -> bool:
+    """A store file the collector has created but not yet given its schema (the first moments of its life)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=1)) as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0
+    except sqlite3.Error:
+        return False
+
+
 @contextlib.contextmanager
 def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection, or None while there is no store yet; other store problems are raised."""
     try:
         conn = queries.open_readonly(db)
     except StoreNotFoundError:
+        yield None
+        return
+    except StoreError:
+        if not _being_created(db):
+            raise
         yield None
         return
     try:

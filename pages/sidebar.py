@@ -69,6 +69,8 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     hb = status.heartbeat
     if hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
         st.markdown(f"**Collector** · :orange[silent for {fmt.seconds(now_unix_s - hb.ts_unix_s)}]")
+    elif hb is not None and ctx.launch.state != "failed":
+        st.markdown(f"**Collector** · running (process {hb.pid})" + (" for the demo" if hb.demo else ""))
     else:
         st.markdown(f"**Collector** · {md_escape(ctx.launch.message)}")
     if ctx.launch.state == "failed":

@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, status_rows
+from collectors.demo import stop_demo
 from pages import fmt
 from store import queries
 from store.schema import db_path
@@ -57,8 +58,9 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     wait_ready(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     wait_until(lambda: f"OLLAMA_HOST={stack.proxy}" in sidebar.inner_text(), 30, "the proxy line in the sidebar")
-    # Reused, not started: the app found the collector through its lock.
-    assert f"collector running (process {stack.collector_pid})" in sidebar.inner_text()
+    # Reused, not started: the app found the collector through its lock (a spawned one would log into the data folder).
+    assert f"running (process {stack.collector_pid})" in sidebar.inner_text()
+    assert not (stack.data_dir / "collector.log").exists()
     assert "Demo mode" in page.locator('[data-testid="stMain"]').inner_text()  # it watches the simulator, and says so
 
     # Hold the first generation's batch for a while, so that a loaded test machine still sees them run.
@@ -210,7 +212,7 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
     finally:
         w.close()
     with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
-        context = browser.new_context(viewport={"width": 1400, "height": 2400})
+        context = browser.new_context(viewport={"width": 1400, "height": 3400})
         page = context.new_page()
         try:
             for path in ("/", "/requests"):
@@ -224,3 +226,44 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
             screenshot(page, "requests-reply-as-text")
         finally:
             context.close()
+
+
+def finished_requests(data_dir: Path) -> int:
+    conn = queries.open_readonly(data_dir)  # raises until the collector has created the store: wait_until retries
+    try:
+        return len([r for r in queries.recent_requests(conn, 0) if r["outcome"] == "ok"])
+    finally:
+        conn.close()
+
+
+def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
+    """``PHASEWATCH_DEMO=1 streamlit run app.py``: the app starts the simulator, a collector and synthetic users
+    itself, into a data folder of their own, and the pages fill with what the proxy recorded."""
+    demo_dir = tmp_path / "demo"
+    try:
+        with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_DEMO": "1"}) as url:
+            context = browser.new_context(viewport={"width": 1400, "height": 3400})
+            page = context.new_page()
+            try:
+                page.goto(url)
+                wait_ready(page)
+                assert "Demo mode" in page.locator('[data-testid="stMain"]').inner_text()
+                # The demo's user chats every few seconds: wait for finished requests in its own store.
+                wait_until(lambda: finished_requests(demo_dir) >= 2, 120, "two requests recorded by the demo")
+                assert not db_path(tmp_path).exists()  # nothing recorded into the real data folder
+                titles = wait_until(
+                    lambda: (t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+                        .map(gd => (gd.layout.title || {}).text || '')""")) and any("Simulated NVIDIA" in x for x in t) and t,
+                    60, "the simulated GPU's timeline",
+                )  # fmt: skip
+                assert any("Host" in t for t in titles)
+                screenshot(page, "demo-live")
+                page.goto(url + "/requests")
+                wait_ready(page)
+                wait_until(lambda: page.locator('[data-testid="stPlotlyChart"]').count() >= 3, 60, "history and one request")
+                assert page.locator('[data-testid="stException"]').count() == 0
+                screenshot(page, "demo-requests")
+            finally:
+                context.close()
+    finally:
+        assert stop_demo(demo_dir), "the demo did not stop"
