@@ -269,7 +269,8 @@ def phase_waterfall_figure(
     fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
     fig.update_yaxes(categoryorder="array", categoryarray=["client saw (proxy)", "Ollama reported"])
     _base_layout(fig, title, 300, "waterfall")
-    fig.update_layout(hovermode="closest")
+    # Labels that do not fit their bar are hidden rather than shrunk to nothing (the legend and hover name them).
+    fig.update_layout(hovermode="closest", uniformtext={"minsize": 10, "mode": "hide"})
     return fig
 
 

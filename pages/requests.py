@@ -43,7 +43,9 @@ if not history.rows:
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
     st.stop()
 
-caption = f"{len(history.rows):,} requests in the last {fmt.seconds(ctx.window_s)}, newest first."
+n_rows = len(history.rows)
+window = next((label for label, s in common.WINDOWS_S.items() if s == ctx.window_s), fmt.seconds(ctx.window_s))
+caption = f"{n_rows:,} request{'s' if n_rows != 1 else ''} in the last {window}, newest first."
 if history.truncated:
     caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
 st.caption(caption)

@@ -185,13 +185,13 @@ def test_zoom_holds_while_paused(stack: Stack, page: Page) -> None:
     wait_ready(page)
     chart = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot').first
     chart.wait_for(timeout=UI_TIMEOUT_MS)
-    # Zoom with the mouse, as a user does: drag across the middle of the utilization plot.
+    # Zoom with the mouse, as a user does: drag across the recent end of the utilization plot.
     box = chart.bounding_box()
     assert box is not None
     y = box["y"] + 120
-    page.mouse.move(box["x"] + box["width"] * 0.35, y)
+    page.mouse.move(box["x"] + box["width"] * 0.6, y)
     page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=8)
+    page.mouse.move(box["x"] + box["width"] * 0.78, y, steps=8)
     page.mouse.up()
     page.wait_for_timeout(500)
     zoomed = chart.evaluate("gd => gd.layout.xaxis.range.join(' ')")
