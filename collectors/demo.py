@@ -10,8 +10,9 @@ proxy, so that every chart fills with real recorded data:
 - now and then a second model, loaded cold and unloaded again.
 
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
-and stops its children when it stops. Use a data folder of its own: demo recordings
-must never mix with real ones.
+and stops its children when it stops (``--stop`` asks a running one to). Use a data
+folder of its own: demo recordings must never mix with real ones; the app uses
+``<data folder>/demo``.
 """
 
 from __future__ import annotations
@@ -312,7 +313,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help=f"simulated GPU profile (default {DEFAULT_HARDWARE})")
     parser.add_argument("--num-parallel", type=int, default=2, help="slots per model in the simulator (default 2)")
     parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
+    parser.add_argument("--stop", action="store_true", help="stop the demo that runs for --data (it stops its children)")
     args = parser.parse_args(argv)
+    if args.stop:
+        if stop_demo(args.data.expanduser()):
+            print(f"demo: none runs for {args.data} now")
+            return 0
+        print(f"demo: the demo of {args.data} did not stop", file=sys.stderr)
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
