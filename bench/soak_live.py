@@ -259,6 +259,20 @@ def wait_ready(page: Any) -> None:
     page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=UI_TIMEOUT_MS)
 
 
+def settled_screenshot(page: Any, path: Path, tries: int = 10) -> None:
+    """A screenshot taken between two fragment runs (one taken mid-run shows a half-redrawn page)."""
+    idle = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+    for _ in range(tries):
+        wait_ready(page)
+        page.wait_for_timeout(300)  # let Plotly finish drawing
+        if page.locator(idle).count() == 0:
+            continue
+        page.screenshot(path=str(path), full_page=True)
+        if page.locator(idle).count() == 1:
+            return
+    print("warning: the page never sat still; the screenshot may show a fragment mid-redraw", file=sys.stderr)
+
+
 def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -283,7 +297,7 @@ def soak(args: argparse.Namespace) -> int:
                 print(f"streamlit pid {proc.pid} at {url}; data {data_dir}; log {log_path}", flush=True)
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
-                    page = browser.new_context(viewport={"width": 1400, "height": 1800}).new_page()
+                    page = browser.new_context(viewport={"width": 1400, "height": 2600}).new_page()
                     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
                     page.goto(url + ("/" if args.page == "live" else "/requests"), timeout=UI_TIMEOUT_MS)
                     wait_ready(page)
@@ -336,7 +350,7 @@ def soak(args: argparse.Namespace) -> int:
                     page.wait_for_timeout(3000)
                     second = _quiet_str(lambda: read_updated(page))
                     shot = artifacts / f"soak_{tag}_end.png"
-                    page.screenshot(path=str(shot), full_page=True)
+                    settled_screenshot(page, shot)
                     print(f"screenshot {shot}", flush=True)
                 finally:
                     browser.close()
