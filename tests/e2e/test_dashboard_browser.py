@@ -42,6 +42,8 @@ from tests.e2e.support import (
 
 pytestmark = pytest.mark.browser
 
+MODEL = "llama3.2:latest"
+
 
 def pick_request(page: Page, request_id: str) -> None:
     """Choose a request in the "Request to inspect" box by typing its short id and clicking it, as a user would."""
@@ -64,17 +66,18 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     assert "Demo mode" in page.locator('[data-testid="stMain"]').inner_text()  # it watches the simulator, and says so
 
     # Hold the first generation's batch for a while, so that a loaded test machine still sees them run.
-    post_json(stack.sim_url + "/sim/faults", {"stall_ms": 30000, "stall_after_tokens": 20})
+    post_json(stack.sim_url + "/sim/faults", {"stall_ms": 20000, "stall_after_tokens": 20})
     client = ollama.Client(host=f"http://{stack.proxy}", timeout=120)
     long_doc = " ".join(["report revenue growth"] * 1200)
     calls: list[Callable[[], object]] = [
-        # The first one gets the stall (see above); the text carries markup, recorded with --record-text.
-        lambda: list(client.chat(model="llama3.2:latest", messages=[{"role": "user", "content": XSS_PROMPT}], stream=True,
-                                 options={"num_predict": 1500})),
-        lambda: list(client.chat(model="llama3.1:8b", messages=[{"role": "user", "content": "Tell me a long story."}],
-                                 stream=True, options={"num_predict": 1200})),
-        lambda: list(client.generate(model="llama3.1:8b", prompt=f"Summarise: {long_doc}", stream=True,
-                                     options={"num_predict": 900})),
+        # One model with two slots: the stall (above) holds its batch, the third request waits for a slot.
+        # The first carries markup in its text, recorded with --record-text.
+        lambda: list(client.chat(model=MODEL, messages=[{"role": "user", "content": XSS_PROMPT}], stream=True,
+                                 options={"num_predict": 600})),
+        lambda: list(client.chat(model=MODEL, messages=[{"role": "user", "content": "Tell me a long story."}],
+                                 stream=True, options={"num_predict": 500})),
+        lambda: list(client.generate(model=MODEL, prompt=f"Summarise: {long_doc}", stream=True,
+                                     options={"num_predict": 400})),
     ]  # fmt: skip
     failures: list[BaseException] = []
 
@@ -101,7 +104,7 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
         readings.append(value)
         if value is not None and value.isdigit():
             most_in_flight = max(most_in_flight, int(value))
-        return seen_models == {"llama3.1:8b", "llama3.2:latest"} and most_in_flight >= 2
+        return MODEL in seen_models and most_in_flight == 3
 
     try:
         wait_until(live_shows_them, 90, "the three requests on the Live page")
@@ -153,7 +156,11 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     screenshot(page, "requests")
 
     # The request whose prompt carries markup: shown as text, literally, and nothing injected.
-    xss_row = next(r for r in rows if r["model"] == "llama3.2:latest")
+    conn = queries.open_readonly(stack.data_dir)
+    try:
+        xss_row = next(r for r in rows if "Repeat after me" in (queries.request_detail(conn, r["id"]).prompt_text or ""))  # type: ignore[union-attr]
+    finally:
+        conn.close()
     pick_request(page, xss_row["id"])
     wait_until(lambda: page.locator('[data-testid="stCode"]', has_text="<script>alert(1)</script>").count() >= 1, 30,
                "the prompt shown as code")  # fmt: skip
