@@ -60,12 +60,29 @@ def set_view(window_s: float, paused: bool) -> AppContext:
     return ctx
 
 
+def _hand_deep_link_to_app() -> None:
+    """Make a page opened by its own URL run through app.py.
+
+    Streamlit treats a folder named ``pages/`` beside the main script as a legacy
+    multipage app until ``st.navigation`` has run once in the server; a deep link
+    (``/why``) that arrives first would run this page alone, without the sidebar or
+    the collector. Switch the legacy mode off and rerun: Streamlit then runs app.py,
+    whose navigation resolves the same URL to this same page.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def context() -> AppContext:
     """The context app.py resolved for this run, brought up to date with the sidebar's widgets.
 
     Rebuilt when the demo switch changed since it was stored (a page can run without app.py
     running first: AppTest's reruns under st.navigation do that).
     """
+    _hand_deep_link_to_app()
     ctx: AppContext | None = st.session_state.get(_CTX_KEY)
     if ctx is None or ctx.demo != bool(st.session_state.get(DEMO_KEY, ctx.demo)):
         ctx = app_context()
