@@ -64,7 +64,8 @@ class VirtualGpu:
             "util_mem_pct": round(min(mem_busy_ns / WINDOW_NS, 1.0) * 100, 1),
             "mem_used_bytes": BASELINE_VRAM_BYTES + self.models_vram_bytes,
             "mem_total_bytes": int(p.spec.memory_bytes),
-            "power_w": round(p.idle_power_w + power_j / (WINDOW_NS / 1e9), 2),
+            # Steps of two loaded models can overlap; a real board never draws past its enforced limit.
+            "power_w": round(min(p.idle_power_w + power_j / (WINDOW_NS / 1e9), p.max_power_w), 2),
             "power_limit_w": p.max_power_w,
             "energy_j": round(energy_j, 3),
             "total_energy_mj": int(energy_j * 1000),
