@@ -52,7 +52,7 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     # Proxy
     listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
     st.markdown("**Proxy** · point your clients at it:")
-    st.code(client_host_line(listen), language="bash")
+    st.code(client_host_line(listen), language="bash", wrap_lines=True)
     # GPU
     if status.gpus:
         for g in status.gpus:
@@ -60,9 +60,11 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
             st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
     elif status.heartbeat is not None and status.heartbeat.gpu_state == "none":
         st.markdown("**GPU** · no NVIDIA GPU found")
-        st.caption("GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings.")
-        if status.heartbeat.gpu_message:
-            st.text(status.heartbeat.gpu_message)
+        # The collector's message already says what it means; show the default only when it sent none.
+        st.caption(
+            status.heartbeat.gpu_message
+            or "GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings."
+        )
     else:
         st.markdown("**GPU** · no samples yet")
     # Collector and data folder
