@@ -137,7 +137,7 @@ def test_no_gpu_is_explained(data_dir: Path) -> None:
     assert any("No NVIDIA GPU found" in i.value for i in at.info)
     side = "\n".join(m.value for m in at.sidebar.markdown)
     assert "no NVIDIA GPU found" in side
-    assert "libnvidia-ml.so.1 not found" in "\n".join(t.value for t in at.sidebar.text)
+    assert "libnvidia-ml.so.1 not found" in "\n".join(c.value for c in at.sidebar.caption)
     assert any("No model is loaded" in c.value for c in at.caption)
 
 
