@@ -146,7 +146,11 @@ def compute_ceilings(
     full_gpu = bandwidth_bytes_s / decode_bytes
     # Prefill stays on the GPU's compute: llama.cpp ships offloaded weights to the GPU for large batches.
     pp_flops = roofline.prefill_flops_per_token(params, layers, hidden, prompt_tokens)
-    pp_ceiling = peak_flops / pp_flops
+    pp_compute_ceiling = peak_flops / pp_flops
+    # A short prompt cannot amortise the weight read: below a few dozen tokens prefill is memory-bound too.
+    pp_memory_ceiling = roofline.prefill_memory_ceiling_tok_s(bw, weights_bytes, prompt_tokens, ubatch_tokens)
+    pp_ceiling = min(pp_compute_ceiling, pp_memory_ceiling)
+    pp_expected = min(efficiencies.eta_compute * pp_compute_ceiling, efficiencies.eta_bw * pp_memory_ceiling)
     dec_flops = roofline.decode_flops_per_token(params, layers, hidden, context_tokens)
     ub = max(1, min(prompt_tokens, ubatch_tokens)) if prompt_tokens > 0 else ubatch_tokens
     prefill_bytes = weights_bytes + kv_bytes_per_tok * ub
@@ -166,7 +170,7 @@ def compute_ceilings(
         full_gpu_decode_ceiling_tok_s=full_gpu,
         prefill_flops_per_token=pp_flops,
         prefill_ceiling_tok_s=pp_ceiling,
-        prefill_expected_tok_s=efficiencies.eta_compute * pp_ceiling,
+        prefill_expected_tok_s=pp_expected,
         ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bandwidth_bytes_s),
         decode_intensity_flop_per_byte=dec_flops / decode_bytes,
         prefill_intensity_flop_per_byte=pp_flops * ub / prefill_bytes,
@@ -339,12 +343,17 @@ def curve_tokens(max_tokens: int, points: int = 40, min_tokens: int = 1) -> list
 def prefill_curve(
     spec: HardwareSpec, facts: ModelFacts, prompt_tokens: Iterable[int], *, efficiencies: Efficiencies | None = None
 ) -> list[CurvePoint]:
-    """Prefill ceiling and expected rate at each prompt length: attention work grows with the prompt."""
+    """Prefill ceiling and expected rate at each prompt length.
+
+    Short prompts are memory-bound (one weight read shared by few tokens), long ones compute-bound,
+    and attention work per token grows with the prompt.
+    """
     eff = efficiencies or starting_efficiencies(spec, facts.quantization)
     out = []
     for p in prompt_tokens:
-        ceiling = roofline.prefill_ceiling_tok_s(spec.fp16_flops, facts.params, facts.layers, facts.hidden, p)
-        out.append(CurvePoint(p, ceiling, eff.eta_compute * ceiling))
+        compute = roofline.prefill_ceiling_tok_s(spec.fp16_flops, facts.params, facts.layers, facts.hidden, p)
+        memory = roofline.prefill_memory_ceiling_tok_s(spec.bandwidth_bytes_s, facts.weights_bytes, p, DEFAULT_UBATCH_TOKENS)
+        out.append(CurvePoint(p, min(compute, memory), min(eff.eta_compute * compute, eff.eta_bw * memory)))
     return out
 
 

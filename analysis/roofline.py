@@ -45,6 +45,17 @@ def prefill_ceiling_tok_s(peak_flops: float, params: float, layers: int, hidden:
     return peak_flops / prefill_flops_per_token(params, layers, hidden, prompt_tokens)
 
 
+def prefill_memory_ceiling_tok_s(
+    bandwidth_bytes_s: float, weights_bytes: float, prompt_tokens: int, ubatch_tokens: int = 512
+) -> float:
+    """Upper bound on prefill speed from memory: each micro-batch of up to ``ubatch_tokens`` reads all weights once.
+
+    It only binds for short prompts (a few dozen tokens), where prefill is memory-bound like decode.
+    """
+    tokens_per_weight_pass = max(1, min(max(prompt_tokens, 1), ubatch_tokens))
+    return bandwidth_bytes_s * tokens_per_weight_pass / weights_bytes
+
+
 def blended_bandwidth_bytes_s(gpu_bandwidth_bytes_s: float, host_bandwidth_bytes_s: float, vram_fraction: float) -> float:
     """Effective bandwidth when a fraction of the weights sits in system memory.
 

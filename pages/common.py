@@ -19,6 +19,7 @@ from pages.settings import AppSettings, client_host_line, resolve_settings
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
 DEFAULT_WINDOW = "5 min"
 _CTX_KEY = "pw_ctx"
+_APP_RAN_KEY = "pw_app_ran"
 DEMO_KEY = "pw_demo"
 DEMO_ENGINE_KEY = "pw_demo_engine"  # the demo runs the real llama.cpp engine rather than the simulator
 ENGINE_DEMO_LABEL = "real llama.cpp engine running Gemma 3 270M on this CPU (no GPU)"
@@ -41,6 +42,7 @@ class AppContext:
 
 def app_context() -> AppContext:
     """Resolve settings, make sure a collector (or the demo) runs, and remember the result for the pages."""
+    st.session_state[_APP_RAN_KEY] = True
     settings = resolve_settings()
     if DEMO_KEY not in st.session_state:
         st.session_state[DEMO_KEY] = settings.demo_at_start
@@ -79,8 +81,9 @@ def _hand_deep_link_to_app() -> None:
     """
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
+    if _APP_RAN_KEY not in st.session_state:  # app.py sets it before any page of its navigation runs
         PagesManager.uses_pages_directory = False
+        st.session_state[_APP_RAN_KEY] = False  # hand over once, never loop
         st.rerun()
 
 

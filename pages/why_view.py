@@ -222,7 +222,7 @@ def prefill_figure(
 ) -> go.Figure:
     fig = go.Figure()
     if curve and eff is not None:
-        fig.add_trace(_line(curve, "ceiling_tok_s", "ceiling (compute limit)", CEILING_COLOUR, "dash"))
+        fig.add_trace(_line(curve, "ceiling_tok_s", "ceiling (memory, then compute)", CEILING_COLOUR, "dash"))
         fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, "prefill"), EXPECTED_COLOUR, "solid"))
     fig.add_trace(
         _measured_trace([p["computed_prompt_tokens"] for p in points], [p["prefill_tok_s"] for p in points],

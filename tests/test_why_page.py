@@ -214,7 +214,8 @@ def test_why_page_charts_ratio_and_explanation_from_the_store(data_dir: Path) ->
     ceiling, expected = trace(prefill, "ceiling"), trace(prefill, "expected")
     assert len(ceiling["x"]) >= 20 and ceiling["x"] == expected["x"]
     assert all(c > e > 0 for c, e in zip(ceiling["y"], expected["y"], strict=True))
-    assert ceiling["y"][0] > ceiling["y"][-1]  # attention work grows with the prompt
+    peak = max(ceiling["y"])
+    assert ceiling["y"][0] < peak and ceiling["y"][-1] < peak  # memory-bound short prompts; attention work at long ones
     assert prefill["layout"]["xaxis"]["title"]["text"].startswith("prompt length")
     assert "tok/s" in prefill["layout"]["yaxis"]["title"]["text"]
     # Ten requests with long enough prompts and replies: the expected line is calibrated on them.

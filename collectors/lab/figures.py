@@ -77,7 +77,7 @@ def prompt_length_figure(runs: Sequence[ExperimentResult], spec: HardwareSpec | 
     if spec is not None and facts is not None and max_tokens:
         curve = prefill_curve(spec, facts, curve_tokens(max_tokens, min_tokens=8))
         xs = [p.tokens for p in curve]
-        fig.add_trace(go.Scatter(x=xs, y=[p.ceiling_tok_s for p in curve], mode="lines", name="compute ceiling",
+        fig.add_trace(go.Scatter(x=xs, y=[p.ceiling_tok_s for p in curve], mode="lines", name="ceiling (memory, then compute)",
                                  line={"color": "#bbbbbb", "dash": CEILING_DASH}), 1, 1)  # fmt: skip
         fig.add_trace(go.Scatter(x=xs, y=[p.expected_tok_s for p in curve], mode="lines", name="expected (η × ceiling)",
                                  line={"color": "#888888", "dash": EXPECTED_DASH}), 1, 1)  # fmt: skip
