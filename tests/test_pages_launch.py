@@ -120,7 +120,5 @@ def test_ollama_down_offers_the_real_engine_demo_only_when_installed(tmp_path: P
     assert at.session_state["pw_ctx"].data_dir == tmp_path / "demo-engine"
     banners = [i.value for i in at.info if "Demo mode" in i.value]
     assert banners and ENGINE_DEMO_LABEL in banners[0] and "simulator" not in banners[0]
-    sidebar_text = "\n".join(str(t.value) for t in at.sidebar.text)
-    assert ENGINE_DEMO_LABEL in sidebar_text
     at.switch_page("pages/requests.py").run()
     assert any(ENGINE_DEMO_LABEL in i.value for i in at.info)  # said on every page
