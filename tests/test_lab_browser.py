@@ -142,7 +142,7 @@ def test_lab_run_in_the_browser(stack: tuple[str, Path]) -> None:
             hw.fill("RTX 3090")
             hw.press("Enter")
             expect(page.get_by_text("Ceilings for NVIDIA GeForce RTX 3090.")).to_be_visible(timeout=15_000)
-            expect(page.get_by_text("compute ceiling").first).to_be_visible()
+            expect(page.get_by_text("ceiling (memory, then compute)").first).to_be_visible()
             page.wait_for_timeout(1000)
             page.screenshot(path=str(ARTIFACTS / "lab_results.png"), full_page=True)
         finally:

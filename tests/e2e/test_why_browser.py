@@ -108,7 +108,7 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
     charts = _charts(page)
     rows = _store_rows(stack)
     assert {"Prefill", "Decode"} <= set(charts), charts
-    for title, kind in (("Prefill", "compute"), ("Decode", "memory bandwidth")):
+    for title, kind in (("Prefill", "memory, then compute"), ("Decode", "memory bandwidth")):
         names = {t["name"]: t["n"] for t in charts[title]["traces"]}
         measured = next(t for t in charts[title]["traces"] if t["name"] == "measured (one per request)")
         assert measured["n"] == measured["drawn"] == len(rows)  # one marker drawn per stored request
