@@ -5,13 +5,14 @@ chunk as it arrives. For the generation endpoints the proxy also records a
 ``RequestRecord``: request facts, a timestamp per upstream read, and afterwards
 what the chunks said (``analysis.chunks``).
 
-The per-chunk hot path only takes a timestamp, appends ``(t_ns, bytes)`` and
-forwards: with many streams waking in the same tick (a batching server) the cost
-per chunk multiplies, so parsing happens later, in small slices that yield to
-the event loop (a background pump, ``in_flight()``, and a finaliser per request).
+The bytes go through ``collectors.relay`` (asyncio protocols and httptools). Its
+per-chunk hot path only takes a timestamp, appends ``(t_ns, bytes)`` and writes:
+with many streams waking in the same tick (a batching server) the cost per chunk
+multiplies, so parsing happens later, in small slices that yield to the event
+loop (a background pump, ``in_flight()``, and a finaliser per request).
 
 Privacy: no header is ever recorded (so no ``Authorization`` or cookie), the
-upstream session keeps no cookies, and prompt/response text is recorded only
+relay keeps no state between clients, and prompt/response text is recorded only
 with ``record_text=True``.
 """
 
@@ -29,13 +30,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
 from analysis.records import Outcome, RequestRecord
+from collectors.relay import Exchange, Failure, Headers, Relay, RequestHead, Target
 
 log = logging.getLogger(__name__)
 
@@ -44,37 +44,10 @@ LOCAL_PREFIX = "/phasewatch/"
 ERROR_BODY_CHARS = 2000  # how much of an upstream error body a record keeps
 # Added to recorded responses so a client (the Lab page, a test) can find its record.
 RECORD_ID_HEADER = "X-Phasewatch-Request-Id"
-
-# Hop-by-hop headers (RFC 9110 §7.6.1) belong to one connection, never forwarded.
-# Host and Content-Length are recomputed by the client session for the upstream.
-_HOP_BY_HOP = frozenset(
-    h.lower()
-    for h in (
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Authenticate",
-        "Proxy-Authorization",
-        "Proxy-Connection",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
-    )
-)
+_PLAIN = Exchange()  # what unrecorded requests report to: nothing
 
 LocalHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
-
-
-def _filtered(headers: Any, drop: frozenset[str]) -> CIMultiDict[str]:
-    """Copy headers without hop-by-hop ones and without those named in Connection."""
-    named = {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",")}
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        low = name.lower()
-        if low not in _HOP_BY_HOP and low not in drop and low not in named:
-            out.add(name, value)
-    return out
 
 
 def _int_or_none(value: object) -> int | None:
@@ -140,19 +113,58 @@ def describe_request(endpoint: str, body: bytes, *, record_text: bool) -> dict[s
     return fields
 
 
-class _Exchange:
+class _Exchange(Exchange):
     """One recorded request while it runs: the record, raw reads, and the lazy parser."""
 
-    __slots__ = ("body_head", "failure", "failure_outcome", "fed", "parser", "reads", "record")
+    keep_request_body = True
 
-    def __init__(self, record: RequestRecord) -> None:
+    def __init__(self, proxy: RecordingProxy, record: RequestRecord) -> None:
+        self.proxy = proxy
         self.record = record
-        self.reads: list[tuple[int, bytes]] = []  # appended by the hot path
+        self.reads: list[tuple[int, bytes]] = []  # appended by the relay's hot path
+        self.on_body = self.reads.append
         self.fed = 0  # reads[:fed] already given to the parser
         self.parser: StreamParser | None = None  # set once response headers are in
         self.body_head = b""  # start of the body, kept for error records
         self.failure: str | None = None  # set when the exchange broke (not when the body says so)
         self.failure_outcome: Outcome | None = None
+
+    # -- relay hooks ------------------------------------------------------------------------------
+
+    def request_body(self, body: bytes) -> None:
+        for name, value in describe_request(self.record.endpoint, body, record_text=self.proxy.record_text).items():
+            setattr(self.record, name, value)
+
+    def forwarded(self, t_ns: int) -> None:
+        self.record.forwarded_ns = t_ns
+
+    def response_head(self, t_ns: int, status: int, content_type: str | None) -> Headers:
+        self.record.first_byte_ns = t_ns
+        self.record.status_code = status
+        self.parser = StreamParser(stream_format(content_type), keep_text=self.proxy.record_text)
+        self.proxy.live_work()
+        return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
+
+    def answered_here(self, status: int) -> Headers:
+        self.record.status_code = status
+        return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
+
+    def failed(self, kind: str, detail: str, responded: bool) -> None:
+        if self.failure is not None:
+            return
+        if kind == Failure.STOPPED:
+            self.failure, self.failure_outcome = "proxy stopped", Outcome.CANCELLED
+        elif kind == Failure.CLIENT_GONE:
+            reason = "client disconnected" if responded else "client disconnected before the response began"
+            self.failure, self.failure_outcome = detail or reason, Outcome.CANCELLED
+        else:  # unreachable, no answer, cut: Ollama's side failed
+            self.failure, self.failure_outcome = detail, Outcome.UPSTREAM_FAILED
+
+    def ended(self, t_ns: int) -> None:
+        self.record.closed_ns = t_ns
+        self.proxy.spawn_finaliser(self)
+
+    # -- parsing ----------------------------------------------------------------------------------
 
     def feed_some(self, max_reads: int) -> bool:
         """Parse up to max_reads pending reads; True when more are pending.
@@ -178,6 +190,18 @@ class _Exchange:
         return True
 
 
+def _upstream_target(upstream_url: str) -> Target:
+    url = URL(upstream_url)
+    if not url.is_absolute() or url.scheme not in ("http", "https") or not url.raw_host:
+        raise ValueError(f"upstream URL must be absolute, like http://127.0.0.1:11434 (got {upstream_url!r})")
+    host = url.raw_host
+    host_in_header = f"[{host}]" if ":" in host else host
+    port = url.port or (443 if url.scheme == "https" else 80)
+    host_header = f"{host_in_header}:{url.explicit_port}" if url.explicit_port else host_in_header
+    prefix = url.raw_path.rstrip("/").encode()
+    return Target(host, port, host_header.encode(), upstream_url, tls=url.scheme == "https", path_prefix=prefix)
+
+
 class RecordingProxy:
     """Forward everything to ``upstream_url``; record generation requests through ``on_record``.
 
@@ -191,17 +215,15 @@ class RecordingProxy:
 
     def __init__(self, upstream_url: str, on_record: Callable[[RequestRecord], None], *, record_text: bool = False) -> None:
         self.upstream_url = upstream_url.rstrip("/")
-        if not URL(self.upstream_url).is_absolute():
-            raise ValueError(f"upstream URL must be absolute, like http://127.0.0.1:11434 (got {upstream_url!r})")
+        self._upstream = _upstream_target(self.upstream_url)
         self._on_record = on_record
-        self._record_text = record_text
+        self.record_text = record_text
         self._local_routes: dict[tuple[str, str], LocalHandler] = {}
+        self._local_target: Target | None = None
+        self._local_runner: web.ServerRunner | None = None
         self._live: dict[str, _Exchange] = {}
-        self._handlers: set[asyncio.Task[Any]] = set()
         self._finalisers: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
-        self._runner: web.ServerRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._relay = Relay(self._route)
         self._pump: asyncio.Task[None] | None = None
         self._work: asyncio.Event | None = None
         self._port = 0
@@ -211,25 +233,18 @@ class RecordingProxy:
 
     async def start(self, host: str, port: int) -> None:
         """Bind host:port (port 0 picks a free one) and start serving."""
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),  # no cap: a cap would queue silently
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),  # a model load may take minutes
-            auto_decompress=False,  # bytes pass through untouched
-            cookie_jar=aiohttp.DummyCookieJar(),  # one session serves every client: keep no cookies
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            trust_env=False,
-        )
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
-        self._runner = web.ServerRunner(server, shutdown_timeout=self.STOP_GRACE_S)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        # Local routes are served by a small aiohttp server on a private loopback port, reached through the relay.
+        self._local_runner = web.ServerRunner(web.Server(self._local_handle, access_log=None))
+        await self._local_runner.setup()
+        site = web.TCPSite(self._local_runner, "127.0.0.1", 0)
+        await site.start()
+        local_port = int(self._local_runner.addresses[0][1])
+        self._local_target = Target("127.0.0.1", local_port, b"127.0.0.1:%d" % local_port, "Phasewatch's local routes")
         try:
-            await self._site.start()
+            self._port = await self._relay.start(host, port)
         except OSError as exc:
-            await self._runner.cleanup()
-            await self._session.close()
+            await self._local_runner.cleanup()
             raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-        self._port = int(self._runner.addresses[0][1])
         self._work = asyncio.Event()
         self._pump = asyncio.create_task(self._pump_loop(), name="proxy-parse-pump")
 
@@ -242,25 +257,15 @@ class RecordingProxy:
         if self._stopping:
             return
         self._stopping = True
-        if self._site is not None:
-            await self._site.stop()  # closes the listening socket
-        running = {t for t in self._handlers if not t.done()}
-        if running:
-            _, pending = await asyncio.wait(running, timeout=self.STOP_GRACE_S)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=self.STOP_GRACE_S)
+        await self._relay.stop(self.STOP_GRACE_S)
         if self._finalisers:
             await asyncio.wait(set(self._finalisers), timeout=self.STOP_GRACE_S * 2)
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        if self._local_runner is not None:
+            await self._local_runner.cleanup()
 
     def in_flight(self) -> list[RequestRecord]:
         """Snapshots of recorded requests still running, parsed up to now (call it on the proxy's event loop)."""
@@ -272,144 +277,37 @@ class RecordingProxy:
             raise ValueError(f"local routes must live under {LOCAL_PREFIX} so they never hide an Ollama route: {path!r}")
         self._local_routes[(method.upper(), path)] = handler
 
-    # -- request handling -------------------------------------------------------------
+    # -- routing (called by the relay for every request head) ----------------------------
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
-        if request.path.startswith(LOCAL_PREFIX):
-            handler = self._local_routes.get((request.method, request.path))
-            if handler is None:
-                return web.json_response({"error": f"no such Phasewatch route: {request.method} {request.path}"}, status=404)
-            return await handler(request)
-        if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
-            # We answer it ourselves (as aiohttp's router would); the upstream gets the body at once.
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.writer.output_size = 0
-        if request.method == "POST" and request.path in RECORDED_ENDPOINTS:
-            return await self._forward_recorded(request)
-        data = request.content if request.body_exists else None
-        return await self._forward(request, data, _filtered(request.headers, frozenset({"host", "expect"})), None)
-
-    async def _forward_recorded(self, request: web.BaseRequest) -> web.StreamResponse:
-        received_ns = time.monotonic_ns()
-        started_at_unix_s = time.time()
-        body = await request.content.read()  # generation requests are small; we need the model and options
-        facts = describe_request(request.path, body, record_text=self._record_text)
+    def _route(self, head: RequestHead) -> tuple[Target, Exchange, frozenset[bytes]]:
+        if head.path.startswith(LOCAL_PREFIX) and self._local_target is not None:
+            return self._local_target, _PLAIN, frozenset()
+        if head.method != "POST" or head.path not in RECORDED_ENDPOINTS:
+            return self._upstream, _PLAIN, frozenset()
+        native = head.path.startswith("/api/")
         record = RequestRecord(
             id=uuid.uuid4().hex,
-            started_at_unix_s=started_at_unix_s,
-            client_addr=request.remote or "",
-            endpoint=request.path,
-            received_ns=received_ns,
-            **facts,
+            started_at_unix_s=time.time(),
+            client_addr=head.client_addr,
+            endpoint=head.path,
+            model="",
+            stream=native,  # until the body says otherwise
+            received_ns=head.received_ns,
         )
-        ex = _Exchange(record)
+        ex = _Exchange(self, record)
         self._live[record.id] = ex
         # Ask for an uncompressed body: we parse it (Ollama does not compress anyway).
-        headers = _filtered(request.headers, frozenset({"host", "expect", "content-length", "accept-encoding"}))
-        try:
-            return await self._forward(request, body, headers, ex)
-        finally:
-            record.closed_ns = time.monotonic_ns()
-            self._spawn_finaliser(ex)
+        return self._upstream, ex, frozenset({b"accept-encoding"})
 
-    async def _forward(
-        self, request: web.BaseRequest, data: Any, headers: CIMultiDict[str], ex: _Exchange | None
-    ) -> web.StreamResponse:
-        assert self._session is not None
-        url = URL(self.upstream_url + request.raw_path, encoded=True)
-        if ex is not None:
-            ex.record.forwarded_ns = time.monotonic_ns()
-        try:
-            upstream = await self._session.request(request.method, url, headers=headers, data=data, allow_redirects=False)
-        except aiohttp.ClientConnectorError as exc:
-            message = (
-                f"Ollama is not reachable at {self.upstream_url} ({exc.os_error.strerror or exc.os_error}). "
-                "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
-            )
-            return self._bad_gateway(message, ex)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            message = f"Ollama at {self.upstream_url} failed before answering: {type(exc).__name__}: {exc}"
-            return self._bad_gateway(message, ex)
-        except asyncio.CancelledError:  # client gone while Ollama queued or loaded; aiohttp drops that connection
-            if ex is not None and ex.failure is None:
-                ex.failure = "proxy stopped" if self._stopping else "client disconnected before the response began"
-                ex.failure_outcome = Outcome.CANCELLED
-            raise
-
-        first_byte_ns = time.monotonic_ns()
-        try:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            response.headers.extend(_filtered(upstream.headers, frozenset()))
-            early = b""
-            if ex is not None:
-                # Bytes that came in with the headers (Ollama sends its first chunk with them) arrived then,
-                # not after our own bookkeeping below.
-                early = upstream.content.read_nowait()
-                # When many responses start in the same tick (a batching server), let the others take their
-                # timestamps before this one does the heavier work of starting its response.
-                await asyncio.sleep(0)
-                ex.record.first_byte_ns = first_byte_ns
-                response.headers[RECORD_ID_HEADER] = ex.record.id
-                ex.record.status_code = upstream.status
-                ex.parser = StreamParser(stream_format(upstream.headers.get("Content-Type")), keep_text=self._record_text)
-                self._live_work()
-            await response.prepare(request)
-            # Hot path: timestamp, append, forward. Nothing else per chunk.
-            readany = upstream.content.readany
-            write = response.write
-            monotonic_ns = time.monotonic_ns
-            if ex is not None:
-                append = ex.reads.append
-                if early:
-                    append((first_byte_ns, early))
-                    await write(early)
-                while data := await readany():
-                    append((monotonic_ns(), data))
-                    await write(data)
-            else:
-                while data := await readany():
-                    await write(data)
-            await response.write_eof()
-        except aiohttp.ClientPayloadError as exc:
-            # Upstream cut the body short: cut the client's too, so it sees the same failure.
-            if ex is not None:
-                ex.failure, ex.failure_outcome = f"Ollama cut the response mid-way: {exc}", Outcome.UPSTREAM_FAILED
-            upstream.close()
-            if request.transport is not None:
-                request.transport.close()  # flushes what was sent, never writes the end of the body
-            return response
-        except (ConnectionResetError, asyncio.CancelledError) as exc:
-            # The client went away (or we are stopping): drop the upstream connection so Ollama frees the slot.
-            upstream.close()
-            if ex is not None and ex.failure is None:
-                reason = "proxy stopped" if self._stopping else "client disconnected"
-                ex.failure, ex.failure_outcome = reason, Outcome.CANCELLED
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return response
-        except BaseException:
-            upstream.close()
-            if ex is not None and ex.failure is None:
-                ex.failure, ex.failure_outcome = "proxy error while streaming", Outcome.UPSTREAM_FAILED
-            raise
-        upstream.release()
-        return response
-
-    def _bad_gateway(self, message: str, ex: _Exchange | None) -> web.StreamResponse:
-        headers = {}
-        if ex is not None:
-            ex.record.status_code = 502
-            ex.failure, ex.failure_outcome = message, Outcome.UPSTREAM_FAILED
-            headers[RECORD_ID_HEADER] = ex.record.id
-        return web.json_response({"error": message}, status=502, headers=headers)
+    async def _local_handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        handler = self._local_routes.get((request.method, request.path))
+        if handler is None:
+            return web.json_response({"error": f"no such Phasewatch route: {request.method} {request.path}"}, status=404)
+        return await handler(request)
 
     # -- parsing off the hot path -----------------------------------------------------
 
-    def _live_work(self) -> None:
+    def live_work(self) -> None:
         if self._work is not None:
             self._work.set()
 
@@ -427,7 +325,7 @@ class RecordingProxy:
                     await asyncio.sleep(0)
                 await asyncio.sleep(0)
 
-    def _spawn_finaliser(self, ex: _Exchange) -> None:
+    def spawn_finaliser(self, ex: _Exchange) -> None:
         task = asyncio.get_running_loop().create_task(self._finalise(ex))
         self._finalisers.add(task)
         task.add_done_callback(self._finalisers.discard)
