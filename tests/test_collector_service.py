@@ -75,8 +75,12 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
         async for part in stream:
             seen, last_done = seen + 1, bool(part.done)
             if seen == 20:
+                # (The chat's row may still read in flight for one write batch: ask for this one.)
                 rows = await _until(
-                    lambda: _query(data, "SELECT * FROM requests WHERE outcome = 'in_flight' AND tokens_so_far > 0")
+                    lambda: _query(
+                        data,
+                        "SELECT * FROM requests WHERE outcome = 'in_flight' AND endpoint = '/api/generate' AND tokens_so_far > 0",
+                    )
                 )
                 assert rows[0]["endpoint"] == "/api/generate" and rows[0]["model"] == MODEL
         assert last_done and seen > 20
