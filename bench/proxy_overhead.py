@@ -3,9 +3,11 @@
     .venv/bin/python bench/proxy_overhead.py [--streams 1,16,64] [--tokens 100] [--reps 3]
 
 One sim (batching engine: every running stream gets its token in the same step)
-serves three paths: direct, through our proxy (its own process, recording
-included), and through Debian's nginx (proxy_buffering off, HTTP/1.1 keep-alive
-upstream). For each number of concurrent streams it prints, relative to direct:
+serves four paths: direct, through our proxy (its own process, recording
+included), through Debian's nginx (proxy_buffering off, HTTP/1.1 keep-alive
+upstream), and through a plain TCP relay on uvloop (``bench/tcp_pipe.py``: no
+HTTP, no recording; the floor under any Python proxy). For each number of
+concurrent streams it prints, relative to direct:
 added time to first byte, added delay of each chunk (p50, p99; a chunk's delay is
 the client's arrival time minus sim's truth of when it wrote that token, on the
 same monotonic clock), and the proxy's CPU time per chunk; then the idle CPU of a
@@ -94,13 +96,14 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
 
 
 @contextlib.contextmanager
-def start_proxy(upstream: str) -> Iterator[Path_]:
+def start_python(name: str, args: list[str]) -> Iterator[Path_]:
+    """Run a Python forwarder (``args`` after the interpreter; ``{port}`` is its listening port)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "collectors.proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}"]
+    cmd = [sys.executable, *(a.format(port=port) for a in args)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_port(port, proc, "proxy")
-        yield Path_("phasewatch", f"http://127.0.0.1:{port}", [proc.pid])
+        _wait_port(port, proc, name)
+        yield Path_(name, f"http://127.0.0.1:{port}", [proc.pid])
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -313,18 +316,24 @@ def main() -> int:
         runner = asyncio.Runner()
 
     sim_args = ["--hardware", args.hardware, "--num-parallel", str(max(counts)), "--disk-gbs", "20"]
-    with runner, start_sim(*sim_args) as sim, start_proxy(sim.base_url) as proxy, start_nginx(sim.port) as nginx:
-        paths = [Path_("direct", sim.base_url), proxy] + ([nginx] if nginx else [])
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(runner)
+        sim = stack.enter_context(start_sim(*sim_args))
+        proxy_args = ["-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", "127.0.0.1:{port}"]
+        proxy = stack.enter_context(start_python("phasewatch", proxy_args))
+        nginx = stack.enter_context(start_nginx(sim.port))
+        pipe = stack.enter_context(start_python("tcp-pipe", ["bench/tcp_pipe.py", f"127.0.0.1:{sim.port}", "{port}"]))
+        paths = [Path_("direct", sim.base_url), proxy] + ([nginx] if nginx else []) + [pipe]
         print(
             f"machine: {psutil.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; sim {' '.join(sim_args)}, "
-            f"model {args.model}, {args.tokens} tokens per stream, {args.reps} bursts per cell"
+            f"model {args.model}, {args.tokens} tokens per stream, {args.reps} bursts per cell (at least 16 streams in all)"
         )
         for p in paths:  # load the model, open keep-alive connections
             runner.run(_burst(p, sim.base_url, max(counts), 4, args.model, "warm"))
         results: dict[tuple[int, str], Run] = {}
         for n in counts:
             runs: dict[str, list[Run]] = {p.name: [] for p in paths}
-            for rep in range(args.reps):
+            for rep in range(max(args.reps, 16 // n)):  # a single stream gives few samples per burst
                 for p in paths:
                     runs[p.name].append(runner.run(_burst(p, sim.base_url, n, args.tokens, args.model, f"{p.name}-{n}-{rep}")))
             for name, rs in runs.items():
