@@ -32,13 +32,13 @@ STREAMS = 16
 TOKENS = 48
 MODEL = "llama3.2"  # ~6 ms per batched step on the rtx-3060 profile: a realistic token rate
 STAGGER_S = 0.004  # concurrent, not simultaneous, starts: 16 streams all decode together after ~60 ms
-# Issue 3 asks for recorded TTFT and token gaps within 2 ms (p99) of the truth. On our 2-core machines the p99
-# depends on how the scheduler treats three busy processes (sim, proxy, this client): measured 2.5-6.8 ms for
-# TTFT, 0.9-8 ms for gaps on an otherwise idle machine. A p99 is a speed target, so it is printed here and by
-# bench/proxy_overhead.py; this test holds what recording itself decides: stamps taken per chunk as it arrives
-# (median gap error), the proxy's own forwarding cost in TTFT (median), and no stamp delayed by batching (max).
-GAP_ERROR_P50_MS = 1.0
-TTFT_ERROR_P50_MS = 5.0
+# Issue 3 asks for recorded TTFT and token gaps within 2 ms (p99) of the truth. Measured on our 2-core machines
+# (idle, and with a CPU hog beside it): gap error p99 0.5-1.0 ms; TTFT error p99 1.0-2.1 ms, of which the proxy
+# holds a request 0.13-0.2 ms and sim's own parsing before it stamps "received" takes 0.45-1.0 ms (a hop the
+# direct measurement never sees). So gaps are held to the 2 ms p99, TTFT to its median and a 4 ms p99.
+GAP_ERROR_P99_MS = 2.0
+TTFT_ERROR_P50_MS = 2.0
+TTFT_ERROR_P99_MS = 4.0
 ANY_ERROR_MAX_MS = 40.0  # a stamp taken at flush time (every 250 ms) or per read batch would break this
 
 
@@ -141,6 +141,7 @@ def test_sixteen_streams_match_the_truth_and_are_recorded_once(sim: SimProcess, 
         f"token lag behind sim p50 {statistics.median(lag_ms):.3f} / p99 {_p99(lag_ms):.3f} ms"
     )
     print(summary)
-    assert statistics.median(gap_err_ms) <= GAP_ERROR_P50_MS, summary
+    assert _p99(gap_err_ms) <= GAP_ERROR_P99_MS, summary
     assert statistics.median(ttft_err_ms) <= TTFT_ERROR_P50_MS, summary
+    assert _p99(ttft_err_ms) <= TTFT_ERROR_P99_MS, summary
     assert max(ttft_err_ms + gap_err_ms) <= ANY_ERROR_MAX_MS, summary
