@@ -147,9 +147,9 @@ class _Request:
     keep_alive: bool
     chunked_in: bool  # the client sent its body with chunked framing
     expect_continue: bool
-    target: Target | None = None
-    exchange: Exchange = field(default_factory=Exchange)
-    drop: frozenset[bytes] = frozenset()
+    target: Target
+    exchange: Exchange
+    drop: frozenset[bytes]  # request headers not to forward (lower-case names)
     pending_body: list[bytes] = field(default_factory=list)  # body bytes not yet sent upstream
     kept_body: list[bytes] = field(default_factory=list)  # the whole body, for request_body()
     body_complete: bool = False
@@ -258,13 +258,16 @@ class _ClientSide(asyncio.Protocol):
             received_ns=self.read_ns,
         )
         expect = (_header(self._headers, b"expect") or b"").strip().lower()
+        target, exchange, drop = self.relay.route(head)
         req = _Request(
             head=head,
             keep_alive=self.parser.should_keep_alive(),
             chunked_in=b"chunked" in (_header(self._headers, b"transfer-encoding") or b"").lower(),
             expect_continue=expect == b"100-continue" and head.http_version == "1.1",
+            target=target,
+            exchange=exchange,
+            drop=drop,
         )
-        req.target, req.exchange, req.drop = self.relay.route(head)
         self._parsing = req
         self.requests.append(req)
         if len(self.requests) == 1:
@@ -301,7 +304,6 @@ class _ClientSide(asyncio.Protocol):
 
     def _start(self, req: _Request) -> None:
         """Make ``req`` the active request: answer Expect, forward it."""
-        assert req.target is not None
         if req.expect_continue and self.transport is not None:
             # Answered here (as aiohttp's server would); the upstream gets the body without asking.
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -325,7 +327,6 @@ class _ClientSide(asyncio.Protocol):
         self.relay.spawn(self.upstream.connect(req))
 
     def request_head_for_upstream(self, req: _Request) -> bytes:
-        assert req.target is not None
         headers = _forwardable(req.head.headers, req.drop | {b"host", b"expect"})
         headers.insert(0, (b"Host", req.target.host_header))
         if req.chunked_in:
@@ -441,7 +442,8 @@ class _UpstreamSide(asyncio.Protocol):
             if self._aborted or req.finished:
                 return
             reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-            self.client.upstream = None
+            if self.client.upstream is self:
+                self.client.upstream = None
             message = (
                 f"Ollama is not reachable at {self.target.name} ({reason}). "
                 "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
@@ -470,7 +472,7 @@ class _UpstreamSide(asyncio.Protocol):
         """``req``'s head went out on this connection, so its body may follow."""
         return self.req is req and self.connected and not self._aborted
 
-    def reusable_for(self, target: Target | None) -> bool:
+    def reusable_for(self, target: Target) -> bool:
         return self.connected and self.idle and not self._aborted and self.target == target
 
     def pause(self) -> None:
@@ -594,8 +596,8 @@ class _UpstreamSide(asyncio.Protocol):
             self.client.write(b"0\r\n\r\n")
         self.req = None
         self.idle = True
-        if not self._keep_alive:
-            self.abort()
+        if not self._keep_alive or not req.body_complete:
+            self.abort()  # Ollama closes, or answered before the whole request body went out: not reusable
         self.client.response_done(req)
 
     def _broken(self, detail: str) -> None:
