@@ -242,7 +242,7 @@ class CollectorService:
             writer.submit_host_sample(host)
         self.latest_gpus, self.latest_host = gpus, host
         if self.proxy is not None:
-            running = self.proxy.in_flight()
+            running = await self.proxy.in_flight_sliced()
             if running:
                 writer.submit_requests(running)  # the Live page shows generations while they run
         writer.submit_heartbeat(self.heartbeat())
@@ -296,7 +296,7 @@ class CollectorService:
             ollama=poller.state.status if poller else None,
             loaded_models=poller.state.models if poller else [],
             stats=self.stats,
-            in_flight=len(self.proxy.in_flight()) if self.proxy else 0,
+            in_flight=self.proxy.in_flight_count() if self.proxy else 0,
             store_pending=self.writer.pending_count if self.writer else 0,
         )
 
