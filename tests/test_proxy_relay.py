@@ -225,7 +225,8 @@ def test_a_slow_client_holds_back_the_upstream() -> None:
                 time.sleep(0.01)
             assert written[0] > stalled_at
         records = proxy.wait_records(1)
-    assert records[0].outcome is Outcome.CANCELLED and records[0].error == "client disconnected"
+    # (Leaving mid-line may also leave a cut last line, noted as malformed.)
+    assert records[0].outcome is Outcome.CANCELLED and (records[0].error or "").startswith("client disconnected")
 
 
 def test_connection_close_is_honoured(proxy: ProxyThread) -> None:
