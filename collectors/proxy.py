@@ -210,7 +210,10 @@ class RecordingProxy:
     """
 
     PARSE_SLICE = 16  # reads parsed between two yields to the event loop (~50 µs)
-    PUMP_INTERVAL_S = 0.25  # how often pending reads of running streams are parsed
+    # How often pending reads of running streams are parsed, to bound their memory. Parsing competes with the
+    # chunks themselves: at 0.25 s the bench measured +0.6 ms p99 and +3 µs CPU per chunk at 16 streams against
+    # 2 s. The collector parses every tick anyway (in_flight_sliced).
+    PUMP_INTERVAL_S = 2.0
     STOP_GRACE_S = 2.0  # how long stop() lets running streams finish
 
     def __init__(self, upstream_url: str, on_record: Callable[[RequestRecord], None], *, record_text: bool = False) -> None:
