@@ -17,6 +17,9 @@ st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout
 
 ctx = common.app_context()
 sidebar.render(ctx)
+if ctx.launch.state == "starting":
+    with st.sidebar:
+        common.follow_start(ctx.launch.state)
 
 HERE = Path(__file__).parent
 pages = [

@@ -6,6 +6,7 @@ through Markdown here: it is shown with ``st.text``/``st.code`` or in dataframes
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -61,6 +62,19 @@ def app_context() -> AppContext:
     ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch, demo_engine=demo_engine)
     st.session_state[_CTX_KEY] = ctx
     return ctx
+
+
+@st.fragment(run_every=1)
+def follow_start(state: str) -> None:
+    """While the collector (or demo) starts, draw the page again every 2 s: it learns when it runs, or failed and why.
+
+    Pages that draw once (Requests, Why, Lab) would otherwise show "starting" until the user clicks something.
+    """
+    now = time.monotonic()
+    if state == "starting" and now - st.session_state.get("pw_follow_start_at", now) >= 2:
+        st.session_state["pw_follow_start_at"] = now
+        st.rerun()
+    st.session_state.setdefault("pw_follow_start_at", now)
 
 
 def set_view(window_s: float, paused: bool) -> AppContext:
@@ -155,20 +169,28 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
     if not (down or never_seen):
         return False
     url = status.ollama.base_url if status.ollama is not None else ctx.settings.ollama_url
+    engine_ok = engine_problem() is None  # llama-cpp-python and the Gemma model are installed
+    demo_offer = "Try the demo: a simulated GPU and model with synthetic users, recorded into a separate data folder." + (
+        " Or the demo on a real tiny model: llama.cpp running Gemma 3 270M on this CPU." if engine_ok else ""
+    )
     with st.container(border=True, key="ollama_down"):
-        st.error("**Ollama is not answering.** Nothing new can be recorded until it does.", icon=":material/power_off:")
-        st.text(f"Address tried: {url}")
-        if status.ollama is not None and status.ollama.error:
-            st.text(f"Last error: {status.ollama.error}")
-        st.markdown(
-            "- Start it: run `ollama serve` in a terminal (or open the Ollama app), then wait a few seconds.\n"
-            "- Ollama runs elsewhere? Set `OLLAMA_HOST` before starting Phasewatch, for example "
-            "`OLLAMA_HOST=192.168.1.20:11434 streamlit run app.py`.\n"
-            "- No Ollama at all? Try the demo: a simulated GPU and model with synthetic users, recorded into a "
-            "separate data folder."
-        )
+        if never_seen and ctx.launch.state == "failed":  # nothing polled Ollama: the collector is what failed
+            st.error("**The collector could not start,** so nothing can be recorded.", icon=":material/error:")
+            st.code(ctx.launch.message, language=None, wrap_lines=True)
+            st.markdown(f"Fix what it says, then reload this page. Or: {demo_offer}")
+        else:
+            st.error("**Ollama is not answering.** Nothing new can be recorded until it does.", icon=":material/power_off:")
+            st.text(f"Address tried: {url}")
+            if status.ollama is not None and status.ollama.error:
+                st.text(f"Last error: {status.ollama.error}")
+            st.markdown(
+                "- Start it: run `ollama serve` in a terminal (or open the Ollama app), then wait a few seconds.\n"
+                "- Ollama runs elsewhere? Set `OLLAMA_HOST` before starting Phasewatch, for example "
+                "`OLLAMA_HOST=192.168.1.20:11434 streamlit run app.py`.\n"
+                f"- No Ollama at all? {demo_offer}"
+            )
         st.button("Start demo", key="pw_start_demo", on_click=start_demo, type="primary")
-        if engine_problem() is None:  # llama-cpp-python and the Gemma model are installed
+        if engine_ok:
             st.button(
                 "Start demo on a real tiny model",
                 key="pw_start_engine_demo",
@@ -187,3 +209,4 @@ def no_store_state(ctx: AppContext) -> None:
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,19 @@ def test_deep_link_to_why_on_a_fresh_server_runs_through_app(page: Page, tmp_pat
         assert page.get_by_text("Sources", exact=True).first.is_visible()  # app.py's sidebar ran
         assert page.locator("h1").first.inner_text().strip() == "Why"
         screenshot(page, "deep_link_why")
+
+
+def test_a_collector_that_cannot_start_is_reported_without_a_click(page: Page, tmp_path: Path) -> None:
+    # The proxy's port is taken: the collector the app starts exits at once. Requests draws once, so it must be
+    # told to look again; the user should read why without touching anything.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        with run_app(tmp_path / "data", tmp_path / "app.log", {"PHASEWATCH_LISTEN": busy}) as url:
+            page.goto(url + "/requests")
+            wait_ready(page)
+            wait_until(lambda: page.get_by_text("The collector could not start").count() > 0, 30, "the collector's failure")
+            wait_ready(page)
+            assert page.get_by_text("address already in use").count() > 0
+            screenshot(page, "collector_cannot_start")
