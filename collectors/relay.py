@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -441,10 +442,16 @@ class _UpstreamSide(asyncio.Protocol):
             reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
             if self.client.upstream is self:
                 self.client.upstream = None
-            message = (
-                f"Ollama is not reachable at {self.target.name} ({reason}). "
-                "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
-            )
+            if isinstance(exc, ssl.SSLError):
+                message = (
+                    f"TLS with Ollama at {self.target.name} failed ({exc}). Check its certificate; "
+                    "for a self-signed one, point SSL_CERT_FILE at its CA before starting Phasewatch."
+                )
+            else:
+                message = (
+                    f"Ollama is not reachable at {self.target.name} ({reason}). "
+                    "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
+                )
             self.client.respond_error(req, 502, b"Bad Gateway", Failure.UNREACHABLE, message)
             return
         if self._aborted or req.finished:

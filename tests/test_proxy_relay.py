@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import ollama
 import pytest
+import trustme
 from aiohttp import web
 
 from analysis.records import Outcome
@@ -68,6 +70,29 @@ def aiohttp_upstream(handler: Callable[[web.Request], Awaitable[web.StreamRespon
     async def start() -> int:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return int(runner.addresses[0][1])
+
+    try:
+        yield lt.run(start())
+    finally:
+        lt.run(runner.cleanup())
+        lt.close()
+
+
+@contextlib.contextmanager
+def https_upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]], ca: trustme.CA) -> Iterator[int]:
+    """Like ``aiohttp_upstream``, over TLS with a certificate for 127.0.0.1 from ``ca``."""
+    lt = LoopThread()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+
+    async def start() -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
         await site.start()
         return int(runner.addresses[0][1])
 
@@ -241,3 +266,21 @@ def test_absolute_form_request_line_is_sent_in_origin_form() -> None:
     with aiohttp_upstream(echo) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
         reply = exchange(proxy.proxy.port, b"GET http://elsewhere:1/api/ps?a=b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert json.loads(reply.partition(b"\r\n\r\n")[2]) == {"path": "/api/ps?a=b"}
+
+
+def test_https_upstream_is_verified_and_relayed(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # OLLAMA_HOST=https://...: the relay speaks TLS to Ollama and checks its certificate against the system's trust.
+    ca = trustme.CA()
+
+    async def version(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"version": "tls"})
+
+    with https_upstream(version, ca) as port:
+        with run_proxy(f"https://127.0.0.1:{port}") as proxy:  # the CA is not trusted yet
+            r = httpx.get(proxy.base_url + "/api/version", timeout=10)
+            assert r.status_code == 502 and "CERTIFICATE_VERIFY_FAILED" in r.json()["error"]
+            assert "SSL_CERT_FILE" in r.json()["error"]
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # read when the relay makes its TLS context
+        with run_proxy(f"https://127.0.0.1:{port}") as proxy:
+            assert httpx.get(proxy.base_url + "/api/version", timeout=10).json() == {"version": "tls"}
