@@ -60,39 +60,22 @@ class LoopThread:
 
 
 @contextlib.contextmanager
-def aiohttp_upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]], **server_kw: Any) -> Iterator[int]:
-    """A real aiohttp server answering every route with ``handler``; yields its port."""
+def aiohttp_upstream(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], ca: trustme.CA | None = None, **server_kw: Any
+) -> Iterator[int]:
+    """A real aiohttp server answering every route with ``handler`` (over TLS with a cert from ``ca``); yields its port."""
     lt = LoopThread()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
     runner = web.AppRunner(app, access_log=None, **server_kw)
+    tls = None
+    if ca is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(tls)
 
     async def start() -> int:
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return int(runner.addresses[0][1])
-
-    try:
-        yield lt.run(start())
-    finally:
-        lt.run(runner.cleanup())
-        lt.close()
-
-
-@contextlib.contextmanager
-def https_upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]], ca: trustme.CA) -> Iterator[int]:
-    """Like ``aiohttp_upstream``, over TLS with a certificate for 127.0.0.1 from ``ca``."""
-    lt = LoopThread()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-
-    async def start() -> int:
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
         await site.start()
         return int(runner.addresses[0][1])
 
@@ -275,7 +258,7 @@ def test_https_upstream_is_verified_and_relayed(tmp_path: Any, monkeypatch: pyte
     async def version(_: web.Request) -> web.StreamResponse:
         return web.json_response({"version": "tls"})
 
-    with https_upstream(version, ca) as port:
+    with aiohttp_upstream(version, ca) as port:
         with run_proxy(f"https://127.0.0.1:{port}") as proxy:  # the CA is not trusted yet
             r = httpx.get(proxy.base_url + "/api/version", timeout=10)
             assert r.status_code == 502 and "CERTIFICATE_VERIFY_FAILED" in r.json()["error"]
