@@ -273,15 +273,15 @@ class _ClientSide(asyncio.Protocol):
 
     def on_body(self, piece: bytes) -> None:
         req = self._parsing
-        if req is None:
-            return
+        if req is None or req.finished:
+            return  # the rest of a body already answered (the connection closes after that answer)
         if req.exchange.keep_request_body:
             req.kept_body.append(piece)
         if self.upstream is not None and self.upstream.sending(req):
             self.upstream.write(_chunk(piece) if req.chunked_in else piece)
         else:
             req.pending_body.append(piece)
-            if req is not self.requests[0]:
+            if req is not self.requests[0]:  # queued behind the active one
                 self.queued_bytes += len(piece)
                 if self.queued_bytes > MAX_PIPELINED_BYTES and self.transport is not None:
                     self.transport.pause_reading()

@@ -267,3 +267,15 @@ def test_https_upstream_is_verified_and_relayed(tmp_path: Any, monkeypatch: pyte
         monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # read when the relay makes its TLS context
         with run_proxy(f"https://127.0.0.1:{port}") as proxy:
             assert httpx.get(proxy.base_url + "/api/version", timeout=10).json() == {"version": "tls"}
+
+
+def test_an_answer_before_the_whole_upload_reaches_the_client() -> None:
+    async def too_big(_: web.Request) -> web.StreamResponse:  # answers without reading the body
+        return web.json_response({"error": "too big"}, status=413)
+
+    with aiohttp_upstream(too_big) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.proxy.port), timeout=10) as s:
+            s.sendall(b"POST /api/create HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 1_000_000)
+            assert s.recv(65536).startswith(b"HTTP/1.1 413")
+        # The proxy dropped that connection, not itself: the next client is served.
+        assert httpx.get(proxy.base_url + "/api/version", timeout=10).status_code == 413
