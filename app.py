@@ -19,7 +19,7 @@ ctx = common.app_context()
 sidebar.render(ctx)
 if ctx.launch.state == "starting":
     with st.sidebar:
-        common.follow_start(ctx.launch.state)
+        common.follow_start()
 
 HERE = Path(__file__).parent
 pages = [

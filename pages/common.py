@@ -65,13 +65,13 @@ def app_context() -> AppContext:
 
 
 @st.fragment(run_every=1)
-def follow_start(state: str) -> None:
+def follow_start() -> None:
     """While the collector (or demo) starts, draw the page again every 2 s: it learns when it runs, or failed and why.
 
     Pages that draw once (Requests, Why, Lab) would otherwise show "starting" until the user clicks something.
     """
     now = time.monotonic()
-    if state == "starting" and now - st.session_state.get("pw_follow_start_at", now) >= 2:
+    if now - st.session_state.get("pw_follow_start_at", now) >= 2:
         st.session_state["pw_follow_start_at"] = now
         st.rerun()
     st.session_state.setdefault("pw_follow_start_at", now)
