@@ -1,9 +1,10 @@
-"""One collector per data folder: an ``fcntl.flock`` on ``<data>/collector.lock``.
+"""One collector per data folder: an ``fcntl.flock`` on the folder itself and on ``<data>/collector.lock``.
 
-The holder writes who it is (JSON: pid, listen address, Ollama URL, start time) into the
-file. ``read_lock`` lets the Streamlit app find a running collector without opening a
-socket: the kernel drops a flock when its process dies, even by SIGKILL, so a lock file
-left behind by a dead collector reads as "nobody".
+The folder's lock is what keeps a second collector out: a user (or a cleanup script) can
+delete the lock file, never the folder while it holds the store. The holder writes who it
+is (JSON: pid, listen address, Ollama URL, start time) into the file. ``read_lock`` lets
+the Streamlit app find a running collector without opening a socket: the kernel drops a
+flock when its process dies, even by SIGKILL, so a lock file left behind by a dead collector reads as "nobody".
 """
 
 from __future__ import annotations
@@ -67,26 +68,44 @@ def _parse(text: str) -> LockInfo | None:
         return None
 
 
+def _held_by_other(fd: int) -> bool:
+    """Whether another open file holds an exclusive flock on ``fd``'s file (a shared lock taken for an instant)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _folder_held(data_dir: Path | str) -> bool:
+    try:
+        fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        return _held_by_other(fd)
+    finally:
+        os.close(fd)
+
+
 def read_lock(data_dir: Path | str) -> LockInfo | None:
     """The running collector of ``data_dir``, or None when no live process holds the lock.
 
     Opens no socket and never blocks. Takes a shared lock for an instant to ask the
     kernel whether an exclusive one is held; ``CollectorLock.acquire`` retries briefly
-    so that this probe can never make a starting collector fail.
+    so that this probe can never make a starting collector fail. A holder whose lock
+    file was deleted is still found (through the folder's lock), without its details.
     """
     path = lock_path(data_dir)
+    unknown = LockInfo(None, "", "", 0.0, str(data_dir))
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        return unknown if _folder_held(data_dir) else None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # held: read who holds it
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
+        if not _held_by_other(fd):
+            return unknown if _folder_held(data_dir) else None
         # The holder writes its details right after locking; give it a moment.
         deadline = time.monotonic() + 0.5
         while True:
@@ -95,9 +114,24 @@ def read_lock(data_dir: Path | str) -> LockInfo | None:
             if info is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.02)
-        return info or LockInfo(None, "", "", 0.0, str(data_dir))
+        return info or unknown
     finally:
         os.close(fd)
+
+
+def _flock_exclusive(fd: int, retry_s: float) -> bool:
+    """Take an exclusive flock, retrying for ``retry_s`` (a reader's momentary shared lock also blocks it)."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
 
 class CollectorLock:
@@ -107,6 +141,7 @@ class CollectorLock:
         self.path = lock_path(data_dir)
         self._data_dir = data_dir
         self._fd: int | None = None
+        self._dir_fd: int | None = None
         self._started_at_unix_s = 0.0
 
     @property
@@ -115,22 +150,21 @@ class CollectorLock:
 
     def acquire(self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5) -> LockInfo:
         """Take the lock and write our details; LockHeldError if another process has it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # O_CLOEXEC by default: children don't inherit it
-        deadline = time.monotonic() + retry_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise
-                # A reader's momentary shared lock also lands here: retry before giving up.
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise LockHeldError(self.path, read_lock(self._data_dir)) from None
-                time.sleep(0.02)
-        self._fd = fd
+        # Both fds are O_CLOEXEC by default: children don't inherit the locks.
+        dir_fd = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        fd = -1
+        try:
+            if not _flock_exclusive(dir_fd, retry_s):
+                raise LockHeldError(self.path, read_lock(self._data_dir))
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _flock_exclusive(fd, retry_s):
+                raise LockHeldError(self.path, read_lock(self._data_dir))
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            os.close(dir_fd)
+            raise
+        self._fd, self._dir_fd = fd, dir_fd
         self._started_at_unix_s = time.time()
         return self.update(listen=listen, ollama_url=ollama_url, demo=demo)
 
@@ -159,6 +193,9 @@ class CollectorLock:
             os.ftruncate(fd, 0)  # a clean stop leaves an empty file: nobody is running
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+        if self._dir_fd is not None:
+            dir_fd, self._dir_fd = self._dir_fd, None
+            os.close(dir_fd)  # closing drops the folder's flock
 
     def __enter__(self) -> CollectorLock:
         return self

@@ -84,3 +84,16 @@ def test_update_rewrites_the_details(tmp_path: Path) -> None:
         info = read_lock(tmp_path)
         assert info is not None and info.listen == "127.0.0.1:43210"
     assert not lock.held
+
+
+def test_a_deleted_lock_file_does_not_let_a_second_collector_in(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    lock_path(tmp_path).unlink()  # a user or a cleanup script removes the file under a running collector
+    info = read_lock(tmp_path)
+    assert info is not None and info.pid is None  # still held (by the folder's lock), details unknown
+    with pytest.raises(LockHeldError):
+        CollectorLock(tmp_path).acquire(listen="x:1", ollama_url="http://y", retry_s=0.1)
+    holder.kill()
+    holder.wait(timeout=10)
+    assert read_lock(tmp_path) is None  # the holder's death frees the folder too
+    with CollectorLock(tmp_path) as lock:
+        assert lock.acquire(listen="x:1", ollama_url="http://y").pid == os.getpid()
