@@ -508,11 +508,17 @@ class SimEngine:
                 max_tokens, reason = (natural + 1, "stop") if natural + 1 <= room else (room, "length")
             job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached)
             runner.submit(job)
+            raise_after = req.faults.get("raise_after_tokens")
+            visible = 0
             while True:
+                if raise_after is not None and visible >= raise_after:
+                    raise RuntimeError(f"fault: engine bug after {visible} tokens")
                 ev = await job.queue.get()
                 yield ev
                 if isinstance(ev, Done | Failed):
                     return
+                if isinstance(ev, Token) and not ev.eos:
+                    visible += 1
         finally:
             if job is not None:
                 runner.finish(job)
