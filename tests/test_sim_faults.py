@@ -6,6 +6,7 @@ import http.client
 import itertools
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import ollama
@@ -112,13 +113,13 @@ def post_stream(sim: SimProcess, path: str, body: dict[str, object]) -> tuple[in
 
 RUNNER_STOPPED_TEXT = "model runner has unexpectedly stopped"
 # The same request on each route: what the client reads as content, and what ends the stream.
-ROUTES = {
+ROUTES: dict[str, tuple[str, dict[str, object]]] = {
     "native": ("/api/generate", {"model": SMALL, "prompt": "x", "options": {"num_predict": 20}}),
     "openai": ("/v1/completions", {"model": SMALL, "prompt": "x", "max_tokens": 20, "stream": True}),
 }
 
 
-def stream_items(route: str, raw: bytes) -> tuple[list[str], dict[str, object]]:
+def stream_items(route: str, raw: bytes) -> tuple[list[str], dict[str, Any]]:
     """(content texts, the last object) of an NDJSON or SSE body."""
     if route == "native":
         objs = [json.loads(ln) for ln in raw.split(b"\n") if ln]
@@ -137,7 +138,7 @@ def test_engine_bug_mid_stream_ends_every_route_like_a_crashed_runner(sim: SimPr
     texts, last = stream_items(route, raw)
     assert status == 200 and len(texts) == 3
     error = last["error"]
-    message = error if isinstance(error, str) else error["message"]  # type: ignore[index]
+    message = error if isinstance(error, str) else error["message"]
     assert RUNNER_STOPPED_TEXT in message
     if route == "openai":
         assert not raw.endswith(b"data: [DONE]\n\n")
@@ -172,4 +173,4 @@ def test_stream_faults_apply_to_the_openai_route(sim: SimProcess) -> None:
     status, _, raw = post_stream(sim, path, body)
     texts, last = stream_items("openai", raw)
     assert status == 200 and len(texts) == 2
-    assert RUNNER_STOPPED_TEXT in last["error"]["message"]  # type: ignore[index]
+    assert RUNNER_STOPPED_TEXT in last["error"]["message"]
