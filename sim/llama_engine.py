@@ -6,7 +6,7 @@ worker thread, so the event loop keeps serving while a request computes. There i
 (``OLLAMA_NUM_PARALLEL=1``): later requests wait for it, and that wait lands in ``total_duration``
 only, as in Ollama.
 
-Durations follow Ollama >= 0.30, which reports llama-server's slot timings (ollama-api.md §1):
+Durations follow Ollama >= 0.30, which reports llama-server's slot timings (docs/ollama-api.md §4):
 
 * ``prompt_eval_duration`` = ``prompt_ms``: prompt processing starts -> first token sampled; only the
   tokens not found in the prompt cache are evaluated.

@@ -1,4 +1,4 @@
-"""How long one continuous-batching step takes (physics.md §1, §6). Pure functions.
+"""How long one continuous-batching step takes (docs/physics.md §7). Pure functions.
 
 A step reads the weights once, plus the KV cache of every sequence in it, and
 does 2N FLOPs per token plus attention. On each device the step is bound by
@@ -77,7 +77,7 @@ def load_seconds(model: ModelFacts, profile: SimProfile) -> float:
 
 
 def default_num_batch(num_ctx: int) -> int:
-    """llama-server's automatic batch size for Ollama (ollama-api.md §4)."""
+    """llama-server's automatic batch size for Ollama (docs/ollama-api.md §7)."""
     if num_ctx > 32768:
         return 2048
     if num_ctx > 4096:
