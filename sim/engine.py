@@ -218,6 +218,7 @@ class _Runner:
                 budget -= n
         work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
         step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
+        floor_ns = int(timing.floor_seconds(self.model, profile, self.vram_fraction, work) * 1e9)
         stall_s = self._stall_s(decoders, chunks)
         step_s += stall_s
         start = time.monotonic_ns()
@@ -228,11 +229,16 @@ class _Runner:
         # A stall fault is a real-time hiccup: it restarts the timeline instead of absorbing earlier lateness.
         late = target_ns is None or start - target_ns > MAX_CARRY_NS or stall_s > 0
         base = start if late or target_ns is None else target_ns
-        target_ns = base + int(step_s * 1e9)
-        self.engine.gpu.record_step(start, max(target_ns, start), self._compute_share(work))
+        # Catching up may shorten a step to its physical floor (one read of the weights and KV at full
+        # bandwidth, or its FLOPs at full compute), never below: no engine is faster than that.
+        target_ns = max(base + int(step_s * 1e9), start + floor_ns)
+        self.engine.gpu.record_step(start, target_ns, self._compute_share(work))
         delay = (target_ns - time.monotonic_ns()) / 1e9
         # Always yield, so writers run between steps even while catching up.
         await asyncio.sleep(max(delay, 0.0))
+        # Timers may fire a little early (uvloop counts whole milliseconds): hold the floor exactly.
+        while (early_ns := start + floor_ns - time.monotonic_ns()) > 0:
+            await asyncio.sleep(early_ns / 1e9)
         end = time.monotonic_ns()
         for j in decoders:
             if j.active:
