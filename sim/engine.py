@@ -62,7 +62,7 @@ class _Slot:
     last_used_ns: int = 0
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the shared prefix; bisects on slice equality (C speed) so long prompts do not stall the loop."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -133,8 +133,8 @@ class _Runner:
         if not free:
             return None
         # llama-server prefers the slot whose cache shares the longest prefix, else the least recently used.
-        best = max(free, key=lambda s: (_common_prefix(s.cache_ids, prompt_ids), -s.last_used_ns))
-        if _common_prefix(best.cache_ids, prompt_ids) == 0:
+        best = max(free, key=lambda s: (common_prefix(s.cache_ids, prompt_ids), -s.last_used_ns))
+        if common_prefix(best.cache_ids, prompt_ids) == 0:
             best = min(free, key=lambda s: s.last_used_ns)
         return best
 
@@ -498,7 +498,7 @@ class SimEngine:
             prompt_ids = prompt_ids or [special_id(0)]  # an empty text still evaluates BOS
             slot = await runner.acquire_slot(prompt_ids)
             # llama-server always evaluates at least the last prompt token.
-            cached = min(_common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
+            cached = min(common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
             now = time.monotonic_ns()
             truth.slot_acquired_ns = now
             truth.prompt_tokens = len(prompt_ids)

@@ -46,6 +46,18 @@ def test_no_private_name_is_imported_across_sim_modules() -> None:
     assert private == []
 
 
+def test_nothing_imports_a_private_name_of_sim() -> None:
+    root = SIM.parent
+    private = []
+    for path in sorted(root.glob("[a-z]*/**/*.py")) + sorted(root.glob("*.py")):
+        if ".venv" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sim"):
+                private += [f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert private == []
+
+
 def test_no_import_cycle_inside_sim() -> None:
     graph = {m: sorted({t for t, _ in edges if t != m}) for m, edges in sim_imports().items()}
     done: set[str] = set()
