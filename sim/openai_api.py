@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (docs/ollama-api.md §6).
+"""OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (docs/ollama-api.md §9).
 
 No timing fields; ``usage`` from prompt_eval_count / eval_count, always in
 non-streaming replies, in SSE streams only with

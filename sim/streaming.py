@@ -2,7 +2,7 @@
 
 ``sim.server`` (NDJSON) and ``sim.openai_api`` (SSE) differ only in their bytes, a ``WireFormat``;
 ``EventStream`` consumes the backend's events, applies the one-shot stream faults, records the truth and
-ends the request the way Ollama does (``docs/ollama-api.md`` §5):
+ends the request the way Ollama does (docs/ollama-api.md §3 and §8):
 
 * an error before the first byte is an ``ApiError`` (the route answers it with its error shape);
 * a ``Failed`` event or an unexpected exception from the backend after the stream started is a final
