@@ -1,9 +1,9 @@
-"""Ceilings and expected rates for one GPU and one model (physics.md §1 and §3).
+"""Ceilings and expected rates for one GPU and one model (docs/physics.md §2, §3 and §5).
 
 decode ceiling  = bandwidth ÷ (W + KV(c)), bandwidth blended between GPU and
                   system memory by size_vram ÷ size when the model is partly offloaded
 prefill ceiling = compute ÷ (2N + 2·L·d·P)
-expected        = η × ceiling, η from physics.md §3 until the user's own history
+expected        = η × ceiling, η from docs/physics.md §5 until the user's own history
                   calibrates it (:func:`calibrate`).
 Pure functions; SI units throughout.
 """
@@ -29,7 +29,7 @@ MIN_CALIBRATION_SAMPLES = 5
 # Measured/ceiling above this is not physical (prompt-cache hits, clock error): never calibrate on it.
 MAX_PLAUSIBLE_FRACTION = 1.05
 
-STARTING_SOURCE = "physics.md §3 starting value"
+STARTING_SOURCE = "docs/physics.md §5 starting value"
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Efficiencies:
 
 
 def starting_efficiencies(spec: HardwareSpec | None, quantization: str | None) -> Efficiencies:
-    """physics.md §3 values: NVIDIA 0.70 quantized / 0.82 F16·Q8, Apple Max/Ultra 0.5 on 4-bit, η_c 0.45 / 0.7."""
+    """docs/physics.md §5 values: NVIDIA 0.70 quantized / 0.82 F16·Q8, Apple Max/Ultra 0.5 on 4-bit, η_c 0.45 / 0.7."""
     if spec is None:
         # Unknown hardware given as raw numbers: the NVIDIA values are the middle of the literature.
         return Efficiencies(0.82 if is_high_precision(quantization) else 0.70, 0.45)
@@ -79,7 +79,7 @@ class Ceilings:
     ubatch_tokens: int = DEFAULT_UBATCH_TOKENS
 
     def batched_decode_tok_s(self, streams: int) -> tuple[float, float]:
-        """(aggregate, per-stream) expected decode rate with ``streams`` sequences per step (physics.md §6).
+        """(aggregate, per-stream) expected decode rate with ``streams`` sequences per step (docs/physics.md §7).
 
         One step reads the weights once for all streams plus each stream's KV cache, and does
         each stream's arithmetic: T(B) = max((W + B·KV(c)) ÷ (η·BW), B·FLOPs ÷ (η_c·F)).

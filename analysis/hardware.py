@@ -1,4 +1,4 @@
-"""Hardware facts: memory bandwidth, dense FP16 compute, memory size (physics.md §5).
+"""Hardware facts: memory bandwidth, dense FP16 compute, memory size (docs/physics.md §8).
 
 Values are vendor datasheet figures; ``derived=True`` marks rows where at least
 one figure is computed (tensor cores × FLOP/clock × boost clock, or "AI TOPS"
@@ -38,7 +38,7 @@ class HardwareSpec:
     memory_bytes: float
     bandwidth_bytes_s: float
     fp16_flops: float  # dense, no sparsity
-    # Starting efficiency factors (physics.md §3): fraction of the ceiling reached in practice.
+    # Starting efficiency factors (docs/physics.md §5): fraction of the ceiling reached in practice.
     eta_bw_quant: float  # decode, 4-6 bit weights
     eta_bw_f16: float  # decode, F16/Q8 weights
     eta_compute: float  # prefill
@@ -76,7 +76,7 @@ def _apple(
 
 
 def _amd(key: str, name: str, mem_gib: float, bw_gbs: float, tflops: float, derived: bool = False) -> HardwareSpec:
-    # physics.md gives no AMD efficiencies; these are our starting guess (ROCm/Vulkan llama.cpp
+    # No AMD efficiencies are published (docs/physics.md §5); these are our starting guess (ROCm/Vulkan llama.cpp
     # reaches a little less of the ceiling than CUDA). calibrate() replaces them with the user's own.
     return HardwareSpec(
         key, name, "amd", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, 0.65, 0.75, 0.35, derived,

@@ -14,7 +14,7 @@ from typing import Any
 
 from analysis.roofline import KV_BYTES_PER_ELEMENT_F16
 
-# Whole-model bits per weight (physics.md §1, Llama-3.1-8B column; block figure where no whole-model one).
+# Whole-model bits per weight (docs/physics.md §9, Llama-3.1-8B figures; block figure where no whole-model one).
 BITS_PER_WEIGHT: dict[str, float] = {
     "F32": 32.0, "F16": 16.0005, "BF16": 16.0005, "Q8_0": 8.5008, "Q6_K": 6.5633,
     "Q5_K_M": 5.7036, "Q5_K_S": 5.5704, "Q5_0": 5.5, "Q5_1": 6.0, "Q4_K_M": 4.8944, "Q4_K_S": 4.6672,

@@ -1,7 +1,7 @@
 """Split one generation into its phases: queue, load, prefill, decode, transport.
 
 Pure: no I/O, no clock. Input is Ollama's final response object (a dict) and/or a
-``RequestRecord`` from the recording proxy. Timing model (DESIGN.md):
+``RequestRecord`` from the recording proxy. Timing model (docs/architecture.md §3):
 
 - decode ends at the final chunk and lasts ``eval_duration`` (first → last token);
 - prefill ends where decode starts and lasts ``prompt_eval_duration`` (uncached tokens only);

@@ -1,4 +1,4 @@
-"""Roofline formulas for LLM inference (physics.md §1). Pure functions, SI units.
+"""Roofline formulas for LLM inference (docs/physics.md §2 to §4). Pure functions, SI units.
 
 Decode, one token per step, must stream all weights plus the KV cache:
     bytes/token = W + KV(c),   KV(c) = 2 · L · h_kv · d_h · c · s

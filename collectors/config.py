@@ -1,6 +1,6 @@
 """The collector's settings: command-line options, their environment variables, and checks.
 
-``parse_ollama_host`` follows Ollama's own ``envconfig.Host`` rules (ollama-api.md §8)
+``parse_ollama_host`` follows Ollama's own ``envconfig.Host`` rules (docs/ollama-api.md §10)
 so that ``OLLAMA_HOST`` means the same thing to Phasewatch as to the server; the rest is
 plain argparse. Every wrong setting becomes a ``SettingsError`` whose text is one line
 that says what is wrong and what to do; ``__main__`` prints it and exits with code 2.

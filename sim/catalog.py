@@ -2,7 +2,7 @@
 
 Figures come from the models' GGUF headers as Ollama publishes them
 (ollama.com/library). ``size_bytes`` is the GGUF file size, i.e. the weight
-bytes streamed per decode step (W in physics.md). Digests are synthetic
+bytes streamed per decode step (W in docs/physics.md §1). Digests are synthetic
 (sha256 of the name) because the simulator has no blobs; they have the same
 shape as Ollama's: 64 hex characters, no prefix.
 """

@@ -62,7 +62,7 @@ class _Slot:
     last_used_ns: int = 0
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the shared prefix; bisects on slice equality (C speed) so long prompts do not stall the loop."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -133,8 +133,8 @@ class _Runner:
         if not free:
             return None
         # llama-server prefers the slot whose cache shares the longest prefix, else the least recently used.
-        best = max(free, key=lambda s: (_common_prefix(s.cache_ids, prompt_ids), -s.last_used_ns))
-        if _common_prefix(best.cache_ids, prompt_ids) == 0:
+        best = max(free, key=lambda s: (common_prefix(s.cache_ids, prompt_ids), -s.last_used_ns))
+        if common_prefix(best.cache_ids, prompt_ids) == 0:
             best = min(free, key=lambda s: s.last_used_ns)
         return best
 
@@ -218,6 +218,7 @@ class _Runner:
                 budget -= n
         work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
         step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
+        floor_ns = int(timing.floor_seconds(self.model, profile, self.vram_fraction, work) * 1e9)
         stall_s = self._stall_s(decoders, chunks)
         step_s += stall_s
         start = time.monotonic_ns()
@@ -228,11 +229,16 @@ class _Runner:
         # A stall fault is a real-time hiccup: it restarts the timeline instead of absorbing earlier lateness.
         late = target_ns is None or start - target_ns > MAX_CARRY_NS or stall_s > 0
         base = start if late or target_ns is None else target_ns
-        target_ns = base + int(step_s * 1e9)
-        self.engine.gpu.record_step(start, max(target_ns, start), self._compute_share(work))
+        # Catching up may shorten a step to its physical floor (one read of the weights and KV at full
+        # bandwidth, or its FLOPs at full compute), never below: no engine is faster than that.
+        target_ns = max(base + int(step_s * 1e9), start + floor_ns)
+        self.engine.gpu.record_step(start, target_ns, self._compute_share(work))
         delay = (target_ns - time.monotonic_ns()) / 1e9
         # Always yield, so writers run between steps even while catching up.
         await asyncio.sleep(max(delay, 0.0))
+        # Timers may fire a little early (uvloop counts whole milliseconds): hold the floor exactly.
+        while (early_ns := start + floor_ns - time.monotonic_ns()) > 0:
+            await asyncio.sleep(early_ns / 1e9)
         end = time.monotonic_ns()
         for j in decoders:
             if j.active:
@@ -492,7 +498,7 @@ class SimEngine:
             prompt_ids = prompt_ids or [special_id(0)]  # an empty text still evaluates BOS
             slot = await runner.acquire_slot(prompt_ids)
             # llama-server always evaluates at least the last prompt token.
-            cached = min(_common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
+            cached = min(common_prefix(slot.cache_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
             now = time.monotonic_ns()
             truth.slot_acquired_ns = now
             truth.prompt_tokens = len(prompt_ids)
@@ -508,11 +514,17 @@ class SimEngine:
                 max_tokens, reason = (natural + 1, "stop") if natural + 1 <= room else (room, "length")
             job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached)
             runner.submit(job)
+            raise_after = req.faults.get("raise_after_tokens")
+            visible = 0
             while True:
+                if raise_after is not None and visible >= raise_after:
+                    raise RuntimeError(f"fault: engine bug after {visible} tokens")
                 ev = await job.queue.get()
                 yield ev
                 if isinstance(ev, Done | Failed):
                     return
+                if isinstance(ev, Token) and not ev.eos:
+                    visible += 1
         finally:
             if job is not None:
                 runner.finish(job)

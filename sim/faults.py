@@ -7,6 +7,9 @@ the next model load), then clears itself:
 * ``cut_after_tokens``: N -- after N content chunks the connection is closed, no final chunk.
 * ``malformed_after_tokens``: N -- after N content chunks a broken JSON line is sent and the stream ends.
 * ``error_after_tokens``: N -- after N content chunks a final ``{"error": ...}`` line is sent (status stays 200).
+* ``raise_after_tokens``: N -- after N content tokens the engine raises an unexpected exception (a backend
+  bug, ``sim.engine`` only): the stream ends as after a crashed runner, with a final ``{"error": ...}`` line
+  (or a 500 when N is 0), on every route.
 * ``stall_ms``: N -- the batch step that produces the request's token number
   ``stall_after_tokens`` (default 1, the first token) takes N ms longer, like a driver hiccup;
   everything in that batch is delayed and reported durations include it.
@@ -16,7 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-GENERATION_KEYS = ("cut_after_tokens", "malformed_after_tokens", "error_after_tokens", "stall_ms", "stall_after_tokens")
+GENERATION_KEYS = (
+    "cut_after_tokens", "malformed_after_tokens", "error_after_tokens", "raise_after_tokens", "stall_ms",
+    "stall_after_tokens",
+)
 ALL_KEYS = ("fail_next_load", *GENERATION_KEYS)
 
 

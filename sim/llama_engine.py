@@ -6,7 +6,7 @@ worker thread, so the event loop keeps serving while a request computes. There i
 (``OLLAMA_NUM_PARALLEL=1``): later requests wait for it, and that wait lands in ``total_duration``
 only, as in Ollama.
 
-Durations follow Ollama >= 0.30, which reports llama-server's slot timings (ollama-api.md §1):
+Durations follow Ollama >= 0.30, which reports llama-server's slot timings (docs/ollama-api.md §4):
 
 * ``prompt_eval_duration`` = ``prompt_ms``: prompt processing starts -> first token sampled; only the
   tokens not found in the prompt cache are evaluated.
@@ -98,7 +98,7 @@ def human_number(n: int) -> str:
     return str(n)
 
 
-def _gguf_value(text: str) -> object:
+def gguf_value(text: str) -> object:
     """llama.cpp hands metadata over as text; give numbers and booleans back their type, as Ollama's JSON has them."""
     if text in ("true", "false"):
         return text == "true"
@@ -160,7 +160,7 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
 
     # /api/show: raw GGUF key/values minus general.name and the chat template; the parameter count computed.
     info: dict[str, object] = {
-        k: _gguf_value(v) for k, v in sorted(meta.items()) if k not in ("general.name", "tokenizer.chat_template")
+        k: gguf_value(v) for k, v in sorted(meta.items()) if k not in ("general.name", "tokenizer.chat_template")
     }
     info["general.parameter_count"] = n_params
     info.setdefault(f"{arch}.vocab_size", n_vocab)

@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (ollama-api.md §6).
+"""OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (docs/ollama-api.md §9).
 
 No timing fields; ``usage`` from prompt_eval_count / eval_count, always in
 non-streaming replies, in SSE streams only with
@@ -8,29 +8,29 @@ after the finish chunk), then ``data: [DONE]``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from sim import tokens
-from sim.backend import Done, EngineError, Failed, GenRequest, Loaded, Token
-from sim.server import (
+from sim.backend import Done, GenRequest
+from sim.http import (
     BACKEND_KEY,
     CONFIG_KEY,
     FAULTS_KEY,
-    RUNNER_STOPPED,
     TRUTH_KEY,
     ApiError,
-    _prompt_ids_chat,
-    _prompt_ids_generate,
-    _read_json,
-    _seed_for,
+    dumps,
+    lookup_model,
+    prompt_ids_chat,
+    prompt_ids_generate,
+    read_json,
+    seed_for,
 )
+from sim.streaming import EventStream
 from sim.truth import TruthRecord
 
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error"}
@@ -42,7 +42,63 @@ def _oai_error(status: int, message: str, request_id: str) -> web.Response:
 
 
 def _sse(obj: object) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+@dataclass
+class OpenAiFormat:
+    """OpenAI's SSE chunks and whole replies for one request (a ``sim.streaming.WireFormat``)."""
+
+    chat: bool
+    oai_id: str  # "chatcmpl-N" / "cmpl-N", the same in every chunk of a reply
+    created_unix_s: int
+    model_str: str
+    include_usage: bool
+    truth: TruthRecord
+    content_type: str = "text/event-stream"
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.oai_id, "object": obj, "created": self.created_unix_s, "model": self.model_str,
+                "system_fingerprint": "fp_ollama", "choices": choices}
+
+    def _chunk(self, text: str, finish: str | None) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return self._envelope("chat.completion.chunk", [choice])
+        return self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": finish}])
+
+    def _usage(self, done: Done) -> dict[str, int]:
+        self.truth.reported = {"prompt_eval_count": done.prompt_eval_count, "eval_count": done.eval_count}
+        return {"prompt_tokens": done.prompt_eval_count, "completion_tokens": done.eval_count,
+                "total_tokens": done.prompt_eval_count + done.eval_count}
+
+    def token(self, text: str) -> bytes:
+        return _sse(self._chunk(text, None))
+
+    def final(self, done: Done, load_ns: int) -> bytes:
+        out = _sse(self._chunk("", done.done_reason))
+        usage = self._usage(done)
+        if self.include_usage:
+            last = self._envelope(self._chunk("", None)["object"], [])
+            last["usage"] = usage
+            out += _sse(last)
+        return out + b"data: [DONE]\n\n"
+
+    def whole(self, done: Done, load_ns: int, text: str) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": done.done_reason}
+            body = self._envelope("chat.completion", [choice])
+        else:
+            body = self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": done.done_reason}])
+        body["usage"] = self._usage(done)
+        return body
+
+    def error(self, message: str) -> bytes:
+        return _sse({"error": {"message": message, "type": "api_error", "param": None, "code": None}})
+
+    def malformed(self) -> bytes:
+        return b'data: {"id":"' + self.oai_id.encode() + b'","object":\n\n'
 
 
 class _OpenAiGeneration:
@@ -57,15 +113,6 @@ class _OpenAiGeneration:
         self.oai_id = ("chatcmpl-" if chat else "cmpl-") + str(uuid.uuid4().int % 1000)
         self.created = int(time.time())
 
-    def _chunk(self, model: str, text: str | None, finish: str | None) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text or ""}, "finish_reason": finish}
-        else:
-            choice = {"text": text or "", "index": 0, "finish_reason": finish}
-        return {"id": self.oai_id, "object": obj, "created": self.created, "model": model,
-                "system_fingerprint": "fp_ollama", "choices": [choice]}
-
     async def run(self) -> web.StreamResponse:
         try:
             return await self._run()
@@ -74,9 +121,7 @@ class _OpenAiGeneration:
             return _oai_error(e.status, e.message, self.rid)
 
     async def _run(self) -> web.StreamResponse:
-        from sim.server import lookup_model
-
-        body = await _read_json(self.request)
+        body = await read_json(self.request)
         model_str = body.get("model")
         if not isinstance(model_str, str) or not model_str:
             raise ApiError(400, "model is required")
@@ -88,12 +133,12 @@ class _OpenAiGeneration:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise ApiError(400, "invalid message format")
-            prompt_ids = _prompt_ids_chat(messages)
+            prompt_ids = prompt_ids_chat(messages)
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
                 raise ApiError(400, "invalid type for 'prompt' field")
-            prompt_ids = _prompt_ids_generate({"prompt": prompt, "raw": True}) or [tokens.special_id(0)]
+            prompt_ids = prompt_ids_generate({"prompt": prompt, "raw": True}) or [tokens.special_id(0)]
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         opts: dict[str, Any] = {}
         if isinstance(body.get("seed"), int):
@@ -106,92 +151,16 @@ class _OpenAiGeneration:
         req = GenRequest(
             model=model, prompt_ids=prompt_ids, truth=self.truth,
             num_predict=int(max_tokens) if isinstance(max_tokens, int) else -1,
-            seed=_seed_for(cfg, opts, prompt_ids), faults=self.request.app[FAULTS_KEY].take_generation(),
+            seed=seed_for(cfg, opts, prompt_ids), faults=self.request.app[FAULTS_KEY].take_generation(),
             prompt_text=None if self.chat else prompt, messages=messages if self.chat else None, raw=True,
             options=opts | ({"temperature": body["temperature"]} if isinstance(body.get("temperature"), int | float) else {}),
         )
         return await self._consume(req, model_str, stream, include_usage)
 
     async def _consume(self, req: GenRequest, model_str: str, stream: bool, include_usage: bool) -> web.StreamResponse:
-        resp: web.StreamResponse | None = None
-        texts: list[str] = []
-        gen = self.request.app[BACKEND_KEY].generate(req)
-        try:
-            async with contextlib.aclosing(gen):
-                async for ev in gen:
-                    if isinstance(ev, Loaded):
-                        continue
-                    if isinstance(ev, Token):
-                        if ev.eos:
-                            continue
-                        if not stream:
-                            texts.append(ev.text)
-                            continue
-                        if resp is None:
-                            resp = await self._prepare()
-                        await resp.write(_sse(self._chunk(model_str, ev.text, None)))
-                        self.truth.token_written_ns.append(time.monotonic_ns())
-                    elif isinstance(ev, Done):
-                        usage = {"prompt_tokens": ev.prompt_eval_count, "completion_tokens": ev.eval_count,
-                                 "total_tokens": ev.prompt_eval_count + ev.eval_count}
-                        self.truth.reported = {"prompt_eval_count": ev.prompt_eval_count, "eval_count": ev.eval_count}
-                        if not stream:
-                            return self._whole(model_str, "".join(texts), ev.done_reason, usage)
-                        if resp is None:
-                            resp = await self._prepare()
-                        await resp.write(_sse(self._chunk(model_str, "", ev.done_reason)))
-                        if include_usage:
-                            last = self._chunk(model_str, None, None)
-                            last["choices"] = []
-                            last["usage"] = usage
-                            await resp.write(_sse(last))
-                        await resp.write(b"data: [DONE]\n\n")
-                        await resp.write_eof()
-                        self._done(200)
-                        return resp
-                    elif isinstance(ev, Failed):
-                        if resp is None:
-                            raise ApiError(500, RUNNER_STOPPED)
-                        err = {"message": RUNNER_STOPPED, "type": "api_error", "param": None, "code": None}
-                        await resp.write(_sse({"error": err}))
-                        await resp.write_eof()
-                        self._done(200, ev.message)
-                        return resp
-        except EngineError as e:
-            raise ApiError(e.status, e.message) from None
-        except ApiError:
-            raise
-        except asyncio.CancelledError:
-            self.truth.cancelled = True
-            self._done(None, "client disconnected")
-            raise
-        except ConnectionError as e:
-            self.truth.cancelled = True
-            self._done(None, f"client disconnected: {e}")
-            return resp or web.Response(status=499)
-        raise ApiError(500, RUNNER_STOPPED)
-
-    def _whole(self, model_str: str, text: str, reason: str, usage: dict[str, int]) -> web.Response:
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-            obj = "chat.completion"
-        else:
-            choice = {"text": text, "index": 0, "finish_reason": reason}
-            obj = "text_completion"
-        self._done(200)
-        return web.json_response(
-            {"id": self.oai_id, "object": obj, "created": self.created, "model": model_str,
-             "system_fingerprint": "fp_ollama", "choices": [choice], "usage": usage},
-            headers={"X-Sim-Request-Id": self.rid},
-        )
-
-    async def _prepare(self) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "X-Sim-Request-Id": self.rid})
-        await resp.prepare(self.request)
-        return resp
-
-    def _done(self, status: int | None, error: str | None = None) -> None:
-        self.truth.status, self.truth.error, self.truth.done_ns = status, error, time.monotonic_ns()
+        fmt = OpenAiFormat(self.chat, self.oai_id, self.created, model_str, include_usage, self.truth)
+        events = EventStream(self.request, self.rid, self.truth, self.t0, fmt, stream=stream, faults=req.faults)
+        return await events.run(self.request.app[BACKEND_KEY].generate(req))
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

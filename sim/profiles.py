@@ -50,7 +50,7 @@ class SimProfile:
 
     @property
     def default_num_ctx(self) -> int:
-        """Ollama's default context by total VRAM (ollama-api.md §4)."""
+        """Ollama's default context by total VRAM (docs/ollama-api.md §7)."""
         vram = self.vram_bytes
         if vram >= 47 * GIB:
             return 262144

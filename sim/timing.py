@@ -1,4 +1,4 @@
-"""How long one continuous-batching step takes (physics.md §1, §6). Pure functions.
+"""How long one continuous-batching step takes (docs/physics.md §7). Pure functions.
 
 A step reads the weights once, plus the KV cache of every sequence in it, and
 does 2N FLOPs per token plus attention. On each device the step is bound by
@@ -46,29 +46,52 @@ def step_bytes(model: ModelFacts, work: StepWork) -> tuple[float, float]:
     return float(model.size_bytes), kv
 
 
-def step_seconds(model: ModelFacts, profile: SimProfile, vram_fraction: float, work: StepWork) -> float:
-    """Wall time of one batch step, fixed overhead included."""
-    if work.tokens == 0:
-        return 0.0
+def _device_seconds(model: ModelFacts, profile: SimProfile, vram_fraction: float, work: StepWork, *, ideal: bool) -> float:
+    """Time on the GPU plus time of the offloaded layers, each device bound by its bytes or its FLOPs.
+
+    ``ideal``: at full bandwidth and compute (the roofline's ceilings) instead of the efficiency
+    factors real engines reach. The fixed per-step overhead is not included.
+    """
     spec = profile.spec
     f = min(max(vram_fraction, 0.0), 1.0)
     weights, kv = step_bytes(model, work)
     flops = step_flops(model, work)
-    eta_bw = spec.eta_bw_quant if model.low_bit else spec.eta_bw_f16
+    eta_bw = 1.0 if ideal else spec.eta_bw_quant if model.low_bit else spec.eta_bw_f16
+    eta_c = 1.0 if ideal else spec.eta_compute
+    host_eta_bw, host_eta_c = (1.0, 1.0) if ideal else (HOST_ETA_BW, HOST_ETA_COMPUTE)
     gpu_s = 0.0
     if f > 0:
-        gpu_s = max(f * (weights + kv) / (eta_bw * spec.bandwidth_bytes_s), f * flops / (spec.eta_compute * spec.fp16_flops))
+        gpu_s = max(f * (weights + kv) / (eta_bw * spec.bandwidth_bytes_s), f * flops / (eta_c * spec.fp16_flops))
     host_s = 0.0
     if f < 1:
         if f > 0 and work.tokens >= GPU_OFFLOAD_MIN_BATCH:
             # Big batches: offloaded weights cross PCIe and the GPU does the math.
-            host_s = max((1 - f) * weights / profile.pcie_bytes_s, (1 - f) * flops / (spec.eta_compute * spec.fp16_flops))
+            host_s = max((1 - f) * weights / profile.pcie_bytes_s, (1 - f) * flops / (eta_c * spec.fp16_flops))
         else:
             host_s = max(
-                (1 - f) * (weights + kv) / (HOST_ETA_BW * profile.host_bandwidth_bytes_s),
-                (1 - f) * flops / (HOST_ETA_COMPUTE * profile.host_flops),
+                (1 - f) * (weights + kv) / (host_eta_bw * profile.host_bandwidth_bytes_s),
+                (1 - f) * flops / (host_eta_c * profile.host_flops),
             )
-    return gpu_s + host_s + profile.step_overhead_s
+    return gpu_s + host_s
+
+
+def step_seconds(model: ModelFacts, profile: SimProfile, vram_fraction: float, work: StepWork) -> float:
+    """Wall time of one batch step at the hardware's efficiency factors, fixed overhead included."""
+    if work.tokens == 0:
+        return 0.0
+    return _device_seconds(model, profile, vram_fraction, work, ideal=False) + profile.step_overhead_s
+
+
+def floor_seconds(model: ModelFacts, profile: SimProfile, vram_fraction: float, work: StepWork) -> float:
+    """The physical minimum of one step: the same bytes and FLOPs at full bandwidth and compute, no overhead.
+
+    The engine may shorten a step to catch up with its timeline, but never below this, so no prefill
+    is faster than one read of the weights per micro-batch and no decode faster than its bytes allow
+    (docs/physics.md §7).
+    """
+    if work.tokens == 0:
+        return 0.0
+    return _device_seconds(model, profile, vram_fraction, work, ideal=True)
 
 
 def load_seconds(model: ModelFacts, profile: SimProfile) -> float:
@@ -77,7 +100,7 @@ def load_seconds(model: ModelFacts, profile: SimProfile) -> float:
 
 
 def default_num_batch(num_ctx: int) -> int:
-    """llama-server's automatic batch size for Ollama (ollama-api.md §4)."""
+    """llama-server's automatic batch size for Ollama (docs/ollama-api.md §7)."""
     if num_ctx > 32768:
         return 2048
     if num_ctx > 4096:

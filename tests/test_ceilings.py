@@ -1,6 +1,6 @@
 """Ceilings, expected rates, calibration and the roofline command.
 
-The reference rows are llama-bench measurements (physics.md §3, tests/data/reference_rows.json);
+The reference rows are llama-bench measurements (docs/physics.md §5, tests/data/reference_rows.json);
 the expected rates must land near them without any per-row tuning.
 """
 
@@ -209,7 +209,7 @@ def test_cli_json_in_a_real_process() -> None:
         assert isinstance(data[key], float), key
     assert data["bandwidth_bytes_s"] == 936e9
     assert data["gpu_key"] == "rtx-3090"
-    # Within 25% of the measured 115.4 tok/s on this card (physics.md §3).
+    # Within 25% of the measured 115.4 tok/s on this card (docs/physics.md §5).
     assert abs(data["decode_expected_tok_s"] / 115.4 - 1) < 0.25
 
 

@@ -1,4 +1,4 @@
-"""Model facts from /api/show JSON shaped as Ollama sends it (ollama-api.md §3)."""
+"""Model facts from /api/show JSON shaped as Ollama sends it (docs/ollama-api.md §6)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from collectors.config import (
     prepare_data_dir,
 )
 
-# Every case of Ollama's envconfig TestHost (envconfig/config_test.go), plus ollama-api.md §8.
+# Every case of Ollama's envconfig TestHost (envconfig/config_test.go), plus docs/ollama-api.md §10.
 OLLAMA_HOST_CASES = [
     ("", "http://127.0.0.1:11434"),
     ("1.2.3.4", "http://1.2.3.4:11434"),
@@ -40,7 +40,7 @@ OLLAMA_HOST_CASES = [
     ("https://1.2.3.4", "https://1.2.3.4:443"),
     ("https://1.2.3.4:4321", "https://1.2.3.4:4321"),
     ("https://example.com/ollama", "https://example.com:443/ollama"),
-    # ollama-api.md §8 beyond the Go test table
+    # docs/ollama-api.md §10 beyond the Go test table
     ("ollama.com", "https://ollama.com:443"),
     ("0.0.0.0", "http://0.0.0.0:11434"),  # kept for binding
     ("1.2.3.4:abc", "http://1.2.3.4:11434"),  # invalid port → default

@@ -196,7 +196,7 @@ def test_prefill_outruns_decode_within_the_cpu_ceilings(proxy: ProxyThread, engi
     arch = info["general.architecture"]
     # Gemma ties its output head to the token embedding (vocab x hidden, most of this model's parameters).
     # In prefill llama.cpp multiplies by it for the last prompt token only, and the input side is a lookup,
-    # so the matrix work per prompt token is 2 x the other parameters (physics.md's 2N would count it too).
+    # so the matrix work per prompt token is 2 x the other parameters (the 2N of docs/physics.md §3 would count it too; §10).
     head_params = int(info[f"{arch}.vocab_size"]) * facts.hidden
     prefill_params = facts.params - head_params
     assert prefill_params > 0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sim.backend import GenRequest
 from sim.catalog import MODELS
-from sim.llama_engine import TRANSCRIPT_STOPS, StopFilter, _gguf_value, human_number, render_prompt, sampling_kwargs
+from sim.llama_engine import TRANSCRIPT_STOPS, StopFilter, gguf_value, human_number, render_prompt, sampling_kwargs
 from sim.truth import TruthRecord
 from tests.support.sim_process import REPO_ROOT
 
@@ -23,8 +23,8 @@ def test_human_number_is_ollamas_parameter_size() -> None:
 
 
 def test_gguf_text_values_get_their_types_back() -> None:
-    assert _gguf_value("18") == 18 and _gguf_value("0.000001") == 1e-6
-    assert _gguf_value("true") is True and _gguf_value("gemma3") == "gemma3"
+    assert gguf_value("18") == 18 and gguf_value("0.000001") == 1e-6
+    assert gguf_value("true") is True and gguf_value("gemma3") == "gemma3"
 
 
 def _req(**kw: object) -> GenRequest:

@@ -43,7 +43,7 @@ def test_keys_unique_and_values_sane() -> None:
 
 
 def test_physics_section_5_values() -> None:
-    expected = {  # key: (GB/s, dense FP16 TFLOPS) from physics.md §5
+    expected = {  # key: (GB/s, dense FP16 TFLOPS) from datasheets (docs/physics.md §8)
         "rtx-3090": (936, 142), "rtx-4090": (1008, 330), "rtx-a6000": (768, 154.8), "l40s": (864, 362),
         "a100-40gb": (1555, 312), "a100-80gb": (2039, 312), "h100-sxm": (3350, 989), "h100-pcie": (2000, 756),
         "h200": (4800, 989), "rx-7900-xtx": (960, 122.8), "m2-ultra": (800, 27.2), "m4-max": (546, 18),
@@ -159,7 +159,7 @@ def test_match_never_raises_on_free_text(name: str) -> None:
 
 
 def test_nvml_bandwidth_reproduces_spec_sheets() -> None:
-    # physics.md §4: max memory clock × bus width.
+    # docs/physics.md §8: max memory clock × bus width.
     assert nvml_bandwidth_bytes_s(10501, 384) == pytest.approx(1008e9, rel=1e-3)
     assert nvml_bandwidth_bytes_s(14001, 512) == pytest.approx(1792e9, rel=1e-3)
     assert nvml_bandwidth_bytes_s(9751, 384) == pytest.approx(936e9, rel=1e-3)

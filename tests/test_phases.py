@@ -14,7 +14,7 @@ from analysis.records import FinalMetrics, Outcome, RequestRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Ollama's docs/api.md examples ("Generate a completion", non-streaming; "Chat", final chunk).
+# Ollama's ollama/ollama:docs/api.md examples ("Generate a completion", non-streaming; "Chat", final chunk).
 GENERATE_EXAMPLE = {
     "model": "llama3.2",
     "created_at": "2023-08-04T19:22:45.499127Z",

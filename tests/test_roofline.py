@@ -1,4 +1,4 @@
-"""Core roofline formulas against hand-computed physics.md examples."""
+"""Core roofline formulas against hand-computed examples (docs/physics.md §2 to §4)."""
 
 import pytest
 

@@ -6,12 +6,13 @@ import http.client
 import itertools
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import ollama
 import pytest
 
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth
+from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
 
 SMALL = "qwen2.5:0.5b"
 
@@ -97,3 +98,79 @@ def test_stall_delays_the_chosen_token_and_is_reported(sim: SimProcess, client: 
     assert gaps.index(max(gaps)) == 1  # between token 2 and token 3
     assert max(gaps) >= 400_000_000
     assert http_json(sim, "GET", "/sim/faults") == (200, {})
+
+
+def post_stream(sim: SimProcess, path: str, body: dict[str, object]) -> tuple[int, str, bytes]:
+    """(status, X-Sim-Request-Id, whole body) of one raw POST."""
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, r.getheader("X-Sim-Request-Id") or "", r.read()
+    finally:
+        conn.close()
+
+
+RUNNER_STOPPED_TEXT = "model runner has unexpectedly stopped"
+# The same request on each route: what the client reads as content, and what ends the stream.
+ROUTES: dict[str, tuple[str, dict[str, object]]] = {
+    "native": ("/api/generate", {"model": SMALL, "prompt": "x", "options": {"num_predict": 20}}),
+    "openai": ("/v1/completions", {"model": SMALL, "prompt": "x", "max_tokens": 20, "stream": True}),
+}
+
+
+def stream_items(route: str, raw: bytes) -> tuple[list[str], dict[str, Any]]:
+    """(content texts, the last object) of an NDJSON or SSE body."""
+    if route == "native":
+        objs = [json.loads(ln) for ln in raw.split(b"\n") if ln]
+        return [o["response"] for o in objs[:-1]], objs[-1]
+    events = [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+    objs = [json.loads(e) for e in events if e != b"[DONE]"]
+    return [o["choices"][0]["text"] for o in objs[:-1]], objs[-1]
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_engine_bug_mid_stream_ends_every_route_like_a_crashed_runner(sim: SimProcess, route: str) -> None:
+    path, body = ROUTES[route]
+    http_json(sim, "DELETE", "/sim/faults")
+    http_json(sim, "POST", "/sim/faults", {"raise_after_tokens": 3})
+    status, rid, raw = post_stream(sim, path, body)
+    texts, last = stream_items(route, raw)
+    assert status == 200 and len(texts) == 3
+    error = last["error"]
+    message = error if isinstance(error, str) else error["message"]
+    assert RUNNER_STOPPED_TEXT in message
+    if route == "openai":
+        assert not raw.endswith(b"data: [DONE]\n\n")
+    rec = truth_by_id(sim, rid)
+    assert rec["status"] == 200 and rec["done_ns"] is not None and not rec["cancelled"]
+    assert "RuntimeError: fault: engine bug after 3 tokens" in rec["error"]
+    assert len(rec["token_written_ns"]) == 3
+    assert "Traceback" in sim.log() and "fault: engine bug" in sim.log()
+    # The slot was freed: the next request on the same route completes.
+    status, _, raw = post_stream(sim, path, body)
+    texts, last = stream_items(route, raw)
+    assert status == 200 and "error" not in last and len(texts) >= 1
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_engine_bug_before_the_first_token_is_a_500(sim: SimProcess, route: str) -> None:
+    path, body = ROUTES[route]
+    http_json(sim, "POST", "/sim/faults", {"raise_after_tokens": 0})
+    status, rid, raw = post_stream(sim, path, body)
+    error = json.loads(raw)["error"]
+    assert status == 500
+    assert RUNNER_STOPPED_TEXT in (error if route == "native" else error["message"])
+    if route == "openai":
+        assert error["type"] == "api_error"
+    rec = truth_by_id(sim, rid)
+    assert rec["status"] == 500 and rec["done_ns"] is not None
+
+
+def test_stream_faults_apply_to_the_openai_route(sim: SimProcess) -> None:
+    path, body = ROUTES["openai"]
+    http_json(sim, "POST", "/sim/faults", {"error_after_tokens": 2})
+    status, _, raw = post_stream(sim, path, body)
+    texts, last = stream_items("openai", raw)
+    assert status == 200 and len(texts) == 2
+    assert RUNNER_STOPPED_TEXT in last["error"]["message"]

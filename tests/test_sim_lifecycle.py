@@ -73,7 +73,7 @@ def test_virtual_gpu_moves_with_work() -> None:
         g0 = idle["gpus"][0]
         assert g0["name"] == "Simulated NVIDIA GeForce RTX 4090" and g0["simulated"] is True
         assert g0["util_gpu_pct"] == 0 and g0["mem_clock_max_mhz"] == 10501 and g0["mem_bus_width_bits"] == 384
-        # Theoretical bandwidth from the reported clock and bus width matches the spec (physics.md §4).
+        # Theoretical bandwidth from the reported clock and bus width matches the spec (docs/physics.md §8).
         assert abs(2 * g0["mem_clock_max_mhz"] * 1e6 * g0["mem_bus_width_bits"] / 8 - 1008e9) < 1e9
         client = ollama.Client(host=sim.base_url, timeout=30)
         client.generate(model="llama3.1:8b", prompt="work", options={"num_predict": 60})

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from analysis.roofline import kv_bytes_per_token
 from sim import timing
 from sim.catalog import BY_NAME, MODELS, find_model
-from sim.engine import _common_prefix
+from sim.engine import common_prefix
 from sim.ollama_time import format_go_duration, keep_alive_ns, parse_go_duration_ns, rfc3339nano
 from sim.profiles import PROFILES
 from sim.tokens import TextStream, count_tokens, encode, make_prompt
@@ -131,6 +131,6 @@ def test_sigterm_stops_cleanly() -> None:
 
 @given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 3), max_size=40))
 def test_common_prefix(a: list[int], b: list[int]) -> None:
-    n = _common_prefix(a, b)
+    n = common_prefix(a, b)
     assert a[:n] == b[:n]
     assert n == min(len(a), len(b)) or a[n] != b[n]

@@ -1,4 +1,4 @@
-"""Byte-level shape of sim's answers, against ollama-api.md §1-§6 (raw HTTP, no client library)."""
+"""Byte-level shape of sim's answers, against docs/ollama-api.md §3 to §9 (raw HTTP, no client library)."""
 
 from __future__ import annotations
 

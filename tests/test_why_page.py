@@ -265,8 +265,8 @@ def test_why_page_charts_ratio_and_explanation_from_the_store(data_dir: Path) ->
 def test_few_requests_keep_the_starting_efficiency_and_say_so(data_dir: Path) -> None:
     build_store(data_dir, time.time(), reqs=PLAIN[:3])
     figs = figures(open_why())
-    assert "physics.md" in trace(figs["Prefill"], "expected")["name"]
-    assert "physics.md" in trace(figs["Decode"], "expected")["name"]
+    assert "docs/physics.md" in trace(figs["Prefill"], "expected")["name"]
+    assert "docs/physics.md" in trace(figs["Decode"], "expected")["name"]
 
 
 def test_partly_offloaded_model_gets_a_blended_ceiling_and_a_diagnosis(data_dir: Path) -> None:
