@@ -16,11 +16,12 @@ import pandas as pd
 import streamlit as st
 
 from analysis.hardware import BY_KEY, HardwareSpec
-from collectors.lab import launcher, view
+from collectors.lab import launcher
 from collectors.lab.experiments import EXPERIMENTS, make_params
-from collectors.lab.figures import figure_for
 from collectors.lab.results import FINAL_STATES, ExperimentResult, lab_dir, read_result
 from pages import common, data, fmt
+from pages import lab_view as view
+from pages.lab_figures import figure_for
 from pages.why_view import resolve_hardware
 
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session

@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 from bench.pages_fixture import build_fixture_store
-from collectors.lab import launcher, view
+from collectors.lab import launcher
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.ingest import store_row
 from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, lab_dir, write_result
+from pages import lab_view as view
 from store.schema import db_path
 from store.writer import StoreWriter
 
