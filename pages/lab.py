@@ -15,6 +15,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, HardwareSpec
 from collectors.lab import launcher
 from collectors.lab.experiments import EXPERIMENTS, make_params
@@ -22,7 +23,6 @@ from collectors.lab.results import FINAL_STATES, ExperimentResult, lab_dir, read
 from pages import common, data, fmt
 from pages import lab_view as view
 from pages.lab_figures import figure_for
-from pages.why_view import resolve_hardware
 
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
 SELECTED_KEY = "lab_selected"
