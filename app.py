@@ -11,13 +11,14 @@ from pathlib import Path
 
 import streamlit as st
 
+from collectors.api import LaunchStatus
 from pages import common, sidebar
 
 st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout="wide")
 
 ctx = common.app_context()
 sidebar.render(ctx)
-if ctx.launch.state == "starting":
+if ctx.launch.state == LaunchStatus.STARTING:
     with st.sidebar:
         common.follow_start()
 

@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from analysis.records import FinalMetrics, RequestRecord
@@ -51,23 +52,44 @@ _WIRE_FIELDS: dict[str, str] = {
 }
 _COUNT_FIELDS = {"prompt_eval_count", "prompt_eval_cached_count", "eval_count"}
 
-# Stable flag codes and what they mean. The per-reading text (with numbers) is in Phases.flag_text.
-FLAG_CODES: dict[str, str] = {
-    "missing_metrics": "no final metrics: the request did not finish normally, or the server sent none",
-    "load_only": "a load/unload reply: no prompt was evaluated",
-    "missing_total": "total_duration is absent, so queue time is unknown",
-    "no_prefill_duration": "prompt tokens were reported but no prompt_eval_duration",
-    "no_output": "no output tokens",
-    "one_token_reply": "a one-token reply: there is no interval to time decode over",
-    "cache_hit": "part of the prompt came from the KV cache; Ollama's prefill rate counts it and is inflated",
-    "cache_unknown": "the server does not report cached prompt tokens; the prefill rate may include cache hits",
-    "cached_exceeds_prompt": "more cached tokens than prompt tokens: cannot be true",
-    "negative_queue": "load + prefill + decode is longer than total_duration: cannot be true",
-    "phases_exceed_request": "prefill + decode started before the proxy received the request: cannot be true",
-    "negative_transport": "Ollama's total_duration is longer than the request as the proxy saw it: cannot be true",
-    "implausible_prefill_rate": "prefill rate beyond any hardware: the duration is too small to mean anything",
-    "implausible_decode_rate": "decode rate beyond any hardware: the duration is too small to mean anything",
-    "invalid_metrics": "the final metrics hold negative or absurd values and were ignored",
+
+class Flag(StrEnum):
+    """Stable flag codes: stored (``requests.flags``), so a value never changes once released."""
+
+    MISSING_METRICS = "missing_metrics"
+    LOAD_ONLY = "load_only"
+    MISSING_TOTAL = "missing_total"
+    NO_PREFILL_DURATION = "no_prefill_duration"
+    NO_OUTPUT = "no_output"
+    ONE_TOKEN_REPLY = "one_token_reply"
+    CACHE_HIT = "cache_hit"
+    CACHE_UNKNOWN = "cache_unknown"
+    CACHED_EXCEEDS_PROMPT = "cached_exceeds_prompt"
+    NEGATIVE_QUEUE = "negative_queue"
+    PHASES_EXCEED_REQUEST = "phases_exceed_request"
+    NEGATIVE_TRANSPORT = "negative_transport"
+    IMPLAUSIBLE_PREFILL_RATE = "implausible_prefill_rate"
+    IMPLAUSIBLE_DECODE_RATE = "implausible_decode_rate"
+    INVALID_METRICS = "invalid_metrics"
+
+
+# What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
+FLAG_CODES: dict[Flag, str] = {
+    Flag.MISSING_METRICS: "no final metrics: the request did not finish normally, or the server sent none",
+    Flag.LOAD_ONLY: "a load/unload reply: no prompt was evaluated",
+    Flag.MISSING_TOTAL: "total_duration is absent, so queue time is unknown",
+    Flag.NO_PREFILL_DURATION: "prompt tokens were reported but no prompt_eval_duration",
+    Flag.NO_OUTPUT: "no output tokens",
+    Flag.ONE_TOKEN_REPLY: "a one-token reply: there is no interval to time decode over",
+    Flag.CACHE_HIT: "part of the prompt came from the KV cache; Ollama's prefill rate counts it and is inflated",
+    Flag.CACHE_UNKNOWN: "the server does not report cached prompt tokens; the prefill rate may include cache hits",
+    Flag.CACHED_EXCEEDS_PROMPT: "more cached tokens than prompt tokens: cannot be true",
+    Flag.NEGATIVE_QUEUE: "load + prefill + decode is longer than total_duration: cannot be true",
+    Flag.PHASES_EXCEED_REQUEST: "prefill + decode started before the proxy received the request: cannot be true",
+    Flag.NEGATIVE_TRANSPORT: "Ollama's total_duration is longer than the request as the proxy saw it: cannot be true",
+    Flag.IMPLAUSIBLE_PREFILL_RATE: "prefill rate beyond any hardware: the duration is too small to mean anything",
+    Flag.IMPLAUSIBLE_DECODE_RATE: "decode rate beyond any hardware: the duration is too small to mean anything",
+    Flag.INVALID_METRICS: "the final metrics hold negative or absurd values and were ignored",
 }
 
 
@@ -105,8 +127,8 @@ class Phases:
     decode_start_ns: int | None = None  # = prefill end
     decode_end_ns: int | None = None
     done_reason: str | None = None
-    flags: list[str] = field(default_factory=list)
-    flag_text: dict[str, str] = field(default_factory=dict)
+    flags: list[Flag] = field(default_factory=list)
+    flag_text: dict[Flag, str] = field(default_factory=dict)
 
     def to_json_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output (the CLI and the store's export)."""
@@ -195,10 +217,10 @@ def token_gaps_ns(token_chunk_ns: Sequence[int]) -> list[int]:
 
 class _Flags:
     def __init__(self) -> None:
-        self.codes: list[str] = []
-        self.text: dict[str, str] = {}
+        self.codes: list[Flag] = []
+        self.text: dict[Flag, str] = {}
 
-    def add(self, code: str, text: str) -> None:
+    def add(self, code: Flag, text: str) -> None:
         if code not in self.text:
             self.codes.append(code)
             self.text[code] = text
@@ -217,23 +239,23 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
     out.update(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output)
 
     if m.done_reason in ("load", "unload"):
-        flags.add("load_only", f"done_reason {m.done_reason!r}: the model was {m.done_reason}ed, nothing was generated")
+        flags.add(Flag.LOAD_ONLY, f"done_reason {m.done_reason!r}: the model was {m.done_reason}ed, nothing was generated")
     has_numbers = any(
         v is not None
         for v in (m.total_duration_ns, m.prompt_eval_count, m.eval_count, m.prompt_eval_duration_ns, m.eval_duration_ns)
     )
     if not has_numbers:
-        flags.add("missing_metrics", "the final chunk carries no durations or counts")
+        flags.add(Flag.MISSING_METRICS, "the final chunk carries no durations or counts")
 
     if m.total_duration_ns is None:
         if has_numbers:
-            flags.add("missing_total", "total_duration is absent, so queue time is unknown")
+            flags.add(Flag.MISSING_TOTAL, "total_duration is absent, so queue time is unknown")
     else:
         queue_ns = m.total_duration_ns - load_ns - prefill_ns - decode_ns
         out["queue_s"] = _s(queue_ns)
         if queue_ns < 0:
             flags.add(
-                "negative_queue",
+                Flag.NEGATIVE_QUEUE,
                 f"load + prefill + decode = {(load_ns + prefill_ns + decode_ns) / 1e6:.1f} ms is longer than "
                 f"total_duration = {m.total_duration_ns / 1e6:.1f} ms",
             )
@@ -241,39 +263,39 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
     # Prefill: cache-aware when the server reports cached tokens.
     if prompt is not None and prompt > 0:
         if cached is not None and cached > prompt:
-            flags.add("cached_exceeds_prompt", f"{cached} cached tokens but only {prompt} prompt tokens")
+            flags.add(Flag.CACHED_EXCEEDS_PROMPT, f"{cached} cached tokens but only {prompt} prompt tokens")
         elif cached is not None and cached > 0:
             flags.add(
-                "cache_hit",
+                Flag.CACHE_HIT,
                 f"{cached} of {prompt} prompt tokens came from the KV cache; only {prompt - cached} were computed, "
                 "so Ollama's count/duration overstates prefill speed",
             )
         elif cached is None:
-            flags.add("cache_unknown", "the server does not report cached prompt tokens (Ollama < 0.33.3)")
+            flags.add(Flag.CACHE_UNKNOWN, "the server does not report cached prompt tokens (Ollama < 0.33.3)")
         if prefill_ns > 0:
             out["ollama_prefill_tok_s"] = prompt / (prefill_ns / NS_PER_S)
             if cached is None or cached <= prompt:
                 out["prefill_tok_s"] = (prompt - (cached or 0)) / (prefill_ns / NS_PER_S)
                 if out["prefill_tok_s"] > IMPLAUSIBLE_PREFILL_TOK_S:
                     flags.add(
-                        "implausible_prefill_rate",
+                        Flag.IMPLAUSIBLE_PREFILL_RATE,
                         f"{out['prefill_tok_s']:.0f} prompt tokens/s over {prefill_ns / 1e3:.0f} µs",
                     )
         elif prompt - (cached or 0) > 0:
-            flags.add("no_prefill_duration", f"{prompt} prompt tokens but no prompt_eval_duration")
+            flags.add(Flag.NO_PREFILL_DURATION, f"{prompt} prompt tokens but no prompt_eval_duration")
 
     # Decode: n tokens over n − 1 intervals.
     if has_numbers and not output:
-        flags.add("no_output", "the reply has no output tokens")
+        flags.add(Flag.NO_OUTPUT, "the reply has no output tokens")
     if output is not None and output > 0 and decode_ns > 0:
         out["ollama_decode_tok_s"] = output / (decode_ns / NS_PER_S)
     if output == 1:
-        flags.add("one_token_reply", "one output token: a decode rate over zero intervals means nothing")
+        flags.add(Flag.ONE_TOKEN_REPLY, "one output token: a decode rate over zero intervals means nothing")
     elif output is not None and output > 1 and decode_ns > 0:
         out["decode_tok_s"] = (output - 1) / (decode_ns / NS_PER_S)
         if out["decode_tok_s"] > IMPLAUSIBLE_DECODE_TOK_S:
             flags.add(
-                "implausible_decode_rate",
+                Flag.IMPLAUSIBLE_DECODE_RATE,
                 f"{out['decode_tok_s']:.0f} output tokens/s over {decode_ns / 1e3:.0f} µs",
             )
     return out
@@ -309,15 +331,15 @@ def split_record(rec: RequestRecord) -> Phases:
     if m is not None:
         problem = _impossible(m)
         if problem:
-            flags.add("invalid_metrics", problem)
+            flags.add(Flag.INVALID_METRICS, problem)
             m = None
     if m is None:
-        if "invalid_metrics" not in flags.text:
+        if Flag.INVALID_METRICS not in flags.text:
             if rec.endpoint.startswith("/v1/"):
                 why = "the OpenAI-compatible API sends no timings"
             else:
                 why = "still running" if rec.outcome == "in_flight" else f"the request ended as {rec.outcome}"
-            flags.add("missing_metrics", f"no final metrics: {why}")
+            flags.add(Flag.MISSING_METRICS, f"no final metrics: {why}")
     else:
         values = _split_server(m, flags)
 
@@ -342,7 +364,7 @@ def split_record(rec: RequestRecord) -> Phases:
             values["transport_s"] = transport_ns / NS_PER_S
             if transport_ns < -CLOCK_SLACK_NS:
                 flags.add(
-                    "negative_transport",
+                    Flag.NEGATIVE_TRANSPORT,
                     f"total_duration = {total_ns / 1e6:.1f} ms but the proxy saw the request take {client_ns / 1e6:.1f} ms",
                 )
         decode_end = rec.final_chunk_ns
@@ -360,7 +382,7 @@ def split_record(rec: RequestRecord) -> Phases:
         )
         if prefill_start < rec.received_ns - CLOCK_SLACK_NS:
             flags.add(
-                "phases_exceed_request",
+                Flag.PHASES_EXCEED_REQUEST,
                 f"prefill + decode = {(decode_end - prefill_start) / 1e6:.1f} ms is longer than the "
                 f"{client_ns / 1e6:.1f} ms the proxy saw",
             )

@@ -21,6 +21,14 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # the client went away before the final chunk
 
 
+class GpuKind(StrEnum):
+    """What the collector's GPU side samples (stored as ``heartbeat.gpu_state``)."""
+
+    NVML = "nvml"  # NVIDIA GPUs through NVML
+    SIMULATED = "simulated"  # the simulator's virtual GPU (demo mode)
+    NONE = "none"  # no GPU sampled: no NVIDIA driver, no GPU, or not started yet
+
+
 @dataclass(frozen=True)
 class FinalMetrics:
     """Ollama's final-chunk numbers, exactly as sent (absent keys are None).
@@ -152,7 +160,7 @@ class CollectorInfo:
     listen: str  # proxy address, e.g. "127.0.0.1:11435"
     ollama_url: str  # upstream, e.g. "http://127.0.0.1:11434"
     data_dir: str
-    gpu_state: str  # "nvml" | "simulated" | "none"
+    gpu_state: str  # a GpuKind value
     gpu_message: str | None = None  # e.g. why no NVIDIA GPU was found
     demo: bool = False  # upstream is sim/, not a real Ollama
     record_text: bool = False

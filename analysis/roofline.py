@@ -8,10 +8,6 @@ Prefill of P tokens does matrix work on all of them at once:
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
 KV_BYTES_PER_ELEMENT_F16 = 2.0
 
 
@@ -74,98 +70,5 @@ def ridge_point_flop_per_byte(peak_flops: float, bandwidth_bytes_s: float) -> fl
     return peak_flops / bandwidth_bytes_s
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line: python -m analysis.roofline --gpu NAME --weights-bytes B ... --json
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m analysis.roofline",
-        description="Decode and prefill ceilings, and the rates to expect, for one GPU and one model.",
-    )
-    p.add_argument("--gpu", help="GPU name as NVML/the OS reports it (e.g. 'NVIDIA GeForce RTX 4090') or a table key")
-    p.add_argument("--bandwidth-gbs", type=float, help="memory bandwidth in GB/s (overrides the table)")
-    p.add_argument("--tflops", type=float, help="dense FP16 compute in TFLOP/s (overrides the table)")
-    p.add_argument("--weights-bytes", type=float, required=True, help="bytes of weights read per token (GGUF size)")
-    p.add_argument("--params", type=float, required=True, help="parameters used per token")
-    p.add_argument("--layers", type=int, required=True)
-    p.add_argument("--hidden", type=int, required=True, help="embedding length d")
-    p.add_argument("--kv-heads", type=int, required=True)
-    p.add_argument("--head-dim", type=int, required=True)
-    p.add_argument("--context", type=int, default=0, help="context tokens a decode step attends over")
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length for prefill")
-    p.add_argument("--quant", default=None, help="quantization, e.g. Q4_K_M or F16 (picks the decode efficiency)")
-    p.add_argument("--vram-fraction", type=float, default=1.0, help="size_vram / size when partly offloaded")
-    p.add_argument("--host-bandwidth-gbs", type=float, help="system memory bandwidth for the offloaded part")
-    p.add_argument("--eta-bw", type=float, help="decode efficiency (fraction of the bandwidth ceiling)")
-    p.add_argument("--eta-compute", type=float, help="prefill efficiency (fraction of the compute ceiling)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    # Imported here: analysis.ceilings itself imports this module.
-    from dataclasses import replace
-
-    from analysis.ceilings import compute_ceilings, starting_efficiencies
-    from analysis.hardware import close_matches, resolve_spec
-
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    spec = None
-    if args.gpu:
-        spec = resolve_spec(args.gpu)
-        if spec is None and (args.bandwidth_gbs is None or args.tflops is None):
-            near = close_matches(args.gpu)
-            hint = f"; close matches: {', '.join(near)}" if near else "; no close matches in the table"
-            print(f"error: unknown GPU {args.gpu!r}{hint}. Give --bandwidth-gbs and --tflops to use your own numbers.",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-    elif args.bandwidth_gbs is None or args.tflops is None:
-        parser.error("give --gpu, or both --bandwidth-gbs and --tflops")
-    bandwidth = args.bandwidth_gbs * 1e9 if args.bandwidth_gbs is not None else spec.bandwidth_bytes_s  # type: ignore[union-attr]
-    flops = args.tflops * 1e12 if args.tflops is not None else spec.fp16_flops  # type: ignore[union-attr]
-    eff = starting_efficiencies(spec, args.quant)
-    if args.eta_bw is not None:
-        eff = replace(eff, eta_bw=args.eta_bw, source_bw="given on the command line")
-    if args.eta_compute is not None:
-        eff = replace(eff, eta_compute=args.eta_compute, source_compute="given on the command line")
-    try:
-        c = compute_ceilings(
-            bandwidth_bytes_s=bandwidth,
-            peak_flops=flops,
-            weights_bytes=args.weights_bytes,
-            params=args.params,
-            layers=args.layers,
-            hidden=args.hidden,
-            kv_bytes_per_tok=kv_bytes_per_token(args.layers, args.kv_heads, args.head_dim),
-            context_tokens=args.context,
-            prompt_tokens=args.prompt_tokens,
-            efficiencies=eff,
-            vram_fraction=args.vram_fraction,
-            host_bandwidth_bytes_s=args.host_bandwidth_gbs * 1e9 if args.host_bandwidth_gbs else None,
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = c.as_dict()
-    out["gpu"] = spec.name if spec else None
-    out["gpu_key"] = spec.key if spec else None
-    out["quant"] = args.quant
-    out["expected_ratio"] = c.expected_ratio
-    if args.json:
-        print(json.dumps(out, indent=2, sort_keys=True))
-        return 0
-    label = spec.name if spec else "given numbers"
-    print(f"{label}: {c.bandwidth_bytes_s / 1e9:.0f} GB/s, {c.peak_flops / 1e12:.1f} TFLOP/s "
-          f"(ridge point {c.ridge_point_flop_per_byte:.0f} FLOP/byte)")  # fmt: skip
-    print(f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
-          f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context")  # fmt: skip
-    print(f"prefill: ceiling {c.prefill_ceiling_tok_s:8.1f} tok/s, expected {c.prefill_expected_tok_s:8.1f} "
-          f"(η {eff.eta_compute:.2f}) for a {c.prompt_tokens}-token prompt")  # fmt: skip
-    print(f"expected prefill/decode ratio: {c.expected_ratio:.0f}×")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the command line is its own module, so that this one imports nothing
+    raise SystemExit("the command moved: python -m analysis.roofline_cli --help")

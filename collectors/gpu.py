@@ -4,7 +4,7 @@ Every NVML call goes through ``NvmlGpuSource._call``, which turns an unsupported
 reading ("not supported", "function not found", "no permission", ...) into None for that
 field only, as nvitop does, so a missing sensor never stops the others. A GPU that falls
 off the bus (``GpuIsLost``) is skipped and retried each interval; the others go on.
-No NVML at all is a state, not an error: ``state == "none"`` with a message saying why
+No NVML at all is a state, not an error: ``state.kind == GpuKind.NONE`` with a message saying why
 and what it means.
 
 Run ``python -m collectors.gpu`` to print what NVML reads on this machine as JSON.
@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from analysis.records import GpuSample
+from analysis.records import GpuKind, GpuSample
 from collectors.host import OllamaProcesses
 
 NO_GPU_MEANING = "GPU charts stay empty; Phasewatch still records requests"
@@ -37,9 +37,9 @@ _NO_DRIVER_ERRORS = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded", "
 
 @dataclass(frozen=True)
 class GpuState:
-    """What the GPU side can do: ``kind`` is "nvml", "simulated" or "none" (CollectorInfo.gpu_state)."""
+    """What the GPU side can do, and why not when it cannot (``kind`` becomes CollectorInfo.gpu_state)."""
 
-    kind: str
+    kind: GpuKind
     message: str | None = None
 
 
@@ -71,7 +71,7 @@ class NvmlGpuSource:
     nvml: ModuleType | Any
     processes: OllamaProcesses | None = None
     clock: Callable[[], float] = time.time
-    state: GpuState = field(default=GpuState("none", "NVML not started"), init=False)
+    state: GpuState = field(default=GpuState(GpuKind.NONE, "NVML not started"), init=False)
     unsupported: dict[int, set[str]] = field(default_factory=dict, init=False)  # GPU index → NVML functions it lacks
     _devices: dict[int, _Device] = field(default_factory=dict, init=False)
     _count: int = field(default=0, init=False)
@@ -87,27 +87,27 @@ class NvmlGpuSource:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
             if type(exc).__name__ in _NO_DRIVER_ERRORS:
-                self.state = GpuState("none", f"no NVIDIA GPU found ({exc}): {NO_GPU_MEANING}")
+                self.state = GpuState(GpuKind.NONE, f"no NVIDIA GPU found ({exc}): {NO_GPU_MEANING}")
             else:
-                self.state = GpuState("none", f"NVML could not start ({exc}): {NO_GPU_MEANING}")
+                self.state = GpuState(GpuKind.NONE, f"NVML could not start ({exc}): {NO_GPU_MEANING}")
             return self.state
         self._initialized = True
         try:
             self._count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as exc:
-            self.state = GpuState("none", f"NVML could not count the GPUs ({exc}): {NO_GPU_MEANING}")
+            self.state = GpuState(GpuKind.NONE, f"NVML could not count the GPUs ({exc}): {NO_GPU_MEANING}")
             return self.state
         if self._count == 0:
-            self.state = GpuState("none", f"the NVIDIA driver reports no GPU: {NO_GPU_MEANING}")
+            self.state = GpuState(GpuKind.NONE, f"the NVIDIA driver reports no GPU: {NO_GPU_MEANING}")
         else:
-            self.state = GpuState("nvml", None)
+            self.state = GpuState(GpuKind.NVML, None)
         return self.state
 
     def close(self) -> None:
         if self._initialized:
             self._initialized = False
             self._devices.clear()
-            self.state = GpuState("none", "NVML closed")
+            self.state = GpuState(GpuKind.NONE, "NVML closed")
             with contextlib.suppress(self.nvml.NVMLError):  # the driver may have gone away under us
                 self.nvml.nvmlShutdown()
 
@@ -229,7 +229,7 @@ class NvmlGpuSource:
 
     def sample(self) -> list[GpuSample]:
         """One reading per GPU that answers; blocking (tens of ms), so call it off the event loop."""
-        if self.state.kind != "nvml":
+        if self.state.kind != GpuKind.NVML:
             return []
         ts = self.clock()
         ollama_pids = self.processes.pids() if self.processes is not None else None
@@ -245,9 +245,9 @@ class NvmlGpuSource:
         if self._lost:
             lost = "; ".join(f"GPU {i} is lost ({why})" for i, why in sorted(self._lost.items()))
             others = "the other GPUs are still sampled" if len(self._lost) < self._count else "no GPU answers"
-            self.state = GpuState("nvml", f"{lost}: {others}")
+            self.state = GpuState(GpuKind.NVML, f"{lost}: {others}")
         elif self.state.message is not None:
-            self.state = GpuState("nvml", None)
+            self.state = GpuState(GpuKind.NVML, None)
         return samples
 
 
@@ -314,7 +314,7 @@ class SimGpuSource:
         self._url = base_url.rstrip("/") + "/sim/gpu"
         self._session = session
         self._clock = clock
-        self.state = GpuState("simulated", "the simulator's virtual GPU (demo mode)")
+        self.state = GpuState(GpuKind.SIMULATED, "the simulator's virtual GPU (demo mode)")
 
     async def sample(self) -> list[GpuSample]:
         """Samples, or [] when the sim cannot be read (the state message says why)."""
@@ -325,9 +325,9 @@ class SimGpuSource:
                 payload = await resp.json(content_type=None)
             samples = gpu_samples_from_sim(payload, self._clock())
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            self.state = GpuState("simulated", f"cannot read {self._url}: {exc or type(exc).__name__}")
+            self.state = GpuState(GpuKind.SIMULATED, f"cannot read {self._url}: {exc or type(exc).__name__}")
             return []
-        self.state = GpuState("simulated", "the simulator's virtual GPU (demo mode)")
+        self.state = GpuState(GpuKind.SIMULATED, "the simulator's virtual GPU (demo mode)")
         return samples
 
 

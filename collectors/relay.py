@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
@@ -41,7 +42,7 @@ _NO_BODY_STATUS = frozenset({204, 304})
 Headers = list[tuple[bytes, bytes]]
 
 
-class Failure:
+class Failure(StrEnum):
     """Why an exchange ended early (the caller turns these into outcomes and texts)."""
 
     UNREACHABLE = "unreachable"  # could not connect: the client got a 502

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from analysis.records import CollectorInfo, GpuSample, HostSample, RequestRecord
+from analysis.records import CollectorInfo, GpuKind, GpuSample, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu import GpuState, NvmlGpuSource, SimGpuSource
 from collectors.host import HostSampler, OllamaProcesses
@@ -80,7 +80,7 @@ class CollectorService:
         self.proxy: RecordingProxy | None = None
         self.poller: OllamaPoller | None = None
         self.stats = RequestStats()
-        self.gpu_state = GpuState("none", "not started")
+        self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
         self._session: aiohttp.ClientSession | None = None

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from collectors.demo import engine_problem
+from collectors.api import LaunchState, LaunchStatus, engine_problem, ensure_collector, ensure_demo
 from pages import data
-from pages.launch import LaunchState, ensure_collector, ensure_demo
 from pages.settings import AppSettings, client_host_line, resolve_settings
 
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
@@ -56,7 +55,7 @@ def app_context() -> AppContext:
     if demo and settings.start_collector:
         launch = ensure_demo(data_dir, "llama-cpp" if demo_engine else "sim")
     elif demo:
-        launch = LaunchState("off", "demo mode, but PHASEWATCH_COLLECTOR=off: the app starts no simulator")
+        launch = LaunchState(LaunchStatus.OFF, "demo mode, but PHASEWATCH_COLLECTOR=off: the app starts no simulator")
     else:
         launch = ensure_collector(data_dir, settings.ollama_url, settings.listen, settings.start_collector)
     ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch, demo_engine=demo_engine)
@@ -165,7 +164,7 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
     if ctx.demo:
         return False
     down = status.ollama is not None and not status.ollama.up
-    never_seen = status.ollama is None and ctx.launch.state in ("failed", "off")
+    never_seen = status.ollama is None and ctx.launch.state in (LaunchStatus.FAILED, LaunchStatus.OFF)
     if not (down or never_seen):
         return False
     url = status.ollama.base_url if status.ollama is not None else ctx.settings.ollama_url
@@ -174,7 +173,7 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
         " Or the demo on a real tiny model: llama.cpp running Gemma 3 270M on this CPU." if engine_ok else ""
     )
     with st.container(border=True, key="ollama_down"):
-        if never_seen and ctx.launch.state == "failed":  # nothing polled Ollama: the collector is what failed
+        if never_seen and ctx.launch.state == LaunchStatus.FAILED:  # nothing polled Ollama: the collector is what failed
             st.error("**The collector could not start,** so nothing can be recorded.", icon=":material/error:")
             st.code(ctx.launch.message, language=None, wrap_lines=True)
             st.markdown(f"Fix what it says, then reload this page. Or: {demo_offer}")
@@ -204,7 +203,7 @@ def no_store_state(ctx: AppContext) -> None:
     """Empty state: no store file yet."""
     st.info(
         "**Nothing recorded yet.** The collector creates its store when it starts"
-        + (" — it is starting now." if ctx.launch.state == "starting" else ".")
+        + (" — it is starting now." if ctx.launch.state == LaunchStatus.STARTING else ".")
         + " Then point your clients at the proxy and run a prompt:",
         icon=":material/hourglass_empty:",
     )

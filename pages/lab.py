@@ -1,7 +1,7 @@
 """Lab: run an experiment against Ollama through the proxy, watch it, and compare the results.
 
 Running is an explicit click: the page starts ``python -m collectors.lab`` as a
-background process (``collectors.lab.launcher``) that talks HTTP to the proxy, so
+background process (``collectors.api.start_run``) that talks HTTP to the proxy, so
 its probes are recorded like any other request, and keeps its result in
 ``<data>/lab/<run>.json``. The page only reads that file and the store; the
 collector copies finished runs into the store's experiments table.
@@ -15,13 +15,13 @@ import time
 import pandas as pd
 import streamlit as st
 
+from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, HardwareSpec
-from collectors.lab import launcher, view
-from collectors.lab.experiments import EXPERIMENTS, make_params
-from collectors.lab.figures import figure_for
-from collectors.lab.results import FINAL_STATES, ExperimentResult, lab_dir, read_result
+from collectors import api
+from collectors.api import EXPERIMENTS, FINAL_STATES, ExperimentResult, RunState, lab_dir, make_params, read_result
 from pages import common, data, fmt
-from pages.why_view import resolve_hardware
+from pages import lab_view as view
+from pages.lab_figures import figure_for
 
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
 SELECTED_KEY = "lab_selected"
@@ -57,7 +57,7 @@ def hardware_label(key: str) -> str:
 
 
 def active_run(runs: list[ExperimentResult]) -> ExperimentResult | None:
-    return next((r for r in runs if view.is_running(r) and launcher.is_alive(r)), None)
+    return next((r for r in runs if view.is_running(r) and api.is_alive(r)), None)
 
 
 runs = view.load_runs(ctx.data_dir, ctx.db_path)
@@ -118,7 +118,7 @@ with st.container(border=True, key="lab_new"):
     )  # fmt: skip
     if clicked and model and not busy:
         try:
-            handle = launcher.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values, num_ctx or None)
+            handle = api.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values, num_ctx or None)
         except OSError as exc:  # e.g. the data folder is not writable
             st.error(fmt.md_escape(f"Could not start the run: {exc}"), icon=":material/error:")
             st.stop()
@@ -139,9 +139,9 @@ def progress_panel(run_id: str) -> None:
     if path.exists():
         doc = read_result(path)
     if doc is None or doc.state in FINAL_STATES:
-        code = launcher.exit_code(run_id)
+        code = api.exit_code(run_id)
         if doc is None and code is not None:  # died before writing anything: show why
-            st.session_state[CRASH_KEY] = (code, launcher.log_tail(ctx.data_dir, run_id))
+            st.session_state[CRASH_KEY] = (code, api.log_tail(ctx.data_dir, run_id))
         if doc is not None or code is not None:
             st.session_state.pop(PENDING_KEY, None)
             st.rerun(scope="app")  # finished: show it with the history
@@ -153,7 +153,7 @@ def progress_panel(run_id: str) -> None:
         st.progress(doc.progress.fraction, text=f"{doc.progress.done}/{doc.progress.total or '?'} · {doc.progress.message}")
         stop_help = "Stops its requests at once; keeps what it measured."
         if st.button("Cancel", key="lab_cancel", icon=":material/stop:", help=stop_help):
-            launcher.cancel(doc)
+            api.cancel_run(doc)
         show_figure([doc], key="lab_live_chart")
 
 
@@ -173,7 +173,7 @@ if live_id is not None:
     live()
 
 # ---------------------------------------------------------------- results and history
-done = [r for r in runs if r.state in FINAL_STATES or launcher.interrupted(r)]
+done = [r for r in runs if r.state in FINAL_STATES or api.interrupted(r)]
 if not done:
     if live_id is not None:
         st.caption("Results appear here when the run ends; the chart above fills in as it goes.")
@@ -185,7 +185,7 @@ if not done:
     st.stop()
 
 st.subheader("Results")
-labels = {r.run_id: view.run_label(r, launcher.interrupted(r)) for r in done}
+labels = {r.run_id: view.run_label(r, api.interrupted(r)) for r in done}
 ids = list(labels)
 if st.session_state.get(FOLLOW_KEY) in labels:
     st.session_state[SELECTED_KEY] = st.session_state.pop(FOLLOW_KEY)
@@ -204,13 +204,13 @@ st.selectbox(
     help="The hardware whose roofline ceilings are drawn with the measurements.",
 )  # fmt: skip
 
-if picked.state == "failed" or launcher.interrupted(picked):
+if picked.state == RunState.FAILED or api.interrupted(picked):
     st.error(fmt.md_escape(picked.error or "The run's process ended without a result."), icon=":material/error:")
 st.info(fmt.md_escape(picked.conclusion or "No conclusion."), icon=":material/lightbulb:")
 show_figure(shown, key="lab_result_chart")
 m = st.columns(4)
 m[0].metric("Experiment", EXPERIMENTS[picked.name].title)
-m[1].metric("State", "interrupted" if launcher.interrupted(picked) else picked.state)
+m[1].metric("State", "interrupted" if api.interrupted(picked) else picked.state)
 m[2].metric("Duration", fmt.seconds((picked.finished_at_unix_s or time.time()) - picked.started_at_unix_s))
 m[3].metric("Server", picked.server_version or "—")
 if picked.points:
@@ -226,7 +226,7 @@ table = pd.DataFrame(
             "started": pd.Timestamp(r.started_at_unix_s, unit="s", tz="UTC").tz_convert(None),
             "experiment": EXPERIMENTS[r.name].title if r.name in EXPERIMENTS else r.name,
             "model": r.model,
-            "state": "interrupted" if launcher.interrupted(r) else r.state,
+            "state": "interrupted" if api.interrupted(r) else r.state,
             "points": len(r.points),
             "conclusion": r.conclusion,
         }

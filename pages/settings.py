@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
+from collectors.api import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 
 DEMO_SUBDIR = "demo"  # demo recordings never mix with real ones
 DEMO_ENGINE_SUBDIR = "demo-engine"  # nor do the real engine's demo recordings with the simulator's

@@ -6,6 +6,8 @@ import time
 
 import streamlit as st
 
+from analysis.records import GpuKind
+from collectors.api import LaunchStatus
 from pages import common, data, fmt
 from pages.common import AppContext
 from pages.fmt import md_escape
@@ -58,7 +60,7 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         for g in status.gpus:
             sim = " (simulated)" if g.simulated else ""
             st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
-    elif status.heartbeat is not None and status.heartbeat.gpu_state == "none":
+    elif status.heartbeat is not None and status.heartbeat.gpu_state == GpuKind.NONE:
         st.markdown("**GPU** · no NVIDIA GPU found")
         # The collector's message already says what it means; show the default only when it sent none.
         st.caption(
@@ -71,11 +73,11 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     hb = status.heartbeat
     if hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
         st.markdown(f"**Collector** · :orange[silent for {fmt.seconds(now_unix_s - hb.ts_unix_s)}]")
-    elif hb is not None and ctx.launch.state != "failed":
+    elif hb is not None and ctx.launch.state != LaunchStatus.FAILED:
         st.markdown(f"**Collector** · running (process {hb.pid})" + (" for the demo" if hb.demo else ""))
     else:
         st.markdown(f"**Collector** · {md_escape(ctx.launch.message)}")
-    if ctx.launch.state == "failed":
+    if ctx.launch.state == LaunchStatus.FAILED:
         st.code(ctx.launch.message, language=None)
     st.markdown("**Data folder**")
     st.text(str(ctx.data_dir))

@@ -13,6 +13,7 @@ import streamlit as st
 
 from analysis import wording as w
 from analysis.ceilings import MIN_CALIBRATION_SAMPLES
+from analysis.diagnose import Severity
 from pages import common, data, fmt
 from pages.settings import client_host_line
 from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices
@@ -127,7 +128,7 @@ def show_why(m: WhyModel) -> None:
         st.caption(f"Over the {m.diagnosed_requests:,} finished requests of the last {window}, with the newest case's numbers:")
         with st.container(key="why_diagnoses"):
             for g in m.diagnoses:
-                mark = ":material/warning:" if g.severity == "warning" else ":material/info:"
+                mark = ":material/warning:" if g.severity == Severity.WARNING else ":material/info:"
                 head = f"{mark} **{g.requests:,} of {m.diagnosed_requests:,}** · {fmt.md_escape(g.what)}"
                 st.markdown(f"{head}  \n{fmt.md_escape(g.latest)}")
 

@@ -25,6 +25,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis import wording as w
+from analysis.accelerator import Hardware, resolve_hardware
 from analysis.ceilings import (
     MIN_DECODE_INTERVALS_FOR_CALIBRATION,
     MIN_PROMPT_TOKENS_FOR_CALIBRATION,
@@ -45,7 +46,7 @@ from analysis.ceilings import (
 from analysis.diagnose import CODES, Severity, diagnose_request
 from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import explain_energy, explain_rates
-from analysis.hardware import BY_KEY, BandwidthChoice, HardwareSpec, choose_bandwidth, match_gpu, nvml_bandwidth_bytes_s
+from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases, split_record
@@ -80,94 +81,6 @@ def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
         yield conn
     finally:
         conn.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# Which hardware
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The accelerator the ceilings are computed for, and how we know its numbers."""
-
-    kind: str  # "gpu" | "apple" | "cpu" | "unknown"
-    label: str  # as the machine reports it, e.g. "NVIDIA GeForce RTX 4090"
-    spec: HardwareSpec | None  # None: a GPU the table does not know
-    bandwidth_bytes_s: float | None  # the one the ceilings use
-    bandwidth: BandwidthChoice | None = None  # table vs NVML, when there is a GPU
-    simulated: bool = False
-    mem_clock_mhz: int | None = None
-    mem_clock_max_mhz: int | None = None
-    bus_width_bits: int | None = None
-    gpu_count: int = 1
-    host_bandwidth_bytes_s: float | None = None  # measured; for the offloaded part (or the whole model on a CPU)
-    notes: tuple[str, ...] = ()
-
-
-def resolve_hardware(
-    sample: GpuSample | None,
-    *,
-    gpu_count: int = 1,
-    apple_chip: tuple[str, int | None] | None = None,
-    host_bandwidth: Callable[[], float | None] = lambda: None,
-) -> Hardware:
-    """The GPU of ``sample`` (NVML's name and memory → table row; bandwidth from NVML's clock × width
-    cross-checked against it); else the Apple chip; else this machine's CPU with its measured bandwidth."""
-    if sample is not None:
-        spec = match_gpu(sample.name, sample.mem_total_bytes)
-        nvml_bw = None
-        if sample.mem_clock_max_mhz and sample.mem_bus_width_bits:
-            nvml_bw = nvml_bandwidth_bytes_s(sample.mem_clock_max_mhz, sample.mem_bus_width_bits)
-        notes: list[str] = []
-        choice = None
-        if spec is None and nvml_bw is None:
-            notes.append(
-                f"{sample.name} is not in Phasewatch's hardware table and NVML gave no memory clock or bus width, "
-                "so there are no ceilings to draw."
-            )
-        else:
-            choice = choose_bandwidth(spec, nvml_bw)
-            if choice.message:
-                notes.append(choice.message + ".")
-        if spec is None and nvml_bw is not None:
-            notes.append(
-                f"{sample.name} is not in Phasewatch's hardware table: its bandwidth comes from NVML "
-                f"({w.gb_s(nvml_bw)}), but without its compute figure there is no prefill ceiling."
-            )
-        if spec is not None and spec.derived:
-            notes.append(f"Some of the {spec.name}'s figures are derived, not published by the vendor.")
-        return Hardware(
-            kind="gpu",
-            label=sample.name,
-            spec=spec,
-            bandwidth_bytes_s=choice.bandwidth_bytes_s if choice else None,
-            bandwidth=choice,
-            simulated=sample.simulated,
-            mem_clock_mhz=sample.mem_clock_mhz,
-            mem_clock_max_mhz=sample.mem_clock_max_mhz,
-            bus_width_bits=sample.mem_bus_width_bits,
-            gpu_count=gpu_count,
-            notes=tuple(notes),
-        )
-    if apple_chip is not None:
-        chip, cores = apple_chip
-        spec = match_gpu(chip, gpu_cores=cores)
-        if spec is not None:
-            label = chip + (f" ({cores}-core GPU)" if cores else "")
-            return Hardware("apple", label, spec, spec.bandwidth_bytes_s)
-    host = host_bandwidth()
-    cpu = BY_KEY["cpu"]
-    notes = ["No GPU was found, so the ceilings are this computer's CPU and memory."]
-    if host is None:
-        notes.append(f"The host's memory bandwidth could not be measured; using a typical {w.gb_s(cpu.bandwidth_bytes_s)}.")
-    return Hardware(
-        kind="cpu",
-        label="this computer's CPU",
-        spec=cpu,
-        bandwidth_bytes_s=host or cpu.bandwidth_bytes_s,
-        host_bandwidth_bytes_s=host,
-        notes=tuple(notes),
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +180,7 @@ def decode_figure(
 class DiagnosisGroup:
     code: str
     what: str  # what the diagnosis means, in general
-    severity: str
+    severity: Severity
     requests: int  # how many of the diagnosed requests had it
     latest: str  # the newest request's sentence, with its numbers
 
@@ -390,14 +303,14 @@ def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
 
 def _group(diagnosed: Sequence[tuple[RequestRecord, list[Any]]]) -> list[DiagnosisGroup]:
     counts: Counter[str] = Counter()
-    latest: dict[str, tuple[float, str, str]] = {}
+    latest: dict[str, tuple[float, str, Severity]] = {}
     for rec, ds in diagnosed:
         for d in {d.code: d for d in ds}.values():
             counts[d.code] += 1
             if d.code not in latest or rec.started_at_unix_s > latest[d.code][0]:
-                latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity.value)
+                latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity)
     groups = [DiagnosisGroup(code, CODES.get(code, code), latest[code][2], n, latest[code][1]) for code, n in counts.items()]
-    groups.sort(key=lambda g: (g.severity != Severity.WARNING.value, -g.requests, g.code))
+    groups.sort(key=lambda g: (g.severity != Severity.WARNING, -g.requests, g.code))
     return groups
 
 

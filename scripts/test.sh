@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need, then lint, type-check and run the whole suite.
+# Install everything the tests need, then lint (ruff, import-linter), type-check and run the whole suite.
 # Usage: bash scripts/test.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,7 @@ if [ -f requirements-engine.txt ]; then
 fi
 
 .venv/bin/ruff check .
+.venv/bin/lint-imports   # the layers and no import cycles: contracts in pyproject.toml
 .venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"

@@ -32,7 +32,8 @@ from analysis.ceilings import (
 )
 from analysis.hardware import GB, spec_by_key
 from analysis.model_facts import ModelFacts
-from analysis.roofline import kv_bytes_per_token, main
+from analysis.roofline import kv_bytes_per_token
+from analysis.roofline_cli import main
 
 ROWS_PATH = Path(__file__).parent / "data" / "reference_rows.json"
 GIB = 2**30
@@ -197,7 +198,7 @@ ARGS = ["--weights-bytes", str(4.58 * GIB), "--params", "8.03e9", "--layers", "3
 
 def test_cli_json_in_a_real_process() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "analysis.roofline", "--gpu", "NVIDIA GeForce RTX 3090", *ARGS, "--json"],
+        [sys.executable, "-m", "analysis.roofline_cli", "--gpu", "NVIDIA GeForce RTX 3090", *ARGS, "--json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -215,7 +216,7 @@ def test_cli_json_in_a_real_process() -> None:
 
 def test_cli_unknown_gpu_exits_2_with_close_matches() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "analysis.roofline", "--gpu", "RTX 4095", *ARGS, "--json"],
+        [sys.executable, "-m", "analysis.roofline_cli", "--gpu", "RTX 4095", *ARGS, "--json"],
         capture_output=True,
         text=True,
         timeout=60,

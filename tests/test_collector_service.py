@@ -210,7 +210,7 @@ def test_lab_run_documents_reach_the_experiments_table(tmp_path: Path) -> None:
 
 
 async def _lab_ingest(sim: SimProcess, data: Path) -> None:
-    from collectors.lab.results import ExperimentResult, lab_dir, write_result
+    from collectors.lab.results import DONE, ExperimentResult, lab_dir, write_result
     from store.queries import experiments, open_readonly
 
     service = CollectorService(_settings(sim.base_url, data), nvml=FakeNvml([]))
@@ -218,7 +218,7 @@ async def _lab_ingest(sim: SimProcess, data: Path) -> None:
     try:
         run = ExperimentResult(
             name="prompt-length", run_id="run-1", model=MODEL, ollama_url=f"http://{service.listen}",
-            parameters={"min_prompt_tokens": 64}, started_at_unix_s=time.time(), state="done",
+            parameters={"min_prompt_tokens": 64}, started_at_unix_s=time.time(), state=DONE,
             points=[{"prompt_tokens": 64, "prefill_tok_s": 1234.5}],
         )
         write_result(lab_dir(data) / "run-1.json", run)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collectors.lab.results import CANCELLED, DONE, FAILED, ExperimentResult, lab_dir, list_results, write_result
+from collectors.lab.results import CANCELLED, DONE, FAILED, ExperimentResult, RunState, lab_dir, list_results, write_result
 from tests.support.sim_process import SimProcess, start_sim
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -165,7 +165,7 @@ def test_cancel_from_the_page_stops_the_run_and_its_requests(data_dir: Path, sim
     assert any(i.value.startswith("Cancelled") for i in at.info)
 
 
-def _doc(run_id: str, started: float, scale: float, state: str = DONE, error: str | None = None) -> ExperimentResult:
+def _doc(run_id: str, started: float, scale: float, state: RunState = DONE, error: str | None = None) -> ExperimentResult:
     pts = [{"streams": n, "total_tok_s": scale * n * 0.9, "per_stream_tok_s": scale * (1 - 0.05 * n)} for n in (1, 2, 4)]
     return ExperimentResult(
         "concurrency", run_id, MODEL, "http://127.0.0.1:1", {"max_streams": 4}, started, state=state, points=pts,

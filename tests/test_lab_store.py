@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from collectors.lab.ingest import LabIngester, result_from_row
-from collectors.lab.results import CANCELLED, DONE, ExperimentResult, lab_dir, read_result, write_result
+from collectors.lab.results import CANCELLED, DONE, ExperimentResult, RunState, lab_dir, read_result, write_result
 from collectors.lock import read_lock
 from store import queries
 from store.schema import db_path
@@ -25,7 +25,7 @@ from tests.support.sim_process import REPO_ROOT, start_sim
 MODEL = "qwen2.5:0.5b"
 
 
-def _doc(run_id: str, state: str = DONE) -> ExperimentResult:
+def _doc(run_id: str, state: RunState = DONE) -> ExperimentResult:
     return ExperimentResult(
         name="prompt-cache", run_id=run_id, model=MODEL, ollama_url="http://127.0.0.1:11435",
         parameters={"prefix_tokens": 2048, "num_predict": 4}, started_at_unix_s=time.time(), state=state,

@@ -9,15 +9,16 @@ import time
 from pathlib import Path
 
 from bench.pages_fixture import build_fixture_store
-from collectors.lab import launcher, view
+from collectors.lab import launcher
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.ingest import store_row
-from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, lab_dir, write_result
+from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, RunState, lab_dir, write_result
+from pages import lab_view as view
 from store.schema import db_path
 from store.writer import StoreWriter
 
 
-def _doc(run_id: str, started: float, state: str = DONE, pid: int | None = None) -> ExperimentResult:
+def _doc(run_id: str, started: float, state: RunState = DONE, pid: int | None = None) -> ExperimentResult:
     return ExperimentResult("prompt-cache", run_id, "llama3.2:latest", "http://127.0.0.1:11435", {}, started,
                             state=state, pid=pid)  # fmt: skip
 

@@ -13,9 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench.pages_fixture import status_rows
+from collectors import launch
 from collectors.demo import engine_problem
 from collectors.lock import read_lock
-from pages import launch
 from pages.common import ENGINE_DEMO_LABEL
 from pages.settings import resolve_settings
 from store.schema import db_path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.phases import PhaseSplitError, split_record, split_response
+from analysis.phases import FLAG_CODES, Flag, PhaseSplitError, split_record, split_response
 from analysis.records import FinalMetrics, Outcome, RequestRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_cache_hit_uses_only_computed_tokens_and_flags_ollamas_rate() -> None:
     assert p.ollama_prefill_tok_s == pytest.approx(1000 / 0.05)  # 20,000: ten times too high
     assert p.decode_tok_s == pytest.approx(100.0)
     assert "cache_hit" in p.flags
-    assert "900 of 1000" in p.flag_text["cache_hit"]
+    assert "900 of 1000" in p.flag_text[Flag.CACHE_HIT]
     assert "cache_unknown" not in p.flags
 
 
@@ -284,6 +284,15 @@ def test_openai_endpoint_without_timings_says_why() -> None:
     rec = _record(endpoint="/v1/chat/completions", outcome=Outcome.OK, final_chunk_ns=2_000_000_000)
     p = split_record(rec)
     assert p.flags == ["missing_metrics"]
-    assert "OpenAI-compatible" in p.flag_text["missing_metrics"]
+    assert "OpenAI-compatible" in p.flag_text[Flag.MISSING_METRICS]
     cancelled = split_record(_record(outcome=Outcome.CANCELLED))
-    assert "ended as cancelled" in cancelled.flag_text["missing_metrics"]
+    assert "ended as cancelled" in cancelled.flag_text[Flag.MISSING_METRICS]
+
+
+def test_every_flag_is_one_enum_member_with_a_meaning() -> None:
+    """Flags come from one enum, each has a meaning, and a stored code reads back as its member."""
+    assert set(FLAG_CODES) == set(Flag) and all(FLAG_CODES.values())
+    p = split_response({"done": True, "total_duration": 10, "load_duration": 0, "prompt_eval_count": 10,
+                        "prompt_eval_duration": 100, "eval_count": 1, "eval_duration": 0})  # fmt: skip
+    assert p.flags and all(isinstance(code, Flag) for code in p.flags)
+    assert [Flag(json_code) for json_code in json.loads(json.dumps(p.flags))] == p.flags

@@ -6,9 +6,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, GB
 from bench.pages_fixture import gpu_sample
-from pages.why_view import build_why, hardware_line, model_choices, resolve_hardware
+from pages.why_view import build_why, hardware_line, model_choices
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_why_page import PLAIN, build_store

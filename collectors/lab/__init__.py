@@ -2,6 +2,7 @@
 concurrency, interference, cold versus warm, prompt cache).
 
 Run one with ``python -m collectors.lab``; in code, ``collectors.lab.runner.run_experiment``.
-This package's ``__init__`` imports nothing, so the Lab page can read results
-(``collectors.lab.results``) without pulling in the HTTP client.
+This package's ``__init__`` imports nothing, so ``collectors.lab.results`` (the run
+documents) can be read without pulling in the HTTP client. Pages reach the Lab through
+``collectors.api``.
 """

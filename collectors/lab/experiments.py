@@ -12,12 +12,14 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.lab import conclusions
-from collectors.lab.client import Probe, same_model
-from collectors.lab.context import LabContext
 from collectors.lab.prompts import random_words
+
+if TYPE_CHECKING:  # the HTTP client (aiohttp) loads when a run starts, not when a page reads the catalogue
+    from collectors.lab.client import Probe
+    from collectors.lab.context import LabContext
 
 NS = 1e9
 
@@ -306,6 +308,8 @@ def _concurrency_point(n: int, probes: list[Probe]) -> dict[str, Any]:
 
 
 async def run_interference(ctx: LabContext, p: InterferenceParams) -> None:
+    from collectors.lab.client import Probe
+
     warm = await ctx.warm_up()
     ctx.set_total(3)
     ctx.step("model loaded")
@@ -410,6 +414,8 @@ async def _first(aw: Awaitable[Any], task: asyncio.Task[Any]) -> None:
 
 
 async def run_cold_warm(ctx: LabContext, p: ColdWarmParams) -> None:
+    from collectors.lab.client import same_model
+
     ctx.set_total(3)
     ctx.say("unloading the model")
     await ctx.client.unload(ctx.model)

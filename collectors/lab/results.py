@@ -12,18 +12,25 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
 LAB_DIRNAME = "lab"
 
-# States of a run document.
-RUNNING = "running"
-DONE = "done"
-CANCELLED = "cancelled"
-TIMED_OUT = "timed_out"
-FAILED = "failed"
+class RunState(StrEnum):
+    """States of a run document (stored as these strings in the file and the store)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    FAILED = "failed"
+
+
+RUNNING, DONE, CANCELLED = RunState.RUNNING, RunState.DONE, RunState.CANCELLED
+TIMED_OUT, FAILED = RunState.TIMED_OUT, RunState.FAILED
 FINAL_STATES = frozenset({DONE, CANCELLED, TIMED_OUT, FAILED})
 
 
@@ -52,7 +59,7 @@ class ExperimentResult:
     ollama_url: str
     parameters: dict[str, Any]
     started_at_unix_s: float
-    state: str = RUNNING
+    state: RunState = RUNNING
     points: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)  # the key figures the conclusion is built from
     conclusion: str = ""
@@ -78,7 +85,7 @@ class ExperimentResult:
                 ollama_url=str(data["ollama_url"]),
                 parameters=dict(data.get("parameters") or {}),
                 started_at_unix_s=float(data["started_at_unix_s"]),
-                state=str(data.get("state", RUNNING)),
+                state=RunState(data.get("state", RUNNING)),
                 points=[dict(p) for p in data.get("points") or []],
                 summary=dict(data.get("summary") or {}),
                 conclusion=str(data.get("conclusion") or ""),

@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.lab.experiments import Cost
-from collectors.lab.ingest import result_from_row
-from collectors.lab.results import RUNNING, ExperimentResult, ResultFileError, list_results
+from collectors.api import Cost, ExperimentResult, ResultFileError, RunState, list_results, result_from_row
 from store import queries
 from store.schema import StoreNotFoundError
 
@@ -120,4 +118,4 @@ def run_label(r: ExperimentResult, interrupted: bool = False) -> str:
 
 
 def is_running(r: ExperimentResult) -> bool:
-    return r.state == RUNNING
+    return r.state == RunState.RUNNING

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from analysis.ceilings import ceilings_for, curve_tokens, decode_curve, prefill_curve, vram_fraction
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
-from collectors.lab.results import ExperimentResult
+from collectors.api import ExperimentResult
 
 COLORS = ("#4C9BE8", "#F2A541", "#59C3A0", "#E86A6A", "#B48EE0", "#9AA5B1")
 CEILING_DASH = "dot"

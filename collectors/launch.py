@@ -2,8 +2,9 @@
 
 The child is detached (its own session) so that it keeps recording after the
 browser tab and even the Streamlit server are gone. Only this module starts
-processes for the app; it opens no sockets itself: whether a collector runs is
-answered by its lock file (``collectors.lock.read_lock``).
+collector processes for the app (pages reach it through ``collectors.api``); it
+opens no sockets itself: whether a collector runs is answered by its lock file
+(``collectors.lock.read_lock``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from collectors.demo import read_demo_lock
@@ -25,9 +27,16 @@ _lock = threading.Lock()
 _children: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
 
 
+class LaunchStatus(StrEnum):
+    RUNNING = "running"  # a collector (or demo) holds the data folder
+    STARTING = "starting"  # we started one; it has not taken the folder yet
+    FAILED = "failed"  # the one we started exited, or never took the folder
+    OFF = "off"  # none runs, and the app may not start one
+
+
 @dataclass(frozen=True)
 class LaunchState:
-    state: str  # "running" | "starting" | "failed" | "off"
+    state: LaunchStatus
     message: str
     pid: int | None = None
     listen: str | None = None
@@ -65,11 +74,13 @@ def _child_state(key: str, log_path: Path, what: str) -> LaunchState | None:
     code = child.poll()
     if code is None:
         if time.monotonic() - started < RESPAWN_AFTER_S:
-            return LaunchState("starting", f"{what} is starting (process {child.pid})", pid=child.pid)
-        return LaunchState("failed", f"{what} (process {child.pid}) has not taken its data folder yet; see {log_path}", child.pid)
+            return LaunchState(LaunchStatus.STARTING, f"{what} is starting (process {child.pid})", pid=child.pid)
+        return LaunchState(
+            LaunchStatus.FAILED, f"{what} (process {child.pid}) has not taken its data folder yet; see {log_path}", child.pid
+        )
     if time.monotonic() - started < RESPAWN_AFTER_S:
         detail = _tail(log_path)
-        return LaunchState("failed", f"{what} exited with code {code}. Last lines of {log_path}:\n{detail}", child.pid)
+        return LaunchState(LaunchStatus.FAILED, f"{what} exited with code {code}. Last lines of {log_path}:\n{detail}", child.pid)
     return None
 
 
@@ -77,9 +88,11 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
     """Reuse the collector that records into ``data_dir``, or start one."""
     info = read_lock(data_dir)
     if info is not None:
-        return LaunchState("running", f"collector running (process {info.pid})", info.pid, info.listen or None)
+        return LaunchState(LaunchStatus.RUNNING, f"collector running (process {info.pid})", info.pid, info.listen or None)
     if not allowed:
-        return LaunchState("off", "no collector runs for this data folder (PHASEWATCH_COLLECTOR=off: the app starts none)")
+        return LaunchState(
+            LaunchStatus.OFF, "no collector runs for this data folder (PHASEWATCH_COLLECTOR=off: the app starts none)"
+        )
     key = f"collector:{data_dir}"
     log_path = data_dir / "collector.log"
     with _lock:
@@ -88,7 +101,7 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
             return state
         argv = [sys.executable, "-m", "collectors", "--ollama", ollama_url, "--listen", listen, "--data", str(data_dir)]
         child = _spawn(key, argv, log_path)
-    return LaunchState("starting", f"started the collector (process {child.pid})", child.pid)
+    return LaunchState(LaunchStatus.STARTING, f"started the collector (process {child.pid})", child.pid)
 
 
 def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
@@ -99,10 +112,10 @@ def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
     demo = read_demo_lock(demo_dir)
     collector = read_lock(demo_dir)
     if demo is not None and collector is not None:
-        return LaunchState("running", f"demo running (process {demo.pid})", demo.pid, collector.listen or None)
+        return LaunchState(LaunchStatus.RUNNING, f"demo running (process {demo.pid})", demo.pid, collector.listen or None)
     if demo is not None:
         upstream = "engine" if engine == "llama-cpp" else "simulator"
-        return LaunchState("starting", f"demo is starting its {upstream} and collector (process {demo.pid})", demo.pid)
+        return LaunchState(LaunchStatus.STARTING, f"demo is starting its {upstream} and collector (process {demo.pid})", demo.pid)
     key = f"demo:{demo_dir}"
     log_path = demo_dir / "demo.log"
     with _lock:
@@ -111,4 +124,4 @@ def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
             return state
         argv = [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir), "--engine", engine]
         child = _spawn(key, argv, log_path)
-    return LaunchState("starting", f"started the demo (process {child.pid})", child.pid)
+    return LaunchState(LaunchStatus.STARTING, f"started the demo (process {child.pid})", child.pid)

@@ -1,0 +1,58 @@
+"""What the pages may use of the collectors: the one module of ``collectors/`` that ``pages/`` imports.
+
+- the collector and the demo: ``ensure_collector``/``ensure_demo`` start one for a data folder
+  or find the one that runs (``LaunchState``); ``engine_problem`` says why the demo cannot run
+  the real llama.cpp engine here (None: it can);
+- settings, read as ``python -m collectors`` reads them;
+- Lab experiments (``EXPERIMENTS``, ``make_params``, ``Cost``); Lab runs: ``start_run``,
+  ``is_alive``, ``exit_code``, ``log_tail``, ``cancel_run``, ``interrupted``; their documents
+  (``ExperimentResult``, ``read_result``, ``list_results``) and the store's copies of them
+  (``result_from_row``).
+
+import-linter holds the line (``pyproject.toml``): a page that needs something else from
+the collectors adds it here, on purpose. Nothing here opens a socket or imports Streamlit;
+what starts is a detached process (``python -m collectors``, ``collectors.demo``, ``collectors.lab``).
+"""
+
+from __future__ import annotations
+
+from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
+from collectors.demo import engine_problem
+from collectors.lab.experiments import EXPERIMENTS, Cost, ExperimentSpec, make_params
+from collectors.lab.ingest import result_from_row
+from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, start_run
+from collectors.lab.launcher import cancel as cancel_run
+from collectors.lab.results import FINAL_STATES, ExperimentResult, ResultFileError, RunState, lab_dir, list_results, read_result
+from collectors.launch import LaunchState, LaunchStatus, ensure_collector, ensure_demo
+
+__all__ = [
+    "DEFAULT_LISTEN",
+    "EXPERIMENTS",
+    "FINAL_STATES",
+    "Cost",
+    "ExperimentResult",
+    "ExperimentSpec",
+    "LaunchState",
+    "LaunchStatus",
+    "ResultFileError",
+    "RunHandle",
+    "RunState",
+    "SettingsError",
+    "cancel_run",
+    "default_data_dir",
+    "engine_problem",
+    "ensure_collector",
+    "ensure_demo",
+    "exit_code",
+    "interrupted",
+    "is_alive",
+    "lab_dir",
+    "list_results",
+    "log_tail",
+    "make_params",
+    "ollama_base_url",
+    "parse_listen",
+    "read_result",
+    "result_from_row",
+    "start_run",
+]
