@@ -426,7 +426,14 @@ class _Generation:
                     texts.append(ev.text)
                     continue
                 resp = self._resp or await self._prepare()
-                await resp.write(_dumps(self._content(model_str, ev.text, False)) + b"\n")
+                line = _dumps(self._content(model_str, ev.text, False)) + b"\n"
+                if faults and faults.get("cut_inside_token_after_tokens") == n_written:
+                    await resp.write(line[: line.rindex(b',"done"')])  # the text went out, the line never ends
+                    self._done(200, "fault: cut inside a token")
+                    if self.request.transport is not None:
+                        self.request.transport.close()
+                    return resp
+                await resp.write(line)
                 n_written += 1
                 self.truth.token_written_ns.append(time.monotonic_ns())
                 if faults and await self._apply_stream_fault(resp, faults, n_written, model_str):
