@@ -3,6 +3,10 @@
 Starts the collector for the data folder when none runs (or the demo, with
 ``PHASEWATCH_DEMO=1`` or the "Start demo" button), draws the sidebar, then shows
 the pages through ``st.navigation``. Pages only read the store.
+
+This file plays two parts. ``streamlit run`` first imports it as a module (``__name__ == "app"``)
+and finds ``app``, an ``st.App`` that serves this same file behind ``HostGuard`` (foreign Host
+names get 403: see ``pages/host_guard.py``); every page run then executes it as ``__main__``.
 """
 
 from __future__ import annotations
@@ -11,24 +15,31 @@ from pathlib import Path
 
 import streamlit as st
 
-from collectors.api import LaunchStatus
-from pages import common, sidebar
+if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the server, not a page run
+    from starlette.middleware import Middleware
 
-st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout="wide")
+    from pages.host_guard import HostGuard
 
-ctx = common.app_context()
-sidebar.render(ctx)
-if ctx.launch.state == LaunchStatus.STARTING:
-    with st.sidebar:
-        common.follow_start()
+    app = st.App(__file__, middleware=[Middleware(HostGuard)])
+else:
+    from collectors.api import LaunchStatus
+    from pages import common, sidebar
 
-HERE = Path(__file__).parent
-pages = [
-    st.Page("pages/live.py", title="Live", icon=":material/monitoring:", default=True),
-    st.Page("pages/requests.py", title="Requests", icon=":material/receipt_long:"),
-]
-# The Why and Lab pages join here when their files exist.
-for file, title, icon in (("pages/why.py", "Why", ":material/lightbulb:"), ("pages/lab.py", "Lab", ":material/science:")):
-    if (HERE / file).is_file():
-        pages.append(st.Page(file, title=title, icon=icon))
-st.navigation(pages).run()
+    st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout="wide")
+
+    ctx = common.app_context()
+    sidebar.render(ctx)
+    if ctx.launch.state == LaunchStatus.STARTING:
+        with st.sidebar:
+            common.follow_start()
+
+    HERE = Path(__file__).parent
+    pages = [
+        st.Page("pages/live.py", title="Live", icon=":material/monitoring:", default=True),
+        st.Page("pages/requests.py", title="Requests", icon=":material/receipt_long:"),
+    ]
+    # The Why and Lab pages join here when their files exist.
+    for file, title, icon in (("pages/why.py", "Why", ":material/lightbulb:"), ("pages/lab.py", "Lab", ":material/science:")):
+        if (HERE / file).is_file():
+            pages.append(st.Page(file, title=title, icon=icon))
+    st.navigation(pages).run()

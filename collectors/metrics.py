@@ -18,6 +18,12 @@ from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, O
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUANTILES = (0.5, 0.9, 0.99)
 SUMMARY_WINDOW = 1000  # quantiles over the latest this-many requests; _sum and _count over all
+# Label values come from clients (any page can POST a model name): bound their length and number,
+# or per-model counters and the exposition grow with every new name.
+LABEL_MAX_CHARS = 128  # a longer model or endpoint is cut to this many characters, marker included
+LABEL_CUT_MARKER = "…"
+LABEL_VALUES_MAX = 100  # distinct models (and endpoints) counted by name; later ones count as OTHER_LABEL
+OTHER_LABEL = "other"
 
 
 @dataclass
@@ -38,16 +44,46 @@ class Summary:
         return [(q, percentile(values, q * 100) if values else math.nan) for q in QUANTILES]
 
 
+def bound_label(value: str, max_chars: int = LABEL_MAX_CHARS) -> str:
+    """A label value of at most ``max_chars`` characters; a cut one ends with the marker."""
+    if len(value) <= max_chars:
+        return value
+    return value[: max_chars - len(LABEL_CUT_MARKER)] + LABEL_CUT_MARKER
+
+
+@dataclass
+class LabelSet:
+    """The values one label may take: the first ``max_values`` seen by name, the rest as ``other``."""
+
+    max_values: int = LABEL_VALUES_MAX
+    max_chars: int = LABEL_MAX_CHARS
+    seen: set[str] = field(default_factory=set)
+
+    def admit(self, value: str) -> str:
+        value = bound_label(value, self.max_chars)
+        if value in self.seen:
+            return value
+        if len(self.seen) < self.max_values:
+            self.seen.add(value)
+            return value
+        return OTHER_LABEL
+
+
 @dataclass
 class RequestStats:
-    """Counts of finished requests by endpoint, model and outcome; TTFT and decode-rate summaries."""
+    """Counts of finished requests by endpoint, model and outcome; TTFT and decode-rate summaries.
+
+    Models and endpoints pass through ``LabelSet``s, so the counters stay bounded whatever clients send.
+    """
 
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     ttft_s: Summary = field(default_factory=Summary)
     decode_tok_s: Summary = field(default_factory=Summary)
+    models: LabelSet = field(default_factory=LabelSet)
+    endpoints: LabelSet = field(default_factory=LabelSet)
 
     def observe(self, rec: RequestRecord) -> None:
-        key = (rec.endpoint, rec.model, Outcome(rec.outcome).value)
+        key = (self.endpoints.admit(rec.endpoint), self.models.admit(rec.model), Outcome(rec.outcome).value)
         self.counts[key] = self.counts.get(key, 0) + 1
         phases = split_record(rec)
         if phases.ttft_s is not None and phases.ttft_s >= 0:
@@ -182,10 +218,10 @@ def render(snap: MetricsSnapshot) -> str:
     if snap.loaded_models:
         w.family("phasewatch_ollama_model_vram_bytes", "gauge", "Part of a loaded model held in GPU memory.")
         for m in snap.loaded_models:
-            w.sample("phasewatch_ollama_model_vram_bytes", m.size_vram_bytes, {"model": m.name})
+            w.sample("phasewatch_ollama_model_vram_bytes", m.size_vram_bytes, {"model": bound_label(m.name)})
         w.family("phasewatch_ollama_model_size_bytes", "gauge", "Memory a loaded model uses in total.")
         for m in snap.loaded_models:
-            w.sample("phasewatch_ollama_model_size_bytes", m.size_bytes, {"model": m.name})
+            w.sample("phasewatch_ollama_model_size_bytes", m.size_bytes, {"model": bound_label(m.name)})
     _render_gpus(w, snap.gpus)
     _render_host(w, snap.host)
 

@@ -34,6 +34,7 @@ from aiohttp import web
 from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
+from analysis.error_notes import http_error_note, malformed_note
 from analysis.records import Outcome, RequestRecord
 from collectors.relay import Exchange, Failure, Headers, Relay, RequestHead, Target
 
@@ -383,7 +384,7 @@ class RecordingProxy:
             notes.append(ex.failure or "")
         elif record.status_code is not None and record.status_code >= 400:
             record.outcome = Outcome.HTTP_ERROR
-            notes.append(ex.body_head.decode("utf-8", "replace"))
+            notes.append(http_error_note(record.status_code, ex.body_head, keep_text=self.record_text))
         elif summary is not None and summary.error is not None:
             record.outcome = Outcome.UPSTREAM_FAILED
             notes.append(f"Ollama reported an error mid-stream: {summary.error}")
@@ -398,8 +399,7 @@ class RecordingProxy:
         else:
             record.outcome = Outcome.OK
         if summary is not None and summary.malformed_count:
-            problems = "; ".join(summary.problems)
-            notes.append(f"{summary.malformed_count} malformed upstream chunk(s), passed on untouched: {problems}")
+            notes.append(malformed_note(summary.malformed_count, summary.problems, keep_text=self.record_text))
         record.error = "\n".join(n for n in notes if n)[: ERROR_BODY_CHARS * 2] or None
         return record
 

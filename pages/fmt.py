@@ -6,6 +6,9 @@ import re
 from datetime import datetime
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+# Where Markdown's autolinks start (http://, www., e-mail): a word joiner (invisible) breaks each one.
+_AUTOLINK_START = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)")
+WORD_JOINER = "\u2060"
 GIB = 1024**3
 MIB = 1024**2
 
@@ -74,5 +77,9 @@ def when(ts_unix_s: float) -> str:
 
 
 def md_escape(text: str) -> str:
-    """Text from elsewhere (GPU names, versions, flag texts) made literal inside our own Markdown."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    """Text from elsewhere (model and GPU names, versions, flag texts) made literal inside our own Markdown.
+
+    Backslash escapes stop emphasis and links, but not autolinks: Streamlit's Markdown finds bare URLs in
+    the text after escapes are resolved, so a word joiner goes where each would start.
+    """
+    return _MD_SPECIAL.sub(r"\\\1", _AUTOLINK_START.sub(WORD_JOINER, text))

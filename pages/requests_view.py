@@ -19,6 +19,7 @@ from analysis.phases import Phases, split_record
 from analysis.records import RequestRecord
 from pages import charts, data, fmt
 from pages.charts import Span
+from store.export import CSV_LINE_END, csv_cell
 
 SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
 
@@ -96,7 +97,8 @@ def csv_bytes(db: Path, start_unix_s: float, end_unix_s: float, model: str | Non
     """Every matching request as CSV (timings and counts only, never prompt or reply text)."""
     result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
     rows = result[0] if result else []
-    return history_frame(rows).to_csv(index=False).encode()
+    frame = history_frame(rows).map(csv_cell)  # escapes text cells only: numbers stay numbers
+    return frame.to_csv(index=False, lineterminator=CSV_LINE_END).encode()
 
 
 @dataclass

@@ -6,6 +6,8 @@ the next model load), then clears itself:
 * ``fail_next_load``: "text" -- the next load fails: HTTP 500 ``{"error": text}``.
 * ``cut_after_tokens``: N -- after N content chunks the connection is closed, no final chunk.
 * ``malformed_after_tokens``: N -- after N content chunks a broken JSON line is sent and the stream ends.
+* ``cut_inside_token_after_tokens``: N -- after N content chunks the next one is sent only in part (its
+  text included, its JSON unfinished) and the connection is closed, like a runner dying mid-write.
 * ``error_after_tokens``: N -- after N content chunks a final ``{"error": ...}`` line is sent (status stays 200).
 * ``raise_after_tokens``: N -- after N content tokens the engine raises an unexpected exception (a backend
   bug, ``sim.engine`` only): the stream ends as after a crashed runner, with a final ``{"error": ...}`` line
@@ -20,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 GENERATION_KEYS = (
-    "cut_after_tokens", "malformed_after_tokens", "error_after_tokens", "raise_after_tokens", "stall_ms",
-    "stall_after_tokens",
-)
+    "cut_after_tokens", "cut_inside_token_after_tokens", "malformed_after_tokens", "error_after_tokens",
+    "raise_after_tokens", "stall_ms", "stall_after_tokens",
+)  # fmt: skip
 ALL_KEYS = ("fail_next_load", *GENERATION_KEYS)
 
 

@@ -113,7 +113,15 @@ class EventStream:
                     texts.append(ev.text)
                     continue
                 resp = await self._prepared()
-                await resp.write(self.fmt.token(ev.text))
+                chunk = self.fmt.token(ev.text)
+                if self.faults and self.faults.get("cut_inside_token_after_tokens") == n_written:
+                    # A runner dying mid-write: the text went out, the chunk never ends.
+                    await resp.write(chunk[: len(chunk.rstrip()) - 3])
+                    self.done(200, "fault: cut inside a token")
+                    if self.request.transport is not None:
+                        self.request.transport.close()
+                    return resp
+                await resp.write(chunk)
                 n_written += 1
                 self.truth.token_written_ns.append(time.monotonic_ns())
                 if self.faults and await self._apply_stream_fault(resp, n_written):

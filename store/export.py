@@ -25,6 +25,11 @@ EXPORT_KEYS: tuple[str, ...] = (
     "ttft_s", "transport_s", "client_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "token_chunks",
 )  # fmt: skip
 
+# OWASP's rule for CSV injection: a text cell starting with one of these is a formula to a spreadsheet.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# RFC 4180's line end; with CR in it the csv module also quotes a cell that holds a lone CR.
+CSV_LINE_END = "\r\n"
+
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -78,12 +83,25 @@ def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
     return n
 
 
+def csv_cell(value: Any) -> Any:
+    """A value made safe for a spreadsheet: text that would start a formula gets a leading ``'``.
+
+    Only text is touched: numbers (negative ones too) stay numbers. Used by the export and by the
+    Requests page's download, so both escape alike.
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
 def write_csv(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
-    """CSV with a header; lists and dicts (flags) as JSON text, absent values empty."""
-    writer = csv.DictWriter(out, fieldnames=list(EXPORT_KEYS), lineterminator="\n")
+    """CSV with a header; lists and dicts (flags) as JSON text, absent values empty, formulas escaped."""
+    writer = csv.DictWriter(out, fieldnames=list(EXPORT_KEYS), lineterminator=CSV_LINE_END)
     writer.writeheader()
     n = 0
     for row in rows:
-        writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else v for k, v in row.items()})
+        writer.writerow(
+            {k: csv_cell(json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else v) for k, v in row.items()}
+        )
         n += 1
     return n

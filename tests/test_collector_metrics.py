@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+import time
+from pathlib import Path
+
+import aiohttp
 
 from analysis.records import FinalMetrics, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
-from collectors.metrics import MetricsSnapshot, RequestStats, escape_label, format_value, parse_exposition, render
+from collectors.config import load_settings
+from collectors.metrics import (
+    LABEL_CUT_MARKER,
+    LABEL_MAX_CHARS,
+    LABEL_VALUES_MAX,
+    OTHER_LABEL,
+    LabelSet,
+    MetricsSnapshot,
+    RequestStats,
+    bound_label,
+    escape_label,
+    format_value,
+    parse_exposition,
+    render,
+)
+from collectors.service import CollectorService
+from tests.support.sim_process import start_sim
 
 # One line of the text format: name, optional {labels}, one value.
 LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (NaN|[+-]Inf|-?[0-9.e+-]+)$')
@@ -120,3 +141,72 @@ def test_empty_snapshot_renders() -> None:
     assert m[("phasewatch_requests_in_flight", ())] == 0
     assert math.isnan(m[("phasewatch_ttft_seconds", (("quantile", "0.99"),))])
     assert not any(name.startswith(("phasewatch_gpu", "phasewatch_host")) for name, _ in m)
+
+
+def test_label_values_are_bounded_in_length_and_number() -> None:
+    """2,000 unique 50 KB model names (what one web page can POST): counters and exposition stay small."""
+    import tracemalloc
+
+    names = [f"{i:05d}" + "m" * 50_000 for i in range(2000)]
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    stats = RequestStats()
+    for name in names:
+        rec = _record(100, 11, 1000, model=name)
+        rec.endpoint = "/api/" + name
+        stats.observe(rec)
+    held_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    text = render(MetricsSnapshot(stats=stats))
+
+    assert len(stats.models.seen) == LABEL_VALUES_MAX and len(stats.endpoints.seen) == LABEL_VALUES_MAX
+    assert len(stats.counts) == LABEL_VALUES_MAX + 1  # each of the first names paired with its endpoint, then other/other
+    assert held_bytes < 1 << 20, held_bytes  # the names themselves are 100 MB
+    assert len(text.encode()) < 64 << 10, len(text)
+    m = parse_exposition(text)
+    assert m[("phasewatch_requests_total", (("endpoint", OTHER_LABEL), ("model", OTHER_LABEL), ("outcome", "ok")))] == 1900
+    first = names[0][: LABEL_MAX_CHARS - len(LABEL_CUT_MARKER)] + LABEL_CUT_MARKER
+    assert len(first) == LABEL_MAX_CHARS
+    first_labels = (("endpoint", bound_label("/api/" + names[0])), ("model", first), ("outcome", "ok"))
+    assert m[("phasewatch_requests_total", first_labels)] == 1
+    assert sum(v for (name, _), v in m.items() if name == "phasewatch_requests_total") == 2000  # nothing lost, only merged
+
+
+def test_bound_label_keeps_short_values_and_marks_cut_ones() -> None:
+    assert bound_label("llama3.2:latest") == "llama3.2:latest"
+    assert bound_label("x" * LABEL_MAX_CHARS) == "x" * LABEL_MAX_CHARS
+    assert bound_label("x" * (LABEL_MAX_CHARS + 1)) == "x" * (LABEL_MAX_CHARS - 1) + LABEL_CUT_MARKER
+    assert bound_label("abcdef", max_chars=4) == "abc" + LABEL_CUT_MARKER
+    labels = LabelSet(max_values=2)
+    assert [labels.admit(v) for v in ("a", "b", "c", "a", "d", "b")] == ["a", "b", OTHER_LABEL, "a", OTHER_LABEL, "b"]
+
+
+def test_collector_metrics_stay_small_under_unique_model_names(tmp_path: Path) -> None:
+    """Through a real collector in front of sim: more unique 50 KB model names than LABEL_VALUES_MAX."""
+    with start_sim("--hardware", "rtx-4090") as sim:
+        asyncio.run(_flood_model_names(sim.base_url, tmp_path))
+
+
+async def _flood_model_names(sim_url: str, data: Path) -> None:
+    n = LABEL_VALUES_MAX + 50
+    service = CollectorService(load_settings(["--ollama", sim_url, "--listen", "127.0.0.1:0", "--data", str(data)], {}))
+    await service.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for i in range(n):
+                body = {"model": f"{i:04d}" + "m" * 50_000, "prompt": "hi", "stream": False}
+                async with session.post(f"http://{service.listen}/api/generate", json=body) as resp:
+                    await resp.read()
+            deadline = time.monotonic() + 30
+            while sum(service.stats.counts.values()) < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            async with session.get(f"http://{service.listen}/phasewatch/metrics") as resp:
+                text = await resp.text()
+    finally:
+        await service.stop()
+    assert len(service.stats.models.seen) == LABEL_VALUES_MAX
+    assert len(text.encode()) < 64 << 10, len(text)
+    totals = {labels: v for (name, labels), v in parse_exposition(text).items() if name == "phasewatch_requests_total"}
+    assert sum(totals.values()) == n
+    assert sum(v for labels, v in totals.items() if ("model", OTHER_LABEL) in labels) == n - LABEL_VALUES_MAX
+    assert all(len(value) <= LABEL_MAX_CHARS for labels in totals for _, value in labels)

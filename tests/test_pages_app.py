@@ -247,3 +247,24 @@ def test_model_text_is_shown_literally_never_as_markup(fixture_store: Fixture) -
         assert "click me" not in m.value and "<script" not in m.value
     at.selectbox(key="req_pick").set_value(fixture_store.failed.id).run()
     assert '{"error":"<b>model runner has stopped</b>"}' in [c.value for c in at.code]
+
+
+def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
+    """The Download CSV button's bytes (``csv_bytes``): formula text escaped as in ``store export``, numbers kept."""
+    import csv
+    import io
+
+    from pages.requests_view import csv_bytes
+    from tests.test_store_export import FORMULA_MODELS
+    from tests.test_store_writer import make_record
+
+    now = time.time()
+    w = StoreWriter(db_path(data_dir))
+    w.write_requests([make_record(f"f{i}", now - 60 + i, model=m) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
+    w.close()
+    text = csv_bytes(db_path(data_dir), now - 300, now, None, None, None).decode()
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert sorted(r["model"] for r in rows) == sorted([*("'" + m for m in FORMULA_MODELS), "llama3.2"])
+    for r in rows:
+        assert float(r["first token (s)"]) == pytest.approx(0.2)  # numbers stay numbers
+        assert not r["time"].startswith("'") and not r["id"].startswith("'")

@@ -136,3 +136,14 @@ def test_live_helpers() -> None:
     # A long stream: the rate over the last 3 s only (50 tokens/s there).
     assert derive.live_tok_s([i * 20_000_000 for i in range(500)], now_ns=10_000_000_000) == pytest.approx(50.0, abs=0.4)
     assert derive.stall_threshold_ms([10, 10, 10, 10]) == pytest.approx(60.0)
+
+
+def test_md_escape_breaks_autolinks_and_keeps_the_text() -> None:
+    from pages.fmt import WORD_JOINER, md_escape
+
+    text = "m http://a.example/x HTTPS://b.example www.c.example WWW.d.example e@f.example **bold** [l](u)"
+    escaped = md_escape(text)
+    assert escaped.replace(WORD_JOINER, "").replace("\\", "") == text  # what the reader sees, literally
+    for start in ("http://", "HTTPS://", "www.", "WWW.", "e@f"):
+        assert start not in escaped.replace("\\", ""), start  # no autolink can start
+    assert md_escape("llama3.2:latest") == "llama3\\.2\\:latest"  # ordinary names unchanged but for escapes

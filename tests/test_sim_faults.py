@@ -79,6 +79,15 @@ def test_cut_stream_has_no_final_chunk(sim: SimProcess, client: ollama.Client) -
         list(client.generate(model=SMALL, prompt="y", stream=True, options={"num_predict": 30}))
 
 
+def test_cut_inside_a_token_sends_its_text_unfinished(sim: SimProcess) -> None:
+    http_json(sim, "POST", "/sim/faults", {"cut_inside_token_after_tokens": 3})
+    lines = [ln for ln in raw_lines(sim, {"model": SMALL, "prompt": "x", "options": {"num_predict": 30}}) if ln]
+    assert len(lines) == 4 and not any(json.loads(ln)["done"] for ln in lines[:3])
+    assert b'"response":"' in lines[3] and not lines[3].endswith(b"}")  # the text went out, the line never ended
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(lines[3])
+
+
 def test_malformed_line(sim: SimProcess, client: ollama.Client) -> None:
     http_json(sim, "POST", "/sim/faults", {"malformed_after_tokens": 2})
     lines = [ln for ln in raw_lines(sim, {"model": SMALL, "prompt": "x", "options": {"num_predict": 30}}) if ln]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis.phases import CLI_KEYS, split_record
-from store.export import EXPORT_KEYS, parse_since
+from store.export import EXPORT_KEYS, csv_cell, parse_since, write_csv
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_store_writer import make_record
@@ -89,3 +89,40 @@ def test_empty_store_exports_a_header_only(tmp_path: Path) -> None:
     proc = _export("--data", str(tmp_path), "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [",".join(EXPORT_KEYS)]
+
+
+# A spreadsheet runs a text cell that starts with one of these as a formula (OWASP's CSV injection rule).
+FORMULA_MODELS = ['=HYPERLINK("http://x","c")', "+1+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+
+
+@pytest.fixture
+def formula_dir(tmp_path: Path) -> Path:
+    w = StoreWriter(db_path(tmp_path))
+    w.write_requests([make_record(f"f{i}", T0 + i, model=m) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
+    w.close()
+    return tmp_path
+
+
+def test_csv_export_escapes_formula_cells_and_keeps_numbers(formula_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    proc = _export("--data", str(formula_dir), "--format", "csv", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with open(out, newline="") as f:  # the CR inside a cell stays a CR
+        rows = list(csv.DictReader(f))
+    assert [r["model"] for r in rows] == [*("'" + m for m in FORMULA_MODELS), "llama3.2"]
+    for r in rows:
+        assert float(r["ttft_s"]) == pytest.approx(0.2)  # numbers stay numbers, unprefixed
+        assert float(r["started_at_unix_s"]) >= T0
+    # JSON lines are data, not a spreadsheet: the names stay as recorded.
+    proc = _export("--data", str(formula_dir), "--format", "jsonl")
+    assert [json.loads(line)["model"] for line in proc.stdout.splitlines()] == [*FORMULA_MODELS, "llama3.2"]
+
+
+def test_csv_cell_escapes_text_only() -> None:
+    assert csv_cell("=1+1") == "'=1+1" and csv_cell("-x") == "'-x" and csv_cell("\r=1") == "'\r=1"
+    assert csv_cell("llama3.2") == "llama3.2" and csv_cell("") == "" and csv_cell("a=b") == "a=b"
+    assert csv_cell(-1.5) == -1.5 and csv_cell(-3) == -3 and csv_cell(None) is None  # negative numbers are numbers
+    out = io.StringIO()
+    write_csv(iter([{"id": "-1", "model": "=x", "transport_s": -0.004, "token_chunks": -1}]), out)
+    row = next(csv.DictReader(io.StringIO(out.getvalue())))
+    assert (row["id"], row["model"], row["transport_s"], row["token_chunks"]) == ("'-1", "'=x", "-0.004", "-1")
