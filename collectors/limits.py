@@ -22,6 +22,7 @@ class Limits:
     max_pipelined: int = 16  # requests parsed on one connection ahead of their answers
     max_pipelined_bytes: int = 1 << 20  # body bytes held for a request not yet sent upstream
     max_line_bytes: int = 16 << 20  # one upstream NDJSON line, SSE event or JSON body kept for parsing
+    max_unparsed_bytes: int = 8 << 20  # response bytes recorded but not yet parsed before reading pauses
     max_label_chars: int = 256  # a model name kept in a record
     max_connections: int = 1024  # client connections in all (also held under the fd limit)
     max_connections_per_client: int = 512  # client connections from one address

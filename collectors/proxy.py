@@ -187,6 +187,9 @@ class _Exchange(Exchange):
         self.record.status_code = status
         return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
 
+    def backlog(self, caught_up: Callable[[], None]) -> None:
+        self.proxy.spawn_catch_up(self, caught_up)
+
     def failed(self, kind: str, detail: str, responded: bool) -> None:
         if self.failure is not None:
             return
@@ -409,6 +412,20 @@ class RecordingProxy:
                 while ex.feed_some(self.PARSE_SLICE):
                     await asyncio.sleep(0)
                 await asyncio.sleep(0)
+
+    def spawn_catch_up(self, ex: _Exchange, caught_up: Callable[[], None]) -> None:
+        """Parse a flooding response's pending reads a slice at a time, then let the relay read on."""
+
+        async def catch_up() -> None:
+            try:
+                while ex.feed_some(self.PARSE_SLICE):
+                    await asyncio.sleep(0)
+            finally:
+                caught_up()
+
+        task = asyncio.get_running_loop().create_task(catch_up())
+        self._finalisers.add(task)
+        task.add_done_callback(self._finalisers.discard)
 
     def spawn_finaliser(self, ex: _Exchange) -> None:
         task = asyncio.get_running_loop().create_task(self._finalise(ex))

@@ -89,6 +89,11 @@ class Exchange:
         """The relay answers this request itself (Ollama could not); returns headers to add."""
         return []
 
+    def backlog(self, caught_up: Callable[[], None]) -> None:
+        """Over ``Limits.max_unparsed_bytes`` of body pieces went to ``on_body`` since the last catch-up: the
+        relay stops reading this response until ``caught_up`` is called (this base keeps nothing)."""
+        caught_up()
+
     def failed(self, kind: str, detail: str, responded: bool) -> None:
         """The exchange broke (a ``Failure`` kind); ``responded``: the client already had a response head."""
 
@@ -596,7 +601,11 @@ class _UpstreamSide(asyncio.Protocol):
         self._keep_alive = True
         self._ended = False  # the response to ``req`` is complete: handled once the parser returns
         self._on_body: Callable[[tuple[int, bytes]], None] | None = None
-        self._paused = False
+        self._unparsed = 0  # body bytes given to _on_body since the exchange last caught up
+        self._max_unparsed = client.limits.max_unparsed_bytes
+        self._paused = False  # the client reads slower than Ollama writes
+        self._backlogged = False  # the recording has not caught up with what it was given
+        self._reading = True
         self._aborted = False
 
     async def connect(self, req: _Request) -> None:
@@ -643,6 +652,9 @@ class _UpstreamSide(asyncio.Protocol):
         self.first_byte_pending = True
         self.parser = httptools.HttpResponseParser(self)
         self._on_body = req.exchange.on_body
+        self._unparsed = 0
+        self._backlogged = False
+        self._apply_reading()
         self.write(self.client.request_head_for_upstream(req) + self.client.pending_request_bytes(req))
 
     def write(self, data: bytes) -> None:
@@ -657,14 +669,27 @@ class _UpstreamSide(asyncio.Protocol):
         return self.connected and self.idle and not self._aborted and self.target == target
 
     def pause(self) -> None:
-        if self.transport is not None and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
+        self._paused = True
+        self._apply_reading()
 
     def resume(self) -> None:
-        if self.transport is not None and self._paused:
-            self._paused = False
+        self._paused = False
+        self._apply_reading()
+
+    def _caught_up(self) -> None:
+        self._unparsed = 0
+        self._backlogged = False
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        reading = not (self._paused or self._backlogged)
+        if self.transport is None or reading == self._reading or self._aborted:
+            return
+        self._reading = reading
+        if reading:
             self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
 
     def abort(self) -> None:
         """Drop the connection now (Ollama sees the client leave and cancels the request)."""
@@ -779,6 +804,11 @@ class _UpstreamSide(asyncio.Protocol):
         # Hot path: one append, one write.
         if self._on_body is not None:
             self._on_body((self.read_ns, piece))
+            self._unparsed += len(piece)
+            if self._unparsed > self._max_unparsed and not self._backlogged and self.req is not None:
+                self._backlogged = True  # a flood from upstream: read on once the recording caught up
+                self._apply_reading()
+                self.req.exchange.backlog(self._caught_up)
         self.client.write(_chunk(piece) if self._chunked_out else piece)
 
     def on_message_complete(self) -> None:

@@ -95,9 +95,7 @@ def _settle(upstream: RecordingUpstream, proxy: ProxyThread) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=mutated())
-def test_mutated_requests_reach_upstream_once_or_not_at_all(
-    upstream: RecordingUpstream, proxy: ProxyThread, data: bytes
-) -> None:
+def test_mutated_requests_reach_upstream_once_or_not_at_all(upstream: RecordingUpstream, proxy: ProxyThread, data: bytes) -> None:
     upstream.reset()
     reply = exchange(proxy.proxy.port, data, quiet_s=0.6, timeout_s=5)
     _settle(upstream, proxy)

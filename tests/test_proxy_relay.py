@@ -121,7 +121,10 @@ def exchange(port: int, data: bytes, *, until_close: bool = True, timeout_s: flo
 
 
 def test_pipelined_requests_are_answered_in_order(proxy: ProxyThread) -> None:
-    two = b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\nGET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    two = (
+        b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        b"GET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
     reply = exchange(proxy.proxy.port, two)
     assert reply.count(b"HTTP/1.1 200") == 2
     first, second = reply.split(b"HTTP/1.1 200")[1:]
@@ -249,7 +252,9 @@ def test_absolute_form_request_line_is_sent_in_origin_form() -> None:
         return web.json_response({"path": request.path_qs})
 
     with aiohttp_upstream(echo) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
-        reply = exchange(proxy.proxy.port, b"GET http://elsewhere:1/api/ps?a=b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        reply = exchange(
+            proxy.proxy.port, b"GET http://elsewhere:1/api/ps?a=b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
     assert json.loads(reply.partition(b"\r\n\r\n")[2]) == {"path": "/api/ps?a=b"}
 
 

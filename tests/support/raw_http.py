@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
@@ -53,10 +54,8 @@ def exchange(port: int, data: bytes, *, quiet_s: float = 0.5, timeout_s: float =
     closed = False
     deadline = time.monotonic() + timeout_s
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-        try:
+        with contextlib.suppress(OSError):  # the server may refuse before reading everything
             s.sendall(data)
-        except OSError:
-            pass  # the server may refuse before reading everything
         s.settimeout(quiet_s)
         while time.monotonic() < deadline:
             try:

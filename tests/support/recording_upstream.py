@@ -24,7 +24,11 @@ class Seen:
     method: str
     target: str
     headers: list[tuple[str, str]]
-    body: bytes
+    body: bytes  # its first KEPT_BODY_BYTES
+    body_len: int
+
+
+KEPT_BODY_BYTES = 1 << 20  # floods send hundreds of MB: keep the start only
 
 
 @dataclass
@@ -50,6 +54,7 @@ class RecordingUpstream:
         method = target = ""
         headers: list[tuple[str, str]] = []
         body: list[bytes] = []
+        body_len = 0
         eof = False
         try:
             while True:
@@ -64,16 +69,16 @@ class RecordingUpstream:
                 if isinstance(event, h11.Request):
                     method, target = event.method.decode(), event.target.decode("latin-1")
                     headers = [(k.decode(), v.decode("latin-1")) for k, v in event.headers]
-                    body = []
+                    body, body_len = [], 0
                 elif isinstance(event, h11.Data):
-                    body.append(bytes(event.data))
+                    if body_len < KEPT_BODY_BYTES:
+                        body.append(bytes(event.data))
+                    body_len += len(event.data)
                 elif isinstance(event, h11.EndOfMessage):
                     with self._lock:
                         seq = len(self.requests)
-                        self.requests.append(Seen(seq, method, target, headers, b"".join(body)))
-                    payload = json.dumps(
-                        {"seq": seq, "method": method, "target": target, "body_len": len(b"".join(body))}
-                    ).encode()
+                        self.requests.append(Seen(seq, method, target, headers, b"".join(body), body_len))
+                    payload = json.dumps({"seq": seq, "method": method, "target": target, "body_len": body_len}).encode()
                     writer.write(
                         conn.send(
                             h11.Response(
