@@ -28,6 +28,9 @@ class Limits:
     max_connections_per_client: int = 512  # client connections from one address
     head_timeout_s: float = 30.0  # from a head's first byte to its end
     body_timeout_s: float = 60.0  # a request body with no byte arriving
+    # ...or arriving slower than this on average: it gets body_timeout_s plus 1 s per this many bytes (Apache's
+    # mod_reqtimeout MinRate), so a 2 GB body trickled a byte at a time cannot hold a connection for ever.
+    min_body_rate_bps: int = 1024
     idle_timeout_s: float = 120.0  # a connection with no request and no byte
 
     def connection_cap(self, fd_soft_limit: int) -> int:

@@ -388,6 +388,10 @@ class RecordingProxy:
         return self._upstream, ex, frozenset({b"accept-encoding"})
 
     async def _local_handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        # Only the relay (which checked the client's Host) may ask: a page rebinding a name to this private
+        # port would send its own Host.
+        if self._local_target is None or request.headers.get("Host", "").encode() != self._local_target.host_header:
+            return web.json_response({"error": "Phasewatch's local routes are reached through the proxy"}, status=403)
         handler = self._local_routes.get((request.method, request.path))
         if handler is None:
             return web.json_response({"error": f"no such Phasewatch route: {request.method} {request.path}"}, status=404)

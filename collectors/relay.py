@@ -217,6 +217,8 @@ class _Request:
     drop: frozenset[bytes]  # request headers not to forward (lower-case names)
     pending_body: list[bytes] = field(default_factory=list)  # body bytes not yet sent upstream
     pending_bytes: int = 0
+    body_started_ns: int = 0  # when the head ended (moved on by the time reading was paused)
+    body_bytes: int = 0
     kept_body: list[bytes] = field(default_factory=list)  # the body's start, for request_body()
     kept_bytes: int = 0
     kept_truncated: bool = False
@@ -255,6 +257,7 @@ class _ClientSide(asyncio.Protocol):
         self._stopped = False
         self._final_answer = b""
         self._reading_paused = False
+        self._paused_at_ns = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
@@ -371,6 +374,7 @@ class _ClientSide(asyncio.Protocol):
             exchange=exchange,
             drop=drop,
         )
+        req.body_started_ns = self.read_ns
         self._parsing = req
         self.requests.append(req)
         if len(self.requests) == 1:
@@ -382,6 +386,7 @@ class _ClientSide(asyncio.Protocol):
         req = self._parsing
         if req is None or req.finished:
             return  # the rest of a body already answered (the connection closes after that answer)
+        req.body_bytes += len(piece)
         if req.exchange.keep_request_body and not req.kept_truncated:
             room = self.limits.max_kept_body_bytes - req.kept_bytes
             if len(piece) > room:
@@ -535,10 +540,14 @@ class _ClientSide(asyncio.Protocol):
         if pause == self._reading_paused or self.transport is None or self.transport.is_closing():
             return
         self._reading_paused = pause
+        now_ns = time.monotonic_ns()
         if pause:
+            self._paused_at_ns = now_ns
             self.transport.pause_reading()
         else:
-            self.read_ns = time.monotonic_ns()  # a body's silence counts from here
+            self.read_ns = now_ns  # a body's silence counts from here
+            if self._parsing is not None:  # and its time, less the pause
+                self._parsing.body_started_ns += now_ns - self._paused_at_ns
             self.transport.resume_reading()
 
     def check_timeouts(self, now_ns: int) -> None:
@@ -551,9 +560,13 @@ class _ClientSide(asyncio.Protocol):
         if self._head_open:
             if now_ns - self._head_started_ns > lim.head_timeout_s * 1e9:
                 self._stop(408, b"Request Timeout", f"request head not complete within {lim.head_timeout_s:g} s")
-        elif self._parsing is not None:
-            if not self._reading_paused and now_ns - self.read_ns > lim.body_timeout_s * 1e9:
+        elif self._parsing is not None and not self._reading_paused:
+            req = self._parsing
+            allowed_s = lim.body_timeout_s + req.body_bytes / lim.min_body_rate_bps
+            if now_ns - self.read_ns > lim.body_timeout_s * 1e9:
                 self._stop(408, b"Request Timeout", f"no request body byte for {lim.body_timeout_s:g} s")
+            elif now_ns - req.body_started_ns > allowed_s * 1e9:
+                self._stop(408, b"Request Timeout", f"request body slower than {lim.min_body_rate_bps} bytes/s")
         elif not self.requests and now_ns - max(self.read_ns, self.waiting_since_ns) > lim.idle_timeout_s * 1e9:
             self._close()
 

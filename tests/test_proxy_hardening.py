@@ -282,6 +282,11 @@ def test_foreign_host_and_origin_get_403_and_record_nothing(upstream: RecordingU
     assert ok.status_code == 200 and ok.text == "secret metrics"
     r = httpx.post(proxy.base_url + "/api/generate", content=body, headers={"Origin": f"http://127.0.0.1:{proxy.proxy.port}"})
     assert r.status_code == 200 and upstream.targets() == ["/api/generate"]
+    # The private port that serves the local routes behind the relay refuses anyone else's Host too.
+    local = proxy.proxy._local_target
+    assert local is not None
+    direct = httpx.get(f"http://127.0.0.1:{local.port}/phasewatch/test-metrics", headers={"Host": "evil.example"})
+    assert direct.status_code == 403 and "secret" not in direct.text
 
 
 def test_allowed_hosts_and_origins_settings() -> None:
@@ -400,6 +405,17 @@ def test_head_body_and_idle_timeouts(upstream: RecordingUpstream, tight: ProxyTh
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"POST /api/show HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")  # a body that stalls
         assert s.recv(4096).startswith(b"HTTP/1.1 408")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a body trickled a byte at a time
+        s.sendall(b"POST /api/show HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2000000000\r\n\r\n")
+        t0 = time.monotonic()
+        got = b""
+        with contextlib.suppress(OSError):
+            while not got and time.monotonic() - t0 < 10:
+                s.sendall(b"x")  # never silent for body_timeout_s, but far below min_body_rate_bps
+                s.settimeout(0.2)
+                with contextlib.suppress(TimeoutError):
+                    got = s.recv(4096)
+        assert got.startswith(b"HTTP/1.1 408") and b"slower than" in got and time.monotonic() - t0 < 5
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # idle: closed without a word
         t0 = time.monotonic()
         assert s.recv(4096) == b"" and time.monotonic() - t0 < 5
