@@ -134,10 +134,6 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
     return None
 
 
-def _headers_named(headers: Headers, name: bytes) -> list[bytes]:
-    return [v for k, v in headers if k.lower() == name]
-
-
 def _forwardable(headers: Headers, drop: frozenset[bytes]) -> Headers:
     """Headers without hop-by-hop ones, those named in Connection, framing ones, and ``drop`` (lower-case names).
 
@@ -163,11 +159,19 @@ def _request_framing(headers: Headers, http_version: str) -> tuple[bool, int | N
     """
     if http_version not in ("1.0", "1.1"):
         raise Refused(505, b"HTTP Version Not Supported", f"HTTP/{http_version} is not supported; use HTTP/1.1")
-    hosts = _headers_named(headers, b"host")
-    if len(hosts) > 1 or (http_version == "1.1" and not hosts):
+    hosts = 0
+    codings: list[bytes] = []
+    lengths: list[bytes] = []
+    for key, value in headers:  # one pass: this runs for every request
+        low = key.lower()
+        if low == b"host":
+            hosts += 1
+        elif low == b"transfer-encoding":
+            codings.append(value)
+        elif low == b"content-length":
+            lengths.append(value)
+    if hosts > 1 or (http_version == "1.1" and not hosts):
         raise Refused(400, b"Bad Request", "an HTTP/1.1 request needs exactly one Host header")
-    codings = _headers_named(headers, b"transfer-encoding")
-    lengths = _headers_named(headers, b"content-length")
     if len(codings) > 1 or len(lengths) > 1:
         raise Refused(400, b"Bad Request", "more than one Transfer-Encoding or Content-Length header")
     if codings and lengths:
@@ -780,8 +784,14 @@ class _UpstreamSide(asyncio.Protocol):
         if 100 <= status < 200:
             return  # interim answers (we never send Expect upstream) are not passed on
         self._keep_alive = self.parser.should_keep_alive()
-        lengths = _headers_named(self._headers, b"content-length")
-        codings = _headers_named(self._headers, b"transfer-encoding")
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        for key, value in self._headers:
+            low = key.lower()
+            if low == b"content-length":
+                lengths.append(value)
+            elif low == b"transfer-encoding":
+                codings.append(value)
         if codings and (len(codings) > 1 or codings[0].strip(b" \t").lower() != b"chunked"):
             raise httptools.HttpParserError("a transfer coding other than a lone chunked")
         length = int(lengths[0].strip(b" \t")) if lengths and not codings else None  # llhttp checked the digits
