@@ -253,9 +253,15 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    limits = ", ".join(f"{limit_env_name(f.name)} ({f.default})" for f in dataclasses.fields(Limits))
     p = _OneLineParser(
         prog="python -m collectors",
         description="Phasewatch collector: a recording proxy in front of Ollama, plus Ollama, GPU and host samplers.",
+        epilog=(
+            "The proxy answers only this machine's Host names (add others to PHASEWATCH_ALLOWED_HOSTS, "
+            "comma-separated, * for any) and the browser origins Ollama allows (plus OLLAMA_ORIGINS). "
+            f"Its bounds, by environment variable (default): {limits}."
+        ),
     )
     p.add_argument("--ollama", metavar="URL", help="Ollama to watch; default $OLLAMA_HOST, else http://127.0.0.1:11434")
     p.add_argument(

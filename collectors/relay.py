@@ -617,6 +617,7 @@ class _UpstreamSide(asyncio.Protocol):
         self._close_delimited = False
         self._keep_alive = True
         self._ended = False  # the response to ``req`` is complete: handled once the parser returns
+        self._head_seen = -1  # bytes read while the response head is incomplete; -1 once it is in
         self._on_body: Callable[[tuple[int, bytes]], None] | None = None
         self._unparsed = 0  # body bytes given to _on_body since the exchange last caught up
         self._max_unparsed = client.limits.max_unparsed_bytes
@@ -666,6 +667,7 @@ class _UpstreamSide(asyncio.Protocol):
         self.req = req
         self.idle = False
         self._ended = False
+        self._head_seen = 0
         self.first_byte_pending = True
         self.parser = httptools.HttpResponseParser(self)
         self._on_body = req.exchange.on_body
@@ -725,6 +727,11 @@ class _UpstreamSide(asyncio.Protocol):
         if self.req is None:  # bytes on an idle connection answer nothing we sent
             self.abort()
             return
+        if self._head_seen >= 0:  # bound the head before llhttp builds its header values with +=
+            self._head_seen += len(data)
+            if self._head_seen > self.client.limits.max_head_bytes + len(data):
+                self._broken(f"Ollama sent a response head over {self.client.limits.max_head_bytes} bytes")
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -783,6 +790,7 @@ class _UpstreamSide(asyncio.Protocol):
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             return  # interim answers (we never send Expect upstream) are not passed on
+        self._head_seen = -1
         self._keep_alive = self.parser.should_keep_alive()
         lengths: list[bytes] = []
         codings: list[bytes] = []

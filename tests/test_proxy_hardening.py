@@ -186,6 +186,15 @@ def test_an_upstream_sending_two_answers_to_one_request_never_reaches_the_next_c
     assert [body for body in re.findall(rb"\r\n\r\n(\d)", got)] == [b"1", b"2", b"3"], got
 
 
+def test_an_upstream_response_head_is_bounded() -> None:
+    from tests.test_proxy_relay import raw_upstream
+
+    reply = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (8 << 20) + b"\r\nContent-Length: 0\r\n\r\n"
+    with raw_upstream(reply) as port, run_proxy(f"http://127.0.0.1:{port}") as p:
+        r = httpx.get(p.base_url + "/api/tags", timeout=10)
+    assert r.status_code == 502 and "response head over" in r.json()["error"]
+
+
 # -- Host and Origin ---------------------------------------------------------------------------------------
 
 
