@@ -16,11 +16,10 @@ alone allows any).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable
-
-import psutil
 
 _LOCAL_SUFFIXES = (".localhost", ".local", ".internal")
 # Go's netip.Addr.IsPrivate: RFC 1918 and RFC 4193, nothing else.
@@ -51,7 +50,10 @@ def host_name(host_header: str) -> str:
     return host.rstrip(".")
 
 
+@functools.cache
 def _this_machine_ips() -> frozenset[str]:
+    import psutil  # only for a Host that is a public IP literal: rare, and the proxy alone need not load it
+
     try:
         return frozenset(a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs)
     except OSError:
@@ -65,7 +67,6 @@ class HostPolicy:
         self.names = names | {"localhost", socket.gethostname().lower()}
         if listen_host:
             self.names.add(host_name(f"[{listen_host}]" if ":" in listen_host else listen_host))
-        self._machine_ips = _this_machine_ips()
 
     def allows(self, host_header: str) -> bool:
         host = host_name(host_header)
@@ -75,7 +76,7 @@ class HostPolicy:
             ip = ipaddress.ip_address(host)
         except ValueError:
             return False
-        return ip.is_loopback or ip.is_unspecified or any(ip in n for n in _PRIVATE) or host in self._machine_ips
+        return ip.is_loopback or ip.is_unspecified or any(ip in n for n in _PRIVATE) or host in _this_machine_ips()
 
 
 class OriginPolicy:
