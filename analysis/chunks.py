@@ -22,6 +22,7 @@ from typing import Any
 from analysis.records import FinalMetrics
 
 MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
+MAX_LINE_BYTES = 16 << 20  # one line, event or JSON body kept for parsing; longer ones are dropped, marked malformed
 _EXCERPT_BYTES = 80
 
 
@@ -86,12 +87,17 @@ def _check_read(t_ns: object, data: object) -> bytes:
     raise ChunkParseError(f"data must be bytes, got {type(data).__name__}")
 
 
+def _too_long(t_ns: int, head: bytes, max_bytes: int) -> Chunk:
+    return Chunk(t_ns, head[:_EXCERPT_BYTES], problem=f"longer than {max_bytes} bytes, not kept: {_excerpt(head)}")
+
+
 class _Splitter:
     """Incremental framing: feed reads, get back the chunks they completed."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self._finished = False
         self._last_t_ns: int | None = None
+        self._max_bytes = max_line_bytes
 
     def feed(self, t_ns: int, data: bytes) -> list[Chunk]:
         data = _check_read(t_ns, data)
@@ -116,22 +122,36 @@ class _Splitter:
 class NdjsonSplitter(_Splitter):
     """One JSON object per line; a line split across reads gets the time of its last read."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        super().__init__(max_line_bytes)
         self._pending: list[bytes] = []  # pieces of an unterminated line (a list: no quadratic joins)
+        self._pending_bytes = 0
+        self._skipping: bytes | None = None  # start of an over-long line, dropped up to its newline
 
     def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
+        out: list[Chunk] = []
+        if self._skipping is not None:
+            end = data.find(b"\n")
+            if end < 0:
+                return out
+            out.append(_too_long(t_ns, self._skipping, self._max_bytes))
+            self._skipping = None
+            data = data[end + 1 :]
         if b"\n" not in data:
             if data:
                 self._pending.append(data)
-            return []
+                self._pending_bytes += len(data)
+                if self._pending_bytes > self._max_bytes:
+                    self._skipping = b"".join(self._pending)[:_EXCERPT_BYTES]
+                    self._pending, self._pending_bytes = [], 0
+            return out
         if self._pending:
             self._pending.append(data)
             data = b"".join(self._pending)
         lines = data.split(b"\n")
         rest = lines.pop()
         self._pending = [rest] if rest else []
-        out = []
+        self._pending_bytes = len(rest)
         for line in lines:
             line = line.rstrip(b"\r")
             if line.strip():
@@ -140,6 +160,8 @@ class NdjsonSplitter(_Splitter):
 
     def _finish(self, t_ns: int) -> list[Chunk]:
         # A last line without its newline: normal for a JSON body, a cut line otherwise.
+        if self._skipping is not None:
+            return [_too_long(t_ns, self._skipping, self._max_bytes)]
         line = b"".join(self._pending).rstrip(b"\r")
         self._pending = []
         return [_decode(t_ns, line)] if line.strip() else []
@@ -148,15 +170,22 @@ class NdjsonSplitter(_Splitter):
 class JsonSplitter(_Splitter):
     """The whole body is one JSON object (pretty-printed or not), complete at the last read."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        super().__init__(max_line_bytes)
         self._parts: list[bytes] = []
+        self._bytes = 0
 
     def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
-        self._parts.append(data)
+        if self._bytes <= self._max_bytes:
+            self._parts.append(data)
+        self._bytes += len(data)
+        if self._bytes > self._max_bytes and len(self._parts) > 1:
+            self._parts = [b"".join(self._parts)[:_EXCERPT_BYTES]]  # only the start, for the marker
         return []
 
     def _finish(self, t_ns: int) -> list[Chunk]:
+        if self._bytes > self._max_bytes:
+            return [_too_long(t_ns, b"".join(self._parts), self._max_bytes)]
         body = b"".join(self._parts)
         self._parts = []
         return [_decode(t_ns, body)] if body.strip() else []
@@ -168,8 +197,8 @@ _SSE_EOL = re.compile(rb"\r\n|\r|\n")
 class SseSplitter(_Splitter):
     """Server-sent events (WHATWG rules): data lines joined by "\\n", dispatched at a blank line."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        super().__init__(max_line_bytes)
         self._pending = b""  # an unterminated line
         self._data: list[bytes] = []  # data lines of the event being built
         self._skip_lf = False  # the last read ended in "\r": a leading "\n" belongs to it
@@ -184,6 +213,9 @@ class SseSplitter(_Splitter):
         parts = _SSE_EOL.split(self._pending + data)
         self._pending = parts.pop()
         out: list[Chunk] = []
+        if len(self._pending) > self._max_bytes:  # an over-long line: dropped, so joins stay bounded
+            out.append(_too_long(t_ns, self._pending, self._max_bytes))
+            self._pending = b""
         for line in parts:
             if not line:
                 if self._data:
@@ -218,13 +250,13 @@ class SseSplitter(_Splitter):
         return [Chunk(t_ns, payload, problem=f"stream ended inside an SSE event: {_excerpt(payload)}")]
 
 
-def new_splitter(fmt: StreamFormat) -> _Splitter:
+def new_splitter(fmt: StreamFormat, max_line_bytes: int = MAX_LINE_BYTES) -> _Splitter:
     if fmt is StreamFormat.NDJSON:
-        return NdjsonSplitter()
+        return NdjsonSplitter(max_line_bytes)
     if fmt is StreamFormat.SSE:
-        return SseSplitter()
+        return SseSplitter(max_line_bytes)
     if fmt is StreamFormat.JSON:
-        return JsonSplitter()
+        return JsonSplitter(max_line_bytes)
     raise ChunkParseError(f"unknown stream format {fmt!r}")
 
 
@@ -336,9 +368,9 @@ class StreamParser:
     timestamps follow the reads).
     """
 
-    def __init__(self, fmt: StreamFormat, *, keep_text: bool = False) -> None:
+    def __init__(self, fmt: StreamFormat, *, keep_text: bool = False, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.format = fmt
-        self._splitter = new_splitter(fmt)
+        self._splitter = new_splitter(fmt, max_line_bytes)
         self._summary = StreamSummary(text="" if keep_text else None)
         self._keep_text = keep_text
         self._metric_values: dict[str, Any] = {}

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from collectors.config import Settings, SettingsError, load_settings
+from collectors.limits import raise_fd_limit
 from collectors.lock import LockHeldError
 from collectors.proxy import run_with_best_loop
 from collectors.service import CollectorService, StoreOpenError
@@ -44,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    raise_fd_limit()  # desktops often start at 1024 descriptors; every proxied request holds two
     try:
         service = run_with_best_loop(_run(settings))
     except SettingsError as exc:

@@ -9,15 +9,18 @@ that says what is wrong and what to do; ``__main__`` prints it and exits with co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
 
+from collectors.access import split_list
+from collectors.limits import Limits
 from store.schema import db_path as store_db_path
 
 DEFAULT_OLLAMA_PORT = "11434"
@@ -209,6 +212,9 @@ class Settings:
     requests_retention_days: float
     max_db_bytes: int
     ollama_pids: tuple[int, ...] = ()  # override for the host/GPU samplers; empty = find by name
+    limits: Limits = field(default_factory=Limits)  # the proxy's bounds (PHASEWATCH_MAX_HEAD_BYTES, ...)
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered beyond this machine's (PHASEWATCH_ALLOWED_HOSTS)
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
 
     @property
     def db_path(self) -> Path:
@@ -247,9 +253,15 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    limits = ", ".join(f"{limit_env_name(f.name)} ({f.default})" for f in dataclasses.fields(Limits))
     p = _OneLineParser(
         prog="python -m collectors",
         description="Phasewatch collector: a recording proxy in front of Ollama, plus Ollama, GPU and host samplers.",
+        epilog=(
+            "The proxy answers only this machine's Host names (add others to PHASEWATCH_ALLOWED_HOSTS, "
+            "comma-separated, * for any) and the browser origins Ollama allows (plus OLLAMA_ORIGINS). "
+            f"Its bounds, by environment variable (default): {limits}."
+        ),
     )
     p.add_argument("--ollama", metavar="URL", help="Ollama to watch; default $OLLAMA_HOST, else http://127.0.0.1:11434")
     p.add_argument(
@@ -306,6 +318,28 @@ def _pid_list(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def limit_env_name(name: str) -> str:
+    return "PHASEWATCH_" + name.upper()
+
+
+def load_limits(env: Mapping[str, str]) -> Limits:
+    """The proxy's bounds: each field of ``Limits`` from ``PHASEWATCH_<NAME>`` when set, else its default."""
+    values: dict[str, float | int] = {}
+    for f in dataclasses.fields(Limits):
+        env_name = limit_env_name(f.name)
+        text = env.get(env_name, "").strip()
+        if not text:
+            continue
+        number = _positive_float(env_name, text, limit=1e15)
+        if f.type in (int, "int"):
+            if not number.is_integer():
+                raise SettingsError(f"{env_name} {text!r} is not a whole number; give e.g. {f.default}")
+            values[f.name] = int(number)
+        else:
+            values[f.name] = number
+    return Limits(**values)  # type: ignore[arg-type]
+
+
 def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Options win over environment variables, which win over defaults. Pure apart from argparse."""
     args = build_parser().parse_args(list(argv))
@@ -352,6 +386,10 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         requests_retention_days=requests_days,
         max_db_bytes=int(max_db_mb * 1024 * 1024),
         ollama_pids=pids,
+        limits=load_limits(env),
+        allowed_hosts=split_list(env.get("PHASEWATCH_ALLOWED_HOSTS", "")),
+        # Ollama's envconfig.Var: trimmed, then unquoted; entries split on ","
+        allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
     )
 
 

@@ -24,6 +24,8 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
+import re
 import sys
 import time
 import uuid
@@ -36,7 +38,9 @@ from yarl import URL
 from analysis.chunks import StreamParser, stream_format
 from analysis.error_notes import http_error_note, malformed_note
 from analysis.records import Outcome, RequestRecord
-from collectors.relay import Exchange, Failure, Headers, Relay, RequestHead, Target
+from collectors.access import HostPolicy, OriginPolicy
+from collectors.limits import Limits, raise_fd_limit
+from collectors.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +81,41 @@ def _message_text(messages: object) -> str:
     return "\n".join(lines)
 
 
-def describe_request(endpoint: str, body: bytes, *, record_text: bool) -> dict[str, Any]:
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.){0,4096}")')
+
+
+def _label(value: str, max_chars: int) -> str:
+    """A name kept in a record, cut to ``max_chars`` (marked with "…" when cut)."""
+    return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+
+
+def _model_from_start(body: bytes) -> str:
+    """The model named near the start of a body too large to keep whole (clients put it first)."""
+    match = _MODEL_FIELD.search(body, 0, 1 << 16)
+    if match is None:
+        return ""
+    try:
+        model = json.loads(match.group(1))
+    except ValueError:
+        return ""
+    return model if isinstance(model, str) else ""
+
+
+def describe_request(
+    endpoint: str, body: bytes, *, record_text: bool, truncated: bool = False, max_label_chars: int = 256
+) -> dict[str, Any]:
     """RequestRecord fields that follow from a generation request body.
 
-    Bad JSON is Ollama's to answer (it says 400); we record what we can.
+    Bad JSON is Ollama's to answer (it says 400); we record what we can. A ``truncated``
+    body (over the kept-body bound) gives only the model named at its start.
     """
     try:
-        obj = json.loads(body) if body else {}
+        obj = json.loads(body) if body and not truncated else ({} if not body else None)
     except (ValueError, RecursionError):
         obj = None
     if not isinstance(obj, dict):
-        return {"model": "", "stream": endpoint.startswith("/api/")}
+        model = _model_from_start(body) if truncated else ""
+        return {"model": _label(model, max_label_chars), "stream": endpoint.startswith("/api/")}
     native = endpoint.startswith("/api/")
     stream_value = obj.get("stream")
     # Ollama's native API streams unless told not to; the OpenAI one only when asked.
@@ -97,8 +125,9 @@ def describe_request(endpoint: str, body: bytes, *, record_text: bool) -> dict[s
     num_predict = _int_or_none(options.get("num_predict"))
     if not native:
         num_predict = _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
+    model_value = obj.get("model")
     fields: dict[str, Any] = {
-        "model": obj.get("model") if isinstance(obj.get("model"), str) else "",
+        "model": _label(model_value, max_label_chars) if isinstance(model_value, str) else "",
         "stream": stream,
         "num_ctx": _int_or_none(options.get("num_ctx")),
         "num_predict": num_predict,
@@ -132,8 +161,15 @@ class _Exchange(Exchange):
 
     # -- relay hooks ------------------------------------------------------------------------------
 
-    def request_body(self, body: bytes) -> None:
-        for name, value in describe_request(self.record.endpoint, body, record_text=self.proxy.record_text).items():
+    def request_body(self, body: bytes, truncated: bool) -> None:
+        facts = describe_request(
+            self.record.endpoint,
+            body,
+            record_text=self.proxy.record_text,
+            truncated=truncated,
+            max_label_chars=self.proxy.limits.max_label_chars,
+        )
+        for name, value in facts.items():
             setattr(self.record, name, value)
 
     def forwarded(self, t_ns: int) -> None:
@@ -142,13 +178,18 @@ class _Exchange(Exchange):
     def response_head(self, t_ns: int, status: int, content_type: str | None) -> Headers:
         self.record.first_byte_ns = t_ns
         self.record.status_code = status
-        self.parser = StreamParser(stream_format(content_type), keep_text=self.proxy.record_text)
+        self.parser = StreamParser(
+            stream_format(content_type), keep_text=self.proxy.record_text, max_line_bytes=self.proxy.limits.max_line_bytes
+        )
         self.proxy.live_work()
         return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
 
     def answered_here(self, status: int) -> Headers:
         self.record.status_code = status
         return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
+
+    def backlog(self, caught_up: Callable[[], None]) -> None:
+        self.proxy.spawn_catch_up(self, caught_up)
 
     def failed(self, kind: str, detail: str, responded: bool) -> None:
         if self.failure is not None:
@@ -217,17 +258,30 @@ class RecordingProxy:
     PUMP_INTERVAL_S = 2.0
     STOP_GRACE_S = 2.0  # how long stop() lets running streams finish
 
-    def __init__(self, upstream_url: str, on_record: Callable[[RequestRecord], None], *, record_text: bool = False) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        on_record: Callable[[RequestRecord], None],
+        *,
+        record_text: bool = False,
+        limits: Limits | None = None,
+        allowed_hosts: tuple[str, ...] = (),
+        allowed_origins: tuple[str, ...] = (),
+    ) -> None:
         self.upstream_url = upstream_url.rstrip("/")
         self._upstream = _upstream_target(self.upstream_url)
         self._on_record = on_record
         self.record_text = record_text
+        self.limits = limits or Limits()
+        self._allowed_hosts = allowed_hosts
+        self._hosts = HostPolicy("", allowed_hosts)
+        self._origins = OriginPolicy(allowed_origins)
         self._local_routes: dict[tuple[str, str], LocalHandler] = {}
         self._local_target: Target | None = None
         self._local_runner: web.ServerRunner | None = None
         self._live: dict[str, _Exchange] = {}
         self._finalisers: set[asyncio.Task[None]] = set()
-        self._relay = Relay(self._route)
+        self._relay = Relay(self._route, self.limits)
         self._pump: asyncio.Task[None] | None = None
         self._work: asyncio.Event | None = None
         self._port = 0
@@ -237,6 +291,7 @@ class RecordingProxy:
 
     async def start(self, host: str, port: int) -> None:
         """Bind host:port (port 0 picks a free one) and start serving."""
+        self._hosts = HostPolicy(host, self._allowed_hosts)
         # Local routes are served by a small aiohttp server on a private loopback port, reached through the relay.
         self._local_runner = web.ServerRunner(web.Server(self._local_handle, access_log=None))
         await self._local_runner.setup()
@@ -293,7 +348,27 @@ class RecordingProxy:
 
     # -- routing (called by the relay for every request head) ----------------------------
 
+    def _check_access(self, head: RequestHead) -> None:
+        """403 for a foreign Host (DNS rebinding) or a browser Origin Ollama would refuse; nothing is recorded."""
+        host = ""
+        origin = None
+        for name, value in head.headers:
+            low = name.lower()
+            if low == b"host":
+                host = value.decode("latin-1").strip()
+            elif low == b"origin":
+                origin = value.decode("latin-1").strip()
+        if not self._hosts.allows(host):
+            raise Refused(
+                403,
+                b"Forbidden",
+                f"Host {host[:100]!r} is not this machine; to allow a name, add it to PHASEWATCH_ALLOWED_HOSTS",
+            )
+        if origin is not None and not self._origins.allows(origin, host):
+            raise Refused(403, b"Forbidden", f"Origin {origin[:100]!r} is not allowed; to allow one, add it to OLLAMA_ORIGINS")
+
     def _route(self, head: RequestHead) -> tuple[Target, Exchange, frozenset[bytes]]:
+        self._check_access(head)
         if head.path.startswith(LOCAL_PREFIX) and self._local_target is not None:
             return self._local_target, _PLAIN, frozenset()
         if head.method != "POST" or head.path not in RECORDED_ENDPOINTS:
@@ -314,6 +389,10 @@ class RecordingProxy:
         return self._upstream, ex, frozenset({b"accept-encoding"})
 
     async def _local_handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        # Only the relay (which checked the client's Host) may ask: a page rebinding a name to this private
+        # port would send its own Host.
+        if self._local_target is None or request.headers.get("Host", "").encode() != self._local_target.host_header:
+            return web.json_response({"error": "Phasewatch's local routes are reached through the proxy"}, status=403)
         handler = self._local_routes.get((request.method, request.path))
         if handler is None:
             return web.json_response({"error": f"no such Phasewatch route: {request.method} {request.path}"}, status=404)
@@ -338,6 +417,20 @@ class RecordingProxy:
                 while ex.feed_some(self.PARSE_SLICE):
                     await asyncio.sleep(0)
                 await asyncio.sleep(0)
+
+    def spawn_catch_up(self, ex: _Exchange, caught_up: Callable[[], None]) -> None:
+        """Parse a flooding response's pending reads a slice at a time, then let the relay read on."""
+
+        async def catch_up() -> None:
+            try:
+                while ex.feed_some(self.PARSE_SLICE):
+                    await asyncio.sleep(0)
+            finally:
+                caught_up()
+
+        task = asyncio.get_running_loop().create_task(catch_up())
+        self._finalisers.add(task)
+        task.add_done_callback(self._finalisers.discard)
 
     def spawn_finaliser(self, ex: _Exchange) -> None:
         task = asyncio.get_running_loop().create_task(self._finalise(ex))
@@ -426,11 +519,21 @@ def run_with_best_loop(main: Coroutine[Any, Any, T]) -> T:
 async def _serve(upstream: str, host: str, port: int, record_text: bool, print_records: bool) -> None:
     import signal
 
+    from collectors.access import split_list
+    from collectors.config import load_limits
+
     def on_record(record: RequestRecord) -> None:
         if print_records:
             print(json.dumps(dataclasses.asdict(record)), flush=True)
 
-    proxy = RecordingProxy(upstream, on_record, record_text=record_text)
+    proxy = RecordingProxy(
+        upstream,
+        on_record,
+        record_text=record_text,
+        limits=load_limits(os.environ),
+        allowed_hosts=split_list(os.environ.get("PHASEWATCH_ALLOWED_HOSTS", "")),
+        allowed_origins=split_list(os.environ.get("OLLAMA_ORIGINS", "").strip().strip("\"'")),
+    )
     await proxy.start(host, port)
     print(f"listening on {host}:{proxy.port}, forwarding to {upstream}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
@@ -451,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
+    raise_fd_limit()
     run_with_best_loop(_serve(args.upstream, host.strip("[]"), int(port), args.record_text, args.print_records))
     return 0
 

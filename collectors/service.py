@@ -145,7 +145,14 @@ class CollectorService:
         log.info("GPU: %s%s", self.gpu_state.kind, f" ({self.gpu_state.message})" if self.gpu_state.message else "")
         self._host = await asyncio.to_thread(HostSampler, processes, clock=self._clock)
 
-        self.proxy = RecordingProxy(s.ollama_url, self._on_record, record_text=s.record_text)
+        self.proxy = RecordingProxy(
+            s.ollama_url,
+            self._on_record,
+            record_text=s.record_text,
+            limits=s.limits,
+            allowed_hosts=s.allowed_hosts,
+            allowed_origins=s.allowed_origins,
+        )
         self.proxy.add_local_route("GET", METRICS_PATH, self._metrics_handler)
         try:
             await self.proxy.start(s.listen.host, s.listen.port)

@@ -121,7 +121,10 @@ def exchange(port: int, data: bytes, *, until_close: bool = True, timeout_s: flo
 
 
 def test_pipelined_requests_are_answered_in_order(proxy: ProxyThread) -> None:
-    two = b"GET /api/version HTTP/1.1\r\nHost: x\r\n\r\nGET /api/tags HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    two = (
+        b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        b"GET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
     reply = exchange(proxy.proxy.port, two)
     assert reply.count(b"HTTP/1.1 200") == 2
     first, second = reply.split(b"HTTP/1.1 200")[1:]
@@ -219,7 +222,7 @@ def test_a_slow_client_holds_back_the_upstream() -> None:
     with aiohttp_upstream(firehose) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
         with socket.create_connection(("127.0.0.1", proxy.proxy.port), timeout=10) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-            s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
             assert s.recv(4096).startswith(b"HTTP/1.1 200")
             stalled_at, deadline = -1, time.monotonic() + 10
             while written[0] != stalled_at:  # not reading: wait until the upstream makes no progress for 0.5 s
@@ -240,7 +243,7 @@ def test_a_slow_client_holds_back_the_upstream() -> None:
 
 
 def test_connection_close_is_honoured(proxy: ProxyThread) -> None:
-    reply = exchange(proxy.proxy.port, b"GET /api/version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    reply = exchange(proxy.proxy.port, b"GET /api/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200") and b"connection: close" in reply.lower()  # and exchange() saw the close
 
 
@@ -249,7 +252,9 @@ def test_absolute_form_request_line_is_sent_in_origin_form() -> None:
         return web.json_response({"path": request.path_qs})
 
     with aiohttp_upstream(echo) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
-        reply = exchange(proxy.proxy.port, b"GET http://elsewhere:1/api/ps?a=b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = exchange(
+            proxy.proxy.port, b"GET http://elsewhere:1/api/ps?a=b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
     assert json.loads(reply.partition(b"\r\n\r\n")[2]) == {"path": "/api/ps?a=b"}
 
 
@@ -277,7 +282,7 @@ def test_an_answer_before_the_whole_upload_reaches_the_client() -> None:
 
     with aiohttp_upstream(too_big) as port, run_proxy(f"http://127.0.0.1:{port}") as proxy:
         with socket.create_connection(("127.0.0.1", proxy.proxy.port), timeout=10) as s:
-            s.sendall(b"POST /api/create HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 1_000_000)
+            s.sendall(b"POST /api/create HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 1_000_000)
             assert s.recv(65536).startswith(b"HTTP/1.1 413")
         # The proxy dropped that connection, not itself: the next client is served.
         assert httpx.get(proxy.base_url + "/api/version", timeout=10).status_code == 413

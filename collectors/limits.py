@@ -1,0 +1,57 @@
+"""Every bound the recording proxy keeps against hostile or broken clients and upstreams, in one place.
+
+Each field is a named setting: ``PHASEWATCH_`` plus its name in capitals is its
+environment variable (``PHASEWATCH_MAX_HEAD_BYTES=131072``); ``config.load_limits``
+reads them. The defaults leave room for every real Ollama client: streams of many
+minutes (idle timeouts only count while no byte moves), images in request bodies,
+hundreds of concurrent requests.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+FD_RESERVE = 64  # descriptors kept for the store, the samplers and the local routes
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_head_bytes: int = 64 * 1024  # one request head (request line and headers): 431 beyond
+    max_kept_body_bytes: int = 32 << 20  # request body kept to record its facts; the rest is forwarded unkept
+    max_pipelined: int = 16  # requests parsed on one connection ahead of their answers
+    max_pipelined_bytes: int = 1 << 20  # body bytes held for a request not yet sent upstream
+    max_line_bytes: int = 16 << 20  # one upstream NDJSON line, SSE event or JSON body kept for parsing
+    max_unparsed_bytes: int = 8 << 20  # response bytes recorded but not yet parsed before reading pauses
+    max_label_chars: int = 256  # a model name kept in a record
+    max_connections: int = 1024  # client connections in all (also held under the fd limit)
+    max_connections_per_client: int = 512  # client connections from one address
+    head_timeout_s: float = 30.0  # from a head's first byte to its end
+    body_timeout_s: float = 60.0  # a request body with no byte arriving
+    # ...or arriving slower than this on average: it gets body_timeout_s plus 1 s per this many bytes (Apache's
+    # mod_reqtimeout MinRate), so a 2 GB body trickled a byte at a time cannot hold a connection for ever.
+    min_body_rate_bps: int = 1024
+    idle_timeout_s: float = 120.0  # a connection with no request and no byte
+
+    def connection_cap(self, fd_soft_limit: int) -> int:
+        """Client connections allowed: each may hold an upstream connection too, so half the spare fds."""
+        return max(8, min(self.max_connections, (fd_soft_limit - FD_RESERVE) // 2))
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-file limit to the hard one (desktops often start at 1024); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for want in (hard, 1 << 20, 10240):  # macOS refuses RLIM_INFINITY and values above OPEN_MAX
+        if want == resource.RLIM_INFINITY or want <= soft:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        except (ValueError, OSError):
+            continue
+    return soft
+
+
+def fd_soft_limit() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
