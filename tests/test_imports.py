@@ -14,16 +14,10 @@ import grimp
 import pytest
 
 PACKAGES = ("analysis", "store", "collectors", "pages", "sim")
-# Removed by the simdocs branch (sim's shared HTTP helpers in one module): drop this line when it lands.
-KNOWN_IMPORTS_IN_CYCLES = {("sim.server", "sim.openai_api")}
-# Owned by the store and simdocs branches, which make these public or internal: drop each line when it lands.
+# Owned by the store branch, which make these public or internal: drop each line when it lands.
 KNOWN_PRIVATE_IMPORTS = {
     "store/export.py: store.queries._RECORD_SQL",
     "store/export.py: store.queries._record",
-    "sim/openai_api.py: sim.server._prompt_ids_chat",
-    "sim/openai_api.py: sim.server._prompt_ids_generate",
-    "sim/openai_api.py: sim.server._read_json",
-    "sim/openai_api.py: sim.server._seed_for",
 }
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,9 +36,6 @@ def cycles(graph: grimp.ImportGraph) -> list[str]:
 def test_no_import_cycle_among_project_modules() -> None:
     graph = grimp.build_graph(*PACKAGES, cache_dir=None)
     assert len(graph.modules) > 50 and graph.direct_import_exists(importer="analysis.roofline_cli", imported="analysis.ceilings")
-    for importer, imported in KNOWN_IMPORTS_IN_CYCLES:
-        if graph.direct_import_exists(importer=importer, imported=imported):
-            graph.remove_import(importer=importer, imported=imported)
     assert cycles(graph) == []
 
 
