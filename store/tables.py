@@ -2,7 +2,7 @@
 
 A table is declared by a frozen dataclass (its row class): each field is a column, and
 the SQL type follows from the field's type (``int``/``bool`` INTEGER, ``float`` REAL,
-``str``/``StrEnum``/``tuple[str, ...]`` TEXT, ``bytes`` BLOB; ``X | None`` may be NULL).
+``str``/``StrEnum`` TEXT, ``tuple[str, ...]``/``dict[str, str]`` JSON TEXT, ``bytes`` BLOB; ``X | None`` may be NULL).
 Records of ``analysis.records`` that are stored as they are (GPU and host samples,
 loaded models, Ollama polls, heartbeats) declare their tables themselves. INSERT and
 UPSERT statements, parameters and typed rows all come from these declarations, and
@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from analysis.records import CollectorInfo, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
+from analysis.records import CollectorInfo, GpuSample, HostBandwidth, HostSample, LoadedModel, OllamaStatus, Outcome
 
 SqlValue = int | float | str | bytes | None
 R = TypeVar("R")
@@ -60,6 +60,8 @@ def _column(name: str, attr: str, annotation: Any) -> Column:
         return Column(name, "TEXT", not_null, attr, str, annotation)
     if get_origin(annotation) is tuple and get_args(annotation) == (str, ...):
         return Column(name, "TEXT", not_null, attr, lambda v: json.dumps(list(v)), _json_tuple)
+    if get_origin(annotation) is dict and get_args(annotation) == (str, str):
+        return Column(name, "TEXT", not_null, attr, lambda v: json.dumps(v, sort_keys=True), json.loads)
     sql_type = {int: "INTEGER", float: "REAL", str: "TEXT", bytes: "BLOB"}.get(annotation)
     if sql_type is None:
         raise TypeError(f"{attr}: no SQL type for {annotation}")
@@ -213,6 +215,14 @@ class RequestRow:
     prefill_start_unix_s: float | None
     decode_start_unix_s: float | None
     decode_end_unix_s: float | None
+    phases_version: int  # PHASES_VERSION of the split the derived columns come from; 0: unknown (older store)
+    load_start_ns: int | None  # phase boundaries on the record's monotonic clock
+    load_end_ns: int | None
+    prefill_start_ns: int | None
+    decode_start_ns: int | None
+    decode_end_ns: int | None
+    phases_done_reason: str | None  # the split's: None where the metrics were refused as impossible
+    flag_text: dict[str, str]  # flag code → sentence
 
 
 @dataclass(frozen=True)
@@ -264,8 +274,92 @@ OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
 COLLECTOR_HEARTBEAT = Table.of("collector_heartbeat", CollectorInfo, key=(_ONE_ROW_ID,))
 EXPERIMENTS = Table.of("experiments", ExperimentRow)
+HOST_BANDWIDTH = Table.of("host_bandwidth", HostBandwidth)
 
 TABLES: tuple[Table[Any], ...] = (
     REQUESTS, REQUEST_TOKENS, GPU_SAMPLES, HOST_SAMPLES, PS_SNAPSHOTS, LOADED_MODELS, MODEL_INFO,
-    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS,
+    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS, HOST_BANDWIDTH,
 )  # fmt: skip
+
+
+# ---------------------------------------------------------------- rows that readers get (columns of one table)
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    """A request for history tables and timelines: no text, no raw monotonic stamps (columns of ``requests``)."""
+
+    id: str
+    started_at_unix_s: float
+    ended_at_unix_s: float | None
+    updated_at_unix_s: float
+    client_addr: str
+    endpoint: str
+    model: str
+    stream: bool
+    num_ctx: int | None
+    num_predict: int | None
+    keep_alive: str | None
+    status_code: int | None
+    outcome: Outcome
+    error: str | None
+    done_reason: str | None
+    tokens_so_far: int
+    total_s: float | None
+    load_s: float | None
+    prefill_s: float | None
+    decode_s: float | None
+    queue_s: float | None
+    transport_s: float | None
+    ttft_s: float | None
+    client_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    ollama_prefill_tok_s: float | None
+    ollama_decode_tok_s: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    itl_max_ms: float | None
+    flags: tuple[str, ...]
+    load_start_unix_s: float | None
+    prefill_start_unix_s: float | None
+    decode_start_unix_s: float | None
+    decode_end_unix_s: float | None
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One finished request of a model: prompt length vs prefill rate, context vs decode rate (columns of ``requests``)."""
+
+    id: str
+    started_at_unix_s: float
+    num_ctx: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+    prefill_s: float | None
+    decode_s: float | None
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    ollama_prefill_tok_s: float | None
+    ollama_decode_tok_s: float | None
+    ttft_s: float | None
+    flags: tuple[str, ...]
+
+    @property
+    def computed_prompt_tokens(self) -> int | None:
+        """Prompt tokens the model computed (the cached ones were not)."""
+        return None if self.prompt_tokens is None else self.prompt_tokens - (self.cached_tokens or 0)
+
+    @property
+    def decode_context_tokens(self) -> float | None:
+        """The mean context during decode: the prompt plus half the reply."""
+        return None if self.prompt_tokens is None else self.prompt_tokens + (self.output_tokens or 0) / 2
+
+
+REQUEST_SUMMARIES = Table.of("requests", RequestSummary)
+RATE_POINTS = Table.of("requests", RatePoint)
+VIEWS: tuple[Table[Any], ...] = (REQUEST_SUMMARIES, RATE_POINTS)  # subsets of a declared table's columns

@@ -19,6 +19,7 @@ from collectors.config import Settings, load_settings
 from collectors.lock import read_lock
 from collectors.metrics import parse_exposition
 from collectors.service import INTERRUPTED_REASON, CollectorService
+from store.ops import PutHostSample, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.support.fake_pynvml import FakeGpu, FakeNvml
@@ -127,11 +128,11 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
 
 def test_start_marks_requests_left_in_flight(tmp_path: Path) -> None:
     writer = StoreWriter(db_path(tmp_path))
-    writer.write_request(
+    writer.write(PutRequest(
         RequestRecord(
             id="left", started_at_unix_s=time.time(), client_addr="127.0.0.1", endpoint="/api/chat", model=MODEL, stream=True
         )
-    )
+    ))
     writer.close()
     assert _query(tmp_path, "SELECT outcome FROM requests")[0]["outcome"] == Outcome.IN_FLIGHT.value
 
@@ -189,8 +190,8 @@ def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypat
 def test_retention_options_apply_at_start(tmp_path: Path) -> None:
     now = time.time()
     writer = StoreWriter(db_path(tmp_path))
-    writer.write_host_sample(HostSample(ts_unix_s=now - 3 * 86400, cpu_pct=1, mem_used_bytes=1, mem_total_bytes=2))
-    writer.write_host_sample(HostSample(ts_unix_s=now - 0.5 * 86400, cpu_pct=2, mem_used_bytes=1, mem_total_bytes=2))
+    writer.write(PutHostSample(HostSample(ts_unix_s=now - 3 * 86400, cpu_pct=1, mem_used_bytes=1, mem_total_bytes=2)))
+    writer.write(PutHostSample(HostSample(ts_unix_s=now - 0.5 * 86400, cpu_pct=2, mem_used_bytes=1, mem_total_bytes=2)))
     writer.close()
 
     async def start_and_stop() -> None:

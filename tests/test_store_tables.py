@@ -15,7 +15,7 @@ from store.schema import (
     HOST_PEAK_FIELDS,
     connect_writer,
 )
-from store.tables import GPU_SAMPLES, HOST_SAMPLES, REQUESTS, TABLES, Column, RequestRow, Table
+from store.tables import GPU_SAMPLES, HOST_SAMPLES, REQUESTS, TABLES, VIEWS, Column, RequestRow, Table
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,10 @@ def test_a_type_with_no_column_is_refused() -> None:
     with pytest.raises(TypeError, match="no SQL type"):
         Table.of("bad", Bad)
     assert Column("a", "TEXT", True).attr is None
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=lambda t: t.row_type.__name__)
+def test_reader_rows_are_columns_of_their_table(view: Table[object]) -> None:
+    table = next(t for t in TABLES if t.name == view.name)
+    declared = {c.name: (c.sql_type, c.not_null) for c in table.columns}
+    assert {c.name: (c.sql_type, c.not_null) for c in view.columns}.items() <= declared.items()

@@ -27,6 +27,7 @@ from analysis.records import GpuSample, LoadedModel, RequestRecord
 from bench.pages_fixture import Shape, gpu_sample, make_request, status_rows
 from collectors.host_bandwidth import CACHE_FILE, HostBandwidth
 from sim.catalog import BY_NAME
+from store.ops import PutGpuSamples, PutLoadedModels, PutModelInfo, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -103,7 +104,7 @@ def write_requests(w_: StoreWriter, now: float, reqs: list[Req]) -> list[Request
     t0 = now - 600
     recs = [make_request(now - r.offset_s, t0, model=r.model, shape=r.shape, stall_at=r.stall_at, stall_ms=r.stall_ms)
             for r in reqs]  # fmt: skip
-    w_.write_requests(recs)
+    w_.apply([PutRequest(r) for r in recs])
     return recs
 
 
@@ -123,14 +124,14 @@ def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool
                 util = 95.0 if any(a - 1 <= ts_i <= b + 1 for a, b in busy) else 2.0
                 power = 60 + 3.5 * util
                 energy += power
-                w_.write_gpu_samples([gpu_with_energy(float(ts_i), util, energy)])
+                w_.write(PutGpuSamples([gpu_with_energy(float(ts_i), util, energy)]))
         if show:
             for name in (MODEL, BIG):
-                w_.write_model_info(BY_NAME[name].digest, name, show_json(name))
+                w_.write(PutModelInfo(BY_NAME[name].digest, name, show_json(name)))
         if loaded is None:
             loaded = [LoadedModel(now - 1, MODEL, MODEL, BY_NAME[MODEL].digest, int(2.6 * GIB), int(2.6 * GIB), 8192,
                                   now + 240, "3.2B", "Q4_K_M", "llama")]  # fmt: skip
-        w_.write_loaded_models(now - 1, loaded)
+        w_.write(PutLoadedModels(now - 1, loaded))
         status_rows(w_, now, data_dir, gpu_state="nvml" if gpu else "none")
     finally:
         w_.close()
@@ -344,7 +345,7 @@ def test_demo_data_is_labelled_simulated(data_dir: Path, monkeypatch: pytest.Mon
     w_ = StoreWriter(db_path(demo_dir))
     try:
         sim = replace(gpu_with_energy(now - 1, 50.0, 1.0), name="Simulated NVIDIA GeForce RTX 4090", simulated=True)
-        w_.write_gpu_samples([sim])
+        w_.write(PutGpuSamples([sim]))
     finally:
         w_.close()
     at = open_why()

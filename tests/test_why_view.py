@@ -9,6 +9,7 @@ from pathlib import Path
 from analysis.hardware import BY_KEY, GB
 from bench.pages_fixture import gpu_sample
 from pages.why_view import build_why, hardware_line, model_choices, resolve_hardware
+from store.ops import PutGpuSamples
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_why_page import PLAIN, build_store
@@ -61,7 +62,7 @@ def test_unknown_gpu_still_draws_the_measured_points(tmp_path: Path) -> None:
     assert known is not None and known.ceilings is not None and known.sentences  # all in VRAM: host never measured
     w_ = StoreWriter(db_path(tmp_path))
     try:  # the newest sample now names a GPU the table does not know, with no clocks
-        w_.write_gpu_samples([replace(gpu_sample(now + 1, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)])
+        w_.write(PutGpuSamples([replace(gpu_sample(now + 1, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)]))
     finally:
         w_.close()
     m = build_why(db_path(tmp_path), "llama3.2:latest", now + 1, host_bandwidth=_never)

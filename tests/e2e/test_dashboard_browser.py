@@ -22,6 +22,7 @@ from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, stat
 from collectors.demo import stop_demo
 from pages import fmt
 from store import queries
+from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -214,8 +215,8 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
     w = StoreWriter(db_path(tmp_path))
     try:
         status_rows(w, now, tmp_path)
-        w.write_request(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
-                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY))  # fmt: skip
+        w.write(PutRequest(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
+                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY)))  # fmt: skip
     finally:
         w.close()
     with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
