@@ -46,6 +46,7 @@ from store.tables import (
     ExperimentRow,
     ModelInfoRow,
     PsSnapshotRow,
+    RequestRow,
     RequestTokensRow,
     SqlValue,
 )
@@ -114,11 +115,12 @@ def _rollup_params(values: dict[str, SqlValue], **extra: SqlValue) -> dict[str, 
 
 
 @dataclass(frozen=True)
-class PutRequest(Op[None]):
+class PutRequest(Op[RequestRow | None]):
     """Insert or update one request with its phases (split here, at write time) and token times.
 
     Keeps a snapshot: the proxy goes on changing a running request while the writer's thread writes it.
-    A late in-flight progress row never replaces a finished one.
+    A late in-flight progress row never replaces a finished one. Returns the row written (None: a stale
+    in-flight row, not written).
     """
 
     record: RequestRecord
@@ -130,13 +132,14 @@ class PutRequest(Op[None]):
         snap.token_chunk_ns = list(self.record.token_chunk_ns)
         object.__setattr__(self, "record", snap)
 
-    def apply(self, tx: Tx) -> None:
+    def apply(self, tx: Tx) -> RequestRow | None:
         rec = self.record
         row = request_row(rec, split_record(rec), tx.now_unix_s, PHASES_VERSION)
         if tx.conn.execute(f"{self._UPSERT} RETURNING id", REQUESTS.params(row)).fetchone() is None:
-            return  # a stale in-flight row for a request already finished
+            return None  # a stale in-flight row for a request already finished
         tokens = RequestTokensRow(rec.id, len(rec.token_chunk_ns), encode_token_times(rec.received_ns, rec.token_chunk_ns))
         tx.conn.execute(REQUEST_TOKENS.insert_sql("INSERT OR REPLACE"), REQUEST_TOKENS.params(tokens))
+        return row
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,9 @@ class RederivePhases(Op[int]):
 
     limit: int = REDERIVE_BATCH
 
-    _UPDATE: ClassVar[str] = f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
+    _UPDATE: ClassVar[str] = (
+        f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
+    )
 
     def apply(self, tx: Tx) -> int:
         rows = tx.conn.execute(
@@ -226,10 +231,14 @@ class PutLoadedModels(Op[None]):
 
     def apply(self, tx: Tx) -> None:
         conn = tx.conn
-        conn.execute(PS_SNAPSHOTS.insert_sql("INSERT OR REPLACE"), PS_SNAPSHOTS.params(PsSnapshotRow(self.ts_unix_s, len(self.models))))
+        conn.execute(
+            PS_SNAPSHOTS.insert_sql("INSERT OR REPLACE"), PS_SNAPSHOTS.params(PsSnapshotRow(self.ts_unix_s, len(self.models)))
+        )
         conn.execute("DELETE FROM loaded_models WHERE ts_unix_s = ?", (self.ts_unix_s,))
         # The snapshot's time, whatever the models say: one snapshot, one time.
-        conn.executemany(LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.models])
+        conn.executemany(
+            LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.models]
+        )
 
 
 @dataclass(frozen=True)
@@ -363,9 +372,19 @@ def _next_cutoff(t_min: float, t_max: float) -> float:
 
 
 def drop_superseded(ops: Sequence[Op[Any]]) -> list[Op[Any]]:
-    """Within a batch, an upsert of a request makes earlier upserts of the same id redundant."""
-    last: dict[str, int] = {}
+    """Within a batch, one upsert per request: the last finished one, else the last progress row.
+
+    (A progress row snapshotted before the request finished may be queued after its final row.)
+    """
+    kept: dict[str, int] = {}
     for i, op in enumerate(ops):
         if isinstance(op, PutRequest):
-            last[op.record.id] = i
-    return [op for i, op in enumerate(ops) if not isinstance(op, PutRequest) or last[op.record.id] == i]
+            before = kept.get(op.record.id)
+            finished_before = before is not None and _finished(ops[before])
+            if not finished_before or _finished(op):
+                kept[op.record.id] = i
+    return [op for i, op in enumerate(ops) if not isinstance(op, PutRequest) or kept[op.record.id] == i]
+
+
+def _finished(op: Op[Any]) -> bool:
+    return isinstance(op, PutRequest) and Outcome(op.record.outcome) is not Outcome.IN_FLIGHT

@@ -211,9 +211,7 @@ def recent_requests(
 
 def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
     """Models that have requests since a moment (for filters), by name."""
-    rows = conn.execute(
-        "SELECT model FROM requests WHERE started_at_unix_s >= ? GROUP BY model ORDER BY model", (since_unix_s,)
-    )
+    rows = conn.execute("SELECT model FROM requests WHERE started_at_unix_s >= ? GROUP BY model ORDER BY model", (since_unix_s,))
     return [r[0] for r in rows]
 
 
@@ -223,7 +221,9 @@ def models_by_last_use(conn: sqlite3.Connection) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-_RECORD_SQL = f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r LEFT JOIN request_tokens t ON t.request_id = r.id"
+_RECORD_SQL = (
+    f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r LEFT JOIN request_tokens t ON t.request_id = r.id"
+)
 _RECORD_SQL_NO_TOKENS = f"SELECT {REQUESTS.select_list('r.')}, NULL FROM requests r"
 
 
@@ -332,9 +332,7 @@ ROLLUP_WINDOW_S = 3 * 3600.0
 # A GPU sample's measured columns (after ts, index, name, uuid; before simulated), and which hold integers.
 _GPU_KEY_COLUMNS = ("ts_unix_s", "gpu_index", "name", "uuid")
 _GPU_FIELDS = tuple(n for n in GPU_SAMPLES.column_names if n not in {*_GPU_KEY_COLUMNS, "simulated"})
-_GPU_INT_POSITIONS = [
-    len(_GPU_KEY_COLUMNS) + i for i, c in enumerate(GPU_SAMPLES.row_columns[4:-1]) if c.sql_type == "INTEGER"
-]
+_GPU_INT_POSITIONS = [len(_GPU_KEY_COLUMNS) + i for i, c in enumerate(GPU_SAMPLES.row_columns[4:-1]) if c.sql_type == "INTEGER"]
 _HOST_FIELDS = HOST_SAMPLES.column_names[1:]
 _HOST_INT_POSITIONS = [1 + i for i, c in enumerate(HOST_SAMPLES.row_columns[1:]) if c.sql_type == "INTEGER"]
 
@@ -406,7 +404,6 @@ def gpu_samples(
         (t0, t1, t0, _bucket_s(t0, t1, max_points)),
     )
     return [_gpu(_fix_ints(r, _GPU_INT_POSITIONS)) for r in rows]
-
 
 
 def host_samples(
@@ -502,9 +499,7 @@ def latest_heartbeat(conn: sqlite3.Connection) -> CollectorInfo | None:
 
 def latest_host_bandwidth(conn: sqlite3.Connection) -> HostBandwidth | None:
     """The collector's latest measurement of this host's memory bandwidth (None: not measured yet)."""
-    rows = _rows(
-        conn, f"SELECT {HOST_BANDWIDTH.select_list()} FROM host_bandwidth ORDER BY measured_unix_s DESC LIMIT 1", ()
-    )
+    rows = _rows(conn, f"SELECT {HOST_BANDWIDTH.select_list()} FROM host_bandwidth ORDER BY measured_unix_s DESC LIMIT 1", ())
     return HOST_BANDWIDTH.from_values(rows[0]) if rows else None
 
 

@@ -172,6 +172,13 @@ class BackgroundWriter:
                 self._on_done[id(op)] = on_done
         self._queue.put(op)
 
+    def _forget(self, ops: Sequence[Op[Any]]) -> None:
+        """Superseded operations are never applied: their callbacks go."""
+        if ops:
+            with self._lock:
+                for op in ops:
+                    self._on_done.pop(id(op), None)
+
     def _finished(self, ops: Sequence[Op[Any]], results: Sequence[Any]) -> None:
         with self._lock:
             calls = [(self._on_done.pop(id(op)), r) for op, r in zip(ops, results, strict=True) if id(op) in self._on_done]
@@ -298,6 +305,7 @@ class BackgroundWriter:
             if set_limit:
                 self._writer.set_hard_limit_bytes(limit)
             applied = drop_superseded(batch)
+            self._forget([op for op in batch if op not in applied])
             results = self._writer.apply(applied)
         except sqlite3.OperationalError as exc:
             # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
+from analysis.phases import split_record
 from analysis.records import FinalMetrics, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
 from collectors.metrics import MetricsSnapshot, RequestStats, escape_label, format_value, parse_exposition, render
+from store.rows import request_row
+from store.tables import PHASES_VERSION, RequestRow
 
 # One line of the text format: name, optional {labels}, one value.
 LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (NaN|[+-]Inf|-?[0-9.e+-]+)$')
@@ -58,11 +62,17 @@ def test_formatting_helpers() -> None:
     ]
 
 
+def _stored(*args: Any, **kwargs: Any) -> RequestRow:
+    """The row the store writes for ``_record(...)``: what the collector's statistics count."""
+    rec = _record(*args, **kwargs)
+    return request_row(rec, split_record(rec), 1.0, PHASES_VERSION)
+
+
 def test_stats_count_outcomes_and_summarise_rates() -> None:
     stats = RequestStats()
-    stats.observe(_record(100, 11, 1000))  # 10 intervals in 1 s: 10 tok/s
-    stats.observe(_record(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
-    stats.observe(_record(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
+    stats.observe(_stored(100, 11, 1000))  # 10 intervals in 1 s: 10 tok/s
+    stats.observe(_stored(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
+    stats.observe(_stored(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
     assert stats.counts == {("/api/chat", "llama3.2", "ok"): 2, ("/api/chat", "llama3.2", "upstream_failed"): 1}
     assert stats.ttft_s.count == 3 and math.isclose(stats.ttft_s.total, 0.45)
     assert stats.decode_tok_s.count == 2 and math.isclose(stats.decode_tok_s.total, 30.0)
@@ -70,7 +80,7 @@ def test_stats_count_outcomes_and_summarise_rates() -> None:
 
 def test_render_is_valid_exposition_and_reads_back() -> None:
     stats = RequestStats()
-    stats.observe(_record(100, 11, 1000, model='we"ird\\model'))
+    stats.observe(_stored(100, 11, 1000, model='we"ird\\model'))
     snap = MetricsSnapshot(
         gpus=[
             GpuSample(ts_unix_s=1, index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-a", util_gpu_pct=97, power_w=300.5,

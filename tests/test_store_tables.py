@@ -43,7 +43,10 @@ def test_every_table_of_the_schema_is_declared(conn: sqlite3.Connection) -> None
 
 @pytest.mark.parametrize(
     ("table", "samples", "means", "peaks"),
-    [("gpu_minutes", GPU_SAMPLES, GPU_MEAN_FIELDS, GPU_PEAK_FIELDS), ("host_minutes", HOST_SAMPLES, HOST_MEAN_FIELDS, HOST_PEAK_FIELDS)],
+    [
+        ("gpu_minutes", GPU_SAMPLES, GPU_MEAN_FIELDS, GPU_PEAK_FIELDS),
+        ("host_minutes", HOST_SAMPLES, HOST_MEAN_FIELDS, HOST_PEAK_FIELDS),
+    ],
 )
 def test_rollups_cover_every_measured_field(
     conn: sqlite3.Connection, table: str, samples: Table[object], means: tuple[str, ...], peaks: tuple[str, ...]
