@@ -20,16 +20,6 @@ from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model
 LAB_PAGE = Path(__file__).parent / "lab.py"
 
 
-@st.cache_resource(show_spinner="Measuring this computer's memory bandwidth once (cached in the data folder)…")
-def _host_bandwidth(data_dir: str) -> float | None:
-    from collectors.host_bandwidth import host_bandwidth  # numpy copy loop, no sockets
-
-    try:
-        return host_bandwidth(Path(data_dir)).bandwidth_bytes_s
-    except (OSError, ValueError, MemoryError):
-        return None
-
-
 @st.cache_resource
 def _apple_chip() -> tuple[str, int | None] | None:
     from collectors.host_bandwidth import detect_apple_gpu  # None at once on anything but Apple Silicon macOS
@@ -158,8 +148,7 @@ if not models:
     st.stop()
 
 model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")
-why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip(),
-                host_bandwidth=lambda: _host_bandwidth(str(ctx.data_dir)))  # fmt: skip
+why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip())
 if why is None:
     common.no_store_state(ctx)
     st.stop()

@@ -13,7 +13,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import wording as w
-from analysis.records import GpuSample, LoadedModel, RequestRecord
+from analysis.records import GpuSample, HostBandwidth, LoadedModel, RequestRecord
 from bench.pages_fixture import Shape, gpu_sample, make_request, status_rows
-from collectors.host_bandwidth import CACHE_FILE, HostBandwidth
 from sim.catalog import BY_NAME
-from store.ops import PutGpuSamples, PutLoadedModels, PutModelInfo, PutRequest
+from store.ops import PutGpuSamples, PutHostBandwidth, PutLoadedModels, PutModelInfo, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -36,7 +35,7 @@ TIMEOUT_S = 60
 MODEL = "llama3.2:latest"
 BIG = "llama3.1:70b"
 GIB = 1024**3
-HOST_BW_BYTES_S = 41.5e9  # the cached "measurement" the page must quote
+HOST_BW_BYTES_S = 41.5e9  # the stored "measurement" the page must quote
 
 
 @pytest.fixture
@@ -45,9 +44,11 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
     for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
         monkeypatch.delenv(k, raising=False)
-    # A cached host bandwidth for this very machine, so the page never spends seconds measuring.
+    # The collector's measurement of this machine's memory bandwidth, as it stores it.
     hb = HostBandwidth(HOST_BW_BYTES_S, time.time(), 2**28, 2, 3, os.cpu_count() or 1, int(psutil.virtual_memory().total))
-    (tmp_path / CACHE_FILE).write_text(json.dumps(asdict(hb)))
+    w_ = StoreWriter(db_path(tmp_path))
+    w_.write(PutHostBandwidth(hb))
+    w_.close()
     return tmp_path
 
 
