@@ -134,7 +134,7 @@ def main() -> int:
         def run() -> object:
             h = build_history(db, now - window_s, now)
             assert h is not None and h.rows
-            d = build_detail(db, str(h.rows[0]["id"]))
+            d = build_detail(db, h.rows[0].id)
             assert d is not None
             out = [h.frame.to_dict()] + [f.to_json() for f in (h.figure, d.waterfall, d.gaps) if f is not None]
             return out

@@ -175,9 +175,9 @@ def main() -> int:
         q("gpu_samples 24 h (downsampled)", lambda: queries.gpu_samples(conn, now - 86400, now))
         q("requests page: recent_requests 24 h, limit 5000", lambda: queries.recent_requests(conn, now - 86400))
         q("requests page: request_models 24 h", lambda: queries.request_models(conn, now - 86400))
-        some_id = queries.recent_requests(conn, 0, limit=1)[0]["id"]
+        some_id = queries.recent_requests(conn, 0, limit=1)[0].id
         q("requests page: request_detail", lambda: queries.request_detail(conn, some_id))
-        q("why page: rate_points 7 d", lambda: queries.rate_points(conn, "llama3.2:latest", now - 7 * 86400))
+        q("why page: rate_rows 7 d", lambda: queries.rate_rows(conn, "llama3.2:latest", now - 7 * 86400))
         width = max(len(n) for n, _ in rows)
         print(f"{'query':<{width}}  {'wall':>8}     {'CPU':>8}")
         for name, ms in rows:

@@ -44,11 +44,6 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
     for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
         monkeypatch.delenv(k, raising=False)
-    # The collector's measurement of this machine's memory bandwidth, as it stores it.
-    hb = HostBandwidth(HOST_BW_BYTES_S, time.time(), 2**28, 2, 3, os.cpu_count() or 1, int(psutil.virtual_memory().total))
-    w_ = StoreWriter(db_path(tmp_path))
-    w_.write(PutHostBandwidth(hb))
-    w_.close()
     return tmp_path
 
 
@@ -117,6 +112,9 @@ def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool
                 loaded: list[LoadedModel] | None = None) -> list[RequestRecord]:  # fmt: skip
     w_ = StoreWriter(db_path(data_dir))
     try:
+        # The collector's measurement of this machine's memory bandwidth, as it stores it.
+        cpus, mem = os.cpu_count() or 1, int(psutil.virtual_memory().total)
+        w_.write(PutHostBandwidth(HostBandwidth(HOST_BW_BYTES_S, now - 3600, 2**28, 2, 3, cpus, mem)))
         recs = write_requests(w_, now, reqs)
         busy = [(r.started_at_unix_s, r.wall_s(r.closed_ns or r.received_ns)) for r in recs]
         if gpu:

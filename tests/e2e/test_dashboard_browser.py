@@ -142,7 +142,7 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
             .flatMap(gd => gd.data[0].text)"""),
         30, "the history chart",
     )  # fmt: skip
-    assert sorted(history_models) == sorted(r["model"] for r in rows)
+    assert sorted(history_models) == sorted(r.model for r in rows)
     for row in rows:
         pick_request(page, row.id)
         expected = {
@@ -159,7 +159,7 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     # The request whose prompt carries markup: shown as text, literally, and nothing injected.
     conn = queries.open_readonly(stack.data_dir)
     try:
-        xss_row = next(r for r in rows if "Repeat after me" in (queries.request_detail(conn, r["id"]).prompt_text or ""))  # type: ignore[union-attr]
+        xss_row = next(r for r in rows if "Repeat after me" in (queries.request_detail(conn, r.id).record.prompt_text or ""))  # type: ignore[union-attr]
     finally:
         conn.close()
     pick_request(page, xss_row.id)
