@@ -18,7 +18,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -254,18 +254,10 @@ class CollectorService:
         except Exception:  # statistics must never cost a record
             log.exception("metrics could not count request %s", row.id)
 
-    def _submit_experiment(
-        self,
-        id: str,
-        kind: str,
-        params: Mapping[str, Any],
-        started_at_unix_s: float,
-        status: str,
-        ended_at_unix_s: float | None = None,
-        results: Any = None,
-    ) -> None:
+    def _submit_experiment(self, *args: Any, **kwargs: Any) -> None:
+        """The Lab ingester's sink: one run document as a ``PutExperiment`` (same arguments)."""
         if self.writer is not None:
-            self.writer.submit(PutExperiment(id, kind, params, started_at_unix_s, status, ended_at_unix_s, results))
+            self.writer.submit(PutExperiment(*args, **kwargs))
 
     def _rederive_phases(self, done: int | None = None) -> None:
         """Re-derive rows split by an older analysis.phases, a bounded batch per transaction, until none is left.

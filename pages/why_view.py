@@ -51,7 +51,7 @@ from analysis.phases import Phases
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
 from pages.charts import plain
 from store import queries
-from store.tables import RatePoint
+from store.tables import RequestSummary
 
 POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
 CALIBRATION_LIMIT = 1000  # newest requests the calibration looks at
@@ -207,7 +207,7 @@ def expected_label(eff: Efficiencies, kind: str) -> str:
 
 
 def prefill_figure(
-    points: Sequence[RatePoint], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str, hw_label: str
+    points: Sequence[RequestSummary], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str, hw_label: str
 ) -> go.Figure:
     fig = go.Figure()
     if curve and eff is not None:
@@ -224,7 +224,7 @@ def prefill_figure(
 
 
 def decode_figure(
-    points: Sequence[RatePoint],
+    points: Sequence[RequestSummary],
     curve: Sequence[CurvePoint],
     full_gpu_curve: Sequence[CurvePoint],
     eff: Efficiencies | None,
@@ -269,8 +269,8 @@ class WhyModel:
     facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
     loaded: LoadedModel | None
     vram_fraction: float
-    prefill_points: list[RatePoint]  # with a prefill rate and computed prompt tokens
-    decode_points: list[RatePoint]  # with a decode rate and a context length
+    prefill_points: list[RequestSummary]  # with a prefill rate and computed prompt tokens
+    decode_points: list[RequestSummary]  # with a decode rate and a context length
     requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
     efficiencies: Efficiencies | None
     ceilings: Ceilings | None  # at the typical prompt and context
@@ -322,15 +322,15 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _prefill_points(rows: Sequence[RatePoint]) -> list[RatePoint]:
+def _prefill_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
     return [r for r in rows if r.prefill_tok_s and r.prompt_tokens and (r.computed_prompt_tokens or 0) > 0]
 
 
-def _decode_points(rows: Sequence[RatePoint]) -> list[RatePoint]:
+def _decode_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
     return [r for r in rows if r.decode_tok_s and r.decode_context_tokens is not None]
 
 
-def _calibrate(rows: Sequence[RatePoint], spec: HardwareSpec, facts: ModelFacts, start: Efficiencies,
+def _calibrate(rows: Sequence[RequestSummary], spec: HardwareSpec, facts: ModelFacts, start: Efficiencies,
                frac: float, host_bw: float | None, bw: float | None) -> Efficiencies:  # fmt: skip
     history: list[CalibrationPoint] = []
     for r in rows[:CALIBRATION_LIMIT]:

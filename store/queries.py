@@ -2,22 +2,21 @@
 
 Open the store with ``open_reader`` (read-only, ``mode=ro``: a reader can never write, even
 by mistake); it handles every state a store can be in. Results are typed rows: the row
-classes of ``store.tables`` (``RequestSummary``, ``RatePoint``), ``StoredRequest`` (a record
-with the phases stored for it), ``ModelInfo``, ``Experiment``, and the record types of
+classes of ``store.tables`` (``RequestSummary``), ``StoredRequest`` (a record
+with the phases stored for it), ``ModelInfoRow``, ``ExperimentRow``, and the record types of
 ``analysis.records``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from analysis.model_names import same_model
 from analysis.phases import Phases
@@ -46,19 +45,24 @@ from store.schema import (
 )
 from store.tables import (
     COLLECTOR_HEARTBEAT,
+    EXPERIMENTS,
     GPU_SAMPLES,
     HOST_BANDWIDTH,
     HOST_SAMPLES,
     LOADED_MODELS,
+    MODEL_INFO,
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
     PHASES_VERSION,
-    RATE_POINTS,
     REQUEST_SUMMARIES,
     REQUESTS,
-    RatePoint,
+    ExperimentRow,
+    ModelInfoRow,
     RequestSummary,
+    Table,
 )
+
+T = TypeVar("T")
 
 # Beyond this many points per series a window is averaged into time buckets.
 DEFAULT_MAX_POINTS = 1200
@@ -283,13 +287,13 @@ def requests_in_window(
     return [_stored(r) for r in reversed(rows)]
 
 
-def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[RatePoint]:
-    """Per finished request of a model, newest first: prompt length vs prefill rate, context vs decode rate."""
+def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[RequestSummary]:
+    """Each finished request of a model with final metrics, newest first (the Why page's rate charts)."""
     return [
-        RATE_POINTS.from_values(r)
+        REQUEST_SUMMARIES.from_values(r)
         for r in _rows(
             conn,
-            f"SELECT {RATE_POINTS.select_list()} FROM requests "
+            f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests "
             "WHERE model = ? AND started_at_unix_s >= ? AND outcome = 'ok' AND has_metrics = 1 "
             "ORDER BY started_at_unix_s DESC LIMIT ?",
             (model, since_unix_s, int(limit)),
@@ -467,6 +471,12 @@ def model_choices(conn: sqlite3.Connection) -> list[str]:
     return names
 
 
+def _one(conn: sqlite3.Connection, table: Table[T], tail: str) -> T | None:
+    """The first row of ``SELECT <table's row columns> FROM <table> <tail>``, or None."""
+    rows = _rows(conn, f"SELECT {table.select_list()} FROM {table.name} {tail}", ())
+    return table.from_values(rows[0]) if rows else None
+
+
 def latest_ps_snapshot_unix_s(conn: sqlite3.Connection) -> float | None:
     """When /api/ps was last polled successfully (None: never)."""
     (ts,) = conn.execute("SELECT MAX(ts_unix_s) FROM ps_snapshots").fetchone()
@@ -475,8 +485,7 @@ def latest_ps_snapshot_unix_s(conn: sqlite3.Connection) -> float | None:
 
 def latest_ollama_status(conn: sqlite3.Connection) -> OllamaStatus | None:
     """The last poll of Ollama (None: the collector never polled)."""
-    rows = _rows(conn, f"SELECT {OLLAMA_LAST_POLL.select_list()} FROM ollama_last_poll WHERE id = 1", ())
-    return OLLAMA_LAST_POLL.from_values(rows[0]) if rows else None
+    return _one(conn, OLLAMA_LAST_POLL, "WHERE id = 1")
 
 
 def ollama_events(conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float) -> list[OllamaStatus]:
@@ -493,71 +502,51 @@ def ollama_events(conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float) 
 
 def latest_heartbeat(conn: sqlite3.Connection) -> CollectorInfo | None:
     """The collector's last heartbeat (compare ``ts_unix_s`` with now to tell whether it is alive)."""
-    rows = _rows(conn, f"SELECT {COLLECTOR_HEARTBEAT.select_list()} FROM collector_heartbeat WHERE id = 1", ())
-    return COLLECTOR_HEARTBEAT.from_values(rows[0]) if rows else None
+    return _one(conn, COLLECTOR_HEARTBEAT, "WHERE id = 1")
 
 
 def latest_host_bandwidth(conn: sqlite3.Connection) -> HostBandwidth | None:
     """The collector's latest measurement of this host's memory bandwidth (None: not measured yet)."""
-    rows = _rows(conn, f"SELECT {HOST_BANDWIDTH.select_list()} FROM host_bandwidth ORDER BY measured_unix_s DESC LIMIT 1", ())
-    return HOST_BANDWIDTH.from_values(rows[0]) if rows else None
+    return _one(conn, HOST_BANDWIDTH, "ORDER BY measured_unix_s DESC LIMIT 1")
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    """Ollama's /api/show answer for a model (long licence and template text dropped)."""
-
-    digest: str
-    name: str
-    show: dict[str, Any]
-    updated_at_unix_s: float
-
-
-def model_info(conn: sqlite3.Connection, name: str) -> ModelInfo | None:
+def model_info(conn: sqlite3.Connection, name: str) -> ModelInfoRow | None:
     """The /api/show answer for a model name (any spelling: ``llama3.2`` finds ``llama3.2:latest``).
 
     None when the collector has not fetched it yet.
     """
     # One row per digest: a handful of rows, so the names are compared here, by the one rule.
-    rows = _rows(conn, "SELECT digest, name, show_json, updated_at_unix_s FROM model_info ORDER BY updated_at_unix_s DESC", ())
-    hit = next((r for r in rows if same_model(r[1], name)), None)
+    rows = [
+        MODEL_INFO.from_values(r)
+        for r in _rows(conn, f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC", ())
+    ]
+    hit = next((r for r in rows if same_model(r.name, name)), None)
     if hit is None:
         # One row per digest keeps one name; an alias of the same weights is found through /api/ps.
         digests = _rows(conn, "SELECT name, model, digest FROM loaded_models ORDER BY ts_unix_s DESC", ())
         digest = next((d for n, m, d in digests if same_model(n, name) or same_model(m, name)), None)
-        hit = next((r for r in rows if r[0] == digest), None)
-    if hit is None:
-        return None
-    return ModelInfo(digest=hit[0], name=hit[1], show=json.loads(hit[2]), updated_at_unix_s=float(hit[3]))
+        hit = next((r for r in rows if r.digest == digest), None)
+    return hit
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """One Lab experiment, ``params`` and ``results`` parsed from JSON."""
-
-    id: str
-    kind: str
-    params: dict[str, Any]
-    started_at_unix_s: float
-    ended_at_unix_s: float | None
-    status: str
-    results: Any
-
-
-def experiment_rows(conn: sqlite3.Connection, kind: str | None = None, limit: int = 500) -> list[Experiment]:
+def experiment_rows(conn: sqlite3.Connection, kind: str | None = None, limit: int = 500) -> list[ExperimentRow]:
     """Lab experiments, newest first."""
-    sql = "SELECT id, kind, params_json, started_at_unix_s, ended_at_unix_s, status, results_json FROM experiments"
+    sql = f"SELECT {EXPERIMENTS.select_list()} FROM experiments"
     args: list[Any] = []
     if kind is not None:
         sql += " WHERE kind = ?"
         args.append(kind)
-    rows = _rows(conn, f"{sql} ORDER BY started_at_unix_s DESC LIMIT ?", [*args, int(limit)])
     return [
-        Experiment(id, kind_, json.loads(params), started, ended, status, None if results is None else json.loads(results))
-        for id, kind_, params, started, ended, status, results in rows
+        EXPERIMENTS.from_values(r) for r in _rows(conn, f"{sql} ORDER BY started_at_unix_s DESC LIMIT ?", [*args, int(limit)])
     ]
 
 
 def experiments(conn: sqlite3.Connection, kind: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """``experiment_rows`` as dicts. Kept for ``collectors/lab`` (view, ingest) until they read ``experiment_rows``."""
-    return [asdict(e) for e in experiment_rows(conn, kind, limit)]
+    """``experiment_rows`` as dicts with ``params`` and ``results`` parsed.
+
+    Kept for ``collectors/lab`` (view, ingest) until they read ``experiment_rows``.
+    """
+    keys = ("id", "kind", "started_at_unix_s", "ended_at_unix_s", "status")
+    return [
+        {**{k: getattr(e, k) for k in keys}, "params": e.params, "results": e.results} for e in experiment_rows(conn, kind, limit)
+    ]

@@ -152,15 +152,16 @@ class Table(Generic[R]):
 
 
 @dataclass(frozen=True)
-class RequestRow:
-    """One ``requests`` row: what the proxy recorded, Ollama's final metrics, and the phases derived from them.
+class RequestSummary:
+    """A request without its text or raw monotonic stamps: history tables, timelines, rate charts.
 
-    The derived columns (``total_s`` … ``decode_end_unix_s``) come from ``analysis.phases.split_record``
-    of version ``phases_version``; readers use them as they are.
+    Its fields are columns of ``requests``; ``RequestRow`` is the whole row.
     """
 
     id: str
     started_at_unix_s: float
+    ended_at_unix_s: float | None  # final chunk, else close
+    updated_at_unix_s: float  # wall clock of the last write of this row
     client_addr: str
     endpoint: str
     model: str
@@ -168,30 +169,12 @@ class RequestRow:
     num_ctx: int | None
     num_predict: int | None
     keep_alive: str | None
-    received_ns: int
-    forwarded_ns: int | None
-    first_byte_ns: int | None
-    first_token_ns: int | None
-    final_chunk_ns: int | None
-    closed_ns: int | None
     status_code: int | None
     outcome: Outcome
     error: str | None
-    has_metrics: bool
-    total_duration_ns: int | None
-    load_duration_ns: int | None
-    prompt_eval_count: int | None
-    prompt_eval_cached_count: int | None
-    prompt_eval_duration_ns: int | None
-    eval_count: int | None
-    eval_duration_ns: int | None
     done_reason: str | None
-    prompt_text: str | None
-    response_text: str | None
-    updated_at_unix_s: float  # wall clock of the last write of this row
-    ended_at_unix_s: float | None  # final chunk, else close
-    last_token_unix_s: float | None
     tokens_so_far: int
+    # Derived by analysis.phases.split_record at write time (version: RequestRow.phases_version).
     total_s: float | None
     load_s: float | None
     prefill_s: float | None
@@ -215,6 +198,44 @@ class RequestRow:
     prefill_start_unix_s: float | None
     decode_start_unix_s: float | None
     decode_end_unix_s: float | None
+
+    @property
+    def computed_prompt_tokens(self) -> int | None:
+        """Prompt tokens the model computed (the cached ones were not)."""
+        return None if self.prompt_tokens is None else self.prompt_tokens - (self.cached_tokens or 0)
+
+    @property
+    def decode_context_tokens(self) -> float | None:
+        """The mean context during decode: the prompt plus half the reply."""
+        return None if self.prompt_tokens is None else self.prompt_tokens + (self.output_tokens or 0) / 2
+
+
+@dataclass(frozen=True)
+class RequestRow(RequestSummary):
+    """One whole ``requests`` row: the summary, the proxy's clock stamps, Ollama's final metrics, the text
+    (when recorded), and the rest of the phase split.
+
+    The derived columns come from ``analysis.phases.split_record`` of version ``phases_version``; readers
+    use them as they are.
+    """
+
+    received_ns: int
+    forwarded_ns: int | None
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    final_chunk_ns: int | None
+    closed_ns: int | None
+    last_token_unix_s: float | None
+    has_metrics: bool
+    total_duration_ns: int | None
+    load_duration_ns: int | None
+    prompt_eval_count: int | None
+    prompt_eval_cached_count: int | None
+    prompt_eval_duration_ns: int | None
+    eval_count: int | None
+    eval_duration_ns: int | None
+    prompt_text: str | None
+    response_text: str | None
     phases_version: int  # PHASES_VERSION of the split the derived columns come from; 0: unknown (older store)
     load_start_ns: int | None  # phase boundaries on the record's monotonic clock
     load_end_ns: int | None
@@ -244,14 +265,23 @@ class PsSnapshotRow:
 
 @dataclass(frozen=True)
 class ModelInfoRow:
+    """Ollama's /api/show answer for a model (long licence and template text dropped)."""
+
     digest: str
     name: str
-    show_json: str  # /api/show minus license, modelfile, template
+    show_json: str
     updated_at_unix_s: float
+
+    @property
+    def show(self) -> dict[str, Any]:
+        show: dict[str, Any] = json.loads(self.show_json)
+        return show
 
 
 @dataclass(frozen=True)
 class ExperimentRow:
+    """One Lab experiment; ``params`` and ``results`` are kept as JSON."""
+
     id: str
     kind: str
     params_json: str
@@ -259,6 +289,15 @@ class ExperimentRow:
     ended_at_unix_s: float | None
     status: str
     results_json: str | None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = json.loads(self.params_json)
+        return params
+
+    @property
+    def results(self) -> Any:
+        return None if self.results_json is None else json.loads(self.results_json)
 
 
 _ONE_ROW_ID = Column("id", "INTEGER", True)  # the CHECK (id = 1) key of a one-row table
@@ -282,84 +321,5 @@ TABLES: tuple[Table[Any], ...] = (
 )  # fmt: skip
 
 
-# ---------------------------------------------------------------- rows that readers get (columns of one table)
-
-
-@dataclass(frozen=True)
-class RequestSummary:
-    """A request for history tables and timelines: no text, no raw monotonic stamps (columns of ``requests``)."""
-
-    id: str
-    started_at_unix_s: float
-    ended_at_unix_s: float | None
-    updated_at_unix_s: float
-    client_addr: str
-    endpoint: str
-    model: str
-    stream: bool
-    num_ctx: int | None
-    num_predict: int | None
-    keep_alive: str | None
-    status_code: int | None
-    outcome: Outcome
-    error: str | None
-    done_reason: str | None
-    tokens_so_far: int
-    total_s: float | None
-    load_s: float | None
-    prefill_s: float | None
-    decode_s: float | None
-    queue_s: float | None
-    transport_s: float | None
-    ttft_s: float | None
-    client_s: float | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    output_tokens: int | None
-    prefill_tok_s: float | None
-    decode_tok_s: float | None
-    ollama_prefill_tok_s: float | None
-    ollama_decode_tok_s: float | None
-    itl_p50_ms: float | None
-    itl_p99_ms: float | None
-    itl_max_ms: float | None
-    flags: tuple[str, ...]
-    load_start_unix_s: float | None
-    prefill_start_unix_s: float | None
-    decode_start_unix_s: float | None
-    decode_end_unix_s: float | None
-
-
-@dataclass(frozen=True)
-class RatePoint:
-    """One finished request of a model: prompt length vs prefill rate, context vs decode rate (columns of ``requests``)."""
-
-    id: str
-    started_at_unix_s: float
-    num_ctx: int | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    output_tokens: int | None
-    prefill_s: float | None
-    decode_s: float | None
-    prefill_tok_s: float | None
-    decode_tok_s: float | None
-    ollama_prefill_tok_s: float | None
-    ollama_decode_tok_s: float | None
-    ttft_s: float | None
-    flags: tuple[str, ...]
-
-    @property
-    def computed_prompt_tokens(self) -> int | None:
-        """Prompt tokens the model computed (the cached ones were not)."""
-        return None if self.prompt_tokens is None else self.prompt_tokens - (self.cached_tokens or 0)
-
-    @property
-    def decode_context_tokens(self) -> float | None:
-        """The mean context during decode: the prompt plus half the reply."""
-        return None if self.prompt_tokens is None else self.prompt_tokens + (self.output_tokens or 0) / 2
-
-
 REQUEST_SUMMARIES = Table.of("requests", RequestSummary)
-RATE_POINTS = Table.of("requests", RatePoint)
-VIEWS: tuple[Table[Any], ...] = (REQUEST_SUMMARIES, RATE_POINTS)  # subsets of a declared table's columns
+VIEWS: tuple[Table[Any], ...] = (REQUEST_SUMMARIES,)  # subsets of a declared table's columns
