@@ -192,3 +192,15 @@ def test_empty_store_answers_with_nothing(conn: sqlite3.Connection) -> None:
     assert queries.experiments(conn) == []
     assert queries.rate_points(conn, "x", 0) == []
     assert queries.in_flight_requests(conn, T0) == []
+
+
+def test_model_info_and_loaded_model_use_the_one_rule_for_names(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    writer.write(PutModelInfo("d3" * 32, "localhost:5000/llama:latest", {"details": {"family": "llama"}}))
+    writer.write(PutLoadedModels(T0, [LoadedModel(T0, "localhost:5000/llama:latest", "localhost:5000/llama:latest",
+                                                  "d3" * 32, 1, 1, 2048, None)]))  # fmt: skip
+    info = queries.model_info(conn, "localhost:5000/llama")  # a registry host with a port, no tag: :latest
+    assert info is not None and info.digest == "d3" * 32
+    assert queries.model_info(conn, "localhost:5000/llama:7b") is None
+    loaded = queries.loaded_model(conn, "LOCALHOST:5000/llama")
+    assert loaded is not None and loaded.context_length == 2048
+    assert "localhost:5000/llama:latest" in queries.model_choices(conn)

@@ -314,3 +314,11 @@ def test_experiment_params_are_json(store: StoreWriter) -> None:
 @given(st.integers(0, 2**62), st.lists(st.integers(0, 2**62), max_size=50))
 def test_token_times_round_trip_any_clock_values(received_ns: int, times: list[int]) -> None:
     assert decode_token_times(received_ns, encode_token_times(received_ns, times)) == times
+
+
+def test_a_progress_row_queued_after_the_final_one_does_not_replace_it(store: StoreWriter) -> None:
+    # The collector's tick may snapshot a request just before it finishes and queue it just after.
+    final = make_record()
+    progress = replace(make_record(final=False), token_chunk_ns=final.token_chunk_ns[:3])
+    store.apply([PutRequest(final), PutRequest(progress)])
+    assert _record(queries.open_readonly(store.path), final.id) == final
