@@ -18,6 +18,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from analysis.records import CollectorInfo, GpuSample, HostBandwidth, HostSample, LoadedModel, OllamaStatus, Outcome
@@ -96,11 +97,11 @@ class Table(Generic[R]):
         cols = [_column(rename.get(f.name, f.name), f.name, hints[f.name]) for f in fields(row_type)]  # type: ignore[arg-type]
         return cls(name, row_type, (*key, *cols))
 
-    @property
+    @cached_property
     def row_columns(self) -> tuple[Column, ...]:
         return tuple(c for c in self.columns if c.attr is not None)
 
-    @property
+    @cached_property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.row_columns)
 
@@ -110,10 +111,13 @@ class Table(Generic[R]):
 
     def insert_sql(self, verb: str = "INSERT", constants: Mapping[str, str] | None = None) -> str:
         """``INSERT`` (or ``INSERT OR REPLACE``) of one row with named parameters; ``constants``: column → SQL."""
-        constants = constants or {}
-        names = [*constants, *self.column_names]
-        values = [*constants.values(), *(f":{n}" for n in self.column_names)]
-        return f"{verb} INTO {self.name} ({', '.join(names)}) VALUES ({', '.join(values)})"
+        key = (verb, tuple((constants or {}).items()))
+        sql = self._insert_sql.get(key)
+        if sql is None:
+            names = [*(constants or {}), *self.column_names]
+            values = [*(constants or {}).values(), *(f":{n}" for n in self.column_names)]
+            sql = self._insert_sql[key] = f"{verb} INTO {self.name} ({', '.join(names)}) VALUES ({', '.join(values)})"
+        return sql
 
     def upsert_sql(self, key: str, where: str = "") -> str:
         """INSERT … ON CONFLICT(key) DO UPDATE of every other column, optionally only ``where`` it holds."""
@@ -123,10 +127,10 @@ class Table(Generic[R]):
 
     def params(self, row: R) -> dict[str, SqlValue]:
         """Named parameters of one row."""
-        out: dict[str, SqlValue] = {}
-        for c in self.row_columns:
-            value = getattr(row, c.attr)  # type: ignore[arg-type]
-            out[c.name] = value if value is None or c.to_sql is None else c.to_sql(value)
+        out: dict[str, SqlValue] = {name: getattr(row, attr) for name, attr in self._as_is}
+        for name, attr, to_sql in self._to_sql:
+            value = getattr(row, attr)
+            out[name] = None if value is None else to_sql(value)
         return out
 
     def from_values(self, values: Sequence[Any]) -> R:
@@ -139,13 +143,23 @@ class Table(Generic[R]):
                     values[i] = f(values[i])
         return self.row_type(*values)
 
-    @property
-    def _converters(self) -> list[tuple[int, Callable[[Any], Any]]]:
-        cached: list[tuple[int, Callable[[Any], Any]]] | None = self.__dict__.get("_conv")
-        if cached is None:
-            cached = [(i, c.from_sql) for i, c in enumerate(self.row_columns) if c.from_sql is not None]
-            object.__setattr__(self, "_conv", cached)
-        return cached
+    # Worked out once per table: the per-row paths above run for every sample and request.
+
+    @cached_property
+    def _as_is(self) -> tuple[tuple[str, str], ...]:
+        return tuple((c.name, c.attr) for c in self.row_columns if c.attr is not None and c.to_sql is None)
+
+    @cached_property
+    def _to_sql(self) -> tuple[tuple[str, str, Callable[[Any], SqlValue]], ...]:
+        return tuple((c.name, c.attr, c.to_sql) for c in self.row_columns if c.attr is not None and c.to_sql is not None)
+
+    @cached_property
+    def _converters(self) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+        return tuple((i, c.from_sql) for i, c in enumerate(self.row_columns) if c.from_sql is not None)
+
+    @cached_property
+    def _insert_sql(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], str]:
+        return {}
 
 
 # ---------------------------------------------------------------- row classes of the store's own tables
