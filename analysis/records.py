@@ -164,3 +164,17 @@ class CollectorInfo:
     gpu_message: str | None = None  # e.g. why no NVIDIA GPU was found
     demo: bool = False  # upstream is sim/, not a real Ollama
     record_text: bool = False
+
+
+@dataclass(frozen=True)
+class HostBandwidth:
+    """The host's memory bandwidth as the collector measured it (a copy with threads, best of a few runs)."""
+
+    bandwidth_bytes_s: float
+    measured_unix_s: float
+    buffer_bytes: int
+    threads: int
+    runs: int
+    cpu_count: int
+    mem_total_bytes: int
+    method: str = "numpy copyto, threads, best of runs; bytes moved = 2 × buffer"

@@ -22,6 +22,7 @@ from analysis.records import (
     Outcome,
     RequestRecord,
 )
+from store.ops import PutGpuSamples, PutHeartbeat, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -139,17 +140,17 @@ def _busy(requests: Iterable[RequestRecord]) -> list[tuple[float, float]]:
 
 
 def status_rows(w: StoreWriter, now: float, data_dir: Path, up: bool = True, gpu_state: str = "nvml", demo: bool = False) -> None:
-    w.write_ollama_status(
+    w.write(PutOllamaStatus(
         OllamaStatus(now - 1, up, "http://127.0.0.1:11434", "0.33.0" if up else None, None if up else "connection refused")
-    )
-    w.write_heartbeat(
+    ))
+    w.write(PutHeartbeat(
         CollectorInfo(
             ts_unix_s=now - 0.5, pid=4242, listen="127.0.0.1:11435", ollama_url="http://127.0.0.1:11434",
             data_dir=str(data_dir), gpu_state=gpu_state,
             gpu_message=None if gpu_state != "none" else "NVML: driver not loaded (libnvidia-ml.so.1 not found)",
             demo=demo, record_text=True,
         )
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 @dataclass
@@ -190,14 +191,14 @@ def build_fixture_store(data_dir: Path, now: float, n_gpus: int = 1, seed: int =
 
     w = StoreWriter(db_path(data_dir))
     try:
-        w.write_requests(finished)
-        w.write_request(in_flight)
+        w.apply([PutRequest(r) for r in finished])
+        w.write(PutRequest(in_flight))
         for ts_i in range(int(t0), int(now) + 1):
             ts = float(ts_i)
             util = 95.0 if any(a <= ts <= b for a, b in busy) or bypass[0] <= ts <= bypass[1] else 1.0
-            w.write_gpu_samples([gpu_sample(ts, util, i) for i in range(n_gpus)])
-            w.write_host_sample(HostSample(ts, 20.0 + util / 10, int(12 * GIB), int(32 * GIB), util / 5, int(1.5 * GIB)))
-        w.write_loaded_models(
+            w.write(PutGpuSamples([gpu_sample(ts, util, i) for i in range(n_gpus)]))
+            w.write(PutHostSample(HostSample(ts, 20.0 + util / 10, int(12 * GIB), int(32 * GIB), util / 5, int(1.5 * GIB))))
+        w.write(PutLoadedModels(
             now - 1,
             [
                 LoadedModel(now - 1, "llama3.2:latest", "llama3.2:latest", "a" * 64, int(2.6 * GIB), int(2.6 * GIB), 8192,
@@ -205,7 +206,7 @@ def build_fixture_store(data_dir: Path, now: float, n_gpus: int = 1, seed: int =
                 LoadedModel(now - 1, "llama3.1:70b", "llama3.1:70b", "b" * 64, int(42 * GIB), int(21 * GIB), 4096,
                             now + 90, "70.6B", "Q4_K_M", "llama"),
             ],
-        )  # fmt: skip
+        ))  # fmt: skip
         status_rows(w, now, data_dir)
     finally:
         w.close()

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.records import HostSample, LoadedModel
 from bench.pages_fixture import GIB, Shape, gpu_sample, make_request, status_rows
+from store.ops import PutLoadedModels, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -64,14 +65,14 @@ def fill(data_dir: Path, n_requests: int, now: float) -> None:
                           prefill_ms=rng.uniform(10, 200), decode_ms=rng.uniform(100, 600))  # fmt: skip
             batch.append(make_request(t0 + i * step, t0, model=rng.choice(["llama3.2:latest", "llama3.1:8b"]), shape=shape))
             if len(batch) == 5000:
-                w.write_requests(batch)
+                w.apply([PutRequest(r) for r in batch])
                 batch = []
         if batch:
-            w.write_requests(batch)
+            w.apply([PutRequest(r) for r in batch])
         print(f"  requests: {n_requests:,} in {time.perf_counter() - started:.1f} s", flush=True)
         size = int(2.6 * GIB)
         model = LoadedModel(now, "llama3.2:latest", "llama3.2:latest", "a" * 64, size, size, 8192, now + 300)
-        w.write_loaded_models(now, [model])
+        w.write(PutLoadedModels(now, [model]))
         status_rows(w, now, data_dir)
     finally:
         w.close()
@@ -133,7 +134,7 @@ def main() -> int:
         def run() -> object:
             h = build_history(db, now - window_s, now)
             assert h is not None and h.rows
-            d = build_detail(db, str(h.rows[0]["id"]))
+            d = build_detail(db, h.rows[0].id)
             assert d is not None
             out = [h.frame.to_dict()] + [f.to_json() for f in (h.figure, d.waterfall, d.gaps) if f is not None]
             return out

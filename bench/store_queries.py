@@ -33,6 +33,7 @@ from analysis.records import (
     RequestRecord,
 )
 from store import queries
+from store.ops import PutGpuSamples, PutHeartbeat, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -73,14 +74,14 @@ def fill(path: Path, now: float, hours: float, n_requests: int, n_gpus: int) -> 
                             mem_used_bytes=20 * 2**30, mem_total_bytes=24 * 2**30, power_w=300.0, power_limit_w=450.0,
                             sm_clock_mhz=2500, mem_clock_mhz=10501, temperature_c=60.0) for g in range(n_gpus)]  # fmt: skip
         if len(batch) >= 3600:
-            w.write_gpu_samples(batch)
+            w.write(PutGpuSamples(batch))
             batch = []
-    w.write_gpu_samples(batch)
+    w.write(PutGpuSamples(batch))
     for i in range(0, n_s, 3600):
         hour = [t_start + j for j in range(i, min(i + 3600, n_s))]
-        w.apply([("host_sample", (HostSample(ts, 20.0, 8 * 2**30, 64 * 2**30, 5.0, 2**30),)) for ts in hour])
+        w.apply([PutHostSample(HostSample(ts, 20.0, 8 * 2**30, 64 * 2**30, 5.0, 2**30)) for ts in hour])
         model = LoadedModel(0.0, "llama3.2:latest", "llama3.2:latest", "a" * 64, 3 * 2**30, 3 * 2**30, 8192, now + 300)
-        w.apply([("loaded_models", (ts, [replace(model, ts_unix_s=ts)])) for ts in hour])
+        w.apply([PutLoadedModels(ts, [replace(model, ts_unix_s=ts)]) for ts in hour])
     samples_s = time.perf_counter() - t
     t = time.perf_counter()
     models = ["llama3.2:latest", "qwen3:8b", "gemma3:27b"]
@@ -89,15 +90,15 @@ def fill(path: Path, now: float, hours: float, n_requests: int, n_gpus: int) -> 
     for i in range(n_requests):
         recs.append(make_request(i, t_start + i * step, rng, models[i % 3]))
         if len(recs) == 1000:
-            w.write_requests(recs)
+            w.apply([PutRequest(r) for r in recs])
             recs = []
-    w.write_requests(recs)
+    w.apply([PutRequest(r) for r in recs])
     live = make_request(n_requests, now - 3, rng, "llama3.2:latest")
     live.outcome, live.metrics, live.final_chunk_ns, live.closed_ns = Outcome.IN_FLIGHT, None, None, None
-    w.write_request(live)
+    w.write(PutRequest(live))
     requests_s = time.perf_counter() - t
-    w.write_ollama_status(OllamaStatus(now - 1, True, "http://127.0.0.1:11434", "0.33.0"))
-    w.write_heartbeat(CollectorInfo(now - 1, 1, "127.0.0.1:11435", "http://127.0.0.1:11434", str(path.parent), "nvml"))
+    w.write(PutOllamaStatus(OllamaStatus(now - 1, True, "http://127.0.0.1:11434", "0.33.0")))
+    w.write(PutHeartbeat(CollectorInfo(now - 1, 1, "127.0.0.1:11435", "http://127.0.0.1:11434", str(path.parent), "nvml")))
     w.close()
     return {"samples_s": samples_s, "requests_s": requests_s, "n_samples": n_s * n_gpus * 1.0}
 
@@ -174,9 +175,9 @@ def main() -> int:
         q("gpu_samples 24 h (downsampled)", lambda: queries.gpu_samples(conn, now - 86400, now))
         q("requests page: recent_requests 24 h, limit 5000", lambda: queries.recent_requests(conn, now - 86400))
         q("requests page: request_models 24 h", lambda: queries.request_models(conn, now - 86400))
-        some_id = queries.recent_requests(conn, 0, limit=1)[0]["id"]
+        some_id = queries.recent_requests(conn, 0, limit=1)[0].id
         q("requests page: request_detail", lambda: queries.request_detail(conn, some_id))
-        q("why page: rate_points 7 d", lambda: queries.rate_points(conn, "llama3.2:latest", now - 7 * 86400))
+        q("why page: rate_rows 7 d", lambda: queries.rate_rows(conn, "llama3.2:latest", now - 7 * 86400))
         width = max(len(n) for n, _ in rows)
         print(f"{'query':<{width}}  {'wall':>8}     {'CPU':>8}")
         for name, ms in rows:

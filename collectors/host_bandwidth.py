@@ -1,4 +1,4 @@
-"""The host's own memory bandwidth, measured once and cached; and which Apple chip this is.
+"""The host's own memory bandwidth, measured by the collector; and which Apple chip this is.
 
 When Ollama puts part of a model in system memory, decode speed is set by this
 bandwidth for that part (analysis.ceilings blends it with the GPU's). No table
@@ -6,8 +6,9 @@ can know it, so we measure it: several threads copy a few hundred MB with numpy
 (which releases the GIL inside the copy), best of a few runs. A copy reads and
 writes every byte, so the bytes moved are twice the buffer.
 
-The result is cached as JSON in the data folder and reused while the machine
-looks the same (same CPU count and total memory).
+The collector measures it once, at start, in a background thread, and stores it
+(``store.ops.PutHostBandwidth``); it measures again only when the machine no longer
+looks the same (CPU count or total memory). The Why page reads it from the store.
 """
 
 from __future__ import annotations
@@ -20,34 +21,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
 
 import psutil
 
 from analysis.hardware import apple_chip_name, apple_gpu_cores_from_system_profiler
+from analysis.records import HostBandwidth
+
+__all__ = ["HostBandwidth", "detect_apple_gpu", "measure_host_bandwidth", "same_machine"]
 
 log = logging.getLogger(__name__)
 
-CACHE_FILE = "host_bandwidth.json"
 DEFAULT_BUFFER_BYTES = 256 * 2**20
 DEFAULT_RUNS = 3
 MAX_THREADS = 8
-CACHE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class HostBandwidth:
-    bandwidth_bytes_s: float
-    measured_unix_s: float
-    buffer_bytes: int
-    threads: int
-    runs: int
-    cpu_count: int
-    mem_total_bytes: int
-    method: str = "numpy copyto, threads, best of runs; bytes moved = 2 × buffer"
-    version: int = CACHE_VERSION
 
 
 def measure_host_bandwidth(
@@ -84,37 +70,9 @@ def measure_host_bandwidth(
     )
 
 
-def _read_cache(path: Path) -> HostBandwidth | None:
-    try:
-        raw: Any = json.loads(path.read_text())
-        hb = HostBandwidth(**raw)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError) as e:
-        log.warning("ignoring unreadable host bandwidth cache %s (%s); measuring again", path, e)
-        return None
-    if hb.version != CACHE_VERSION or not hb.bandwidth_bytes_s > 0:
-        return None
-    return hb
-
-
-def _same_machine(hb: HostBandwidth) -> bool:
+def same_machine(hb: HostBandwidth) -> bool:
+    """Whether a measurement was taken on a machine like this one (same CPU count and total memory)."""
     return hb.cpu_count == (os.cpu_count() or 1) and hb.mem_total_bytes == int(psutil.virtual_memory().total)
-
-
-def host_bandwidth(data_dir: Path, *, refresh: bool = False, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> HostBandwidth:
-    """The cached measurement from ``data_dir``, measuring (and caching) it when absent, stale or unreadable."""
-    path = Path(data_dir) / CACHE_FILE
-    if not refresh:
-        cached = _read_cache(path)
-        if cached is not None and _same_machine(cached):
-            return cached
-    hb = measure_host_bandwidth(buffer_bytes=buffer_bytes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(hb), indent=2))
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
-    return hb
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,9 +111,8 @@ def detect_apple_gpu() -> tuple[str, int | None] | None:
 
 
 def main() -> int:
-    """``python -m collectors.host_bandwidth [DATA_DIR]``: print (and cache) this machine's figure."""
-    data_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else None
-    hb = host_bandwidth(data_dir, refresh=True) if data_dir else measure_host_bandwidth()
+    """``python -m collectors.host_bandwidth``: measure and print this machine's figure."""
+    hb = measure_host_bandwidth()
     print(f"host memory bandwidth: {hb.bandwidth_bytes_s / 1e9:.1f} GB/s ({hb.threads} threads, {hb.buffer_bytes >> 20} MiB)")
     apple = detect_apple_gpu()
     if apple:

@@ -12,8 +12,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from analysis.phases import percentile, split_record
-from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
+from analysis.phases import percentile
+from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
+from store.tables import RequestRow
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUANTILES = (0.5, 0.9, 0.99)
@@ -82,14 +83,14 @@ class RequestStats:
     models: LabelSet = field(default_factory=LabelSet)
     endpoints: LabelSet = field(default_factory=LabelSet)
 
-    def observe(self, rec: RequestRecord) -> None:
-        key = (self.endpoints.admit(rec.endpoint), self.models.admit(rec.model), Outcome(rec.outcome).value)
+    def observe(self, row: RequestRow) -> None:
+        """Count one finished request as the store wrote it (its phases as stored, not split again)."""
+        key = (self.endpoints.admit(row.endpoint), self.models.admit(row.model), Outcome(row.outcome).value)
         self.counts[key] = self.counts.get(key, 0) + 1
-        phases = split_record(rec)
-        if phases.ttft_s is not None and phases.ttft_s >= 0:
-            self.ttft_s.observe(phases.ttft_s)
-        if rec.outcome == Outcome.OK and phases.decode_tok_s is not None and math.isfinite(phases.decode_tok_s):
-            self.decode_tok_s.observe(phases.decode_tok_s)
+        if row.ttft_s is not None and row.ttft_s >= 0:
+            self.ttft_s.observe(row.ttft_s)
+        if row.outcome == Outcome.OK and row.decode_tok_s is not None and math.isfinite(row.decode_tok_s):
+            self.decode_tok_s.observe(row.decode_tok_s)
 
 
 @dataclass

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from analysis.records import LoadedModel, OllamaStatus
+from store.ops import Op, PutLoadedModels, PutModelInfo, PutOllamaStatus
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +29,9 @@ SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every 
 
 
 class PollerSink(Protocol):
-    """Where readings go (``store.writer.BackgroundWriter`` has these methods)."""
+    """Where readings go, as store operations (``store.writer.BackgroundWriter.submit``)."""
 
-    def submit_ollama_status(self, status: OllamaStatus) -> None: ...
-
-    def submit_loaded_models(self, ts_unix_s: float, models: list[LoadedModel]) -> None: ...
-
-    def submit_model_info(self, digest: str, name: str, show: Mapping[str, Any]) -> None: ...
+    def submit(self, op: Op[Any]) -> None: ...
 
 
 class PollError(Exception):
@@ -162,8 +159,8 @@ class OllamaPoller:
         self.state.status = status
         self.state.models = models
         self.state.consecutive_failures = 0
-        self._sink.submit_ollama_status(status)
-        self._sink.submit_loaded_models(ts, models)
+        self._sink.submit(PutOllamaStatus(status))
+        self._sink.submit(PutLoadedModels(ts, models))
         await self._show_new_models(models)
         return True
 
@@ -173,7 +170,7 @@ class OllamaPoller:
         self.state.status = OllamaStatus(ts_unix_s=ts, up=False, base_url=self.base_url, error=error)
         self.state.models = []
         self.state.consecutive_failures += 1
-        self._sink.submit_ollama_status(self.state.status)
+        self._sink.submit(PutOllamaStatus(self.state.status))
 
     async def _show_new_models(self, models: list[LoadedModel]) -> None:
         now = time.monotonic()
@@ -188,7 +185,7 @@ class OllamaPoller:
                 log.warning("could not read /api/show for %s: %s", m.name, exc)
                 self._show_retry_at[m.digest] = now + SHOW_RETRY_S
                 continue
-            self._sink.submit_model_info(m.digest, m.name, show)
+            self._sink.submit(PutModelInfo(m.digest, m.name, show))
             self._shown.add(m.digest)
             self._show_retry_at.pop(m.digest, None)
 

@@ -25,15 +25,30 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from analysis.records import CollectorInfo, GpuKind, GpuSample, HostSample, RequestRecord
+from analysis.records import CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu import GpuState, NvmlGpuSource, SimGpuSource
 from collectors.host import HostSampler, OllamaProcesses
+from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
 from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
 from collectors.poller import OllamaPoller
 from collectors.proxy import RecordingProxy
+from store import queries
+from store.ops import (
+    REDERIVE_BATCH,
+    ApplyRetention,
+    MarkInterrupted,
+    PutExperiment,
+    PutGpuSamples,
+    PutHeartbeat,
+    PutHostBandwidth,
+    PutHostSample,
+    PutRequest,
+    RederivePhases,
+)
+from store.tables import RequestRow
 from store.writer import DAY_S, BackgroundWriter, RetentionPolicy
 
 log = logging.getLogger(__name__)
@@ -61,6 +76,8 @@ class CollectorService:
     """Everything ``python -m collectors`` runs. ``await start()``, then ``await stop()``.
 
     ``nvml`` is the ``pynvml`` module (tests pass a fake one); None imports the real one.
+    ``host_bandwidth`` measures this host's memory bandwidth, once, in a background thread at start,
+    unless the store already holds a measurement of this machine; None measures nothing.
     """
 
     def __init__(
@@ -70,8 +87,11 @@ class CollectorService:
         nvml: ModuleType | Any | None = None,
         max_backoff_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        host_bandwidth: Callable[[], HostBandwidth] | None = measure_host_bandwidth,
     ) -> None:
         self.settings = settings
+        self._measure_host_bandwidth = host_bandwidth
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._nvml = nvml
         self._max_backoff_s = max_backoff_s
         self._clock = clock
@@ -124,10 +144,12 @@ class CollectorService:
             self.writer = BackgroundWriter(s.db_path, retention=retention)
         except Exception as exc:
             raise StoreOpenError(f"cannot open the store {s.db_path}: {exc}") from exc
-        self.writer.submit_mark_interrupted_in_flight(INTERRUPTED_REASON)
+        self._loop = asyncio.get_running_loop()
+        self.writer.submit(MarkInterrupted(INTERRUPTED_REASON))
         # Lab runs are separate processes writing result files; only this process writes the store.
-        self._lab = LabIngester(s.data_dir, self.writer.submit_experiment)
-        self.writer.submit_retention(self._clock())
+        self._lab = LabIngester(s.data_dir, self._submit_experiment)
+        self.writer.submit(ApplyRetention(self._clock()))
+        self._rederive_phases()
 
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10), trust_env=False)
         processes = OllamaProcesses(pids=s.ollama_pids, demo=s.demo)
@@ -176,6 +198,8 @@ class CollectorService:
             asyncio.create_task(self._tick_loop(), name="samplers"),
             asyncio.create_task(self._retention_loop(), name="retention"),
         ]
+        if self._measure_host_bandwidth is not None:
+            self._tasks.append(asyncio.create_task(self._host_bandwidth_once(), name="host-bandwidth"))
         log.info(
             "recording on %s for %s; data in %s%s",
             self._listen,
@@ -222,11 +246,60 @@ class CollectorService:
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request, on the loop: only enqueue."""
         if self.writer is not None:
-            self.writer.submit_request(record)
+            self.writer.submit(PutRequest(record), on_done=self._written)
+
+    def _written(self, row: RequestRow | None) -> None:
+        """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row."""
+        loop = self._loop
+        if row is not None and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._count, row)
+
+    def _count(self, row: RequestRow) -> None:
         try:
-            self.stats.observe(record)
+            self.stats.observe(row)
         except Exception:  # statistics must never cost a record
-            log.exception("metrics could not count request %s", record.id)
+            log.exception("metrics could not count request %s", row.id)
+
+    def _submit_experiment(self, *args: Any, **kwargs: Any) -> None:
+        """The Lab ingester's sink: one run document as a ``PutExperiment`` (same arguments)."""
+        if self.writer is not None:
+            self.writer.submit(PutExperiment(*args, **kwargs))
+
+    def _rederive_phases(self, done: int | None = None) -> None:
+        """Re-derive rows split by an older analysis.phases, a bounded batch per transaction, until none is left.
+
+        Each batch is queued when the one before it is committed (``done`` rows), so the collector's own
+        writes go between them.
+        """
+        writer = self.writer
+        if writer is None or self._stop.is_set() or (done is not None and done < REDERIVE_BATCH):
+            if done:
+                log.info("re-derived the phases of the last %d stored requests", done)
+            return
+        with contextlib.suppress(RuntimeError):  # closing
+            writer.submit(RederivePhases(REDERIVE_BATCH), on_done=self._rederive_phases)
+
+    async def _host_bandwidth_once(self) -> None:
+        """Measure the host's memory bandwidth unless the store holds a measurement of this machine."""
+        measure = self._measure_host_bandwidth
+        if measure is None:
+            return
+        try:
+            stored = await asyncio.to_thread(self._stored_host_bandwidth)
+            if stored is not None and same_machine(stored):
+                return
+            hb = await asyncio.to_thread(measure)
+        except Exception:  # the Why page then says the bandwidth is unknown
+            log.exception("could not measure the host's memory bandwidth")
+            return
+        if self.writer is not None:
+            self.writer.submit(PutHostBandwidth(hb))
+            log.info("host memory bandwidth: %.1f GB/s", hb.bandwidth_bytes_s / 1e9)
+
+    def _stored_host_bandwidth(self) -> HostBandwidth | None:
+        with queries.open_reader(self.settings.db_path) as conn:
+            return None if conn is None else queries.latest_host_bandwidth(conn)
 
     def _sample_blocking(self) -> tuple[list[GpuSample], HostSample | None]:
         gpus = self._nvml_source.sample() if self._nvml_source is not None else []
@@ -244,15 +317,16 @@ class CollectorService:
         elif self._nvml_source is not None:
             self.gpu_state = self._nvml_source.state
         if gpus:
-            writer.submit_gpu_samples(gpus)
+            writer.submit(PutGpuSamples(gpus))
         if host is not None:
-            writer.submit_host_sample(host)
+            writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
         if self.proxy is not None:
             running = await self.proxy.in_flight_sliced()
             if running:
-                writer.submit_requests(running)  # the Live page shows generations while they run
-        writer.submit_heartbeat(self.heartbeat())
+                for rec in running:  # the Live page shows generations while they run
+                    writer.submit(PutRequest(rec))
+        writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
 
@@ -291,7 +365,7 @@ class CollectorService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), RETENTION_EVERY_S)
             if not self._stop.is_set() and self.writer is not None:
-                self.writer.submit_retention(self._clock())
+                self.writer.submit(ApplyRetention(self._clock()))
 
     # -- /phasewatch/metrics ---------------------------------------------------------------
 

@@ -6,9 +6,6 @@ no store yet, so a page can show its empty state instead of an error.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +13,9 @@ from typing import Any
 from analysis.records import CollectorInfo, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
 from pages.derive import Band, Interval
 from store import queries
-from store.schema import StoreError, StoreNotFoundError
+from store.queries import StoredRequest
 from store.schema import db_path as _db_path
+from store.tables import RequestSummary
 
 ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions")
 BANDS_LIMIT = 2000  # requests drawn under the GPU timeline
@@ -27,32 +25,8 @@ def db_path(data_dir: Path) -> Path:
     return _db_path(data_dir)
 
 
-def _being_created(db: Path) -> bool:
-    """A store file the collector has created but not yet given its schema (the first moments of its life)."""
-    try:
-        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=1)) as conn:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0
-    except sqlite3.Error:
-        return False
-
-
-@contextlib.contextmanager
-def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
-    """A read-only connection, or None while there is no store yet; other store problems are raised."""
-    try:
-        conn = queries.open_readonly(db)
-    except StoreNotFoundError:
-        yield None
-        return
-    except StoreError:
-        if not _being_created(db):
-            raise
-        yield None
-        return
-    try:
-        yield conn
-    finally:
-        conn.close()
+# Every function below reads through store.queries.open_reader: None while there is no store yet.
+_open = queries.open_reader
 
 
 @dataclass(frozen=True)
@@ -95,16 +69,16 @@ class LiveSnapshot:
     gpu_message: str | None
 
 
-def bands_of(row: dict[str, Any]) -> list[Band]:
+def bands_of(row: RequestSummary) -> list[Band]:
     """Phase bands of one finished request from its stored wall-clock boundaries."""
-    rid, model = str(row["id"]), str(row["model"])
-    load_start = row.get("load_start_unix_s")
-    prefill_start = row.get("prefill_start_unix_s")
-    decode_start = row.get("decode_start_unix_s")
-    decode_end = row.get("decode_end_unix_s")
+    rid, model = row.id, row.model
+    load_start = row.load_start_unix_s
+    prefill_start = row.prefill_start_unix_s
+    decode_start = row.decode_start_unix_s
+    decode_end = row.decode_end_unix_s
     out: list[Band] = []
     if load_start is not None and prefill_start is not None:
-        load_end = load_start + (row.get("load_s") or 0.0)
+        load_end = load_start + (row.load_s or 0.0)
         if load_end > load_start:
             out.append(Band(rid, model, "load", load_start, load_end))
         if prefill_start > load_end:
@@ -125,7 +99,7 @@ def load_live(
     in_flight: list[RequestRecord] = []
     gpu_by_index: dict[int, list[GpuSample]] = {}
     host: list[HostSample] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[RequestSummary] = []
     with _open(db) as conn:
         if conn is None:
             return None
@@ -144,13 +118,13 @@ def load_live(
     busy: list[Interval] = []
     shown = 0
     for row in rows:
-        if row["outcome"] == Outcome.IN_FLIGHT.value:
+        if row.outcome is Outcome.IN_FLIGHT:
             continue  # drawn below from the in-flight records, which are fresher
-        end = row.get("ended_at_unix_s") or row.get("updated_at_unix_s") or row["started_at_unix_s"]
+        end = row.ended_at_unix_s or row.updated_at_unix_s or row.started_at_unix_s
         if end < start:
             continue
-        shown += row["started_at_unix_s"] >= start
-        busy.append(Interval(row["started_at_unix_s"], end))
+        shown += row.started_at_unix_s >= start
+        busy.append(Interval(row.started_at_unix_s, end))
         bands.extend(bands_of(row))
     for rec in in_flight if timeline else []:
         busy.append(Interval(rec.started_at_unix_s, now_unix_s))
@@ -178,7 +152,7 @@ class HistoryOptions:
 def load_history(
     db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None,
     limit: int | None,
-) -> tuple[list[dict[str, Any]], HistoryOptions] | None:  # fmt: skip
+) -> tuple[list[RequestSummary], HistoryOptions] | None:  # fmt: skip
     """Requests started in the window that match the filters (None = any), newest first."""
     with _open(db) as conn:
         if conn is None:
@@ -195,7 +169,8 @@ def load_history(
     return rows, options
 
 
-def load_request(db: Path, request_id: str) -> RequestRecord | None:
+def load_request(db: Path, request_id: str) -> StoredRequest | None:
+    """One request with its stored phases (None: unknown, or no store yet)."""
     with _open(db) as conn:
         if conn is None:
             return None
@@ -207,7 +182,7 @@ class RequestContext:
     """What the explainer needs beside the record: the GPU during the request, the model's facts, where it sat."""
 
     gpu_samples: list[GpuSample]
-    show: dict[str, Any] | None
+    show: dict[str, Any] | None  # Ollama's /api/show answer
     loaded: LoadedModel | None
 
 
@@ -216,13 +191,13 @@ def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> Req
         if conn is None:
             return RequestContext([], None, None)
         samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
-        show = queries.model_info(conn, rec.model)
-        loaded = next((m for m in queries.latest_loaded_models(conn) if rec.model in (m.name, m.model)), None)
-    return RequestContext(samples, show, loaded)
+        info = queries.model_info(conn, rec.model)
+        loaded = queries.loaded_model(conn, rec.model)
+    return RequestContext(samples, None if info is None else info.show, loaded)
 
 
 def latest_request_ids(db: Path, since_unix_s: float, limit: int = 1) -> list[str]:
     with _open(db) as conn:
         if conn is None:
             return []
-        return [str(r["id"]) for r in queries.recent_requests(conn, since_unix_s, limit=limit)]
+        return [r.id for r in queries.recent_requests(conn, since_unix_s, limit=limit)]

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import statistics
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.api import Cost, ExperimentResult, ResultFileError, RunState, list_results, result_from_row
 from store import queries
-from store.schema import StoreNotFoundError
 
 MODELS_SINCE_S = 30 * 86_400.0
 RATES_SINCE_S = 7 * 86_400.0
@@ -22,23 +19,10 @@ FALLBACK_DECODE_TOK_S = 15.0
 FALLBACK_LOAD_S = 10.0
 
 
-@contextlib.contextmanager
-def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
-    try:
-        conn = queries.open_readonly(db)
-    except StoreNotFoundError:
-        yield None
-        return
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
 def known_models(db: Path, now_unix_s: float | None = None) -> list[str]:
     """Models the collector has seen: loaded now first, then those with recent requests."""
     now = time.time() if now_unix_s is None else now_unix_s
-    with _open(db) as conn:
+    with queries.open_reader(db) as conn:
         if conn is None:
             return []
         loaded = [m.name for m in queries.latest_loaded_models(conn)]
@@ -48,13 +32,9 @@ def known_models(db: Path, now_unix_s: float | None = None) -> list[str]:
 
 def loaded_context(db: Path, model: str) -> int | None:
     """The context the loaded model gets (``/api/ps`` context_length), if it is loaded."""
-    with _open(db) as conn:
-        if conn is None:
-            return None
-        for m in queries.latest_loaded_models(conn):
-            if m.name == model or m.model == model:
-                return m.context_length
-    return None
+    with queries.open_reader(db) as conn:
+        loaded = None if conn is None else queries.loaded_model(conn, model)
+    return None if loaded is None else loaded.context_length
 
 
 @dataclass(frozen=True)
@@ -68,10 +48,10 @@ class Rates:
 def recent_rates(db: Path, model: str, now_unix_s: float | None = None) -> Rates:
     """Median prefill and decode speed of the model's recent requests, for the cost estimate."""
     now = time.time() if now_unix_s is None else now_unix_s
-    with _open(db) as conn:
-        rows = [] if conn is None else queries.rate_points(conn, model, now - RATES_SINCE_S, limit=500)
-    prefill = [r["prefill_tok_s"] for r in rows if r.get("prefill_tok_s") and (r.get("prompt_tokens") or 0) >= 64]
-    decode = [r["decode_tok_s"] for r in rows if r.get("decode_tok_s")]
+    with queries.open_reader(db) as conn:
+        rows = [] if conn is None else queries.rate_rows(conn, model, now - RATES_SINCE_S, limit=500)
+    prefill = [r.prefill_tok_s for r in rows if r.prefill_tok_s and (r.prompt_tokens or 0) >= 64]
+    decode = [r.decode_tok_s for r in rows if r.decode_tok_s]
     if not prefill or not decode:
         return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False, len(rows))
     return Rates(statistics.median(prefill), statistics.median(decode), True, len(rows))
@@ -100,9 +80,9 @@ def load_runs(data_dir: Path, db: Path) -> list[ExperimentResult]:
     A document wins over the store's row for the same run: it is the source, the row its copy.
     """
     by_id: dict[str, ExperimentResult] = {}
-    with _open(db) as conn:
+    with queries.open_reader(db) as conn:
         if conn is not None:
-            for row in queries.experiments(conn, limit=200):
+            for row in queries.experiment_rows(conn, limit=200):
                 with contextlib.suppress(ResultFileError, KeyError):
                     r = result_from_row(row)
                     by_id[r.run_id] = r

@@ -61,15 +61,15 @@ if history.figure is not None:
     st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})
 
 # Which request to inspect: the row picked in the table, else the selectbox (newest by default).
-ids = [str(r["id"]) for r in history.rows]
-labels = {str(r["id"]): request_label(r) for r in history.rows}
+ids = [r.id for r in history.rows]
+labels = {r.id: request_label(r) for r in history.rows}
 picked_rows = table.selection.rows if table is not None else []
 if picked_rows and st.session_state.get("req_last_table_pick") != ids[picked_rows[0]]:
     st.session_state["req_last_table_pick"] = ids[picked_rows[0]]
     st.session_state["req_pick"] = ids[picked_rows[0]]
 if st.session_state.get("req_pick") not in labels:
     # Default: the newest finished request (an in-flight one has no phases yet).
-    finished = [str(r["id"]) for r in history.rows if r["outcome"] != "in_flight"]
+    finished = [r.id for r in history.rows if r.outcome != "in_flight"]
     st.session_state["req_pick"] = finished[0] if finished else ids[0]
 st.subheader("One request")
 request_id = st.selectbox("Request to inspect", ids, format_func=labels.__getitem__, key="req_pick")

@@ -4,9 +4,8 @@ no Streamlit, timed by ``bench/pages_refresh.py``), then ``show_history``/``show
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -15,11 +14,12 @@ from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
-from analysis.phases import Phases, split_record
+from analysis.phases import Phases
 from analysis.records import RequestRecord
 from pages import charts, data, fmt
 from pages.charts import Span
 from store.export import CSV_LINE_END, csv_cell
+from store.tables import RequestSummary
 
 SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
 
@@ -48,7 +48,7 @@ HISTORY_COLUMNS = {
 
 @dataclass
 class HistoryModel:
-    rows: list[dict[str, Any]]  # as the store returns them, newest first
+    rows: list[RequestSummary]  # as the store returns them, newest first
     frame: pd.DataFrame  # the same rows with user-facing column names
     truncated: bool  # more requests match than SHOWN_ROWS
     options: data.HistoryOptions
@@ -69,19 +69,20 @@ def build_history(
     figure = None
     if rows:
         figure = charts.history_figure(
-            [r["started_at_unix_s"] for r in rows], [r["decode_tok_s"] for r in rows], [r["prefill_tok_s"] for r in rows],
-            [r["model"] for r in rows],
+            [r.started_at_unix_s for r in rows], [r.decode_tok_s for r in rows], [r.prefill_tok_s for r in rows],
+            [r.model for r in rows],
         )  # fmt: skip
     return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure)
 
 
-def history_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    frame = pd.DataFrame(list(rows))
+def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
+    frame = pd.DataFrame([asdict(r) for r in rows])
     if frame.empty:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
     frame["client"] = frame["client_addr"]
-    frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, list) else "")
+    frame["outcome"] = frame["outcome"].map(str)
+    frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
     frame = frame[list(HISTORY_COLUMNS)].rename(columns=HISTORY_COLUMNS)
     return frame
 
@@ -202,10 +203,10 @@ def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[D
 
 
 def build_detail(db: Path, request_id: str) -> DetailModel | None:
-    rec = data.load_request(db, request_id)
-    if rec is None:
+    stored = data.load_request(db, request_id)
+    if stored is None:
         return None
-    ph = split_record(rec)
+    rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
     ollama, client, ttft_ms = waterfall_spans(rec, ph)
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {rec.model}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
@@ -222,10 +223,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     )
 
 
-def request_label(row: dict[str, Any]) -> str:
+def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
-    started = row.get("started_at_unix_s")
-    when = fmt.when(float(started)) if isinstance(started, int | float) else "?"
-    total = row.get("client_s")
-    took = fmt.seconds(float(total)) if isinstance(total, int | float) else str(row.get("outcome"))
-    return f"{when} · {row.get('model')} · {row.get('endpoint')} · {took} · {str(row.get('id'))[:8]}"
+    took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
+    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {row.endpoint} · {took} · {row.id[:8]}"

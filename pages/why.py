@@ -14,6 +14,7 @@ import streamlit as st
 from analysis import wording as w
 from analysis.ceilings import MIN_CALIBRATION_SAMPLES
 from analysis.diagnose import Severity
+from collectors import api
 from pages import common, data, fmt
 from pages.settings import client_host_line
 from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices
@@ -21,21 +22,9 @@ from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model
 LAB_PAGE = Path(__file__).parent / "lab.py"
 
 
-@st.cache_resource(show_spinner="Measuring this computer's memory bandwidth once (cached in the data folder)…")
-def _host_bandwidth(data_dir: str) -> float | None:
-    from collectors.host_bandwidth import host_bandwidth  # numpy copy loop, no sockets
-
-    try:
-        return host_bandwidth(Path(data_dir)).bandwidth_bytes_s
-    except (OSError, ValueError, MemoryError):
-        return None
-
-
 @st.cache_resource
 def _apple_chip() -> tuple[str, int | None] | None:
-    from collectors.host_bandwidth import detect_apple_gpu  # None at once on anything but Apple Silicon macOS
-
-    return detect_apple_gpu()
+    return api.detect_apple_gpu()  # None at once on anything but Apple Silicon macOS
 
 
 def _num(value: float | None) -> str:
@@ -159,8 +148,7 @@ if not models:
     st.stop()
 
 model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")
-why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip(),
-                host_bandwidth=lambda: _host_bandwidth(str(ctx.data_dir)))  # fmt: skip
+why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip())
 if why is None:
     common.no_store_state(ctx)
     st.stop()

@@ -11,12 +11,11 @@ so it carries the user's numbers.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,11 +48,11 @@ from analysis.explain import explain_energy, explain_rates
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
-from analysis.phases import Phases, split_record
+from analysis.phases import Phases
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
 from pages.charts import plain
 from store import queries
-from store.schema import StoreNotFoundError
+from store.tables import RequestSummary
 
 POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
 CALIBRATION_LIMIT = 1000  # newest requests the calibration looks at
@@ -70,24 +69,14 @@ EXPECTED_COLOUR = "#fb8c00"
 FULL_GPU_COLOUR = "#8e24aa"
 
 
-@contextlib.contextmanager
-def _open(db: Path) -> Iterator[sqlite3.Connection | None]:
-    try:
-        conn = queries.open_readonly(db)
-    except StoreNotFoundError:
-        yield None
-        return
-    try:
-        yield conn
-    finally:
-        conn.close()
+_open = queries.open_reader  # None while there is no store yet
 
 
 # ---------------------------------------------------------------------------------------------
 # Figures
 
 
-def _measured_trace(xs: Sequence[float], ys: Sequence[float], ids: Sequence[str], x_label: str) -> go.Scatter:
+def _measured_trace(xs: Sequence[float | None], ys: Sequence[float | None], ids: Sequence[str], x_label: str) -> go.Scatter:
     # numpy arrays: Plotly validates a list element by element, an array at once (5,000 points: ~1 s vs ~ms).
     return go.Scatter(
         x=np.asarray(xs, dtype=np.float64),
@@ -131,15 +120,15 @@ def expected_label(eff: Efficiencies, kind: str) -> str:
 
 
 def prefill_figure(
-    points: Sequence[dict[str, Any]], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str, hw_label: str
+    points: Sequence[RequestSummary], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str, hw_label: str
 ) -> go.Figure:
     fig = go.Figure()
     if curve and eff is not None:
         fig.add_trace(_line(curve, "ceiling_tok_s", "ceiling (memory, then compute)", CEILING_COLOUR, "dash"))
         fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, "prefill"), EXPECTED_COLOUR, "solid"))
     fig.add_trace(
-        _measured_trace([p["computed_prompt_tokens"] for p in points], [p["prefill_tok_s"] for p in points],
-                        [p["id"] for p in points], "prompt tokens")
+        _measured_trace([p.computed_prompt_tokens for p in points], [p.prefill_tok_s for p in points],
+                        [p.id for p in points], "prompt tokens")
     )  # fmt: skip
     return _layout(
         fig, f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
@@ -148,7 +137,7 @@ def prefill_figure(
 
 
 def decode_figure(
-    points: Sequence[dict[str, Any]],
+    points: Sequence[RequestSummary],
     curve: Sequence[CurvePoint],
     full_gpu_curve: Sequence[CurvePoint],
     eff: Efficiencies | None,
@@ -163,8 +152,8 @@ def decode_figure(
     if full_gpu_curve:
         fig.add_trace(_line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot"))
     fig.add_trace(
-        _measured_trace([p["decode_context_tokens"] for p in points], [p["decode_tok_s"] for p in points],
-                        [p["id"] for p in points], "context tokens")
+        _measured_trace([p.decode_context_tokens for p in points], [p.decode_tok_s for p in points],
+                        [p.id for p in points], "context tokens")
     )  # fmt: skip
     return _layout(
         fig, f"Decode: output tokens/s against context length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
@@ -193,8 +182,8 @@ class WhyModel:
     facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
     loaded: LoadedModel | None
     vram_fraction: float
-    prefill_points: list[dict[str, Any]]
-    decode_points: list[dict[str, Any]]
+    prefill_points: list[RequestSummary]  # with a prefill rate and computed prompt tokens
+    decode_points: list[RequestSummary]  # with a decode rate and a context length
     requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
     efficiencies: Efficiencies | None
     ceilings: Ceilings | None  # at the typical prompt and context
@@ -228,14 +217,7 @@ class WhyModel:
 def model_choices(db: Path) -> list[str] | None:
     """Models with recorded requests (newest first), then loaded ones; None when there is no store."""
     with _open(db) as conn:
-        if conn is None:
-            return None
-        newest = conn.execute("SELECT model, MAX(started_at_unix_s) FROM requests GROUP BY model ORDER BY 2 DESC").fetchall()
-        names = [str(r[0]) for r in newest]
-        for m in queries.latest_loaded_models(conn):
-            if not any(_same_model(m.name, n) or _same_model(m.model, n) for n in names):
-                names.append(m.name)
-    return names
+        return None if conn is None else queries.model_choices(conn)
 
 
 def _latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
@@ -253,30 +235,24 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _prefill_points(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for r in rows:
-        if r.get("prefill_tok_s") and r.get("prompt_tokens"):
-            computed = r["prompt_tokens"] - (r.get("cached_tokens") or 0)
-            if computed > 0:
-                out.append({**r, "computed_prompt_tokens": computed})
-    return out
+def _prefill_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
+    return [r for r in rows if r.prefill_tok_s and r.prompt_tokens and (r.computed_prompt_tokens or 0) > 0]
 
 
-def _decode_points(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("decode_tok_s") and r.get("decode_context_tokens") is not None]
+def _decode_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
+    return [r for r in rows if r.decode_tok_s and r.decode_context_tokens is not None]
 
 
-def _calibrate(rows: Sequence[dict[str, Any]], spec: HardwareSpec, facts: ModelFacts, start: Efficiencies,
+def _calibrate(rows: Sequence[RequestSummary], spec: HardwareSpec, facts: ModelFacts, start: Efficiencies,
                frac: float, host_bw: float | None, bw: float | None) -> Efficiencies:  # fmt: skip
     history: list[CalibrationPoint] = []
     for r in rows[:CALIBRATION_LIMIT]:
         c = ceilings_for_request(
-            spec, facts, prompt_tokens=r.get("prompt_tokens"), output_tokens=r.get("output_tokens"), vram_fraction=frac,
+            spec, facts, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, vram_fraction=frac,
             host_bandwidth_bytes_s=host_bw, efficiencies=start, bandwidth_bytes_s=bw,
         )  # fmt: skip
-        computed = (r.get("prompt_tokens") or 0) - (r.get("cached_tokens") or 0)
-        history += calibration_points(r.get("decode_tok_s"), r.get("output_tokens"), r.get("prefill_tok_s"), computed, c)
+        computed = (r.prompt_tokens or 0) - (r.cached_tokens or 0)
+        history += calibration_points(r.decode_tok_s, r.output_tokens, r.prefill_tok_s, computed, c)
     return calibrate(history, start)
 
 
@@ -338,10 +314,6 @@ def _interference_on(victims: Sequence[RequestRecord], pairs: Sequence[tuple[Req
     return out
 
 
-def _same_model(name: str, model: str) -> bool:
-    return name == model or name == f"{model}:latest" or f"{name}:latest" == model
-
-
 def build_why(
     db: Path,
     model: str,
@@ -349,28 +321,29 @@ def build_why(
     window_s: float = 300.0,
     *,
     apple_chip: tuple[str, int | None] | None = None,
-    host_bandwidth: Callable[[], float | None] = lambda: None,
 ) -> WhyModel | None:
     """Everything the Why page shows for ``model``; None when there is no store.
 
     ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
-    the charts and the calibration use every stored request of the model.
-    ``host_bandwidth`` is called only when the host's memory matters (no GPU, or part
-    of the model in system memory).
+    the charts and the calibration use every stored request of the model. The host's
+    memory bandwidth (where it matters: no GPU, or part of the model in system memory)
+    is the collector's stored measurement; every phase is the one stored with its request.
     """
     now = time.time() if now_unix_s is None else now_unix_s
     with _open(db) as conn:
         if conn is None:
             return None
         gpus = _latest_gpus(conn, now)
-        show = queries.model_info(conn, model)
-        loaded = next(
-            (m for m in queries.latest_loaded_models(conn) if _same_model(m.name, model) or _same_model(m.model, model)), None
-        )
-        rows = queries.rate_points(conn, model, 0.0, limit=POINTS_LIMIT)
-        recent = queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
-        mine = [r for r in recent if r.model == model and r.outcome is Outcome.OK and r.metrics is not None]
-        mine = mine[-DIAGNOSE_LIMIT:]
+        info = queries.model_info(conn, model)
+        show = None if info is None else info.show
+        loaded = queries.loaded_model(conn, model)
+        measured_bw = queries.latest_host_bandwidth(conn)
+        rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+        # Their phases as stored at write time (re-derived by the collector when the split changes).
+        recent = [s for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
+                  if s.record.metrics is not None]  # fmt: skip
+        phases = {s.record.id: s.phases for s in recent}
+        mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
         samples_by_id: dict[str, list[GpuSample]] = {}
         if gpus:
             for rec in mine:
@@ -379,12 +352,9 @@ def build_why(
 
     frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
     need_host = not gpus or frac < 1.0
-    host_cache: list[float | None] = []
 
     def host_bw() -> float | None:
-        if not host_cache:
-            host_cache.append(host_bandwidth())
-        return host_cache[0]
+        return None if measured_bw is None else measured_bw.bandwidth_bytes_s
 
     hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
                           host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
@@ -416,14 +386,21 @@ def build_why(
 
     prefill_pts = _prefill_points(rows)
     decode_pts = _decode_points(rows)
-    long_prompts = [p["prefill_tok_s"] for p in prefill_pts if p["computed_prompt_tokens"] >= MIN_PROMPT_TOKENS_FOR_CALIBRATION]
-    prefill_median = _median(long_prompts) or _median([p["prefill_tok_s"] for p in prefill_pts])
+    # (The points are filtered: their rates, prompt and context lengths are known.)
+    prompt_lengths = [p.computed_prompt_tokens or 0 for p in prefill_pts]
+    context_lengths = [p.decode_context_tokens or 0.0 for p in decode_pts]
+    prefill_rates = [p.prefill_tok_s or 0.0 for p in prefill_pts]
+    decode_rates = [p.decode_tok_s or 0.0 for p in decode_pts]
+    long_prompts = [r for r, n in zip(prefill_rates, prompt_lengths, strict=True) if n >= MIN_PROMPT_TOKENS_FOR_CALIBRATION]
+    prefill_median = _median(long_prompts) or _median(prefill_rates)
     long_replies = [
-        p["decode_tok_s"] for p in decode_pts if (p.get("output_tokens") or 0) - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION
+        r
+        for r, p in zip(decode_rates, decode_pts, strict=True)
+        if (p.output_tokens or 0) - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION
     ]
-    decode_median = _median(long_replies) or _median([p["decode_tok_s"] for p in decode_pts])
-    typical_prompt = round(_median([p["computed_prompt_tokens"] for p in prefill_pts]) or DEFAULT_PROMPT_TOKENS)
-    typical_ctx = round(_median([p["decode_context_tokens"] for p in decode_pts]) or DEFAULT_CONTEXT_TOKENS)
+    decode_median = _median(long_replies) or _median(decode_rates)
+    typical_prompt = round(_median(prompt_lengths) or DEFAULT_PROMPT_TOKENS)
+    typical_ctx = round(_median(context_lengths) or DEFAULT_CONTEXT_TOKENS)
 
     spec = hw.spec
     eff: Efficiencies | None = None
@@ -439,10 +416,10 @@ def build_why(
             spec, facts, context_tokens=typical_ctx, prompt_tokens=typical_prompt, vram_fraction=frac,
             host_bandwidth_bytes_s=host, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s,
         )  # fmt: skip
-        max_prompt = max([p["computed_prompt_tokens"] for p in prefill_pts] + [facts.context_length or 8192])
-        max_ctx = max([int(p["decode_context_tokens"]) for p in decode_pts] + [facts.context_length or 8192])
-        min_prompt = min([p["computed_prompt_tokens"] for p in prefill_pts] + [16])
-        min_ctx = min([int(p["decode_context_tokens"]) for p in decode_pts] + [16])
+        max_prompt = max([*prompt_lengths, facts.context_length or 8192])
+        max_ctx = max([*(int(n) for n in context_lengths), facts.context_length or 8192])
+        min_prompt = min([*prompt_lengths, 16])
+        min_ctx = min([*(int(n) for n in context_lengths), 16])
         pre_curve = prefill_curve(spec, facts, curve_tokens(max_prompt, CURVE_POINTS, max(min_prompt, 1)), efficiencies=eff)
         ctx_tokens = curve_tokens(max_ctx, CURVE_POINTS, max(min_ctx, 1))
         dec_curve = decode_curve(spec, facts, ctx_tokens, vram_fraction=frac, host_bandwidth_bytes_s=host,
@@ -450,14 +427,7 @@ def build_why(
         if frac < 1.0:
             full_curve = decode_curve(spec, facts, ctx_tokens, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s)
 
-    phases: dict[str, Phases] = {}
-    pairs: list[tuple[RequestRecord, Phases]] = []
-    for rec in recent:
-        if rec.metrics is None:
-            continue
-        ph = split_record(rec)
-        phases[rec.id] = ph
-        pairs.append((rec, ph))
+    pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in recent]
     events = _interference_on(mine, pairs)
     by_id = {r.id: r for r, _ in pairs}
     interference_sentences = []
@@ -469,7 +439,7 @@ def build_why(
     diagnosed = []
     energies: list[PhaseEnergy] = []
     for rec in mine:
-        ph = phases.get(rec.id) or split_record(rec)
+        ph = phases[rec.id]
         samples = samples_by_id.get(rec.id, [])
         ds = diagnose_request(rec, ph, gpu_samples=samples, loaded=loaded if hw.kind != "cpu" else None, facts=facts, spec=spec,
                               host_bandwidth_bytes_s=host, efficiencies=eff)  # fmt: skip

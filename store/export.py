@@ -1,8 +1,8 @@
 """Export recorded requests, one row each with its phases and rates, as JSON lines or CSV.
 
-Rows are rebuilt as ``RequestRecord`` and split again with ``analysis.phases``, so an
-export carries exactly the keys and numbers of ``python -m analysis.phases``, plus what
-only the proxy knows (id, model, endpoint, outcome, client timings).
+Each row carries the phases stored with the request (``analysis.phases`` at write time),
+under exactly the keys of ``python -m analysis.phases``, plus what only the proxy knows
+(id, model, endpoint, outcome, client timings).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from analysis.phases import CLI_KEYS, split_record
-from store.queries import _RECORD_SQL, _record
+from analysis.phases import CLI_KEYS
+from store.queries import stored_requests
 
 # Columns in the order written; the phase keys are those of `python -m analysis.phases`.
 EXPORT_KEYS: tuple[str, ...] = (
@@ -54,10 +54,9 @@ def parse_since(text: str, now_unix_s: float) -> float:
 
 def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator[dict[str, Any]]:
     """One dict per request started since ``since_unix_s``, oldest first."""
-    cur = conn.execute(f"{_RECORD_SQL} WHERE r.started_at_unix_s >= ? ORDER BY r.started_at_unix_s, r.id", (since_unix_s,))
-    for row in cur:
-        rec = _record(row, row["tokens"])
-        phases = split_record(rec).to_json_dict()
+    for stored in stored_requests(conn, since_unix_s):
+        rec = stored.record
+        phases = stored.phases.to_json_dict()
         out: dict[str, Any] = {
             "id": rec.id,
             "started_at": datetime.fromtimestamp(rec.started_at_unix_s, UTC).isoformat(timespec="milliseconds"),

@@ -1,29 +1,36 @@
 """Read-only queries for the pages: short, indexed, and downsampled in SQL for long windows.
 
-Open a connection with ``open_readonly`` (``mode=ro``: a reader can never write, even by
-mistake). Tabular results are lists of dicts (ready for ``pandas.DataFrame``); single
-things and timelines come back as the record types of ``analysis.records``.
+Open the store with ``open_reader`` (read-only, ``mode=ro``: a reader can never write, even
+by mistake); it handles every state a store can be in. Results are typed rows: the row
+classes of ``store.tables`` (``RequestSummary``), ``StoredRequest`` (a record
+with the phases stored for it), ``ModelInfoRow``, ``ExperimentRow``, and the record types of
+``analysis.records``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from analysis.model_names import same_model
+from analysis.phases import Phases
 from analysis.records import (
     CollectorInfo,
-    FinalMetrics,
     GpuSample,
+    HostBandwidth,
     HostSample,
     LoadedModel,
     OllamaStatus,
     Outcome,
     RequestRecord,
 )
+from store.rows import phases_of, record_of
 from store.schema import (
     DB_FILENAME,
     GPU_MEAN_FIELDS,
@@ -36,7 +43,26 @@ from store.schema import (
     StoreNotFoundError,
     schema_version,
 )
-from store.writer import decode_token_times
+from store.tables import (
+    COLLECTOR_HEARTBEAT,
+    EXPERIMENTS,
+    GPU_SAMPLES,
+    HOST_BANDWIDTH,
+    HOST_SAMPLES,
+    LOADED_MODELS,
+    MODEL_INFO,
+    OLLAMA_EVENTS,
+    OLLAMA_LAST_POLL,
+    PHASES_VERSION,
+    REQUEST_SUMMARIES,
+    REQUESTS,
+    ExperimentRow,
+    ModelInfoRow,
+    RequestSummary,
+    Table,
+)
+
+T = TypeVar("T")
 
 # Beyond this many points per series a window is averaged into time buckets.
 DEFAULT_MAX_POINTS = 1200
@@ -48,28 +74,68 @@ def resolve_db(path: str | Path) -> Path:
     return p / DB_FILENAME if p.is_dir() else p
 
 
-def open_readonly(path: str | Path, *, busy_timeout_ms: int = 2000) -> sqlite3.Connection:
-    """A read-only connection to the store (a data folder or the file itself).
+class StoreState(StrEnum):
+    """What a reader finds where a store should be."""
 
-    Raises StoreNotFoundError when there is no store yet, StoreError when its schema is
-    not the one this code reads. The connection may be shared across threads (Streamlit
-    reruns), one query at a time.
+    READY = "ready"  # this code's schema
+    MISSING = "missing"  # no file yet: the collector creates it on start
+    CREATING = "creating"  # a file whose schema is not written yet (v0): the collector is creating it
+    OLDER = "older"  # an older schema: the collector migrates it on start
+    NEWER = "newer"  # written by a newer Phasewatch
+    CORRUPT = "corrupt"  # not a readable SQLite store
+
+
+def _connect(db: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    conn.row_factory = sqlite3.Row  # for ad-hoc SQL (tests, tools); the queries here read plain tuples
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return conn
+
+
+def store_state(path: str | Path, *, busy_timeout_ms: int = 2000) -> StoreState:
+    """The state of the store at a data folder or file, without keeping it open."""
+    db = resolve_db(path)
+    if not db.is_file():
+        return StoreState.MISSING
+    try:
+        with contextlib.closing(_connect(db, busy_timeout_ms)) as conn:
+            version = schema_version(conn)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError:
+        return StoreState.CORRUPT
+    if version == 0:
+        return StoreState.CREATING
+    if version < SCHEMA_VERSION:
+        return StoreState.OLDER
+    return StoreState.NEWER if version > SCHEMA_VERSION else StoreState.READY
+
+
+def open_readonly(path: str | Path, *, busy_timeout_ms: int = 2000) -> sqlite3.Connection:
+    """A read-only connection to a store of this code's schema (a data folder or the file itself).
+
+    Raises StoreNotFoundError when there is no store (or its schema is not written yet), StoreError
+    when it cannot be read as one. The connection may be shared across threads (Streamlit reruns),
+    one query at a time. ``open_reader`` is the one to use where "no store yet" is an ordinary state.
     """
     db = resolve_db(path)
     if not db.is_file():
         raise StoreNotFoundError(
             f"no Phasewatch store at {db}: the collector creates it on start (python -m collectors --data {db.parent})"
         )
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn = _connect(db, busy_timeout_ms)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{db} is not a readable Phasewatch store: {exc}") from exc
+    try:
         version = schema_version(conn)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"{db} is not a readable Phasewatch store: {exc}") from exc
     if version != SCHEMA_VERSION:
         conn.close()
+        if version == 0:
+            raise StoreNotFoundError(f"the store at {db} is being created (its schema is not written yet)")
         if version < SCHEMA_VERSION:
             raise StoreError(
                 f"{db} has schema v{version}; this Phasewatch reads v{SCHEMA_VERSION}: start the collector to migrate"
@@ -78,37 +144,42 @@ def open_readonly(path: str | Path, *, busy_timeout_ms: int = 2000) -> sqlite3.C
     return conn
 
 
+@contextlib.contextmanager
+def open_reader(path: str | Path, *, busy_timeout_ms: int = 2000) -> Iterator[sqlite3.Connection | None]:
+    """The one way to read the store: a read-only connection, closed on leaving.
+
+    Yields None while there is no store yet (no file, or a file the collector has not given its
+    schema yet), so that a page can show its empty state. An older schema (the collector has not
+    migrated it yet), a newer one, or a file that is not a store raise StoreError, which says what to do.
+    """
+    try:
+        conn = open_readonly(path, busy_timeout_ms=busy_timeout_ms)
+    except StoreNotFoundError:
+        yield None
+        return
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------- requests
 
-# What a history table needs; no text, no raw monotonic stamps.
-_SUMMARY_COLUMNS = (
-    "id", "started_at_unix_s", "ended_at_unix_s", "updated_at_unix_s", "client_addr", "endpoint", "model", "stream",
-    "num_ctx", "num_predict", "keep_alive", "status_code", "outcome", "error", "done_reason", "tokens_so_far",
-    "total_s", "load_s", "prefill_s", "decode_s", "queue_s", "transport_s", "ttft_s", "client_s",
-    "prompt_tokens", "cached_tokens", "output_tokens",
-    "prefill_tok_s", "decode_tok_s", "ollama_prefill_tok_s", "ollama_decode_tok_s",
-    "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "flags",
-    "load_start_unix_s", "prefill_start_unix_s", "decode_start_unix_s", "decode_end_unix_s",
-)  # fmt: skip
-_SUMMARY_SQL = ", ".join(_SUMMARY_COLUMNS)
+
+@dataclass(frozen=True)
+class StoredRequest:
+    """A request as the proxy recorded it, with the phases stored for it (never split again by a reader)."""
+
+    record: RequestRecord
+    phases: Phases
+    phases_version: int
 
 
-def _dicts(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
-    """Rows as dicts, with ``flags`` parsed and ``stream`` a bool where present."""
+def _rows(conn: sqlite3.Connection, sql: str, args: Sequence[Any] | dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Plain tuples: several times cheaper than sqlite3.Row for long results."""
     cur = conn.cursor()
     cur.row_factory = None
-    cur.execute(sql, args)
-    names = [d[0] for d in cur.description]
-    out = []
-    for values in cur:
-        d = dict(zip(names, values, strict=True))
-        if "flags" in d:
-            flags = d["flags"]
-            d["flags"] = [] if not flags or flags == "[]" else json.loads(flags)
-        if "stream" in d:
-            d["stream"] = bool(d["stream"])
-        out.append(d)
-    return out
+    return cur.execute(sql, args).fetchall()
 
 
 def recent_requests(
@@ -119,7 +190,7 @@ def recent_requests(
     outcome: str | Outcome | None = None,
     limit: int = 5000,
     until_unix_s: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RequestSummary]:
     """Requests started since ``since_unix_s``, newest first, with their phases and rates."""
     where = ["started_at_unix_s >= ?"]
     args: list[Any] = [since_unix_s]
@@ -135,75 +206,60 @@ def recent_requests(
     if outcome is not None:
         where.append("outcome = ?")
         args.append(Outcome(outcome).value)
-    sql = f"SELECT {_SUMMARY_SQL} FROM requests WHERE {' AND '.join(where)} ORDER BY started_at_unix_s DESC LIMIT ?"
-    return _dicts(conn, sql, [*args, int(limit)])
+    sql = (
+        f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests WHERE {' AND '.join(where)} "
+        "ORDER BY started_at_unix_s DESC LIMIT ?"
+    )
+    return [REQUEST_SUMMARIES.from_values(r) for r in _rows(conn, sql, [*args, int(limit)])]
 
 
 def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
-    """Models that have requests since a moment (for filters)."""
-    rows = conn.execute(
-        "SELECT model FROM requests WHERE started_at_unix_s >= ? GROUP BY model ORDER BY model", (since_unix_s,)
-    )
+    """Models that have requests since a moment (for filters), by name."""
+    rows = conn.execute("SELECT model FROM requests WHERE started_at_unix_s >= ? GROUP BY model ORDER BY model", (since_unix_s,))
     return [r[0] for r in rows]
 
 
-def _record(row: sqlite3.Row, blob: bytes | None) -> RequestRecord:
-    metrics = None
-    if row["has_metrics"]:
-        metrics = FinalMetrics(
-            total_duration_ns=row["total_duration_ns"],
-            load_duration_ns=row["load_duration_ns"],
-            prompt_eval_count=row["prompt_eval_count"],
-            prompt_eval_cached_count=row["prompt_eval_cached_count"],
-            prompt_eval_duration_ns=row["prompt_eval_duration_ns"],
-            eval_count=row["eval_count"],
-            eval_duration_ns=row["eval_duration_ns"],
-            done_reason=row["done_reason"],
-        )
-    return RequestRecord(
-        id=row["id"],
-        started_at_unix_s=row["started_at_unix_s"],
-        client_addr=row["client_addr"],
-        endpoint=row["endpoint"],
-        model=row["model"],
-        stream=bool(row["stream"]),
-        num_ctx=row["num_ctx"],
-        num_predict=row["num_predict"],
-        keep_alive=row["keep_alive"],
-        received_ns=row["received_ns"],
-        forwarded_ns=row["forwarded_ns"],
-        first_byte_ns=row["first_byte_ns"],
-        first_token_ns=row["first_token_ns"],
-        token_chunk_ns=decode_token_times(row["received_ns"], blob) if blob else [],
-        final_chunk_ns=row["final_chunk_ns"],
-        closed_ns=row["closed_ns"],
-        status_code=row["status_code"],
-        outcome=Outcome(row["outcome"]),
-        error=row["error"],
-        metrics=metrics,
-        prompt_text=row["prompt_text"],
-        response_text=row["response_text"],
-    )
+def models_by_last_use(conn: sqlite3.Connection) -> list[str]:
+    """Every model with recorded requests, the most recently used first."""
+    rows = conn.execute("SELECT model, MAX(started_at_unix_s) FROM requests GROUP BY model ORDER BY 2 DESC")
+    return [str(r[0]) for r in rows]
 
 
-_RECORD_SQL = "SELECT r.*, t.gaps_le_i64 AS tokens FROM requests r LEFT JOIN request_tokens t ON t.request_id = r.id"
-_RECORD_SQL_NO_TOKENS = "SELECT r.*, NULL AS tokens FROM requests r"
+_RECORD_SQL = (
+    f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r LEFT JOIN request_tokens t ON t.request_id = r.id"
+)
+_RECORD_SQL_NO_TOKENS = f"SELECT {REQUESTS.select_list('r.')}, NULL FROM requests r"
 
 
-def request_detail(conn: sqlite3.Connection, id: str) -> RequestRecord | None:
-    """One request rebuilt as the proxy recorded it, token times included; None if unknown."""
-    row = conn.execute(f"{_RECORD_SQL} WHERE r.id = ?", (id,)).fetchone()
-    return None if row is None else _record(row, row["tokens"])
+def _stored(values: Sequence[Any]) -> StoredRequest:
+    row = REQUESTS.from_values(values[:-1])
+    return StoredRequest(record_of(row, values[-1]), phases_of(row), row.phases_version)
+
+
+def request_detail(conn: sqlite3.Connection, id: str) -> StoredRequest | None:
+    """One request rebuilt as the proxy recorded it, token times included, with its phases; None if unknown."""
+    rows = _rows(conn, f"{_RECORD_SQL} WHERE r.id = ?", (id,))
+    return _stored(rows[0]) if rows else None
+
+
+def stored_requests(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator[StoredRequest]:
+    """Every request started since a moment, oldest first, token times included (for export)."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    cur.execute(f"{_RECORD_SQL} WHERE r.started_at_unix_s >= ? ORDER BY r.started_at_unix_s, r.id", (since_unix_s,))
+    for values in cur:
+        yield _stored(values)
 
 
 def in_flight_requests(conn: sqlite3.Connection, now_unix_s: float, stale_after_s: float = 30.0) -> list[RequestRecord]:
     """Requests still running, with token times so far. Rows not updated for ``stale_after_s`` are left out
     (their collector died; the next collector start marks them upstream_failed)."""
-    rows = conn.execute(
+    rows = _rows(
+        conn,
         f"{_RECORD_SQL} WHERE r.outcome = 'in_flight' AND r.updated_at_unix_s >= ? ORDER BY r.started_at_unix_s",
         (now_unix_s - stale_after_s,),
     )
-    return [_record(r, r["tokens"]) for r in rows]
+    return [_stored(r).record for r in rows]
 
 
 def requests_in_window(
@@ -213,7 +269,7 @@ def requests_in_window(
     *,
     with_tokens: bool = False,
     limit: int = 2000,
-) -> list[RequestRecord]:
+) -> list[StoredRequest]:
     """Requests alive at some point in [t0, t1] (for phase bands under the GPU timeline), oldest first.
 
     Without ``with_tokens`` the records carry no ``token_chunk_ns`` (cheaper). Beyond
@@ -221,32 +277,37 @@ def requests_in_window(
     """
     base = _RECORD_SQL if with_tokens else _RECORD_SQL_NO_TOKENS
     # Two index range scans: finished requests that ended after t0, and those still in flight.
-    rows = conn.execute(
+    rows = _rows(
+        conn,
         f"{base} WHERE r.rowid IN (SELECT rowid FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
         "UNION ALL SELECT rowid FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1) "
         "ORDER BY r.started_at_unix_s DESC LIMIT :limit",
         {"t0": t0_unix_s, "t1": t1_unix_s, "limit": int(limit)},
-    ).fetchall()
-    return [_record(r, r["tokens"]) for r in reversed(rows)]
-
-
-def rate_points(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[dict[str, Any]]:
-    """Per finished request of a model: prompt length vs prefill rate, context vs decode rate (the Why page).
-
-    ``decode_context_tokens`` is the mean context during decode: the prompt plus half the reply.
-    """
-    out = _dicts(
-        conn,
-        "SELECT id, started_at_unix_s, num_ctx, prompt_tokens, cached_tokens, output_tokens, prefill_s, decode_s, "
-        "prefill_tok_s, decode_tok_s, ollama_prefill_tok_s, ollama_decode_tok_s, ttft_s, flags "
-        "FROM requests WHERE model = ? AND started_at_unix_s >= ? AND outcome = 'ok' AND has_metrics = 1 "
-        "ORDER BY started_at_unix_s DESC LIMIT ?",
-        (model, since_unix_s, int(limit)),
     )
-    for d in out:
-        prompt, output = d["prompt_tokens"], d["output_tokens"]
-        d["decode_context_tokens"] = None if prompt is None else prompt + (output or 0) / 2
-    return out
+    return [_stored(r) for r in reversed(rows)]
+
+
+def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[RequestSummary]:
+    """Each finished request of a model with final metrics, newest first (the Why page's rate charts)."""
+    return [
+        REQUEST_SUMMARIES.from_values(r)
+        for r in _rows(
+            conn,
+            f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests "
+            "WHERE model = ? AND started_at_unix_s >= ? AND outcome = 'ok' AND has_metrics = 1 "
+            "ORDER BY started_at_unix_s DESC LIMIT ?",
+            (model, since_unix_s, int(limit)),
+        )
+    ]
+
+
+
+def stale_phases_count(conn: sqlite3.Connection) -> int:
+    """Finished requests whose phases came from an older split (the collector re-derives them)."""
+    (n,) = conn.execute(
+        "SELECT COUNT(*) FROM requests WHERE phases_version < ? AND outcome <> 'in_flight'", (PHASES_VERSION,)
+    ).fetchone()
+    return int(n)
 
 
 # ---------------------------------------------------------------- samples
@@ -256,34 +317,20 @@ def _bucket_s(t0: float, t1: float, max_points: int) -> float:
     return max((t1 - t0) / max(max_points, 1), 1e-3)
 
 
-def _tuples(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Plain tuples: several times cheaper than sqlite3.Row for long results."""
-    cur = conn.cursor()
-    cur.row_factory = None
-    return cur.execute(sql, args).fetchall()
-
-
 # Windows longer than this, or whose buckets would span a minute or more, read the per-minute rollups.
 ROLLUP_WINDOW_S = 3 * 3600.0
 
-_GPU_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "power_limit_w", "energy_j",
-    "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz", "mem_bus_width_bits",
-    "pcie_tx_bytes_s", "pcie_rx_bytes_s", "pstate", "throttle_reasons", "ollama_mem_bytes",
-)  # fmt: skip  (GpuSample's field order)
-_GPU_INT_POSITIONS = [
-    4 + i for i, f in enumerate(_GPU_FIELDS)
-    if f in {"mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz",
-             "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes"}
-]  # fmt: skip
-
-
-_GPU_NAMES = ("ts_unix_s", "index", "name", "uuid", *_GPU_FIELDS)
+# A GPU sample's measured columns (after ts, index, name, uuid; before simulated), and which hold integers.
+_GPU_KEY_COLUMNS = ("ts_unix_s", "gpu_index", "name", "uuid")
+_GPU_FIELDS = tuple(n for n in GPU_SAMPLES.column_names if n not in {*_GPU_KEY_COLUMNS, "simulated"})
+_GPU_INT_POSITIONS = [len(_GPU_KEY_COLUMNS) + i for i, c in enumerate(GPU_SAMPLES.row_columns[4:-1]) if c.sql_type == "INTEGER"]
+_HOST_FIELDS = HOST_SAMPLES.column_names[1:]
+_HOST_INT_POSITIONS = [1 + i for i, c in enumerate(HOST_SAMPLES.row_columns[1:]) if c.sql_type == "INTEGER"]
 
 
 def _gpu(values: Sequence[Any]) -> GpuSample:
     """A GpuSample from (ts, index, name, uuid, *_GPU_FIELDS, simulated)."""
-    return GpuSample(**dict(zip(_GPU_NAMES, values[:-1], strict=True)), simulated=bool(values[-1]))
+    return GPU_SAMPLES.from_values(values)
 
 
 def _use_rollup(t0: float, t1: float, max_points: int) -> bool:
@@ -321,7 +368,7 @@ def gpu_samples(
     cols = ", ".join(_GPU_FIELDS)
     if _use_rollup(t0, t1, max_points):
         bucket = _rollup_bucket_s(t0, t1, max_points)
-        rows = _tuples(
+        rows = _rows(
             conn,
             f"SELECT SUM(ts_sum) / SUM(n), gpu_index, MAX(name), MAX(uuid), "
             f"{_rollup_select(GPU_MEAN_FIELDS, GPU_PEAK_FIELDS, _GPU_FIELDS)}, MAX(simulated) FROM gpu_minutes "
@@ -333,7 +380,7 @@ def gpu_samples(
         "SELECT COUNT(*), COUNT(DISTINCT gpu_index) FROM gpu_samples WHERE ts_unix_s BETWEEN ? AND ?", (t0, t1)
     ).fetchone()
     if n <= max_points * max(n_gpus, 1):
-        rows = _tuples(
+        rows = _rows(
             conn,
             f"SELECT ts_unix_s, gpu_index, name, uuid, {cols}, simulated FROM gpu_samples "
             "WHERE ts_unix_s BETWEEN ? AND ? ORDER BY ts_unix_s, gpu_index",
@@ -341,17 +388,13 @@ def gpu_samples(
         )
         return [_gpu(r) for r in rows]
     aggs = ", ".join(("AVG" if f in GPU_MEAN_FIELDS else "MAX") + f"({f})" for f in _GPU_FIELDS)
-    rows = _tuples(
+    rows = _rows(
         conn,
         f"SELECT AVG(ts_unix_s), gpu_index, MAX(name), MAX(uuid), {aggs}, MAX(simulated) FROM gpu_samples "
         "WHERE ts_unix_s BETWEEN ? AND ? GROUP BY gpu_index, CAST((ts_unix_s - ?) / ? AS INTEGER) ORDER BY 1, 2",
         (t0, t1, t0, _bucket_s(t0, t1, max_points)),
     )
     return [_gpu(_fix_ints(r, _GPU_INT_POSITIONS)) for r in rows]
-
-
-_HOST_FIELDS = ("cpu_pct", "mem_used_bytes", "mem_total_bytes", "ollama_cpu_pct", "ollama_rss_bytes", "disk_read_bytes_s")
-_HOST_INT_POSITIONS = (2, 3, 5)
 
 
 def host_samples(
@@ -361,7 +404,7 @@ def host_samples(
     t0, t1 = t0_unix_s, t1_unix_s
     if _use_rollup(t0, t1, max_points):
         start = math.floor(t0 / ROLLUP_S) * ROLLUP_S
-        rows = _tuples(
+        rows = _rows(
             conn,
             f"SELECT SUM(ts_sum) / SUM(n), {_rollup_select(HOST_MEAN_FIELDS, HOST_PEAK_FIELDS, _HOST_FIELDS)} "
             "FROM host_minutes WHERE minute_unix_s BETWEEN ? AND ? GROUP BY (minute_unix_s - ?) / ? ORDER BY 1",
@@ -370,21 +413,21 @@ def host_samples(
     else:
         (n,) = conn.execute("SELECT COUNT(*) FROM host_samples WHERE ts_unix_s BETWEEN ? AND ?", (t0, t1)).fetchone()
         if n <= max_points:
-            rows = _tuples(
+            rows = _rows(
                 conn,
                 f"SELECT ts_unix_s, {', '.join(_HOST_FIELDS)} FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? "
                 "ORDER BY ts_unix_s",
                 (t0, t1),
             )
-            return [HostSample(*r) for r in rows]
+            return [HOST_SAMPLES.from_values(r) for r in rows]
         aggs = ", ".join(("AVG" if f in HOST_MEAN_FIELDS else "MAX") + f"({f})" for f in _HOST_FIELDS)
-        rows = _tuples(
+        rows = _rows(
             conn,
             f"SELECT AVG(ts_unix_s), {aggs} FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? "
             "GROUP BY CAST((ts_unix_s - ?) / ? AS INTEGER) ORDER BY 1",
             (t0, t1, t0, _bucket_s(t0, t1, max_points)),
         )
-    return [HostSample(*_fix_ints(r, _HOST_INT_POSITIONS)) for r in rows]
+    return [HOST_SAMPLES.from_values(_fix_ints(r, _HOST_INT_POSITIONS)) for r in rows]
 
 
 # ---------------------------------------------------------------- Ollama and the collector
@@ -392,100 +435,96 @@ def host_samples(
 
 def latest_loaded_models(conn: sqlite3.Connection) -> list[LoadedModel]:
     """Models in the latest /api/ps snapshot ([] when nothing is loaded or nothing was polled yet)."""
-    rows = conn.execute(
-        "SELECT * FROM loaded_models WHERE ts_unix_s = (SELECT MAX(ts_unix_s) FROM ps_snapshots) ORDER BY name"
+    rows = _rows(
+        conn,
+        f"SELECT {LOADED_MODELS.select_list()} FROM loaded_models "
+        "WHERE ts_unix_s = (SELECT MAX(ts_unix_s) FROM ps_snapshots) ORDER BY name",
+        (),
     )
-    return [LoadedModel(**dict(r)) for r in rows]
+    return [LOADED_MODELS.from_values(r) for r in rows]
+
+
+def loaded_model(conn: sqlite3.Connection, name: str) -> LoadedModel | None:
+    """The model of that name (any spelling of it) in the latest /api/ps snapshot; None when not loaded."""
+    return next((m for m in latest_loaded_models(conn) if same_model(m.name, name) or same_model(m.model, name)), None)
+
+
+def model_choices(conn: sqlite3.Connection) -> list[str]:
+    """Models with recorded requests (the most recently used first), then loaded ones not among them."""
+    names = models_by_last_use(conn)
+    for m in latest_loaded_models(conn):
+        if not any(same_model(m.name, n) or same_model(m.model, n) for n in names):
+            names.append(m.name)
+    return names
+
+
+def _one(conn: sqlite3.Connection, table: Table[T], tail: str) -> T | None:
+    """The first row of ``SELECT <table's row columns> FROM <table> <tail>``, or None."""
+    rows = _rows(conn, f"SELECT {table.select_list()} FROM {table.name} {tail}", ())
+    return table.from_values(rows[0]) if rows else None
 
 
 def latest_ps_snapshot_unix_s(conn: sqlite3.Connection) -> float | None:
     """When /api/ps was last polled successfully (None: never)."""
     (ts,) = conn.execute("SELECT MAX(ts_unix_s) FROM ps_snapshots").fetchone()
-    return ts
-
-
-def _status(r: sqlite3.Row) -> OllamaStatus:
-    return OllamaStatus(
-        ts_unix_s=r["ts_unix_s"], up=bool(r["up"]), base_url=r["base_url"], version=r["version"], error=r["error"]
-    )
+    return None if ts is None else float(ts)
 
 
 def latest_ollama_status(conn: sqlite3.Connection) -> OllamaStatus | None:
     """The last poll of Ollama (None: the collector never polled)."""
-    r = conn.execute("SELECT ts_unix_s, up, base_url, version, error FROM ollama_last_poll WHERE id = 1").fetchone()
-    return None if r is None else _status(r)
+    return _one(conn, OLLAMA_LAST_POLL, "WHERE id = 1")
 
 
 def ollama_events(conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float) -> list[OllamaStatus]:
     """Up/down (and version) changes in [t0, t1], oldest first, led by the state in force at t0."""
-    rows = conn.execute(
-        "SELECT * FROM (SELECT ts_unix_s, up, base_url, version, error FROM ollama_events WHERE ts_unix_s < ? "
-        "ORDER BY ts_unix_s DESC LIMIT 1) UNION ALL "
-        "SELECT ts_unix_s, up, base_url, version, error FROM ollama_events WHERE ts_unix_s BETWEEN ? AND ? "
-        "ORDER BY ts_unix_s",
+    cols = OLLAMA_EVENTS.select_list()
+    rows = _rows(
+        conn,
+        f"SELECT * FROM (SELECT {cols} FROM ollama_events WHERE ts_unix_s < ? ORDER BY ts_unix_s DESC LIMIT 1) "
+        f"UNION ALL SELECT {cols} FROM ollama_events WHERE ts_unix_s BETWEEN ? AND ? ORDER BY ts_unix_s",
         (t0_unix_s, t0_unix_s, t1_unix_s),
     )
-    return [_status(r) for r in rows]
+    return [OLLAMA_EVENTS.from_values(r) for r in rows]
 
 
 def latest_heartbeat(conn: sqlite3.Connection) -> CollectorInfo | None:
     """The collector's last heartbeat (compare ``ts_unix_s`` with now to tell whether it is alive)."""
-    r = conn.execute("SELECT * FROM collector_heartbeat WHERE id = 1").fetchone()
-    if r is None:
-        return None
-    d = dict(r)
-    del d["id"]
-    d["demo"] = bool(d["demo"])
-    d["record_text"] = bool(d["record_text"])
-    return CollectorInfo(**d)
+    return _one(conn, COLLECTOR_HEARTBEAT, "WHERE id = 1")
 
 
-def model_info(conn: sqlite3.Connection, name: str) -> dict[str, Any] | None:
-    """The /api/show answer for a model name (``llama3.2`` finds ``llama3.2:latest``), with ``digest`` and ``name``.
+def latest_host_bandwidth(conn: sqlite3.Connection) -> HostBandwidth | None:
+    """The collector's latest measurement of this host's memory bandwidth (None: not measured yet)."""
+    return _one(conn, HOST_BANDWIDTH, "ORDER BY measured_unix_s DESC LIMIT 1")
+
+
+def model_info(conn: sqlite3.Connection, name: str) -> ModelInfoRow | None:
+    """The /api/show answer for a model name (any spelling: ``llama3.2`` finds ``llama3.2:latest``).
 
     None when the collector has not fetched it yet.
     """
-    names = _name_variants(name)
-    marks = ", ".join("?" * len(names))
-    r = conn.execute(
-        f"SELECT digest, name, show_json, updated_at_unix_s FROM model_info WHERE name IN ({marks}) "
-        "ORDER BY updated_at_unix_s DESC LIMIT 1",
-        names,
-    ).fetchone()
-    if r is None:
+    # One row per digest: a handful of rows, so the names are compared here, by the one rule.
+    rows = [
+        MODEL_INFO.from_values(r)
+        for r in _rows(conn, f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC", ())
+    ]
+    hit = next((r for r in rows if same_model(r.name, name)), None)
+    if hit is None:
         # One row per digest keeps one name; an alias of the same weights is found through /api/ps.
-        r = conn.execute(
-            "SELECT digest, name, show_json, updated_at_unix_s FROM model_info WHERE digest = "
-            f"(SELECT digest FROM loaded_models WHERE name IN ({marks}) OR model IN ({marks}) ORDER BY ts_unix_s DESC LIMIT 1)",
-            [*names, *names],
-        ).fetchone()
-    if r is None:
-        return None
-    show: dict[str, Any] = json.loads(r["show_json"])
-    return {**show, "digest": r["digest"], "name": r["name"], "updated_at_unix_s": r["updated_at_unix_s"]}
+        digests = _rows(conn, "SELECT name, model, digest FROM loaded_models ORDER BY ts_unix_s DESC", ())
+        digest = next((d for n, m, d in digests if same_model(n, name) or same_model(m, name)), None)
+        hit = next((r for r in rows if r.digest == digest), None)
+    return hit
 
 
-def _name_variants(name: str) -> Sequence[str]:
-    if name.endswith(":latest"):
-        return (name, name.removesuffix(":latest"))
-    if ":" not in name:
-        return (name, f"{name}:latest")
-    return (name,)
-
-
-def experiments(conn: sqlite3.Connection, kind: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Lab experiments, newest first, with ``params`` and ``results`` parsed from JSON."""
-    sql = "SELECT * FROM experiments"
+def experiment_rows(conn: sqlite3.Connection, kind: str | None = None, limit: int = 500) -> list[ExperimentRow]:
+    """Lab experiments, newest first."""
+    sql = f"SELECT {EXPERIMENTS.select_list()} FROM experiments"
     args: list[Any] = []
     if kind is not None:
         sql += " WHERE kind = ?"
         args.append(kind)
-    rows = conn.execute(f"{sql} ORDER BY started_at_unix_s DESC LIMIT ?", [*args, int(limit)])
-    out = []
-    for r in rows:
-        d = dict(r)
-        d["params"] = json.loads(d.pop("params_json"))
-        results = d.pop("results_json")
-        d["results"] = None if results is None else json.loads(results)
-        out.append(d)
-    return out
+    return [
+        EXPERIMENTS.from_values(r) for r in _rows(conn, f"{sql} ORDER BY started_at_unix_s DESC LIMIT ?", [*args, int(limit)])
+    ]
+
+

@@ -272,8 +272,34 @@ def _statements(sql: str) -> list[str]:
     return out
 
 
+# v4: the version of the phase split a requests row was derived with (0: before versions were kept; the
+# collector re-derives such rows in the background) and the rest of the split (boundaries on the record's
+# clock, the flags' text), so that readers never split again; and the host's memory bandwidth the collector
+# measured.
+_V4 = """
+ALTER TABLE requests ADD COLUMN phases_version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN load_start_ns INTEGER;
+ALTER TABLE requests ADD COLUMN load_end_ns INTEGER;
+ALTER TABLE requests ADD COLUMN prefill_start_ns INTEGER;
+ALTER TABLE requests ADD COLUMN decode_start_ns INTEGER;
+ALTER TABLE requests ADD COLUMN decode_end_ns INTEGER;
+ALTER TABLE requests ADD COLUMN phases_done_reason TEXT;
+ALTER TABLE requests ADD COLUMN flag_text TEXT NOT NULL DEFAULT '{}';
+CREATE INDEX requests_phases_version ON requests(phases_version);
+CREATE TABLE host_bandwidth (
+    measured_unix_s REAL PRIMARY KEY,
+    bandwidth_bytes_s REAL NOT NULL,
+    buffer_bytes INTEGER NOT NULL,
+    threads INTEGER NOT NULL,
+    runs INTEGER NOT NULL,
+    cpu_count INTEGER NOT NULL,
+    mem_total_bytes INTEGER NOT NULL,
+    method TEXT NOT NULL
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4)]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

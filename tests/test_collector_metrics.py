@@ -7,9 +7,11 @@ import math
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from analysis.phases import split_record
 from analysis.records import FinalMetrics, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
 from collectors.config import load_settings
 from collectors.metrics import (
@@ -27,6 +29,8 @@ from collectors.metrics import (
     render,
 )
 from collectors.service import CollectorService
+from store.rows import request_row
+from store.tables import PHASES_VERSION, RequestRow
 from tests.support.sim_process import start_sim
 
 # One line of the text format: name, optional {labels}, one value.
@@ -79,11 +83,17 @@ def test_formatting_helpers() -> None:
     ]
 
 
+def _stored(*args: Any, **kwargs: Any) -> RequestRow:
+    """The row the store writes for ``_record(...)``: what the collector's statistics count."""
+    rec = _record(*args, **kwargs)
+    return request_row(rec, split_record(rec), 1.0, PHASES_VERSION)
+
+
 def test_stats_count_outcomes_and_summarise_rates() -> None:
     stats = RequestStats()
-    stats.observe(_record(100, 11, 1000))  # 10 intervals in 1 s: 10 tok/s
-    stats.observe(_record(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
-    stats.observe(_record(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
+    stats.observe(_stored(100, 11, 1000))  # 10 intervals in 1 s: 10 tok/s
+    stats.observe(_stored(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
+    stats.observe(_stored(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
     assert stats.counts == {("/api/chat", "llama3.2", "ok"): 2, ("/api/chat", "llama3.2", "upstream_failed"): 1}
     assert stats.ttft_s.count == 3 and math.isclose(stats.ttft_s.total, 0.45)
     assert stats.decode_tok_s.count == 2 and math.isclose(stats.decode_tok_s.total, 30.0)
@@ -91,7 +101,7 @@ def test_stats_count_outcomes_and_summarise_rates() -> None:
 
 def test_render_is_valid_exposition_and_reads_back() -> None:
     stats = RequestStats()
-    stats.observe(_record(100, 11, 1000, model='we"ird\\model'))
+    stats.observe(_stored(100, 11, 1000, model='we"ird\\model'))
     snap = MetricsSnapshot(
         gpus=[
             GpuSample(ts_unix_s=1, index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-a", util_gpu_pct=97, power_w=300.5,
@@ -154,7 +164,7 @@ def test_label_values_are_bounded_in_length_and_number() -> None:
     for name in names:
         rec = _record(100, 11, 1000, model=name)
         rec.endpoint = "/api/" + name
-        stats.observe(rec)
+        stats.observe(request_row(rec, split_record(rec), 1.0, PHASES_VERSION))
     held_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     text = render(MetricsSnapshot(stats=stats))

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,17 @@ import aiohttp
 import ollama
 import pytest
 
-from analysis.records import HostSample, Outcome, RequestRecord
+from analysis.phases import split_record
+from analysis.records import HostBandwidth, HostSample, Outcome, RequestRecord
 from collectors.config import Settings, load_settings
+from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lock import read_lock
 from collectors.metrics import parse_exposition
 from collectors.service import INTERRUPTED_REASON, CollectorService
+from store import queries
+from store.ops import REDERIVE_BATCH, PutHostBandwidth, PutHostSample, PutRequest
 from store.schema import db_path
+from store.tables import PHASES_VERSION
 from store.writer import StoreWriter
 from tests.support.fake_pynvml import FakeGpu, FakeNvml
 from tests.support.sim_process import SimProcess, start_sim
@@ -127,9 +133,11 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
 
 def test_start_marks_requests_left_in_flight(tmp_path: Path) -> None:
     writer = StoreWriter(db_path(tmp_path))
-    writer.write_request(
-        RequestRecord(
-            id="left", started_at_unix_s=time.time(), client_addr="127.0.0.1", endpoint="/api/chat", model=MODEL, stream=True
+    writer.write(
+        PutRequest(
+            RequestRecord(
+                id="left", started_at_unix_s=time.time(), client_addr="127.0.0.1", endpoint="/api/chat", model=MODEL, stream=True
+            )
         )
     )
     writer.close()
@@ -189,8 +197,8 @@ def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypat
 def test_retention_options_apply_at_start(tmp_path: Path) -> None:
     now = time.time()
     writer = StoreWriter(db_path(tmp_path))
-    writer.write_host_sample(HostSample(ts_unix_s=now - 3 * 86400, cpu_pct=1, mem_used_bytes=1, mem_total_bytes=2))
-    writer.write_host_sample(HostSample(ts_unix_s=now - 0.5 * 86400, cpu_pct=2, mem_used_bytes=1, mem_total_bytes=2))
+    writer.write(PutHostSample(HostSample(ts_unix_s=now - 3 * 86400, cpu_pct=1, mem_used_bytes=1, mem_total_bytes=2)))
+    writer.write(PutHostSample(HostSample(ts_unix_s=now - 0.5 * 86400, cpu_pct=2, mem_used_bytes=1, mem_total_bytes=2)))
     writer.close()
 
     async def start_and_stop() -> None:
@@ -211,7 +219,8 @@ def test_lab_run_documents_reach_the_experiments_table(tmp_path: Path) -> None:
 
 async def _lab_ingest(sim: SimProcess, data: Path) -> None:
     from collectors.lab.results import DONE, ExperimentResult, lab_dir, write_result
-    from store.queries import experiments, open_readonly
+    from store.queries import experiment_rows, open_readonly
+    from store.tables import ExperimentRow
 
     service = CollectorService(_settings(sim.base_url, data), nvml=FakeNvml([]))
     await service.start()
@@ -223,15 +232,100 @@ async def _lab_ingest(sim: SimProcess, data: Path) -> None:
         )
         write_result(lab_dir(data) / "run-1.json", run)
 
-        def stored() -> list[dict[str, Any]]:
+        def stored() -> list[ExperimentRow]:
             conn = open_readonly(data)
             try:
-                return experiments(conn)
+                return experiment_rows(conn)
             finally:
                 conn.close()
 
         rows = await _until(stored)
-        assert rows[0]["id"] == "run-1" and rows[0]["kind"] == "prompt-length" and rows[0]["status"] == "done"
-        assert rows[0]["results"]["points"] == [{"prompt_tokens": 64, "prefill_tok_s": 1234.5}]
+        assert rows[0].id == "run-1" and rows[0].kind == "prompt-length" and rows[0].status == "done"
+        assert rows[0].results["points"] == [{"prompt_tokens": 64, "prefill_tok_s": 1234.5}]
     finally:
         await service.stop()
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens there once closed
+
+
+def test_host_bandwidth_is_measured_once_per_machine_and_stored(tmp_path: Path) -> None:
+    asyncio.run(_host_bandwidth(tmp_path))
+
+
+async def _host_bandwidth(data: Path) -> None:
+    measured: list[HostBandwidth] = []
+
+    def measure() -> HostBandwidth:
+        measured.append(measure_host_bandwidth(buffer_bytes=8 * 2**20, runs=1, threads=1))
+        return measured[-1]
+
+    async def run_once() -> None:
+        service = CollectorService(_settings(_closed_port_url(), data), nvml=FakeNvml([]), host_bandwidth=measure)
+        await service.start()
+        try:
+            await _until(lambda: (hb := _stored_bandwidth(data)) is not None and same_machine(hb))
+        finally:
+            await service.stop()
+
+    await run_once()
+    assert len(measured) == 1 and _stored_bandwidth(data) == measured[0]
+    await run_once()  # the store holds this machine's figure: not measured again
+    assert len(measured) == 1
+    # A figure from another machine (the store moved to a bigger one) is measured again.
+    raw = sqlite3.connect(db_path(data))
+    raw.execute("DELETE FROM host_bandwidth")
+    raw.commit()
+    raw.close()
+    w = StoreWriter(db_path(data))
+    w.write(PutHostBandwidth(replace(measured[0], mem_total_bytes=1)))
+    w.close()
+    await run_once()
+    assert len(measured) == 2 and _stored_bandwidth(data) == measured[1]
+
+
+def _stored_bandwidth(data: Path) -> HostBandwidth | None:
+    with queries.open_reader(data) as conn:
+        return None if conn is None else queries.latest_host_bandwidth(conn)
+
+
+def test_rows_of_an_older_phase_split_are_derived_again_in_the_background(tmp_path: Path) -> None:
+    # More rows than one batch, so that the re-derivation goes on from batch to batch.
+    now = time.time()  # within the retention the collector applies at start
+    recs = [_finished_record(f"r{i:04d}", now - 3600 + i) for i in range(REDERIVE_BATCH * 2 + 50)]
+    w = StoreWriter(db_path(tmp_path))
+    w.apply([PutRequest(r) for r in recs])
+    w.close()
+    raw = sqlite3.connect(db_path(tmp_path))
+    # As an older split left them: another rate, no flags, version 0.
+    raw.execute("UPDATE requests SET phases_version = 0, decode_tok_s = 1.0, flags = '[]', flag_text = '{}'")
+    raw.commit()
+    raw.close()
+    asyncio.run(_rederive(tmp_path))
+    with queries.open_reader(tmp_path) as conn:
+        assert conn is not None
+        assert queries.stale_phases_count(conn) == 0
+        for rec in (recs[0], recs[REDERIVE_BATCH], recs[-1]):
+            stored = queries.request_detail(conn, rec.id)
+            assert stored is not None and stored.phases_version == PHASES_VERSION
+            assert stored.phases == split_record(rec)
+
+
+async def _rederive(data: Path) -> None:
+    service = CollectorService(_settings(_closed_port_url(), data), nvml=FakeNvml([]), host_bandwidth=None)
+    await service.start()
+    try:
+        await _until(lambda: not _query(data, "SELECT 1 FROM requests WHERE phases_version < ? LIMIT 1", PHASES_VERSION))
+    finally:
+        await service.stop()
+
+
+def _finished_record(id: str, started_at_unix_s: float) -> RequestRecord:
+    from tests.test_store_writer import make_record
+
+    return make_record(id, started_at_unix_s)

@@ -1,9 +1,8 @@
-"""Host bandwidth measured for real (small buffer), cached in a real file; Apple parsing."""
+"""Host bandwidth measured for real (small buffer); Apple parsing. (The collector stores it: test_collector_service.)"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from dataclasses import replace
 
 import pytest
 
@@ -25,28 +24,11 @@ def test_measure_rejects_tiny_buffers() -> None:
         hbw.measure_host_bandwidth(buffer_bytes=1000)
 
 
-def test_cache_is_written_then_reused(tmp_path: Path) -> None:
-    first = hbw.host_bandwidth(tmp_path, buffer_bytes=SMALL)
-    path = tmp_path / hbw.CACHE_FILE
-    assert json.loads(path.read_text())["bandwidth_bytes_s"] == first.bandwidth_bytes_s
-    again = hbw.host_bandwidth(tmp_path, buffer_bytes=SMALL)
-    assert again == first  # read back, not measured again (a new run would differ in time)
-    fresh = hbw.host_bandwidth(tmp_path, refresh=True, buffer_bytes=SMALL)
-    assert fresh.measured_unix_s >= first.measured_unix_s
-
-
-def test_bad_or_foreign_cache_is_measured_again(tmp_path: Path) -> None:
-    path = tmp_path / hbw.CACHE_FILE
-    path.write_text("{not json")
-    hb = hbw.host_bandwidth(tmp_path, buffer_bytes=SMALL)
-    assert hb.bandwidth_bytes_s > 0
-    assert json.loads(path.read_text())["bandwidth_bytes_s"] == hb.bandwidth_bytes_s
-    # A cache from another machine (different memory size) is not trusted.
-    data = json.loads(path.read_text())
-    data["mem_total_bytes"] += 1
-    data["bandwidth_bytes_s"] = 1.0
-    path.write_text(json.dumps(data))
-    assert hbw.host_bandwidth(tmp_path, buffer_bytes=SMALL).bandwidth_bytes_s != 1.0
+def test_same_machine_is_told_by_cpu_count_and_memory() -> None:
+    hb = hbw.measure_host_bandwidth(buffer_bytes=SMALL, runs=1, threads=1)
+    assert hbw.same_machine(hb)
+    assert not hbw.same_machine(replace(hb, mem_total_bytes=hb.mem_total_bytes + 1))
+    assert not hbw.same_machine(replace(hb, cpu_count=hb.cpu_count + 1))
 
 
 def test_detect_apple_gpu_is_none_off_macos() -> None:

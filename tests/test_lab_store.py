@@ -11,18 +11,29 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from collectors.lab.ingest import LabIngester, result_from_row
 from collectors.lab.results import CANCELLED, DONE, ExperimentResult, RunState, lab_dir, read_result, write_result
 from collectors.lock import read_lock
 from store import queries
+from store.ops import PutExperiment
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.support.sim_process import REPO_ROOT, start_sim
 
 MODEL = "qwen2.5:0.5b"
+
+
+def _sink(writer: StoreWriter) -> Callable[..., None]:
+    """What the collector hands the ingester: each document as a ``PutExperiment``."""
+
+    def sink(*args: Any, **kwargs: Any) -> None:
+        writer.write(PutExperiment(*args, **kwargs))
+
+    return sink
 
 
 def _doc(run_id: str, state: RunState = DONE) -> ExperimentResult:
@@ -38,7 +49,7 @@ def _doc(run_id: str, state: RunState = DONE) -> ExperimentResult:
 def test_ingester_stores_each_new_or_changed_document_once(tmp_path: Path) -> None:
     writer = StoreWriter(db_path(tmp_path))
     try:
-        ingester = LabIngester(tmp_path, writer.write_experiment)
+        ingester = LabIngester(tmp_path, _sink(writer))
         assert ingester.poll() == 0  # no lab folder yet
         write_result(lab_dir(tmp_path) / "a.json", _doc("a"))
         (lab_dir(tmp_path) / "junk.json").write_text("[1, 2")
@@ -53,10 +64,10 @@ def test_ingester_stores_each_new_or_changed_document_once(tmp_path: Path) -> No
         writer.close()
     conn = queries.open_readonly(db_path(tmp_path))
     try:
-        rows = queries.experiments(conn)
+        rows = queries.experiment_rows(conn)
     finally:
         conn.close()
-    assert len(rows) == 1 and rows[0]["status"] == CANCELLED and rows[0]["kind"] == "prompt-cache"
+    assert len(rows) == 1 and rows[0].status == CANCELLED and rows[0].kind == "prompt-cache"
     assert result_from_row(rows[0]) == changed
 
 
@@ -111,7 +122,7 @@ def test_cancel_through_the_proxy_leaves_the_store_consistent(tmp_path: Path) ->
     # Now the collector is gone: the ingester (its job, normally on its tick) stores the run.
     writer = StoreWriter(db_path(tmp_path))
     try:
-        assert LabIngester(tmp_path, writer.write_experiment).poll() == 1
+        assert LabIngester(tmp_path, _sink(writer)).poll() == 1
     finally:
         writer.close()
     conn = sqlite3.connect(f"file:{db_path(tmp_path)}?mode=ro", uri=True)

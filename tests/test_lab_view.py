@@ -14,6 +14,7 @@ from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.ingest import store_row
 from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, RunState, lab_dir, write_result
 from pages import lab_view as view
+from store.ops import PutExperiment
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -47,8 +48,8 @@ def test_history_merges_store_rows_and_documents_document_wins(tmp_path: Path) -
     now = time.time()
     writer = StoreWriter(db_path(tmp_path))
     try:
-        writer.write_experiment(**store_row(_doc("stored", now - 100)))
-        writer.write_experiment(**store_row(_doc("both", now - 50, RUNNING)))
+        writer.write(PutExperiment(**store_row(_doc("stored", now - 100))))
+        writer.write(PutExperiment(**store_row(_doc("both", now - 50, RUNNING))))
     finally:
         writer.close()
     write_result(lab_dir(tmp_path) / "both.json", _doc("both", now - 50, CANCELLED))

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from analysis.records import HostSample
 from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Fixture, build_fixture_store, status_rows
+from store.ops import PutHostSample, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -130,7 +131,7 @@ def test_no_gpu_is_explained(data_dir: Path) -> None:
     w = StoreWriter(db_path(data_dir))
     try:
         status_rows(w, now, data_dir, gpu_state="none")
-        w.write_host_sample(HostSample(now - 1, 10.0, 1 << 33, 1 << 35))
+        w.write(PutHostSample(HostSample(now - 1, 10.0, 1 << 33, 1 << 35)))
     finally:
         w.close()
     at = run_app()
@@ -260,7 +261,7 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
 
     now = time.time()
     w = StoreWriter(db_path(data_dir))
-    w.write_requests([make_record(f"f{i}", now - 60 + i, model=m) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
+    w.apply([PutRequest(make_record(f"f{i}", now - 60 + i, model=m)) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
     w.close()
     text = csv_bytes(db_path(data_dir), now - 300, now, None, None, None).decode()
     rows = list(csv.DictReader(io.StringIO(text, newline="")))

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from analysis.records import LoadedModel, OllamaStatus
 from collectors.poller import OllamaPoller, PollError, parse_ps, parse_time
+from store.ops import Op, PutLoadedModels, PutModelInfo, PutOllamaStatus
 from tests.support.sim_process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,14 +35,15 @@ class RecordingSink:
         self.snapshots: list[tuple[float, list[LoadedModel]]] = []
         self.shows: list[tuple[str, str, Mapping[str, Any]]] = []
 
-    def submit_ollama_status(self, status: OllamaStatus) -> None:
-        self.statuses.append(status)
-
-    def submit_loaded_models(self, ts_unix_s: float, models: list[LoadedModel]) -> None:
-        self.snapshots.append((ts_unix_s, models))
-
-    def submit_model_info(self, digest: str, name: str, show: Mapping[str, Any]) -> None:
-        self.shows.append((digest, name, show))
+    def submit(self, op: Op[Any]) -> None:
+        if isinstance(op, PutOllamaStatus):
+            self.statuses.append(op.status)
+        elif isinstance(op, PutLoadedModels):
+            self.snapshots.append((op.ts_unix_s, list(op.models)))
+        elif isinstance(op, PutModelInfo):
+            self.shows.append((op.digest, op.name, op.show))
+        else:
+            raise AssertionError(f"the poller submitted {op!r}")
 
 
 @contextlib.contextmanager

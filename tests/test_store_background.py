@@ -12,11 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from analysis.records import HostSample
+from analysis.records import HostSample, RequestRecord
 from store import queries
+from store.ops import ApplyRetention, MarkInterrupted, PutHostSample, PutRequest
 from store.schema import db_path
 from store.writer import BackgroundWriter, StoreWriter
 from tests.test_store_writer import make_record
+
+
+def _record(conn: sqlite3.Connection, id: str) -> RequestRecord | None:
+    """The request as recorded (``request_detail`` also carries its stored phases)."""
+    stored = queries.request_detail(conn, id)
+    return None if stored is None else stored.record
 
 
 @pytest.fixture
@@ -50,8 +57,8 @@ def _integrity(path: Path) -> str:
 def test_submits_from_an_asyncio_loop_land_in_few_transactions(bg: BackgroundWriter, path: Path) -> None:
     async def produce() -> None:
         for i in range(300):
-            bg.submit_request(make_record(f"r{i}", final=False, n_tokens=1))
-            bg.submit_request(make_record(f"r{i}"))  # the final row replaces the progress row
+            bg.submit(PutRequest(make_record(f"r{i}", final=False, n_tokens=1)))
+            bg.submit(PutRequest(make_record(f"r{i}")))  # the final row replaces the progress row
             if i % 50 == 0:
                 await asyncio.sleep(0)
 
@@ -61,7 +68,7 @@ def test_submits_from_an_asyncio_loop_land_in_few_transactions(bg: BackgroundWri
     assert 1 <= bg.committed_batches < 20  # 600 submits, batched every 200 ms
     conn = queries.open_readonly(path)
     rows = queries.recent_requests(conn, 0, limit=1000)
-    assert len(rows) == 300 and {r["outcome"] for r in rows} == {"ok"}
+    assert len(rows) == 300 and {r.outcome for r in rows} == {"ok"}
 
 
 def test_locked_store_keeps_records_in_memory_until_it_is_free(bg: BackgroundWriter, path: Path) -> None:
@@ -69,7 +76,7 @@ def test_locked_store_keeps_records_in_memory_until_it_is_free(bg: BackgroundWri
     blocker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
     try:
         for i in range(50):
-            bg.submit_request(make_record(f"r{i}"))  # returns at once although nothing can be written
+            bg.submit(PutRequest(make_record(f"r{i}")))  # returns at once although nothing can be written
         assert bg.pending_count == 50
         assert not bg.flush(timeout_s=1.0)
         assert bg.last_error is not None and "locked" in bg.last_error and "50 records waiting" in bg.last_error
@@ -88,24 +95,24 @@ def test_progress_rows_waiting_for_a_locked_store_collapse_to_the_latest(bg: Bac
     blocker.execute("BEGIN IMMEDIATE")
     try:
         for n in range(1, 30):
-            bg.submit_request(replace(make_record("x", final=False, n_tokens=30), token_chunk_ns=final.token_chunk_ns[:n]))
-        bg.submit_request(final)
+            bg.submit(PutRequest(replace(make_record("x", final=False, n_tokens=30), token_chunk_ns=final.token_chunk_ns[:n])))
+        bg.submit(PutRequest(final))
         assert not bg.flush(timeout_s=1.0)
         assert bg.pending_count == 1  # only the final row still needs writing
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
     assert bg.flush(timeout_s=20)
-    assert queries.request_detail(queries.open_readonly(path), "x") == final
+    assert _record(queries.open_readonly(path), "x") == final
 
 
 def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: Path) -> None:
-    bg.submit_request(make_record("before"))
+    bg.submit(PutRequest(make_record("before")))
     assert bg.flush(timeout_s=20)
     bg.set_hard_limit_bytes(1)  # the file may not grow any more: SQLITE_FULL, as on a full disk
     big = [replace(make_record(f"r{i}", n_tokens=200), response_text="x" * 4000) for i in range(60)]
     for rec in big:
-        bg.submit_request(rec)
+        bg.submit(PutRequest(rec))
     assert not bg.flush(timeout_s=1.5)
     assert bg.last_error is not None and "full" in bg.last_error
     assert bg.pending_count == 60
@@ -118,35 +125,35 @@ def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: 
     assert bg.pending_count == 0 and bg.last_error is None
     conn = queries.open_readonly(path)
     for rec in big:
-        assert queries.request_detail(conn, rec.id) == rec
+        assert _record(conn, rec.id) == rec
     assert _integrity(path) == "ok"
 
 
 def test_close_drains_everything_submitted(path: Path) -> None:
     bg = BackgroundWriter(path, batch_interval_s=10.0)  # would not write for 10 s on its own
     for i in range(100):
-        bg.submit_host_sample(HostSample(1000.0 + i, 5.0, 1, 2))
-    bg.submit_request(make_record())
+        bg.submit(PutHostSample(HostSample(1000.0 + i, 5.0, 1, 2)))
+    bg.submit(PutRequest(make_record()))
     assert bg.close(timeout_s=10)
     assert _count(path, "host_samples") == 100 and _count(path) == 1
     with pytest.raises(RuntimeError, match="closed"):
-        bg.submit_request(make_record("late"))
+        bg.submit(PutRequest(make_record("late")))
 
 
 def test_a_record_sqlite_refuses_is_dropped_alone_and_said(bg: BackgroundWriter, path: Path) -> None:
     bad = replace(make_record("bad"), model=None)  # type: ignore[arg-type]  # NOT NULL model
-    bg.submit_request(make_record("good-1"))
-    bg.submit_request(bad)
-    bg.submit_request(make_record("good-2"))
+    bg.submit(PutRequest(make_record("good-1")))
+    bg.submit(PutRequest(bad))
+    bg.submit(PutRequest(make_record("good-2")))
     assert bg.flush(timeout_s=20)
     assert bg.dropped_count == 1
     assert bg.last_error is not None and "dropped" in bg.last_error
     conn = queries.open_readonly(path)
-    assert {r["id"] for r in queries.recent_requests(conn, 0)} == {"good-1", "good-2"}
+    assert {r.id for r in queries.recent_requests(conn, 0)} == {"good-1", "good-2"}
 
 
 def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path) -> None:
-    bg.submit_request(make_record("seed"))
+    bg.submit(PutRequest(make_record("seed")))
     assert bg.flush(timeout_s=20)
     stop = threading.Event()
     written = 0
@@ -155,8 +162,8 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
         nonlocal written
         t = 1_700_000_000.0
         while not stop.is_set() and written < 3000:
-            bg.submit_request(make_record(f"w{written}", t + written))
-            bg.submit_host_sample(HostSample(t + written, 10.0, 1, 2))
+            bg.submit(PutRequest(make_record(f"w{written}", t + written)))
+            bg.submit(PutHostSample(HostSample(t + written, 10.0, 1, 2)))
             written += 1
             if written % 20 == 0:
                 time.sleep(0.005)
@@ -187,27 +194,27 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
 def test_startup_ops_through_the_queue(path: Path) -> None:
     # What the collector does on start: mark what a killed predecessor left in flight, then apply retention.
     w = StoreWriter(path)
-    w.write_requests([make_record("left-running", final=False), make_record("ancient", 1_000.0)])
+    w.apply([PutRequest(r) for r in [make_record("left-running", final=False), make_record("ancient", 1_000.0)]])
     w.close()
     bg = BackgroundWriter(path)
     try:
-        bg.submit_mark_interrupted_in_flight("the collector stopped before this request finished")
-        bg.submit_retention(1_700_000_000.0 + 3600)
+        bg.submit(MarkInterrupted("the collector stopped before this request finished"))
+        bg.submit(ApplyRetention(1_700_000_000.0 + 3600))
         assert bg.flush(timeout_s=20)
     finally:
         assert bg.close(timeout_s=10)
     conn = queries.open_readonly(path)
     (row,) = queries.recent_requests(conn, 0)
-    assert row["id"] == "left-running" and row["outcome"] == "upstream_failed"
-    assert row["error"] == "the collector stopped before this request finished"
-    assert row["ended_at_unix_s"] is not None  # so that time windows still find it
+    assert row.id == "left-running" and row.outcome == "upstream_failed"
+    assert row.error == "the collector stopped before this request finished"
+    assert row.ended_at_unix_s is not None  # so that time windows still find it
 
 
 def test_a_submitted_request_is_a_snapshot(bg: BackgroundWriter, path: Path) -> None:
     rec = make_record("live", final=False, n_tokens=3)
-    bg.submit_request(rec)
+    bg.submit(PutRequest(rec))
     rec.token_chunk_ns.append(rec.token_chunk_ns[-1] + 25_000_000)  # the proxy goes on recording
     rec.first_byte_ns = None
     assert bg.flush(timeout_s=20)
-    back = queries.request_detail(queries.open_readonly(path), "live")
+    back = _record(queries.open_readonly(path), "live")
     assert back == make_record("live", final=False, n_tokens=3)

@@ -13,6 +13,7 @@ import pytest
 
 from analysis.phases import CLI_KEYS, split_record
 from store.export import EXPORT_KEYS, csv_cell, parse_since, write_csv
+from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_store_writer import make_record
@@ -30,7 +31,12 @@ def _export(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     w = StoreWriter(db_path(tmp_path))
-    w.write_requests([make_record("a", T0), make_record("b", T0 + 3600, n_tokens=1), make_record("c", T0 + 7200, final=False)])
+    w.apply(
+        [
+            PutRequest(r)
+            for r in [make_record("a", T0), make_record("b", T0 + 3600, n_tokens=1), make_record("c", T0 + 7200, final=False)]
+        ]
+    )
     w.close()
     return tmp_path
 
@@ -98,7 +104,7 @@ FORMULA_MODELS = ['=HYPERLINK("http://x","c")', "+1+cmd", "-2+3", "@SUM(A1)", "\
 @pytest.fixture
 def formula_dir(tmp_path: Path) -> Path:
     w = StoreWriter(db_path(tmp_path))
-    w.write_requests([make_record(f"f{i}", T0 + i, model=m) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
+    w.apply([PutRequest(make_record(f"f{i}", T0 + i, model=m)) for i, m in enumerate([*FORMULA_MODELS, "llama3.2"])])
     w.close()
     return tmp_path
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from store import queries
+from store.ops import MarkInterrupted
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -22,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import sys, time
 from dataclasses import replace
+from store.ops import PutRequest
 from store.writer import BackgroundWriter, StoreWriter
 from tests.test_store_writer import make_record
 
@@ -31,7 +33,7 @@ if mode == "sync":
     i = 0
     while True:
         rec = replace(make_record(f"r{i}", time.time(), n_tokens=50), response_text="y" * 2000)
-        w.write_requests([make_record(f"r{i}", time.time(), final=False, n_tokens=5), rec])
+        w.apply([PutRequest(r) for r in [make_record(f"r{i}", time.time(), final=False, n_tokens=5), rec]])
         print(rec.id, flush=True)
         i += 1
 else:
@@ -41,7 +43,7 @@ else:
         ids = []
         for _ in range(20):
             rec = make_record(f"r{i}", time.time(), n_tokens=50)
-            w.submit_request(rec)
+            w.submit(PutRequest(rec))
             ids.append(rec.id)
             i += 1
         if w.flush(timeout_s=30):
@@ -98,5 +100,5 @@ def test_sigkill_during_writes_keeps_acknowledged_requests(tmp_path: Path, mode:
     reader.close()
     # The next writer opens it fine and marks what was in flight as interrupted.
     w = StoreWriter(path)
-    w.mark_interrupted_in_flight("collector was killed")
+    w.write(MarkInterrupted("collector was killed"))
     w.close()

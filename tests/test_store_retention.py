@@ -7,6 +7,7 @@ from pathlib import Path
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus
 from store import queries
+from store.ops import ApplyRetention, PutExperiment, PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import ROLLUP_S, db_path
 from store.writer import DAY_S, RetentionPolicy, StoreWriter
 from tests.test_store_writer import make_record
@@ -33,14 +34,14 @@ def test_rows_past_their_age_are_deleted(tmp_path: Path) -> None:
     w = StoreWriter(path)
     old_s, new_s = NOW - 8 * DAY_S, NOW - 6 * DAY_S
     for ts in (old_s, new_s):
-        w.write_gpu_samples([_gpu(ts)])
-        w.write_host_sample(HostSample(ts, 1.0, 1, 2))
-        w.write_loaded_models(ts, [LoadedModel(ts, "m:latest", "m:latest", "d" * 64, 10, 10, 2048, None)])
-        w.write_ollama_status(OllamaStatus(ts, ts == new_s, "http://127.0.0.1:11434"))
-    w.write_request(make_record("old", NOW - 91 * DAY_S))
-    w.write_request(make_record("kept", NOW - 89 * DAY_S))
-    w.write_experiment("old-exp", "sweep", {}, NOW - 91 * DAY_S, "done")
-    result = w.apply_retention(NOW)
+        w.write(PutGpuSamples([_gpu(ts)]))
+        w.write(PutHostSample(HostSample(ts, 1.0, 1, 2)))
+        w.write(PutLoadedModels(ts, [LoadedModel(ts, "m:latest", "m:latest", "d" * 64, 10, 10, 2048, None)]))
+        w.write(PutOllamaStatus(OllamaStatus(ts, ts == new_s, "http://127.0.0.1:11434")))
+    w.write(PutRequest(make_record("old", NOW - 91 * DAY_S)))
+    w.write(PutRequest(make_record("kept", NOW - 89 * DAY_S)))
+    w.write(PutExperiment("old-exp", "sweep", {}, NOW - 91 * DAY_S, "done"))
+    result = w.write(ApplyRetention(NOW))
     w.close()
 
     assert result.deleted["gpu_samples"] == 1 and result.deleted["requests"] == 1
@@ -49,17 +50,17 @@ def test_rows_past_their_age_are_deleted(tmp_path: Path) -> None:
         "requests": 1, "request_tokens": 1, "experiments": 0,
     }  # fmt: skip
     conn = queries.open_readonly(path)
-    assert [r["id"] for r in queries.recent_requests(conn, 0)] == ["kept"]
+    assert [r.id for r in queries.recent_requests(conn, 0)] == ["kept"]
     assert [s.ts_unix_s for s in queries.gpu_samples(conn, 0, NOW)] == [new_s]
 
 
 def test_custom_ages_are_honoured(tmp_path: Path) -> None:
     w = StoreWriter(db_path(tmp_path), retention=RetentionPolicy(samples_max_age_s=3600, requests_max_age_s=DAY_S))
-    w.write_host_sample(HostSample(NOW - 7200, 1.0, 1, 2))
-    w.write_host_sample(HostSample(NOW - 60, 1.0, 1, 2))
-    w.write_request(make_record("a", NOW - 2 * DAY_S))
-    w.write_request(make_record("b", NOW - 3600))
-    w.apply_retention(NOW)
+    w.write(PutHostSample(HostSample(NOW - 7200, 1.0, 1, 2)))
+    w.write(PutHostSample(HostSample(NOW - 60, 1.0, 1, 2)))
+    w.write(PutRequest(make_record("a", NOW - 2 * DAY_S)))
+    w.write(PutRequest(make_record("b", NOW - 3600)))
+    w.write(ApplyRetention(NOW))
     w.close()
     counts = _counts(db_path(tmp_path))
     assert counts["host_samples"] == 1 and counts["requests"] == 1
@@ -69,8 +70,8 @@ def _fill(w: StoreWriter, n_samples: int, n_requests: int) -> None:
     """Samples at 1 Hz and requests every 10 s over the last hours, all within the age limits."""
     t0 = NOW - n_samples
     for i in range(0, n_samples, 500):
-        w.write_gpu_samples([_gpu(t0 + j) for j in range(i, min(i + 500, n_samples))])
-    w.write_requests(make_record(f"r{i:05d}", t0 + 10 * i, n_tokens=100) for i in range(n_requests))
+        w.write(PutGpuSamples([_gpu(t0 + j) for j in range(i, min(i + 500, n_samples))]))
+    w.apply([PutRequest(make_record(f"r{i:05d}", t0 + 10 * i, n_tokens=100)) for i in range(n_requests)])
 
 
 def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> None:
@@ -81,7 +82,7 @@ def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> N
     pages_before = sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0]
 
     w.retention = RetentionPolicy(max_bytes=int(full * 0.8))
-    result = w.apply_retention(NOW)
+    result = w.write(ApplyRetention(NOW))
     assert result.used_bytes_before == full
     assert result.used_bytes_after <= full * 0.8
     counts = _counts(path)
@@ -105,7 +106,7 @@ def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
     _fill(w, n_samples=5_000, n_requests=800)
     limit = int(w.used_bytes() * 0.3)
     w.retention = RetentionPolicy(max_bytes=limit)
-    result = w.apply_retention(NOW)
+    result = w.write(ApplyRetention(NOW))
     w.close()
     assert result.used_bytes_after <= limit
     counts = _counts(path)
@@ -113,6 +114,6 @@ def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
     assert 0 < counts["requests"] < 800
     assert counts["request_tokens"] == counts["requests"]  # token times go with their requests
     conn = queries.open_readonly(path)
-    ids = sorted(r["id"] for r in queries.recent_requests(conn, 0, limit=10_000))
+    ids = sorted(r.id for r in queries.recent_requests(conn, 0, limit=10_000))
     assert ids[-1] == "r00799"  # the newest stay
     assert ids == [f"r{i:05d}" for i in range(800 - len(ids), 800)]  # a contiguous newest run

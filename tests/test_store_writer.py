@@ -25,10 +25,28 @@ from analysis.records import (
     RequestRecord,
 )
 from store import queries
+from store.ops import (
+    MarkInterrupted,
+    PutExperiment,
+    PutGpuSamples,
+    PutHeartbeat,
+    PutHostSample,
+    PutLoadedModels,
+    PutModelInfo,
+    PutOllamaStatus,
+    PutRequest,
+)
+from store.rows import decode_token_times, encode_token_times
 from store.schema import _V1, DB_FILENAME, MIGRATIONS, SCHEMA_VERSION, StoreError, connect_writer, db_path
-from store.writer import StoreWriter, decode_token_times, encode_token_times
+from store.tables import PHASES_VERSION
+from store.writer import StoreWriter
 
 MS = 1_000_000
+
+
+def _record(conn: sqlite3.Connection, id: str) -> RequestRecord | None:
+    stored = queries.request_detail(conn, id)
+    return None if stored is None else stored.record
 
 
 def make_record(
@@ -94,60 +112,62 @@ def test_new_store_is_wal_at_current_version(tmp_path: Path) -> None:
 
 def test_request_round_trip_is_exact(store: StoreWriter) -> None:
     rec = make_record()
-    store.write_request(rec)
+    store.write(PutRequest(rec))
     conn = queries.open_readonly(store.path)
     back = queries.request_detail(conn, rec.id)
-    assert back == rec
+    assert back is not None and back.record == rec
+    assert back.phases == split_record(rec) and back.phases_version == PHASES_VERSION  # exactly the split, stored
     assert queries.request_detail(conn, "nope") is None
 
 
 def test_derived_phase_columns_match_the_split(store: StoreWriter) -> None:
     rec = make_record()
-    store.write_request(rec)
+    store.write(PutRequest(rec))
     p = split_record(rec)
     (row,) = queries.recent_requests(queries.open_readonly(store.path), since_unix_s=0)
     for key in ("ttft_s", "queue_s", "prefill_tok_s", "decode_tok_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms"):
-        assert row[key] == pytest.approx(getattr(p, key)), key
-    assert row["prefill_tok_s"] == pytest.approx(100 / 0.150)  # 120 prompt − 20 cached over 150 ms
-    assert row["decode_tok_s"] == pytest.approx(1 / 0.025)
-    assert row["flags"] == ["cache_hit"]
-    assert row["tokens_so_far"] == 20
-    assert row["decode_end_unix_s"] == pytest.approx(rec.wall_s(rec.final_chunk_ns))  # type: ignore[arg-type]
+        assert getattr(row, key) == pytest.approx(getattr(p, key)), key
+    assert row.prefill_tok_s == pytest.approx(100 / 0.150)  # 120 prompt − 20 cached over 150 ms
+    assert row.decode_tok_s == pytest.approx(1 / 0.025)
+    assert row.flags == ("cache_hit",)
+    assert row.tokens_so_far == 20
+    assert row.decode_end_unix_s == pytest.approx(rec.wall_s(rec.final_chunk_ns))  # type: ignore[arg-type]
 
 
 def test_in_flight_rows_are_replaced_by_the_final_one(store: StoreWriter) -> None:
     final = make_record()
     early = replace(make_record(final=False), token_chunk_ns=final.token_chunk_ns[:3])
-    store.write_request(early)
+    store.write(PutRequest(early))
     conn = queries.open_readonly(store.path)
     now = time.time()
     (live,) = queries.in_flight_requests(conn, now_unix_s=now)
     assert live.token_chunk_ns == final.token_chunk_ns[:3]
-    store.write_request(final)
+    store.write(PutRequest(final))
     assert queries.in_flight_requests(conn, now_unix_s=now) == []
-    assert queries.request_detail(conn, final.id) == final
+    assert _record(conn, final.id) == final
     # A late progress row (written after the final one) must not undo it.
-    store.write_request(early)
-    assert queries.request_detail(conn, final.id) == final
+    store.write(PutRequest(early))
+    assert _record(conn, final.id) == final
     assert conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1
 
 
 def test_batch_with_progress_and_final_keeps_the_final(store: StoreWriter) -> None:
     final = make_record()
-    store.write_requests([make_record(final=False, n_tokens=2), final, make_record("req-2", final=False, n_tokens=1)])
+    batch = [make_record(final=False, n_tokens=2), final, make_record("req-2", final=False, n_tokens=1)]
+    store.apply([PutRequest(r) for r in batch])
     conn = queries.open_readonly(store.path)
-    assert queries.request_detail(conn, final.id) == final
+    assert _record(conn, final.id) == final
     assert [r.id for r in queries.in_flight_requests(conn, time.time())] == ["req-2"]
 
 
 def test_mark_interrupted_turns_in_flight_into_upstream_failed(store: StoreWriter) -> None:
-    store.write_requests([make_record("a", final=False), make_record("b")])
-    assert store.mark_interrupted_in_flight("collector stopped before the request finished") == 1
+    store.apply([PutRequest(r) for r in [make_record("a", final=False), make_record("b")]])
+    assert store.write(MarkInterrupted("collector stopped before the request finished")) == 1
     conn = queries.open_readonly(store.path)
-    a = queries.request_detail(conn, "a")
+    a = _record(conn, "a")
     assert a is not None and a.outcome is Outcome.UPSTREAM_FAILED
     assert a.error == "collector stopped before the request finished"
-    b = queries.request_detail(conn, "b")
+    b = _record(conn, "b")
     assert b is not None and b.outcome is Outcome.OK
 
 
@@ -163,19 +183,19 @@ def test_samples_models_status_heartbeat_and_experiments_round_trip(store: Store
     gpu = GpuSample(t, 0, "NVIDIA GeForce RTX 4090", "GPU-1", util_gpu_pct=97.0, mem_used_bytes=20 * 2**30, power_w=350.5,
                     pstate=0, simulated=True)  # fmt: skip
     gpu2 = replace(gpu, index=1, uuid="GPU-2", util_gpu_pct=None)
-    store.write_gpu_samples([gpu, gpu2])
+    store.write(PutGpuSamples([gpu, gpu2]))
     host = HostSample(t, 12.5, 8 * 2**30, 64 * 2**30, ollama_cpu_pct=3.0, ollama_rss_bytes=2**30, disk_read_bytes_s=None)
-    store.write_host_sample(host)
+    store.write(PutHostSample(host))
     m = LoadedModel(t, "llama3.2:latest", "llama3.2:latest", "a" * 64, 3_600_000_000, 3_000_000_000, 4096, t + 300,
                     "3.2B", "Q4_K_M", "llama")  # fmt: skip
-    store.write_loaded_models(t, [m])
+    store.write(PutLoadedModels(t, [m]))
     show = {"license": "long text", "modelfile": "FROM x", "template": "{{ .Prompt }}", "model_info": {"llama.block_count": 28},
             "details": {"family": "llama"}}  # fmt: skip
-    store.write_model_info("a" * 64, "llama3.2:latest", show)
+    store.write(PutModelInfo("a" * 64, "llama3.2:latest", show))
     info = CollectorInfo(t, 1234, "127.0.0.1:11435", "http://127.0.0.1:11434", "/data", "simulated", "no NVIDIA GPU", demo=True)
-    store.write_heartbeat(info)
-    store.write_experiment("e1", "prompt_sweep", {"lengths": [128, 512]}, t, "running")
-    store.write_experiment("e1", "prompt_sweep", {"lengths": [128, 512]}, t, "done", t + 60, {"rows": [1, 2]})
+    store.write(PutHeartbeat(info))
+    store.write(PutExperiment("e1", "prompt_sweep", {"lengths": [128, 512]}, t, "running"))
+    store.write(PutExperiment("e1", "prompt_sweep", {"lengths": [128, 512]}, t, "done", t + 60, {"rows": [1, 2]}))
 
     conn = queries.open_readonly(store.path)
     assert queries.gpu_samples(conn, t - 1, t + 1) == [gpu, gpu2]
@@ -183,14 +203,14 @@ def test_samples_models_status_heartbeat_and_experiments_round_trip(store: Store
     assert queries.latest_loaded_models(conn) == [m]
     got = queries.model_info(conn, "llama3.2")
     assert got is not None
-    assert got["model_info"] == {"llama.block_count": 28} and got["digest"] == "a" * 64
-    assert not {"license", "modelfile", "template"} & set(got)
+    assert got.show["model_info"] == {"llama.block_count": 28} and got.digest == "a" * 64
+    assert not {"license", "modelfile", "template"} & set(got.show)
     assert queries.latest_heartbeat(conn) == info
-    (exp,) = queries.experiments(conn)
-    assert exp["status"] == "done" and exp["params"] == {"lengths": [128, 512]} and exp["results"] == {"rows": [1, 2]}
+    (exp,) = queries.experiment_rows(conn)
+    assert exp.status == "done" and exp.params == {"lengths": [128, 512]} and exp.results == {"rows": [1, 2]}
 
     # Nothing loaded any more: the latest snapshot is empty, not the old one.
-    store.write_loaded_models(t + 1, [])
+    store.write(PutLoadedModels(t + 1, []))
     assert queries.latest_loaded_models(conn) == []
     assert queries.latest_ps_snapshot_unix_s(conn) == t + 1
 
@@ -205,7 +225,7 @@ def test_ollama_status_keeps_changes_as_events_and_the_last_poll(store: StoreWri
         OllamaStatus(104.0, True, url, "0.33.1"),
     ]
     for s in polls:
-        store.write_ollama_status(s)
+        store.write(PutOllamaStatus(s))
     conn = queries.open_readonly(store.path)
     assert queries.latest_ollama_status(conn) == polls[-1]
     assert [e.ts_unix_s for e in queries.ollama_events(conn, 0, 200)] == [100.0, 102.0, 104.0]
@@ -237,13 +257,13 @@ def test_migrates_a_v1_store_and_keeps_its_rows(tmp_path: Path) -> None:
 
     rec = make_record()
     w = StoreWriter(path)
-    w.write_request(rec)
-    w.write_experiment("e", "k", {}, 1.0, "done")
+    w.write(PutRequest(rec))
+    w.write(PutExperiment("e", "k", {}, 1.0, "done"))
     w.close()
     rconn = queries.open_readonly(path)
-    assert rconn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
-    assert {r["id"] for r in queries.recent_requests(rconn, 0)} == {"old", rec.id}
-    assert queries.request_detail(rconn, rec.id) == rec
+    assert rconn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert {r.id for r in queries.recent_requests(rconn, 0)} == {"old", rec.id}
+    assert _record(rconn, rec.id) == rec
     # A six-hour window reads the rollups that migration 3 built from the old samples.
     gpu = queries.gpu_samples(rconn, t0, t0 + 6 * 3600, max_points=180)  # 2-minute buckets: one 0 and one 100
     assert len(gpu) == 180
@@ -285,7 +305,7 @@ def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_experiment_params_are_json(store: StoreWriter) -> None:
-    store.write_experiment("e2", "decode_vs_context", {"model": "m", "contexts": [1, 2]}, 5.0, "queued")
+    store.write(PutExperiment("e2", "decode_vs_context", {"model": "m", "contexts": [1, 2]}, 5.0, "queued"))
     raw = sqlite3.connect(store.path).execute("SELECT params_json FROM experiments").fetchone()[0]
     assert json.loads(raw) == {"model": "m", "contexts": [1, 2]}
 
@@ -294,3 +314,11 @@ def test_experiment_params_are_json(store: StoreWriter) -> None:
 @given(st.integers(0, 2**62), st.lists(st.integers(0, 2**62), max_size=50))
 def test_token_times_round_trip_any_clock_values(received_ns: int, times: list[int]) -> None:
     assert decode_token_times(received_ns, encode_token_times(received_ns, times)) == times
+
+
+def test_a_progress_row_queued_after_the_final_one_does_not_replace_it(store: StoreWriter) -> None:
+    # The collector's tick may snapshot a request just before it finishes and queue it just after.
+    final = make_record()
+    progress = replace(make_record(final=False), token_chunk_ns=final.token_chunk_ns[:3])
+    store.apply([PutRequest(final), PutRequest(progress)])
+    assert _record(queries.open_readonly(store.path), final.id) == final

@@ -13,7 +13,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis import wording as w
-from analysis.records import GpuSample, LoadedModel, RequestRecord
+from analysis.records import GpuSample, HostBandwidth, LoadedModel, RequestRecord
 from bench.pages_fixture import Shape, gpu_sample, make_request, status_rows
-from collectors.host_bandwidth import CACHE_FILE, HostBandwidth
 from sim.catalog import BY_NAME
+from store.ops import PutGpuSamples, PutHostBandwidth, PutLoadedModels, PutModelInfo, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -35,7 +35,7 @@ TIMEOUT_S = 60
 MODEL = "llama3.2:latest"
 BIG = "llama3.1:70b"
 GIB = 1024**3
-HOST_BW_BYTES_S = 41.5e9  # the cached "measurement" the page must quote
+HOST_BW_BYTES_S = 41.5e9  # the stored "measurement" the page must quote
 
 
 @pytest.fixture
@@ -44,9 +44,6 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
     for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
         monkeypatch.delenv(k, raising=False)
-    # A cached host bandwidth for this very machine, so the page never spends seconds measuring.
-    hb = HostBandwidth(HOST_BW_BYTES_S, time.time(), 2**28, 2, 3, os.cpu_count() or 1, int(psutil.virtual_memory().total))
-    (tmp_path / CACHE_FILE).write_text(json.dumps(asdict(hb)))
     return tmp_path
 
 
@@ -103,7 +100,7 @@ def write_requests(w_: StoreWriter, now: float, reqs: list[Req]) -> list[Request
     t0 = now - 600
     recs = [make_request(now - r.offset_s, t0, model=r.model, shape=r.shape, stall_at=r.stall_at, stall_ms=r.stall_ms)
             for r in reqs]  # fmt: skip
-    w_.write_requests(recs)
+    w_.apply([PutRequest(r) for r in recs])
     return recs
 
 
@@ -115,6 +112,9 @@ def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool
                 loaded: list[LoadedModel] | None = None) -> list[RequestRecord]:  # fmt: skip
     w_ = StoreWriter(db_path(data_dir))
     try:
+        # The collector's measurement of this machine's memory bandwidth, as it stores it.
+        cpus, mem = os.cpu_count() or 1, int(psutil.virtual_memory().total)
+        w_.write(PutHostBandwidth(HostBandwidth(HOST_BW_BYTES_S, now - 3600, 2**28, 2, 3, cpus, mem)))
         recs = write_requests(w_, now, reqs)
         busy = [(r.started_at_unix_s, r.wall_s(r.closed_ns or r.received_ns)) for r in recs]
         if gpu:
@@ -123,14 +123,14 @@ def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool
                 util = 95.0 if any(a - 1 <= ts_i <= b + 1 for a, b in busy) else 2.0
                 power = 60 + 3.5 * util
                 energy += power
-                w_.write_gpu_samples([gpu_with_energy(float(ts_i), util, energy)])
+                w_.write(PutGpuSamples([gpu_with_energy(float(ts_i), util, energy)]))
         if show:
             for name in (MODEL, BIG):
-                w_.write_model_info(BY_NAME[name].digest, name, show_json(name))
+                w_.write(PutModelInfo(BY_NAME[name].digest, name, show_json(name)))
         if loaded is None:
             loaded = [LoadedModel(now - 1, MODEL, MODEL, BY_NAME[MODEL].digest, int(2.6 * GIB), int(2.6 * GIB), 8192,
                                   now + 240, "3.2B", "Q4_K_M", "llama")]  # fmt: skip
-        w_.write_loaded_models(now - 1, loaded)
+        w_.write(PutLoadedModels(now - 1, loaded))
         status_rows(w_, now, data_dir, gpu_state="nvml" if gpu else "none")
     finally:
         w_.close()
@@ -344,7 +344,7 @@ def test_demo_data_is_labelled_simulated(data_dir: Path, monkeypatch: pytest.Mon
     w_ = StoreWriter(db_path(demo_dir))
     try:
         sim = replace(gpu_with_energy(now - 1, 50.0, 1.0), name="Simulated NVIDIA GeForce RTX 4090", simulated=True)
-        w_.write_gpu_samples([sim])
+        w_.write(PutGpuSamples([sim]))
     finally:
         w_.close()
     at = open_why()

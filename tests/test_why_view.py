@@ -10,6 +10,7 @@ from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, GB
 from bench.pages_fixture import gpu_sample
 from pages.why_view import build_why, hardware_line, model_choices
+from store.ops import PutGpuSamples
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.test_why_page import PLAIN, build_store
@@ -58,22 +59,18 @@ def test_apple_chip_and_cpu_fallbacks() -> None:
 def test_unknown_gpu_still_draws_the_measured_points(tmp_path: Path) -> None:
     now = time.time()
     build_store(tmp_path, now, reqs=PLAIN[:4])
-    known = build_why(db_path(tmp_path), "llama3.2:latest", now, host_bandwidth=_never)
-    assert known is not None and known.ceilings is not None and known.sentences  # all in VRAM: host never measured
+    known = build_why(db_path(tmp_path), "llama3.2:latest", now)
+    assert known is not None and known.ceilings is not None and known.sentences
     w_ = StoreWriter(db_path(tmp_path))
     try:  # the newest sample now names a GPU the table does not know, with no clocks
-        w_.write_gpu_samples([replace(gpu_sample(now + 1, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)])
+        w_.write(PutGpuSamples([replace(gpu_sample(now + 1, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)]))
     finally:
         w_.close()
-    m = build_why(db_path(tmp_path), "llama3.2:latest", now + 1, host_bandwidth=_never)
+    m = build_why(db_path(tmp_path), "llama3.2:latest", now + 1)
     assert m is not None and m.hardware.spec is None and m.ceilings is None and not m.sentences
     assert len(m.prefill_points) == 4 and m.ratio == known.ratio
     prefill = m.prefill_fig.to_dict()
     assert [t["name"] for t in prefill["data"]] == ["measured (one per request)"]
-
-
-def _never() -> float:
-    raise AssertionError("the host's bandwidth was measured though nothing needs it")
 
 
 def test_model_choices_newest_first_then_loaded_without_tag_duplicates(tmp_path: Path) -> None:
@@ -81,6 +78,6 @@ def test_model_choices_newest_first_then_loaded_without_tag_duplicates(tmp_path:
     reqs = [replace(PLAIN[0], model="llama3.2", offset_s=10), replace(PLAIN[1], model="qwen2.5:0.5b", offset_s=50)]
     build_store(tmp_path, now, reqs=reqs)  # loads llama3.2:latest: the same model as the requests' "llama3.2"
     assert model_choices(db_path(tmp_path)) == ["llama3.2", "qwen2.5:0.5b"]
-    m = build_why(db_path(tmp_path), "llama3.2", now, host_bandwidth=_never)
+    m = build_why(db_path(tmp_path), "llama3.2", now)
     assert m is not None and m.facts is not None and m.loaded is not None  # /api/show and /api/ps found under the tag
     assert model_choices(tmp_path / "elsewhere.db") is None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from collectors.lab.results import ExperimentResult, ResultFileError, lab_dir, read_result
+from store.tables import ExperimentRow
 
 
 class ExperimentSink(Protocol):
@@ -49,18 +50,18 @@ def store_row(r: ExperimentResult) -> dict[str, Any]:
     }
 
 
-def result_from_row(row: Mapping[str, Any]) -> ExperimentResult:
-    """Inverse of :func:`store_row`, from ``store.queries.experiments`` (``params``/``results`` parsed)."""
-    results = dict(row.get("results") or {})
+def result_from_row(row: ExperimentRow) -> ExperimentResult:
+    """Inverse of :func:`store_row`, from the store's experiments table."""
+    results = dict(row.results or {})
     return ExperimentResult.from_json_dict(
         {
             **results,
-            "run_id": row["id"],
-            "name": row["kind"],
-            "state": row["status"],
-            "parameters": row.get("params") or {},
-            "started_at_unix_s": row["started_at_unix_s"],
-            "finished_at_unix_s": row.get("ended_at_unix_s"),
+            "run_id": row.id,
+            "name": row.kind,
+            "state": row.status,
+            "parameters": row.params or {},
+            "started_at_unix_s": row.started_at_unix_s,
+            "finished_at_unix_s": row.ended_at_unix_s,
             "model": results.get("model", "?"),
             "ollama_url": results.get("ollama_url", "?"),
         }

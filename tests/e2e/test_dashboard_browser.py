@@ -22,6 +22,7 @@ from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, stat
 from collectors.demo import stop_demo
 from pages import fmt
 from store import queries
+from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -123,7 +124,7 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     conn = queries.open_readonly(stack.data_dir)
     try:
         rows = wait_until(
-            lambda: (r := [x for x in queries.recent_requests(conn, 0) if x["outcome"] == "ok"]) and len(r) >= 3 and r,
+            lambda: (r := [x for x in queries.recent_requests(conn, 0) if x.outcome == "ok"]) and len(r) >= 3 and r,
             30, "three finished requests in the store",
         )  # fmt: skip
     finally:
@@ -141,27 +142,27 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
             .flatMap(gd => gd.data[0].text)"""),
         30, "the history chart",
     )  # fmt: skip
-    assert sorted(history_models) == sorted(r["model"] for r in rows)
+    assert sorted(history_models) == sorted(r.model for r in rows)
     for row in rows:
-        pick_request(page, row["id"])
+        pick_request(page, row.id)
         expected = {
-            "First token": fmt.seconds(row["ttft_s"]),
-            "Load": fmt.seconds(row["load_s"]),
-            "Prefill": fmt.seconds(row["prefill_s"]),
-            "Decode": fmt.seconds(row["decode_s"]),
+            "First token": fmt.seconds(row.ttft_s),
+            "Load": fmt.seconds(row.load_s),
+            "Prefill": fmt.seconds(row.prefill_s),
+            "Decode": fmt.seconds(row.decode_s),
         }
         wait_until(lambda: all(metric(page, k) == v for k, v in expected.items()), 30,  # noqa: B023 - called at once
-                   f"the phase numbers of {row['id'][:8]} ({expected})")  # fmt: skip
+                   f"the phase numbers of {row.id[:8]} ({expected})")  # fmt: skip
         assert page.locator('[data-testid="stPlotlyChart"]').count() >= 3  # history, waterfall, gaps
     screenshot(page, "requests")
 
     # The request whose prompt carries markup: shown as text, literally, and nothing injected.
     conn = queries.open_readonly(stack.data_dir)
     try:
-        xss_row = next(r for r in rows if "Repeat after me" in (queries.request_detail(conn, r["id"]).prompt_text or ""))  # type: ignore[union-attr]
+        xss_row = next(r for r in rows if "Repeat after me" in (queries.request_detail(conn, r.id).record.prompt_text or ""))  # type: ignore[union-attr]
     finally:
         conn.close()
-    pick_request(page, xss_row["id"])
+    pick_request(page, xss_row.id)
     wait_until(lambda: page.locator('[data-testid="stCode"]', has_text="<script>alert(1)</script>").count() >= 1, 30,
                "the prompt shown as code")  # fmt: skip
     code = page.locator('[data-testid="stCode"]', has_text="Repeat after me").first.inner_text()
@@ -214,8 +215,8 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
     w = StoreWriter(db_path(tmp_path))
     try:
         status_rows(w, now, tmp_path)
-        w.write_request(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
-                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY))  # fmt: skip
+        w.write(PutRequest(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
+                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY)))  # fmt: skip
     finally:
         w.close()
     with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
@@ -238,7 +239,7 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
 def finished_requests(data_dir: Path) -> int:
     conn = queries.open_readonly(data_dir)  # raises until the collector has created the store: wait_until retries
     try:
-        return len([r for r in queries.recent_requests(conn, 0) if r["outcome"] == "ok"])
+        return len([r for r in queries.recent_requests(conn, 0) if r.outcome == "ok"])
     finally:
         conn.close()
 

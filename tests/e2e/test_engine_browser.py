@@ -127,22 +127,22 @@ def test_generation_on_the_real_engine_live_then_in_history(engine_stack: Engine
     conn = queries.open_readonly(engine_stack.data_dir)
     try:
         row = wait_until(
-            lambda: next((r for r in queries.recent_requests(conn, 0) if r["outcome"] == "ok"), None),
+            lambda: next((r for r in queries.recent_requests(conn, 0) if r.outcome == "ok"), None),
             30, "the finished request in the store",
         )  # fmt: skip
     finally:
         conn.close()
-    assert row["model"] == MODEL
-    assert row["prefill_s"] > 0 and row["decode_s"] > 0
+    assert row.model == MODEL
+    assert row.prefill_s > 0 and row.decode_s > 0
     wait_until(lambda: metric(page, "Generations in flight") == "0", 60, "the Live page to see it finish")
 
     page.goto(engine_stack.app_url + "/requests")
     wait_ready(page)
-    pick_request(page, row["id"])
+    pick_request(page, row.id)
     expected = {
-        "First token": fmt.seconds(row["ttft_s"]),
-        "Prefill": fmt.seconds(row["prefill_s"]),
-        "Decode": fmt.seconds(row["decode_s"]),
+        "First token": fmt.seconds(row.ttft_s),
+        "Prefill": fmt.seconds(row.prefill_s),
+        "Decode": fmt.seconds(row.decode_s),
     }
     wait_until(lambda: all(metric(page, k) == v for k, v in expected.items()), 30, f"the phase numbers {expected}")
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 3  # history, waterfall, gaps
@@ -167,7 +167,7 @@ def test_demo_on_the_real_engine_says_so(tmp_path: Path, page: Page) -> None:
             def recorded() -> bool:
                 conn = queries.open_readonly(demo_dir)
                 try:
-                    return any(r["model"] == MODEL and r["outcome"] == "ok" for r in queries.recent_requests(conn, 0))
+                    return any(r.model == MODEL and r.outcome == "ok" for r in queries.recent_requests(conn, 0))
                 finally:
                     conn.close()
 

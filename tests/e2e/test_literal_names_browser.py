@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
+from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
@@ -34,7 +35,7 @@ def test_urls_in_model_names_are_not_links(page: Page, tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     w = StoreWriter(db_path(data))
-    w.write_requests([make_record("u1", time.time() - 30, model=URL_MODEL)])
+    w.write(PutRequest(make_record("u1", time.time() - 30, model=URL_MODEL)))
     w.close()
     with run_app(data, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
         page.goto(url + "/why")

@@ -23,6 +23,7 @@ from playwright.sync_api import Page
 from analysis import wording as w
 from analysis.ceilings import MIN_DECODE_INTERVALS_FOR_CALIBRATION, MIN_PROMPT_TOKENS_FOR_CALIBRATION
 from store import queries
+from store.tables import RequestSummary
 from tests.e2e.support import Stack, screenshot, wait_ready, wait_until  # fixtures: tests/e2e/conftest.py
 
 pytestmark = pytest.mark.browser
@@ -53,10 +54,10 @@ def _send(stack: Stack) -> None:
         assert not t.is_alive()
 
 
-def _store_rows(stack: Stack) -> list[dict[str, Any]]:
+def _store_rows(stack: Stack) -> list[RequestSummary]:
     conn = queries.open_readonly(stack.data_dir)
     try:
-        return queries.rate_points(conn, MODEL, 0.0)
+        return queries.rate_rows(conn, MODEL, 0.0)
     finally:
         conn.close()
 
@@ -64,7 +65,7 @@ def _store_rows(stack: Stack) -> list[dict[str, Any]]:
 def _store_ready(stack: Stack, n: int) -> bool:
     conn = queries.open_readonly(stack.data_dir)
     try:
-        rows = queries.rate_points(conn, MODEL, 0.0)
+        rows = queries.rate_rows(conn, MODEL, 0.0)
         return len(rows) >= n and queries.model_info(conn, MODEL) is not None and bool(queries.latest_loaded_models(conn))
     finally:
         conn.close()
@@ -119,12 +120,12 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
 
     # The ratio sentence quotes the store's medians (requests long enough to time well).
     prefill = [
-        r["prefill_tok_s"]
+        r.prefill_tok_s
         for r in rows
-        if r["prefill_tok_s"] and r["prompt_tokens"] - (r["cached_tokens"] or 0) >= MIN_PROMPT_TOKENS_FOR_CALIBRATION
+        if r.prefill_tok_s and (r.prompt_tokens or 0) - (r.cached_tokens or 0) >= MIN_PROMPT_TOKENS_FOR_CALIBRATION
     ]
-    decode = [r["decode_tok_s"] for r in rows
-              if r["decode_tok_s"] and r["output_tokens"] - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION]  # fmt: skip
+    decode = [r.decode_tok_s for r in rows
+              if r.decode_tok_s and (r.output_tokens or 0) - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION]  # fmt: skip
     pp, tg = statistics.median(prefill), statistics.median(decode)
     sentence = next(line for line in text.splitlines() if line.startswith("On your") and "faster than decode" in line)
     assert w.tok_s(pp) in sentence and w.tok_s(tg) in sentence and w.times(pp / tg) in sentence

@@ -1,0 +1,52 @@
+"""One rule for "the same model": Ollama's model names.
+
+A name is ``[host[:port]/][namespace/]model[:tag]`` (optionally ``scheme://`` before the host and
+``@digest`` after); the parts left out take Ollama's defaults: host ``registry.ollama.ai``, namespace
+``library``, tag ``latest``. The tag is what follows the last ``:`` when no ``/`` comes after it, so
+``localhost:5000/llama`` has no tag (its ``:5000`` is a port) and means ``localhost:5000/llama:latest``.
+Like Ollama, names compare without regard to case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HOST = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+DEFAULT_TAG = "latest"
+
+
+@dataclass(frozen=True)
+class ModelName:
+    host: str
+    namespace: str
+    model: str
+    tag: str
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.namespace}/{self.model}:{self.tag}"
+
+
+def parse_model_name(name: str) -> ModelName:
+    """The parts of a model name, defaults filled in, lower case."""
+    s = name.strip().lower()
+    s = s.split("@", 1)[0]  # a digest pins the same name
+    tag = ""
+    if s.rfind(":") > s.rfind("/"):
+        s, tag = s.rsplit(":", 1)
+    parts = s.split("/")
+    model = parts[-1]
+    namespace = parts[-2] if len(parts) >= 2 else ""
+    host = "/".join(parts[:-2]) if len(parts) >= 3 else ""
+    host = host.split("://", 1)[-1]
+    return ModelName(host or DEFAULT_HOST, namespace or DEFAULT_NAMESPACE, model, tag or DEFAULT_TAG)
+
+
+def canonical_model_name(name: str) -> str:
+    """``host/namespace/model:tag`` in full: equal for two spellings of the same model."""
+    return str(parse_model_name(name))
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two names (as clients, /api/ps or /api/tags spell them) mean the same model."""
+    return parse_model_name(a) == parse_model_name(b)

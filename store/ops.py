@@ -1,0 +1,390 @@
+"""Every write to the store is an operation object with one method, ``apply(tx)``.
+
+The writer runs a batch of operations in one transaction (``store.writer``); an
+operation only says what it writes, through the table declarations of
+``store.tables``. ``weight`` is how many records an operation carries (what a
+background writer counts as waiting).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from analysis.phases import split_record
+from analysis.records import (
+    CollectorInfo,
+    GpuSample,
+    HostBandwidth,
+    HostSample,
+    LoadedModel,
+    OllamaStatus,
+    Outcome,
+    RequestRecord,
+)
+from store.rows import encode_token_times, record_of, request_row
+from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
+from store.tables import (
+    COLLECTOR_HEARTBEAT,
+    EXPERIMENTS,
+    GPU_SAMPLES,
+    HOST_BANDWIDTH,
+    HOST_SAMPLES,
+    LOADED_MODELS,
+    MODEL_INFO,
+    OLLAMA_EVENTS,
+    OLLAMA_LAST_POLL,
+    PHASES_VERSION,
+    PS_SNAPSHOTS,
+    REQUEST_TOKENS,
+    REQUESTS,
+    ExperimentRow,
+    ModelInfoRow,
+    PsSnapshotRow,
+    RequestRow,
+    RequestTokensRow,
+    SqlValue,
+)
+
+T = TypeVar("T")
+DAY_S = 86_400.0
+# /api/show keys that are long, user-facing text and carry no architecture facts.
+SHOW_KEYS_DROPPED = ("license", "modelfile", "template")
+REDERIVE_BATCH = 200  # rows re-derived per transaction: short enough not to hold up the collector's writes
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long rows are kept, and the most the store may use on disk."""
+
+    samples_max_age_s: float = 7 * DAY_S  # GPU/host samples, /api/ps snapshots, Ollama events
+    requests_max_age_s: float = 90 * DAY_S  # requests, their token times, experiments
+    max_bytes: int = 2 * 1024**3
+
+
+@dataclass
+class RetentionResult:
+    deleted: dict[str, int] = field(default_factory=dict)
+    used_bytes_before: int = 0
+    used_bytes_after: int = 0
+
+
+@dataclass
+class Tx:
+    """One open write transaction: the connection, the write time, and what the writer was set up with."""
+
+    conn: sqlite3.Connection
+    now_unix_s: float
+    retention: RetentionPolicy
+    page_size: int
+
+    def used_bytes(self) -> int:
+        """Bytes of the main file that hold data (free pages excluded)."""
+        pages = int(self.conn.execute("PRAGMA page_count").fetchone()[0])
+        free = int(self.conn.execute("PRAGMA freelist_count").fetchone()[0])
+        return (pages - free) * self.page_size
+
+
+class Op(Generic[T]):
+    """A write: ``apply`` runs inside the writer's transaction and returns its result."""
+
+    vacuum_after: ClassVar[bool] = False  # give freed pages back to the file system after the commit
+
+    @property
+    def weight(self) -> int:
+        return 1
+
+    def apply(self, tx: Tx) -> T:
+        raise NotImplementedError
+
+
+def _rollup_params(values: dict[str, SqlValue], **extra: SqlValue) -> dict[str, SqlValue]:
+    """Named parameters for a rollup upsert: the sample's columns plus its minute."""
+    ts = values["ts_unix_s"]
+    assert isinstance(ts, float | int)
+    values.update(extra, minute_unix_s=int(ts // ROLLUP_S) * ROLLUP_S)
+    return values
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class PutRequest(Op[RequestRow | None]):
+    """Insert or update one request with its phases (split here, at write time) and token times.
+
+    Keeps a snapshot: the proxy goes on changing a running request while the writer's thread writes it.
+    A late in-flight progress row never replaces a finished one. Returns the row written (None: a stale
+    in-flight row, not written).
+    """
+
+    record: RequestRecord
+
+    _UPSERT: ClassVar[str] = REQUESTS.upsert_sql("id", "requests.outcome = 'in_flight' OR excluded.outcome <> 'in_flight'")
+
+    def __post_init__(self) -> None:
+        snap = copy.copy(self.record)
+        snap.token_chunk_ns = list(self.record.token_chunk_ns)
+        object.__setattr__(self, "record", snap)
+
+    def apply(self, tx: Tx) -> RequestRow | None:
+        rec = self.record
+        row = request_row(rec, split_record(rec), tx.now_unix_s, PHASES_VERSION)
+        if tx.conn.execute(f"{self._UPSERT} RETURNING id", REQUESTS.params(row)).fetchone() is None:
+            return None  # a stale in-flight row for a request already finished
+        tokens = RequestTokensRow(rec.id, len(rec.token_chunk_ns), encode_token_times(rec.received_ns, rec.token_chunk_ns))
+        tx.conn.execute(REQUEST_TOKENS.insert_sql("INSERT OR REPLACE"), REQUEST_TOKENS.params(tokens))
+        return row
+
+
+@dataclass(frozen=True)
+class MarkInterrupted(Op[int]):
+    """At collector start: in-flight rows left by a killed collector become upstream_failed. Returns how many."""
+
+    reason: str
+
+    def apply(self, tx: Tx) -> int:
+        cur = tx.conn.execute(
+            "UPDATE requests SET outcome = ?, error = ?, updated_at_unix_s = ?, "
+            "ended_at_unix_s = COALESCE(ended_at_unix_s, last_token_unix_s, ?) WHERE outcome = ?",
+            (Outcome.UPSTREAM_FAILED.value, self.reason, tx.now_unix_s, tx.now_unix_s, Outcome.IN_FLIGHT.value),
+        )
+        return cur.rowcount
+
+
+@dataclass(frozen=True)
+class RederivePhases(Op[int]):
+    """Derive the phases again for up to ``limit`` rows split by an older ``analysis.phases`` (oldest version first).
+
+    Returns how many rows it re-derived; 0 when every row is current. ``updated_at_unix_s`` is kept: the
+    request itself did not change.
+    """
+
+    limit: int = REDERIVE_BATCH
+
+    _UPDATE: ClassVar[str] = (
+        f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
+    )
+
+    def apply(self, tx: Tx) -> int:
+        rows = tx.conn.execute(
+            f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r "
+            "LEFT JOIN request_tokens t ON t.request_id = r.id "
+            "WHERE r.phases_version < ? AND r.outcome <> 'in_flight' ORDER BY r.phases_version, r.rowid LIMIT ?",
+            (PHASES_VERSION, int(self.limit)),
+        ).fetchall()
+        for values in rows:
+            old = REQUESTS.from_values(values[:-1])
+            rec = record_of(old, values[-1])
+            new = request_row(rec, split_record(rec), old.updated_at_unix_s, PHASES_VERSION)
+            tx.conn.execute(self._UPDATE, REQUESTS.params(new))
+        return len(rows)
+
+
+# ---------------------------------------------------------------- samples and polls
+
+
+@dataclass(frozen=True)
+class PutGpuSamples(Op[None]):
+    """One poll of every GPU: the raw samples and their per-minute rollups."""
+
+    samples: tuple[GpuSample, ...]
+
+    def __init__(self, samples: Iterable[GpuSample]) -> None:
+        object.__setattr__(self, "samples", tuple(samples))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.samples))
+
+    def apply(self, tx: Tx) -> None:
+        params = [GPU_SAMPLES.params(s) for s in self.samples]
+        tx.conn.executemany(GPU_SAMPLES.insert_sql(), params)
+        tx.conn.executemany(GPU_ROLLUP_SQL, [_rollup_params(dict(p)) for p in params])
+
+
+@dataclass(frozen=True)
+class PutHostSample(Op[None]):
+    sample: HostSample
+
+    def apply(self, tx: Tx) -> None:
+        params = HOST_SAMPLES.params(self.sample)
+        tx.conn.execute(HOST_SAMPLES.insert_sql(), params)
+        tx.conn.execute(HOST_ROLLUP_SQL, _rollup_params(dict(params)))
+
+
+@dataclass(frozen=True)
+class PutLoadedModels(Op[None]):
+    """One /api/ps poll: the snapshot (also when nothing is loaded) and its models."""
+
+    ts_unix_s: float
+    models: tuple[LoadedModel, ...]
+
+    def __init__(self, ts_unix_s: float, models: Iterable[LoadedModel]) -> None:
+        object.__setattr__(self, "ts_unix_s", ts_unix_s)
+        object.__setattr__(self, "models", tuple(models))
+
+    def apply(self, tx: Tx) -> None:
+        conn = tx.conn
+        conn.execute(
+            PS_SNAPSHOTS.insert_sql("INSERT OR REPLACE"), PS_SNAPSHOTS.params(PsSnapshotRow(self.ts_unix_s, len(self.models)))
+        )
+        conn.execute("DELETE FROM loaded_models WHERE ts_unix_s = ?", (self.ts_unix_s,))
+        # The snapshot's time, whatever the models say: one snapshot, one time.
+        conn.executemany(
+            LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.models]
+        )
+
+
+@dataclass(frozen=True)
+class PutModelInfo(Op[None]):
+    """The /api/show answer of a digest (long licence and template text dropped)."""
+
+    digest: str
+    name: str
+    show: Mapping[str, Any]
+
+    def apply(self, tx: Tx) -> None:
+        kept = {k: v for k, v in self.show.items() if k not in SHOW_KEYS_DROPPED}
+        row = ModelInfoRow(self.digest, self.name, json.dumps(kept, default=str, sort_keys=True), tx.now_unix_s)
+        tx.conn.execute(MODEL_INFO.insert_sql("INSERT OR REPLACE"), MODEL_INFO.params(row))
+
+
+@dataclass(frozen=True)
+class PutOllamaStatus(Op[None]):
+    """The last poll of Ollama; an event row only when up/down, URL or version changed."""
+
+    status: OllamaStatus
+
+    def apply(self, tx: Tx) -> None:
+        conn, s = tx.conn, self.status
+        conn.execute(OLLAMA_LAST_POLL.insert_sql("INSERT OR REPLACE", {"id": "1"}), OLLAMA_LAST_POLL.params(s))
+        last = conn.execute("SELECT up, base_url, version FROM ollama_events ORDER BY ts_unix_s DESC LIMIT 1").fetchone()
+        if last is None or (bool(last[0]), last[1], last[2]) != (s.up, s.base_url, s.version):
+            conn.execute(OLLAMA_EVENTS.insert_sql(), OLLAMA_EVENTS.params(s))
+
+
+@dataclass(frozen=True)
+class PutHeartbeat(Op[None]):
+    info: CollectorInfo
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute(COLLECTOR_HEARTBEAT.insert_sql("INSERT OR REPLACE", {"id": "1"}), COLLECTOR_HEARTBEAT.params(self.info))
+
+
+@dataclass(frozen=True)
+class PutHostBandwidth(Op[None]):
+    """The host's memory bandwidth as measured by the collector (the Why page reads the latest)."""
+
+    measurement: HostBandwidth
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute(HOST_BANDWIDTH.insert_sql("INSERT OR REPLACE"), HOST_BANDWIDTH.params(self.measurement))
+
+
+@dataclass(frozen=True)
+class PutExperiment(Op[None]):
+    """Insert or replace one Lab experiment (``params`` and ``results`` are stored as JSON)."""
+
+    id: str
+    kind: str
+    params: Mapping[str, Any]
+    started_at_unix_s: float
+    status: str
+    ended_at_unix_s: float | None = None
+    results: Any = None
+
+    def apply(self, tx: Tx) -> None:
+        row = ExperimentRow(
+            id=self.id,
+            kind=self.kind,
+            params_json=json.dumps(dict(self.params), default=str),
+            started_at_unix_s=self.started_at_unix_s,
+            ended_at_unix_s=self.ended_at_unix_s,
+            status=self.status,
+            results_json=None if self.results is None else json.dumps(self.results, default=str),
+        )
+        tx.conn.execute(EXPERIMENTS.insert_sql("INSERT OR REPLACE"), EXPERIMENTS.params(row))
+
+
+# ---------------------------------------------------------------- retention
+
+
+@dataclass(frozen=True)
+class ApplyRetention(Op[RetentionResult]):
+    """Delete rows past their age, then the oldest rows while the store is over ``max_bytes``."""
+
+    now_unix_s: float
+    vacuum_after: ClassVar[bool] = True
+
+    def apply(self, tx: Tx) -> RetentionResult:
+        conn = tx.conn
+        policy = tx.retention
+        result = RetentionResult(used_bytes_before=tx.used_bytes())
+        deleted = result.deleted
+
+        def count(table: str, n: int) -> None:
+            deleted[table] = deleted.get(table, 0) + n
+
+        def delete_samples_before(cutoff: float) -> None:
+            for table in ("gpu_samples", "host_samples", "loaded_models", "ps_snapshots", "ollama_events"):
+                count(table, conn.execute(f"DELETE FROM {table} WHERE ts_unix_s < ?", (cutoff,)).rowcount)
+            for table in ("gpu_minutes", "host_minutes"):  # minutes wholly before the cutoff
+                count(table, conn.execute(f"DELETE FROM {table} WHERE minute_unix_s + ? <= ?", (ROLLUP_S, cutoff)).rowcount)
+
+        def delete_requests_before(cutoff: float) -> None:
+            # request_tokens go with their rows (ON DELETE CASCADE).
+            count("requests", conn.execute("DELETE FROM requests WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
+            count("experiments", conn.execute("DELETE FROM experiments WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
+
+        delete_samples_before(self.now_unix_s - policy.samples_max_age_s)
+        delete_requests_before(self.now_unix_s - policy.requests_max_age_s)
+
+        # Size bound: oldest samples first, then oldest requests, a tenth of the time span at a time.
+        for _ in range(200):
+            if tx.used_bytes() <= policy.max_bytes:
+                break
+            span = conn.execute(
+                "SELECT MIN(t), MAX(t) FROM (SELECT MIN(ts_unix_s) AS t FROM gpu_samples UNION ALL "
+                "SELECT MAX(ts_unix_s) FROM gpu_samples UNION ALL SELECT MIN(ts_unix_s) FROM host_samples UNION ALL "
+                "SELECT MAX(ts_unix_s) FROM host_samples UNION ALL SELECT MIN(ts_unix_s) FROM ps_snapshots UNION ALL "
+                "SELECT MAX(ts_unix_s) FROM ps_snapshots)"
+            ).fetchone()
+            if span[0] is not None:
+                delete_samples_before(_next_cutoff(span[0], span[1]))
+                continue
+            span = conn.execute("SELECT MIN(started_at_unix_s), MAX(started_at_unix_s) FROM requests").fetchone()
+            if span[0] is None:
+                break
+            delete_requests_before(_next_cutoff(span[0], span[1]))
+        result.used_bytes_after = tx.used_bytes()
+        return result
+
+
+def _next_cutoff(t_min: float, t_max: float) -> float:
+    """Cut the oldest tenth of a time span; always past the oldest row, so every step deletes something."""
+    return max(t_min + (t_max - t_min) / 10.0, math.nextafter(t_min, math.inf))
+
+
+def drop_superseded(ops: Sequence[Op[Any]]) -> list[Op[Any]]:
+    """Within a batch, one upsert per request: the last finished one, else the last progress row.
+
+    (A progress row snapshotted before the request finished may be queued after its final row.)
+    """
+    kept: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if isinstance(op, PutRequest):
+            before = kept.get(op.record.id)
+            finished_before = before is not None and _finished(ops[before])
+            if not finished_before or _finished(op):
+                kept[op.record.id] = i
+    return [op for i, op in enumerate(ops) if not isinstance(op, PutRequest) or kept[op.record.id] == i]
+
+
+def _finished(op: Op[Any]) -> bool:
+    return isinstance(op, PutRequest) and Outcome(op.record.outcome) is not Outcome.IN_FLIGHT

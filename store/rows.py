@@ -1,0 +1,103 @@
+"""A request between its two forms: ``analysis.records.RequestRecord`` and the stored ``RequestRow``."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from analysis.phases import Flag, Phases
+from analysis.records import FinalMetrics, Outcome, RequestRecord
+from store.tables import RequestRow
+
+
+def encode_token_times(received_ns: int, token_chunk_ns: Sequence[int]) -> bytes:
+    """Chunk times as little-endian int64 gaps: first from ``received_ns``, then chunk to chunk."""
+    gaps = array("q", [t - prev for prev, t in itertools.pairwise(itertools.chain((received_ns,), token_chunk_ns))])
+    if sys.byteorder != "little":
+        gaps.byteswap()
+    return gaps.tobytes()
+
+
+def decode_token_times(received_ns: int, blob: bytes) -> list[int]:
+    """Inverse of ``encode_token_times``."""
+    gaps = array("q")
+    gaps.frombytes(blob)
+    if sys.byteorder != "little":
+        gaps.byteswap()
+    return list(itertools.accumulate(gaps, initial=received_ns))[1:]
+
+
+_ROW_FIELDS = {f.name for f in fields(RequestRow)}
+# The record's fields and its final metrics' fields stored as they are, under their own names.
+RECORD_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name in _ROW_FIELDS - {"outcome"})
+METRIC_COLUMNS = tuple(f.name for f in fields(FinalMetrics) if f.name in _ROW_FIELDS)
+# Fields of the phase split stored under their own names (durations, counts, rates, boundaries on the
+# record's clock); the split's flags, done_reason and token count are stored as the row spells them.
+PHASE_COLUMNS = tuple(f.name for f in fields(Phases) if f.name in _ROW_FIELDS - {"flags", "flag_text", "done_reason"})
+
+
+def _named(obj: object, names: Sequence[str]) -> dict[str, Any]:
+    """``obj``'s attributes of those names (all None when ``obj`` is None)."""
+    return {name: None if obj is None else getattr(obj, name) for name in names}
+
+
+def _opt_wall(rec: RequestRecord, t_ns: int | None) -> float | None:
+    return None if t_ns is None else rec.wall_s(t_ns)
+
+
+def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float, phases_version: int) -> RequestRow:
+    """One ``requests`` row: the record's fields, its metrics flattened, and its derived phases."""
+    m = rec.metrics
+    in_flight = Outcome(rec.outcome) is Outcome.IN_FLIGHT
+    end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
+    return RequestRow(
+        **_named(rec, RECORD_COLUMNS),
+        **_named(m, METRIC_COLUMNS),
+        outcome=Outcome(rec.outcome),
+        has_metrics=m is not None,
+        updated_at_unix_s=now_unix_s,
+        # A finished request always has an end (the write time at worst), so windows can find it by index.
+        ended_at_unix_s=_opt_wall(rec, end_ns) if end_ns is not None else (None if in_flight else now_unix_s),
+        last_token_unix_s=_opt_wall(rec, rec.token_chunk_ns[-1] if rec.token_chunk_ns else None),
+        tokens_so_far=len(rec.token_chunk_ns),
+        **_named(phases, PHASE_COLUMNS),
+        flags=tuple(phases.flags),
+        load_start_unix_s=_opt_wall(rec, phases.load_start_ns),
+        prefill_start_unix_s=_opt_wall(rec, phases.prefill_start_ns),
+        decode_start_unix_s=_opt_wall(rec, phases.decode_start_ns),
+        decode_end_unix_s=_opt_wall(rec, phases.decode_end_ns),
+        phases_version=phases_version,
+        phases_done_reason=phases.done_reason,
+        flag_text={str(code): text for code, text in phases.flag_text.items()},
+    )
+
+
+# A row of an older phases version may carry a code this version no longer has: it is dropped on reading
+# (the collector re-derives such rows at start).
+_FLAG_CODES = frozenset(Flag)
+
+
+def phases_of(row: RequestRow) -> Phases:
+    """The phases as stored with the row (as ``split_record`` of version ``row.phases_version`` gave them)."""
+    return Phases(
+        **_named(row, PHASE_COLUMNS),
+        token_chunks=row.tokens_so_far,
+        done_reason=row.phases_done_reason,
+        flags=[Flag(code) for code in row.flags if code in _FLAG_CODES],
+        flag_text={Flag(code): text for code, text in row.flag_text.items() if code in _FLAG_CODES},
+    )
+
+
+def record_of(row: RequestRow, gaps_le_i64: bytes | None) -> RequestRecord:
+    """The request as the proxy recorded it (token times only when their blob is given)."""
+    metrics = FinalMetrics(**_named(row, METRIC_COLUMNS)) if row.has_metrics else None
+    return RequestRecord(
+        **_named(row, RECORD_COLUMNS),
+        outcome=row.outcome,
+        token_chunk_ns=decode_token_times(row.received_ns, gaps_le_i64) if gaps_le_i64 else [],
+        metrics=metrics,
+    )
