@@ -156,24 +156,29 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
     bg.submit(PutRequest(make_record("seed")))
     assert bg.flush(timeout_s=20)
     stop = threading.Event()
+    seen: list[int] = []
+    steps, per_step = 3, 1000
     written = 0
 
     def write() -> None:
+        # Three committed steps, each waited on until a reader has seen it: progress is visible on any machine.
         nonlocal written
         t = 1_700_000_000.0
-        while not stop.is_set() and written < 3000:
-            bg.submit(PutRequest(make_record(f"w{written}", t + written)))
-            bg.submit(PutHostSample(HostSample(t + written, 10.0, 1, 2)))
-            written += 1
-            if written % 20 == 0:
-                time.sleep(0.005)
+        for _ in range(steps):
+            for _ in range(per_step):
+                bg.submit(PutRequest(make_record(f"w{written}", t + written)))
+                bg.submit(PutHostSample(HostSample(t + written, 10.0, 1, 2)))
+                written += 1
+            assert bg.flush(timeout_s=60)
+            deadline = time.monotonic() + 60
+            while not stop.is_set() and (not seen or seen[-1] < written + 1) and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     writer = threading.Thread(target=write)
     writer.start()
-    seen: list[int] = []
     try:
-        deadline = time.monotonic() + 15.0
-        while (writer.is_alive() or len(seen) < 5) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120.0
+        while writer.is_alive() and time.monotonic() < deadline:
             conn = queries.open_readonly(path)
             try:
                 n = len(queries.recent_requests(conn, 0, limit=10_000))
@@ -185,10 +190,9 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
     finally:
         stop.set()
         writer.join(timeout=30)
-    assert bg.flush(timeout_s=30)
     assert seen == sorted(seen)  # readers see whole batches, never a row go away
-    assert len(set(seen)) > 1  # and they saw the writer's progress while it wrote
-    assert _count(path) == written + 1
+    assert {per_step + 1, 2 * per_step + 1} <= set(seen)  # and they saw the writer's progress while it wrote
+    assert _count(path) == written + 1 == steps * per_step + 1
 
 
 def test_startup_ops_through_the_queue(path: Path) -> None:
