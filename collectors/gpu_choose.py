@@ -125,6 +125,10 @@ def choose_gpu_sampler(
         passed.append(("Apple Silicon (macmon)", "not macOS on Apple Silicon"))
 
     if system == "darwin":
+        if ram_total_bytes is None:
+            import psutil  # the system memory the Apple GPU shares
+
+            ram_total_bytes = int(psutil.virtual_memory().total)
         io = IoregSampler(ioreg, ollama_vram_bytes=ollama_vram_bytes, ram_total_bytes=ram_total_bytes)
         if io.open().kind == GpuKind.IOREG:
             return GpuChoice(io, passed)
