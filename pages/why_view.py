@@ -50,7 +50,7 @@ from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases, split_record
-from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, GpuSample, LoadedModel, Outcome, RequestRecord
 from pages.charts import plain
 from store import queries
 from store.schema import StoreNotFoundError
@@ -363,6 +363,7 @@ def build_why(
         if conn is None:
             return None
         gpus = _latest_gpus(conn, now)
+        beat = queries.latest_heartbeat(conn)
         show = queries.model_info(conn, model)
         loaded = next(
             (m for m in queries.latest_loaded_models(conn) if _same_model(m.name, model) or _same_model(m.model, model)), None
@@ -393,6 +394,8 @@ def build_why(
     elif frac < 1.0:
         hw = replace(hw, host_bandwidth_bytes_s=host_bw())
     notes = list(hw.notes)
+    if gpus and beat is not None and beat.gpu_state in UNIFIED_MEMORY_KINDS:
+        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
 
     facts: ModelFacts | None = None
     facts_error: str | None = None

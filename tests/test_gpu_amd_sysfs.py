@@ -150,3 +150,17 @@ def test_temperature_prefers_edge_then_junction(tmp_path: Path, label_order: tup
     temps = {label_order[0]: 80_000, label_order[1]: 60_000}
     s = _sampler(write_tree(tmp_path, FakeCard(temps_mc=temps)))
     assert s.sample()[0].temperature_c == 60.0  # the preferred label (edge, else junction) wins over the hotter one
+
+
+def test_bandwidth_cross_check_falls_back_to_the_table_and_says_so(tmp_path: Path) -> None:
+    from analysis.accelerator import resolve_hardware
+    from pages.why_view import hardware_line
+
+    (g,) = _sampler(write_tree(tmp_path)).sample()
+    hw = resolve_hardware(g)
+    assert hw.spec is not None and hw.spec.key == "rx-7900-xtx"
+    assert hw.bandwidth is not None and hw.bandwidth.source == "table"
+    assert hw.bandwidth_bytes_s == hw.spec.bandwidth_bytes_s
+    assert any("not the bus width" in n and "datasheet" in n for n in hw.notes)
+    line = hardware_line(hw)
+    assert "(datasheet)" in line and "memory clock now 1,249 of 1,249 MHz" in line
