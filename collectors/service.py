@@ -28,7 +28,7 @@ from aiohttp import web
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu import GpuState, SimGpuSource
-from collectors.gpu_choose import LOAD_PYNVML, choose_gpu_sampler
+from collectors.gpu_choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu_state import GpuSampler
 from collectors.host import HostSampler, OllamaProcesses
 from collectors.lab.ingest import LabIngester
@@ -71,11 +71,13 @@ class CollectorService:
         settings: Settings,
         *,
         nvml: ModuleType | Any | None = None,
+        gpu_choose: Callable[..., GpuChoice] = choose_gpu_sampler,
         max_backoff_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._nvml = nvml
+        self._gpu_choose = gpu_choose  # tests hand in one with fake drivers (amdsmi, macmon-lib)
         self._max_backoff_s = max_backoff_s
         self._clock = clock
         self.lock = CollectorLock(settings.data_dir)
@@ -140,7 +142,7 @@ class CollectorService:
         else:
             nvml = self._nvml
             choice = await asyncio.to_thread(
-                choose_gpu_sampler,
+                self._gpu_choose,
                 nvml=LOAD_PYNVML if nvml is None else lambda: nvml,
                 processes=processes,
                 ollama_vram_bytes=self._ollama_vram_bytes,

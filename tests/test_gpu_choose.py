@@ -93,3 +93,11 @@ def test_none_says_why_for_every_source(tmp_path: Path) -> None:
     message = choice.state.message
     assert message.startswith("no GPU source found (NVIDIA (NVML): no NVIDIA GPU found")
     assert message.endswith("GPU charts stay empty; Phasewatch still records requests")
+
+
+def test_metrics_name_the_source() -> None:
+    from collectors.metrics import MetricsSnapshot, render
+
+    text = render(MetricsSnapshot(gpu_source="AMD (amdgpu sysfs)"))
+    assert 'phasewatch_gpu_source_info{source="AMD (amdgpu sysfs)"} 1' in text
+    assert "phasewatch_gpu_source_info" not in render(MetricsSnapshot())

@@ -82,12 +82,12 @@ class SocInfo:
 M2_MAX = SocInfo("Mac14,6", "Apple M2 Max", 64, [], 38, [444, 612, 808, 968, 1110, 1236, 1338, 1398])
 
 
-def decode_metrics(gpu_usage: float = 0.92, gpu_w: float = 21.4, gpu_temp_c: float = 58.5) -> Metrics:
+def decode_metrics(gpu_usage: float = 0.92, gpu_w: float = 21.4, gpu_temp_c: float = 58.5, ram_gib: int = 64) -> Metrics:
     return Metrics(
         cpu_usage=[],
         gpu_usage=[GpuUsage("GPU", 38, 1398, gpu_usage)],
         power=PowerMetrics(package=27.9, cpu=4.1, gpu=gpu_w, ram=1.6, gpu_ram=0.4, ane=0.0, board=41.0, battery=0.0, dc_in=0.0),
-        memory=MemoryMetrics(ram_total=64 * 1024**3, ram_usage=41 * 1024**3, swap_total=0, swap_usage=0),
+        memory=MemoryMetrics(ram_total=ram_gib * 1024**3, ram_usage=ram_gib * 1024**3 // 2, swap_total=0, swap_usage=0),
         temperature=TemperatureMetrics(cpu_average=52.0, gpu_average=gpu_temp_c),
     )
 
@@ -100,6 +100,10 @@ class FakeMacmon:
     readings: list[Metrics | MacmonError] = field(default_factory=lambda: [decode_metrics()])
     init_error: MacmonError | None = None
     closed: int = 0
+
+    def next_reading(self) -> Metrics | MacmonError:
+        """The next of ``readings``; the last one repeats."""
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
 
     def soc_info(self) -> SocInfo:
         if self.init_error is not None:
@@ -123,7 +127,7 @@ class FakeMacmon:
             def metrics(self) -> Metrics:
                 if self._released:
                     raise InvalidArgumentError("sampler has already been released")
-                item = fake.readings.pop(0) if len(fake.readings) > 1 else fake.readings[0]
+                item = fake.next_reading()
                 if isinstance(item, MacmonError):
                     raise item
                 return item
