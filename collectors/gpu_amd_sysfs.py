@@ -66,6 +66,8 @@ class AmdSysfsSampler:
 
     root: Path = field(default_factory=sysfs_root)
     read: Reader = _read_text
+    # sysfs has no per-process VRAM: Ollama's share comes from /api/ps (size_vram), with one card only.
+    ollama_vram_bytes: Callable[[], int | None] = lambda: None
     clock: Callable[[], float] = time.time
     name: str = "AMD (amdgpu sysfs)"
     state: GpuState = field(default=GpuState(GpuKind.NONE, "sysfs not read yet"), init=False)
@@ -146,7 +148,7 @@ class AmdSysfsSampler:
                 return line.split("=", 1)[1]
         return device.parent.name
 
-    def _sample_one(self, index: int, device: Path, ts_unix_s: float) -> GpuSample:
+    def _sample_one(self, index: int, device: Path, ts_unix_s: float, ollama: int | None) -> GpuSample:
         hwmon = self._hwmon(device)
         mem_clock, mem_clock_max = parse_dpm(self._text(device / "pp_dpm_mclk") or "")
         sclk, sclk_max = parse_dpm(self._text(device / "pp_dpm_sclk") or "")
@@ -177,8 +179,11 @@ class AmdSysfsSampler:
             mem_clock_mhz=mem_clock,
             mem_clock_max_mhz=mem_clock_max,
             mem_bus_width_bits=None,  # sysfs does not say; the hardware table supplies the bandwidth
+            ollama_mem_bytes=ollama,
         )
 
     def sample(self, now: float | None = None) -> list[GpuSample]:
         ts = self.clock() if now is None else now
-        return [self._sample_one(i, device, ts) for i, device in enumerate(self._cards)]
+        # /api/ps does not say which card holds a model: with several cards the share is unknown, not guessed.
+        ollama = self.ollama_vram_bytes() if len(self._cards) == 1 else None
+        return [self._sample_one(i, device, ts, ollama) for i, device in enumerate(self._cards)]

@@ -108,7 +108,7 @@ def choose_gpu_sampler(
         why = smi.state.message
     passed.append(("AMD (amdsmi)", _why(why, "no GPU")))
 
-    sysfs = AmdSysfsSampler(root if root is not None else sysfs_root())
+    sysfs = AmdSysfsSampler(root if root is not None else sysfs_root(), ollama_vram_bytes=ollama_vram_bytes)
     if sysfs.open().kind == GpuKind.AMD_SYSFS:
         return GpuChoice(sysfs, passed)
     passed.append(("AMD (amdgpu sysfs)", _why(sysfs.state.message, "no card")))

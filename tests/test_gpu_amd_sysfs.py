@@ -164,3 +164,12 @@ def test_bandwidth_cross_check_falls_back_to_the_table_and_says_so(tmp_path: Pat
     assert any("not the bus width" in n and "datasheet" in n for n in hw.notes)
     line = hardware_line(hw)
     assert "(datasheet)" in line and "memory clock now 1,249 of 1,249 MHz" in line
+
+
+def test_ollama_share_from_api_ps_with_one_card_only(tmp_path: Path) -> None:
+    one = AmdSysfsSampler(write_tree(tmp_path / "one"), ollama_vram_bytes=lambda: 3_000_000_000)
+    one.open()
+    assert one.sample()[0].ollama_mem_bytes == 3_000_000_000
+    two = AmdSysfsSampler(write_tree(tmp_path / "two", FakeCard(number=1), FakeCard(number=2)), ollama_vram_bytes=lambda: 3)
+    two.open()
+    assert [g.ollama_mem_bytes for g in two.sample()] == [None, None]  # which card holds it is unknown: not guessed
