@@ -144,5 +144,8 @@ def test_prompt_cache_second_prefill_much_shorter(sim: SimProcess) -> None:
     first, second = sorted(r.points, key=lambda p: p["attempt"])
     assert first["cached_tokens"] == 0
     assert second["cached_tokens"] >= 2000
-    assert second["prefill_s"] < 0.1 * first["prefill_s"]
-    assert r.summary["saved_fraction"] > 0.9
+    # By design the first prefill takes 5 steps (~240 ms), the second one step of its few new tokens (~8 ms,
+    # 3% of the first). One step can run late by tens of ms on a busy machine, so the bound leaves it 64 ms;
+    # evaluating a third of the prefix again would still break it.
+    assert second["prefill_s"] < 0.3 * first["prefill_s"]
+    assert r.summary["saved_fraction"] > 0.7
