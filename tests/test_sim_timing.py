@@ -22,10 +22,10 @@ from sim.tokens import make_prompt
 from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
 
 LLAMA8B = "llama3.1:8b"
-# How late one step may end on a busy 2-core machine (two CPU-bound processes beside the tests): sim keeps
-# a virtual timeline, so later steps catch up, but the step a duration starts or ends on shows the lateness.
-# Hiccups seen under such load: up to ~50 ms.
-LATE_S = 0.15
+# How late one step may end on a busy 2-core machine: sim keeps a virtual timeline, so later steps catch up,
+# but the step a duration starts or ends on shows its lateness. sim restarts its timeline when it runs more
+# than 250 ms late (sim.engine.MAX_CARRY_NS); seen beside two CPU-bound processes and other tests: ~200 ms.
+LATE_S = 0.3
 
 
 def generate(sim: SimProcess, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -39,10 +39,6 @@ def generate(sim: SimProcess, body: dict[str, Any]) -> tuple[dict[str, Any], str
         return data, r.getheader("X-Sim-Request-Id") or ""
     finally:
         conn.close()
-
-
-def decode_tok_s(final: dict[str, Any]) -> float:
-    return float((final["eval_count"] - 1) / (final["eval_duration"] / 1e9))
 
 
 @pytest.mark.parametrize(
@@ -75,18 +71,23 @@ def test_physics_llama8b_prompt512(hardware: str, prefill_range: tuple[float, fl
 
 
 def test_decode_slows_with_context_by_the_kv_term() -> None:
-    # 120 tokens (~1 s): a step that ends late at either end of the timeline moves the rate by a few percent.
-    ctx_opts = {"num_ctx": 16384, "num_predict": 120}
+    # 300 tokens (~2.5 s) each: sim's timeline keeps the average rate while single steps run late and the next
+    # ones catch up; only the first and last steps' lateness shows, a few percent of the whole here.
+    ctx_opts = {"num_ctx": 16384, "num_predict": 300}
     with start_sim("--hardware", "rtx-4090", "--disk-gbs", "20") as sim:
         short, _ = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(64, seed=2), "raw": True, "options": ctx_opts})
         long_, _ = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(8000, seed=3), "raw": True, "options": ctx_opts})
     m, p = BY_NAME[LLAMA8B], PROFILES["rtx-4090"]
-    expected = timing.step_seconds(m, p, 1.0, timing.StepWork([8060], [])) / timing.step_seconds(
-        m, p, 1.0, timing.StepWork([124], [])
+    expected = timing.step_seconds(m, p, 1.0, timing.StepWork([8150], [])) / timing.step_seconds(
+        m, p, 1.0, timing.StepWork([214], [])
     )
     assert expected > 1.1  # 8K of KV cache is about 1 GB read per step on top of 4.9 GB of weights
     measured = decode_tok_s(short) / decode_tok_s(long_)
     assert expected * 0.85 <= measured <= expected * 1.2
+
+
+def decode_tok_s(final: dict[str, Any]) -> float:
+    return float((final["eval_count"] - 1) / (final["eval_duration"] / 1e9))
 
 
 def test_prompt_cache_shortens_prefill_not_count() -> None:
