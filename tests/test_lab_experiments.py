@@ -156,8 +156,11 @@ def test_cold_load_takes_model_bytes_over_disk_speed(sim: SimProcess) -> None:
     expected_s = model_bytes / profile_by_key(HARDWARE).disk_read_bytes_s
     s = r.summary
     assert s["model_bytes"] == model_bytes
-    assert s["cold_load_s"] == pytest.approx(expected_s, rel=0.25)
-    assert s["warm_load_s"] < 0.05 * s["cold_load_s"]
+    # A load is a sleep of that length (0.7 s here): a busy machine only ever ends it late, by up to a few
+    # hundred ms (sim restarts its step timeline past 250 ms of lateness; the same allowance here).
+    assert 0.95 * expected_s <= s["cold_load_s"] <= expected_s + 0.3
+    # A warm model is ready at once: milliseconds, give or take one late wake-up, against the 0.7 s of a cold load.
+    assert s["warm_load_s"] < 0.25 * s["cold_load_s"]
     assert s["cold_ttft_s"] > s["cold_load_s"] > s["warm_ttft_s"]
 
 
