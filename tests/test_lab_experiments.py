@@ -126,7 +126,9 @@ def test_concurrency_total_rises_while_each_stream_slows(sim: SimProcess) -> Non
 
 
 def test_interference_stall_is_about_one_prefill_chunk(sim: SimProcess) -> None:
-    r = run(sim, "interference", long_prompt_tokens=2048, chat_max_tokens=1024)
+    # 4,096 prompt tokens: 4 chunks, so one chunk's stall stands apart from the whole prefill's even when a
+    # busy machine ends that step late.
+    r = run(sim, "interference", long_prompt_tokens=4096, chat_max_tokens=1024)
     s = r.summary
     assert s["served_serially"] is False
     chunk_tokens = default_num_batch(profile_by_key(HARDWARE).default_num_ctx)  # 1024 at the default 32K context
@@ -136,14 +138,14 @@ def test_interference_stall_is_about_one_prefill_chunk(sim: SimProcess) -> None:
     chunk_s = timing.step_seconds(model, profile_by_key(HARDWARE), 1.0, timing.StepWork([100], [(512, chunk_tokens)]))
     typical_s, largest_s = s["typical_stall_ms"] / 1000, s["stall_ms"] / 1000
     print(f"typical stall {typical_s / chunk_s:.2f} chunks, largest {largest_s / chunk_s:.2f}")
-    # Each stall is one batch step holding a full prefill chunk, not the whole prefill (2 chunks). On a busy
-    # machine a step ends late and sim's timeline then catches up with shorter steps, so the typical stall
-    # shrinks (measured under load: 0.25-1.0 chunks) while the largest one stays a chunk (1.03-1.09).
-    assert 0.7 * chunk_s <= largest_s <= 1.7 * chunk_s
-    assert typical_s <= 1.7 * chunk_s
+    # Each stall is one batch step holding a full prefill chunk, not the whole prefill (4 chunks). On a busy
+    # machine a step ends late and sim's timeline then catches up with shorter steps: measured under load, the
+    # typical stall was 0.25-1.0 chunks, the largest 1.0-1.9 (one step ~100 ms late).
+    assert 0.7 * chunk_s <= largest_s
+    assert typical_s <= 2.0 * chunk_s
     assert s["max_gap_ms"] / 1000 < 0.6 * s["long_prefill_s"]
     assert s["max_gap_ms"] > 4 * s["baseline_gap_ms"]
-    assert s["gaps_over_3x_during_prefill"] >= 2048 // chunk_tokens - 1
+    assert s["gaps_over_3x_during_prefill"] >= 4096 // chunk_tokens - 1
     phases = {p["phase"] for p in r.points}
     assert {"before", "during"} <= phases
 

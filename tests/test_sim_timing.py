@@ -171,10 +171,12 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         normal_s = timing.step_seconds(m, p, 1.0, timing.StepWork([40], []))
         assert chunk_s > 10 * normal_s
         assert sorted(before)[len(before) // 2] < 3 * normal_s * 1e9
-        assert 0.7 * chunk_s * 1e9 <= max(during) <= 2.0 * chunk_s * 1e9
+        # The longest stall is a chunk, not B's whole prefill (8 chunks): measured against that prefill in the
+        # same run, since a busy machine can end a single step a few hundred ms late.
+        b = results["b"]
+        assert 0.7 * chunk_s * 1e9 <= max(during) <= 0.5 * b.prompt_eval_duration
         assert len(during) >= 6  # A kept streaming, one token per chunk of B's prompt
         # B's prefill time covers the shared steps: about 8 chunks.
-        b = results["b"]
         assert 6 * chunk_s * 1e9 <= b.prompt_eval_duration <= 12 * chunk_s * 1e9
         _, gpu = http_json(sim, "GET", "/sim/gpu")
         assert gpu["gpus"][0]["mem_used_bytes"] > BY_NAME[LLAMA8B].size_bytes
