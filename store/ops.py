@@ -13,10 +13,10 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
-from analysis.phases import split_record
+from analysis.phases import Flag, split_record
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -182,6 +182,10 @@ class RederivePhases(Op[int]):
             old = REQUESTS.from_values(values[:-1])
             rec = record_of(old, values[-1])
             new = request_row(rec, split_record(rec), old.updated_at_unix_s, PHASES_VERSION)
+            if Flag.CLAMPED in old.flags and Flag.CLAMPED not in new.flags:  # the stored values are the clamped ones
+                clamped = Flag.CLAMPED.value
+                text = {**new.flag_text, clamped: old.flag_text.get(clamped, "")}
+                new = replace(new, flags=(*new.flags, clamped), flag_text=text)
             tx.conn.execute(self._UPDATE, REQUESTS.params(new))
         return len(rows)
 
