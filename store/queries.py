@@ -301,6 +301,7 @@ def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: 
     ]
 
 
+
 def stale_phases_count(conn: sqlite3.Connection) -> int:
     """Finished requests whose phases came from an older split (the collector re-derives them)."""
     (n,) = conn.execute(
@@ -525,3 +526,5 @@ def experiment_rows(conn: sqlite3.Connection, kind: str | None = None, limit: in
     return [
         EXPERIMENTS.from_values(r) for r in _rows(conn, f"{sql} ORDER BY started_at_unix_s DESC LIMIT ?", [*args, int(limit)])
     ]
+
+

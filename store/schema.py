@@ -244,7 +244,8 @@ def _v3(conn: sqlite3.Connection) -> None:
             cols.append(f"{f}_peak")
             sel.append(f"MAX({f})")
         conn.execute(
-            f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} GROUP BY {', '.join([minute, *keys])}"
+            f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} "
+            f"GROUP BY {', '.join([minute, *keys])}"
         )
 
 
