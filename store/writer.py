@@ -9,6 +9,7 @@ retried whole.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -17,13 +18,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from store.ops import DAY_S, Op, RetentionPolicy, RetentionResult, Tx, drop_superseded
+from store.ops import DAY_S, ApplyRetention, Op, RetentionPolicy, RetentionResult, Tx, drop_superseded
 from store.schema import connect_writer
 
 __all__ = ["DAY_S", "BackgroundWriter", "RetentionPolicy", "RetentionResult", "StoreWriter"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+WAL_MIN_BYTES = 64 * 1024  # the -wal file's size kept after a checkpoint: a quarter of the bound, within these
+WAL_MAX_BYTES = 4 * 1024 * 1024  # SQLite's own default checkpoint point (1000 pages of 4 KiB)
+MAX_BATCH_OPS = 500  # a batch is written at the interval or once it holds this many operations, whichever first
+MAX_BATCH_BYTES = 1024 * 1024  # ...or this many bytes (an eighth of the size bound when that is less)
+MIN_BATCH_BYTES = 32 * 1024
+SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
 
 
 class StoreWriter:
@@ -45,6 +54,11 @@ class StoreWriter:
         self._clock = clock
         self._conn = connect_writer(self.path, busy_timeout_ms=busy_timeout_ms)
         self._page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+        # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
+        # checkpoint (it never shrinks by itself), both scaled to the bound.
+        wal_bytes = max(WAL_MIN_BYTES, min(WAL_MAX_BYTES, self.retention.max_bytes // 4))
+        self._conn.execute(f"PRAGMA journal_size_limit = {int(wal_bytes)}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // self._page_size)}")
 
     def write(self, op: Op[T]) -> T:
         """Apply one operation in its own transaction; returns its result."""
@@ -71,6 +85,37 @@ class StoreWriter:
         """Bytes of the main file that hold data (free pages excluded)."""
         return self._tx(0.0).used_bytes()
 
+    def file_bytes(self) -> int:
+        """Bytes on disk: the main file (free pages included) and its -wal."""
+        pages = int(self._conn.execute("PRAGMA page_count").fetchone()[0])
+        try:
+            wal = os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            wal = 0
+        return pages * self._page_size + wal
+
+    def over_bound(self) -> bool:
+        """True when the files on disk hold more than ``retention.max_bytes``."""
+        return self.file_bytes() > self.retention.max_bytes
+
+    def compact(self) -> None:
+        """Give free pages back to the file system and cut the -wal file back; best effort.
+
+        ``PRAGMA incremental_vacuum`` frees one page per step of its statement. ``execute`` takes one step
+        (the pragma's rows have no columns, so even ``fetchall`` stops there); ``executescript`` steps each
+        statement to its end. A store made without incremental auto-vacuum is converted by one ``VACUUM``.
+        """
+        conn = self._conn
+        try:
+            if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != AUTO_VACUUM_INCREMENTAL:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                conn.execute("VACUUM")
+            else:
+                conn.executescript("PRAGMA incremental_vacuum")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("giving free space back after retention failed: %s", exc)
+
     def close(self) -> None:
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -94,17 +139,8 @@ class StoreWriter:
                 conn.execute("ROLLBACK")
             raise
         if any(op.vacuum_after for op in ops):
-            self._after_retention()
+            self.compact()
         return results
-
-    def _after_retention(self) -> None:
-        # Give freed pages back to the file system; best effort.
-        try:
-            conn = self._conn
-            conn.execute("PRAGMA incremental_vacuum")
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as exc:
-            log.warning("incremental vacuum after retention failed: %s", exc)
 
 
 # ---------------------------------------------------------------- background writer
@@ -133,12 +169,17 @@ class BackgroundWriter:
         *,
         retention: RetentionPolicy | None = None,
         batch_interval_s: float = 0.2,
+        max_batch_ops: int = MAX_BATCH_OPS,
         busy_timeout_ms: int = 1000,
         max_backoff_s: float = 5.0,
     ) -> None:
         # Opened here, so that an unusable store fails the caller at once.
         self._writer = StoreWriter(path, retention=retention, busy_timeout_ms=busy_timeout_ms)
         self._batch_interval_s = batch_interval_s
+        self._max_batch_ops = max(1, max_batch_ops)
+        # A batch is also cut by size: one transaction of it may not take the store far past its bound.
+        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 8))
+        self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
         self._max_backoff_s = max_backoff_s
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -254,10 +295,12 @@ class BackgroundWriter:
                 if not batch and not stop:
                     item = self._queue.get()  # idle: block until there is work
                     stop = self._take(item, batch)
-                # Gather what arrives within one batch interval; a flush or close ends the wait early.
+                # Gather what arrives within one batch interval; a flush or close ends the wait early, and a full
+                # batch (ops or bytes) goes at once, so that little waits in memory for a kill to lose.
                 deadline = time.monotonic() + self._batch_interval_s
                 hurry = stop or self._wake.is_set()
-                while True:
+                size_bytes = sum(op.size_bytes for op in batch)
+                while len(batch) < self._max_batch_ops and size_bytes < self._max_batch_bytes:
                     left = 0.0 if hurry else deadline - time.monotonic()
                     try:
                         item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
@@ -267,6 +310,8 @@ class BackgroundWriter:
                         hurry = True
                     if self._take(item, batch):
                         stop = hurry = True
+                    elif item is not _FLUSH:
+                        size_bytes += batch[-1].size_bytes
                 self._wake.clear()
                 if batch:
                     if self._write(batch):
@@ -329,7 +374,24 @@ class BackgroundWriter:
             self._done.notify_all()
         self.last_error = None
         self._finished(applied, results)
+        self._keep_bound(applied)
         return True
+
+    def _keep_bound(self, applied: Sequence[Op[Any]]) -> None:
+        """After a commit: when the files outgrew the bound, shed the oldest rows now (not at the next hourly pass)."""
+        stuck_at = self._shed_stuck_at
+        if any(op.vacuum_after for op in applied) or (stuck_at is not None and time.monotonic() - stuck_at < SHED_MIN_GAP_S):
+            return
+        try:
+            if not self._writer.over_bound():
+                return
+            result = self._writer.write(ApplyRetention(time.time()))
+            self._shed_stuck_at = time.monotonic() if self._writer.over_bound() else None
+        except sqlite3.Error as exc:  # the next commit checks again
+            log.warning("size check failed: %s", exc)
+            return
+        if result.deleted.get("requests"):
+            log.info("store over its size bound: deleted the %d oldest requests", result.deleted["requests"])
 
     def _write_one_by_one(self, batch: list[Op[Any]]) -> bool:
         for i, op in enumerate(batch):

@@ -13,6 +13,7 @@ from store.writer import DAY_S, RetentionPolicy, StoreWriter
 from tests.test_store_writer import make_record
 
 NOW = 1_800_000_000.0
+PAGE_SIZE = 4096  # SQLite's default, the store's
 
 
 def _gpu(ts: float) -> GpuSample:
@@ -95,9 +96,14 @@ def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> N
     # The per-minute rollups are cut at the same point (whole minutes before the oldest sample kept).
     (oldest_minute,) = conn.execute("SELECT MIN(minute_unix_s) FROM gpu_minutes").fetchone()
     assert oldest - 2 * ROLLUP_S < oldest_minute <= oldest
-    # Freed pages go back to the file system (incremental auto-vacuum).
+    # Freed pages go back to the file system (incremental auto-vacuum stepped to the end), and the -wal
+    # file is cut back: the files on disk hold about what the rows use, not one freed page less.
+    assert Path(f"{path}-wal").stat().st_size == 0
+    pages_after = sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0]
+    assert pages_after * PAGE_SIZE <= full * 0.8
+    assert pages_after < pages_before * 0.85
+    assert path.stat().st_size <= full * 0.8
     w.close()
-    assert sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0] < pages_before
 
 
 def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
