@@ -350,7 +350,8 @@ class BackgroundWriter:
             if set_limit:
                 self._writer.set_hard_limit_bytes(limit)
             applied = drop_superseded(batch)
-            self._forget([op for op in batch if op not in applied])
+            kept_ids = {id(op) for op in applied}  # by identity: == on a request op compares whole records
+            self._forget([op for op in batch if id(op) not in kept_ids])
             results = self._writer.apply(applied)
         except sqlite3.OperationalError as exc:
             # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the

@@ -24,7 +24,6 @@ MIB = 1024 * 1024
 BOUND_MB = 1
 LOAD_S = 30.0  # the load's length: ~15x the time the unbounded store took to pass 2 MB here
 START_GRACE_S = 0.0  # none needed: the bound is checked after every commit from the first one
-KILL_MARGIN_S = 1.0  # "answered before the kill": at least this long before it (the writer commits every 0.2 s)
 PROMPT_PAD = "x" * 1500  # recorded (--record-text): each request row a few KB, so the store fills quickly
 
 
