@@ -146,6 +146,11 @@ class StoreWriter:
 # ---------------------------------------------------------------- background writer
 
 
+def _is_full(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL: the disk (or the file's page cap) has no room for the transaction."""
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc)
+
+
 class _Flush(Op[None]):
     """Queue marker: write what is gathered now (never applied)."""
 
@@ -341,27 +346,32 @@ class BackgroundWriter:
         return False
 
     def _write(self, batch: list[Op[Any]]) -> bool:
-        """One transaction for the batch. True when it is committed (or its bad records were dropped)."""
+        """One transaction for the batch. True when it is committed (or its bad records were dropped).
+
+        On a full disk, the batch is split: its leading half (then a quarter, …) is tried alone, so that
+        what fits commits; the rest stays in ``batch`` for the retry.
+        """
         with self._lock:
             set_limit, limit = self._hard_limit
             self._hard_limit = (False, limit)
-        weight = sum(op.weight for op in batch)
         try:
             if set_limit:
                 self._writer.set_hard_limit_bytes(limit)
-            applied = drop_superseded(batch)
-            kept_ids = {id(op) for op in applied}  # by identity: == on a request op compares whole records
-            self._forget([op for op in batch if id(op) not in kept_ids])
-            results = self._writer.apply(applied)
+            self._commit(batch)
         except sqlite3.OperationalError as exc:
             # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the
             # same request replaces need not wait in memory (a long outage would otherwise pile them up).
             kept = drop_superseded(batch)
-            superseded = weight - sum(op.weight for op in kept)
+            superseded = sum(op.weight for op in batch) - sum(op.weight for op in kept)
             batch[:] = kept
             with self._lock:
                 self._committed += superseded
+            if _is_full(exc):
+                self._commit_what_fits(batch)
+            with self._lock:
                 waiting = self._submitted - self._committed - self._dropped
+            if not batch:
+                return True
             self.last_error = f"{exc}: {waiting} records waiting"
             log.warning("store write failed, will retry: %s", self.last_error)
             return False
@@ -369,14 +379,35 @@ class BackgroundWriter:
             # A record SQLite refuses for itself (not for lack of space): write the others one by one.
             log.exception("store batch failed (%s); retrying record by record", exc)
             return self._write_one_by_one(batch)
+        return True
+
+    def _commit(self, ops: Sequence[Op[Any]]) -> None:
+        """Apply ``ops`` in one transaction and count them as committed; raises what SQLite raises."""
+        applied = drop_superseded(ops)
+        results = self._writer.apply(applied)
+        kept_ids = {id(op) for op in applied}  # by identity: == on a request op compares whole records
+        self._forget([op for op in ops if id(op) not in kept_ids])
+        self.last_error = None  # before the count: a flush that returns sees no stale error
         with self._lock:
-            self._committed += weight
+            self._committed += sum(op.weight for op in ops)
             self._batches += 1
             self._done.notify_all()
-        self.last_error = None
         self._finished(applied, results)
         self._keep_bound(applied)
-        return True
+
+    def _commit_what_fits(self, batch: list[Op[Any]]) -> None:
+        """After SQLITE_FULL on the whole batch: commit its leading part, halved until it fits; the rest stays."""
+        n = len(batch) // 2
+        while n >= 1 and batch:
+            try:
+                self._commit(batch[:n])
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    return
+                n //= 2
+                continue
+            del batch[:n]
+            n = min(n, len(batch))
 
     def _keep_bound(self, applied: Sequence[Op[Any]]) -> None:
         """After a commit: when the files outgrew the bound, shed the oldest rows now (not at the next hourly pass)."""

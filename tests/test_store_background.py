@@ -129,6 +129,41 @@ def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: 
     assert _integrity(path) == "ok"
 
 
+def test_a_full_disk_backlog_bigger_than_the_room_left_commits_the_part_that_fits(path: Path) -> None:
+    bg = BackgroundWriter(path, batch_interval_s=0.5, max_backoff_s=0.2)
+    try:
+        bg.submit(PutRequest(make_record("before")))
+        assert bg.flush(timeout_s=20)
+        conn = sqlite3.connect(path)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.close()
+        bg.set_hard_limit_bytes((pages + 40) * 4096)  # room for ~160 KB more, as on a disk nearly full
+        big = [replace(make_record(f"r{i:03d}", n_tokens=200), response_text="x" * 4000) for i in range(100)]  # ~500 KB
+        for rec in big:
+            bg.submit(PutRequest(rec))
+        deadline = time.monotonic() + 20
+        while _count(path) == 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # let it retry what is left a few times
+        stored = _count(path) - 1
+        # What fits is in (the oldest first), the rest waits in memory, said in last_error; nothing dropped.
+        assert 0 < stored < 100
+        assert bg.pending_count == 100 - stored and bg.dropped_count == 0
+        assert bg.last_error is not None and "full" in bg.last_error and f"{100 - stored} records waiting" in bg.last_error
+        reader = queries.open_readonly(path)
+        ids = sorted(r.id for r in queries.recent_requests(reader, 0, limit=1000))
+        reader.close()
+        assert ids == sorted(["before", *(f"r{i:03d}" for i in range(stored))])
+
+        bg.set_hard_limit_bytes(None)  # space returns: the rest goes in
+        assert bg.flush(timeout_s=20)
+        assert bg.pending_count == 0 and bg.last_error is None and _count(path) == 101
+        assert _integrity(path) == "ok"
+    finally:
+        bg.close()
+    print(f"committed {stored} of 100 within the room left")
+
+
 def test_close_drains_everything_submitted(path: Path) -> None:
     bg = BackgroundWriter(path, batch_interval_s=10.0)  # would not write for 10 s on its own
     for i in range(100):
