@@ -18,7 +18,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from store.ops import DAY_S, ApplyRetention, Op, RetentionPolicy, RetentionResult, Tx, drop_superseded
+from store.ops import (
+    DAY_S,
+    ApplyRetention,
+    Op,
+    PutGpuSamples,
+    PutHeartbeat,
+    PutHostSample,
+    PutLoadedModels,
+    PutOllamaStatus,
+    PutRequest,
+    RetentionPolicy,
+    RetentionResult,
+    Tx,
+    drop_superseded,
+)
 from store.schema import connect_writer
 
 __all__ = ["DAY_S", "BackgroundWriter", "RetentionPolicy", "RetentionResult", "StoreWriter"]
@@ -32,6 +46,11 @@ WAL_MAX_BYTES = 4 * 1024 * 1024  # SQLite's own default checkpoint point (1000 p
 MAX_BATCH_OPS = 500  # a batch is written at the interval or once it holds this many operations, whichever first
 MAX_BATCH_BYTES = 1024 * 1024  # ...or this many bytes (an eighth of the size bound when that is less)
 MIN_BATCH_BYTES = 32 * 1024
+# While the store refuses writes (disk full): records kept in memory before the oldest samples are dropped,
+# and requests kept before the oldest requests are (a request is far more than a sample, so only past this).
+MAX_BACKLOG_RECORDS = 200_000
+MAX_BACKLOG_REQUESTS = 200_000
+SAMPLE_OPS: tuple[type[Op[Any]], ...] = (PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutHeartbeat)
 SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
 
 
@@ -175,6 +194,8 @@ class BackgroundWriter:
         retention: RetentionPolicy | None = None,
         batch_interval_s: float = 0.2,
         max_batch_ops: int = MAX_BATCH_OPS,
+        max_backlog_records: int = MAX_BACKLOG_RECORDS,
+        max_backlog_requests: int = MAX_BACKLOG_REQUESTS,
         busy_timeout_ms: int = 1000,
         max_backoff_s: float = 5.0,
     ) -> None:
@@ -182,6 +203,10 @@ class BackgroundWriter:
         self._writer = StoreWriter(path, retention=retention, busy_timeout_ms=busy_timeout_ms)
         self._batch_interval_s = batch_interval_s
         self._max_batch_ops = max(1, max_batch_ops)
+        self._max_backlog_records = max_backlog_records
+        self._max_backlog_requests = max_backlog_requests
+        self._backlog_dropped: dict[str, int] = {}  # operation kind → records dropped for the backlog cap
+        self._dropped_note = ""
         # A batch is also cut by size: one transaction of it may not take the store far past its bound.
         self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 8))
         self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
@@ -323,6 +348,7 @@ class BackgroundWriter:
                         batch = []
                         backoff_s = 0.05
                     else:
+                        stop = self._hold_backlog(batch) or stop
                         give_up = self._give_up_at
                         if stop and give_up is not None and time.monotonic() >= give_up:
                             return
@@ -335,6 +361,48 @@ class BackgroundWriter:
             self._writer.close()
             with self._lock:
                 self._done.notify_all()
+
+    def _hold_backlog(self, batch: list[Op[Any]]) -> bool:
+        """While the store refuses writes: everything queued joins the batch (tried, then split, as one),
+        kept within the named caps. Past ``max_backlog_records`` the oldest samples go; requests go only past
+        ``max_backlog_requests``. What goes is counted as dropped and said in ``last_error``. True for the stop marker.
+        """
+        stop = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            stop = self._take(item, batch) or stop
+        dropped: dict[str, int] = {}
+
+        def drop_oldest(kinds: tuple[type[Op[Any]], ...], excess: int) -> None:
+            gone: list[Op[Any]] = []
+            for op in batch:
+                if excess <= 0:
+                    break
+                if isinstance(op, kinds):
+                    gone.append(op)
+                    excess -= op.weight
+            gone_ids = {id(op) for op in gone}
+            batch[:] = [op for op in batch if id(op) not in gone_ids]
+            self._forget(gone)
+            for op in gone:
+                dropped[type(op).__name__] = dropped.get(type(op).__name__, 0) + op.weight
+            with self._lock:
+                self._dropped += sum(op.weight for op in gone)
+                self._done.notify_all()
+
+        drop_oldest(SAMPLE_OPS, sum(op.weight for op in batch) - self._max_backlog_records)
+        drop_oldest((PutRequest,), sum(1 for op in batch if isinstance(op, PutRequest)) - self._max_backlog_requests)
+        if dropped:
+            for kind, n in dropped.items():
+                self._backlog_dropped[kind] = self._backlog_dropped.get(kind, 0) + n
+            said = ", ".join(f"{n} {kind}" for kind, n in sorted(self._backlog_dropped.items()))
+            self._dropped_note = f"; backlog over its cap, dropped the oldest: {said}"
+            self.last_error = f"{self.last_error}{self._dropped_note}"
+            log.error("store backlog over its cap: dropped the oldest %s", dict(sorted(dropped.items())))
+        return stop
 
     @staticmethod
     def _take(item: Item, batch: list[Op[Any]]) -> bool:
@@ -372,7 +440,7 @@ class BackgroundWriter:
                 waiting = self._submitted - self._committed - self._dropped
             if not batch:
                 return True
-            self.last_error = f"{exc}: {waiting} records waiting"
+            self.last_error = f"{exc}: {waiting} records waiting{self._dropped_note}"
             log.warning("store write failed, will retry: %s", self.last_error)
             return False
         except Exception as exc:

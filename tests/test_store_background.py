@@ -164,6 +164,42 @@ def test_a_full_disk_backlog_bigger_than_the_room_left_commits_the_part_that_fit
     print(f"committed {stored} of 100 within the room left")
 
 
+def test_a_full_disk_backlog_over_its_cap_drops_the_oldest_samples_and_says_so(path: Path) -> None:
+    bg = BackgroundWriter(path, max_backoff_s=0.2, max_backlog_records=60, max_backlog_requests=25)
+    try:
+        bg.set_hard_limit_bytes(1)  # full disk
+
+        def big_request(i: int) -> PutRequest:  # too big for any room left: it waits
+            return PutRequest(replace(make_record(f"r{i:02d}", n_tokens=200), response_text="x" * 4000))
+
+        bg.submit(big_request(0))  # the oldest record: what fits behind it cannot commit before it
+        for i in range(50):
+            bg.submit(PutHostSample(HostSample(1000.0 + i, 5.0, 1, 2)))
+        for i in range(1, 30):
+            bg.submit(big_request(i))
+        deadline = time.monotonic() + 20
+        while bg.dropped_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not bg.flush(timeout_s=0.5)
+        error = bg.last_error
+        assert error is not None and "full" in error and "dropped the oldest" in error and "5 PutRequest" in error
+        assert "PutHostSample" in error  # samples went first...
+        dropped = bg.dropped_count
+
+        bg.set_hard_limit_bytes(None)
+        assert bg.flush(timeout_s=20)
+        assert bg.dropped_count == dropped and bg.last_error is None
+    finally:
+        bg.close()
+    conn = queries.open_readonly(path)
+    ids = sorted(r.id for r in queries.recent_requests(conn, 0, limit=1000))
+    samples = [r[0] for r in conn.execute("SELECT ts_unix_s FROM host_samples ORDER BY ts_unix_s")]
+    conn.close()
+    assert ids == [f"r{i:02d}" for i in range(5, 30)]  # ...requests only past their own cap, the oldest
+    assert samples == [1000.0 + i for i in range(20, 50)]  # the newest 30 kept (the backlog held 80, capped at 60)
+    assert dropped == 20 + 5
+
+
 def test_close_drains_everything_submitted(path: Path) -> None:
     bg = BackgroundWriter(path, batch_interval_s=10.0)  # would not write for 10 s on its own
     for i in range(100):
