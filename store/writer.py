@@ -44,8 +44,8 @@ AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 WAL_MIN_BYTES = 64 * 1024  # the -wal file's size kept after a checkpoint: a quarter of the bound, within these
 WAL_MAX_BYTES = 4 * 1024 * 1024  # SQLite's own default checkpoint point (1000 pages of 4 KiB)
 MAX_BATCH_OPS = 500  # a batch is written at the interval or once it holds this many operations, whichever first
-MAX_BATCH_BYTES = 1024 * 1024  # ...or this many bytes (an eighth of the size bound when that is less)
-MIN_BATCH_BYTES = 32 * 1024
+MAX_BATCH_BYTES = 1024 * 1024  # ...or this many bytes (a 32nd of the bound when less: -wal frames are whole pages)
+MIN_BATCH_BYTES = 16 * 1024
 # While the store refuses writes (disk full): records kept in memory before the oldest samples are dropped,
 # and requests kept before the oldest requests are (a request is far more than a sample, so only past this).
 MAX_BACKLOG_RECORDS = 200_000
@@ -130,6 +130,8 @@ class StoreWriter:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("VACUUM")
             else:
+                # Checkpoint the deletes first: the -wal then holds only the moved pages, not both at once.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 conn.executescript("PRAGMA incremental_vacuum")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
@@ -208,7 +210,7 @@ class BackgroundWriter:
         self._backlog_dropped: dict[str, int] = {}  # operation kind → records dropped for the backlog cap
         self._dropped_note = ""
         # A batch is also cut by size: one transaction of it may not take the store far past its bound.
-        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 8))
+        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 32))
         self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
         self._max_backoff_s = max_backoff_s
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
