@@ -3,7 +3,8 @@
 Every write is an operation object of ``store.ops`` (``PutRequest``, ``PutGpuSamples``, …)
 with one method, ``apply(tx)``. A batch of operations is applied in one transaction, so a
 batch is either all on disk or not at all: after a failure the batch stays in memory and is
-retried whole.
+retried (on a full disk, split so that what fits commits). After each commit the files are
+checked against the size bound (``RetentionPolicy.max_bytes``) and the oldest rows shed.
 """
 
 from __future__ import annotations
@@ -184,9 +185,11 @@ class BackgroundWriter:
     """A ``StoreWriter`` on its own thread, fed by a queue.
 
     ``submit`` never blocks on disk (safe to call from an asyncio loop). Every
-    ``batch_interval_s`` what has been submitted is written in one transaction. When
-    SQLite fails with ``OperationalError`` (disk full, locked), the batch stays in memory
-    and is retried with backoff; ``last_error`` and ``pending_count`` say so.
+    ``batch_interval_s`` what has been submitted is written in one transaction, or sooner once
+    ``max_batch_ops`` operations or a byte share of the bound are gathered. When SQLite fails with
+    ``OperationalError`` (disk full, locked), the batch stays in memory and is retried with backoff
+    (a full disk: its leading part that fits commits); ``last_error`` and ``pending_count`` say so,
+    and the backlog is held within ``max_backlog_records``/``max_backlog_requests`` (oldest samples first).
     """
 
     def __init__(
