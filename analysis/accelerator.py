@@ -46,8 +46,8 @@ def resolve_hardware(
     apple_chip: tuple[str, int | None] | None = None,
     host_bandwidth: Callable[[], float | None] = lambda: None,
 ) -> Hardware:
-    """The GPU of ``sample`` (NVML's name and memory → table row; bandwidth from NVML's clock × width
-    cross-checked against it); else the Apple chip; else this machine's CPU with its measured bandwidth."""
+    """The GPU of ``sample`` (its name and memory → table row; bandwidth from the driver's clock × width
+    cross-checked against it where both are known); else the Apple chip; else this machine's CPU with its measured bandwidth."""
     if sample is not None:
         spec = match_gpu(sample.name, sample.mem_total_bytes)
         nvml_bw = None
@@ -57,16 +57,23 @@ def resolve_hardware(
         choice = None
         if spec is None and nvml_bw is None:
             notes.append(
-                f"{sample.name} is not in Phasewatch's hardware table and NVML gave no memory clock or bus width, "
+                f"{sample.name} is not in Phasewatch's hardware table and its driver gives no memory clock "
+                "and bus width to compute a bandwidth from, "
                 "so there are no ceilings to draw."
             )
         else:
             choice = choose_bandwidth(spec, nvml_bw)
             if choice.message:
                 notes.append(choice.message + ".")
+        if nvml_bw is None and sample.mem_clock_max_mhz and spec is not None:
+            # AMD (sysfs, amdsmi) reports the memory clock but not the bus width: nothing to cross-check with.
+            notes.append(
+                f"The driver reports the memory clock ({sample.mem_clock_max_mhz:,} MHz at most) but not the bus width, "
+                "so the bandwidth is the datasheet's, not cross-checked."
+            )
         if spec is None and nvml_bw is not None:
             notes.append(
-                f"{sample.name} is not in Phasewatch's hardware table: its bandwidth comes from NVML "
+                f"{sample.name} is not in Phasewatch's hardware table: its bandwidth comes from its driver's clock and bus width "
                 f"({w.gb_s(nvml_bw)}), but without its compute figure there is no prefill ceiling."
             )
         if spec is not None and spec.derived:

@@ -25,8 +25,27 @@ class GpuKind(StrEnum):
     """What the collector's GPU side samples (stored as ``heartbeat.gpu_state``)."""
 
     NVML = "nvml"  # NVIDIA GPUs through NVML
+    AMDSMI = "amdsmi"  # AMD GPUs through ROCm's amdsmi library
+    AMD_SYSFS = "amd-sysfs"  # AMD GPUs through the amdgpu driver's sysfs files
+    MACMON = "macmon"  # Apple Silicon through macmon-lib (IOReport, no sudo)
+    IOREG = "ioreg"  # Apple Silicon through the IORegistry's PerformanceStatistics
     SIMULATED = "simulated"  # the simulator's virtual GPU (demo mode)
-    NONE = "none"  # no GPU sampled: no NVIDIA driver, no GPU, or not started yet
+    NONE = "none"  # no GPU sampled: no supported GPU, or not started yet
+
+
+# How the sidebar and the metrics name each source.
+GPU_SOURCE_NAMES: dict[str, str] = {
+    GpuKind.NVML: "NVIDIA (NVML)",
+    GpuKind.AMDSMI: "AMD (amdsmi)",
+    GpuKind.AMD_SYSFS: "AMD (amdgpu sysfs)",
+    GpuKind.MACMON: "Apple Silicon (macmon)",
+    GpuKind.IOREG: "Apple Silicon (IORegistry)",
+    GpuKind.SIMULATED: "simulated",
+    GpuKind.NONE: "none",
+}
+# Sources whose GPU shares the system memory: their "VRAM" line is what Ollama's models hold of it.
+UNIFIED_MEMORY_KINDS = frozenset({GpuKind.MACMON, GpuKind.IOREG})
+UNIFIED_MEMORY_NOTE = "unified memory: the VRAM line is what Ollama's models hold of system memory"
 
 
 @dataclass(frozen=True)
@@ -83,7 +102,7 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One NVML reading of one GPU. Any field NVML does not support is None."""
+    """One reading of one GPU (NVML, amdsmi, sysfs, macmon, IORegistry or the sim). Any field the source lacks is None."""
 
     ts_unix_s: float
     index: int

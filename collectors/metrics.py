@@ -96,6 +96,7 @@ class RequestStats:
 @dataclass
 class MetricsSnapshot:
     gpus: Sequence[GpuSample] = ()
+    gpu_source: str | None = None  # e.g. "AMD (amdgpu sysfs)", "none"
     host: HostSample | None = None
     ollama: OllamaStatus | None = None
     loaded_models: Sequence[LoadedModel] = ()
@@ -223,6 +224,9 @@ def render(snap: MetricsSnapshot) -> str:
         w.family("phasewatch_ollama_model_size_bytes", "gauge", "Memory a loaded model uses in total.")
         for m in snap.loaded_models:
             w.sample("phasewatch_ollama_model_size_bytes", m.size_bytes, {"model": bound_label(m.name)})
+    if snap.gpu_source is not None:
+        w.family("phasewatch_gpu_source_info", "gauge", "Where the GPU readings come from, as a label.")
+        w.sample("phasewatch_gpu_source_info", 1, {"source": snap.gpu_source})
     _render_gpus(w, snap.gpus)
     _render_host(w, snap.host)
 

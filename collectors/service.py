@@ -25,9 +25,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from analysis.records import CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
+from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, prepare_data_dir
-from collectors.gpu import GpuState, NvmlGpuSource, SimGpuSource
+from collectors.gpu import GpuState, SimGpuSource
+from collectors.gpu_choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
+from collectors.gpu_state import GpuSampler
 from collectors.host import HostSampler, OllamaProcesses
 from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lab.ingest import LabIngester
@@ -75,7 +77,8 @@ class StoreOpenError(RuntimeError):
 class CollectorService:
     """Everything ``python -m collectors`` runs. ``await start()``, then ``await stop()``.
 
-    ``nvml`` is the ``pynvml`` module (tests pass a fake one); None imports the real one.
+    ``nvml`` is the ``pynvml`` module (tests pass a fake one); None imports the real one. The GPU
+    source is chosen at start (``collectors.gpu_choose``): NVML, amdsmi, AMD sysfs, macmon, IORegistry.
     ``host_bandwidth`` measures this host's memory bandwidth, once, in a background thread at start,
     unless the store already holds a measurement of this machine; None measures nothing.
     """
@@ -85,6 +88,7 @@ class CollectorService:
         settings: Settings,
         *,
         nvml: ModuleType | Any | None = None,
+        gpu_choose: Callable[..., GpuChoice] = choose_gpu_sampler,
         max_backoff_s: float | None = None,
         clock: Callable[[], float] = time.time,
         host_bandwidth: Callable[[], HostBandwidth] | None = measure_host_bandwidth,
@@ -93,6 +97,7 @@ class CollectorService:
         self._measure_host_bandwidth = host_bandwidth
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nvml = nvml
+        self._gpu_choose = gpu_choose  # tests hand in one with fake drivers (amdsmi, macmon-lib)
         self._max_backoff_s = max_backoff_s
         self._clock = clock
         self.lock = CollectorLock(settings.data_dir)
@@ -104,7 +109,7 @@ class CollectorService:
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._nvml_source: NvmlGpuSource | None = None
+        self._gpu: GpuSampler | None = None
         self._sim_source: SimGpuSource | None = None
         self._host: HostSampler | None = None
         self._lab: LabIngester | None = None
@@ -158,12 +163,14 @@ class CollectorService:
             self.gpu_state = self._sim_source.state
         else:
             nvml = self._nvml
-            if nvml is None:
-                import pynvml
-
-                nvml = pynvml
-            self._nvml_source = NvmlGpuSource(nvml, processes=processes, clock=self._clock)
-            self.gpu_state = await asyncio.to_thread(self._nvml_source.open)
+            choice = await asyncio.to_thread(
+                self._gpu_choose,
+                nvml=LOAD_PYNVML if nvml is None else lambda: nvml,
+                processes=processes,
+                ollama_vram_bytes=self._ollama_vram_bytes,
+            )
+            self._gpu = choice.sampler
+            self.gpu_state = choice.state
         log.info("GPU: %s%s", self.gpu_state.kind, f" ({self.gpu_state.message})" if self.gpu_state.message else "")
         self._host = await asyncio.to_thread(HostSampler, processes, clock=self._clock)
 
@@ -226,9 +233,9 @@ class CollectorService:
                 self.unwritten_records = writer.pending_count
                 self.unwritten_error = writer.last_error
                 log.error("the store did not take %d records before closing: %s", self.unwritten_records, writer.last_error)
-        if self._nvml_source is not None:
-            await asyncio.to_thread(self._nvml_source.close)
-            self._nvml_source = None
+        if self._gpu is not None:
+            await asyncio.to_thread(self._gpu.close)
+            self._gpu = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -302,7 +309,7 @@ class CollectorService:
             return None if conn is None else queries.latest_host_bandwidth(conn)
 
     def _sample_blocking(self) -> tuple[list[GpuSample], HostSample | None]:
-        gpus = self._nvml_source.sample() if self._nvml_source is not None else []
+        gpus = self._gpu.sample(self._clock()) if self._gpu is not None else []
         host = self._host.sample() if self._host is not None else None
         return gpus, host
 
@@ -314,8 +321,8 @@ class CollectorService:
         if self._sim_source is not None:
             gpus = await self._sim_source.sample()
             self.gpu_state = self._sim_source.state
-        elif self._nvml_source is not None:
-            self.gpu_state = self._nvml_source.state
+        elif self._gpu is not None:
+            self.gpu_state = self._gpu.state
         if gpus:
             writer.submit(PutGpuSamples(gpus))
         if host is not None:
@@ -329,6 +336,13 @@ class CollectorService:
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
+
+    def _ollama_vram_bytes(self) -> int | None:
+        """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""
+        state = self.poller.state if self.poller is not None else None
+        if state is None or state.status is None or not state.status.up:
+            return None
+        return sum(m.size_vram_bytes for m in state.models)
 
     def heartbeat(self) -> CollectorInfo:
         s = self.settings
@@ -373,6 +387,7 @@ class CollectorService:
         poller = self.poller
         return MetricsSnapshot(
             gpus=self.latest_gpus,
+            gpu_source=GPU_SOURCE_NAMES.get(self.gpu_state.kind, str(self.gpu_state.kind)),
             host=self.latest_host,
             ollama=poller.state.status if poller else None,
             loaded_models=poller.state.models if poller else [],

@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
 from pages import charts, data, derive, fmt
 from pages.derive import InFlightView, Interval
 
@@ -25,7 +26,7 @@ class LiveModel:
     models_table: pd.DataFrame
     models_figure: go.Figure | None
     host_figure: go.Figure | None
-    gpu_state: str | None  # the collector's word: "nvml" | "simulated" | "none"
+    gpu_state: str | None  # the collector's word, a GpuKind value: "nvml", "amd-sysfs", "macmon", "simulated", "none", ...
     gpu_message: str | None
     requests_in_window: int
     notes: list[str] = field(default_factory=list)
@@ -159,12 +160,19 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
         )
         st.code(proxy_line, language="bash")
     if model.gpu_figures:
+        if model.gpu_state in UNIFIED_MEMORY_KINDS:
+            st.caption(
+                UNIFIED_MEMORY_NOTE[0].upper()
+                + UNIFIED_MEMORY_NOTE[1:]
+                + " (Ollama's size_vram); the total is the system memory."
+            )
         for index, fig in model.gpu_figures:
             st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
     else:
         if model.gpu_state == "none":
             st.info(
-                "No NVIDIA GPU found, so there is no GPU timeline. Phases and rates still come from Ollama's own timings.",
+                "No GPU found (NVIDIA, AMD or Apple), so there is no GPU timeline. "
+                "Phases and rates still come from Ollama's own timings.",
                 icon=":material/info:",
             )
             if model.gpu_message:

@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from analysis.records import GpuKind
+from analysis.records import GPU_SOURCE_NAMES, GpuKind
 from collectors.api import LaunchStatus
 from pages import common, data, fmt
 from pages.common import AppContext
@@ -60,8 +60,12 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         for g in status.gpus:
             sim = " (simulated)" if g.simulated else ""
             st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
+        source = status.heartbeat.gpu_state if status.heartbeat is not None else None
+        if source and source not in (GpuKind.SIMULATED, GpuKind.NONE):
+            # Our own names are plain text (st.caption renders Markdown; escaping would show the backslashes).
+            st.caption(f"read through {GPU_SOURCE_NAMES.get(source) or md_escape(source)}")
     elif status.heartbeat is not None and status.heartbeat.gpu_state == GpuKind.NONE:
-        st.markdown("**GPU** · no NVIDIA GPU found")
+        st.markdown("**GPU** · no GPU found")
         # The collector's message already says what it means; show the default only when it sent none.
         st.caption(
             status.heartbeat.gpu_message

@@ -49,7 +49,7 @@ from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases
-from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, GpuSample, LoadedModel, Outcome, RequestRecord
 from pages.charts import plain
 from store import queries
 from store.tables import RequestSummary
@@ -334,6 +334,7 @@ def build_why(
         if conn is None:
             return None
         gpus = _latest_gpus(conn, now)
+        beat = queries.latest_heartbeat(conn)
         info = queries.model_info(conn, model)
         show = None if info is None else info.show
         loaded = queries.loaded_model(conn, model)
@@ -363,6 +364,8 @@ def build_why(
     elif frac < 1.0:
         hw = replace(hw, host_bandwidth_bytes_s=host_bw())
     notes = list(hw.notes)
+    if gpus and beat is not None and beat.gpu_state in UNIFIED_MEMORY_KINDS:
+        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
 
     facts: ModelFacts | None = None
     facts_error: str | None = None

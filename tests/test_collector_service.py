@@ -46,7 +46,7 @@ def _query(data: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
         conn.close()
 
 
-async def _until(cond: Callable[[], Any], timeout_s: float = 15.0) -> Any:
+async def _until(cond: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         value = cond()

@@ -68,7 +68,7 @@ def generate(proxy: ProxyThread, model: str, prompt: str, **options: Any) -> Req
     before = {r.id for r in proxy.records}
     for _ in client.generate(model=model, prompt=prompt, options={**CTX, **options}, stream=True):
         pass
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         new = [r for r in proxy.records if r.id not in before and r.model == model and r.final_chunk_ns]
         if new:

@@ -18,7 +18,7 @@ BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pass
 IDLE = "import time\ntime.sleep(60)\n"
 
 
-def _wait_for(cond: object, timeout_s: float = 10.0) -> None:
+def _wait_for(cond: object, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if callable(cond) and cond():
@@ -87,8 +87,10 @@ def test_ollama_cpu_and_rss_follow_the_given_pids() -> None:
         time.sleep(1.0)
         b, i = busy_sampler.sample(), idle_sampler.sample()
         assert b.ollama_cpu_pct is not None and i.ollama_cpu_pct is not None
-        assert b.ollama_cpu_pct > 5.0  # spinning (on a shared 2-core machine: a generous floor)
-        assert i.ollama_cpu_pct < b.ollama_cpu_pct
+        # Spinning against sleeping, side by side: on a busy 2-core machine the spinner may get only a small
+        # share of a core (load average 16: ~6% of the machine), so the floor is low and the ratio large.
+        assert b.ollama_cpu_pct > 1.0
+        assert b.ollama_cpu_pct > 10 * i.ollama_cpu_pct
         assert b.ollama_rss_bytes == pytest.approx(psutil.Process(busy.pid).memory_info().rss, rel=0.2)
         busy.kill()
         busy.wait(timeout=10)

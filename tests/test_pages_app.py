@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analysis.records import HostSample
+from analysis.records import GpuSample, HostSample
 from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Fixture, build_fixture_store, status_rows
-from store.ops import PutHostSample, PutRequest
+from store.ops import PutGpuSamples, PutHostSample, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -135,11 +135,36 @@ def test_no_gpu_is_explained(data_dir: Path) -> None:
     finally:
         w.close()
     at = run_app()
-    assert any("No NVIDIA GPU found" in i.value for i in at.info)
+    assert any("No GPU found (NVIDIA, AMD or Apple)" in i.value for i in at.info)
     side = "\n".join(m.value for m in at.sidebar.markdown)
-    assert "no NVIDIA GPU found" in side
+    assert "no GPU found" in side
     assert "libnvidia-ml.so.1 not found" in "\n".join(c.value for c in at.sidebar.caption)
     assert any("No model is loaded" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(
+    ("gpu_state", "name", "source", "unified"),
+    [
+        ("amd-sysfs", "AMD Radeon RX 7900 XTX", "AMD (amdgpu sysfs)", False),
+        ("macmon", "Apple M2 Max", "Apple Silicon (macmon)", True),
+    ],
+)
+def test_sidebar_names_the_gpu_source_and_live_says_unified_memory(
+    data_dir: Path, gpu_state: str, name: str, source: str, unified: bool
+) -> None:
+    now = time.time()
+    w = StoreWriter(db_path(data_dir))
+    try:
+        status_rows(w, now, data_dir, gpu_state=gpu_state)
+        w.write(PutGpuSamples([GpuSample(now - 2 + i, 0, name, f"{gpu_state}-0", util_gpu_pct=50.0 + i, power_w=20.0,
+                                       ollama_mem_bytes=5 << 30) for i in range(2)]))  # fmt: skip
+    finally:
+        w.close()
+    at = run_app()
+    assert f"read through {source}" in [c.value for c in at.sidebar.caption]
+    assert any(name in m.value for m in at.sidebar.markdown)
+    note = "Unified memory: the VRAM line is what Ollama's models hold of system memory"
+    assert any(note in c.value for c in at.caption) is unified
 
 
 # ---------------------------------------------------------------- empty store, Ollama down, demo

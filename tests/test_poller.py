@@ -76,7 +76,7 @@ def sim_on(port: int) -> Iterator[subprocess.Popen[bytes]]:
                 proc.wait(timeout=5)
 
 
-async def wait_until(cond: Any, timeout_s: float = 15.0) -> None:
+async def wait_until(cond: Any, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"

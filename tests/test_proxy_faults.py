@@ -52,7 +52,7 @@ def stream_lines(
         return dict(r.headers), reads, None
 
 
-def wait_for(predicate: Any, timeout_s: float = 10.0) -> None:
+def wait_for(predicate: Any, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:

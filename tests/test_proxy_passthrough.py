@@ -324,6 +324,9 @@ def test_text_is_recorded_when_opted_in(sim: SimProcess) -> None:
 
 
 def test_in_flight_snapshots_show_progress(sim: SimProcess, proxy: ProxyThread) -> None:
+    # The small model writes 400 tokens in under a second, which a busy machine can spend before the snapshot
+    # below: sim holds the stream for 3 s after token 20, so the snapshot finds it in flight.
+    httpx.post(sim.base_url + "/sim/faults", json={"stall_ms": 3000, "stall_after_tokens": 20}, timeout=10).raise_for_status()
     body = {"model": SMALL, "prompt": "a long answer please", "options": {"num_predict": 400}}
     with httpx.stream("POST", proxy.base_url + "/api/generate", json=body, timeout=30) as r:
         lines = r.iter_lines()

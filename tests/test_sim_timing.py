@@ -22,6 +22,10 @@ from sim.tokens import make_prompt
 from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
 
 LLAMA8B = "llama3.1:8b"
+# How late one step may end on a busy 2-core machine: sim keeps a virtual timeline, so later steps catch up,
+# but the step a duration starts or ends on shows its lateness. sim restarts its timeline when it runs more
+# than 250 ms late (sim.engine.MAX_CARRY_NS); seen beside two CPU-bound processes and other tests: ~200 ms.
+LATE_S = 0.3
 
 
 def generate(sim: SimProcess, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -37,15 +41,6 @@ def generate(sim: SimProcess, body: dict[str, Any]) -> tuple[dict[str, Any], str
         conn.close()
 
 
-def prefill_tok_s(final: dict[str, Any]) -> float:
-    new = final["prompt_eval_count"] - final.get("prompt_eval_cached_count", 0)
-    return float(new / (final["prompt_eval_duration"] / 1e9))
-
-
-def decode_tok_s(final: dict[str, Any]) -> float:
-    return float((final["eval_count"] - 1) / (final["eval_duration"] / 1e9))
-
-
 @pytest.mark.parametrize(
     ("hardware", "prefill_range", "decode_range"),
     [("rtx-3090", (3000, 5500), (90, 140)), ("m2-ultra", (700, 1300), (60, 95))],
@@ -55,29 +50,44 @@ def test_physics_llama8b_prompt512(hardware: str, prefill_range: tuple[float, fl
         final, rid = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(512, seed=1), "raw": True,
                                     "options": {"num_predict": 40}})
         assert final["prompt_eval_count"] == 512 and final["eval_count"] == 40
-        lo, hi = prefill_range
-        assert lo <= prefill_tok_s(final) <= hi
-        lo, hi = decode_range
-        assert lo <= decode_tok_s(final) <= hi
         # What was reported is what happened.
         rec = truth_by_id(sim, rid)
         assert final["prompt_eval_duration"] == rec["prefill_end_ns"] - rec["prefill_start_ns"]
         assert final["eval_duration"] == rec["token_sampled_ns"][-1] - rec["token_sampled_ns"][0]
-        assert abs(final["total_duration"] - (rec["done_ns"] - rec["received_ns"])) < 20_000_000
+        # (The final chunk is built, then written, then "done" is stamped.)
+        assert abs((rec["done_ns"] - rec["received_ns"]) - final["total_duration"]) < LATE_S * 1e9
+    # sim's model lies inside the published ranges...
+    m, p = BY_NAME[LLAMA8B], PROFILES[hardware]
+    prefill_s = timing.step_seconds(m, p, 1.0, timing.StepWork([], [(0, 512)]))  # one step of 512 tokens
+    decode_step_s = timing.step_seconds(m, p, 1.0, timing.StepWork([530], []))
+    lo, hi = prefill_range
+    assert lo <= 512 / prefill_s <= hi
+    lo, hi = decode_range
+    assert lo <= 1 / decode_step_s <= hi
+    # ...and what it measured keeps to its model, give or take how late a busy machine lets one step end
+    # (the 512-token step, where the decode timeline starts, or the last decode step).
+    assert prefill_s * 0.99 <= final["prompt_eval_duration"] / 1e9 <= prefill_s + LATE_S
+    assert abs(final["eval_duration"] / 1e9 - 39 * decode_step_s) <= 0.03 * 39 * decode_step_s + LATE_S
 
 
 def test_decode_slows_with_context_by_the_kv_term() -> None:
-    ctx_opts = {"num_ctx": 16384, "num_predict": 30}
+    # 300 tokens (~2.5 s) each: sim's timeline keeps the average rate while single steps run late and the next
+    # ones catch up; only the first and last steps' lateness shows, a few percent of the whole here.
+    ctx_opts = {"num_ctx": 16384, "num_predict": 300}
     with start_sim("--hardware", "rtx-4090", "--disk-gbs", "20") as sim:
         short, _ = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(64, seed=2), "raw": True, "options": ctx_opts})
         long_, _ = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(8000, seed=3), "raw": True, "options": ctx_opts})
     m, p = BY_NAME[LLAMA8B], PROFILES["rtx-4090"]
-    expected = timing.step_seconds(m, p, 1.0, timing.StepWork([8015], [])) / timing.step_seconds(
-        m, p, 1.0, timing.StepWork([79], [])
+    expected = timing.step_seconds(m, p, 1.0, timing.StepWork([8150], [])) / timing.step_seconds(
+        m, p, 1.0, timing.StepWork([214], [])
     )
     assert expected > 1.1  # 8K of KV cache is about 1 GB read per step on top of 4.9 GB of weights
     measured = decode_tok_s(short) / decode_tok_s(long_)
     assert expected * 0.85 <= measured <= expected * 1.2
+
+
+def decode_tok_s(final: dict[str, Any]) -> float:
+    return float((final["eval_count"] - 1) / (final["eval_duration"] / 1e9))
 
 
 def test_prompt_cache_shortens_prefill_not_count() -> None:
@@ -88,7 +98,9 @@ def test_prompt_cache_shortens_prefill_not_count() -> None:
         assert first["prompt_eval_count"] == second["prompt_eval_count"] > 3000
         assert first.get("prompt_eval_cached_count") == 0
         assert second["prompt_eval_cached_count"] == second["prompt_eval_count"] - 1  # the last token is re-evaluated
-        assert second["prompt_eval_duration"] * 10 < first["prompt_eval_duration"]
+        # By design ~810 ms against one step of ~9 ms: a fifth leaves that step 150 ms to run late on a busy
+        # machine, while evaluating a fifth of the prompt again would break it.
+        assert second["prompt_eval_duration"] * 5 < first["prompt_eval_duration"]
         assert truth_by_id(sim, rid)["cached_tokens"] == second["prompt_eval_cached_count"]
 
 
@@ -116,7 +128,7 @@ def test_second_request_waits_for_the_slot_in_total_not_load() -> None:
         ta, tb = recs[60], recs[5]
         assert tb["slot_acquired_ns"] >= ta["token_sampled_ns"][-1]
         # The rest of the gap: waiting for the next step boundary, building the final chunk.
-        assert abs(queue_ns - (tb["slot_acquired_ns"] - tb["received_ns"])) < 60_000_000
+        assert abs(queue_ns - (tb["slot_acquired_ns"] - tb["received_ns"])) < LATE_S * 1e9
         assert ra.total_duration >= ra.prompt_eval_duration + ra.eval_duration
 
 
@@ -159,10 +171,12 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         normal_s = timing.step_seconds(m, p, 1.0, timing.StepWork([40], []))
         assert chunk_s > 10 * normal_s
         assert sorted(before)[len(before) // 2] < 3 * normal_s * 1e9
-        assert 0.7 * chunk_s * 1e9 <= max(during) <= 2.0 * chunk_s * 1e9
+        # The longest stall is a chunk, not B's whole prefill (8 chunks): measured against that prefill in the
+        # same run, since a busy machine can end a single step a few hundred ms late.
+        b = results["b"]
+        assert 0.7 * chunk_s * 1e9 <= max(during) <= 0.5 * b.prompt_eval_duration
         assert len(during) >= 6  # A kept streaming, one token per chunk of B's prompt
         # B's prefill time covers the shared steps: about 8 chunks.
-        b = results["b"]
         assert 6 * chunk_s * 1e9 <= b.prompt_eval_duration <= 12 * chunk_s * 1e9
         _, gpu = http_json(sim, "GET", "/sim/gpu")
         assert gpu["gpus"][0]["mem_used_bytes"] > BY_NAME[LLAMA8B].size_bytes

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import statistics
 import threading
-import time
 from typing import Any
 
 import ollama
@@ -40,14 +39,22 @@ def _send(stack: Stack) -> None:
         list(client.generate(model=MODEL, prompt=prompt, stream=True, options={"num_predict": reply, "num_ctx": 8192}))
     # Two at once: a long prompt arriving while another reply streams.
     long_prompt = "Read this: " + " ".join(["the committee reviewed the budget line by line"] * 600)
+    streaming = threading.Event()
+
+    def stream_reply() -> None:
+        for i, _ in enumerate(client.generate(model=MODEL, prompt="Write a poem.", stream=True,
+                                              options={"num_predict": 300, "num_ctx": 8192})):
+            if i == 5:
+                streaming.set()
+
     threads = [
-        threading.Thread(target=lambda: list(client.generate(model=MODEL, prompt="Write a poem.", stream=True,
-                                                             options={"num_predict": 300, "num_ctx": 8192}))),
+        threading.Thread(target=stream_reply),
         threading.Thread(target=lambda: list(client.generate(model=MODEL, prompt=long_prompt, stream=True,
                                                              options={"num_predict": 20, "num_ctx": 8192}))),
     ]  # fmt: skip
     threads[0].start()
-    time.sleep(0.5)  # let the first reply start streaming
+    # The long prompt must arrive while the reply streams (a fixed sleep can end before a busy machine starts it).
+    assert streaming.wait(60)
     threads[1].start()
     for t in threads:
         t.join(120)

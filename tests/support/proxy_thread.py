@@ -52,7 +52,7 @@ class ProxyThread:
 
         return self.call(snap())
 
-    def wait_records(self, n: int, timeout_s: float = 10.0) -> list[RequestRecord]:
+    def wait_records(self, n: int, timeout_s: float = 30.0) -> list[RequestRecord]:
         """Wait until at least n records arrived; return them all."""
         deadline = time.monotonic() + timeout_s
         while len(self.records) < n:
@@ -61,7 +61,7 @@ class ProxyThread:
             time.sleep(0.01)
         return list(self.records)
 
-    def wait_record(self, record_id: str, timeout_s: float = 10.0) -> RequestRecord:
+    def wait_record(self, record_id: str, timeout_s: float = 30.0) -> RequestRecord:
         """The record with this id (from the X-Phasewatch-Request-Id response header), once it arrived."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
