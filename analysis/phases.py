@@ -71,6 +71,7 @@ class Flag(StrEnum):
     IMPLAUSIBLE_PREFILL_RATE = "implausible_prefill_rate"
     IMPLAUSIBLE_DECODE_RATE = "implausible_decode_rate"
     INVALID_METRICS = "invalid_metrics"
+    CLAMPED = "clamped"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -90,6 +91,7 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.IMPLAUSIBLE_PREFILL_RATE: "prefill rate beyond any hardware: the duration is too small to mean anything",
     Flag.IMPLAUSIBLE_DECODE_RATE: "decode rate beyond any hardware: the duration is too small to mean anything",
     Flag.INVALID_METRICS: "the final metrics hold negative or absurd values and were ignored",
+    Flag.CLAMPED: "an integer did not fit in 64 bits and was stored clamped to the nearest one that does",
 }
 
 

@@ -56,7 +56,7 @@ from store.writer import DAY_S, BackgroundWriter, RetentionPolicy
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/phasewatch/metrics"
-RETENTION_EVERY_S = 3600.0
+RETENTION_EVERY_S = 300.0  # ages; the size bound is also checked after each commit
 INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
 

@@ -13,10 +13,10 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
-from analysis.phases import split_record
+from analysis.phases import Flag, split_record
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -55,6 +55,7 @@ T = TypeVar("T")
 DAY_S = 86_400.0
 # /api/show keys that are long, user-facing text and carry no architecture facts.
 SHOW_KEYS_DROPPED = ("license", "modelfile", "template")
+OP_BYTES = 512  # a row with its index entries, about; the text and token times of a request come on top
 REDERIVE_BATCH = 200  # rows re-derived per transaction: short enough not to hold up the collector's writes
 
 
@@ -65,6 +66,8 @@ class RetentionPolicy:
     samples_max_age_s: float = 7 * DAY_S  # GPU/host samples, /api/ps snapshots, Ollama events
     requests_max_age_s: float = 90 * DAY_S  # requests, their token times, experiments
     max_bytes: int = 2 * 1024**3
+    # Once over max_bytes, shed down to this fraction of it, so that the next shed is a while away.
+    shed_to_fraction: float = 0.8
 
 
 @dataclass
@@ -99,6 +102,11 @@ class Op(Generic[T]):
     def weight(self) -> int:
         return 1
 
+    @property
+    def size_bytes(self) -> int:
+        """About how many bytes it adds to the store (what a batch's size is counted in)."""
+        return OP_BYTES
+
     def apply(self, tx: Tx) -> T:
         raise NotImplementedError
 
@@ -131,6 +139,12 @@ class PutRequest(Op[RequestRow | None]):
         snap = copy.copy(self.record)
         snap.token_chunk_ns = list(self.record.token_chunk_ns)
         object.__setattr__(self, "record", snap)
+
+    @property
+    def size_bytes(self) -> int:
+        rec = self.record
+        texts = (rec.prompt_text, rec.response_text, rec.error, rec.model)
+        return OP_BYTES + sum(len(t) for t in texts if t) + 8 * len(rec.token_chunk_ns)
 
     def apply(self, tx: Tx) -> RequestRow | None:
         rec = self.record
@@ -182,6 +196,10 @@ class RederivePhases(Op[int]):
             old = REQUESTS.from_values(values[:-1])
             rec = record_of(old, values[-1])
             new = request_row(rec, split_record(rec), old.updated_at_unix_s, PHASES_VERSION)
+            if Flag.CLAMPED in old.flags and Flag.CLAMPED not in new.flags:  # the stored values are the clamped ones
+                clamped = Flag.CLAMPED.value
+                text = {**new.flag_text, clamped: old.flag_text.get(clamped, "")}
+                new = replace(new, flags=(*new.flags, clamped), flag_text=text)
             tx.conn.execute(self._UPDATE, REQUESTS.params(new))
         return len(rows)
 
@@ -201,6 +219,10 @@ class PutGpuSamples(Op[None]):
     @property
     def weight(self) -> int:
         return max(1, len(self.samples))
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * max(1, len(self.samples))
 
     def apply(self, tx: Tx) -> None:
         params = [GPU_SAMPLES.params(s) for s in self.samples]
@@ -346,8 +368,10 @@ class ApplyRetention(Op[RetentionResult]):
         delete_requests_before(self.now_unix_s - policy.requests_max_age_s)
 
         # Size bound: oldest samples first, then oldest requests, a tenth of the time span at a time.
+        over = tx.used_bytes() > policy.max_bytes
+        target_bytes = int(policy.max_bytes * policy.shed_to_fraction) if over else policy.max_bytes
         for _ in range(200):
-            if tx.used_bytes() <= policy.max_bytes:
+            if tx.used_bytes() <= target_bytes:
                 break
             span = conn.execute(
                 "SELECT MIN(t), MAX(t) FROM (SELECT MIN(ts_unix_s) AS t FROM gpu_samples UNION ALL "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -85,8 +86,29 @@ class StoreState(StrEnum):
     CORRUPT = "corrupt"  # not a readable SQLite store
 
 
+def folder_writable(folder: Path) -> bool:
+    """Whether files can be created in ``folder`` (a WAL reader needs to create the -shm file there)."""
+    return os.access(folder, os.W_OK)
+
+
+def _wal_is_empty(db: Path) -> bool:
+    try:
+        return Path(f"{db}-wal").stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
 def _connect(db: Path, busy_timeout_ms: int) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    """A read-only connection (``mode=ro``).
+
+    On read-only media (a folder where the -shm file cannot be created) a WAL store cannot be opened
+    that way: when no write is pending in a -wal file, the file is opened ``immutable=1`` (no -shm, no
+    locks: nothing may change it meanwhile, and on read-only media nothing can).
+    """
+    uri = f"{db.resolve().as_uri()}?mode=ro"
+    if not folder_writable(db.parent) and _wal_is_empty(db):
+        uri += "&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     conn.row_factory = sqlite3.Row  # for ad-hoc SQL (tests, tools); the queries here read plain tuples
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     return conn

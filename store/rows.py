@@ -6,7 +6,7 @@ import itertools
 import sys
 from array import array
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from analysis.phases import Flag, Phases
@@ -49,8 +49,41 @@ def _opt_wall(rec: RequestRecord, t_ns: int | None) -> float | None:
     return None if t_ns is None else rec.wall_s(t_ns)
 
 
+# SQLite's INTEGER range: a larger Python int makes it refuse the whole row.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_INT_COLUMNS = tuple(f.name for f in fields(RequestRow) if f.type in ("int", "int | None"))
+
+
+def clamp_int64(value: int) -> int:
+    return min(max(value, INT64_MIN), INT64_MAX)
+
+
+def _clamped(row: RequestRow) -> RequestRow:
+    """The row with every integer beyond 64 bits clamped into range and flagged ``clamped`` (naming the fields)."""
+    changed: dict[str, Any] = {
+        name: clamp_int64(v)
+        for name in _INT_COLUMNS
+        if isinstance(v := getattr(row, name), int) and not INT64_MIN <= v <= INT64_MAX
+    }
+    if not changed:
+        return row
+    flag = str(Flag.CLAMPED)
+    text = dict(row.flag_text)
+    text[flag] = f"beyond 64 bits, stored clamped: {', '.join(sorted(changed))}"
+    flags = row.flags if flag in row.flags else (*row.flags, flag)
+    return replace(row, **changed, flags=flags, flag_text=text)
+
+
 def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float, phases_version: int) -> RequestRow:
-    """One ``requests`` row: the record's fields, its metrics flattened, and its derived phases."""
+    """One ``requests`` row: the record's fields, its metrics flattened, and its derived phases.
+
+    Integers beyond SQLite's 64 bits (a client's ``num_ctx``, an upstream ``eval_count``) are clamped
+    and the row flagged ``clamped``: the request is kept, never refused.
+    """
+    return _clamped(_request_row(rec, phases, now_unix_s, phases_version))
+
+
+def _request_row(rec: RequestRecord, phases: Phases, now_unix_s: float, phases_version: int) -> RequestRow:
     m = rec.metrics
     in_flight = Outcome(rec.outcome) is Outcome.IN_FLIGHT
     end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns

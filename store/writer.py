@@ -3,12 +3,14 @@
 Every write is an operation object of ``store.ops`` (``PutRequest``, ``PutGpuSamples``, …)
 with one method, ``apply(tx)``. A batch of operations is applied in one transaction, so a
 batch is either all on disk or not at all: after a failure the batch stays in memory and is
-retried whole.
+retried (on a full disk, split so that what fits commits). After each commit the files are
+checked against the size bound (``RetentionPolicy.max_bytes``) and the oldest rows shed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -17,13 +19,40 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from store.ops import DAY_S, Op, RetentionPolicy, RetentionResult, Tx, drop_superseded
+from store.ops import (
+    DAY_S,
+    ApplyRetention,
+    Op,
+    PutGpuSamples,
+    PutHeartbeat,
+    PutHostSample,
+    PutLoadedModels,
+    PutOllamaStatus,
+    PutRequest,
+    RetentionPolicy,
+    RetentionResult,
+    Tx,
+    drop_superseded,
+)
 from store.schema import connect_writer
 
 __all__ = ["DAY_S", "BackgroundWriter", "RetentionPolicy", "RetentionResult", "StoreWriter"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+WAL_MIN_BYTES = 64 * 1024  # the -wal file's size kept after a checkpoint: a quarter of the bound, within these
+WAL_MAX_BYTES = 4 * 1024 * 1024  # SQLite's own default checkpoint point (1000 pages of 4 KiB)
+MAX_BATCH_OPS = 500  # a batch is written at the interval or once it holds this many operations, whichever first
+MAX_BATCH_BYTES = 1024 * 1024  # ...or this many bytes (a 32nd of the bound when less: -wal frames are whole pages)
+MIN_BATCH_BYTES = 16 * 1024
+# While the store refuses writes (disk full): records kept in memory before the oldest samples are dropped,
+# and requests kept before the oldest requests are (a request is far more than a sample, so only past this).
+MAX_BACKLOG_RECORDS = 200_000
+MAX_BACKLOG_REQUESTS = 200_000
+SAMPLE_OPS: tuple[type[Op[Any]], ...] = (PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutHeartbeat)
+SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
 
 
 class StoreWriter:
@@ -45,6 +74,11 @@ class StoreWriter:
         self._clock = clock
         self._conn = connect_writer(self.path, busy_timeout_ms=busy_timeout_ms)
         self._page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+        # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
+        # checkpoint (it never shrinks by itself), both scaled to the bound.
+        wal_bytes = max(WAL_MIN_BYTES, min(WAL_MAX_BYTES, self.retention.max_bytes // 4))
+        self._conn.execute(f"PRAGMA journal_size_limit = {int(wal_bytes)}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // self._page_size)}")
 
     def write(self, op: Op[T]) -> T:
         """Apply one operation in its own transaction; returns its result."""
@@ -71,6 +105,39 @@ class StoreWriter:
         """Bytes of the main file that hold data (free pages excluded)."""
         return self._tx(0.0).used_bytes()
 
+    def file_bytes(self) -> int:
+        """Bytes on disk: the main file (free pages included) and its -wal."""
+        pages = int(self._conn.execute("PRAGMA page_count").fetchone()[0])
+        try:
+            wal = os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            wal = 0
+        return pages * self._page_size + wal
+
+    def over_bound(self) -> bool:
+        """True when the files on disk hold more than ``retention.max_bytes``."""
+        return self.file_bytes() > self.retention.max_bytes
+
+    def compact(self) -> None:
+        """Give free pages back to the file system and cut the -wal file back; best effort.
+
+        ``PRAGMA incremental_vacuum`` frees one page per step of its statement. ``execute`` takes one step
+        (the pragma's rows have no columns, so even ``fetchall`` stops there); ``executescript`` steps each
+        statement to its end. A store made without incremental auto-vacuum is converted by one ``VACUUM``.
+        """
+        conn = self._conn
+        try:
+            if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != AUTO_VACUUM_INCREMENTAL:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                conn.execute("VACUUM")
+            else:
+                # Checkpoint the deletes first: the -wal then holds only the moved pages, not both at once.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                conn.executescript("PRAGMA incremental_vacuum")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("giving free space back after retention failed: %s", exc)
+
     def close(self) -> None:
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -94,20 +161,16 @@ class StoreWriter:
                 conn.execute("ROLLBACK")
             raise
         if any(op.vacuum_after for op in ops):
-            self._after_retention()
+            self.compact()
         return results
-
-    def _after_retention(self) -> None:
-        # Give freed pages back to the file system; best effort.
-        try:
-            conn = self._conn
-            conn.execute("PRAGMA incremental_vacuum")
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as exc:
-            log.warning("incremental vacuum after retention failed: %s", exc)
 
 
 # ---------------------------------------------------------------- background writer
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL: the disk (or the file's page cap) has no room for the transaction."""
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc)
 
 
 class _Flush(Op[None]):
@@ -122,9 +185,11 @@ class BackgroundWriter:
     """A ``StoreWriter`` on its own thread, fed by a queue.
 
     ``submit`` never blocks on disk (safe to call from an asyncio loop). Every
-    ``batch_interval_s`` what has been submitted is written in one transaction. When
-    SQLite fails with ``OperationalError`` (disk full, locked), the batch stays in memory
-    and is retried with backoff; ``last_error`` and ``pending_count`` say so.
+    ``batch_interval_s`` what has been submitted is written in one transaction, or sooner once
+    ``max_batch_ops`` operations or a byte share of the bound are gathered. When SQLite fails with
+    ``OperationalError`` (disk full, locked), the batch stays in memory and is retried with backoff
+    (a full disk: its leading part that fits commits); ``last_error`` and ``pending_count`` say so,
+    and the backlog is held within ``max_backlog_records``/``max_backlog_requests`` (oldest samples first).
     """
 
     def __init__(
@@ -133,12 +198,23 @@ class BackgroundWriter:
         *,
         retention: RetentionPolicy | None = None,
         batch_interval_s: float = 0.2,
+        max_batch_ops: int = MAX_BATCH_OPS,
+        max_backlog_records: int = MAX_BACKLOG_RECORDS,
+        max_backlog_requests: int = MAX_BACKLOG_REQUESTS,
         busy_timeout_ms: int = 1000,
         max_backoff_s: float = 5.0,
     ) -> None:
         # Opened here, so that an unusable store fails the caller at once.
         self._writer = StoreWriter(path, retention=retention, busy_timeout_ms=busy_timeout_ms)
         self._batch_interval_s = batch_interval_s
+        self._max_batch_ops = max(1, max_batch_ops)
+        self._max_backlog_records = max_backlog_records
+        self._max_backlog_requests = max_backlog_requests
+        self._backlog_dropped: dict[str, int] = {}  # operation kind → records dropped for the backlog cap
+        self._dropped_note = ""
+        # A batch is also cut by size: one transaction of it may not take the store far past its bound.
+        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 32))
+        self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
         self._max_backoff_s = max_backoff_s
         self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -254,10 +330,12 @@ class BackgroundWriter:
                 if not batch and not stop:
                     item = self._queue.get()  # idle: block until there is work
                     stop = self._take(item, batch)
-                # Gather what arrives within one batch interval; a flush or close ends the wait early.
+                # Gather what arrives within one batch interval; a flush or close ends the wait early, and a full
+                # batch (ops or bytes) goes at once, so that little waits in memory for a kill to lose.
                 deadline = time.monotonic() + self._batch_interval_s
                 hurry = stop or self._wake.is_set()
-                while True:
+                size_bytes = sum(op.size_bytes for op in batch)
+                while len(batch) < self._max_batch_ops and size_bytes < self._max_batch_bytes:
                     left = 0.0 if hurry else deadline - time.monotonic()
                     try:
                         item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
@@ -267,12 +345,15 @@ class BackgroundWriter:
                         hurry = True
                     if self._take(item, batch):
                         stop = hurry = True
+                    elif item is not _FLUSH:
+                        size_bytes += batch[-1].size_bytes
                 self._wake.clear()
                 if batch:
                     if self._write(batch):
                         batch = []
                         backoff_s = 0.05
                     else:
+                        stop = self._hold_backlog(batch) or stop
                         give_up = self._give_up_at
                         if stop and give_up is not None and time.monotonic() >= give_up:
                             return
@@ -286,6 +367,48 @@ class BackgroundWriter:
             with self._lock:
                 self._done.notify_all()
 
+    def _hold_backlog(self, batch: list[Op[Any]]) -> bool:
+        """While the store refuses writes: everything queued joins the batch (tried, then split, as one),
+        kept within the named caps. Past ``max_backlog_records`` the oldest samples go; requests go only past
+        ``max_backlog_requests``. What goes is counted as dropped and said in ``last_error``. True for the stop marker.
+        """
+        stop = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            stop = self._take(item, batch) or stop
+        dropped: dict[str, int] = {}
+
+        def drop_oldest(kinds: tuple[type[Op[Any]], ...], excess: int) -> None:
+            gone: list[Op[Any]] = []
+            for op in batch:
+                if excess <= 0:
+                    break
+                if isinstance(op, kinds):
+                    gone.append(op)
+                    excess -= op.weight
+            gone_ids = {id(op) for op in gone}
+            batch[:] = [op for op in batch if id(op) not in gone_ids]
+            self._forget(gone)
+            for op in gone:
+                dropped[type(op).__name__] = dropped.get(type(op).__name__, 0) + op.weight
+            with self._lock:
+                self._dropped += sum(op.weight for op in gone)
+                self._done.notify_all()
+
+        drop_oldest(SAMPLE_OPS, sum(op.weight for op in batch) - self._max_backlog_records)
+        drop_oldest((PutRequest,), sum(1 for op in batch if isinstance(op, PutRequest)) - self._max_backlog_requests)
+        if dropped:
+            for kind, n in dropped.items():
+                self._backlog_dropped[kind] = self._backlog_dropped.get(kind, 0) + n
+            said = ", ".join(f"{n} {kind}" for kind, n in sorted(self._backlog_dropped.items()))
+            self._dropped_note = f"; backlog over its cap, dropped the oldest: {said}"
+            self.last_error = f"{self.last_error}{self._dropped_note}"
+            log.error("store backlog over its cap: dropped the oldest %s", dict(sorted(dropped.items())))
+        return stop
+
     @staticmethod
     def _take(item: Item, batch: list[Op[Any]]) -> bool:
         """Add a queue item to the batch; True for the stop marker."""
@@ -296,40 +419,84 @@ class BackgroundWriter:
         return False
 
     def _write(self, batch: list[Op[Any]]) -> bool:
-        """One transaction for the batch. True when it is committed (or its bad records were dropped)."""
+        """One transaction for the batch. True when it is committed (or its bad records were dropped).
+
+        On a full disk, the batch is split: its leading half (then a quarter, …) is tried alone, so that
+        what fits commits; the rest stays in ``batch`` for the retry.
+        """
         with self._lock:
             set_limit, limit = self._hard_limit
             self._hard_limit = (False, limit)
-        weight = sum(op.weight for op in batch)
         try:
             if set_limit:
                 self._writer.set_hard_limit_bytes(limit)
-            applied = drop_superseded(batch)
-            self._forget([op for op in batch if op not in applied])
-            results = self._writer.apply(applied)
+            self._commit(batch)
         except sqlite3.OperationalError as exc:
             # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the
             # same request replaces need not wait in memory (a long outage would otherwise pile them up).
             kept = drop_superseded(batch)
-            superseded = weight - sum(op.weight for op in kept)
+            superseded = sum(op.weight for op in batch) - sum(op.weight for op in kept)
             batch[:] = kept
             with self._lock:
                 self._committed += superseded
+            if _is_full(exc):
+                self._commit_what_fits(batch)
+            with self._lock:
                 waiting = self._submitted - self._committed - self._dropped
-            self.last_error = f"{exc}: {waiting} records waiting"
+            if not batch:
+                return True
+            self.last_error = f"{exc}: {waiting} records waiting{self._dropped_note}"
             log.warning("store write failed, will retry: %s", self.last_error)
             return False
         except Exception as exc:
             # A record SQLite refuses for itself (not for lack of space): write the others one by one.
             log.exception("store batch failed (%s); retrying record by record", exc)
             return self._write_one_by_one(batch)
+        return True
+
+    def _commit(self, ops: Sequence[Op[Any]]) -> None:
+        """Apply ``ops`` in one transaction and count them as committed; raises what SQLite raises."""
+        applied = drop_superseded(ops)
+        results = self._writer.apply(applied)
+        kept_ids = {id(op) for op in applied}  # by identity: == on a request op compares whole records
+        self._forget([op for op in ops if id(op) not in kept_ids])
+        self.last_error = None  # before the count: a flush that returns sees no stale error
         with self._lock:
-            self._committed += weight
+            self._committed += sum(op.weight for op in ops)
             self._batches += 1
             self._done.notify_all()
-        self.last_error = None
         self._finished(applied, results)
-        return True
+        self._keep_bound(applied)
+
+    def _commit_what_fits(self, batch: list[Op[Any]]) -> None:
+        """After SQLITE_FULL on the whole batch: commit its leading part, halved until it fits; the rest stays."""
+        n = len(batch) // 2
+        while n >= 1 and batch:
+            try:
+                self._commit(batch[:n])
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    return
+                n //= 2
+                continue
+            del batch[:n]
+            n = min(n, len(batch))
+
+    def _keep_bound(self, applied: Sequence[Op[Any]]) -> None:
+        """After a commit: when the files outgrew the bound, shed the oldest rows now (not at the next hourly pass)."""
+        stuck_at = self._shed_stuck_at
+        if any(op.vacuum_after for op in applied) or (stuck_at is not None and time.monotonic() - stuck_at < SHED_MIN_GAP_S):
+            return
+        try:
+            if not self._writer.over_bound():
+                return
+            result = self._writer.write(ApplyRetention(time.time()))
+            self._shed_stuck_at = time.monotonic() if self._writer.over_bound() else None
+        except sqlite3.Error as exc:  # the next commit checks again
+            log.warning("size check failed: %s", exc)
+            return
+        if result.deleted.get("requests"):
+            log.info("store over its size bound: deleted the %d oldest requests", result.deleted["requests"])
 
     def _write_one_by_one(self, batch: list[Op[Any]]) -> bool:
         for i, op in enumerate(batch):

@@ -129,6 +129,77 @@ def test_full_disk_loses_nothing_once_space_returns(bg: BackgroundWriter, path: 
     assert _integrity(path) == "ok"
 
 
+def test_a_full_disk_backlog_bigger_than_the_room_left_commits_the_part_that_fits(path: Path) -> None:
+    bg = BackgroundWriter(path, batch_interval_s=0.5, max_backoff_s=0.2)
+    try:
+        bg.submit(PutRequest(make_record("before")))
+        assert bg.flush(timeout_s=20)
+        conn = sqlite3.connect(path)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.close()
+        bg.set_hard_limit_bytes((pages + 40) * 4096)  # room for ~160 KB more, as on a disk nearly full
+        big = [replace(make_record(f"r{i:03d}", n_tokens=200), response_text="x" * 4000) for i in range(100)]  # ~500 KB
+        for rec in big:
+            bg.submit(PutRequest(rec))
+        deadline = time.monotonic() + 20
+        while _count(path) == 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # let it retry what is left a few times
+        stored = _count(path) - 1
+        # What fits is in (the oldest first), the rest waits in memory, said in last_error; nothing dropped.
+        assert 0 < stored < 100
+        assert bg.pending_count == 100 - stored and bg.dropped_count == 0
+        assert bg.last_error is not None and "full" in bg.last_error and f"{100 - stored} records waiting" in bg.last_error
+        reader = queries.open_readonly(path)
+        ids = sorted(r.id for r in queries.recent_requests(reader, 0, limit=1000))
+        reader.close()
+        assert ids == sorted(["before", *(f"r{i:03d}" for i in range(stored))])
+
+        bg.set_hard_limit_bytes(None)  # space returns: the rest goes in
+        assert bg.flush(timeout_s=20)
+        assert bg.pending_count == 0 and bg.last_error is None and _count(path) == 101
+        assert _integrity(path) == "ok"
+    finally:
+        bg.close()
+    print(f"committed {stored} of 100 within the room left")
+
+
+def test_a_full_disk_backlog_over_its_cap_drops_the_oldest_samples_and_says_so(path: Path) -> None:
+    bg = BackgroundWriter(path, max_backoff_s=0.2, max_backlog_records=60, max_backlog_requests=25)
+    try:
+        bg.set_hard_limit_bytes(1)  # full disk
+
+        def big_request(i: int) -> PutRequest:  # too big for any room left: it waits
+            return PutRequest(replace(make_record(f"r{i:02d}", n_tokens=200), response_text="x" * 4000))
+
+        bg.submit(big_request(0))  # the oldest record: what fits behind it cannot commit before it
+        for i in range(50):
+            bg.submit(PutHostSample(HostSample(1000.0 + i, 5.0, 1, 2)))
+        for i in range(1, 30):
+            bg.submit(big_request(i))
+        deadline = time.monotonic() + 20
+        while bg.dropped_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not bg.flush(timeout_s=0.5)
+        error = bg.last_error
+        assert error is not None and "full" in error and "dropped the oldest" in error and "5 PutRequest" in error
+        assert "PutHostSample" in error  # samples went first...
+        dropped = bg.dropped_count
+
+        bg.set_hard_limit_bytes(None)
+        assert bg.flush(timeout_s=20)
+        assert bg.dropped_count == dropped and bg.last_error is None
+    finally:
+        bg.close()
+    conn = queries.open_readonly(path)
+    ids = sorted(r.id for r in queries.recent_requests(conn, 0, limit=1000))
+    samples = [r[0] for r in conn.execute("SELECT ts_unix_s FROM host_samples ORDER BY ts_unix_s")]
+    conn.close()
+    assert ids == [f"r{i:02d}" for i in range(5, 30)]  # ...requests only past their own cap, the oldest
+    assert samples == [1000.0 + i for i in range(20, 50)]  # the newest 30 kept (the backlog held 80, capped at 60)
+    assert dropped == 20 + 5
+
+
 def test_close_drains_everything_submitted(path: Path) -> None:
     bg = BackgroundWriter(path, batch_interval_s=10.0)  # would not write for 10 s on its own
     for i in range(100):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from analysis.phases import CLI_KEYS, split_record
+from store import queries
+from store.__main__ import main as store_main
 from store.export import EXPORT_KEYS, csv_cell, parse_since, write_csv
 from store.ops import PutRequest
 from store.schema import db_path
@@ -132,3 +135,21 @@ def test_csv_cell_escapes_text_only() -> None:
     write_csv(iter([{"id": "-1", "model": "=x", "transport_s": -0.004, "token_chunks": -1}]), out)
     row = next(csv.DictReader(io.StringIO(out.getvalue())))
     assert (row["id"], row["model"], row["transport_s"], row["token_chunks"]) == ("'-1", "'=x", "-0.004", "-1")
+
+
+def test_export_reads_a_wal_store_on_read_only_media(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn = sqlite3.connect(db_path(data_dir))
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # a WAL store
+    conn.close()
+    # Read-only media, emulated (tests run as root, whom chmod does not stop): the -shm file cannot be
+    # created (its name is a link into a folder that does not exist), and the folder reports itself not writable.
+    Path(f"{db_path(data_dir)}-shm").symlink_to(tmp_path / "no-such-folder" / "shm")
+    monkeypatch.setattr(queries, "folder_writable", lambda folder: False)
+
+    assert store_main(["export", "--data", str(data_dir), "--format", "jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b", "c"]
+    a = split_record(make_record("a", T0))
+    assert rows[0]["decode_tok_s"] == pytest.approx(a.decode_tok_s) and rows[2]["status"] == "in_flight"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus
 from store import queries
 from store.ops import ApplyRetention, PutExperiment, PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import ROLLUP_S, db_path
-from store.writer import DAY_S, RetentionPolicy, StoreWriter
+from store.writer import DAY_S, BackgroundWriter, RetentionPolicy, StoreWriter
 from tests.test_store_writer import make_record
 
 NOW = 1_800_000_000.0
+PAGE_SIZE = 4096  # SQLite's default, the store's
 
 
 def _gpu(ts: float) -> GpuSample:
@@ -95,9 +98,14 @@ def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> N
     # The per-minute rollups are cut at the same point (whole minutes before the oldest sample kept).
     (oldest_minute,) = conn.execute("SELECT MIN(minute_unix_s) FROM gpu_minutes").fetchone()
     assert oldest - 2 * ROLLUP_S < oldest_minute <= oldest
-    # Freed pages go back to the file system (incremental auto-vacuum).
+    # Freed pages go back to the file system (incremental auto-vacuum stepped to the end), and the -wal
+    # file is cut back: the files on disk hold about what the rows use, not one freed page less.
+    assert Path(f"{path}-wal").stat().st_size == 0
+    pages_after = sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0]
+    assert pages_after * PAGE_SIZE <= full * 0.8
+    assert pages_after < pages_before * 0.85
+    assert path.stat().st_size <= full * 0.8
     w.close()
-    assert sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0] < pages_before
 
 
 def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
@@ -117,3 +125,27 @@ def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
     ids = sorted(r.id for r in queries.recent_requests(conn, 0, limit=10_000))
     assert ids[-1] == "r00799"  # the newest stay
     assert ids == [f"r{i:05d}" for i in range(800 - len(ids), 800)]  # a contiguous newest run
+
+
+@pytest.mark.parametrize("auto_vacuum", ["INCREMENTAL", "NONE"])  # NONE: a store made before incremental auto-vacuum
+def test_a_store_far_over_its_bound_at_start_shrinks_on_disk(tmp_path: Path, auto_vacuum: str) -> None:
+    path = db_path(tmp_path)
+    w = StoreWriter(path)
+    _fill(w, n_samples=30_000, n_requests=2_000)
+    w.close()
+    if auto_vacuum == "NONE":
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA auto_vacuum = NONE")
+        conn.execute("VACUUM")
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        conn.close()
+    size_before = path.stat().st_size
+    bound = size_before // 4
+
+    bg = BackgroundWriter(path, retention=RetentionPolicy(max_bytes=bound))  # what the collector does at start
+    bg.submit(ApplyRetention(NOW))
+    assert bg.flush(timeout_s=30)
+    assert bg.close()
+    files = path.stat().st_size + (Path(f"{path}-wal").stat().st_size if Path(f"{path}-wal").exists() else 0)
+    assert files <= bound, (size_before, files, bound)
+    assert _counts(path)["requests"] > 0
