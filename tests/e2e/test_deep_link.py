@@ -19,9 +19,16 @@ def test_deep_link_to_why_on_a_fresh_server_runs_through_app(page: Page, tmp_pat
         page.goto(url + "/why")
         wait_ready(page)
         nav = page.locator('[data-testid="stSidebarNav"] a')
-        labels = wait_until(lambda: [t.split()[-1] for t in nav.all_inner_texts()] or None, 30, "the sidebar navigation")
-        # Only app.py's pages: no helper module of pages/ (charts, common, ...) offered as a page.
-        assert labels == ["Live", "Requests", "Why", "Lab"], labels
+        expected = ["Live", "Requests", "Why", "Lab"]
+
+        def labels() -> list[str]:
+            return [t.split()[-1] for t in nav.all_inner_texts()]
+
+        # Only app.py's pages: no helper module of pages/ (charts, common, ...) offered as a page. Streamlit may
+        # draw its legacy pages/ list for a moment before the hand-off to app.py reruns (longer on a busy
+        # machine); what must hold is that the hand-off happens and leaves app.py's navigation.
+        wait_until(lambda: labels() == expected, 60, "app.py's sidebar navigation")
+
         assert page.get_by_text("Sources", exact=True).first.is_visible()  # app.py's sidebar ran
         assert page.locator("h1").first.inner_text().strip() == "Why"
         screenshot(page, "deep_link_why")
