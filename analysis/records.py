@@ -185,6 +185,33 @@ class CollectorInfo:
     record_text: bool = False
 
 
+class ProgressSource(StrEnum):
+    """Where a reading of a generation's progress came from."""
+
+    SLOTS = "slots"  # the runner's /slots endpoint (llama-server), read while it ran
+    LOG = "log"  # a line of Ollama's log (llama-server's "prompt processing progress")
+    ESTIMATE = "estimate"  # computed: prompt size from its characters, progress at the calibrated prefill rate
+
+
+@dataclass(frozen=True)
+class ProgressSample:
+    """One reading of a generation's progress while it runs (prompt read so far, tokens decoded so far).
+
+    Counts only: the runner's /slots can carry prompt text, which is never kept. Any count the source
+    does not give is None.
+    """
+
+    request_id: str
+    ts_unix_s: float  # wall clock of the reading
+    source: ProgressSource
+    processed_tokens: int  # prompt tokens evaluated so far (cached tokens not included)
+    prompt_tokens: int | None = None  # the prompt's size, when known
+    cached_tokens: int | None = None  # prompt tokens reused from the runner's cache
+    decoded_tokens: int | None = None  # output tokens so far
+    ctx_used_tokens: int | None = None  # tokens in the slot's context now
+    n_ctx: int | None = None  # the slot's context size
+
+
 @dataclass(frozen=True)
 class HostBandwidth:
     """The host's memory bandwidth as the collector measured it (a copy with threads, best of a few runs)."""

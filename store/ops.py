@@ -25,6 +25,7 @@ from analysis.records import (
     LoadedModel,
     OllamaStatus,
     Outcome,
+    ProgressSample,
     RequestRecord,
 )
 from store.rows import encode_token_times, record_of, request_row
@@ -40,6 +41,7 @@ from store.tables import (
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
     PHASES_VERSION,
+    PROGRESS_SAMPLES,
     PS_SNAPSHOTS,
     REQUEST_TOKENS,
     REQUESTS,
@@ -307,6 +309,32 @@ class PutHostBandwidth(Op[None]):
 
     def apply(self, tx: Tx) -> None:
         tx.conn.execute(HOST_BANDWIDTH.insert_sql("INSERT OR REPLACE"), HOST_BANDWIDTH.params(self.measurement))
+
+
+@dataclass(frozen=True)
+class PutProgress(Op[None]):
+    """Progress readings of running generations. A reading of a request not stored (yet) is dropped: the
+    request row is written on the same collector tick, before its readings."""
+
+    samples: tuple[ProgressSample, ...]
+
+    def __init__(self, samples: Iterable[ProgressSample]) -> None:
+        object.__setattr__(self, "samples", tuple(samples))
+
+    @property
+    def weight(self) -> int:
+        return len(self.samples)
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * max(1, len(self.samples))
+
+    def apply(self, tx: Tx) -> None:
+        sql = PROGRESS_SAMPLES.insert_sql("INSERT OR REPLACE")
+        conn = tx.conn
+        for sample in self.samples:
+            if conn.execute("SELECT 1 FROM requests WHERE id = ?", (sample.request_id,)).fetchone():
+                conn.execute(sql, PROGRESS_SAMPLES.params(sample))
 
 
 @dataclass(frozen=True)

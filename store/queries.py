@@ -29,6 +29,7 @@ from analysis.records import (
     LoadedModel,
     OllamaStatus,
     Outcome,
+    ProgressSample,
     RequestRecord,
 )
 from store.rows import phases_of, record_of
@@ -55,6 +56,7 @@ from store.tables import (
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
     PHASES_VERSION,
+    PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
     REQUESTS,
     ExperimentRow,
@@ -550,3 +552,15 @@ def experiment_rows(conn: sqlite3.Connection, kind: str | None = None, limit: in
     ]
 
 
+def progress_samples(conn: sqlite3.Connection, request_ids: Sequence[str]) -> dict[str, list[ProgressSample]]:
+    """The progress readings of these requests, oldest first, by request id (a request without any: absent)."""
+    out: dict[str, list[ProgressSample]] = {}
+    ids = list(dict.fromkeys(request_ids))
+    for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        sql = f"SELECT {PROGRESS_SAMPLES.select_list()} FROM progress_samples WHERE request_id IN ({marks}) ORDER BY ts_unix_s"
+        for values in _rows(conn, sql, chunk):
+            sample = PROGRESS_SAMPLES.from_values(values)
+            out.setdefault(sample.request_id, []).append(sample)
+    return out

@@ -298,8 +298,25 @@ CREATE TABLE host_bandwidth (
 );
 """
 
+# v5: progress readings of running generations (the runner's /slots, Ollama's log, or an estimate), so the
+# Live page can draw a prompt being read and Requests can show how prefill went. Rows go with their request.
+_V5 = """
+CREATE TABLE progress_samples (
+    request_id TEXT NOT NULL REFERENCES requests(id) ON DELETE CASCADE,
+    ts_unix_s REAL NOT NULL,
+    source TEXT NOT NULL,
+    processed_tokens INTEGER NOT NULL,
+    prompt_tokens INTEGER,
+    cached_tokens INTEGER,
+    decoded_tokens INTEGER,
+    ctx_used_tokens INTEGER,
+    n_ctx INTEGER,
+    PRIMARY KEY (request_id, source, ts_unix_s)
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4)]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5)]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -21,7 +21,16 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from analysis.records import CollectorInfo, GpuSample, HostBandwidth, HostSample, LoadedModel, OllamaStatus, Outcome
+from analysis.records import (
+    CollectorInfo,
+    GpuSample,
+    HostBandwidth,
+    HostSample,
+    LoadedModel,
+    OllamaStatus,
+    Outcome,
+    ProgressSample,
+)
 
 SqlValue = int | float | str | bytes | None
 R = TypeVar("R")
@@ -328,10 +337,11 @@ OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,)
 COLLECTOR_HEARTBEAT = Table.of("collector_heartbeat", CollectorInfo, key=(_ONE_ROW_ID,))
 EXPERIMENTS = Table.of("experiments", ExperimentRow)
 HOST_BANDWIDTH = Table.of("host_bandwidth", HostBandwidth)
+PROGRESS_SAMPLES = Table.of("progress_samples", ProgressSample)
 
 TABLES: tuple[Table[Any], ...] = (
     REQUESTS, REQUEST_TOKENS, GPU_SAMPLES, HOST_SAMPLES, PS_SNAPSHOTS, LOADED_MODELS, MODEL_INFO,
-    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS, HOST_BANDWIDTH,
+    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS, HOST_BANDWIDTH, PROGRESS_SAMPLES,
 )  # fmt: skip
 
 
