@@ -61,9 +61,10 @@ class OpenAiFormat:
         return {"id": self.oai_id, "object": obj, "created": self.created_unix_s, "model": self.model_str,
                 "system_fingerprint": "fp_ollama", "choices": choices}
 
-    def _chunk(self, text: str, finish: str | None) -> dict[str, Any]:
+    def _chunk(self, text: str, finish: str | None, reasoning: str = "") -> dict[str, Any]:
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": finish}
+            delta = {"role": "assistant", "content": text} | ({"reasoning": reasoning} if reasoning else {})
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             return self._envelope("chat.completion.chunk", [choice])
         return self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": finish}])
 
@@ -72,8 +73,10 @@ class OpenAiFormat:
         return {"prompt_tokens": done.prompt_eval_count, "completion_tokens": done.eval_count,
                 "total_tokens": done.prompt_eval_count + done.eval_count}
 
-    def token(self, text: str) -> bytes:
-        return _sse(self._chunk(text, None))
+    def token(self, text: str, thinking: bool) -> bytes:
+        if thinking and not self.chat:
+            return b""  # /v1/completions has no place for reasoning
+        return _sse(self._chunk("", None, text) if thinking else self._chunk(text, None))
 
     def final(self, done: Done, load_ns: int) -> bytes:
         out = _sse(self._chunk("", done.done_reason))
@@ -84,10 +87,10 @@ class OpenAiFormat:
             out += _sse(last)
         return out + b"data: [DONE]\n\n"
 
-    def whole(self, done: Done, load_ns: int, text: str) -> dict[str, Any]:
+    def whole(self, done: Done, load_ns: int, text: str, thinking: str) -> dict[str, Any]:
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": done.done_reason}
+            message = {"role": "assistant", "content": text} | ({"reasoning": thinking} if thinking else {})
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": done.done_reason}
             body = self._envelope("chat.completion", [choice])
         else:
             body = self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": done.done_reason}])
@@ -148,12 +151,19 @@ class _OpenAiGeneration:
         self.truth.stream = stream
         self.truth.prompt_tokens = len(prompt_ids)
         cfg = self.request.app[CONFIG_KEY]
+        if "completion" not in model.capabilities:
+            raise ApiError(400, f'"{model_str}" does not support {"chat" if self.chat else "generate"}')
+        effort = body.get("reasoning_effort")
+        think: str | None = None
+        if "thinking" in model.capabilities and effort != "none":
+            think = effort if model.think_levels and effort in ("low", "medium", "high") else "medium"
         req = GenRequest(
             model=model, prompt_ids=prompt_ids, truth=self.truth,
             num_predict=int(max_tokens) if isinstance(max_tokens, int) else -1,
             seed=seed_for(cfg, opts, prompt_ids), faults=self.request.app[FAULTS_KEY].take_generation(),
             prompt_text=None if self.chat else prompt, messages=messages if self.chat else None, raw=True,
             options=opts | ({"temperature": body["temperature"]} if isinstance(body.get("temperature"), int | float) else {}),
+            think=think,
         )
         return await self._consume(req, model_str, stream, include_usage)
 
