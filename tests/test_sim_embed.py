@@ -152,4 +152,5 @@ def test_openai_embeddings(sim: SimProcess) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
     missing = httpx.post(sim.base_url + "/v1/embeddings", json={"model": "nope", "input": "x"})
     assert missing.status_code == 404
-    assert missing.json()["error"] == {"message": "model 'nope' not found", "type": "not_found_error", "param": None, "code": None}
+    assert missing.json()["error"] == {"message": "model 'nope' not found", "type": "not_found_error",
+                                       "param": None, "code": None}

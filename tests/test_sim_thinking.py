@@ -94,7 +94,7 @@ def test_think_values_as_ollama_takes_them(sim: SimProcess) -> None:
     assert status == 400 and "invalid think value" in body["error"]
     counts = {}
     for level in ("low", "medium", "high"):
-        rid, lines = _stream(sim, "/api/chat", {"model": GPT_OSS, "messages": ASK, "think": level})
+        rid, _ = _stream(sim, "/api/chat", {"model": GPT_OSS, "messages": ASK, "think": level})
         counts[level] = truth_by_id(sim, rid)["thinking_tokens"]
         lo, hi = THINKING_TOKENS[level]
         assert lo <= counts[level] <= hi, level
