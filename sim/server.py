@@ -341,11 +341,15 @@ class _Generation:
             reason = "unload"
         else:
             self.truth.kind = "load"
+            # A load happens when the model is not loaded yet (a reload for changed options is not told apart).
+            cold = all(info.model.name != model.name for info in self.backend.loaded())
+            start_ns = time.monotonic_ns()
             try:
-                self.truth.load_start_ns = None
                 await self.backend.load(model, int(opts["num_ctx"]) if "num_ctx" in opts else None, ka)
             except EngineError as e:
                 raise ApiError(e.status, e.message) from None
+            if cold:
+                self.truth.load_start_ns, self.truth.load_end_ns = start_ns, time.monotonic_ns()
             reason = "load"
         d = fmt.content("", True)
         d["done_reason"] = reason

@@ -113,3 +113,24 @@ def test_openai_models(sim: SimProcess) -> None:
     assert missing.status_code == 404
     err = {"message": "model 'nope' not found", "type": "not_found_error", "param": None, "code": None}
     assert missing.json() == {"error": err}
+
+
+def test_load_and_unload_requests_carry_the_load_time(sim: SimProcess) -> None:
+    http_json(sim, "POST", "/api/generate", {"model": "qwen2.5:0.5b", "keep_alive": 0})
+    for _ in range(100):
+        if all(m["name"] != "qwen2.5:0.5b" for m in http_json(sim, "GET", "/api/ps")[1]["models"]):
+            break
+    r = httpx.post(sim.base_url + "/api/generate", json={"model": "qwen2.5:0.5b"}, timeout=30)
+    assert r.json()["done_reason"] == "load"
+    rec = http_json(sim, "GET", "/sim/truth?id=" + r.headers["X-Sim-Request-Id"])[1]["requests"][0]
+    assert rec["kind"] == "load"
+    size, disk_bytes_s = BY_NAME["qwen2.5:0.5b"].size_bytes, 60e9
+    assert rec["load_end_ns"] - rec["load_start_ns"] >= size / disk_bytes_s * 1e9 * 0.99
+    assert rec["received_ns"] <= rec["load_start_ns"] < rec["load_end_ns"] <= rec["done_ns"]
+    warm = httpx.post(sim.base_url + "/api/chat", json={"model": "qwen2.5:0.5b"}, timeout=30)
+    warm_rec = http_json(sim, "GET", "/sim/truth?id=" + warm.headers["X-Sim-Request-Id"])[1]["requests"][0]
+    assert warm_rec["kind"] == "load" and warm_rec["load_start_ns"] is None
+    off = httpx.post(sim.base_url + "/api/generate", json={"model": "qwen2.5:0.5b", "keep_alive": 0}, timeout=30)
+    assert off.json()["done_reason"] == "unload"
+    off_rec = http_json(sim, "GET", "/sim/truth?id=" + off.headers["X-Sim-Request-Id"])[1]["requests"][0]
+    assert off_rec["kind"] == "unload" and off_rec["load_start_ns"] is None
