@@ -94,3 +94,25 @@ def test_tools_need_a_chat_model_and_a_function(sim: SimProcess) -> None:
     status, body = http_json(sim, "POST", "/api/chat", {"model": MODEL, "messages": ASK, "stream": False,
                                                         "tools": [{"type": "function", "function": {}}]})
     assert status == 200 and body["message"]["content"] and "tool_calls" not in body["message"]
+
+
+def test_openai_tool_calls_and_response_format(sim: SimProcess) -> None:
+    url = sim.base_url + "/v1/chat/completions"
+    whole = httpx.post(url, json={"model": MODEL, "messages": ASK, "tools": [WEATHER]}, timeout=30).json()
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
+    tc = choice["message"]["tool_calls"][0]
+    assert tc["type"] == "function" and tc["id"].startswith("call_") and tc["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(tc["function"]["arguments"])["city"], str)  # arguments are a JSON string here
+    assert whole["usage"]["completion_tokens"] > 1
+    with httpx.stream("POST", url, json={"model": MODEL, "messages": ASK, "tools": [WEATHER], "stream": True}) as r:
+        events = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+    assert len(events) == 2
+    assert events[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert events[1]["choices"][0]["finish_reason"] == "tool_calls"
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    shaped = httpx.post(url, json={"model": MODEL, "messages": ASK, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}, timeout=30).json()
+    assert isinstance(json.loads(shaped["choices"][0]["message"]["content"])["n"], int)
+    obj = httpx.post(url, json={"model": MODEL, "messages": ASK, "response_format": {"type": "json_object"}}, timeout=30).json()
+    assert isinstance(json.loads(obj["choices"][0]["message"]["content"]), dict)
