@@ -126,6 +126,8 @@ class EventStream:
                     return resp
                 await resp.write(chunk)
                 n_written += 1
+                if ev.thinking:
+                    self.truth.thinking_chunks += 1
                 self.truth.token_written_ns.append(time.monotonic_ns())
                 if self.faults and await self._apply_stream_fault(resp, n_written):
                     return resp

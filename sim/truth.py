@@ -34,7 +34,8 @@ class TruthRecord:
     reported: dict[str, Any] = field(default_factory=dict)  # metrics as sent in the final chunk
     kind: str = "generate"  # "generate" | "load" | "unload" | "embed"
     inputs: int | None = None  # embed: texts in the batch
-    thinking_tokens: int = 0  # the first tokens sampled (and chunks written) were thinking
+    thinking_tokens: int = 0  # the first tokens sampled were thinking
+    thinking_chunks: int = 0  # the first chunks written were thinking (/v1/completions writes none)
 
     def first_answer_sampled_ns(self) -> int | None:
         """When the first answer token (after any thinking) was sampled."""
@@ -43,7 +44,7 @@ class TruthRecord:
 
     def first_answer_written_ns(self) -> int | None:
         """When the first answer chunk had been written (streams only)."""
-        k = self.thinking_tokens
+        k = self.thinking_chunks
         return self.token_written_ns[k] if len(self.token_written_ns) > k else None
 
     def to_json(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def test_chat_streams_thinking_then_the_answer(sim: SimProcess) -> None:
     assert k > 0 and set(kinds[:k]) == {"thinking"} and set(kinds[k:]) == {"answer"}
     assert all(c["message"]["content"] == "" for c in chunks[:k])
     rec = truth_by_id(sim, rid)
-    assert rec["thinking_tokens"] == k
+    assert rec["thinking_tokens"] == rec["thinking_chunks"] == k
     lo, hi = THINKING_TOKENS["medium"]
     assert lo <= k <= hi
     # eval_count counts thinking, answer and the end-of-generation token
@@ -116,3 +116,17 @@ def test_openai_chat_streams_reasoning(sim: SimProcess) -> None:
     off = httpx.post(sim.base_url + "/v1/chat/completions",
                      json={"model": QWEN3, "messages": ASK, "reasoning_effort": "none"}, timeout=60).json()
     assert "reasoning" not in off["choices"][0]["message"]
+
+
+def test_openai_completions_think_unseen(sim: SimProcess) -> None:
+    """/v1/completions has no reasoning field: the thinking costs time but no chunk is written for it."""
+    with httpx.stream("POST", sim.base_url + "/v1/completions",
+                      json={"model": QWEN3, "prompt": "hello", "stream": True}, timeout=60) as r:
+        rid = r.headers["X-Sim-Request-Id"]
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    texts = [e["choices"][0]["text"] for e in events if e["choices"][0]["finish_reason"] is None]
+    rec = truth_by_id(sim, rid)
+    assert rec["thinking_tokens"] > 0 and rec["thinking_chunks"] == 0
+    assert len(rec["token_written_ns"]) == len(texts)
+    assert rec["first_answer_written_ns"] == rec["token_written_ns"][0]
+    assert rec["first_answer_written_ns"] > rec["first_answer_sampled_ns"] > rec["token_sampled_ns"][0]
