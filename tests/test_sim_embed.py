@@ -7,7 +7,9 @@ An embed batch is prefill only; the reply's durations are measured like a genera
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
+from itertools import pairwise
 
 import httpx
 import ollama
@@ -25,7 +27,7 @@ HARDWARE = "rtx-3060"
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", HARDWARE) as s:
+    with start_sim("--hardware", HARDWARE, "--num-parallel", "2") as s:
         yield s
 
 
@@ -154,3 +156,35 @@ def test_openai_embeddings(sim: SimProcess) -> None:
     assert missing.status_code == 404
     assert missing.json()["error"] == {"message": "model 'nope' not found", "type": "not_found_error",
                                        "param": None, "code": None}
+
+
+def test_embed_shares_batch_steps_with_a_decoding_slot(sim: SimProcess) -> None:
+    """An embed batch on a model that is generating runs in the same steps: the decode slows while it prefills."""
+    model = "qwen2.5:0.5b"
+    http_json(sim, "POST", "/api/generate", {"model": model})
+    out: dict[str, object] = {}
+
+    def generate() -> None:
+        out["gen"] = http_json(sim, "POST", "/api/generate",
+                               {"model": model, "prompt": "go", "stream": False, "options": {"num_predict": 400}}, timeout_s=60)
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    for _ in range(500):  # wait until it decodes
+        recs = [r for r in truth(sim) if r["endpoint"] == "/api/generate" and r["prompt_tokens"] and r["done_ns"] is None]
+        if recs and len(recs[-1]["token_sampled_ns"]) > 20:
+            break
+        httpx.get(sim.base_url + "/", timeout=5)
+    texts = [make_prompt(500, seed=i) for i in range(8)]
+    status, _ = http_json(sim, "POST", "/api/embed", {"model": model, "input": texts})
+    worker.join(60)
+    assert status == 200 and out["gen"][0] == 200  # type: ignore[index]
+    emb = _last_truth(sim, "/api/embed")
+    gen = [r for r in truth(sim) if r["endpoint"] == "/api/generate" and r["prompt_tokens"]][-1]
+    stamps = gen["token_sampled_ns"]
+    assert stamps[0] < emb["prefill_start_ns"] < emb["prefill_end_ns"] < stamps[-1]
+    during = [b - a for a, b in pairwise(stamps) if emb["prefill_start_ns"] < b <= emb["prefill_end_ns"]]
+    before = [b - a for a, b in pairwise(stamps) if b < emb["prefill_start_ns"]][-10:]
+    assert during and before
+    # Steps that carry 512 prompt tokens beside the decode take longer than decode-only steps.
+    assert sorted(during)[len(during) // 2] > sorted(before)[len(before) // 2]
