@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analysis.records import RequestKind
 from collectors.proxy import RecordingProxy, describe_request
 
 
