@@ -141,7 +141,7 @@ def test_openai_chat_streamed(sim: SimProcess, proxy: ProxyThread, include_usage
     _unload(sim)
     client = _openai(proxy)
     extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if include_usage else {}
-    rec, ph, t = _call(sim, proxy, lambda: client.chat.completions.create(
+    _rec, ph, t = _call(sim, proxy, lambda: client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=NUM_PREDICT, stream=True, **extra))  # fmt: skip
     assert t["load_start_ns"] is not None  # sim loaded the model: still unknown here, not 0.0
     _no_zero_for_unknown(ph)
@@ -180,7 +180,7 @@ def test_load_and_unload_are_their_own_kind(sim: SimProcess, proxy: ProxyThread)
     assert ph.load_source == PhaseSource.STREAM  # Ollama's load reply has no durations: its arrival times the load
     # sim's load time for this model, as its truth says for a generation that loaded it cold.
     _unload(sim)
-    rec2, ph2, t2 = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt="x", options={"num_predict": 1}))
+    _rec2, _ph2, t2 = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt="x", options={"num_predict": 1}))
     load_truth_s = _s(t2["load_start_ns"], t2["load_end_ns"])
     assert _close(ph.load_s, load_truth_s), (ph.load_s, load_truth_s)
     assert (ph.prefill_s, ph.decode_s, ph.queue_s, ph.ttft_s) == (None, None, None, None)

@@ -83,8 +83,8 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
                 same = ("prefill_tok_s", "decode_tok_s", "queue_s", "prompt_tokens", "cached_tokens", "output_tokens")
                 if rec.endpoint.startswith("/v1/"):  # v2 of the split times decode from the stream, counts the chunks
                     ph = stored.phases
-                    assert (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source) == (
-                        pytest.approx(0.161), "stream", 8, "counted")
+                    got = (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source)
+                    assert got == (pytest.approx(0.161), "stream", 8, "counted")
                     assert (ph.load_s, ph.prefill_s, ph.queue_s) == (None, None, None)
                 elif rec.metrics is None:  # cut short: what streamed is timed from the stream
                     assert stored.phases.decode_source in (None, "stream") and stored.phases.load_s is None, rec.id
