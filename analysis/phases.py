@@ -444,8 +444,7 @@ def split_record(rec: RequestRecord) -> Phases:
         _place_load(rec, values)
     elif m is not None and rec.final_chunk_ns is not None and not openai:
         _place_server(rec, m, values, flags, kind)
-    finished = rec.outcome != Outcome.IN_FLIGHT
-    if kind is RequestKind.GENERATE and rec.stream and chunks and (openai or (finished and values.get("decode_s") is None)):
+    if kind is RequestKind.GENERATE and rec.stream and chunks and openai:  # no durations: the stream times decode
         _decode_from_stream(chunks, values, flags)
     if kind is RequestKind.GENERATE and rec.stream:
         _split_thinking(rec, chunks, values)

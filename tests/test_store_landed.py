@@ -86,8 +86,6 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
                     got = (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source)
                     assert got == (pytest.approx(0.161), "stream", 8, "counted")
                     assert (ph.load_s, ph.prefill_s, ph.queue_s) == (None, None, None)
-                elif rec.metrics is None:  # cut short: what streamed is timed from the stream
-                    assert stored.phases.decode_source in (None, "stream") and stored.phases.load_s is None, rec.id
                 else:
                     assert all(getattr(stored.phases, k) == getattr(phases, k) for k in same), rec.id
         # The rest of what the landed collector wrote.
