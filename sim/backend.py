@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sim.catalog import ModelFacts
 from sim.truth import TruthRecord
@@ -66,6 +66,28 @@ class GenRequest:
     messages: list[dict[str, Any]] | None = None  # /api/chat and /v1/chat/completions: the messages as sent
     raw: bool = False  # /api/generate's ``raw``
     options: dict[str, Any] = field(default_factory=dict)  # Ollama's ``options`` (temperature, top_k, stop, ...)
+    # Simulated engine only (others may ignore them): think first ("low" | "medium" | "high" | "max"), and a fixed
+    # answer (its tokens, e.g. JSON for ``format`` or a tool call) instead of free pseudo-words.
+    think: str | None = None
+    answer_pieces: list[str] | None = None
+
+
+@dataclass
+class EmbedRequest:
+    """One /api/embed batch: every input is prefilled (together, as one batch of sequences), nothing decoded."""
+
+    model: ModelFacts
+    inputs: list[list[int]]  # token ids per input, already truncated to the context
+    truth: TruthRecord
+    num_ctx: int | None = None
+    keep_alive_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class EmbedDone:
+    loaded_ns: int  # time.monotonic_ns() when the model was ready (load_duration ends here)
+    prompt_eval_count: int  # tokens of all inputs
+    prefill_ns: int  # first prefill step start -> last step end
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,7 @@ class Token:
     token_id: int
     at_ns: int  # when the engine sampled it
     eos: bool = False  # the end-of-generation token: counted in eval_count, never written as a chunk
+    thinking: bool = False  # part of the thinking that precedes the answer
 
 
 @dataclass(frozen=True)
@@ -113,6 +136,13 @@ class LoadedInfo:
     size_vram_bytes: int
     context_length: int
     expires_at_unix_s: float | None  # None: forever
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """A backend that can also embed (``sim.engine.SimEngine``); routes check for it with ``isinstance``."""
+
+    async def embed(self, req: EmbedRequest) -> EmbedDone: ...
 
 
 class Backend(Protocol):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from analysis.roofline import kv_bytes_per_token
 
 # GGUF general.file_type for the quantizations we list (llama.cpp's llama_ftype).
-FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15}
+FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15, "MXFP4": 38}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class ModelFacts:
     def kv_bytes_per_token(self) -> float:
         """F16 KV cache bytes per token of context (all layers)."""
         return kv_bytes_per_token(self.block_count, self.head_count_kv, self.head_dim)
+
+    @property
+    def think_levels(self) -> bool:
+        """Takes ``think`` as a level (Ollama's harmony parser, gpt-oss); other thinking models only as a bool."""
+        return self.family == "gptoss"
 
     @property
     def low_bit(self) -> bool:
@@ -103,6 +108,10 @@ _QWEN_TEMPLATE = (
     "{{- if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
     "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
+_QWEN3_TEMPLATE = (
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+    "{{- if and $.IsThinkSet (not $.Think) }}<think>\n\n</think>\n\n{{ end }}"
+)
 _LLAMA_STOP = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 _QWEN_STOP = ("<|im_start|>", "<|im_end|>")
 
@@ -138,6 +147,34 @@ MODELS: tuple[ModelFacts, ...] = (
         feed_forward_length=28672, vocab_size=128256, rope_freq_base=500000.0,
         modified_at="2026-06-02T21:03:15.0041Z", stop=_LLAMA_STOP, template=_LLAMA3_TEMPLATE,
         license="LLAMA 3.1 COMMUNITY LICENSE AGREEMENT",
+    ),
+    # A reasoning model: streams its thinking before the answer (``think`` on by default, as in Ollama).
+    ModelFacts(
+        name="qwen3:0.6b", architecture="qwen3", family="qwen3", parameter_count=751_632_384,
+        parameter_size="751.63M", quantization="Q4_K_M", size_bytes=522_653_767, block_count=28,
+        embedding_length=1024, head_count=16, head_count_kv=8, head_dim=128, context_length=40960,
+        feed_forward_length=3072, vocab_size=151936, rope_freq_base=1000000.0,
+        modified_at="2026-07-20T11:30:00.25Z", capabilities=("completion", "tools", "thinking"),
+        stop=_QWEN_STOP, template=_QWEN3_TEMPLATE, license="Apache License 2.0",
+    ),
+    # A reasoning model with think levels (Ollama's harmony models): "low" | "medium" | "high"; it always
+    # thinks (true/false leave the level at medium). Its weights are a mixture of experts; sim times them
+    # as a dense model of the same size.
+    ModelFacts(
+        name="gpt-oss:20b", architecture="gptoss", family="gptoss", parameter_count=20_914_757_184,
+        parameter_size="20.9B", quantization="MXFP4", size_bytes=13_780_154_624, block_count=24,
+        embedding_length=2880, head_count=64, head_count_kv=8, head_dim=64, context_length=131072,
+        feed_forward_length=2880, vocab_size=201088, rope_freq_base=150000.0,
+        modified_at="2026-08-06T17:02:41.9Z", capabilities=("completion", "tools", "thinking"),
+        stop=("<|start|>", "<|end|>", "<|return|>", "<|call|>"), license="Apache License 2.0",
+    ),
+    # An embedding model: /api/embed only (generate and chat answer 400, as in Ollama).
+    ModelFacts(
+        name="nomic-embed-text:latest", architecture="nomic-bert", family="nomic-bert", parameter_count=136_727_040,
+        parameter_size="137M", quantization="F16", size_bytes=274_302_450, block_count=12,
+        embedding_length=768, head_count=12, head_count_kv=12, head_dim=64, context_length=2048,
+        feed_forward_length=3072, vocab_size=30522, rope_freq_base=1000.0,
+        modified_at="2026-05-04T08:15:10.5Z", capabilities=("embedding",), license="Apache License 2.0",
     ),
 )
 

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from sim import timing
 from sim.backend import (
     Done,
+    EmbedDone,
+    EmbedRequest,
     EngineError,
     Event,
     Failed,
@@ -47,6 +50,20 @@ EOS_TOKEN_ID = special_id(2)  # <|eot_id|>
 # so timer overshoot and a starved host CPU are caught up by the following steps and average rates follow
 # the model. Lateness beyond this restarts the timeline from now.
 MAX_CARRY_NS = 250_000_000
+# How many thinking tokens precede the answer, by ``think`` level (drawn from the request's seed).
+THINKING_TOKENS = {"low": (8, 32), "medium": (32, 96), "high": (96, 192), "max": (192, 384)}
+
+
+def thinking_length(level: str, seed: str) -> int:
+    lo, hi = THINKING_TOKENS.get(level, THINKING_TOKENS["medium"])
+    return random.Random(seed + ":think").randint(lo, hi)
+
+
+def _answer_text(think_n: int, words: TextStream, pieces: list[str] | None) -> Iterator[str]:
+    """``think_n`` pseudo-words of thinking, then the answer: fixed pieces, or more pseudo-words."""
+    for _ in range(think_n):
+        yield next(words)
+    yield from pieces if pieces is not None else words
 
 
 class QueueFullError(EngineError):
@@ -85,7 +102,7 @@ class _Job:
     cached: int
     max_tokens: int
     length_reason: str  # why it ends at max_tokens: "length" or "stop"
-    text: TextStream
+    text: Iterator[str]
     queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     pos: int = 0  # prompt tokens in the KV cache
     generated: list[int] = field(default_factory=list)
@@ -93,6 +110,10 @@ class _Job:
     first_ns: int | None = None
     last_ns: int | None = None
     active: bool = True
+    think_n: int = 0  # the first tokens are thinking
+    embed: bool = False  # prefill only: ends when the prompt is in, nothing sampled
+    done: asyncio.Future[int] | None = None  # embed: resolved with the end of its last step
+    input_lengths: list[int] = field(default_factory=list)  # embed: tokens of each input (separate sequences)
 
     @property
     def decoding(self) -> bool:
@@ -101,6 +122,20 @@ class _Job:
     @property
     def context_len(self) -> int:
         return self.pos + len(self.generated)
+
+
+def _segments(job: _Job, n: int) -> list[tuple[int, int]]:
+    """(tokens before, tokens) of a prefill chunk; an embed batch's inputs are separate sequences."""
+    if not job.input_lengths:
+        return [(job.pos, n)]
+    out: list[tuple[int, int]] = []
+    start, pos, end = 0, job.pos, job.pos + n
+    for length in job.input_lengths:
+        lo, hi = max(pos, start), min(end, start + length)
+        if hi > lo:
+            out.append((lo - start, hi - lo))
+        start += length
+    return out
 
 
 class _Runner:
@@ -182,7 +217,8 @@ class _Runner:
         job.active = False
         if job in self.jobs:
             self.jobs.remove(job)
-        job.slot.cache_ids = job.prompt_ids[: job.pos] + job.generated
+        # An embedding leaves nothing a later generation could reuse.
+        job.slot.cache_ids = [] if job.embed else job.prompt_ids[: job.pos] + job.generated
         self.release_slot(job.slot)
 
     async def _loop(self) -> None:
@@ -202,13 +238,15 @@ class _Runner:
                 for j in list(self.jobs):
                     j.active = False
                     j.queue.put_nowait(Failed(f"{type(e).__name__}: {e}"))
+                    if j.done is not None and not j.done.done():
+                        j.done.set_exception(RuntimeError(f"{type(e).__name__}: {e}"))
                 self.jobs.clear()
                 target_ns = None
 
     async def _step(self, target_ns: int | None) -> int:
         """Run one batch step; returns its planned end on the virtual timeline."""
         profile = self.engine.profile
-        decoders = [j for j in self.jobs if j.decoding]
+        decoders = [j for j in self.jobs if j.decoding and not j.embed]
         budget = max(self.num_batch - len(decoders), 0)
         chunks: list[tuple[_Job, int]] = []
         for j in self.jobs:
@@ -216,7 +254,7 @@ class _Runner:
                 n = min(budget, len(j.prompt_ids) - j.pos)
                 chunks.append((j, n))
                 budget -= n
-        work = timing.StepWork([j.context_len for j in decoders], [(j.pos, n) for j, n in chunks])
+        work = timing.StepWork([j.context_len for j in decoders], [seg for j, n in chunks for seg in _segments(j, n)])
         step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
         floor_ns = int(timing.floor_seconds(self.model, profile, self.vram_fraction, work) * 1e9)
         stall_s = self._stall_s(decoders, chunks)
@@ -248,7 +286,10 @@ class _Runner:
                 j.pos += n
                 if j.decoding:
                     j.req.truth.prefill_end_ns = end
-                    self._emit(j, end)
+                    if j.embed:
+                        self._embedded(j, end)
+                    else:
+                        self._emit(j, end)
         return target_ns
 
     def _stall_s(self, decoders: list[_Job], chunks: list[tuple[_Job, int]]) -> float:
@@ -265,6 +306,12 @@ class _Runner:
                 j.req.faults.pop("stall_ms")
         return stall
 
+    def _embedded(self, job: _Job, at_ns: int) -> None:
+        job.active = False
+        self.jobs.remove(job)
+        if job.done is not None and not job.done.done():
+            job.done.set_result(at_ns)
+
     def _compute_share(self, work: timing.StepWork) -> float:
         spec = self.engine.profile.spec
         weights, kv = timing.step_bytes(self.model, work)
@@ -277,12 +324,15 @@ class _Runner:
         eos = job.length_reason == "stop" and len(job.generated) + 1 == job.max_tokens
         text = "" if eos else next(job.text)
         tid = EOS_TOKEN_ID if eos else token_id(text.strip())
+        thinking = len(job.generated) < job.think_n
+        if thinking:
+            job.req.truth.thinking_tokens += 1
         job.generated.append(tid)
         if job.first_ns is None:
             job.first_ns = at_ns
         job.last_ns = at_ns
         job.req.truth.token_sampled_ns.append(at_ns)
-        job.queue.put_nowait(Token(text, tid, at_ns, eos=eos))
+        job.queue.put_nowait(Token(text, tid, at_ns, eos=eos, thinking=thinking and not eos))
         if len(job.generated) >= job.max_tokens:
             assert job.prefill_start_ns is not None
             job.queue.put_nowait(
@@ -331,6 +381,8 @@ class _Runner:
         self._task.cancel()
         for j in list(self.jobs):
             j.queue.put_nowait(Failed("model runner has unexpectedly stopped"))
+            if j.done is not None and not j.done.done():
+                j.done.set_exception(EngineError(500, "model runner has unexpectedly stopped"))
 
 
 class SimEngine:
@@ -504,15 +556,18 @@ class SimEngine:
             truth.prompt_tokens = len(prompt_ids)
             truth.cached_tokens = cached
             yield SlotAcquired(now, cached)
-            text = TextStream(req.seed)
+            words = TextStream(req.seed)
+            think_n = thinking_length(req.think, req.seed) if req.think else 0
+            pieces = req.answer_pieces
             room = max(runner.num_ctx - len(prompt_ids), 1)
             if req.num_predict > 0 and req.num_predict <= room:
                 max_tokens, reason = req.num_predict, "length"
             else:
-                natural = text.plausible_length()
+                natural = think_n + (len(pieces) if pieces is not None else words.plausible_length())
                 # natural visible tokens, then the end-of-generation token
                 max_tokens, reason = (natural + 1, "stop") if natural + 1 <= room else (room, "length")
-            job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached)
+            text = _answer_text(think_n, words, pieces)
+            job = _Job(req, slot, prompt_ids, cached, max_tokens, reason, text, pos=cached, think_n=think_n)
             runner.submit(job)
             raise_after = req.faults.get("raise_after_tokens")
             visible = 0
@@ -525,6 +580,34 @@ class SimEngine:
                     return
                 if isinstance(ev, Token) and not ev.eos:
                     visible += 1
+        finally:
+            if job is not None:
+                runner.finish(job)
+            elif slot is not None:
+                runner.release_slot(slot)
+            self._release(runner)
+
+    async def embed(self, req: EmbedRequest) -> EmbedDone:
+        """All inputs prefilled in the batch loop (steps of up to ``num_batch`` tokens shared with other slots)."""
+        runner = await self._get_runner(req.model, req.num_ctx, req.keep_alive_ns, req.truth)
+        slot: _Slot | None = None
+        job: _Job | None = None
+        try:
+            loaded_ns = time.monotonic_ns()
+            ids = [t for one in req.inputs for t in one]
+            req.truth.prompt_tokens = len(ids)
+            if not ids:
+                return EmbedDone(loaded_ns, 0, 0)
+            slot = await runner.acquire_slot([])
+            req.truth.slot_acquired_ns = time.monotonic_ns()
+            gen = GenRequest(model=req.model, prompt_ids=ids, truth=req.truth)
+            done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            job = _Job(gen, slot, ids, 0, 0, "stop", iter(()), embed=True, done=done,
+                       input_lengths=[len(one) for one in req.inputs])
+            runner.submit(job)
+            end_ns = await done
+            assert job.prefill_start_ns is not None
+            return EmbedDone(loaded_ns, len(ids), end_ns - job.prefill_start_ns)
         finally:
             if job is not None:
                 runner.finish(job)

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import tokens
+from sim import answers, tokens
 from sim.backend import Done, GenRequest
 from sim.http import (
     BACKEND_KEY,
@@ -56,14 +56,17 @@ class OpenAiFormat:
     include_usage: bool
     truth: TruthRecord
     content_type: str = "text/event-stream"
+    # chat with tools: the answer is this call (held back, then one delta with OpenAI's tool_calls)
+    tool_calls: list[dict[str, Any]] | None = None
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.oai_id, "object": obj, "created": self.created_unix_s, "model": self.model_str,
                 "system_fingerprint": "fp_ollama", "choices": choices}
 
-    def _chunk(self, text: str, finish: str | None) -> dict[str, Any]:
+    def _chunk(self, text: str, finish: str | None, reasoning: str = "") -> dict[str, Any]:
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": finish}
+            delta = {"role": "assistant", "content": text} | ({"reasoning": reasoning} if reasoning else {})
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             return self._envelope("chat.completion.chunk", [choice])
         return self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": finish}])
 
@@ -72,11 +75,23 @@ class OpenAiFormat:
         return {"prompt_tokens": done.prompt_eval_count, "completion_tokens": done.eval_count,
                 "total_tokens": done.prompt_eval_count + done.eval_count}
 
-    def token(self, text: str) -> bytes:
-        return _sse(self._chunk(text, None))
+    def token(self, text: str, thinking: bool) -> bytes:
+        if thinking and not self.chat:
+            return b""  # /v1/completions has no place for reasoning
+        if self.tool_calls is not None and not thinking:
+            return b""
+        return _sse(self._chunk("", None, text) if thinking else self._chunk(text, None))
+
+    def _finish_reason(self, done: Done) -> str:
+        return "tool_calls" if self.tool_calls is not None else done.done_reason
 
     def final(self, done: Done, load_ns: int) -> bytes:
-        out = _sse(self._chunk("", done.done_reason))
+        out = b""
+        if self.tool_calls is not None:
+            calls = self._chunk("", None)
+            calls["choices"][0]["delta"]["tool_calls"] = self.tool_calls
+            out += _sse(calls)
+        out += _sse(self._chunk("", self._finish_reason(done)))
         usage = self._usage(done)
         if self.include_usage:
             last = self._envelope(self._chunk("", None)["object"], [])
@@ -84,10 +99,12 @@ class OpenAiFormat:
             out += _sse(last)
         return out + b"data: [DONE]\n\n"
 
-    def whole(self, done: Done, load_ns: int, text: str) -> dict[str, Any]:
+    def whole(self, done: Done, load_ns: int, text: str, thinking: str) -> dict[str, Any]:
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": done.done_reason}
+            message: dict[str, Any] = {"role": "assistant", "content": text} | ({"reasoning": thinking} if thinking else {})
+            if self.tool_calls is not None:
+                message |= {"content": "", "tool_calls": self.tool_calls}
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self._finish_reason(done)}
             body = self._envelope("chat.completion", [choice])
         else:
             body = self._envelope("text_completion", [{"text": text, "index": 0, "finish_reason": done.done_reason}])
@@ -99,6 +116,18 @@ class OpenAiFormat:
 
     def malformed(self) -> bytes:
         return b'data: {"id":"' + self.oai_id.encode() + b'","object":\n\n'
+
+
+def _format_of(response_format: object) -> object:
+    """OpenAI's ``response_format`` as Ollama's ``format``: json_object -> "json", json_schema -> its schema."""
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_object":
+        return "json"
+    if response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        return spec.get("schema") if isinstance(spec, dict) else None
+    return None
 
 
 class _OpenAiGeneration:
@@ -148,17 +177,35 @@ class _OpenAiGeneration:
         self.truth.stream = stream
         self.truth.prompt_tokens = len(prompt_ids)
         cfg = self.request.app[CONFIG_KEY]
+        if "completion" not in model.capabilities:
+            raise ApiError(400, f'"{model_str}" does not support {"chat" if self.chat else "generate"}')
+        effort = body.get("reasoning_effort")
+        think: str | None = None
+        if "thinking" in model.capabilities and effort != "none":
+            think = effort if model.think_levels and effort in ("low", "medium", "high") else "medium"
+        seed = seed_for(cfg, opts, prompt_ids)
+        pieces = answers.format_answer(_format_of(body.get("response_format")), seed)
+        call = answers.tool_call(body.get("tools"), messages or [], seed) if self.chat else None
+        tool_calls = None
+        if call is not None:
+            fn = {"name": call["name"], "arguments": dumps(call["arguments"]).decode()}
+            tool_calls = [{"id": answers.call_id(seed), "index": 0, "type": "function", "function": fn}]
+            pieces = answers.pieces(dumps(call).decode())
         req = GenRequest(
             model=model, prompt_ids=prompt_ids, truth=self.truth,
             num_predict=int(max_tokens) if isinstance(max_tokens, int) else -1,
-            seed=seed_for(cfg, opts, prompt_ids), faults=self.request.app[FAULTS_KEY].take_generation(),
+            seed=seed, faults=self.request.app[FAULTS_KEY].take_generation(),
             prompt_text=None if self.chat else prompt, messages=messages if self.chat else None, raw=True,
             options=opts | ({"temperature": body["temperature"]} if isinstance(body.get("temperature"), int | float) else {}),
+            think=think,
+            answer_pieces=pieces,
         )
-        return await self._consume(req, model_str, stream, include_usage)
+        return await self._consume(req, model_str, stream, include_usage, tool_calls)
 
-    async def _consume(self, req: GenRequest, model_str: str, stream: bool, include_usage: bool) -> web.StreamResponse:
-        fmt = OpenAiFormat(self.chat, self.oai_id, self.created, model_str, include_usage, self.truth)
+    async def _consume(
+        self, req: GenRequest, model_str: str, stream: bool, include_usage: bool, tool_calls: list[dict[str, Any]] | None
+    ) -> web.StreamResponse:
+        fmt = OpenAiFormat(self.chat, self.oai_id, self.created, model_str, include_usage, self.truth, tool_calls=tool_calls)
         events = EventStream(self.request, self.rid, self.truth, self.t0, fmt, stream=stream, faults=req.faults)
         return await events.run(self.request.app[BACKEND_KEY].generate(req))
 

@@ -9,6 +9,7 @@ is written and ended, in ``sim.streaming``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -18,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import openai_api
+from sim import answers, embed_api, openai_api, registry
 from sim.backend import Backend, Done, EngineError, GenRequest
 from sim.catalog import ModelFacts
 from sim.faults import FaultError, Faults
@@ -86,6 +87,32 @@ def _keep_alive(body: dict[str, Any]) -> int | None:
         return keep_alive_ns(body.get("keep_alive"))
     except ValueError as e:
         raise ApiError(400, str(e)) from None
+
+
+THINK_LEVELS = ("low", "medium", "high", "max")
+
+
+def think_level(think: object, model: ModelFacts, model_str: str) -> str | None:
+    """The thinking level a request gets (None: no thinking), or ApiError with Ollama's text.
+
+    Unset means on for thinking models; levels are for models that take them (gpt-oss), which always
+    think (a bool leaves them at medium); ``true`` on a model that cannot think is a 400.
+    """
+    if think is not None and not isinstance(think, bool | str):
+        raise ApiError(400, f"invalid think value: {json.dumps(think)}")
+    if isinstance(think, str):
+        if think not in THINK_LEVELS:
+            raise ApiError(400, f'invalid think value: "{think}" (must be "high", "medium", "low", true, or false)')
+        if not model.think_levels:
+            raise ApiError(400, f'think value "{think}" is not supported for this model')
+        return think
+    if "thinking" not in model.capabilities:
+        if think is True:
+            raise ApiError(400, f'"{model_str}" does not support thinking')
+        return None
+    if model.think_levels:
+        return "medium"
+    return None if think is False else "medium"
 
 
 # --- the simple routes ----------------------------------------------------------------
@@ -159,24 +186,42 @@ class OllamaFormat:
     received_ns: int  # Ollama's checkpointStart: total_duration counts from here
     truth: TruthRecord
     content_type: str = NDJSON
+    # chat with tools: the answer is this call; its tokens are held back and sent as one tool_calls message.
+    tool_calls: list[dict[str, Any]] | None = None
 
-    def content(self, text: str, done: bool) -> dict[str, Any]:
+    def content(self, text: str, done: bool, thinking: str = "") -> dict[str, Any]:
         d: dict[str, Any] = {"model": self.model_str, "created_at": rfc3339nano()}
         if self.chat:
-            d["message"] = {"role": "assistant", "content": text}
+            d["message"] = {"role": "assistant", "content": text} | ({"thinking": thinking} if thinking else {})
         else:
             d["response"] = text
+            if thinking:
+                d["thinking"] = thinking
         d["done"] = done
         return d
 
-    def token(self, text: str) -> bytes:
+    def token(self, text: str, thinking: bool) -> bytes:
+        if thinking:
+            return dumps(self.content("", False, text)) + b"\n"
+        if self.tool_calls is not None:
+            return b""
         return dumps(self.content(text, False)) + b"\n"
 
-    def final(self, done: Done, load_ns: int) -> bytes:
-        return dumps(self.whole(done, load_ns, "")) + b"\n"
+    def _tool_message(self) -> dict[str, Any]:
+        d = self.content("", False)
+        d["message"]["tool_calls"] = self.tool_calls
+        return d
 
-    def whole(self, done: Done, load_ns: int, text: str) -> dict[str, Any]:
-        d = self.content(text, True)
+    def final(self, done: Done, load_ns: int) -> bytes:
+        calls = dumps(self._tool_message()) + b"\n" if self.tool_calls is not None else b""
+        return calls + dumps(self.whole(done, load_ns, "", "")) + b"\n"
+
+    def whole(self, done: Done, load_ns: int, text: str, thinking: str) -> dict[str, Any]:
+        if self.tool_calls is not None:
+            text = ""
+        d = self.content(text, True, thinking)
+        if self.tool_calls is not None and not self.truth.stream:
+            d["message"]["tool_calls"] = self.tool_calls
         d["done_reason"] = done.done_reason
         if not self.chat and not self.raw:
             d["context"] = done.context_ids
@@ -237,9 +282,7 @@ class _Generation:
         self.truth.model = model.name
         opts = _options(body)
         ka = _keep_alive(body)
-        think = body.get("think")
-        if think is not None and think is not False and "thinking" not in model.capabilities:
-            raise ApiError(400, f'"{model_str}" does not support thinking')
+        think = think_level(body.get("think"), model, model_str)
         if chat:
             messages = body.get("messages") or []
             if not isinstance(messages, list):
@@ -250,6 +293,10 @@ class _Generation:
                 raise ApiError(400, "raw mode does not support template, system, or context")
             empty = not body.get("prompt")
         fmt = OllamaFormat(chat, model_str, bool(body.get("raw")), self.cfg, self.t0, self.truth)
+        if empty and ka == 0:
+            return await self._load_or_unload(model, fmt, opts, ka)
+        if "completion" not in model.capabilities:
+            raise ApiError(400, f'"{model_str}" does not support {"chat" if chat else "generate"}')
         if empty:
             return await self._load_or_unload(model, fmt, opts, ka)
         prompt_ids = prompt_ids_chat(messages) if chat else prompt_ids_generate(body)
@@ -258,18 +305,29 @@ class _Generation:
         stream = body.get("stream", True) is not False
         self.truth.stream = stream
         self.truth.prompt_tokens = len(prompt_ids)
+        seed = seed_for(self.cfg, opts, prompt_ids)
+        pieces = answers.format_answer(body.get("format"), seed)
+        tools = body.get("tools") if chat else None
+        if tools and "tools" not in model.capabilities:
+            raise ApiError(400, f"{model.name} does not support tools")
+        call = answers.tool_call(tools, messages, seed) if chat else None
+        if call is not None:
+            fmt.tool_calls = [{"id": answers.call_id(seed), "function": {"index": 0, **call}}]
+            pieces = answers.pieces(dumps(call).decode())
         req = GenRequest(
             model=model, prompt_ids=prompt_ids, truth=self.truth,
             num_predict=int(opts.get("num_predict", -1)),
             num_ctx=int(opts["num_ctx"]) if "num_ctx" in opts else None,
             num_batch=int(opts["num_batch"]) if "num_batch" in opts else None,
-            keep_alive_ns=ka, seed=seed_for(self.cfg, opts, prompt_ids),
+            keep_alive_ns=ka, seed=seed,
             faults=self.app[FAULTS_KEY].take_generation(),
             prompt_text=None if chat else str(body.get("prompt") or ""),
             system=None if chat or not body.get("system") else str(body["system"]),
             messages=messages if chat else None,
             raw=bool(body.get("raw")),
             options=opts,
+            think=think,
+            answer_pieces=pieces,
         )
         events = EventStream(self.request, self.rid, self.truth, self.t0, fmt, stream=stream, faults=req.faults)
         return await events.run(self.backend.generate(req))
@@ -278,14 +336,20 @@ class _Generation:
         self, model: ModelFacts, fmt: OllamaFormat, opts: dict[str, Any], ka: int | None
     ) -> web.Response:
         if ka == 0:
+            self.truth.kind = "unload"
             await self.backend.unload(model)
             reason = "unload"
         else:
+            self.truth.kind = "load"
+            # A load happens when the model is not loaded yet (a reload for changed options is not told apart).
+            cold = all(info.model.name != model.name for info in self.backend.loaded())
+            start_ns = time.monotonic_ns()
             try:
-                self.truth.load_start_ns = None
                 await self.backend.load(model, int(opts["num_ctx"]) if "num_ctx" in opts else None, ka)
             except EngineError as e:
                 raise ApiError(e.status, e.message) from None
+            if cold:
+                self.truth.load_start_ns, self.truth.load_end_ns = start_ns, time.monotonic_ns()
             reason = "load"
         d = fmt.content("", True)
         d["done_reason"] = reason
@@ -367,7 +431,7 @@ async def go_style_errors(request: web.Request, handler: _Handler) -> web.Stream
 
 def build_app(backend: Backend, config: ServerConfig, faults: Faults) -> web.Application:
     app = web.Application(middlewares=[gin_log, go_style_errors], client_max_size=64 * 1024**2)
-    app[BACKEND_KEY] = backend
+    app[BACKEND_KEY] = registry.ModelStore(backend)  # pull, create, copy and delete change what it lists
     app[CONFIG_KEY] = config
     app[TRUTH_KEY] = TruthLog()
     app[FAULTS_KEY] = faults
@@ -386,6 +450,8 @@ def build_app(backend: Backend, config: ServerConfig, faults: Faults) -> web.App
     r.add_post("/sim/faults", post_faults)
     r.add_delete("/sim/faults", delete_faults)
     openai_api.add_routes(app)
+    embed_api.add_routes(app)
+    registry.add_routes(app)
 
     async def _close(_: web.Application) -> None:
         await backend.close()

@@ -34,15 +34,15 @@ class WireFormat(Protocol):
 
     content_type: str
 
-    def token(self, text: str) -> bytes:
-        """One content chunk."""
+    def token(self, text: str, thinking: bool) -> bytes:
+        """One content (or thinking) chunk; empty when the format holds it back (a tool call being parsed)."""
         ...
 
     def final(self, done: Done, load_ns: int) -> bytes:
         """Everything a stream sends after its last content chunk."""
         ...
 
-    def whole(self, done: Done, load_ns: int, text: str) -> dict[str, Any]:
+    def whole(self, done: Done, load_ns: int, text: str, thinking: str) -> dict[str, Any]:
         """The single JSON object of a ``stream: false`` answer."""
         ...
 
@@ -102,6 +102,7 @@ class EventStream:
     async def _consume(self, gen: AsyncGenerator[Event, None]) -> web.StreamResponse:
         load_ns = 0
         texts: list[str] = []
+        thoughts: list[str] = []
         n_written = 0
         async for ev in gen:
             if isinstance(ev, Loaded):
@@ -110,10 +111,12 @@ class EventStream:
                 if ev.eos:
                     continue
                 if not self.stream:
-                    texts.append(ev.text)
+                    (thoughts if ev.thinking else texts).append(ev.text)
+                    continue
+                chunk = self.fmt.token(ev.text, ev.thinking)
+                if not chunk:
                     continue
                 resp = await self._prepared()
-                chunk = self.fmt.token(ev.text)
                 if self.faults and self.faults.get("cut_inside_token_after_tokens") == n_written:
                     # A runner dying mid-write: the text went out, the chunk never ends.
                     await resp.write(chunk[: len(chunk.rstrip()) - 3])
@@ -128,7 +131,7 @@ class EventStream:
                     return resp
             elif isinstance(ev, Done):
                 if not self.stream:
-                    body = self.fmt.whole(ev, load_ns, "".join(texts))
+                    body = self.fmt.whole(ev, load_ns, "".join(texts), "".join(thoughts))
                     self.done(200)
                     return web.json_response(body, headers={"X-Sim-Request-Id": self.request_id})
                 resp = await self._prepared()

@@ -32,9 +32,36 @@ class TruthRecord:
     status: int | None = None
     error: str | None = None
     reported: dict[str, Any] = field(default_factory=dict)  # metrics as sent in the final chunk
+    kind: str = "generate"  # "generate" | "load" | "unload" | "embed"
+    inputs: int | None = None  # embed: texts in the batch
+    thinking_tokens: int = 0  # the first tokens sampled (and chunks written) were thinking
+
+    def first_answer_sampled_ns(self) -> int | None:
+        """When the first answer token (after any thinking) was sampled."""
+        k = self.thinking_tokens
+        return self.token_sampled_ns[k] if len(self.token_sampled_ns) > k else None
+
+    def first_answer_written_ns(self) -> int | None:
+        """When the first answer chunk had been written (streams only)."""
+        k = self.thinking_tokens
+        return self.token_written_ns[k] if len(self.token_written_ns) > k else None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        first_answer = self.first_answer_sampled_ns()
+        first = self.token_sampled_ns[0] if self.token_sampled_ns else None
+        last = self.token_sampled_ns[-1] if self.token_sampled_ns else None
+        d["first_answer_sampled_ns"] = first_answer
+        d["first_answer_written_ns"] = self.first_answer_written_ns()
+        # Thinking spans its tokens' intervals: first token sampled -> first answer token sampled;
+        # the answer the rest, so thinking_ns + answer_ns = eval_duration.
+        no_thinking = self.thinking_tokens == 0
+        d["thinking_ns"] = 0 if no_thinking else (first_answer - first if first_answer is not None and first is not None
+                                                  else (last - first if last is not None and first is not None else None))
+        d["answer_ns"] = last - first_answer if first_answer is not None and last is not None else None
+        d["embed_prefill_ns"] = (self.prefill_end_ns - self.prefill_start_ns
+                                 if self.kind == "embed" and self.prefill_end_ns and self.prefill_start_ns else None)
+        return d
 
 
 class TruthLog:
