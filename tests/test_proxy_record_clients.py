@@ -23,7 +23,7 @@ from tests.support.sim_process import SimProcess, http_json, start_sim, truth
 
 MODEL = "qwen2.5:0.5b"
 PROMPT = "word " * 200  # ~0.4 s of prefill on the cpu profile
-NUM_PREDICT = 24  # ~0.2 s of decode
+NUM_PREDICT = 64  # ~0.6 s of decode
 REL = 0.05  # the bound: within 5% of sim's truth
 
 
@@ -176,19 +176,110 @@ def test_load_and_unload_are_their_own_kind(sim: SimProcess, proxy: ProxyThread)
     client = ollama.Client(host=proxy.base_url, timeout=60)
     _unload(sim)
     rec, ph, t = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt=""))
-    assert rec.kind is RequestKind.LOAD and ph.done_reason == "load"
+    assert rec.kind is RequestKind.LOAD and ph.done_reason == "load" and t["kind"] == "load"
     assert ph.load_source == PhaseSource.STREAM  # Ollama's load reply has no durations: its arrival times the load
-    # sim's load time for this model, as its truth says for a generation that loaded it cold.
-    _unload(sim)
-    _rec2, _ph2, t2 = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt="x", options={"num_predict": 1}))
-    load_truth_s = _s(t2["load_start_ns"], t2["load_end_ns"])
-    assert _close(ph.load_s, load_truth_s), (ph.load_s, load_truth_s)
+    assert _close(ph.load_s, _s(t["load_start_ns"], t["load_end_ns"])), (ph.load_s, t)
     assert (ph.prefill_s, ph.decode_s, ph.queue_s, ph.ttft_s) == (None, None, None, None)
     assert ph.load_start_ns is not None and ph.load_end_ns is not None and ph.load_end_ns > ph.load_start_ns
 
-    rec, ph, t = _call(sim, proxy, lambda: client.generate(model=MODEL, keep_alive=0))
-    assert rec.kind is RequestKind.UNLOAD and ph.done_reason == "unload"
+    rec, ph, t = _call(sim, proxy, lambda: client.chat(model=MODEL, messages=[], keep_alive=0))
+    assert rec.kind is RequestKind.UNLOAD and ph.done_reason == "unload" and t["kind"] == "unload"
     assert t["load_start_ns"] is None  # nothing loads for an unload: its load is unknown, never 0.0
     assert (ph.load_s, ph.prefill_s, ph.decode_s, ph.ttft_s) == (None, None, None, None)
     assert ph.client_s is not None and ph.client_s > 0
     _no_zero_for_unknown(ph)
+
+
+# -- embeddings: prefill only ------------------------------------------------------------------
+
+
+def _check_embed(rec: RequestRecord, ph: Phases, t: dict[str, Any], *, durations: bool) -> None:
+    assert rec.kind is RequestKind.EMBED and t["kind"] == "embed" and rec.stream is False
+    assert rec.batch_size == t["inputs"]
+    _no_zero_for_unknown(ph)
+    assert (ph.decode_s, ph.output_tokens, ph.ttft_s, ph.token_chunks) == (None, None, None, 0)
+    assert "no_output" not in ph.flags
+    if durations:  # Ollama's embed reply: total, load, prompt count; prefill is total − load
+        assert ph.prompt_tokens == t["reported"]["prompt_eval_count"] and ph.prompt_tokens_source == PhaseSource.OLLAMA
+        assert ph.load_source == ph.prefill_source == PhaseSource.OLLAMA
+        assert _close(ph.prefill_s, t["embed_prefill_ns"] / 1e9)
+        if t["load_start_ns"] is not None:
+            assert _close(ph.load_s, _s(t["load_start_ns"], t["load_end_ns"]))
+        assert _close(ph.prefill_tok_s, t["prompt_tokens"] / (t["embed_prefill_ns"] / 1e9))
+        assert ph.prefill_start_ns is not None and ph.decode_start_ns == rec.final_chunk_ns
+    else:  # nothing but the vector (and, on /v1, usage): every phase unknown
+        assert (ph.load_s, ph.prefill_s, ph.prefill_tok_s) == (None, None, None)
+    # The client's wait includes sending the vectors (a large body): never shorter than sim's work.
+    assert ph.client_s is not None and ph.client_s >= _s(t["received_ns"], t["done_ns"]) * (1 - REL)
+
+
+def test_ollama_embed_batch(sim: SimProcess, proxy: ProxyThread) -> None:
+    _unload(sim)
+    client = ollama.Client(host=proxy.base_url, timeout=60)
+    rec, ph, t = _call(sim, proxy, lambda: client.embed(model=MODEL, input=["word " * 150, "other " * 80, "third " * 40]))
+    assert rec.endpoint == "/api/embed" and rec.batch_size == 3 and t["load_start_ns"] is not None
+    _check_embed(rec, ph, t, durations=True)
+
+
+def test_ollama_embeddings_legacy(sim: SimProcess, proxy: ProxyThread) -> None:
+    _warm(sim)
+    client = ollama.Client(host=proxy.base_url, timeout=60)
+    rec, ph, t = _call(sim, proxy, lambda: client.embeddings(model=MODEL, prompt="word " * 100))
+    assert rec.endpoint == "/api/embeddings" and rec.batch_size == 1
+    _check_embed(rec, ph, t, durations=False)  # Ollama's older route answers the vector alone
+
+
+def test_openai_embeddings_and_models(sim: SimProcess, proxy: ProxyThread) -> None:
+    _warm(sim)
+    client = _openai(proxy)
+    rec, ph, t = _call(sim, proxy, lambda: client.embeddings.create(model=MODEL, input=["word " * 100, "other " * 60]))
+    assert rec.endpoint == "/v1/embeddings" and rec.batch_size == 2
+    _check_embed(rec, ph, t, durations=False)
+    assert (ph.prompt_tokens, ph.prompt_tokens_source) == (t["prompt_tokens"], PhaseSource.USAGE)
+    # Listing models is no generation: forwarded as it is, never recorded.
+    before = len(proxy.records)
+    assert MODEL in {m.id for m in client.models.list()}
+    assert client.models.retrieve(MODEL).id == MODEL
+    assert len(proxy.records) == before
+
+
+# -- thinking: decode split at the first answer token ------------------------------------------
+
+THINKER = "qwen3:0.6b"
+
+
+def _check_thinking(ph: Phases, t: dict[str, Any]) -> None:
+    assert t["thinking_tokens"] > 0
+    assert ph.thinking_tokens == t["thinking_tokens"] and ph.thinking_source == PhaseSource.COUNTED
+    assert ph.answer_tokens == len(t["token_written_ns"]) - t["thinking_tokens"]
+    assert _close(ph.thinking_s, t["thinking_ns"] / 1e9) and _close(ph.answer_s, t["answer_ns"] / 1e9)
+    assert _close(ph.thinking_tok_s, t["thinking_tokens"] / (t["thinking_ns"] / 1e9))
+    assert _close(ph.ttfa_s, _s(t["received_ns"], t["first_answer_written_ns"]))
+    assert _close(ph.ttft_s, _s(t["received_ns"], t["token_written_ns"][0])) and ph.ttfa_s > ph.ttft_s
+
+
+@pytest.mark.parametrize("route", ["generate", "chat", "openai"])
+def test_thinking_streamed(sim: SimProcess, proxy: ProxyThread, route: str) -> None:
+    ollama.Client(host=sim.base_url, timeout=60).generate(model=THINKER, prompt="warm", options={"num_predict": 1})
+    client = ollama.Client(host=proxy.base_url, timeout=60)
+    opts = {"num_predict": 160, "seed": 7}
+    calls: dict[str, Callable[[], Any]] = {
+        "generate": lambda: client.generate(model=THINKER, prompt=PROMPT + route, stream=True, options=opts),
+        "chat": lambda: client.chat(model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], stream=True,
+                                    options=opts),
+        "openai": lambda: _openai(proxy).chat.completions.create(
+            model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], max_tokens=160, seed=7, stream=True),
+    }  # fmt: skip
+    rec, ph, t = _call(sim, proxy, calls[route])
+    assert rec.thinking_chunks == t["thinking_tokens"]
+    _check_thinking(ph, t)
+    if route != "openai":  # Ollama's durations: decode is thinking + answer
+        assert ph.decode_s is not None and _close(ph.thinking_s + ph.answer_s, ph.decode_s)
+
+
+def test_thinking_not_streamed_is_unknown_not_zero(sim: SimProcess, proxy: ProxyThread) -> None:
+    client = ollama.Client(host=proxy.base_url, timeout=60)
+    rec, ph, t = _call(sim, proxy, lambda: client.generate(model=THINKER, prompt=PROMPT, options={"num_predict": 160, "seed": 7}))
+    assert t["thinking_tokens"] > 0 and rec.stream is False
+    assert (ph.thinking_tokens, ph.thinking_s, ph.ttfa_s, ph.ttft_s) == (None, None, None, None)
+    assert ph.output_tokens == t["reported"]["eval_count"]  # thinking and answer together, as Ollama counts them
