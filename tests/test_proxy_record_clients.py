@@ -105,8 +105,11 @@ def _check_native(rec: RequestRecord, ph: Phases, t: dict[str, Any], *, stream: 
 def test_ollama_generate(sim: SimProcess, proxy: ProxyThread, stream: bool) -> None:
     _unload(sim)  # a cold load, so load is a real phase to measure
     client = ollama.Client(host=proxy.base_url, timeout=60)
-    rec, ph, t = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt=PROMPT, stream=stream,
-                                                           options={"num_predict": NUM_PREDICT}))  # fmt: skip
+    opts = {"num_predict": NUM_PREDICT}
+    if stream:
+        rec, ph, t = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt=PROMPT, stream=True, options=opts))
+    else:
+        rec, ph, t = _call(sim, proxy, lambda: client.generate(model=MODEL, prompt=PROMPT, stream=False, options=opts))
     assert t["load_start_ns"] is not None
     _check_native(rec, ph, t, stream=stream)
 
@@ -116,8 +119,11 @@ def test_ollama_chat(sim: SimProcess, proxy: ProxyThread, stream: bool) -> None:
     _warm(sim)
     client = ollama.Client(host=proxy.base_url, timeout=60)
     messages = [{"role": "user", "content": PROMPT + str(stream)}]
-    rec, ph, t = _call(sim, proxy, lambda: client.chat(model=MODEL, messages=messages, stream=stream,
-                                                       options={"num_predict": NUM_PREDICT}))  # fmt: skip
+    opts = {"num_predict": NUM_PREDICT}
+    if stream:
+        rec, ph, t = _call(sim, proxy, lambda: client.chat(model=MODEL, messages=messages, stream=True, options=opts))
+    else:
+        rec, ph, t = _call(sim, proxy, lambda: client.chat(model=MODEL, messages=messages, stream=False, options=opts))
     _check_native(rec, ph, t, stream=stream)
 
 
@@ -255,7 +261,8 @@ def _check_thinking(ph: Phases, t: dict[str, Any]) -> None:
     assert _close(ph.thinking_s, t["thinking_ns"] / 1e9) and _close(ph.answer_s, t["answer_ns"] / 1e9)
     assert _close(ph.thinking_tok_s, t["thinking_tokens"] / (t["thinking_ns"] / 1e9))
     assert _close(ph.ttfa_s, _s(t["received_ns"], t["first_answer_written_ns"]))
-    assert _close(ph.ttft_s, _s(t["received_ns"], t["token_written_ns"][0])) and ph.ttfa_s > ph.ttft_s
+    assert _close(ph.ttft_s, _s(t["received_ns"], t["token_written_ns"][0]))
+    assert ph.ttfa_s is not None and ph.ttft_s is not None and ph.ttfa_s > ph.ttft_s
 
 
 @pytest.mark.parametrize("route", ["generate", "chat", "openai"])
@@ -274,7 +281,8 @@ def test_thinking_streamed(sim: SimProcess, proxy: ProxyThread, route: str) -> N
     assert rec.thinking_chunks == t["thinking_tokens"]
     _check_thinking(ph, t)
     if route != "openai":  # Ollama's durations: decode is thinking + answer
-        assert ph.decode_s is not None and _close(ph.thinking_s + ph.answer_s, ph.decode_s)
+        assert ph.decode_s is not None and ph.thinking_s is not None and ph.answer_s is not None
+        assert _close(ph.thinking_s + ph.answer_s, ph.decode_s)
 
 
 def test_thinking_not_streamed_is_unknown_not_zero(sim: SimProcess, proxy: ProxyThread) -> None:

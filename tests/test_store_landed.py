@@ -83,8 +83,8 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
                 same = ("prefill_tok_s", "decode_tok_s", "queue_s", "prompt_tokens", "cached_tokens", "output_tokens")
                 if rec.endpoint.startswith("/v1/"):  # v2 of the split times decode from the stream, counts the chunks
                     ph = stored.phases
-                    got = (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source)
-                    assert got == (pytest.approx(0.161), "stream", 8, "counted")
+                    decode = (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source)
+                    assert decode == (pytest.approx(0.161), "stream", 8, "counted")
                     assert (ph.load_s, ph.prefill_s, ph.queue_s) == (None, None, None)
                 else:
                     assert all(getattr(stored.phases, k) == getattr(phases, k) for k in same), rec.id
