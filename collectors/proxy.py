@@ -184,6 +184,9 @@ def describe_request(
             fields["prompt_text"] = obj["prompt"]
         elif isinstance(obj.get("prompt"), list):
             fields["prompt_text"] = "\n".join(p for p in obj["prompt"] if isinstance(p, str))
+        elif kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
+            inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
+            fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
     return fields
 
 

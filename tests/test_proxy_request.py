@@ -116,3 +116,9 @@ def test_request_kind(endpoint: str, fields: dict[str, object], kind: RequestKin
 def test_embed_batch_size_and_no_stream(endpoint: str, fields: dict[str, object], batch: int | None) -> None:
     facts = describe_request(endpoint, body(model="m", **fields), record_text=False)
     assert (facts["batch_size"], facts["stream"]) == (batch, False)
+
+
+def test_embed_input_is_text_only_when_asked() -> None:
+    raw = body(model="m", input=["first", "second"])
+    assert "prompt_text" not in describe_request("/api/embed", raw, record_text=False)
+    assert describe_request("/api/embed", raw, record_text=True)["prompt_text"] == "first\nsecond"
