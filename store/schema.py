@@ -343,9 +343,8 @@ ALTER TABLE requests ADD COLUMN thinking_source TEXT;
 """
 
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6),
-]  # fmt: skip
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5)]
+MIGRATIONS.append(_script(_V6))  # issue 16's v6; a v7 appends after it
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
