@@ -35,7 +35,11 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, RequestR
     monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
     monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
-    now = time.time()
+    return write_records(tmp_path, time.time())
+
+
+def write_records(data_dir: Path, now: float) -> dict[str, RequestRecord]:
+    """The four requests, written as the collector writes them."""
     chunks = [T0 + (200 + 10 * i) * MS for i in range(40)]  # 15 thinking, then 25 answer
     final = chunks[-1] + MS
     metrics = FinalMetrics(total_duration_ns=final - T0 - MS, load_duration_ns=5 * MS, prompt_eval_count=100,
@@ -54,7 +58,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, RequestR
                       model="qwen2.5:0.5b", final_chunk_ns=T0 + 300 * MS, closed_ns=T0 + 300 * MS,
                       metrics=FinalMetrics(total_duration_ns=290 * MS, load_duration_ns=40 * MS, prompt_eval_count=500)),
     }  # fmt: skip
-    w = StoreWriter(db_path(tmp_path))
+    w = StoreWriter(db_path(data_dir))
     for rec in recs.values():
         w.write(PutRequest(rec))
     w.close()
