@@ -287,6 +287,9 @@ class StreamSummary:
     problems: list[str] = field(default_factory=list)  # the first MAX_PROBLEMS_KEPT, described
     done_marker: bool = False  # SSE [DONE] seen
     text: str | None = None  # response text, only when asked for
+    thinking_chunks: int = 0  # chunks in token_chunk_ns that carried thinking
+    last_thinking_ns: int | None = None
+    first_answer_ns: int | None = None  # first chunk with answer content (a streamed reply only)
 
     @property
     def first_token_ns(self) -> int | None:
@@ -332,19 +335,21 @@ def _error_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)[:500]
 
 
-def _content(obj: dict[str, Any]) -> tuple[bool, str]:
-    """(carries content, response text) of one Ollama or OpenAI chunk.
+def _content(obj: dict[str, Any]) -> tuple[bool, bool, str]:
+    """(carries thinking, carries answer content, response text) of one Ollama or OpenAI chunk.
 
     Thinking and tool calls are tokens too (they take decode steps) but are not
-    the response text.
+    the response text; tool calls count as answer.
     """
     text = _str(obj.get("response"))
-    has = bool(text) or bool(_str(obj.get("thinking")))
+    thinking = bool(_str(obj.get("thinking")))
+    answer = bool(text)
     message = obj.get("message")
     if isinstance(message, dict):
         content = _str(message.get("content"))
         text += content
-        has = has or bool(content) or bool(_str(message.get("thinking"))) or bool(message.get("tool_calls"))
+        thinking = thinking or bool(_str(message.get("thinking")))
+        answer = answer or bool(content) or bool(message.get("tool_calls"))
     choices = obj.get("choices")
     if isinstance(choices, list):
         for choice in choices:
@@ -355,10 +360,16 @@ def _content(obj: dict[str, Any]) -> tuple[bool, str]:
                 part = choice.get(key)
                 if isinstance(part, dict):
                     piece += _str(part.get("content"))
-                    has = has or bool(_str(part.get("reasoning"))) or bool(part.get("tool_calls"))
+                    thinking = thinking or bool(_str(part.get("reasoning")) or _str(part.get("reasoning_content")))
+                    answer = answer or bool(part.get("tool_calls"))
             text += piece
-            has = has or bool(piece)
-    return has, text
+            answer = answer or bool(piece)
+    return thinking, answer, text
+
+
+def _is_embedding(obj: dict[str, Any]) -> bool:
+    """An embeddings reply: Ollama's ``embeddings``/``embedding`` or OpenAI's ``data`` list."""
+    return "embeddings" in obj or "embedding" in obj or (obj.get("object") == "list" and isinstance(obj.get("data"), list))
 
 
 class StreamParser:
@@ -404,12 +415,18 @@ class StreamParser:
         obj = chunk.obj
         if "error" in obj and obj["error"] is not None:
             s.error = _error_text(obj["error"])
-        has_content, text = _content(obj)
-        if has_content:
+        thinking, answer, text = _content(obj)
+        # A whole JSON body is no stream: its content arrives at once, so it times no token.
+        if (thinking or answer) and self.format is not StreamFormat.JSON:
             s.token_chunk_ns.append(chunk.t_ns)
+            if thinking:
+                s.thinking_chunks += 1
+                s.last_thinking_ns = chunk.t_ns
+            if answer and s.first_answer_ns is None:
+                s.first_answer_ns = chunk.t_ns
         if self._keep_text and text:
             s.text = (s.text or "") + text
-        if obj.get("done") is True:
+        if obj.get("done") is True or (self.format is StreamFormat.JSON and _is_embedding(obj)):
             s.final_chunk_ns = chunk.t_ns
             self._native_metrics(obj)
         choices = obj.get("choices")

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from analysis.records import FinalMetrics, RequestRecord
+from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord
 
 NS_PER_S = 1_000_000_000
 
@@ -53,6 +53,18 @@ _WIRE_FIELDS: dict[str, str] = {
 _COUNT_FIELDS = {"prompt_eval_count", "prompt_eval_cached_count", "eval_count"}
 
 
+class PhaseSource(StrEnum):
+    """Where a phase's value came from (stored beside it; a value that is not known has no source)."""
+
+    OLLAMA = "ollama"  # Ollama's final durations and counts
+    USAGE = "usage"  # the OpenAI-compatible reply's ``usage`` counts
+    STREAM = "stream"  # the proxy's timestamps of the streamed chunks
+    COUNTED = "counted"  # chunks counted by the proxy (one token each)
+    SLOTS = "slots"  # the runner's /slots readings
+    LOG = "log"  # Ollama's log lines
+    ESTIMATE = "estimate"  # computed from a model of the hardware, not measured
+
+
 class Flag(StrEnum):
     """Stable flag codes: stored (``requests.flags``), so a value never changes once released."""
 
@@ -72,6 +84,7 @@ class Flag(StrEnum):
     IMPLAUSIBLE_DECODE_RATE = "implausible_decode_rate"
     INVALID_METRICS = "invalid_metrics"
     CLAMPED = "clamped"
+    NO_SERVER_TIMINGS = "no_server_timings"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -83,7 +96,7 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.NO_OUTPUT: "no output tokens",
     Flag.ONE_TOKEN_REPLY: "a one-token reply: there is no interval to time decode over",
     Flag.CACHE_HIT: "part of the prompt came from the KV cache; Ollama's prefill rate counts it and is inflated",
-    Flag.CACHE_UNKNOWN: "the server does not report cached prompt tokens; the prefill rate may include cache hits",
+    Flag.CACHE_UNKNOWN: "the reply does not say how many prompt tokens were cached; the prefill rate may include cache hits",
     Flag.CACHED_EXCEEDS_PROMPT: "more cached tokens than prompt tokens: cannot be true",
     Flag.NEGATIVE_QUEUE: "load + prefill + decode is longer than total_duration: cannot be true",
     Flag.PHASES_EXCEED_REQUEST: "prefill + decode started before the proxy received the request: cannot be true",
@@ -92,6 +105,9 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.IMPLAUSIBLE_DECODE_RATE: "decode rate beyond any hardware: the duration is too small to mean anything",
     Flag.INVALID_METRICS: "the final metrics hold negative or absurd values and were ignored",
     Flag.CLAMPED: "an integer did not fit in 64 bits and was stored clamped to the nearest one that does",
+    Flag.NO_SERVER_TIMINGS: (
+        "the reply carries no durations: load, queue and prefill are unknown; what is known comes from the stream"
+    ),
 }
 
 
@@ -109,8 +125,11 @@ class Phases:
     decode_s: float | None = None
     queue_s: float | None = None  # slot wait + templating; negative is kept (and flagged)
     transport_s: float | None = None  # client-side time beyond total_duration
-    ttft_s: float | None = None  # client side: request received → first token chunk
+    ttft_s: float | None = None  # client side: request received → first token chunk (streamed replies only)
     client_s: float | None = None  # client side: request received → final chunk (or close)
+    # Server side: queue + load + prefill from Ollama's durations (a non-streamed reply has no client TTFT).
+    server_ttft_s: float | None = None
+    ttfa_s: float | None = None  # client side: request received → first answer chunk (after any thinking)
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # None: the server did not say
     output_tokens: int | None = None
@@ -122,6 +141,21 @@ class Phases:
     itl_p99_ms: float | None = None
     itl_max_ms: float | None = None
     token_chunks: int = 0  # chunks with content seen by the proxy (tokens so far, while in flight)
+    # Thinking models: decode split at the first answer chunk (tokens counted from the stream).
+    thinking_tokens: int | None = None
+    thinking_s: float | None = None  # first token → first answer token (all thinking when no answer came)
+    thinking_tok_s: float | None = None
+    answer_tokens: int | None = None
+    answer_s: float | None = None  # first answer token → last token
+    answer_tok_s: float | None = None
+    # Where each value came from (PhaseSource); None where the value is not known.
+    load_source: PhaseSource | None = None
+    queue_source: PhaseSource | None = None
+    prefill_source: PhaseSource | None = None
+    decode_source: PhaseSource | None = None
+    prompt_tokens_source: PhaseSource | None = None
+    output_tokens_source: PhaseSource | None = None
+    thinking_source: PhaseSource | None = None
     # Phase boundaries on the record's monotonic clock (ns); None without proxy timestamps.
     load_start_ns: int | None = None
     load_end_ns: int | None = None
@@ -228,17 +262,14 @@ class _Flags:
             self.text[code] = text
 
 
-def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
+def _split_server(m: FinalMetrics, flags: _Flags, *, kind: RequestKind = RequestKind.GENERATE) -> dict[str, Any]:
     """Phases and rates from Ollama's numbers alone."""
     out: dict[str, Any] = {"done_reason": m.done_reason}
-    load_ns = m.load_duration_ns or 0  # omitempty: absent means zero
-    prefill_ns = m.prompt_eval_duration_ns or 0
-    decode_ns = m.eval_duration_ns or 0
     prompt = m.prompt_eval_count
     cached = m.prompt_eval_cached_count
     output = m.eval_count
-    out.update(load_s=_s(load_ns), prefill_s=_s(prefill_ns), decode_s=_s(decode_ns), total_s=_s(m.total_duration_ns))
-    out.update(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output)
+    out.update(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output, total_s=_s(m.total_duration_ns))
+    out.update(prompt_tokens_source=_src(prompt), output_tokens_source=_src(output))
 
     if m.done_reason in ("load", "unload"):
         flags.add(Flag.LOAD_ONLY, f"done_reason {m.done_reason!r}: the model was {m.done_reason}ed, nothing was generated")
@@ -247,14 +278,28 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
         for v in (m.total_duration_ns, m.prompt_eval_count, m.eval_count, m.prompt_eval_duration_ns, m.eval_duration_ns)
     )
     if not has_numbers:
-        flags.add(Flag.MISSING_METRICS, "the final chunk carries no durations or counts")
+        if m.load_duration_ns is not None:
+            out.update(load_s=_s(m.load_duration_ns), load_source=PhaseSource.OLLAMA)
+        if kind is RequestKind.GENERATE:
+            flags.add(Flag.MISSING_METRICS, "the final chunk carries no durations or counts")
+        return out  # nothing says which durations were zero: all unknown, never 0
+    if kind is RequestKind.EMBED:
+        return _split_embed(m, out, flags)
+    # A final chunk with numbers leaves out the zero ones (omitempty): absent means 0 here.
+    load_ns = m.load_duration_ns or 0
+    prefill_ns = m.prompt_eval_duration_ns or 0
+    decode_ns = m.eval_duration_ns or 0
+    out.update(load_s=_s(load_ns), prefill_s=_s(prefill_ns), decode_s=_s(decode_ns))
+    out.update(load_source=PhaseSource.OLLAMA, prefill_source=PhaseSource.OLLAMA, decode_source=PhaseSource.OLLAMA)
 
     if m.total_duration_ns is None:
-        if has_numbers:
-            flags.add(Flag.MISSING_TOTAL, "total_duration is absent, so queue time is unknown")
+        flags.add(Flag.MISSING_TOTAL, "total_duration is absent, so queue time is unknown")
+        out["server_ttft_s"] = _s(load_ns + prefill_ns)
     else:
         queue_ns = m.total_duration_ns - load_ns - prefill_ns - decode_ns
         out["queue_s"] = _s(queue_ns)
+        out["queue_source"] = PhaseSource.OLLAMA
+        out["server_ttft_s"] = _s(m.total_duration_ns - decode_ns)
         if queue_ns < 0:
             flags.add(
                 Flag.NEGATIVE_QUEUE,
@@ -273,7 +318,11 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
                 "so Ollama's count/duration overstates prefill speed",
             )
         elif cached is None:
-            flags.add(Flag.CACHE_UNKNOWN, "the server does not report cached prompt tokens (Ollama < 0.33.3)")
+            flags.add(
+                Flag.CACHE_UNKNOWN,
+                "the final chunk has no prompt_eval_cached_count, so how many of the "
+                f"{prompt} prompt tokens came from the KV cache is unknown; the prefill rate counts them all",
+            )
         if prefill_ns > 0:
             out["ollama_prefill_tok_s"] = prompt / (prefill_ns / NS_PER_S)
             if cached is None or cached <= prompt:
@@ -287,7 +336,7 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
             flags.add(Flag.NO_PREFILL_DURATION, f"{prompt} prompt tokens but no prompt_eval_duration")
 
     # Decode: n tokens over n − 1 intervals.
-    if has_numbers and not output:
+    if not output:
         flags.add(Flag.NO_OUTPUT, "the reply has no output tokens")
     if output is not None and output > 0 and decode_ns > 0:
         out["ollama_decode_tok_s"] = output / (decode_ns / NS_PER_S)
@@ -300,6 +349,31 @@ def _split_server(m: FinalMetrics, flags: _Flags) -> dict[str, Any]:
                 Flag.IMPLAUSIBLE_DECODE_RATE,
                 f"{out['decode_tok_s']:.0f} output tokens/s over {decode_ns / 1e3:.0f} µs",
             )
+    return out
+
+
+def _src(value: object, source: PhaseSource = PhaseSource.OLLAMA) -> PhaseSource | None:
+    return None if value is None else source
+
+
+def _split_embed(m: FinalMetrics, out: dict[str, Any], flags: _Flags) -> dict[str, Any]:
+    """An embed reply: load, then the prompt evaluated (prefill only, nothing decoded).
+
+    Ollama sends total_duration, load_duration and prompt_eval_count but no prompt_eval_duration: prefill is
+    total − load (tokenising and any wait for the one slot included).
+    """
+    load_ns = m.load_duration_ns or 0
+    out.update(load_s=_s(load_ns), load_source=PhaseSource.OLLAMA)
+    out["output_tokens"] = out["output_tokens_source"] = None
+    if m.total_duration_ns is None:
+        flags.add(Flag.MISSING_TOTAL, "total_duration is absent, so the embedding time is unknown")
+        return out
+    prefill_ns = m.total_duration_ns - load_ns
+    out.update(prefill_s=_s(prefill_ns), prefill_source=PhaseSource.OLLAMA, server_ttft_s=_s(m.total_duration_ns))
+    if prefill_ns < 0:
+        flags.add(Flag.NEGATIVE_QUEUE, f"load_duration {load_ns / 1e6:.1f} ms is longer than total_duration")
+    elif prefill_ns > 0 and m.prompt_eval_count:
+        out["prefill_tok_s"] = out["ollama_prefill_tok_s"] = m.prompt_eval_count / (prefill_ns / NS_PER_S)
     return out
 
 
@@ -322,12 +396,15 @@ def split_response(obj: object) -> Phases:
 
 
 def split_record(rec: RequestRecord) -> Phases:
-    """Phases of a recorded request: Ollama's numbers placed on the proxy's clock.
+    """Phases of a recorded request: Ollama's numbers placed on the proxy's clock, the stream's timing where
+    Ollama sends no numbers (the OpenAI-compatible routes), each value with its source.
 
     Never raises for a record's content: metrics that cannot be real are ignored and
     flagged ``invalid_metrics``; an in-flight or failed request gets what the proxy saw.
     """
     flags = _Flags()
+    kind = RequestKind(rec.kind)
+    openai = rec.endpoint.startswith("/v1/")
     m = rec.metrics
     values: dict[str, Any] = {}
     if m is not None:
@@ -335,19 +412,24 @@ def split_record(rec: RequestRecord) -> Phases:
         if problem:
             flags.add(Flag.INVALID_METRICS, problem)
             m = None
-    if m is None:
-        if Flag.INVALID_METRICS not in flags.text:
-            if rec.endpoint.startswith("/v1/"):
-                why = "the OpenAI-compatible API sends no timings"
-            else:
-                why = "still running" if rec.outcome == "in_flight" else f"the request ended as {rec.outcome}"
-            flags.add(Flag.MISSING_METRICS, f"no final metrics: {why}")
-    else:
-        values = _split_server(m, flags)
+    if m is not None and openai:
+        values = _split_usage(m, kind)
+    elif m is not None:
+        values = _split_server(m, flags, kind=kind)
+    elif Flag.INVALID_METRICS not in flags.text and kind is not RequestKind.UNLOAD and not (openai and rec.outcome == Outcome.OK):
+        why = "still running" if rec.outcome == Outcome.IN_FLIGHT else f"the request ended as {rec.outcome}"
+        flags.add(Flag.MISSING_METRICS, f"no final metrics: {why}")
+    if openai:
+        flags.add(
+            Flag.NO_SERVER_TIMINGS,
+            "the OpenAI-compatible route sends no durations: load, queue and prefill are unknown"
+            + ("; decode is timed from the stream's first to last content chunk" if rec.stream else ""),
+        )
 
     chunks = list(rec.token_chunk_ns)
     values["token_chunks"] = len(chunks)
-    if rec.first_token_ns is not None:
+    # Only a streamed reply shows the client a first token; a whole JSON body has none.
+    if rec.first_token_ns is not None and rec.stream:
         values["ttft_s"] = (rec.first_token_ns - rec.received_ns) / NS_PER_S
     end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
     if end_ns is not None:
@@ -358,37 +440,126 @@ def split_record(rec: RequestRecord) -> Phases:
         values["itl_p99_ms"] = percentile(gaps, 99) / 1e6
         values["itl_max_ms"] = gaps[-1] / 1e6
 
-    if m is not None and rec.final_chunk_ns is not None:
-        total_ns = m.total_duration_ns
-        client_ns = rec.final_chunk_ns - rec.received_ns
-        if total_ns is not None:
-            transport_ns = client_ns - total_ns
-            values["transport_s"] = transport_ns / NS_PER_S
-            if transport_ns < -CLOCK_SLACK_NS:
-                flags.add(
-                    Flag.NEGATIVE_TRANSPORT,
-                    f"total_duration = {total_ns / 1e6:.1f} ms but the proxy saw the request take {client_ns / 1e6:.1f} ms",
-                )
-        decode_end = rec.final_chunk_ns
+    if kind in (RequestKind.LOAD, RequestKind.UNLOAD):
+        _place_load(rec, values)
+    elif m is not None and rec.final_chunk_ns is not None and not openai:
+        _place_server(rec, m, values, flags, kind)
+    if kind is RequestKind.GENERATE and rec.stream and chunks and openai:  # no durations: the stream times decode
+        _decode_from_stream(chunks, values, flags)
+    if kind is RequestKind.GENERATE and rec.stream:
+        _split_thinking(rec, chunks, values)
+    return _result(values, flags)
+
+
+def _split_usage(m: FinalMetrics, kind: RequestKind) -> dict[str, Any]:
+    """An OpenAI-compatible reply: counts from ``usage``, no durations."""
+    output = None if kind is RequestKind.EMBED else m.eval_count
+    return {
+        "done_reason": m.done_reason,
+        "prompt_tokens": m.prompt_eval_count,
+        "cached_tokens": m.prompt_eval_cached_count,
+        "output_tokens": output,
+        "prompt_tokens_source": _src(m.prompt_eval_count, PhaseSource.USAGE),
+        "output_tokens_source": _src(output, PhaseSource.USAGE),
+    }
+
+
+def _place_server(rec: RequestRecord, m: FinalMetrics, values: dict[str, Any], flags: _Flags, kind: RequestKind) -> None:
+    """Ollama's durations placed on the proxy's clock: decode ends at the final chunk, load starts on forwarding."""
+    assert rec.final_chunk_ns is not None
+    total_ns = m.total_duration_ns
+    client_ns = rec.final_chunk_ns - rec.received_ns
+    if total_ns is not None:
+        transport_ns = client_ns - total_ns
+        values["transport_s"] = transport_ns / NS_PER_S
+        if transport_ns < -CLOCK_SLACK_NS:
+            flags.add(
+                Flag.NEGATIVE_TRANSPORT,
+                f"total_duration = {total_ns / 1e6:.1f} ms but the proxy saw the request take {client_ns / 1e6:.1f} ms",
+            )
+    if values.get("load_s") is None or values.get("prefill_s") is None:
+        return  # no durations to place
+    decode_end = rec.final_chunk_ns
+    if kind is RequestKind.EMBED:  # prefill ends where the reply is sent; nothing is decoded
+        decode_start = decode_end
+        prefill_start = decode_end - round(values["prefill_s"] * NS_PER_S)
+    else:
         decode_start = decode_end - (m.eval_duration_ns or 0)
         prefill_start = decode_start - (m.prompt_eval_duration_ns or 0)
-        # Ollama's clock starts when it reads the request, i.e. once we forwarded it.
-        load_start = rec.forwarded_ns if rec.forwarded_ns is not None else rec.received_ns
-        load_end = load_start + (m.load_duration_ns or 0)
-        values.update(
-            load_start_ns=load_start,
-            load_end_ns=load_end,
-            prefill_start_ns=prefill_start,
-            decode_start_ns=decode_start,
-            decode_end_ns=decode_end,
+    # Ollama's clock starts when it reads the request, i.e. once we forwarded it.
+    load_start = rec.forwarded_ns if rec.forwarded_ns is not None else rec.received_ns
+    load_end = load_start + (m.load_duration_ns or 0)
+    values.update(
+        load_start_ns=load_start,
+        load_end_ns=load_end,
+        prefill_start_ns=prefill_start,
+        decode_start_ns=decode_start,
+        decode_end_ns=decode_end,
+    )
+    if prefill_start < rec.received_ns - CLOCK_SLACK_NS:
+        flags.add(
+            Flag.PHASES_EXCEED_REQUEST,
+            f"prefill + decode = {(decode_end - prefill_start) / 1e6:.1f} ms is longer than the "
+            f"{client_ns / 1e6:.1f} ms the proxy saw",
         )
-        if prefill_start < rec.received_ns - CLOCK_SLACK_NS:
-            flags.add(
-                Flag.PHASES_EXCEED_REQUEST,
-                f"prefill + decode = {(decode_end - prefill_start) / 1e6:.1f} ms is longer than the "
-                f"{client_ns / 1e6:.1f} ms the proxy saw",
-            )
-    return _result(values, flags)
+
+
+def _place_load(rec: RequestRecord, values: dict[str, Any]) -> None:
+    """A load (or unload) reply: Ollama answers once the model is ready, and sends no durations.
+
+    load_duration when the reply has it; else, for a load, the time from forwarding to the reply (the stream's
+    timing). An unload answers at once and loads nothing: its load is unknown unless Ollama says.
+    """
+    start = rec.forwarded_ns if rec.forwarded_ns is not None else rec.received_ns
+    if values.get("load_s") is None and rec.kind == RequestKind.LOAD and rec.final_chunk_ns is not None:
+        values.update(load_s=(rec.final_chunk_ns - start) / NS_PER_S, load_source=PhaseSource.STREAM)
+    if values.get("load_s") is not None:
+        values.update(load_start_ns=start, load_end_ns=start + round(values["load_s"] * NS_PER_S))
+
+
+def _decode_from_stream(chunks: list[int], values: dict[str, Any], flags: _Flags) -> None:
+    """Decode timed from the first to the last content chunk; tokens counted where the reply gave no count."""
+    if values.get("output_tokens") is None:
+        values.update(output_tokens=len(chunks), output_tokens_source=PhaseSource.COUNTED)
+    values.update(decode_start_ns=chunks[0], decode_end_ns=chunks[-1])
+    if len(chunks) < 2:
+        flags.add(Flag.ONE_TOKEN_REPLY, "one content chunk: a decode rate over zero intervals means nothing")
+        return
+    decode_ns = chunks[-1] - chunks[0]
+    values.update(decode_s=decode_ns / NS_PER_S, decode_source=PhaseSource.STREAM)
+    if decode_ns > 0:
+        values["decode_tok_s"] = (len(chunks) - 1) / (decode_ns / NS_PER_S)
+
+
+def _split_thinking(rec: RequestRecord, chunks: list[int], values: dict[str, Any]) -> None:
+    """Decode split at the first answer chunk: thinking before it, the answer from it on (counted from the stream)."""
+    if rec.first_answer_ns is not None:
+        values["ttfa_s"] = (rec.first_answer_ns - rec.received_ns) / NS_PER_S
+    thinking = rec.thinking_chunks
+    if thinking is None or not chunks:
+        return  # recorded before thinking was kept apart, or nothing streamed
+    answer = len(chunks) - thinking
+    values.update(thinking_tokens=thinking, answer_tokens=answer, thinking_source=PhaseSource.COUNTED)
+    first = chunks[0]
+    if thinking == 0:
+        answer_start = first
+    elif rec.first_answer_ns is not None:
+        answer_start = rec.first_answer_ns
+        thinking_ns = answer_start - first  # one interval per thinking token: the last one leads to the answer
+        values.update(thinking_s=thinking_ns / NS_PER_S)
+        if thinking_ns > 0:
+            values["thinking_tok_s"] = thinking / (thinking_ns / NS_PER_S)
+    else:  # thinking only (cut, or the budget ran out)
+        last = rec.last_thinking_ns if rec.last_thinking_ns is not None else chunks[-1]
+        values.update(thinking_s=(last - first) / NS_PER_S)
+        if last > first:
+            values["thinking_tok_s"] = (thinking - 1) / ((last - first) / NS_PER_S)
+        return
+    if answer > 0:
+        answer_ns = chunks[-1] - answer_start
+        values["answer_s"] = answer_ns / NS_PER_S
+        if answer > 1 and answer_ns > 0:
+            values["answer_tok_s"] = (answer - 1) / (answer_ns / NS_PER_S)
 
 
 # ---------------------------------------------------------------- command line

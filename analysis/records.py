@@ -48,6 +48,18 @@ UNIFIED_MEMORY_KINDS = frozenset({GpuKind.MACMON, GpuKind.IOREG})
 UNIFIED_MEMORY_NOTE = "unified memory: the VRAM line is what Ollama's models hold of system memory"
 
 
+class RequestKind(StrEnum):
+    """What a recorded request asked Ollama to do (stored as ``requests.kind``)."""
+
+    GENERATE = "generate"  # a prompt evaluated and a reply decoded (/api/generate, /api/chat, /v1 completions)
+    EMBED = "embed"  # embeddings: the prompt evaluated, nothing decoded (/api/embed, /api/embeddings, /v1/embeddings)
+    LOAD = "load"  # an empty prompt: only loads the model
+    UNLOAD = "unload"  # an empty prompt with keep_alive 0: unloads the model
+
+
+EMBED_ENDPOINTS = frozenset({"/api/embed", "/api/embeddings", "/v1/embeddings"})
+
+
 @dataclass(frozen=True)
 class FinalMetrics:
     """Ollama's final-chunk numbers, exactly as sent (absent keys are None).
@@ -67,14 +79,16 @@ class FinalMetrics:
 
 @dataclass
 class RequestRecord:
-    """One generation request seen by the recording proxy."""
+    """One generation, embedding, load or unload request seen by the recording proxy."""
 
     id: str  # uuid4 hex, assigned by the proxy
     started_at_unix_s: float  # wall clock when the request arrived
     client_addr: str
-    endpoint: str  # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"
+    endpoint: str  # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", or an embed route
     model: str
     stream: bool
+    kind: RequestKind = RequestKind.GENERATE
+    batch_size: int | None = None  # embed: how many inputs the request carried
     num_ctx: int | None = None
     num_predict: int | None = None
     keep_alive: str | None = None  # as the client sent it, rendered as text
@@ -84,6 +98,10 @@ class RequestRecord:
     first_byte_ns: int | None = None
     first_token_ns: int | None = None  # first chunk carrying content
     token_chunk_ns: list[int] = field(default_factory=list)  # every chunk carrying content, first included
+    # Thinking models stream their reasoning before the answer. None: not known (recorded before it was kept).
+    thinking_chunks: int | None = 0  # content chunks that carried thinking (one token each)
+    last_thinking_ns: int | None = None  # the last chunk carrying thinking
+    first_answer_ns: int | None = None  # the first chunk carrying answer content (text or tool calls)
     final_chunk_ns: int | None = None
     closed_ns: int | None = None
     # Result.

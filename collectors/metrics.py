@@ -78,7 +78,9 @@ class RequestStats:
     """
 
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    ttft_s: Summary = field(default_factory=Summary)
+    ttft_s: Summary = field(default_factory=Summary)  # streamed replies only: a whole body shows the client no token
+    ttfa_s: Summary = field(default_factory=Summary)  # thinking replies: request → first answer token
+    thinking_tokens: int = 0  # counted thinking tokens (they cost decode time like any other)
     decode_tok_s: Summary = field(default_factory=Summary)
     models: LabelSet = field(default_factory=LabelSet)
     endpoints: LabelSet = field(default_factory=LabelSet)
@@ -89,6 +91,9 @@ class RequestStats:
         self.counts[key] = self.counts.get(key, 0) + 1
         if row.ttft_s is not None and row.ttft_s >= 0:
             self.ttft_s.observe(row.ttft_s)
+        if row.thinking_tokens and row.ttfa_s is not None and row.ttfa_s >= 0:
+            self.ttfa_s.observe(row.ttfa_s)
+            self.thinking_tokens += row.thinking_tokens
         if row.outcome == Outcome.OK and row.decode_tok_s is not None and math.isfinite(row.decode_tok_s):
             self.decode_tok_s.observe(row.decode_tok_s)
 
@@ -236,6 +241,12 @@ def render(snap: MetricsSnapshot) -> str:
     w.family("phasewatch_requests_in_flight", "gauge", "Generation requests running now.")
     w.sample("phasewatch_requests_in_flight", snap.in_flight)
     _render_summary(w, "phasewatch_ttft_seconds", "Time to first token as the client saw it.", snap.stats.ttft_s)
+    _render_summary(
+        w, "phasewatch_ttfa_seconds", "Time to the first answer token of thinking replies, as the client saw it.",
+        snap.stats.ttfa_s,
+    )  # fmt: skip
+    w.family("phasewatch_thinking_tokens_total", "counter", "Thinking tokens streamed by thinking models.")
+    w.sample("phasewatch_thinking_tokens_total", snap.stats.thinking_tokens)
     _render_summary(
         w, "phasewatch_decode_tokens_per_second", "Decode rate, (eval_count - 1) / eval_duration.", snap.stats.decode_tok_s
     )

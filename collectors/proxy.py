@@ -37,14 +37,14 @@ from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
 from analysis.error_notes import http_error_note, malformed_note
-from analysis.records import Outcome, RequestRecord
+from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.access import HostPolicy, OriginPolicy
 from collectors.limits import Limits, raise_fd_limit
 from collectors.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
 
 log = logging.getLogger(__name__)
 
-RECORDED_ENDPOINTS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"})
+RECORDED_ENDPOINTS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"} | EMBED_ENDPOINTS)
 LOCAL_PREFIX = "/phasewatch/"
 ERROR_BODY_CHARS = 2000  # how much of an upstream error body a record keeps
 # Added to recorded responses so a client (the Lab page, a test) can find its record.
@@ -101,6 +101,43 @@ def _model_from_start(body: bytes) -> str:
     return model if isinstance(model, str) else ""
 
 
+def _unloads(keep_alive: object) -> bool:
+    """``keep_alive`` says 0: Ollama unloads the model (0, 0.0, "0", "0s", "0m", ...)."""
+    if isinstance(keep_alive, bool):
+        return False
+    if isinstance(keep_alive, int | float):
+        return keep_alive == 0
+    return isinstance(keep_alive, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ns|us|µs|ms|s|m|h)?\s*", keep_alive) is not None
+
+
+def _request_kind(endpoint: str, obj: dict[str, Any]) -> RequestKind:
+    """What the body asks for: an empty native prompt only loads (or, with keep_alive 0, unloads) the model."""
+    if endpoint in EMBED_ENDPOINTS:
+        return RequestKind.EMBED
+    if endpoint == "/api/chat":
+        empty = not obj.get("messages")
+    elif endpoint == "/api/generate":
+        empty = not obj.get("prompt")
+    else:
+        return RequestKind.GENERATE
+    model = obj.get("model")
+    if not empty or not isinstance(model, str) or not model:  # no model: Ollama refuses it, nothing loads
+        return RequestKind.GENERATE
+    return RequestKind.UNLOAD if _unloads(obj.get("keep_alive")) else RequestKind.LOAD
+
+
+def _batch_size(endpoint: str, obj: dict[str, Any]) -> int | None:
+    """How many inputs an embed request carries (a list of token ids is one input)."""
+    value = obj.get("prompt") if endpoint == "/api/embeddings" else obj.get("input")
+    if isinstance(value, str):
+        return 1
+    if isinstance(value, list):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return 1
+        return len(value)
+    return None
+
+
 def describe_request(
     endpoint: str, body: bytes, *, record_text: bool, truncated: bool = False, max_label_chars: int = 256
 ) -> dict[str, Any]:
@@ -115,11 +152,15 @@ def describe_request(
         obj = None
     if not isinstance(obj, dict):
         model = _model_from_start(body) if truncated else ""
-        return {"model": _label(model, max_label_chars), "stream": endpoint.startswith("/api/")}
+        stream = endpoint.startswith("/api/") and endpoint not in EMBED_ENDPOINTS
+        return {"model": _label(model, max_label_chars), "stream": stream}
     native = endpoint.startswith("/api/")
     stream_value = obj.get("stream")
-    # Ollama's native API streams unless told not to; the OpenAI one only when asked.
+    kind = _request_kind(endpoint, obj)
+    # Ollama's native API streams unless told not to; the OpenAI one only when asked; embeddings never.
     stream = stream_value is not False if native else stream_value is True
+    if kind is RequestKind.EMBED:
+        stream = False
     options = obj.get("options") if isinstance(obj.get("options"), dict) else {}
     assert isinstance(options, dict)
     num_predict = _int_or_none(options.get("num_predict"))
@@ -132,7 +173,10 @@ def describe_request(
         "num_ctx": _int_or_none(options.get("num_ctx")),
         "num_predict": num_predict,
         "keep_alive": _keep_alive_text(obj.get("keep_alive")),
+        "kind": kind,
     }
+    if kind is RequestKind.EMBED:
+        fields["batch_size"] = _batch_size(endpoint, obj)
     if record_text:
         if "messages" in obj:
             fields["prompt_text"] = _message_text(obj["messages"])
@@ -140,6 +184,9 @@ def describe_request(
             fields["prompt_text"] = obj["prompt"]
         elif isinstance(obj.get("prompt"), list):
             fields["prompt_text"] = "\n".join(p for p in obj["prompt"] if isinstance(p, str))
+        elif kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
+            inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
+            fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
     return fields
 
 
@@ -373,7 +420,7 @@ class RecordingProxy:
             return self._local_target, _PLAIN, frozenset()
         if head.method != "POST" or head.path not in RECORDED_ENDPOINTS:
             return self._upstream, _PLAIN, frozenset()
-        native = head.path.startswith("/api/")
+        native = head.path.startswith("/api/") and head.path not in EMBED_ENDPOINTS
         record = RequestRecord(
             id=uuid.uuid4().hex,
             started_at_unix_s=time.time(),
@@ -381,6 +428,7 @@ class RecordingProxy:
             endpoint=head.path,
             model="",
             stream=native,  # until the body says otherwise
+            kind=RequestKind.EMBED if head.path in EMBED_ENDPOINTS else RequestKind.GENERATE,
             received_ns=head.received_ns,
         )
         ex = _Exchange(self, record)
@@ -459,6 +507,12 @@ class RecordingProxy:
         record.first_token_ns = summary.first_token_ns
         record.final_chunk_ns = summary.final_chunk_ns
         record.metrics = summary.metrics
+        record.thinking_chunks = summary.thinking_chunks
+        record.last_thinking_ns = summary.last_thinking_ns
+        record.first_answer_ns = summary.first_answer_ns
+        reason = summary.metrics.done_reason if summary.metrics is not None else None
+        if reason in (RequestKind.LOAD, RequestKind.UNLOAD):  # Ollama's word beats our reading of the body
+            record.kind = RequestKind(reason)
         if summary.text is not None:
             record.response_text = summary.text
 

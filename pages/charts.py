@@ -25,11 +25,15 @@ PHASE_COLOURS = {
     "load": "#ab47bc",
     "prefill": "#42a5f5",
     "decode": "#66bb6a",
+    "thinking": "#c5e1a5",  # decode spent on a thinking model's reasoning
+    "answer": "#2e7d32",  # decode spent on the answer
     "in flight": "#bdbdbd",
     "transport": "#ffb74d",
     "waiting for first byte": "#78909c",
     "first byte to first token": "#5c6bc0",
     "streaming tokens": "#26a69a",
+    "streaming thinking": "#80cbc4",
+    "streaming answer": "#00695c",
     "after last token": "#ffb74d",
 }
 GIB = 1024**3

@@ -77,11 +77,11 @@ def bands_of(row: RequestSummary) -> list[Band]:
     decode_start = row.decode_start_unix_s
     decode_end = row.decode_end_unix_s
     out: list[Band] = []
-    if load_start is not None and prefill_start is not None:
-        load_end = load_start + (row.load_s or 0.0)
+    if load_start is not None and row.load_s is not None:  # a load request has a load and nothing after it
+        load_end = load_start + row.load_s
         if load_end > load_start:
             out.append(Band(rid, model, "load", load_start, load_end))
-        if prefill_start > load_end:
+        if prefill_start is not None and prefill_start > load_end:
             out.append(Band(rid, model, "queue", load_end, prefill_start))
     if prefill_start is not None and decode_start is not None and decode_start > prefill_start:
         out.append(Band(rid, model, "prefill", prefill_start, decode_start))

@@ -77,18 +77,20 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 
 def show_detail(d: DetailModel) -> None:
-    rec, ph = d.record, d.phases
-    st.text(f"{rec.model} · {rec.endpoint} · from {rec.client_addr} · {fmt.when(rec.started_at_unix_s)} · {rec.outcome.value}")
+    rec = d.record
+    where = f"from {rec.client_addr} · {fmt.when(rec.started_at_unix_s)}"
+    st.text(f"{rec.model} · {rec.endpoint} · {rec.kind} · {where} · {rec.outcome.value}")
     for sentence in d.sentences:
         st.text(sentence)  # text, not Markdown: the sentences carry model names
-    c = st.columns(6)
-    c[0].metric("First token", fmt.seconds(ph.ttft_s))
-    c[1].metric("Total (client)", fmt.seconds(ph.client_s))
-    c[2].metric("Load", fmt.seconds(ph.load_s))
-    c[3].metric("Queue", fmt.seconds(ph.queue_s))
-    c[4].metric("Prefill", fmt.seconds(ph.prefill_s))
-    c[5].metric("Decode", fmt.seconds(ph.decode_s))
+    c = st.columns(len(d.headlines))
+    for col, h in zip(c, d.headlines, strict=True):
+        col.metric(h.label, h.value, help=h.help)
     st.plotly_chart(d.waterfall, key="req_waterfall", config={"displaylogo": False})
+    if not d.thinking.empty:
+        st.markdown("**Thinking and answer** (thinking tokens cost decode time like any other)")
+        st.dataframe(d.thinking, hide_index=True, key="req_thinking")
+    with st.expander("Where each number came from"):
+        st.dataframe(d.sources, hide_index=True, key="req_sources")
     if d.gaps is not None:
         st.plotly_chart(d.gaps, key="req_gaps", config={"displaylogo": False})
     else:

@@ -14,8 +14,8 @@ from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
-from analysis.phases import Phases
-from analysis.records import RequestRecord
+from analysis.phases import Phases, PhaseSource
+from analysis.records import RequestKind, RequestRecord
 from pages import charts, data, fmt
 from pages.charts import Span
 from store.export import CSV_LINE_END, csv_cell
@@ -28,9 +28,13 @@ HISTORY_COLUMNS = {
     "time": "time",
     "model": "model",
     "endpoint": "endpoint",
+    "kind": "kind",
+    "stream": "streamed",
     "outcome": "outcome",
     "client": "client",
     "ttft_s": "first token (s)",
+    "server_ttft_s": "first token, server side (s)",
+    "ttfa_s": "first answer token (s)",
     "client_s": "total seen by client (s)",
     "load_s": "load (s)",
     "queue_s": "queue (s)",
@@ -39,6 +43,7 @@ HISTORY_COLUMNS = {
     "prompt_tokens": "prompt tokens",
     "cached_tokens": "cached tokens",
     "output_tokens": "output tokens",
+    "thinking_tokens": "thinking tokens",
     "prefill_tok_s": "prefill tok/s",
     "decode_tok_s": "decode tok/s",
     "flags": "flags",
@@ -82,6 +87,7 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
     frame["client"] = frame["client_addr"]
     frame["outcome"] = frame["outcome"].map(str)
+    frame["kind"] = frame["kind"].map(str)
     frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
     frame = frame[list(HISTORY_COLUMNS)].rename(columns=HISTORY_COLUMNS)
     return frame
@@ -109,33 +115,46 @@ class DetailModel:
     waterfall: go.Figure
     gaps: go.Figure | None
     rates: pd.DataFrame
+    sources: pd.DataFrame
+    thinking: pd.DataFrame
+    headlines: list[Headline]
     sentences: list[str]
     diagnoses: list[Diagnosis]
     flags: list[str]
 
 
 def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Span], float | None]:
-    """Ollama's phases and the client's view, in ms since the proxy received the request."""
+    """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
+    the request. A thinking model's decode is split at its first answer token."""
 
     def rel(ns: int) -> float:
         return (ns - rec.received_ns) / 1e6
 
+    answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
     ollama: list[Span] = []
-    if ph.load_start_ns is not None and ph.load_end_ns is not None and ph.prefill_start_ns is not None:
-        points = [
-            ("load", ph.load_start_ns, ph.load_end_ns),
-            ("queue", ph.load_end_ns, ph.prefill_start_ns),
-            ("prefill", ph.prefill_start_ns, ph.decode_start_ns),
-            ("decode", ph.decode_start_ns, ph.decode_end_ns),
-        ]
-        for label, a, b in points:
-            if a is not None and b is not None and b > a:
-                ollama.append(Span(label, rel(a), rel(b)))
+    points: list[tuple[str, int | None, int | None]] = []
+    if ph.load_source == PhaseSource.OLLAMA:
+        points.append(("load", ph.load_start_ns, ph.load_end_ns))
+        if ph.queue_source == PhaseSource.OLLAMA:
+            points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
+    if ph.prefill_source == PhaseSource.OLLAMA:
+        points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
+    if ph.decode_source == PhaseSource.OLLAMA:
+        if answer_ns is not None and ph.decode_start_ns is not None and ph.decode_start_ns < answer_ns:
+            points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
+        else:
+            points.append(("decode", ph.decode_start_ns, ph.decode_end_ns))
+    for label, a, b in points:
+        if a is not None and b is not None and b > a:
+            ollama.append(Span(label, rel(a), rel(b)))
     client: list[Span] = []
+    streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
+    if answer_ns is not None:
+        streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
     marks = [
         ("waiting for first byte", rec.received_ns, rec.first_byte_ns),
         ("first byte to first token", rec.first_byte_ns, rec.first_token_ns),
-        ("streaming tokens", rec.first_token_ns, rec.final_chunk_ns),
+        *streaming,
         ("after last token", rec.final_chunk_ns, rec.closed_ns),
     ]
     for label, a_ns, b_ns in marks:
@@ -145,14 +164,104 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
         end_ms = rel(b_ns)
         if end_ms - start_ms > 0.05:
             client.append(Span(label, start_ms, end_ms))
-    ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None else None
+    ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None and rec.stream else None
     return ollama, client, ttft_ms
+
+
+# How the detail names each source of a value.
+SOURCE_NAMES: dict[str, str] = {
+    PhaseSource.OLLAMA: "Ollama's durations and counts",
+    PhaseSource.USAGE: "the reply's usage counts",
+    PhaseSource.STREAM: "the stream's timing (proxy)",
+    PhaseSource.COUNTED: "chunks counted by the proxy",
+    PhaseSource.SLOTS: "the runner's /slots",
+    PhaseSource.LOG: "Ollama's log",
+    PhaseSource.ESTIMATE: "an estimate",
+}
+
+
+def sources_frame(ph: Phases) -> pd.DataFrame:
+    """Each phase's value and where it came from; "—" where it is not known (never 0)."""
+
+    def row(label: str, value: str, source: PhaseSource | None) -> dict[str, str]:
+        return {"phase": label, "value": value if source is not None else "—",
+                "from": SOURCE_NAMES.get(source, "—") if source is not None else "not known"}  # fmt: skip
+
+    def count(n: int | None) -> str:
+        return "—" if n is None else f"{n:,}"
+
+    rows = [
+        row("load", fmt.seconds(ph.load_s), ph.load_source),
+        row("queue", fmt.seconds(ph.queue_s), ph.queue_source),
+        row("prefill", fmt.seconds(ph.prefill_s), ph.prefill_source),
+        row("decode", fmt.seconds(ph.decode_s), ph.decode_source),
+        row("prompt tokens", count(ph.prompt_tokens), ph.prompt_tokens_source),
+        row("output tokens", count(ph.output_tokens), ph.output_tokens_source),
+    ]
+    if ph.thinking_source is not None:
+        rows.append(row("thinking tokens", count(ph.thinking_tokens), ph.thinking_source))
+    return pd.DataFrame(rows, columns=["phase", "value", "from"])
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One number of the detail's top row: its label, value, and what it means."""
+
+    label: str
+    value: str
+    help: str | None = None
+
+
+def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
+    """The detail's top row: the waits and phases that matter for this kind of request."""
+    out: list[Headline] = []
+    if rec.kind in (RequestKind.LOAD, RequestKind.UNLOAD):
+        out.append(Headline("Kind", str(rec.kind), "An empty prompt: Ollama only loads (or unloads) the model."))
+    elif rec.kind is RequestKind.EMBED:
+        out.append(Headline("Inputs", "—" if rec.batch_size is None else f"{rec.batch_size:,}", "Texts in the embed request."))
+    elif rec.stream:
+        out.append(Headline("First token", fmt.seconds(ph.ttft_s), "As the client saw it: request → first streamed token."))
+    else:
+        out.append(Headline("First token (server side)", fmt.seconds(ph.server_ttft_s),
+                            "Not streamed: the client saw nothing before the whole reply. This is Ollama's queue + load + "
+                            "prefill from its durations, not a wait the client saw."))  # fmt: skip
+    if ph.thinking_tokens:
+        out.append(Headline("First answer token", fmt.seconds(ph.ttfa_s),
+                            "After the model's thinking: the first token of the answer the person waits for."))  # fmt: skip
+    out.append(Headline("Total (client)", fmt.seconds(ph.client_s)))
+    out.append(Headline("Load", fmt.seconds(ph.load_s), _source_help(ph.load_source)))
+    if rec.kind is RequestKind.GENERATE:
+        out.append(Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source)))
+    if rec.kind in (RequestKind.GENERATE, RequestKind.EMBED):
+        out.append(Headline("Prefill", fmt.seconds(ph.prefill_s), _source_help(ph.prefill_source)))
+    if rec.kind is RequestKind.GENERATE:
+        out.append(Headline("Decode", fmt.seconds(ph.decode_s), _source_help(ph.decode_source)))
+    return out
+
+
+def _source_help(source: PhaseSource | None) -> str:
+    return "Not known for this request." if source is None else f"From {SOURCE_NAMES.get(source, str(source))}."
+
+
+def thinking_frame(ph: Phases) -> pd.DataFrame:
+    """A thinking model's decode, split: thinking tokens cost decode time like any other."""
+    if not ph.thinking_tokens:
+        return pd.DataFrame(columns=["part", "tokens", "time", "tok/s"])
+    parts = (("thinking", ph.thinking_tokens, ph.thinking_s, ph.thinking_tok_s),
+             ("answer", ph.answer_tokens, ph.answer_s, ph.answer_tok_s))  # fmt: skip
+    rows = [{"part": p, "tokens": n, "time": fmt.seconds(t), "tok/s": fmt.rate(r)} for p, n, t, r in parts]
+    return pd.DataFrame(rows, columns=["part", "tokens", "time", "tok/s"])
 
 
 def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     """Our rates beside Ollama's, and why they differ."""
     rows: list[dict[str, object]] = []
-    if ph.prompt_tokens:
+    if rec.kind is RequestKind.EMBED and ph.prompt_tokens:
+        why = ("Embeddings are prefill only: the prompt is evaluated, nothing is decoded. Prefill here is Ollama's "
+               "total minus its load (it sends no prompt_eval_duration).")  # fmt: skip
+        rows.append({"phase": "embedding (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": None,
+                     "why they differ": why})  # fmt: skip
+    elif ph.prompt_tokens:
         if ph.cached_tokens:
             why = (
                 f"{ph.cached_tokens:,} of {ph.prompt_tokens:,} prompt tokens came from the cache. Ollama divides all of them "
@@ -217,6 +326,9 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         waterfall=waterfall,
         gaps=gaps,
         rates=rates_frame(rec, ph),
+        sources=sources_frame(ph),
+        thinking=thinking_frame(ph),
+        headlines=headlines(rec, ph),
         sentences=sentences,
         diagnoses=[d for d in diagnoses if d.sentence not in sentences],
         flags=[ph.flag_text[c] for c in ph.flags if c not in ("cache_unknown",)],

@@ -22,6 +22,12 @@ if [ -f requirements-engine.txt ]; then
   export PHASEWATCH_REQUIRE_ENGINE=1   # engine tests fail, not skip, if it is missing
 fi
 
+# Ollama's JavaScript client, for tests/test_proxy_record_js.py (they fail, not skip, where npm is installed).
+if command -v npm >/dev/null 2>&1; then
+  npm ci --prefix tests/js --no-audit --no-fund --silent
+  export PHASEWATCH_REQUIRE_NODE=1
+fi
+
 .venv/bin/ruff check .
 .venv/bin/lint-imports   # the layers and no import cycles: contracts in pyproject.toml
 .venv/bin/mypy

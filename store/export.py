@@ -2,7 +2,9 @@
 
 Each row carries the phases stored with the request (``analysis.phases`` at write time),
 under exactly the keys of ``python -m analysis.phases``, plus what only the proxy knows
-(id, model, endpoint, outcome, client timings).
+(id, model, endpoint, kind, stream, outcome, client timings, thinking apart from the answer) and where each
+phase's value came from (``*_source``: ollama, usage, stream, counted, slots, log, estimate; empty where the
+value is not known — an unknown value is empty, never 0).
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ from store.queries import stored_requests
 
 # Columns in the order written; the phase keys are those of `python -m analysis.phases`.
 EXPORT_KEYS: tuple[str, ...] = (
-    "id", "started_at", "started_at_unix_s", "model", "endpoint", "client_addr", "status", "status_code", "error",
+    "id", "started_at", "started_at_unix_s", "model", "endpoint", "kind", "stream", "batch_size", "client_addr",
+    "status", "status_code", "error",
     *CLI_KEYS,
-    "ttft_s", "transport_s", "client_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "token_chunks",
+    "ttft_s", "server_ttft_s", "ttfa_s", "transport_s", "client_s", "itl_p50_ms", "itl_p99_ms", "itl_max_ms",
+    "token_chunks",
+    "thinking_tokens", "thinking_s", "thinking_tok_s", "answer_tokens", "answer_s", "answer_tok_s",
+    "load_source", "queue_source", "prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source",
+    "thinking_source",
 )  # fmt: skip
 
 # OWASP's rule for CSV injection: a text cell starting with one of these is a formula to a spreadsheet.
@@ -63,6 +70,9 @@ def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator
             "started_at_unix_s": rec.started_at_unix_s,
             "model": rec.model,
             "endpoint": rec.endpoint,
+            "kind": str(rec.kind),
+            "stream": rec.stream,
+            "batch_size": rec.batch_size,
             "client_addr": rec.client_addr,
             "status": rec.outcome.value,
             "status_code": rec.status_code,
@@ -70,7 +80,8 @@ def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator
         }
         for key in EXPORT_KEYS:
             if key not in out:
-                out[key] = phases[key]
+                value = phases[key]
+                out[key] = str(value) if key.endswith("_source") and value is not None else value
         yield out
 
 

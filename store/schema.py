@@ -315,8 +315,36 @@ CREATE TABLE progress_samples (
 );
 """
 
+# v6: what each request did (kind: generate, embed, load, unload; old load/unload replies are found by their
+# done_reason), thinking kept apart from the answer, the server-side and first-answer waits, and where each
+# phase's value came from (NULL where it is not known, never 0). The collector re-derives the old rows' phases.
+_V6 = """
+ALTER TABLE requests ADD COLUMN kind TEXT NOT NULL DEFAULT 'generate';
+UPDATE requests SET kind = done_reason WHERE done_reason IN ('load', 'unload');
+ALTER TABLE requests ADD COLUMN batch_size INTEGER;
+ALTER TABLE requests ADD COLUMN thinking_chunks INTEGER;
+ALTER TABLE requests ADD COLUMN last_thinking_ns INTEGER;
+ALTER TABLE requests ADD COLUMN first_answer_ns INTEGER;
+ALTER TABLE requests ADD COLUMN server_ttft_s REAL;
+ALTER TABLE requests ADD COLUMN ttfa_s REAL;
+ALTER TABLE requests ADD COLUMN thinking_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN thinking_s REAL;
+ALTER TABLE requests ADD COLUMN thinking_tok_s REAL;
+ALTER TABLE requests ADD COLUMN answer_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN answer_s REAL;
+ALTER TABLE requests ADD COLUMN answer_tok_s REAL;
+ALTER TABLE requests ADD COLUMN load_source TEXT;
+ALTER TABLE requests ADD COLUMN queue_source TEXT;
+ALTER TABLE requests ADD COLUMN prefill_source TEXT;
+ALTER TABLE requests ADD COLUMN decode_source TEXT;
+ALTER TABLE requests ADD COLUMN prompt_tokens_source TEXT;
+ALTER TABLE requests ADD COLUMN output_tokens_source TEXT;
+ALTER TABLE requests ADD COLUMN thinking_source TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5)]
+MIGRATIONS.append(_script(_V6))  # issue 16's v6; a v7 appends after it
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

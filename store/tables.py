@@ -21,6 +21,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from analysis.phases import PhaseSource
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -30,6 +31,7 @@ from analysis.records import (
     OllamaStatus,
     Outcome,
     ProgressSample,
+    RequestKind,
 )
 
 SqlValue = int | float | str | bytes | None
@@ -37,7 +39,8 @@ R = TypeVar("R")
 
 # The version of analysis.phases' split that the derived columns of a requests row come from.
 # Bump it when split_record changes what it computes: the collector re-derives older rows.
-PHASES_VERSION = 1
+# 2: per-phase sources, /v1 decode from the stream, no client TTFT for whole bodies, embed/load/unload, thinking.
+PHASES_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,25 @@ class RequestSummary:
     prefill_start_unix_s: float | None
     decode_start_unix_s: float | None
     decode_end_unix_s: float | None
+    # v6: what the request did, the time to the first answer token, thinking apart from the answer, and where
+    # each phase's value came from (an analysis.phases.PhaseSource; NULL where the value is not known).
+    kind: RequestKind
+    batch_size: int | None  # embed: inputs in the request
+    server_ttft_s: float | None  # queue + load + prefill from Ollama's durations (not what the client saw)
+    ttfa_s: float | None
+    thinking_tokens: int | None
+    thinking_s: float | None
+    thinking_tok_s: float | None
+    answer_tokens: int | None
+    answer_s: float | None
+    answer_tok_s: float | None
+    load_source: PhaseSource | None
+    queue_source: PhaseSource | None
+    prefill_source: PhaseSource | None
+    decode_source: PhaseSource | None
+    prompt_tokens_source: PhaseSource | None
+    output_tokens_source: PhaseSource | None
+    thinking_source: PhaseSource | None
 
     @property
     def computed_prompt_tokens(self) -> int | None:
@@ -267,6 +289,9 @@ class RequestRow(RequestSummary):
     decode_end_ns: int | None
     phases_done_reason: str | None  # the split's: None where the metrics were refused as impossible
     flag_text: dict[str, str]  # flag code → sentence
+    thinking_chunks: int | None  # NULL: recorded before v6, when thinking was not kept apart
+    last_thinking_ns: int | None
+    first_answer_ns: int | None
 
 
 @dataclass(frozen=True)

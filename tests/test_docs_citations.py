@@ -23,7 +23,7 @@ from analysis.hardware import spec_by_key
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("analysis", "collectors", "store", "sim", "pages", "bench", "scripts", "tests", "app.py", "README.md")
 SUFFIXES = {".py", ".md", ".json", ".sh", ".toml", ".txt", ".cfg", ".ini"}
-SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules"}  # node_modules: tests/js's packages
 
 CITATION = re.compile(r"(?<![\w./:-])([\w./-]+\.md)\b((?:\s*(?:,|and|to|–|-)?\s*§\d+)*)")
 SECTION = re.compile(r"(to|–|-)?\s*§(\d+)")

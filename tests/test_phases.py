@@ -283,8 +283,9 @@ def test_cli_bad_input_is_one_line_on_stderr_and_exit_2(stdin: bytes, message: b
 def test_openai_endpoint_without_timings_says_why() -> None:
     rec = _record(endpoint="/v1/chat/completions", outcome=Outcome.OK, final_chunk_ns=2_000_000_000)
     p = split_record(rec)
-    assert p.flags == ["missing_metrics"]
-    assert "OpenAI-compatible" in p.flag_text[Flag.MISSING_METRICS]
+    assert p.flags == ["no_server_timings"]
+    assert "OpenAI-compatible" in p.flag_text[Flag.NO_SERVER_TIMINGS]
+    assert (p.load_s, p.prefill_s, p.queue_s, p.load_source) == (None, None, None, None)
     cancelled = split_record(_record(outcome=Outcome.CANCELLED))
     assert "ended as cancelled" in cancelled.flag_text[Flag.MISSING_METRICS]
 

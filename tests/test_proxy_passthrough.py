@@ -16,7 +16,7 @@ import ollama
 import pytest
 from aiohttp import web
 
-from analysis.records import Outcome
+from analysis.records import Outcome, RequestKind
 from collectors.proxy import RECORD_ID_HEADER
 from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
 from tests.support.sim_process import SimProcess, start_sim
@@ -252,12 +252,14 @@ def test_stream_flag_defaults_and_non_streaming_records(proxy: ProxyThread) -> N
     )
     rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.stream is False and rec.outcome is Outcome.OK
-    assert len(rec.token_chunk_ns) == 1 and rec.token_chunk_ns[0] == rec.final_chunk_ns  # all content came at once
+    # All content came at once, in the whole body: no token reached the client before it (no client TTFT).
+    assert rec.token_chunk_ns == [] and rec.first_token_ns is None and rec.final_chunk_ns is not None
     assert rec.metrics is not None and rec.metrics.eval_count == 4
     # A load-only request: one object, done_reason "load", no metrics: still ok.
     r = httpx.post(proxy.base_url + "/api/generate", json={"model": SMALL}, timeout=30)
     rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.stream is True and rec.outcome is Outcome.OK and rec.metrics is not None and rec.metrics.done_reason == "load"
+    assert rec.kind is RequestKind.LOAD
 
 
 def test_http_errors_are_recorded_with_their_body(proxy: ProxyThread) -> None:
