@@ -303,6 +303,13 @@ class RequestStats:
         return merged
 
 
+def phase_windows(row: RequestRow) -> list[tuple[str, float, float]]:
+    """(phase, start, end) in wall-clock seconds for the load, prefill and decode a stored row knows."""
+    edges = (("load", row.load_start_unix_s, row.prefill_start_unix_s), ("prefill", row.prefill_start_unix_s,
+             row.decode_start_unix_s), ("decode", row.decode_start_unix_s, row.decode_end_unix_s))  # fmt: skip
+    return [(phase, t0, t1) for phase, t0, t1 in edges if t0 is not None and t1 is not None and t1 > t0]
+
+
 @dataclass(frozen=True)
 class SlotUse:
     """One runner slot's context use. Hook: filled once the collector reads the runners' /slots."""
@@ -327,7 +334,7 @@ class MetricsSnapshot:
     store_dropped: int | None = None  # records SQLite refused
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
-    energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy while the GPU was in each phase
+    energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
     slots: Sequence[SlotUse] = ()  # hook: no source fills it yet
 
 
@@ -349,7 +356,7 @@ _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("sm_clock_max_hertz", "Maximum SM clock.", "sm_clock_max_mhz", 1e6),
     ("memory_clock_hertz", "Current memory clock.", "mem_clock_mhz", 1e6),
     ("memory_clock_max_hertz", "Maximum memory clock.", "mem_clock_max_mhz", 1e6),
-    ("memory_bus_width_bits", "Memory bus width.", "mem_bus_width_bits", 1),
+    ("memory_bus_width_bytes", "Memory bus width (bytes moved per transfer).", "mem_bus_width_bits", 1 / 8),
     ("pcie_tx_bytes_per_second", "PCIe transmit throughput.", "pcie_tx_bytes_s", 1),
     ("pcie_rx_bytes_per_second", "PCIe receive throughput.", "pcie_rx_bytes_s", 1),
     ("performance_state", "Performance state (0 = fastest, 15 = slowest).", "pstate", 1),
@@ -490,9 +497,9 @@ class PhasewatchCollector(Collector):
             yield src
         yield from _gpu_families(snap.gpus)
         yield from _host_families(snap.host)
-        energy = CounterMetricFamily("phasewatch_energy_joules", "GPU energy (all GPUs) by what the GPU was doing: "
-                                     "load, prefill, decode, or idle (no generation running).",
-                                     labels=["phase"])  # fmt: skip
+        energy = CounterMetricFamily("phasewatch_energy_joules", "GPU energy (all GPUs, idle draw included) over the "
+                                     "load, prefill and decode of finished requests; requests running at the same "
+                                     "time share it, each counting it.", labels=["phase"])  # fmt: skip
         for phase, joules in sorted(snap.energy_j_by_phase.items()):
             energy.add_metric([phase], joules)
         yield energy

@@ -13,6 +13,7 @@ per-chunk path never waits for it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -26,6 +27,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.exposition import generate_latest
 
+from analysis.energy import energy_between
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu import GpuState, SimGpuSource
@@ -35,7 +37,7 @@ from collectors.host import HostSampler, OllamaProcesses
 from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
-from collectors.metrics import CONTENT_TYPE, LabelSet, MetricsSnapshot, RequestStats, registry_for
+from collectors.metrics import CONTENT_TYPE, LabelSet, MetricsSnapshot, RequestStats, phase_windows, registry_for
 from collectors.poller import OllamaPoller
 from collectors.proxy import RecordingProxy
 from store import queries
@@ -60,6 +62,8 @@ METRICS_PATH = "/phasewatch/metrics"
 RETENTION_EVERY_S = 300.0  # ages; the size bound is also checked after each commit
 INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
+GPU_HISTORY_TICKS = 600  # GPU samples kept for energy by phase (10 min at the default interval)
+ENERGY_PENDING_MAX = 10_000  # finished requests waiting for the GPU sample after their end
 
 
 class StoreOpenError(RuntimeError):
@@ -104,7 +108,8 @@ class CollectorService:
         self.unloads: dict[str, int] = {}
         self.in_flight_by_phase: dict[str, int] = {}
         self.energy_j_by_phase: dict[str, float] = {}
-        self._last_energy_j: float | None = None
+        self._gpu_history: collections.deque[list[GpuSample]] = collections.deque(maxlen=GPU_HISTORY_TICKS)
+        self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -268,6 +273,8 @@ class CollectorService:
     def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
         try:
             self.stats.observe(row, token_gaps_s or ())
+            if phase_windows(row):
+                self._energy_pending.append(row)
         except Exception:  # statistics must never cost a record
             log.exception("metrics could not count request %s", row.id)
 
@@ -362,15 +369,27 @@ class CollectorService:
                     label = self._load_labels.admit(name)
                     self.unloads[label] = self.unloads.get(label, 0) + 1
             self._loaded_names = names
-        energies = [g.energy_j for g in gpus]
-        if not energies or any(e is None for e in energies):
-            self._last_energy_j = None  # unknown energy is not counted as none
+        if gpus:
+            self._gpu_history.append(gpus)
+            self._count_energy()
+
+    def _count_energy(self) -> None:
+        """GPU energy over the phases of finished requests, once samples on both sides of each phase are in."""
+        if not self._gpu_history:
             return
-        total_j = sum(e for e in energies if e is not None)
-        if self._last_energy_j is not None and total_j >= self._last_energy_j:
-            phase = next((p for p in ("decode", "prefill", "load") if by_phase[p]), "idle")
-            self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + total_j - self._last_energy_j
-        self._last_energy_j = total_j
+        samples = [s for tick in self._gpu_history for s in tick]
+        latest_s = max(s.ts_unix_s for s in self._gpu_history[-1])
+        oldest_s = min(s.ts_unix_s for s in self._gpu_history[0])
+        waiting: list[RequestRow] = []
+        for row in self._energy_pending:
+            windows = phase_windows(row)
+            if any(t1 > latest_s for _, _, t1 in windows):
+                waiting.append(row)  # the sample after its end is not in yet
+                continue
+            for phase, t0, t1 in windows:
+                if t0 >= oldest_s and (e := energy_between(samples, t0, t1)) is not None:
+                    self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + e.joules
+        self._energy_pending = waiting[-ENERGY_PENDING_MAX:]
 
     def _ollama_vram_bytes(self) -> int | None:
         """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""
