@@ -15,11 +15,14 @@ HEADERS = ("Host", "Model loaded", "In flight", "TTFT p50 / p95 (1 h)", "Decode 
            "Alerts firing", "Last 15 min")  # fmt: skip
 
 
-def sparkline(points: list[tuple[float, float]], color: str) -> go.Figure:
+def sparkline(points: list[tuple[float, float]], color: str, now_s: float) -> go.Figure:
+    """The last 15 minutes, the x axis fixed to them: a host that started recently shows a short line at the right."""
     fig = go.Figure(go.Scatter(x=[t * 1000 for t, _ in points], y=[v for _, v in points], mode="lines",
                                line={"width": 1.5, "color": color}, fill="tozeroy", hoverinfo="y"))  # fmt: skip
     fig.update_layout(height=44, margin={"l": 0, "r": 0, "t": 0, "b": 0}, showlegend=False,
-                      xaxis={"visible": False, "type": "date"}, yaxis={"visible": False, "rangemode": "tozero"})  # fmt: skip
+                      xaxis={"visible": False, "type": "date",
+                             "range": [(now_s - fleet.SPARK_RANGE_S) * 1000, now_s * 1000]},
+                      yaxis={"visible": False, "rangemode": "tozero"})  # fmt: skip
     return fig
 
 
@@ -31,7 +34,7 @@ def _host_cell(row: HostRow) -> str:
     return f"**{name}**{state}  \n:gray[{fmt.md_escape(row.instance)}]"
 
 
-def show_rows(rows: list[HostRow]) -> None:
+def show_rows(rows: list[HostRow], now_s: float) -> None:
     header = st.columns(COLUMNS)
     for col, text in zip(header, HEADERS, strict=True):
         col.markdown(f"**{text}**")
@@ -50,13 +53,14 @@ def show_rows(rows: list[HostRow]) -> None:
             for (name, points), color in zip(row.sparks.items(), ("#4C78A8", "#E45756"), strict=False):
                 if len(points) >= 2:
                     st.caption(name)
-                    st.plotly_chart(sparkline(points, color), key=f"spark_{row.instance}_{name}",
+                    st.plotly_chart(sparkline(points, color, now_s), key=f"spark_{row.instance}_{name}",
                                     config={"displayModeBar": False, "staticPlot": True})  # fmt: skip
 
 
 def show_hosts(base_url: str) -> None:
+    now_s = time.time()
     try:
-        rows = fleet.host_rows(base_url, time.time())
+        rows = fleet.host_rows(base_url, now_s)
     except fleet.PrometheusError as exc:
         st.error(str(exc))
         return
@@ -65,7 +69,7 @@ def show_hosts(base_url: str) -> None:
         return
     st.caption(f"{len(rows)} hosts, from Prometheus at {base_url}. A host's name links to its own dashboard when it "
                "answers.")  # fmt: skip
-    show_rows(rows)
+    show_rows(rows, now_s)
 
 
 def alert_banner(listen: str | None) -> None:

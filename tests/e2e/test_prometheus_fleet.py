@@ -30,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.lock import read_lock
 from collectors.metrics import TTFT_BUCKETS_S
+from pages import fleet as fleet_data
+from pages import fmt
 from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, wait_ready, wait_until
 from tests.support.prometheus_process import Prometheus, require_tool, start_prometheus
 from tests.support.sim_process import SimProcess, free_port, start_sim
@@ -252,8 +254,12 @@ def test_hosts_page_shows_both_hosts(fleet: Fleet, browser: Browser, tmp_path: P
             page.get_by_text("gpu-b", exact=False).first.wait_for(timeout=45_000)
             wait_ready(page)
             text = page.inner_text("body")
+            rows = {r.instance: r for r in fleet_data.host_rows(fleet.prom.url, time.time(), check_links=False)}
             for h in fleet.hosts:
                 assert h.name in text and h.listen in text
+                row = rows[h.listen]  # the page shows what the same PromQL gives
+                assert row.decode_tok_s is not None and fmt.rate(row.decode_tok_s) in text, h.name
+                assert fleet_data.gb(row.vram_total_bytes) in text and fleet_data.watts(row.power_w) in text
             assert "llama3.2:latest" in text
             assert "FleetTestAlert" in text  # firing on gpu-a only
             assert re.search(r"\d+(\.\d+)? tok/s", text)
