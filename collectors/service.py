@@ -27,7 +27,10 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.exposition import generate_latest
 
+from analysis.ceilings import ceilings_for_request, vram_fraction
 from analysis.energy import energy_between
+from analysis.hardware import match_gpu
+from analysis.model_facts import model_facts_from_show
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu import GpuState, SimGpuSource
@@ -101,6 +104,7 @@ class CollectorService:
         self.proxy: RecordingProxy | None = None
         self.poller: OllamaPoller | None = None
         self.stats = RequestStats.for_upstream(settings.ollama_url)
+        self.stats.ceiling_ratio_of = self._decode_ceiling_ratio
         self.registry = registry_for(self.metrics_snapshot)
         self._loaded_names: set[str] | None = None  # /api/ps names at the last tick; None: not seen yet
         self._load_labels = LabelSet()
@@ -390,6 +394,24 @@ class CollectorService:
                 if t0 >= oldest_s and (e := energy_between(samples, t0, t1)) is not None:
                     self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + e.joules
         self._energy_pending = waiting[-ENERGY_PENDING_MAX:]
+
+    def _decode_ceiling_ratio(self, row: RequestRow) -> float | None:
+        """A finished request's decode rate over its memory-bandwidth ceiling on this GPU; None when either is unknown."""
+        poller, gpu = self.poller, self.latest_gpus[0] if self.latest_gpus else None
+        if not row.decode_tok_s or poller is None or gpu is None or (show := poller.shows.get(row.model)) is None:
+            return None
+        spec = match_gpu(gpu.name, gpu.mem_total_bytes)
+        if spec is None:
+            return None
+        try:
+            facts = model_facts_from_show(show, None)
+        except (ValueError, KeyError, TypeError):  # a show without the architecture's numbers
+            return None
+        loaded = next((m for m in poller.state.models if m.name == row.model), None)
+        frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+        c = ceilings_for_request(spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens,
+                                 vram_fraction=frac)  # fmt: skip
+        return row.decode_tok_s / c.decode_ceiling_tok_s if c.decode_ceiling_tok_s > 0 else None
 
     def _ollama_vram_bytes(self) -> int | None:
         """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""

@@ -202,6 +202,17 @@ def test_decode_rate_per_host_within_5_percent_of_truth(fleet: Fleet) -> None:
     assert rates["rtx-4090"] > 1.5 * rates["rtx-3060"]  # two different GPUs, told apart
 
 
+def test_decode_fraction_of_the_ceiling_per_host(fleet: Fleet) -> None:
+    """The sim decodes at its profile's bandwidth efficiency (0.7 of the ceiling for Q4): p50 lands near it."""
+    ratios = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(
+        "histogram_quantile(0.5, sum by (instance, le) (phasewatch_request_decode_ceiling_ratio_bucket))")}  # fmt: skip
+    counts = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(
+        "sum by (instance) (phasewatch_request_decode_ceiling_ratio_count)")}  # fmt: skip
+    for h in fleet.hosts:
+        assert counts[h.listen] == h.sent
+        assert 0.4 < ratios[h.listen] <= 1.0, (h.hardware, ratios[h.listen])
+
+
 def _dashboard_exprs() -> list[str]:
     dash = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "phasewatch.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
