@@ -122,6 +122,7 @@ class HostRow:
     power_w: float | None = None
     alerts: list[str] = field(default_factory=list)
     sparks: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    spark_start_s: float | None = None  # the sparklines' common start (their end is now)
 
 
 def reachable(url: str, timeout_s: float = 2.0) -> bool:
@@ -135,6 +136,16 @@ def reachable(url: str, timeout_s: float = 2.0) -> bool:
         return exc.code < 500
     except (OSError, ValueError):
         return False
+
+
+def spark_start_s(base_url: str, now_s: float) -> float:
+    """Where the sparklines start: 15 minutes ago, or when the oldest collector was first scraped, if later."""
+    start_s = now_s - SPARK_RANGE_S
+    series = query_range(base_url, EXPR["up"], start_s, now_s, SPARK_STEP_S)
+    firsts = [points[0][0] for points in series.values() if points]
+    if firsts and min(firsts) > start_s:
+        return max(min(firsts) - SPARK_STEP_S, now_s - SPARK_RANGE_S)  # the first scrape lies within a step before
+    return start_s
 
 
 def host_rows(base_url: str, now_s: float, *, check_links: bool = True) -> list[HostRow]:
@@ -157,10 +168,13 @@ def host_rows(base_url: str, now_s: float, *, check_links: bool = True) -> list[
         row = rows.get(labels.get("instance", ""))
         if row is not None and labels.get("alertname") and labels["alertname"] not in row.alerts:
             row.alerts.append(labels["alertname"])
+    start_s = spark_start_s(base_url, now_s)
+    step_s = max(1.0, min(SPARK_STEP_S, (now_s - start_s) / 60))  # about 60 points even for a young fleet
     for name, expr in SPARKS.items():
-        for inst, points in query_range(base_url, expr, now_s - SPARK_RANGE_S, now_s, SPARK_STEP_S).items():
+        for inst, points in query_range(base_url, expr, start_s, now_s, step_s).items():
             if inst in rows:
                 rows[inst].sparks[name] = points
+                rows[inst].spark_start_s = start_s
     for row in rows.values():
         row.models.sort()
         row.alerts.sort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,16 +13,20 @@ from pages.fleet import FiringAlert, HostRow
 
 COLUMNS = (2.2, 2.2, 0.8, 1.6, 1.2, 1.4, 1.3, 1.6, 1.6)
 HEADERS = ("Host", "Model loaded", "In flight", "TTFT p50 / p95 (1 h)", "Decode (1 h)", "GPU busy / VRAM", "GPU power",
-           "Alerts firing", "Last 15 min")  # fmt: skip
+           "Alerts firing", "Up to 15 min")  # fmt: skip
 
 
-def sparkline(points: list[tuple[float, float]], color: str, now_s: float) -> go.Figure:
-    """The last 15 minutes, the x axis fixed to them: a host that started recently shows a short line at the right."""
-    fig = go.Figure(go.Scatter(x=[t * 1000 for t, _ in points], y=[v for _, v in points], mode="lines",
+def _utc(ts_unix_s: float) -> datetime:
+    return datetime.fromtimestamp(ts_unix_s, tz=UTC)
+
+
+def sparkline(points: list[tuple[float, float]], color: str, start_s: float, now_s: float) -> go.Figure:
+    """One figure over time, the x axis the same for every host (from ``start_s`` to now)."""
+    fig = go.Figure(go.Scatter(x=[_utc(t) for t, _ in points], y=[v for _, v in points], mode="lines",
                                line={"width": 1.5, "color": color}, fill="tozeroy", hoverinfo="y"))  # fmt: skip
     fig.update_layout(height=44, margin={"l": 0, "r": 0, "t": 0, "b": 0}, showlegend=False,
                       xaxis={"visible": False, "type": "date",
-                             "range": [(now_s - fleet.SPARK_RANGE_S) * 1000, now_s * 1000]},
+                             "range": [_utc(start_s), _utc(now_s)]},
                       yaxis={"visible": False, "rangemode": "tozero"})  # fmt: skip
     return fig
 
@@ -53,7 +58,8 @@ def show_rows(rows: list[HostRow], now_s: float) -> None:
             for (name, points), color in zip(row.sparks.items(), ("#4C78A8", "#E45756"), strict=False):
                 if len(points) >= 2:
                     st.caption(name)
-                    st.plotly_chart(sparkline(points, color, now_s), key=f"spark_{row.instance}_{name}",
+                    start_s = row.spark_start_s or now_s - fleet.SPARK_RANGE_S
+                    st.plotly_chart(sparkline(points, color, start_s, now_s), key=f"spark_{row.instance}_{name}",
                                     config={"displayModeBar": False, "staticPlot": True})  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from collectors.lock import read_lock
 from collectors.metrics import TTFT_BUCKETS_S
 from pages import fleet as fleet_data
 from pages import fmt
-from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, wait_ready, wait_until
+from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
 from tests.support.prometheus_process import Prometheus, require_tool, start_prometheus
 from tests.support.sim_process import SimProcess, free_port, start_sim
 
@@ -40,7 +40,6 @@ TOKEN = "fleet-test-token-0123456789"
 MODEL = "llama3.2:latest"
 SENT = {"rtx-4090": 7, "rtx-3060": 5}  # requests sent through each host's collector
 NUM_PREDICT = 120
-SHOTS = Path(os.environ.get("PHASEWATCH_SHOTS", REPO / "artifacts"))
 # A rule that fires at once for host A only: the Hosts page and the Live banner show firing alerts.
 TEST_RULES = """groups:
   - name: fleet-test
@@ -278,12 +277,12 @@ def test_hosts_page_shows_both_hosts(fleet: Fleet, browser: Browser, tmp_path: P
             assert link.count() >= 1  # gpu-a's own dashboard answers: its name links there
             assert page.locator("a", has_text="gpu-b").count() == 0  # gpu-b's does not
             assert page.locator('[data-testid="stPlotlyChart"]').count() >= 2  # sparklines
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / "hosts.png"), full_page=True)
+            screenshot(page, "hosts")
 
             page.goto(url + "/")  # Live: this host (gpu-a) has an alert firing
             wait_ready(page)
             page.get_by_text("FleetTestAlert", exact=False).first.wait_for(timeout=45_000)
-            page.screenshot(path=str(SHOTS / "live-alert-banner.png"), full_page=False)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "live-alert-banner.png"))
         finally:
             context.close()
