@@ -11,6 +11,7 @@ import streamlit as st
 from pages import fleet, fmt
 from pages.fleet import FiringAlert, HostRow
 
+BANNER_REFRESH_S = 20  # Prometheus evaluates rules every 15 s by default
 COLUMNS = (2.2, 2.2, 0.8, 1.6, 1.2, 1.4, 1.3, 1.6, 1.6)
 HEADERS = ("Host", "Model loaded", "In flight", "TTFT p50 / p95 (1 h)", "Decode (1 h)", "GPU busy / VRAM", "GPU power",
            "Alerts firing", "Up to 15 min")  # fmt: skip
@@ -81,12 +82,16 @@ def show_hosts(base_url: str) -> None:
 def alert_banner(listen: str | None) -> None:
     """On Live: alerts firing in Prometheus for this machine's collector. Nothing without PHASEWATCH_PROMETHEUS."""
     base_url = fleet.prometheus_url()
-    if base_url is None:
-        return
+    if base_url is not None:
+        _alert_banner(base_url, listen)
+
+
+@st.fragment(run_every=BANNER_REFRESH_S)
+def _alert_banner(base_url: str, listen: str | None) -> None:
     try:
         firing: list[FiringAlert] = fleet.firing_alerts(base_url, fleet.this_host_instances(listen))
     except fleet.PrometheusError:
-        return  # the Hosts page says what is wrong with Prometheus; Live stays about this machine
+        return  # the Hosts page says what is wrong with Prometheus; Live stays about this machine (asked again soon)
     if firing:
         lines = "  \n".join(f"**{fmt.md_escape(a.name)}**: {fmt.md_escape(a.summary)}" for a in firing)
         st.warning(f"Alerts firing for this host in Prometheus:  \n{lines}", icon=":material/notifications_active:")

@@ -276,12 +276,13 @@ def test_hosts_page_shows_both_hosts(fleet: Fleet, browser: Browser, tmp_path: P
             link = page.locator("a", has_text="gpu-a")
             assert link.count() >= 1  # gpu-a's own dashboard answers: its name links there
             assert page.locator("a", has_text="gpu-b").count() == 0  # gpu-b's does not
-            assert page.locator('[data-testid="stPlotlyChart"]').count() >= 2  # sparklines
+            page.wait_for_function("document.querySelectorAll('[data-testid=\"stPlotlyChart\"]').length >= 4",
+                                   timeout=60_000)  # two sparklines per host  # fmt: skip
             screenshot(page, "hosts")
 
             page.goto(url + "/")  # Live: this host (gpu-a) has an alert firing
             wait_ready(page)
-            page.get_by_text("FleetTestAlert", exact=False).first.wait_for(timeout=45_000)
+            page.get_by_text("FleetTestAlert", exact=False).first.wait_for(timeout=90_000)  # refreshed every 20 s
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "live-alert-banner.png"))
         finally:
