@@ -11,6 +11,7 @@ names get 403: see ``pages/host_guard.py``); every page run then executes it as 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import streamlit as st
@@ -42,4 +43,6 @@ else:
     for file, title, icon in (("pages/why.py", "Why", ":material/lightbulb:"), ("pages/lab.py", "Lab", ":material/science:")):
         if (HERE / file).is_file():
             pages.append(st.Page(file, title=title, icon=icon))
+    if os.environ.get("PHASEWATCH_PROMETHEUS", "").strip():  # several hosts, through Prometheus
+        pages.append(st.Page("pages/hosts.py", title="Hosts", icon=":material/dns:"))
     st.navigation(pages).run()

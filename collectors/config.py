@@ -29,6 +29,7 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_SAMPLES_RETENTION_DAYS = 7.0
 DEFAULT_REQUESTS_RETENTION_DAYS = 90.0
 DEFAULT_MAX_DB_MB = 1024.0
+TOKEN_MIN_CHARS = 16  # PHASEWATCH_TOKEN: long enough not to be guessed over the network
 
 _GO_INT = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 32) accepts
 _TRUE = {"1", "true", "yes", "on"}
@@ -215,6 +216,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)  # the proxy's bounds (PHASEWATCH_MAX_HEAD_BYTES, ...)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beyond this machine's (PHASEWATCH_ALLOWED_HOSTS)
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
+    token: str | None = field(default=None, repr=False)  # PHASEWATCH_TOKEN: every request must carry it (Bearer)
 
     @property
     def db_path(self) -> Path:
@@ -241,6 +243,35 @@ def _check_not_self(ollama_url: str, listen: ListenAddress) -> None:
         )
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_token(env: Mapping[str, str], listen: ListenAddress) -> str | None:
+    """``PHASEWATCH_TOKEN``: required to listen beyond loopback (other machines then reach Ollama through us).
+
+    From the environment only, never an option: a command line is visible to every user of the machine.
+    """
+    token = env.get("PHASEWATCH_TOKEN", "").strip() or None
+    if token is not None and len(token) < TOKEN_MIN_CHARS:
+        raise SettingsError(
+            f"PHASEWATCH_TOKEN is {len(token)} characters; give at least {TOKEN_MIN_CHARS} "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    if token is None and not is_loopback(listen.host):
+        raise SettingsError(
+            f"--listen/PHASEWATCH_LISTEN {listen} is beyond loopback: other machines could use Ollama through it "
+            "and read its metrics; set PHASEWATCH_TOKEN (at least 16 characters) so every request must carry it, "
+            "or listen on 127.0.0.1"
+        )
+    return token
+
+
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("phasewatch", appauthor=False))
 
@@ -260,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "The proxy answers only this machine's Host names (add others to PHASEWATCH_ALLOWED_HOSTS, "
             "comma-separated, * for any) and the browser origins Ollama allows (plus OLLAMA_ORIGINS). "
+            "Listening beyond loopback needs PHASEWATCH_TOKEN: then every request (proxy and /phasewatch/metrics) "
+            "must carry 'Authorization: Bearer <token>', or gets 401 and is not recorded. "
             f"Its bounds, by environment variable (default): {limits}."
         ),
     )
@@ -390,6 +423,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         allowed_hosts=split_list(env.get("PHASEWATCH_ALLOWED_HOSTS", "")),
         # Ollama's envconfig.Var: trimmed, then unquoted; entries split on ","
         allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
+        token=load_token(env, listen),
     )
 
 

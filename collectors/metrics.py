@@ -1,24 +1,38 @@
-"""``/phasewatch/metrics``: the collector's latest readings in Prometheus text format (0.0.4).
+"""``/phasewatch/metrics``: the collector's state as Prometheus metrics, through ``prometheus_client``.
 
-Collection is separate from exposition (as in prometheus/client_python): ``RequestStats``
-accumulates finished requests, ``MetricsSnapshot`` gathers the latest readings, and
-``render`` turns a snapshot into text. Hand-written because the format is tiny.
+``RequestStats`` accumulates finished requests (histograms with fixed buckets, counters), the service
+gathers the latest readings into a ``MetricsSnapshot``, and ``PhasewatchCollector`` (a custom
+``prometheus_client`` collector) turns a snapshot into metric families; ``render`` writes them in the
+text format through a ``CollectorRegistry``.
+
+Names: the OpenTelemetry GenAI semantic conventions in Prometheus form where they exist
+(``gen_ai.server.time_to_first_token`` → ``gen_ai_server_time_to_first_token_seconds``; attributes
+``gen_ai.operation.name`` → label ``gen_ai_operation_name``), ``phasewatch_*`` for what they lack,
+modelled on vLLM's (``vllm:request_prefill_time_seconds`` → ``phasewatch_request_prefill_time_seconds``).
+Histograms, never summaries: quantiles of histograms aggregate across hosts.
+
+Cardinality: histograms carry the operation and the upstream address, not the model (one host's
+histograms stay a few hundred lines however many models it serves); per-model figures are counters,
+whose model label passes a ``LabelSet`` (at most ``LABEL_VALUES_MAX`` names, each at most
+``LABEL_MAX_CHARS`` characters). Unknown readings are absent, never 0.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterable, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from analysis.phases import percentile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
 from store.tables import RequestRow
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-QUANTILES = (0.5, 0.9, 0.99)
-SUMMARY_WINDOW = 1000  # quantiles over the latest this-many requests; _sum and _count over all
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+PROVIDER = "ollama"  # gen_ai.provider.name
 # Label values come from clients (any page can POST a model name): bound their length and number,
 # or per-model counters and the exposition grow with every new name.
 LABEL_MAX_CHARS = 128  # a longer model or endpoint is cut to this many characters, marker included
@@ -26,23 +40,46 @@ LABEL_CUT_MARKER = "…"
 LABEL_VALUES_MAX = 100  # distinct models (and endpoints) counted by name; later ones count as OTHER_LABEL
 OTHER_LABEL = "other"
 
+# Bucket boundaries (upper bounds, seconds unless named). The OpenTelemetry GenAI advisory buckets, extended:
+# theirs stop at 10 s (TTFT) or ~82 s (durations), and at home a long prompt on a small GPU or a CPU takes
+# minutes to prefill, and a model load from a slow disk as long. Past the last advisory bound the series
+# goes on roughly doubling (15, 30, 60 s, … 10 min for TTFT; up to ~22 min for whole requests).
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,  # OTel advisory
+    15.0, 30.0, 60.0, 120.0, 300.0, 600.0,  # Phasewatch: long home prompts
+)  # fmt: skip
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,  # OTel advisory
+                  5.0, 10.0)  # fmt: skip
+DURATION_BUCKETS_S = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,  # OTel advisory
+    163.84, 327.68, 655.36, 1310.72,  # Phasewatch: minutes-long generations on home hardware
+)  # fmt: skip
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel advisory, to 1 M tokens
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                 2.5, 5.0, 10.0)  # fmt: skip  # vLLM's inter-token latency buckets, to 10 s
+RATE_BUCKETS_TOK_S = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000, 20000, 50000)
+RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5)
 
-@dataclass
-class Summary:
-    """A Prometheus summary: running sum and count, quantiles over a sliding window."""
+# Which OpenTelemetry operation each recorded endpoint is (gen_ai.operation.name).
+OPERATIONS = {
+    "/api/chat": "chat",
+    "/v1/chat/completions": "chat",
+    "/api/generate": "text_completion",
+    "/v1/completions": "text_completion",
+    "/api/embed": "embeddings",
+    "/api/embeddings": "embeddings",
+    "/v1/embeddings": "embeddings",
+}
 
-    window: deque[float] = field(default_factory=lambda: deque(maxlen=SUMMARY_WINDOW))
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, value: float) -> None:
-        self.window.append(value)
-        self.total += value
-        self.count += 1
-
-    def quantiles(self) -> list[tuple[float, float]]:
-        values = sorted(self.window)
-        return [(q, percentile(values, q * 100) if values else math.nan) for q in QUANTILES]
+# NVML clocks-event (throttle) reason bits, decoded: PromQL has no bitwise operators.
+THROTTLE_REASONS = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+}
 
 
 def bound_label(value: str, max_chars: int = LABEL_MAX_CHARS) -> str:
@@ -71,31 +108,226 @@ class LabelSet:
 
 
 @dataclass
+class Histogram:
+    """Cumulative-on-output bucket counts for one label set; ``bounds`` ascending, +Inf implied."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.total += value
+        self.count += 1
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        counts = self.counts or [0] * (len(self.bounds) + 1)
+        for bound, n in zip((*self.bounds, math.inf), counts, strict=True):
+            running += n
+            out.append(("+Inf" if math.isinf(bound) else repr(float(bound)), running))
+        return out
+
+
+@dataclass(frozen=True)
+class HistogramSpec:
+    name: str
+    help: str
+    bounds: tuple[float, ...]
+    labels: tuple[str, ...] = ("gen_ai_operation_name", "gen_ai_provider_name", "server_address", "server_port")
+
+
+_BASE = ("gen_ai_operation_name", "gen_ai_provider_name", "server_address", "server_port")
+# name → spec. The first six are the OpenTelemetry GenAI conventions; the rest Phasewatch's, after vLLM's.
+HISTOGRAMS: dict[str, HistogramSpec] = {
+    s.name: s
+    for s in (
+        HistogramSpec(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time to first token: request received by the proxy to the first token chunk from Ollama "
+            "(OTel GenAI buckets, extended past 10 s up to 600 s for long prompts at home).",
+            TTFT_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "gen_ai_server_time_per_output_token_seconds",
+            "Time per output token after the first: Ollama's eval_duration / (eval_count - 1).",
+            TPOT_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "gen_ai_server_request_duration_seconds",
+            "Ollama's total_duration of a generation (OTel buckets extended to ~22 min).",
+            DURATION_BUCKETS_S,
+            (*_BASE, "error_type"),
+        ),
+        HistogramSpec(
+            "gen_ai_client_operation_duration_seconds",
+            "Request received by the proxy to the final chunk (or the close), as the client saw it.",
+            DURATION_BUCKETS_S,
+            (*_BASE, "error_type"),
+        ),
+        HistogramSpec(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Request received by the proxy to the first response chunk of any kind (extended past 10 s to 600 s).",
+            TTFT_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "gen_ai_client_token_usage",
+            "Tokens per request, by gen_ai_token_type (input: the prompt, output: the reply).",
+            tuple(float(b) for b in TOKEN_BUCKETS),
+            (*_BASE, "gen_ai_token_type"),
+        ),
+        HistogramSpec("phasewatch_request_load_time_seconds", "Model load time of a request (Ollama's load_duration).",
+                      DURATION_BUCKETS_S),
+        HistogramSpec("phasewatch_request_queue_time_seconds",
+                      "Time a request waited for a slot: total_duration - load - prefill - decode.", DURATION_BUCKETS_S),
+        HistogramSpec("phasewatch_request_prefill_time_seconds", "Prompt evaluation time (prompt_eval_duration).",
+                      TTFT_BUCKETS_S),
+        HistogramSpec("phasewatch_request_decode_time_seconds", "Generation time after the first token (eval_duration).",
+                      DURATION_BUCKETS_S),
+        HistogramSpec("phasewatch_request_thinking_time_seconds",
+                      "Time a thinking model spent reasoning before its answer.", DURATION_BUCKETS_S),
+        HistogramSpec("phasewatch_request_time_to_first_answer_token_seconds",
+                      "Thinking replies: request received to the first answer token (after the thinking), as the "
+                      "client saw it.", TTFT_BUCKETS_S),
+        HistogramSpec("phasewatch_request_prefill_tokens_per_second",
+                      "Prefill rate of computed (not cached) prompt tokens.", RATE_BUCKETS_TOK_S),
+        HistogramSpec("phasewatch_request_decode_tokens_per_second", "Decode rate, (eval_count - 1) / eval_duration.",
+                      RATE_BUCKETS_TOK_S),
+        HistogramSpec("phasewatch_inter_token_latency_seconds",
+                      "Gap between successive token chunks as the proxy received them.", ITL_BUCKETS_S),
+        HistogramSpec("phasewatch_request_decode_ceiling_ratio",
+                      "Decode rate as a fraction of its memory-bandwidth ceiling for this GPU and model.", RATIO_BUCKETS),
+    )
+}  # fmt: skip
+
+PHASES = ("load", "queue", "prefill", "decode")
+# A hook for the thinking time of a row (fed once recording keeps it); None: unknown, not observed.
+ThinkingOf = Callable[[RequestRow], float | None]
+# A hook for a row's decode-rate fraction of its ceiling (needs the GPU and the model's facts); None: unknown.
+CeilingRatioOf = Callable[[RequestRow], float | None]
+
+
+def _no_value(row: RequestRow) -> float | None:
+    return None
+
+
+def _thinking_s(row: RequestRow) -> float | None:
+    return row.thinking_s
+
+
+@dataclass
 class RequestStats:
-    """Counts of finished requests by endpoint, model and outcome; TTFT and decode-rate summaries.
+    """Finished requests, counted by endpoint, model and outcome, and observed into per-host histograms.
 
     Models and endpoints pass through ``LabelSet``s, so the counters stay bounded whatever clients send.
+    ``server_address``/``server_port`` label the histograms with the upstream Ollama.
     """
 
+    server_address: str = ""
+    server_port: str = ""
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    ttft_s: Summary = field(default_factory=Summary)  # streamed replies only: a whole body shows the client no token
-    ttfa_s: Summary = field(default_factory=Summary)  # thinking replies: request → first answer token
-    thinking_tokens: int = 0  # counted thinking tokens (they cost decode time like any other)
-    decode_tok_s: Summary = field(default_factory=Summary)
     models: LabelSet = field(default_factory=LabelSet)
     endpoints: LabelSet = field(default_factory=LabelSet)
+    histograms: dict[tuple[str, tuple[str, ...]], Histogram] = field(default_factory=dict)
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    cached_tokens: dict[str, int] = field(default_factory=dict)
+    output_tokens: dict[str, int] = field(default_factory=dict)
+    decode_tokens: dict[str, int] = field(default_factory=dict)  # eval_count - 1 of rated requests
+    thinking_tokens: dict[str, int] = field(default_factory=dict)  # counted thinking tokens of thinking replies
+    phase_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    thinking_of: ThinkingOf = _thinking_s  # None where a reply did not think or thinking was not kept apart
+    ceiling_ratio_of: CeilingRatioOf = _no_value
 
-    def observe(self, row: RequestRow) -> None:
-        """Count one finished request as the store wrote it (its phases as stored, not split again)."""
-        key = (self.endpoints.admit(row.endpoint), self.models.admit(row.model), Outcome(row.outcome).value)
+    @classmethod
+    def for_upstream(cls, ollama_url: str) -> RequestStats:
+        url = urllib.parse.urlsplit(ollama_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return cls(server_address=url.hostname or "", server_port=str(port))
+
+    def _observe(self, name: str, value: float | None, labels: tuple[str, ...], *extra: str) -> None:
+        if value is None or not math.isfinite(value) or value < 0:
+            return
+        key = (name, (*labels, *extra))
+        hist = self.histograms.get(key)
+        if hist is None:
+            hist = self.histograms[key] = Histogram(HISTOGRAMS[name].bounds)
+        hist.observe(value)
+
+    def observe(self, row: RequestRow, token_gaps_s: Iterable[float] = ()) -> None:
+        """Count one finished request as the store wrote it (its phases as stored, not split again).
+
+        ``token_gaps_s``: the gaps between its token chunks as the proxy received them.
+        """
+        model = self.models.admit(row.model)
+        outcome = Outcome(row.outcome).value
+        key = (self.endpoints.admit(row.endpoint), model, outcome)
         self.counts[key] = self.counts.get(key, 0) + 1
-        if row.ttft_s is not None and row.ttft_s >= 0:
-            self.ttft_s.observe(row.ttft_s)
-        if row.thinking_tokens and row.ttfa_s is not None and row.ttfa_s >= 0:
-            self.ttfa_s.observe(row.ttfa_s)
-            self.thinking_tokens += row.thinking_tokens
-        if row.outcome == Outcome.OK and row.decode_tok_s is not None and math.isfinite(row.decode_tok_s):
-            self.decode_tok_s.observe(row.decode_tok_s)
+        base = (OPERATIONS.get(row.endpoint, OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
+        error_type = "" if row.outcome == Outcome.OK else outcome
+        self._observe("gen_ai_server_time_to_first_token_seconds", row.ttft_s, base)
+        if row.decode_tok_s:
+            self._observe("gen_ai_server_time_per_output_token_seconds", 1 / row.decode_tok_s, base)
+        self._observe("gen_ai_server_request_duration_seconds", row.total_s, base, error_type)
+        self._observe("gen_ai_client_operation_duration_seconds", row.client_s, base, error_type)
+        if row.first_byte_ns is not None:
+            self._observe("gen_ai_client_operation_time_to_first_chunk_seconds",
+                          (row.first_byte_ns - row.received_ns) / 1e9, base)  # fmt: skip
+        self._observe("gen_ai_client_token_usage", row.prompt_tokens, base, "input")
+        self._observe("gen_ai_client_token_usage", row.output_tokens, base, "output")
+        for phase in PHASES:
+            self._observe(f"phasewatch_request_{phase}_time_seconds", getattr(row, f"{phase}_s"), base)
+        self._observe("phasewatch_request_thinking_time_seconds", self.thinking_of(row), base)
+        if row.thinking_tokens:
+            self._observe("phasewatch_request_time_to_first_answer_token_seconds", row.ttfa_s, base)
+        self._observe("phasewatch_request_prefill_tokens_per_second", row.prefill_tok_s, base)
+        self._observe("phasewatch_request_decode_tokens_per_second", row.decode_tok_s, base)
+        self._observe("phasewatch_request_decode_ceiling_ratio", self.ceiling_ratio_of(row), base)
+        for gap_s in token_gaps_s:
+            self._observe("phasewatch_inter_token_latency_seconds", gap_s, base)
+
+        for counter, value in ((self.prompt_tokens, row.prompt_tokens), (self.cached_tokens, row.cached_tokens),
+                               (self.output_tokens, row.output_tokens), (self.thinking_tokens, row.thinking_tokens)):  # fmt: skip
+            if value is not None and value >= 0:
+                counter[model] = counter.get(model, 0) + value
+        if row.decode_tok_s and row.output_tokens:
+            self.decode_tokens[model] = self.decode_tokens.get(model, 0) + row.output_tokens - 1
+        for phase in PHASES:
+            seconds = getattr(row, f"{phase}_s")
+            if seconds is not None and seconds > 0:
+                self.phase_s[(model, phase)] = self.phase_s.get((model, phase), 0.0) + seconds
+
+    def histogram(self, name: str) -> Histogram:
+        """All label sets of one histogram merged (tests, the log)."""
+        merged = Histogram(HISTOGRAMS[name].bounds)
+        merged.counts = [0] * (len(merged.bounds) + 1)
+        for (n, _), h in self.histograms.items():
+            if n == name and h.counts:
+                merged.counts = [a + b for a, b in zip(merged.counts, h.counts, strict=True)]
+                merged.total += h.total
+                merged.count += h.count
+        return merged
+
+
+def phase_windows(row: RequestRow) -> list[tuple[str, float, float]]:
+    """(phase, start, end) in wall-clock seconds for the load, prefill and decode a stored row knows."""
+    edges = (("load", row.load_start_unix_s, row.prefill_start_unix_s), ("prefill", row.prefill_start_unix_s,
+             row.decode_start_unix_s), ("decode", row.decode_start_unix_s, row.decode_end_unix_s))  # fmt: skip
+    return [(phase, t0, t1) for phase, t0, t1 in edges if t0 is not None and t1 is not None and t1 > t0]
+
+
+@dataclass(frozen=True)
+class SlotUse:
+    """One runner slot's context use. Hook: filled once the collector reads the runners' /slots."""
+
+    model: str
+    slot: int
+    context_tokens: int
+    context_max_tokens: int
 
 
 @dataclass
@@ -106,39 +338,14 @@ class MetricsSnapshot:
     ollama: OllamaStatus | None = None
     loaded_models: Sequence[LoadedModel] = ()
     stats: RequestStats = field(default_factory=RequestStats)
-    in_flight: int = 0
+    in_flight_by_phase: dict[str, int] = field(default_factory=dict)  # running generations: load, prefill, decode
     store_pending: int = 0
-
-
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-
-    def sample(self, name: str, value: float | None, labels: dict[str, str] | None = None) -> None:
-        if value is None:
-            return  # a reading the source did not give is absent, not zero
-        label_text = ""
-        if labels:
-            label_text = "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items()) + "}"
-        self.lines.append(f"{name}{label_text} {format_value(value)}")
+    store_failing: bool | None = None  # the last write failed (it is retried); None: no store
+    store_dropped: int | None = None  # records SQLite refused
+    loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
+    unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
+    energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
+    slots: Sequence[SlotUse] = ()  # hook: no source fills it yet
 
 
 # (metric suffix, help, GpuSample attribute, unit multiplier)
@@ -159,31 +366,42 @@ _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("sm_clock_max_hertz", "Maximum SM clock.", "sm_clock_max_mhz", 1e6),
     ("memory_clock_hertz", "Current memory clock.", "mem_clock_mhz", 1e6),
     ("memory_clock_max_hertz", "Maximum memory clock.", "mem_clock_max_mhz", 1e6),
-    ("memory_bus_width_bits", "Memory bus width.", "mem_bus_width_bits", 1),
+    ("memory_bus_width_bytes", "Memory bus width (bytes moved per transfer).", "mem_bus_width_bits", 1 / 8),
     ("pcie_tx_bytes_per_second", "PCIe transmit throughput.", "pcie_tx_bytes_s", 1),
     ("pcie_rx_bytes_per_second", "PCIe receive throughput.", "pcie_rx_bytes_s", 1),
     ("performance_state", "Performance state (0 = fastest, 15 = slowest).", "pstate", 1),
     ("clocks_event_reasons", "NVML clocks-event (throttle) reasons bitmask.", "throttle_reasons", 1),
     ("ollama_memory_used_bytes", "GPU memory used by Ollama's processes.", "ollama_mem_bytes", 1),
 )
+_GPU_LABELS = ["gpu", "uuid", "name", "simulated"]
 
 
-def _render_gpus(w: _Writer, gpus: Sequence[GpuSample]) -> None:
+def _gpu_families(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
     if not gpus:
         return
-    labels = [{"gpu": str(g.index), "uuid": g.uuid, "name": g.name, "simulated": str(g.simulated).lower()} for g in gpus]
+    labels = [[str(g.index), g.uuid, g.name, str(g.simulated).lower()] for g in gpus]
     for suffix, help_text, attr, scale in _GPU_GAUGES:
-        name = f"phasewatch_gpu_{suffix}"
-        w.family(name, "gauge", help_text)
+        fam = GaugeMetricFamily(f"phasewatch_gpu_{suffix}", help_text, labels=_GPU_LABELS)
         for g, lab in zip(gpus, labels, strict=True):
             value = getattr(g, attr)
-            w.sample(name, None if value is None else value * scale, lab)
-    w.family("phasewatch_gpu_energy_joules_total", "counter", "Energy used since the driver loaded.")
+            if value is not None:  # a reading the source did not give is absent, not zero
+                fam.add_metric(lab, value * scale)
+        yield fam
+    throttle = GaugeMetricFamily("phasewatch_gpu_throttled", "1 while the GPU's clocks are held down for this reason "
+                                 "(NVML clocks-event reasons).", labels=[*_GPU_LABELS, "reason"])  # fmt: skip
     for g, lab in zip(gpus, labels, strict=True):
-        w.sample("phasewatch_gpu_energy_joules_total", g.energy_j, lab)
+        if g.throttle_reasons is not None:
+            for reason, bit in THROTTLE_REASONS.items():
+                throttle.add_metric([*lab, reason], 1 if g.throttle_reasons & bit else 0)
+    yield throttle
+    energy = CounterMetricFamily("phasewatch_gpu_energy_joules", "Energy used since the driver loaded.", labels=_GPU_LABELS)
+    for g, lab in zip(gpus, labels, strict=True):
+        if g.energy_j is not None:
+            energy.add_metric(lab, g.energy_j)
+    yield energy
 
 
-def _render_host(w: _Writer, host: HostSample | None) -> None:
+def _host_families(host: HostSample | None) -> Iterator[Metric]:
     if host is None:
         return
     for name, help_text, value in (
@@ -199,96 +417,146 @@ def _render_host(w: _Writer, host: HostSample | None) -> None:
         ("phasewatch_host_disk_read_bytes_per_second", "Disk read rate (shows a model loading).", host.disk_read_bytes_s),
     ):
         if value is not None:
-            w.family(name, "gauge", help_text)
-            w.sample(name, value)
+            yield GaugeMetricFamily(name, help_text, value=value)
 
 
-def _render_summary(w: _Writer, name: str, help_text: str, summary: Summary) -> None:
-    w.family(name, "summary", help_text)
-    for q, v in summary.quantiles():
-        w.sample(name, v, {"quantile": format_value(q)})
-    w.sample(f"{name}_sum", summary.total)
-    w.sample(f"{name}_count", summary.count)
+def _model_families(models: Sequence[LoadedModel]) -> Iterator[Metric]:
+    loaded = GaugeMetricFamily("phasewatch_model_loaded_bytes", "Memory a loaded model holds (/api/ps), by where: "
+                               "vram (GPU memory) or ram (system memory: partly offloaded).",
+                               labels=["model", "memory"])  # fmt: skip
+    context = GaugeMetricFamily("phasewatch_model_context_tokens", "Context length a loaded model was loaded with.",
+                                labels=["model"])  # fmt: skip
+    vram_ratio = GaugeMetricFamily("phasewatch_model_vram_ratio", "Share of a loaded model held in GPU memory "
+                                   "(1: all of it; below 1: partly in system memory).", labels=["model"])  # fmt: skip
+    for m in models[:LABEL_VALUES_MAX]:
+        name = bound_label(m.name)
+        loaded.add_metric([name, "vram"], m.size_vram_bytes)
+        loaded.add_metric([name, "ram"], max(m.size_bytes - m.size_vram_bytes, 0))
+        if m.context_length is not None:
+            context.add_metric([name], m.context_length)
+        if m.size_bytes > 0:
+            vram_ratio.add_metric([name], min(m.size_vram_bytes / m.size_bytes, 1.0))
+    yield from (loaded, context, vram_ratio)
+
+
+def _per_model(name: str, help_text: str, values: dict[str, int] | dict[str, float]) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, help_text, labels=["model"])
+    for model, value in sorted(values.items()):
+        fam.add_metric([model], value)
+    return fam
+
+
+def _stats_families(stats: RequestStats) -> Iterator[Metric]:
+    requests = CounterMetricFamily("phasewatch_requests", "Finished generation requests seen by the proxy, by outcome.",
+                                   labels=["endpoint", "model", "outcome"])  # fmt: skip
+    for (endpoint, model, outcome), n in sorted(stats.counts.items()):
+        requests.add_metric([endpoint, model, outcome], n)
+    yield requests
+    yield _per_model("phasewatch_prompt_tokens", "Prompt tokens of finished requests (prompt_eval_count).", stats.prompt_tokens)
+    yield _per_model("phasewatch_prompt_cached_tokens", "Prompt tokens served from the KV cache (where Ollama reports "
+                     "it).", stats.cached_tokens)  # fmt: skip
+    yield _per_model("phasewatch_generation_tokens", "Output tokens of finished requests (eval_count).", stats.output_tokens)
+    yield _per_model("phasewatch_decode_tokens", "Decode intervals of rated requests (eval_count - 1): divided by "
+                     'phasewatch_phase_seconds_total{phase="decode"}, the decode rate.', stats.decode_tokens)  # fmt: skip
+    yield _per_model("phasewatch_thinking_tokens", "Thinking tokens of thinking replies (part of the output tokens; "
+                     "they cost decode time like any other).", stats.thinking_tokens)  # fmt: skip
+    phases = CounterMetricFamily("phasewatch_phase_seconds", "Time finished requests spent in each phase "
+                                 "(load, queue, prefill, decode), per model.", labels=["model", "phase"])  # fmt: skip
+    for (model, phase), seconds in sorted(stats.phase_s.items()):
+        phases.add_metric([model, phase], seconds)
+    yield phases
+    by_name: dict[str, HistogramMetricFamily] = {}
+    for (name, labels), hist in sorted(stats.histograms.items()):
+        spec = HISTOGRAMS[name]
+        fam = by_name.get(name)
+        if fam is None:
+            fam = by_name[name] = HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
+        fam.add_metric(list(labels), hist.buckets(), hist.total)
+    for name, spec in HISTOGRAMS.items():  # declared even before the first observation, so dashboards find them
+        yield by_name.get(name) or HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
+
+
+class PhasewatchCollector(Collector):
+    """A ``prometheus_client`` collector over the collector's state: ``snapshot()`` is read at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        if snap.ollama is not None:
+            up = GaugeMetricFamily("phasewatch_ollama_up", "1 when the last poll of Ollama answered.", labels=["url"])
+            up.add_metric([snap.ollama.base_url], 1 if snap.ollama.up else 0)
+            yield up
+            if snap.ollama.version:
+                info = GaugeMetricFamily("phasewatch_ollama_info", "Ollama's version, as a label.", labels=["version"])
+                info.add_metric([bound_label(snap.ollama.version)], 1)
+                yield info
+            if snap.ollama.up:  # the list is known only while Ollama answers
+                yield GaugeMetricFamily("phasewatch_ollama_loaded_models", "Models loaded in Ollama (/api/ps).",
+                                        value=len(snap.loaded_models))  # fmt: skip
+        yield from _model_families(snap.loaded_models)
+        loads = CounterMetricFamily("phasewatch_model_loads", "Times a model appeared in /api/ps.", labels=["model"])
+        unloads = CounterMetricFamily("phasewatch_model_unloads", "Times a model left /api/ps.", labels=["model"])
+        for fam, values in ((loads, snap.loads), (unloads, snap.unloads)):
+            for model, n in sorted(values.items()):
+                fam.add_metric([model], n)
+            yield fam
+        if snap.gpu_source is not None:
+            src = GaugeMetricFamily("phasewatch_gpu_source_info", "Where the GPU readings come from, as a label.",
+                                    labels=["source"])  # fmt: skip
+            src.add_metric([snap.gpu_source], 1)
+            yield src
+        yield from _gpu_families(snap.gpus)
+        yield from _host_families(snap.host)
+        energy = CounterMetricFamily("phasewatch_energy_joules", "GPU energy (all GPUs, idle draw included) over the "
+                                     "load, prefill and decode of finished requests; requests running at the same "
+                                     "time share it, each counting it.", labels=["phase"])  # fmt: skip
+        for phase, joules in sorted(snap.energy_j_by_phase.items()):
+            energy.add_metric([phase], joules)
+        yield energy
+        yield from _stats_families(snap.stats)
+        running = GaugeMetricFamily("phasewatch_requests_running", "Generations running now, by phase (prefill "
+                                    "includes the wait for a slot).", labels=["phase"])  # fmt: skip
+        for phase in ("load", "prefill", "decode"):
+            running.add_metric([phase], snap.in_flight_by_phase.get(phase, 0))
+        yield running
+        slots = GaugeMetricFamily("phasewatch_slot_context_tokens", "Context tokens a runner slot holds now.",
+                                  labels=["model", "slot"])  # fmt: skip
+        slots_max = GaugeMetricFamily("phasewatch_slot_context_max_tokens", "Context size of a runner slot.",
+                                      labels=["model", "slot"])  # fmt: skip
+        for s in snap.slots:
+            slots.add_metric([bound_label(s.model), str(s.slot)], s.context_tokens)
+            slots_max.add_metric([bound_label(s.model), str(s.slot)], s.context_max_tokens)
+        yield from (slots, slots_max)
+        yield GaugeMetricFamily("phasewatch_store_pending_records", "Records waiting to be written to the store.",
+                                value=snap.store_pending)  # fmt: skip
+        if snap.store_failing is not None:
+            yield GaugeMetricFamily("phasewatch_store_write_failing", "1 while the last store write failed (retried).",
+                                    value=1 if snap.store_failing else 0)  # fmt: skip
+        if snap.store_dropped is not None:
+            yield CounterMetricFamily("phasewatch_store_dropped_records", "Records the store refused and dropped.",
+                                      value=snap.store_dropped)  # fmt: skip
+
+
+def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
+    """A registry holding only Phasewatch's collector (no process/platform defaults: they describe the collector)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PhasewatchCollector(snapshot))
+    return registry
 
 
 def render(snap: MetricsSnapshot) -> str:
-    """Prometheus text exposition of a snapshot (ends with a newline)."""
-    w = _Writer()
-    if snap.ollama is not None:
-        w.family("phasewatch_ollama_up", "gauge", "1 when the last poll of Ollama answered.")
-        w.sample("phasewatch_ollama_up", 1 if snap.ollama.up else 0, {"url": snap.ollama.base_url})
-        if snap.ollama.version:
-            w.family("phasewatch_ollama_info", "gauge", "Ollama's version, as a label.")
-            w.sample("phasewatch_ollama_info", 1, {"version": snap.ollama.version})
-    w.family("phasewatch_ollama_loaded_models", "gauge", "Models loaded in Ollama (/api/ps).")
-    w.sample("phasewatch_ollama_loaded_models", len(snap.loaded_models))
-    if snap.loaded_models:
-        w.family("phasewatch_ollama_model_vram_bytes", "gauge", "Part of a loaded model held in GPU memory.")
-        for m in snap.loaded_models:
-            w.sample("phasewatch_ollama_model_vram_bytes", m.size_vram_bytes, {"model": bound_label(m.name)})
-        w.family("phasewatch_ollama_model_size_bytes", "gauge", "Memory a loaded model uses in total.")
-        for m in snap.loaded_models:
-            w.sample("phasewatch_ollama_model_size_bytes", m.size_bytes, {"model": bound_label(m.name)})
-    if snap.gpu_source is not None:
-        w.family("phasewatch_gpu_source_info", "gauge", "Where the GPU readings come from, as a label.")
-        w.sample("phasewatch_gpu_source_info", 1, {"source": snap.gpu_source})
-    _render_gpus(w, snap.gpus)
-    _render_host(w, snap.host)
-
-    w.family("phasewatch_requests_total", "counter", "Finished generation requests seen by the proxy.")
-    for (endpoint, model, outcome), n in sorted(snap.stats.counts.items()):
-        w.sample("phasewatch_requests_total", n, {"endpoint": endpoint, "model": model, "outcome": outcome})
-    w.family("phasewatch_requests_in_flight", "gauge", "Generation requests running now.")
-    w.sample("phasewatch_requests_in_flight", snap.in_flight)
-    _render_summary(w, "phasewatch_ttft_seconds", "Time to first token as the client saw it.", snap.stats.ttft_s)
-    _render_summary(
-        w, "phasewatch_ttfa_seconds", "Time to the first answer token of thinking replies, as the client saw it.",
-        snap.stats.ttfa_s,
-    )  # fmt: skip
-    w.family("phasewatch_thinking_tokens_total", "counter", "Thinking tokens streamed by thinking models.")
-    w.sample("phasewatch_thinking_tokens_total", snap.stats.thinking_tokens)
-    _render_summary(
-        w, "phasewatch_decode_tokens_per_second", "Decode rate, (eval_count - 1) / eval_duration.", snap.stats.decode_tok_s
-    )
-    w.family("phasewatch_store_pending_records", "gauge", "Records waiting to be written to the store.")
-    w.sample("phasewatch_store_pending_records", snap.store_pending)
-    return "\n".join(w.lines) + "\n"
+    """Prometheus text exposition (0.0.4) of a snapshot."""
+    return generate_latest(registry_for(lambda: snap)).decode()
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Read text exposition back into {(name, sorted labels): value}; for tests and debugging.
+    """Read text exposition back into {(sample name, sorted labels): value} with prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-    Understands what ``render`` writes: escaped label values, NaN and ±Inf.
-    """
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value_text = line.rpartition(" ")
-        labels: list[tuple[str, str]] = []
-        if "{" in name_part:
-            name, _, rest = name_part.partition("{")
-            rest = rest.removesuffix("}")
-            labels = list(_parse_labels(rest))
-        else:
-            name = name_part
-        out[(name, tuple(sorted(labels)))] = float(value_text.replace("+Inf", "inf"))
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
-
-
-def _parse_labels(text: str) -> Iterable[tuple[str, str]]:
-    i = 0
-    while i < len(text):
-        eq = text.index("=", i)
-        key = text[i:eq]
-        j = eq + 2  # skip ="
-        value: list[str] = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                value.append({"n": "\n", "\\": "\\", '"': '"'}[text[j + 1]])
-                j += 2
-            else:
-                value.append(text[j])
-                j += 1
-        yield key, "".join(value)
-        i = j + 2 if j + 1 < len(text) and text[j + 1] == "," else j + 1

@@ -115,6 +115,7 @@ class OllamaPoller:
         self._clock = clock
         self.state = PollerState()
         self._shown: set[str] = set()  # digests whose /api/show is stored
+        self.shows: dict[str, dict[str, Any]] = {}  # model name → its /api/show, for /metrics' decode ceiling
         self._show_retry_at: dict[str, float] = {}
 
     async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:
@@ -186,6 +187,7 @@ class OllamaPoller:
                 self._show_retry_at[m.digest] = now + SHOW_RETRY_S
                 continue
             self._sink.submit(PutModelInfo(m.digest, m.name, show))
+            self.shows[m.name] = show
             self._shown.add(m.digest)
             self._show_retry_at.pop(m.digest, None)
 

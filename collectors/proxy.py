@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hmac
 import json
 import logging
 import os
@@ -314,6 +315,7 @@ class RecordingProxy:
         limits: Limits | None = None,
         allowed_hosts: tuple[str, ...] = (),
         allowed_origins: tuple[str, ...] = (),
+        token: str | None = None,
     ) -> None:
         self.upstream_url = upstream_url.rstrip("/")
         self._upstream = _upstream_target(self.upstream_url)
@@ -323,6 +325,7 @@ class RecordingProxy:
         self._allowed_hosts = allowed_hosts
         self._hosts = HostPolicy("", allowed_hosts)
         self._origins = OriginPolicy(allowed_origins)
+        self._authorization = None if token is None else b"Bearer " + token.encode()
         self._local_routes: dict[tuple[str, str], LocalHandler] = {}
         self._local_target: Target | None = None
         self._local_runner: web.ServerRunner | None = None
@@ -396,15 +399,21 @@ class RecordingProxy:
     # -- routing (called by the relay for every request head) ----------------------------
 
     def _check_access(self, head: RequestHead) -> None:
-        """403 for a foreign Host (DNS rebinding) or a browser Origin Ollama would refuse; nothing is recorded."""
+        """401 without the token (when one is set); 403 for a foreign Host (DNS rebinding) or a browser Origin Ollama
+        would refuse. Nothing is recorded."""
         host = ""
         origin = None
+        authorization = b""
         for name, value in head.headers:
             low = name.lower()
             if low == b"host":
                 host = value.decode("latin-1").strip()
             elif low == b"origin":
                 origin = value.decode("latin-1").strip()
+            elif low == b"authorization":
+                authorization = value.strip()
+        if self._authorization is not None and not hmac.compare_digest(authorization, self._authorization):
+            raise Refused(401, b"Unauthorized", "this collector needs 'Authorization: Bearer <PHASEWATCH_TOKEN>'")
         if not self._hosts.allows(host):
             raise Refused(
                 403,
@@ -416,10 +425,12 @@ class RecordingProxy:
 
     def _route(self, head: RequestHead) -> tuple[Target, Exchange, frozenset[bytes]]:
         self._check_access(head)
+        # Our token is ours: Ollama never sees it.
+        drop = frozenset() if self._authorization is None else frozenset({b"authorization"})
         if head.path.startswith(LOCAL_PREFIX) and self._local_target is not None:
-            return self._local_target, _PLAIN, frozenset()
+            return self._local_target, _PLAIN, drop
         if head.method != "POST" or head.path not in RECORDED_ENDPOINTS:
-            return self._upstream, _PLAIN, frozenset()
+            return self._upstream, _PLAIN, drop
         native = head.path.startswith("/api/") and head.path not in EMBED_ENDPOINTS
         record = RequestRecord(
             id=uuid.uuid4().hex,
@@ -434,7 +445,7 @@ class RecordingProxy:
         ex = _Exchange(self, record)
         self._live[record.id] = ex
         # Ask for an uncompressed body: we parse it (Ollama does not compress anyway).
-        return self._upstream, ex, frozenset({b"accept-encoding"})
+        return self._upstream, ex, drop | {b"accept-encoding"}
 
     async def _local_handle(self, request: web.BaseRequest) -> web.StreamResponse:
         # Only the relay (which checked the client's Host) may ask: a page rebinding a name to this private

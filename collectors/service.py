@@ -13,8 +13,9 @@ per-chunk path never waits for it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import ipaddress
+import itertools
 import logging
 import os
 import time
@@ -24,9 +25,14 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from prometheus_client.exposition import generate_latest
 
+from analysis.ceilings import ceilings_for_request, vram_fraction
+from analysis.energy import energy_between
+from analysis.hardware import match_gpu
+from analysis.model_facts import model_facts_from_show
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
-from collectors.config import Settings, SettingsError, prepare_data_dir
+from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu import GpuState, SimGpuSource
 from collectors.gpu_choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu_state import GpuSampler
@@ -34,7 +40,7 @@ from collectors.host import HostSampler, OllamaProcesses
 from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
-from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
+from collectors.metrics import CONTENT_TYPE, LabelSet, MetricsSnapshot, RequestStats, phase_windows, registry_for
 from collectors.poller import OllamaPoller
 from collectors.proxy import RecordingProxy
 from store import queries
@@ -59,15 +65,8 @@ METRICS_PATH = "/phasewatch/metrics"
 RETENTION_EVERY_S = 300.0  # ages; the size bound is also checked after each commit
 INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+GPU_HISTORY_TICKS = 600  # GPU samples kept for energy by phase (10 min at the default interval)
+ENERGY_PENDING_MAX = 10_000  # finished requests waiting for the GPU sample after their end
 
 
 class StoreOpenError(RuntimeError):
@@ -104,7 +103,17 @@ class CollectorService:
         self.writer: BackgroundWriter | None = None
         self.proxy: RecordingProxy | None = None
         self.poller: OllamaPoller | None = None
-        self.stats = RequestStats()
+        self.stats = RequestStats.for_upstream(settings.ollama_url)
+        self.stats.ceiling_ratio_of = self._decode_ceiling_ratio
+        self.registry = registry_for(self.metrics_snapshot)
+        self._loaded_names: set[str] | None = None  # /api/ps names at the last tick; None: not seen yet
+        self._load_labels = LabelSet()
+        self.loads: dict[str, int] = {}
+        self.unloads: dict[str, int] = {}
+        self.in_flight_by_phase: dict[str, int] = {}
+        self.energy_j_by_phase: dict[str, float] = {}
+        self._gpu_history: collections.deque[list[GpuSample]] = collections.deque(maxlen=GPU_HISTORY_TICKS)
+        self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -181,6 +190,7 @@ class CollectorService:
             limits=s.limits,
             allowed_hosts=s.allowed_hosts,
             allowed_origins=s.allowed_origins,
+            token=s.token,
         )
         self.proxy.add_local_route("GET", METRICS_PATH, self._metrics_handler)
         try:
@@ -191,10 +201,10 @@ class CollectorService:
         host = s.listen.host
         self._listen = f"[{host}]:{self.proxy.port}" if ":" in host else f"{host}:{self.proxy.port}"
         self.lock.update(listen=self._listen, ollama_url=s.ollama_url, demo=s.demo)
-        if not _is_loopback(host):
+        if not is_loopback(host):
             log.warning(
-                "listening on %s, which is not a loopback address: other machines can use Ollama through it, "
-                "and their requests are recorded",
+                "listening on %s, which is not a loopback address: other machines with the token can use Ollama "
+                "through it, and their requests are recorded",
                 self._listen,
             )
 
@@ -253,18 +263,22 @@ class CollectorService:
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request, on the loop: only enqueue."""
         if self.writer is not None:
-            self.writer.submit(PutRequest(record), on_done=self._written)
+            stamps = record.token_chunk_ns
+            gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
+            self.writer.submit(PutRequest(record), on_done=lambda row: self._written(row, gaps_s))
 
-    def _written(self, row: RequestRow | None) -> None:
+    def _written(self, row: RequestRow | None, token_gaps_s: list[float] | None = None) -> None:
         """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row."""
         loop = self._loop
         if row is not None and loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._count, row)
+                loop.call_soon_threadsafe(self._count, row, token_gaps_s or [])
 
-    def _count(self, row: RequestRow) -> None:
+    def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
         try:
-            self.stats.observe(row)
+            self.stats.observe(row, token_gaps_s or ())
+            if phase_windows(row):
+                self._energy_pending.append(row)
         except Exception:  # statistics must never cost a record
             log.exception("metrics could not count request %s", row.id)
 
@@ -328,14 +342,76 @@ class CollectorService:
         if host is not None:
             writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
-        if self.proxy is not None:
-            running = await self.proxy.in_flight_sliced()
-            if running:
-                for rec in running:  # the Live page shows generations while they run
-                    writer.submit(PutRequest(rec))
+        running = await self.proxy.in_flight_sliced() if self.proxy is not None else []
+        for rec in running:  # the Live page shows generations while they run
+            writer.submit(PutRequest(rec))
+        self._count_state(gpus, running)
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
+
+    def _count_state(self, gpus: list[GpuSample], running: list[RequestRecord]) -> None:
+        """For /metrics: running generations by phase, loads and unloads seen in /api/ps, GPU energy by phase."""
+        state = self.poller.state if self.poller is not None else None
+        up = state is not None and state.status is not None and state.status.up
+        names = {m.name for m in state.models} if state is not None and up else None
+        by_phase = {"load": 0, "prefill": 0, "decode": 0}
+        for rec in running:
+            if rec.first_token_ns is not None:
+                by_phase["decode"] += 1
+            elif names is not None and rec.model not in names:
+                by_phase["load"] += 1  # its model is not in /api/ps yet
+            else:
+                by_phase["prefill"] += 1  # waiting for the first token: a slot, the template, the prompt
+        self.in_flight_by_phase = by_phase
+        if names is not None:
+            if self._loaded_names is not None:  # models loaded before we started are no load we saw
+                for name in names - self._loaded_names:
+                    label = self._load_labels.admit(name)
+                    self.loads[label] = self.loads.get(label, 0) + 1
+                for name in self._loaded_names - names:
+                    label = self._load_labels.admit(name)
+                    self.unloads[label] = self.unloads.get(label, 0) + 1
+            self._loaded_names = names
+        if gpus:
+            self._gpu_history.append(gpus)
+            self._count_energy()
+
+    def _count_energy(self) -> None:
+        """GPU energy over the phases of finished requests, once samples on both sides of each phase are in."""
+        if not self._gpu_history:
+            return
+        samples = [s for tick in self._gpu_history for s in tick]
+        latest_s = max(s.ts_unix_s for s in self._gpu_history[-1])
+        oldest_s = min(s.ts_unix_s for s in self._gpu_history[0])
+        waiting: list[RequestRow] = []
+        for row in self._energy_pending:
+            windows = phase_windows(row)
+            if any(t1 > latest_s for _, _, t1 in windows):
+                waiting.append(row)  # the sample after its end is not in yet
+                continue
+            for phase, t0, t1 in windows:
+                if t0 >= oldest_s and (e := energy_between(samples, t0, t1)) is not None:
+                    self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + e.joules
+        self._energy_pending = waiting[-ENERGY_PENDING_MAX:]
+
+    def _decode_ceiling_ratio(self, row: RequestRow) -> float | None:
+        """A finished request's decode rate over its memory-bandwidth ceiling on this GPU; None when either is unknown."""
+        poller, gpu = self.poller, self.latest_gpus[0] if self.latest_gpus else None
+        if not row.decode_tok_s or poller is None or gpu is None or (show := poller.shows.get(row.model)) is None:
+            return None
+        spec = match_gpu(gpu.name, gpu.mem_total_bytes)
+        if spec is None:
+            return None
+        try:
+            facts = model_facts_from_show(show, None)
+        except (ValueError, KeyError, TypeError):  # a show without the architecture's numbers
+            return None
+        loaded = next((m for m in poller.state.models if m.name == row.model), None)
+        frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+        c = ceilings_for_request(spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens,
+                                 vram_fraction=frac)  # fmt: skip
+        return row.decode_tok_s / c.decode_ceiling_tok_s if c.decode_ceiling_tok_s > 0 else None
 
     def _ollama_vram_bytes(self) -> int | None:
         """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""
@@ -392,10 +468,15 @@ class CollectorService:
             ollama=poller.state.status if poller else None,
             loaded_models=poller.state.models if poller else [],
             stats=self.stats,
-            in_flight=self.proxy.in_flight_count() if self.proxy else 0,
+            in_flight_by_phase=self.in_flight_by_phase,
             store_pending=self.writer.pending_count if self.writer else 0,
+            store_failing=None if self.writer is None else self.writer.last_error is not None,
+            store_dropped=None if self.writer is None else self.writer.dropped_count,
+            loads=self.loads,
+            unloads=self.unloads,
+            energy_j_by_phase=self.energy_j_by_phase,
         )
 
     async def _metrics_handler(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = render(self.metrics_snapshot())
-        return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE})
+        body = generate_latest(self.registry)  # on the loop: the state it reads changes only there
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

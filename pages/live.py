@@ -7,6 +7,7 @@ import time
 import streamlit as st
 
 from pages import common, data
+from pages.hosts_view import alert_banner
 from pages.live_view import build_live, show_context, show_flight, show_timeline, timeline_refresh_s
 from pages.settings import client_host_line
 
@@ -15,6 +16,7 @@ st.title("Live")
 status = data.load_status(ctx.db_path)
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
+alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)  # issue 17: alerts for this host
 proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
 
 if ctx.paused:

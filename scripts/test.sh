@@ -4,10 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+APT_UPDATED=""
+apt_install() {  # apt_install PACKAGE: Debian's package, updating the lists once
+  [ -n "$APT_UPDATED" ] || { $SUDO apt-get update -qq; APT_UPDATED=1; }
+  $SUDO apt-get install -y -qq "$1" >/dev/null
+}
 if [ ! -x /usr/bin/chromium ]; then
   echo "Installing Debian's chromium for the browser tests..."
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
+fi
+# Debian's prometheus: the tests start its binary themselves (loopback, temporary config), never the service.
+if ! command -v promtool >/dev/null; then
+  echo "Installing Debian's prometheus (prometheus, promtool) for the metrics tests..."
+  apt_install prometheus
 fi
 [ -d .venv ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt

@@ -19,12 +19,12 @@ from collectors.metrics import (
     LABEL_MAX_CHARS,
     LABEL_VALUES_MAX,
     OTHER_LABEL,
+    THROTTLE_REASONS,
+    TTFT_BUCKETS_S,
     LabelSet,
     MetricsSnapshot,
     RequestStats,
     bound_label,
-    escape_label,
-    format_value,
     parse_exposition,
     render,
 )
@@ -35,6 +35,10 @@ from tests.support.sim_process import start_sim
 
 # One line of the text format: name, optional {labels}, one value.
 LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (NaN|[+-]Inf|-?[0-9.e+-]+)$')
+# Each model name appears in at most this many lines: requests, prompt, output and decode tokens, 4 phases.
+LINES_PER_MODEL = 8
+# Bound on the exposition with LABEL_VALUES_MAX names of LABEL_MAX_CHARS (3-byte marker) each: ~210 KB.
+EXPOSITION_MAX_BYTES = LABEL_VALUES_MAX * LINES_PER_MODEL * (LABEL_MAX_CHARS + 2 + 140) + (64 << 10)
 
 
 def _record(
@@ -71,48 +75,50 @@ def _record(
     )
 
 
-def test_formatting_helpers() -> None:
-    assert escape_label('a "b"\\c\nd') == 'a \\"b\\"\\\\c\\nd'
-    assert [format_value(v) for v in (3.0, 0.25, math.nan, math.inf, -math.inf, 1e20)] == [
-        "3",
-        "0.25",
-        "NaN",
-        "+Inf",
-        "-Inf",
-        "1e+20",
-    ]
-
-
 def _stored(*args: Any, **kwargs: Any) -> RequestRow:
     """The row the store writes for ``_record(...)``: what the collector's statistics count."""
     rec = _record(*args, **kwargs)
     return request_row(rec, split_record(rec), 1.0, PHASES_VERSION)
 
 
-def test_stats_count_outcomes_and_summarise_rates() -> None:
+def test_stats_count_outcomes_and_observe_histograms() -> None:
     stats = RequestStats()
-    stats.observe(_stored(100, 11, 1000))  # 10 intervals in 1 s: 10 tok/s
+    stats.observe(_stored(100, 11, 1000), token_gaps_s=[0.1] * 10)  # 10 intervals in 1 s: 10 tok/s
     stats.observe(_stored(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
     stats.observe(_stored(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
     assert stats.counts == {("/api/chat", "llama3.2", "ok"): 2, ("/api/chat", "llama3.2", "upstream_failed"): 1}
-    assert stats.ttft_s.count == 3 and math.isclose(stats.ttft_s.total, 0.45)
-    assert stats.decode_tok_s.count == 2 and math.isclose(stats.decode_tok_s.total, 30.0)
+    ttft = stats.histogram("gen_ai_server_time_to_first_token_seconds")
+    assert ttft.count == 3 and math.isclose(ttft.total, 0.45)
+    decode = stats.histogram("phasewatch_request_decode_tokens_per_second")
+    assert decode.count == 2 and math.isclose(decode.total, 30.0)
+    assert stats.histogram("phasewatch_inter_token_latency_seconds").count == 10
+    assert stats.decode_tokens == {"llama3.2": 50} and math.isclose(stats.phase_s[("llama3.2", "decode")], 3.0)
+    assert stats.output_tokens == {"llama3.2": 52} and stats.prompt_tokens == {"llama3.2": 30}
+    assert stats.histogram("phasewatch_request_thinking_time_seconds").count == 0  # hook: nothing recorded yet
+
+
+def test_ttft_buckets_extend_the_conventions_past_ten_seconds() -> None:
+    assert TTFT_BUCKETS_S[:16][-1] == 10.0 and TTFT_BUCKETS_S[-1] == 600.0
+    stats = RequestStats()
+    stats.observe(_stored(95_000, 11, 1000))  # a 95 s prompt on a small GPU
+    cumulative = dict(stats.histogram("gen_ai_server_time_to_first_token_seconds").buckets())
+    assert cumulative["60.0"] == 0 and cumulative["120.0"] == 1
 
 
 def test_render_is_valid_exposition_and_reads_back() -> None:
-    stats = RequestStats()
+    stats = RequestStats.for_upstream("http://127.0.0.1:11434")
     stats.observe(_stored(100, 11, 1000, model='we"ird\\model'))
     snap = MetricsSnapshot(
         gpus=[
             GpuSample(ts_unix_s=1, index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-a", util_gpu_pct=97, power_w=300.5,
-                      energy_j=1234.5, sm_clock_mhz=2520, ollama_mem_bytes=5 << 30),
+                      energy_j=1234.5, sm_clock_mhz=2520, ollama_mem_bytes=5 << 30, throttle_reasons=0x44),
             GpuSample(ts_unix_s=1, index=1, name="NVIDIA A100", uuid="GPU-b"),  # NVML gave nothing: no lines
         ],
         host=HostSample(ts_unix_s=1, cpu_pct=50, mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, ollama_cpu_pct=150),
         ollama=OllamaStatus(ts_unix_s=1, up=True, base_url="http://127.0.0.1:11434", version="0.33.3"),
         loaded_models=[LoadedModel(1, "llama3.2:latest", "llama3.2:latest", "d" * 64, 3 << 30, 2 << 30, 4096, None)],
         stats=stats,
-        in_flight=2,
+        in_flight_by_phase={"decode": 2},
         store_pending=7,
     )  # fmt: skip
     text = render(snap)
@@ -122,6 +128,7 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     # Every family is declared once, before its samples.
     types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert len(types) == len(set(types))
+    assert "summary" not in {line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
 
     m = parse_exposition(text)
     gpu0 = (("gpu", "0"), ("name", "NVIDIA GeForce RTX 4090"), ("simulated", "false"), ("uuid", "GPU-a"))
@@ -131,26 +138,37 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     assert m[("phasewatch_gpu_power_watts", gpu0)] == 300.5
     assert m[("phasewatch_gpu_sm_clock_hertz", gpu0)] == 2.52e9
     assert m[("phasewatch_gpu_energy_joules_total", gpu0)] == 1234.5
+    throttled = {r: m[("phasewatch_gpu_throttled", (*gpu0[:2], ("reason", r), *gpu0[2:]))] for r in THROTTLE_REASONS}
+    assert throttled == {"sw_power_cap": 1, "hw_slowdown": 0, "sync_boost": 0, "sw_thermal": 0, "hw_thermal": 1,
+                         "hw_power_brake": 0}  # fmt: skip
     assert m[("phasewatch_gpu_ollama_memory_used_bytes", gpu0)] == 5 << 30
     assert not any(name.startswith("phasewatch_gpu") and ("uuid", "GPU-b") in labels for name, labels in m)
     assert m[("phasewatch_host_cpu_ratio", ())] == 0.5
     assert m[("phasewatch_ollama_cpu_ratio", ())] == 1.5
     assert ("phasewatch_ollama_resident_memory_bytes", ()) not in m  # unknown stays absent, not 0
-    assert m[("phasewatch_ollama_model_vram_bytes", (("model", "llama3.2:latest"),))] == 2 << 30
+    assert m[("phasewatch_model_loaded_bytes", (("memory", "vram"), ("model", "llama3.2:latest")))] == 2 << 30
+    assert m[("phasewatch_model_loaded_bytes", (("memory", "ram"), ("model", "llama3.2:latest")))] == 1 << 30
+    assert m[("phasewatch_model_vram_ratio", (("model", "llama3.2:latest"),))] == 2 / 3
+    assert m[("phasewatch_model_context_tokens", (("model", "llama3.2:latest"),))] == 4096
     ok = (("endpoint", "/api/chat"), ("model", 'we"ird\\model'), ("outcome", "ok"))
     assert m[("phasewatch_requests_total", ok)] == 1
-    assert m[("phasewatch_requests_in_flight", ())] == 2
-    assert m[("phasewatch_ttft_seconds", (("quantile", "0.5"),))] == 0.1
-    assert m[("phasewatch_ttft_seconds_count", ())] == 1
-    assert m[("phasewatch_decode_tokens_per_second_sum", ())] == 10.0
+    assert m[("phasewatch_requests_running", (("phase", "decode"),))] == 2
+    host = (("gen_ai_operation_name", "chat"), ("gen_ai_provider_name", "ollama"), ("server_address", "127.0.0.1"),
+            ("server_port", "11434"))  # fmt: skip
+    assert m[("gen_ai_server_time_to_first_token_seconds_bucket", (*host[:2], ("le", "0.1"), *host[2:]))] == 1
+    assert m[("gen_ai_server_time_to_first_token_seconds_bucket", (*host[:2], ("le", "0.08"), *host[2:]))] == 0
+    assert m[("gen_ai_server_time_to_first_token_seconds_count", host)] == 1
+    assert m[("phasewatch_request_decode_tokens_per_second_sum", host)] == 10.0
+    assert m[("phasewatch_phase_seconds_total", (("model", 'we"ird\\model'), ("phase", "decode")))] == 1.0
     assert m[("phasewatch_store_pending_records", ())] == 7
+    assert not any(name.startswith("phasewatch_slot") for name, _ in m)  # hook: no source of slot use yet
 
 
 def test_empty_snapshot_renders() -> None:
     m = parse_exposition(render(MetricsSnapshot()))
-    assert m[("phasewatch_requests_in_flight", ())] == 0
-    assert math.isnan(m[("phasewatch_ttft_seconds", (("quantile", "0.99"),))])
-    assert not any(name.startswith(("phasewatch_gpu", "phasewatch_host")) for name, _ in m)
+    assert m[("phasewatch_requests_running", (("phase", "prefill"),))] == 0
+    assert not any(name.startswith("gen_ai_") for name, _ in m)  # no request yet: no histogram series
+    assert not any(name.startswith(("phasewatch_gpu", "phasewatch_host", "phasewatch_ollama_loaded")) for name, _ in m)
 
 
 def test_label_values_are_bounded_in_length_and_number() -> None:
@@ -172,7 +190,7 @@ def test_label_values_are_bounded_in_length_and_number() -> None:
     assert len(stats.models.seen) == LABEL_VALUES_MAX and len(stats.endpoints.seen) == LABEL_VALUES_MAX
     assert len(stats.counts) == LABEL_VALUES_MAX + 1  # each of the first names paired with its endpoint, then other/other
     assert held_bytes < 1 << 20, held_bytes  # the names themselves are 100 MB
-    assert len(text.encode()) < 64 << 10, len(text)
+    assert len(text.encode()) < EXPOSITION_MAX_BYTES, len(text)
     m = parse_exposition(text)
     assert m[("phasewatch_requests_total", (("endpoint", OTHER_LABEL), ("model", OTHER_LABEL), ("outcome", "ok")))] == 1900
     first = names[0][: LABEL_MAX_CHARS - len(LABEL_CUT_MARKER)] + LABEL_CUT_MARKER
@@ -215,7 +233,7 @@ async def _flood_model_names(sim_url: str, data: Path) -> None:
     finally:
         await service.stop()
     assert len(service.stats.models.seen) == LABEL_VALUES_MAX
-    assert len(text.encode()) < 64 << 10, len(text)
+    assert len(text.encode()) < EXPOSITION_MAX_BYTES, len(text)
     totals = {labels: v for (name, labels), v in parse_exposition(text).items() if name == "phasewatch_requests_total"}
     assert sum(totals.values()) == n
     assert sum(v for labels, v in totals.items() if ("model", OTHER_LABEL) in labels) == n - LABEL_VALUES_MAX

@@ -123,7 +123,9 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
             metrics = parse_exposition(await resp.text())
         assert metrics[("phasewatch_ollama_up", (("url", sim.base_url),))] == 1
         assert metrics[("phasewatch_requests_total", (("endpoint", "/api/generate"), ("model", MODEL), ("outcome", "ok")))] == 1
-        assert metrics[("phasewatch_ttft_seconds_count", ())] == 2
+        port = sim.base_url.rsplit(":", 1)[1]
+        ttft = {labels: v for (name, labels), v in metrics.items() if name == "gen_ai_server_time_to_first_token_seconds_count"}
+        assert sum(ttft.values()) == 2 and all(("server_port", port) in labels for labels in ttft)
         gpu_labels = (("gpu", "0"), ("name", gpu.name), ("simulated", "false"), ("uuid", "GPU-fake-0"))
         assert metrics[("phasewatch_gpu_ollama_memory_used_bytes", gpu_labels)] == 3 << 30
     finally:
