@@ -37,6 +37,7 @@ from collectors.lock import CollectorLock
 from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
 from collectors.poller import OllamaPoller
 from collectors.proxy import RecordingProxy
+from collectors.runners import RunnerReader
 from store import queries
 from store.ops import (
     REDERIVE_BATCH,
@@ -47,6 +48,7 @@ from store.ops import (
     PutHeartbeat,
     PutHostBandwidth,
     PutHostSample,
+    PutProgress,
     PutRequest,
     RederivePhases,
 )
@@ -104,6 +106,7 @@ class CollectorService:
         self.writer: BackgroundWriter | None = None
         self.proxy: RecordingProxy | None = None
         self.poller: OllamaPoller | None = None
+        self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self.stats = RequestStats()
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
@@ -200,8 +203,18 @@ class CollectorService:
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
         self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
+        poller, proxy = self.poller, self.proxy
+        self.runners = RunnerReader(
+            s.ollama_url,
+            self._session,
+            in_flight=proxy.in_flight_heads,
+            loaded_models=lambda: poller.state.models,
+            log_path=s.ollama_log,
+            clock=self._clock,
+        )
         self._tasks = [
             asyncio.create_task(self.poller.run(self._stop), name="ollama-poller"),
+            asyncio.create_task(self.runners.run(self._stop), name="runner-reader"),
             asyncio.create_task(self._tick_loop(), name="samplers"),
             asyncio.create_task(self._retention_loop(), name="retention"),
         ]
@@ -328,11 +341,14 @@ class CollectorService:
         if host is not None:
             writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
+        progress = self.runners.drain() if self.runners is not None else []  # before the snapshot: their requests are in it
         if self.proxy is not None:
             running = await self.proxy.in_flight_sliced()
             if running:
                 for rec in running:  # the Live page shows generations while they run
                     writer.submit(PutRequest(rec))
+        if progress:
+            writer.submit(PutProgress(progress))
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
