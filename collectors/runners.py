@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 BUSY_INTERVAL_S = 0.25  # 4 Hz while a request to the runner's model runs
 IDLE_INTERVAL_S = 10.0
+RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
 DISCOVER_EVERY_S = 10.0
 REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
 SLOTS_TIMEOUT_S = 2.0
@@ -245,8 +246,8 @@ class RunnerReader:
             log.exception("reading runner pid %d failed", state.runner.pid)
         finally:
             state.polling = False
-            interval = self.busy_interval_s if busy and state.problem is None else self.idle_interval_s
-            state.next_poll_s = time.monotonic() + interval
+            interval = self.busy_interval_s if state.problem is None else RETRY_INTERVAL_S
+            state.next_poll_s = time.monotonic() + (interval if busy else self.idle_interval_s)
 
     async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
