@@ -90,8 +90,9 @@ class _Track:
 
     request_id: str
     prompt_tokens: int | None = None
+    exact: bool = False  # prompt_tokens read from /slots after decoding began (not from a log fraction)
     last_key: tuple[Any, ...] | None = None
-    unsized: list[ProgressSample] = field(default_factory=list)  # written before the size was known
+    unsized: list[ProgressSample] = field(default_factory=list)  # slots rows written before the exact size was known
 
 
 def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
@@ -295,7 +296,7 @@ class RunnerReader:
             return  # nothing moved since the last row
         track.last_key = key
         if slot.prompt_size_tokens is not None:
-            self._sized(track, slot.prompt_size_tokens)
+            self._sized(track, slot.prompt_size_tokens, exact=True)
         sample = ProgressSample(
             request_id=rid,
             ts_unix_s=ts,
@@ -307,15 +308,20 @@ class RunnerReader:
             ctx_used_tokens=slot.ctx_tokens,
             n_ctx=slot.n_ctx,
         )
-        if track.prompt_tokens is None:
+        if not track.exact:
             track.unsized.append(sample)
         self._queue.append(sample)
 
-    def _sized(self, track: _Track, prompt_tokens: int) -> None:
-        """The prompt's size is now known: queue the earlier rows again with it."""
-        track.prompt_tokens = prompt_tokens
-        self._queue.extend(replace(s, prompt_tokens=prompt_tokens) for s in track.unsized if s.source is ProgressSource.SLOTS)
-        track.unsized = []
+    def _sized(self, track: _Track, prompt_tokens: int, *, exact: bool) -> None:
+        """The prompt's size is now known (exactly, or from a log line's rounded fraction): queue the earlier
+        rows again with it. Rows keyed alike in the store, the later write wins."""
+        if track.exact or (track.prompt_tokens == prompt_tokens and not exact):
+            return
+        track.prompt_tokens, track.exact = prompt_tokens, exact
+        track.unsized = [replace(s, prompt_tokens=prompt_tokens) for s in track.unsized]
+        self._queue.extend(track.unsized)
+        if exact:
+            track.unsized = []
 
     # -- the log ----------------------------------------------------------------------------------
 
@@ -339,8 +345,7 @@ class RunnerReader:
         track = self._track(rid)
         size = event.prompt_size_tokens
         if size is not None and track.prompt_tokens is None:
-            track.prompt_tokens = size  # a slots reading after decoding began replaces this with the exact size
-            self._sized(track, size)
+            self._sized(track, size, exact=False)  # a slots reading after decoding began replaces it with the exact size
         if event.kind in ("progress", "done", "prompt_eval"):
             self._queue.append(
                 ProgressSample(rid, event.read_unix_s, ProgressSource.LOG, event.tokens,

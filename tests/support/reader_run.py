@@ -31,6 +31,7 @@ class ReaderRun:
     reader: RunnerReader
     samples: list[ProgressSample] = field(default_factory=list)
     task_done_early: bool = False
+    work_result: object = None
 
 
 async def run_reader(
@@ -41,18 +42,28 @@ async def run_reader(
     seconds: float,
     log_path: Path | None = None,
     until: Callable[[ReaderRun], bool] | None = None,
+    work: Callable[[], object] | None = None,
+    on_drain: Callable[[ReaderRun], None] | None = None,
 ) -> ReaderRun:
-    """Run the reader ``seconds`` (or until ``until`` says so), draining its rows every 0.1 s as the service does."""
+    """Run the reader ``seconds`` (or until ``until`` says so, or 1.5 s after ``work``, run in a thread, returned),
+    draining its rows every 0.1 s as the service does; ``on_drain`` sees the rows so far after each drain."""
     async with aiohttp.ClientSession(trust_env=False) as session:
         reader = RunnerReader(ollama_url, session, in_flight=in_flight, loaded_models=lambda: models, log_path=log_path,
                               discover_every_s=0.5)  # fmt: skip
         run = ReaderRun(reader)
         stop = asyncio.Event()
         task = asyncio.create_task(reader.run(stop))
+        worker = asyncio.create_task(asyncio.to_thread(work)) if work is not None else None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(0.1)
             run.samples.extend(reader.drain())
+            if on_drain is not None:
+                on_drain(run)
+            if worker is not None and worker.done():
+                await asyncio.sleep(1.5)
+                run.samples.extend(reader.drain())
+                break
             if task.done():
                 run.task_done_early = True
                 break
@@ -60,5 +71,7 @@ async def run_reader(
                 break
         stop.set()
         await asyncio.wait_for(task, 10)
+        if worker is not None:
+            run.work_result = await worker  # its exception, if any, is the test's
         run.samples.extend(reader.drain())
         return run
