@@ -170,8 +170,10 @@ def test_runner_killed_mid_request(setup: Setup) -> None:
 
         run = asyncio.run(
             run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=300,
-                       work=work, on_drain=kill_after_first)
+                       work=work, on_drain=kill_after_first, linger_s=30,
+                       until=lambda run: bool(killed) and runner.proc.pid not in run.reader.runners)
         )  # fmt: skip
     assert killed and not run.task_done_early and run.reader.errors == 0
     assert any(s.request_id == "doomed" and s.processed_tokens > 0 for s in run.samples)
-    assert run.reader.runners == {}, "rediscovery dropped the dead runner"
+    assert runner.proc.pid not in run.reader.runners, "rediscovery dropped the dead runner"
+    assert setup.runner.proc.pid in run.reader.runners, "and kept the live one (this process is the parent of both)"

@@ -44,8 +44,9 @@ async def run_reader(
     until: Callable[[ReaderRun], bool] | None = None,
     work: Callable[[], object] | None = None,
     on_drain: Callable[[ReaderRun], None] | None = None,
+    linger_s: float = 1.5,
 ) -> ReaderRun:
-    """Run the reader ``seconds`` (or until ``until`` says so, or 1.5 s after ``work``, run in a thread, returned),
+    """Run the reader ``seconds`` (or until ``until`` says so, or ``linger_s`` after ``work``, run in a thread, returned),
     draining its rows every 0.1 s as the service does; ``on_drain`` sees the rows so far after each drain."""
     async with aiohttp.ClientSession(trust_env=False) as session:
         reader = RunnerReader(ollama_url, session, in_flight=in_flight, loaded_models=lambda: models, log_path=log_path,
@@ -61,9 +62,7 @@ async def run_reader(
             if on_drain is not None:
                 on_drain(run)
             if worker is not None and worker.done():
-                await asyncio.sleep(1.5)
-                run.samples.extend(reader.drain())
-                break
+                deadline = min(deadline, time.monotonic() + linger_s)
             if task.done():
                 run.task_done_early = True
                 break
