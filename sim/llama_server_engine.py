@@ -3,10 +3,10 @@
 ``python -m sim --engine llama-server --gguf PATH`` runs what Ollama >= 0.30 runs for a GGUF model:
 the upstream ``llama-server`` binary (``scripts/build_llama_server.sh`` builds it), started the way
 Ollama starts it (``--model PATH --port N --host 127.0.0.1 --no-webui --offline -c CTX -np N -b B
--ub B --log-verbosity 4 --no-log-prefix --no-log-timestamps``, a free loopback port), its stdout and stderr copied line by line to ours as Ollama copies
-them into its log. Generate and chat are relayed to the child's ``POST /completion`` (streamed),
-and the final chunk carries Ollama's durations from the child's ``timings`` block, as Ollama does
-(docs/ollama-api.md §4):
+-ub B --log-verbosity 4 --no-log-prefix --no-log-timestamps``, a free loopback port), its stdout and
+stderr copied line by line to ours as Ollama copies them into its log. Generate and chat are relayed
+to the child's ``POST /completion`` (streamed), and the final chunk carries Ollama's durations from the
+child's ``timings`` block, as Ollama does (docs/ollama-api.md §4):
 
 * ``prompt_eval_duration`` = ``prompt_ms``, ``eval_duration`` = ``predicted_ms`` (ms -> ns);
 * ``prompt_eval_count`` = ``cache_n + prompt_n``, ``prompt_eval_cached_count`` = ``cache_n``,

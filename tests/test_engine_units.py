@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,24 @@ def test_missing_gguf_is_a_clear_error() -> None:
         [sys.executable, "-m", "sim", "--engine", "llama-cpp"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and "--gguf" in r.stderr
+
+
+def test_missing_llama_server_is_a_clear_error(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "--engine", "llama-server", "--gguf", "/nonexistent/model.gguf", "--port", "0",
+         "--llama-server", str(tmp_path / "llama-server")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2 and f"no executable llama-server at {tmp_path / 'llama-server'}" in r.stderr
+
+
+def test_engine_tests_fail_rather_than_skip_when_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tests.support.engine_process import require_llama_server
+
+    monkeypatch.setenv("PHASEWATCH_LLAMA_SERVER", str(tmp_path / "missing"))
+    monkeypatch.setenv("PHASEWATCH_REQUIRE_ENGINE", "1")
+    with pytest.raises(pytest.fail.Exception, match="no executable llama-server"):
+        require_llama_server()
+    monkeypatch.setenv("PHASEWATCH_REQUIRE_ENGINE", "0")
+    with pytest.raises(pytest.skip.Exception):
+        require_llama_server()
