@@ -50,7 +50,8 @@ def _in_flight_progress(data: Path) -> tuple[str | None, list[ProgressSample]]:
     with queries.open_reader(db_path(data)) as conn:
         if conn is None:
             return None, []
-        row = conn.execute("SELECT id FROM requests WHERE outcome = 'in_flight' ORDER BY started_at_unix_s DESC LIMIT 1").fetchone()
+        sql = "SELECT id FROM requests WHERE outcome = 'in_flight' ORDER BY started_at_unix_s DESC LIMIT 1"
+        row = conn.execute(sql).fetchone()
         if row is None:
             return None, []
         return row[0], queries.progress_samples(conn, [row[0]]).get(row[0], [])
