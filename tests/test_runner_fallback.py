@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,25 @@ def test_cli_prints_runners_and_slots_counts_only(model_file: Path) -> None:
     assert (runner["pid"], runner["port"], runner["model"], runner["digest"]) == (child.proc.pid, child.port, MODEL, DIGEST)
     assert runner["problem"] is None
     assert [(s["slot_id"], s["processed_tokens"], s["ctx_tokens"], s["n_ctx"]) for s in runner["slots"]] == [(0, 512, 1024, 4096)]
+
+
+@pytest.mark.parametrize("mode", ["garbage", "exit"])
+def test_collector_runs_on_beside_an_unreadable_runner(model_file: Path, tmp_path: Path, mode: str) -> None:
+    """``python -m collectors`` watching an Ollama whose runner answers garbage, or exits: it says so and records on."""
+    from tests.test_collector_process import collector, query
+
+    data = tmp_path / "data"
+    with (
+        OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama,
+        start_bad_runner(mode, model_file) as child,
+        collector(data, "--ollama", ollama.base_url) as proc,
+    ):
+        time.sleep(4.0)
+        assert proc.poll() is None, "the collector runs on"
+        beats = query(data, "SELECT COUNT(*) AS n FROM collector_heartbeat")[0]["n"]
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and beats >= 1
+    assert f"pid {child.proc.pid} port {child.port}" in err, "found the runner"
+    assert mode != "garbage" or "not a list of slots" in err, "and said why it cannot read it"
+    assert "Traceback" not in err
