@@ -3,9 +3,11 @@ the older line formats, mutated lines (never fatal), and following a file that g
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +15,8 @@ from collectors.ollama_log import LogTail, parse_line
 
 DATA = Path(__file__).parent / "data" / "runner_logs"
 CAPTURED = DATA / "llama_server_0.3.36_3601_tokens.log"  # a 3,601-token prompt, batch 512, 4 tokens decoded
+# sim's llama-server engine's child, started with Ollama's flags (no prefix, no timestamps); each log has a .json of timings
+SIM_LOGS = sorted((Path(__file__).parent / "data" / "llama_server_logs").glob("*.log"))
 # The format strings of older llama.cpp servers (update_slots), as Ollama's log carried them.
 OLDER = [
     "slot update_slots: id  0 | task 0 | prompt processing progress, n_tokens = 512, batch.n_tokens = 512, progress = 0.127937",
@@ -39,6 +43,25 @@ def test_captured_llama_server_output() -> None:
     assert timing == {"prompt_eval": (87418.10, 3601), "eval": (5700.10, 4), "total": (93118.20, 3605)}
     assert all(e.read_unix_s == 100.0 for e in events), "stamped on read: the lines carry no time of their own"
     assert len(lines) - len(events) == 16
+
+
+@pytest.mark.parametrize("log", SIM_LOGS, ids=lambda p: p.stem)
+def test_sim_engine_logs_add_up_to_their_timings(log: Path) -> None:
+    facts = json.loads(log.with_suffix(".json").read_text())
+    timings, batch = facts["timings"], facts["num_batch"]
+    prompt_size = timings["prompt_n"] + timings["cache_n"]
+    lines = log.read_text().splitlines()
+    events = [e for e in (parse_line(line, 7.0) for line in lines) if e is not None]
+    progress = [e.tokens for e in events if e.kind == "progress"]
+    assert len(progress) >= 2 and progress == sorted(set(progress)), progress
+    assert progress[-1] >= prompt_size - batch
+    sizes = [e.prompt_size_tokens for e in events if e.kind == "progress"]
+    assert all(s is not None and abs(s - prompt_size) / prompt_size < 0.04 for s in sizes), sizes
+    [prompt_eval] = [e for e in events if e.kind == "prompt_eval"]
+    [decode] = [e for e in events if e.kind == "eval"]
+    assert prompt_eval.tokens == timings["prompt_n"] and prompt_eval.duration_ms == pytest.approx(timings["prompt_ms"], abs=0.01)
+    assert decode.tokens == timings["predicted_n"] and decode.duration_ms == pytest.approx(timings["predicted_ms"], abs=0.01)
+    assert len(lines) - len(events) > 200, "the rest (load messages, warnings) is skipped, not fatal"
 
 
 def test_older_formats() -> None:
@@ -85,7 +108,7 @@ def _mutate(line: str, data: st.DataObject) -> str:
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_mutated_lines_never_fatal(data: st.DataObject) -> None:
-    lines = CAPTURED.read_text().splitlines() + OLDER
+    lines = [line for path in (CAPTURED, *SIM_LOGS) for line in path.read_text().splitlines()] + OLDER
     line = _mutate(data.draw(st.sampled_from(lines)), data)
     event = parse_line(line, 5.0)
     if event is not None:
