@@ -2,7 +2,9 @@
 
 Ollama >= 0.30 starts ``llama-server --model PATH --port N --host 127.0.0.1 ...`` per loaded GGUF model;
 older ones ``ollama runner --model PATH --port N``. The Ollama server is the process listening on the
-watched port (only when that address is this machine's); its runners are its children. Which loaded model
+watched port (only when that address is this machine's); its runners are its children. The search starts
+from the runners (few processes carry those names) and asks only their parents what they listen on, which
+needs no privilege for one's own processes (a system-wide socket list does on macOS). Which loaded model
 a runner serves: Ollama's blob files are named ``sha256-<digest>``; any other file is hashed once.
 
 Every failure (a remote Ollama, a process of another user, one that exits meanwhile) gives fewer runners,
@@ -15,6 +17,7 @@ import hashlib
 import ipaddress
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -62,19 +65,16 @@ def ollama_local_port(ollama_url: str) -> int | None:
         return None
 
 
-def listening_pid(port: int) -> int | None:
-    """The process listening on a TCP port of this machine, or None (none, or not ours to see)."""
+def listens_on(proc: psutil.Process, port: int) -> bool:
+    """Whether ``proc`` listens on this TCP port (False when it cannot be asked)."""
     try:
-        conns = psutil.net_connections(kind="tcp")
-    except (psutil.AccessDenied, OSError):
-        return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return int(c.pid)
-    return None
+        conns = proc.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
 
 
-def _option(argv: list[str], *names: str) -> str | None:
+def _option(argv: Sequence[str], *names: str) -> str | None:
     """The value of ``--name VALUE`` or ``--name=VALUE`` (the last one wins, as in llama.cpp's parser)."""
     value = None
     for i, arg in enumerate(argv):
@@ -96,10 +96,13 @@ def _int_or_none(text: str | None) -> int | None:
 def runner_of(proc: psutil.Process) -> Runner | None:
     """A Runner when ``proc`` is one (by name and command line), else None."""
     try:
-        name = proc.name()
-        argv = proc.cmdline()
+        return runner_from_argv(proc.pid, proc.name(), proc.cmdline())
     except (psutil.Error, OSError):
         return None
+
+
+def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
+    """A Runner when a process of this name and command line is one, else None."""
     exe = Path(argv[0]).name if argv else ""
     if name in RUNNER_NAMES or exe in RUNNER_NAMES:
         kind = "llama-server"
@@ -114,7 +117,7 @@ def runner_of(proc: psutil.Process) -> Runner | None:
     if not is_loopback_host(host) and host not in ("0.0.0.0", "::"):
         return None  # a runner bound elsewhere is not read (loopback only)
     return Runner(
-        pid=proc.pid,
+        pid=pid,
         port=port,
         model_path=_option(argv, "--model", "-m"),
         n_ctx=_int_or_none(_option(argv, "--ctx-size", "-c")),
@@ -123,25 +126,34 @@ def runner_of(proc: psutil.Process) -> Runner | None:
     )
 
 
-def find_runners(server_pid: int) -> list[Runner]:
-    """The runners among the children of the Ollama server process."""
-    try:
-        children = psutil.Process(server_pid).children(recursive=False)
-    except (psutil.Error, OSError):
-        return []
-    return [r for r in (runner_of(p) for p in children) if r is not None]
-
-
 def discover(ollama_url: str) -> tuple[list[Runner], str | None]:
     """The runners of the Ollama at ``ollama_url``, and why there are none when that is known."""
     port = ollama_local_port(ollama_url)
     if port is None:
         return [], f"{ollama_url} is not on this machine: its runners cannot be read"
-    pid = listening_pid(port)
-    if pid is None:
-        return [], f"no process of ours listens on port {port}"
-    runners = find_runners(pid)
-    return runners, None if runners else f"the Ollama server (pid {pid}) has no runner now"
+    found: list[Runner] = []
+    parents: dict[int, bool] = {}  # pid → listens on the watched port
+    seen = 0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info.get("name") not in (*RUNNER_NAMES, "ollama"):
+            continue
+        runner = runner_of(proc)
+        if runner is None:
+            continue
+        seen += 1
+        try:
+            ppid = proc.ppid()
+            if ppid not in parents:
+                parents[ppid] = listens_on(psutil.Process(ppid), port)
+        except (psutil.Error, OSError):
+            continue
+        if parents[ppid]:
+            found.append(runner)
+    if found:
+        return found, None
+    if seen:
+        return [], f"{seen} runner(s) here, none a child of the process listening on port {port} (or not ours to see)"
+    return [], "no runner process here (no model is loaded)"
 
 
 class DigestCache:
