@@ -254,10 +254,12 @@ class RunnerReader:
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
         try:
             async with self._session.get(runner.base_url + "/slots", timeout=timeout) as resp:
-                body = await resp.content.read(MAX_BODY_BYTES + 1)
-                if len(body) > MAX_BODY_BYTES:
-                    return None, f"/slots answered more than {MAX_BODY_BYTES} bytes"
-                return classify_slots_answer(resp.status, body)
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:  # the prompt text makes it long; beyond this, not worth reading
+                        return None, f"/slots answered more than {MAX_BODY_BYTES} bytes"
+                return classify_slots_answer(resp.status, bytes(body))
         except TimeoutError:
             return None, f"/slots did not answer within {SLOTS_TIMEOUT_S:g} s"
         except aiohttp.ClientConnectorError as exc:
@@ -370,9 +372,9 @@ def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
         with opener.open(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read(MAX_BODY_BYTES + 1)
+            return resp.status, resp.read()  # a runner on loopback, read once by a person: no bound needed
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(MAX_BODY_BYTES + 1)
+        return exc.code, exc.read()
 
 
 def read_once(ollama_url: str) -> dict[str, Any]:
