@@ -92,7 +92,7 @@ class _Track:
     prompt_tokens: int | None = None
     exact: bool = False  # prompt_tokens read from /slots after decoding began (not from a log fraction)
     last_key: tuple[Any, ...] | None = None
-    unsized: list[ProgressSample] = field(default_factory=list)  # slots rows written before the exact size was known
+    rows: list[ProgressSample] = field(default_factory=list)  # slots rows written, as last written
 
 
 def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
@@ -310,20 +310,22 @@ class RunnerReader:
             ctx_used_tokens=slot.ctx_tokens,
             n_ctx=slot.n_ctx,
         )
-        if not track.exact:
-            track.unsized.append(sample)
+        track.rows.append(sample)
         self._queue.append(sample)
 
     def _sized(self, track: _Track, prompt_tokens: int, *, exact: bool) -> None:
         """The prompt's size is now known (exactly, or from a log line's rounded fraction): queue the earlier
         rows again with it. Rows keyed alike in the store, the later write wins."""
-        if track.exact or (track.prompt_tokens == prompt_tokens and not exact):
+        if track.prompt_tokens == prompt_tokens:
+            track.exact = track.exact or exact
             return
+        if track.exact and (not exact or prompt_tokens < (track.prompt_tokens or 0)):
+            return  # an exact size is only ever raised (a reading racing the prompt's last batch may read low)
         track.prompt_tokens, track.exact = prompt_tokens, exact
-        track.unsized = [replace(s, prompt_tokens=prompt_tokens) for s in track.unsized]
-        self._queue.extend(track.unsized)
-        if exact:
-            track.unsized = []
+        for i, row in enumerate(track.rows):
+            if row.prompt_tokens != prompt_tokens:
+                track.rows[i] = replace(row, prompt_tokens=prompt_tokens)
+                self._queue.append(track.rows[i])
 
     # -- the log ----------------------------------------------------------------------------------
 

@@ -134,7 +134,9 @@ def test_slots_progress_of_a_4000_token_prompt(setup: Setup) -> None:
     assert len(processed) >= 3, processed
     assert processed == sorted(set(processed)), "increasing"
     assert processed[-1] >= prompt_size - BATCH, (processed, prompt_size)
-    assert all(s.prompt_tokens == prompt_size for s in rows), "the size reached every row once known"
+    unsized = [(s.ts_unix_s, s.processed_tokens, s.decoded_tokens, s.prompt_tokens) for s in rows]
+    unsized = [u for u in unsized if u[3] != prompt_size]
+    assert not unsized, f"the size ({prompt_size}) reached every row once known: {unsized}"
     decoding = [s for s in rows if s.decoded_tokens]
     assert decoding and all(s.n_ctx == CTX and s.ctx_used_tokens and prompt_size <= s.ctx_used_tokens <= CTX for s in decoding)
 
