@@ -77,7 +77,7 @@ def test_a_low_first_size_is_raised() -> None:
     a = in_flight_record("a", MODEL)
     r._join(state, [reading(0, 3, 3997, 4001)], [a], 1.0)
     r._join(state, [reading(0, 3, 3997, 4002, decoded=1)], [a], 2.0)
-    assert [s.prompt_tokens for s in r.drain()] == [3997, 3997]
+    assert [s.prompt_tokens for s in r.drain()] == [None, 3997, 3997]
     r._join(state, [reading(0, 3, 4001, 4003, decoded=2)], [a], 3.0)
     assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(1.0, 4001), (2.0, 4001), (3.0, 4001)]
     r._join(state, [reading(0, 3, 3000, 4004, decoded=3)], [a], 4.0)
