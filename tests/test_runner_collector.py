@@ -99,5 +99,7 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
     at_quarter = next((eta for read, eta in seen if read >= prompt_size / 4 and eta is not None), None)
     assert at_quarter is not None, seen
     error = abs(at_quarter - end) / (end - started)
-    print(f"prefill {end - started:.1f} s; ETA read from the store at 25%: off by {error:.0%} of it")
+    marks = [(read, round(eta - started, 1) if eta else None) for read, eta in seen]
+    print(f"prefill {end - started:.1f} s; ETA read from the store at 25%: off by {error:.0%} of it; (read, ETA s) seen: "
+          f"{list(dict.fromkeys(marks))}")  # fmt: skip
     assert error <= ETA_TOLERANCE
