@@ -31,20 +31,22 @@ import pytest
 from tests.support.engine_process import REPO_ROOT
 from tests.support.sim_process import free_port
 
-DEFAULT_LLAMA_SERVER = REPO_ROOT / ".cache" / "llama-server" / "bin" / "llama-server"
-LLAMA_SERVER = Path(os.environ.get("PHASEWATCH_LLAMA_SERVER", str(DEFAULT_LLAMA_SERVER)))
 BATCH = 512  # Ollama's default num_batch: prompt progress moves in steps of this
 START_TIMEOUT_S = 120.0
 
 
 def require_llama_server() -> Path:
-    """The llama-server binary; skips (fails under PHASEWATCH_REQUIRE_ENGINE=1) when it is not built."""
-    if not (LLAMA_SERVER.is_file() and os.access(LLAMA_SERVER, os.X_OK)):
-        message = f"runner tests need llama-server at {LLAMA_SERVER} (bash scripts/build_llama_server.sh)"
+    """The llama-server binary (found as sim finds it); skips (fails under PHASEWATCH_REQUIRE_ENGINE=1) when it is not built."""
+    from sim.gguf_model import EngineUnavailable
+    from sim.llama_server_engine import find_llama_server
+
+    try:
+        return find_llama_server()
+    except EngineUnavailable as exc:
+        message = f"runner tests need llama-server: {exc}"
         if os.environ.get("PHASEWATCH_REQUIRE_ENGINE") == "1":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    return LLAMA_SERVER
 
 
 def file_sha256(path: Path) -> str:
