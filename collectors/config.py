@@ -217,6 +217,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beyond this machine's (PHASEWATCH_ALLOWED_HOSTS)
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
     token: str | None = field(default=None, repr=False)  # PHASEWATCH_TOKEN: every request must carry it (Bearer)
+    ollama_log: Path | None = None  # Ollama's log, read for its runners' progress lines (PHASEWATCH_OLLAMA_LOG)
 
     @property
     def db_path(self) -> Path:
@@ -331,7 +332,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ollama-pids", metavar="PID,PID", help="Ollama's process ids for the samplers (default: found by process name)"
     )
+    p.add_argument(
+        "--ollama-log",
+        metavar="PATH",
+        help="Ollama's log file, read for its runners' prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, else none",
+    )
     return p
+
+
+def _ollama_log(text: str | None) -> Path | None:
+    """The log to follow; it may not exist yet (Ollama creates it), but it cannot be a folder."""
+    if text is None or not text.strip():
+        return None
+    path = Path(text.strip()).expanduser()
+    if path.is_dir():
+        raise SettingsError(
+            f"--ollama-log/PHASEWATCH_OLLAMA_LOG {text!r} is a folder; give Ollama's log file, e.g. ~/.ollama/logs/server.log"
+        )
+    return path
 
 
 def _positive_float(name: str, text: str, *, limit: float) -> float:
@@ -424,6 +442,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         # Ollama's envconfig.Var: trimmed, then unquoted; entries split on ","
         allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
         token=load_token(env, listen),
+        ollama_log=_ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG")),
     )
 
 

@@ -322,7 +322,7 @@ def phase_windows(row: RequestRow) -> list[tuple[str, float, float]]:
 
 @dataclass(frozen=True)
 class SlotUse:
-    """One runner slot's context use. Hook: filled once the collector reads the runners' /slots."""
+    """One runner slot's context use, as the collector last read it from the runner's /slots."""
 
     model: str
     slot: int
@@ -345,7 +345,7 @@ class MetricsSnapshot:
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
-    slots: Sequence[SlotUse] = ()  # hook: no source fills it yet
+    slots: Sequence[SlotUse] = ()  # the runners' slots (collectors.runners), where they can be read
 
 
 # (metric suffix, help, GpuSample attribute, unit multiplier)

@@ -387,6 +387,10 @@ class RecordingProxy:
                 await asyncio.sleep(0)
         return self.in_flight()
 
+    def in_flight_heads(self) -> list[RequestRecord]:
+        """The running requests as parsed so far, without parsing pending reads or copying: cheap, read-only use."""
+        return [ex.record for ex in self._live.values()]
+
     def in_flight_count(self) -> int:
         return len(self._live)
 

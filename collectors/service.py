@@ -40,9 +40,18 @@ from collectors.host import HostSampler, OllamaProcesses
 from collectors.host_bandwidth import measure_host_bandwidth, same_machine
 from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
-from collectors.metrics import CONTENT_TYPE, LabelSet, MetricsSnapshot, RequestStats, phase_windows, registry_for
+from collectors.metrics import (
+    CONTENT_TYPE,
+    LabelSet,
+    MetricsSnapshot,
+    RequestStats,
+    SlotUse,
+    phase_windows,
+    registry_for,
+)
 from collectors.poller import OllamaPoller
 from collectors.proxy import RecordingProxy
+from collectors.runners import RunnerReader
 from store import queries
 from store.ops import (
     REDERIVE_BATCH,
@@ -53,6 +62,7 @@ from store.ops import (
     PutHeartbeat,
     PutHostBandwidth,
     PutHostSample,
+    PutProgress,
     PutRequest,
     RederivePhases,
 )
@@ -114,6 +124,7 @@ class CollectorService:
         self.energy_j_by_phase: dict[str, float] = {}
         self._gpu_history: collections.deque[list[GpuSample]] = collections.deque(maxlen=GPU_HISTORY_TICKS)
         self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
+        self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -210,8 +221,18 @@ class CollectorService:
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
         self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
+        poller, proxy = self.poller, self.proxy
+        self.runners = RunnerReader(
+            s.ollama_url,
+            self._session,
+            in_flight=proxy.in_flight_heads,
+            loaded_models=lambda: poller.state.models,
+            log_path=s.ollama_log,
+            clock=self._clock,
+        )
         self._tasks = [
             asyncio.create_task(self.poller.run(self._stop), name="ollama-poller"),
+            asyncio.create_task(self.runners.run(self._stop), name="runner-reader"),
             asyncio.create_task(self._tick_loop(), name="samplers"),
             asyncio.create_task(self._retention_loop(), name="retention"),
         ]
@@ -342,9 +363,12 @@ class CollectorService:
         if host is not None:
             writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
+        progress = self.runners.drain() if self.runners is not None else []  # before the snapshot: their requests are in it
         running = await self.proxy.in_flight_sliced() if self.proxy is not None else []
         for rec in running:  # the Live page shows generations while they run
             writer.submit(PutRequest(rec))
+        if progress:
+            writer.submit(PutProgress(progress))
         self._count_state(gpus, running)
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
@@ -475,7 +499,20 @@ class CollectorService:
             loads=self.loads,
             unloads=self.unloads,
             energy_j_by_phase=self.energy_j_by_phase,
+            slots=self._slot_uses(),
         )
+
+    def _slot_uses(self) -> list[SlotUse]:
+        """Context use of each runner slot read last (only runners whose model and slot sizes are known)."""
+        if self.runners is None:
+            return []
+        return [
+            SlotUse(state.model, slot.slot_id, slot.ctx_tokens, slot.n_ctx)
+            for state in self.runners.runners.values()
+            if state.model is not None
+            for slot in state.slots
+            if slot.ctx_tokens is not None and slot.n_ctx is not None
+        ]
 
     async def _metrics_handler(self, request: web.BaseRequest) -> web.StreamResponse:
         body = generate_latest(self.registry)  # on the loop: the state it reads changes only there

@@ -22,6 +22,10 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
 
+# llama.cpp's llama-server, the runner Ollama starts (compiled from source once, ~11 minutes on two cores;
+# idempotent: a build of the pinned version is kept), for `python -m sim --engine llama-server`.
+bash scripts/build_llama_server.sh
+
 # The real llama.cpp engine (compiled from source, a few minutes the first time) and its model.
 if [ -f requirements-engine.txt ]; then
   if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then

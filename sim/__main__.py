@@ -54,16 +54,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--disk-gbs", type=float, default=None, metavar="GB/S",
                     help="override the profile's load speed (e.g. a warm page cache), GB/s")
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
-    ap.add_argument("--engine", default="sim", choices=["sim", "llama-cpp"],
-                    help="sim: the roofline model (default); llama-cpp: a real GGUF through llama.cpp (sim/llama_engine.py)")
+    ap.add_argument("--engine", default="sim", choices=["sim", "llama-server", "llama-cpp"],
+                    help="sim: the roofline model (default); llama-server: a real GGUF run by llama.cpp's llama-server "
+                    "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py); llama-cpp: a real GGUF through "
+                    "llama-cpp-python (sim/llama_engine.py)")
     ap.add_argument("--gguf", default=None, metavar="PATH",
-                    help="with --engine llama-cpp: the model file (python scripts/get_gemma.py writes one)")
+                    help="with a real engine: the model file (python scripts/get_gemma.py writes one)")
     ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME",
-                    help="with --engine llama-cpp: the name it is served as")
-    ap.add_argument("--threads", type=int, default=2, metavar="N", help="with --engine llama-cpp: CPU threads (default 2)")
+                    help="with a real engine: the name it is served as")
+    ap.add_argument("--threads", type=int, default=2, metavar="N", help="with a real engine: CPU threads (default 2)")
+    ap.add_argument("--llama-server", default=None, metavar="PATH",
+                    help="with --engine llama-server: the binary (default: $PHASEWATCH_LLAMA_SERVER, the one "
+                    "scripts/build_llama_server.sh builds, or llama-server on PATH)")
     args = ap.parse_args(argv)
-    if args.engine == "llama-cpp" and not args.gguf:
-        ap.error("--engine llama-cpp needs --gguf PATH")
+    if args.engine != "sim" and not args.gguf:
+        ap.error(f"--engine {args.engine} needs --gguf PATH")
     if args.engine == "llama-cpp" and args.num_parallel != 1:
         ap.error("--engine llama-cpp serves one slot: --num-parallel 1")
     if args.num_parallel < 1:
@@ -91,7 +96,22 @@ async def serve(args: argparse.Namespace) -> None:
         default_keep_alive_ns=args.keep_alive_ns,
         faults=faults,
     )
-    if args.engine == "llama-cpp":
+    if args.engine == "llama-server":
+        from sim.gguf_model import EngineUnavailable
+        from sim.llama_server_engine import LlamaServerEngine
+        from sim.llama_server_engine import add_engine_routes as add_server_routes
+
+        try:
+            child = LlamaServerEngine(args.gguf, model_name=args.model_name, binary=args.llama_server,
+                                      n_threads=args.threads, num_parallel=args.num_parallel,
+                                      max_queue=args.max_queue, default_keep_alive_ns=args.keep_alive_ns)
+        except EngineUnavailable as e:
+            print(f"sim: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+        add_server_routes(app, child)
+        args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
+    elif args.engine == "llama-cpp":
         from sim.llama_engine import EngineUnavailable, LlamaEngine, add_engine_routes
 
         try:

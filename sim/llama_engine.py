@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -40,38 +39,28 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
-from sim.ollama_time import rfc3339_from_unix_s
+from sim.gguf_model import (
+    DEFAULT_MODEL_NAME,
+    DEFAULT_NUM_BATCH,
+    DEFAULT_NUM_CTX,
+    QUEUE_FULL_MESSAGE,
+    EngineUnavailable,
+    ollama_sampling,
+    read_model_facts,
+    render_prompt,
+    stop_strings,
+)
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
-DEFAULT_MODEL_NAME = "gemma3:270m"
-DEFAULT_NUM_CTX = 4096  # Ollama's default below 23 GiB of VRAM (none here)
-DEFAULT_NUM_BATCH = 512  # llama-server's -b/-ub default for contexts up to 4K
-QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 ENGINE_LOG_MAX = 10_000
-# llama_ftype values (llama.h) -> Ollama's quantization_level.
-FILE_TYPE_NAMES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-    19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 28: "IQ4_XS", 32: "BF16",
-}
-# Ollama's sampling defaults (api/types.go DefaultOptions).
-OLLAMA_DEFAULT_SAMPLING: dict[str, float] = {
-    "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.1,
-    "presence_penalty": 0.0, "frequency_penalty": 0.0,
-}
-
-
-class EngineUnavailable(RuntimeError):
-    """llama-cpp-python is not installed, or the GGUF cannot be read."""
 
 
 def import_llama_cpp() -> Any:
@@ -86,142 +75,16 @@ def import_llama_cpp() -> Any:
     return llama_cpp
 
 
-# --- model facts from the GGUF --------------------------------------------------------------
-
-
-def human_number(n: int) -> str:
-    """Ollama's ``format.HumanNumber`` for parameter_size: 8.0B, 3.2B, 268.10M."""
-    for unit, scale, decimals in (("B", 10**9, 1), ("M", 10**6, 2), ("K", 10**3, 2)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.{decimals}f}{unit}"
-    return str(n)
-
-
-def gguf_value(text: str) -> object:
-    """llama.cpp hands metadata over as text; give numbers and booleans back their type, as Ollama's JSON has them."""
-    if text in ("true", "false"):
-        return text == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
-@dataclass(frozen=True)
-class GgufModelFacts(ModelFacts):
-    """A real model: ``ModelFacts`` read from a GGUF, whose ``model_info`` and digest are the file's own."""
-
-    path: str = ""
-    file_sha256: str = ""
-    gguf_info: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def digest(self) -> str:
-        return self.file_sha256
-
-    def model_info(self) -> dict[str, object]:
-        return dict(self.gguf_info)
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODEL_NAME) -> GgufModelFacts:
-    """Open the GGUF once (memory-mapped, no context worth mentioning) and read what Ollama's status routes show."""
-    llama_cpp = import_llama_cpp()
-    path = Path(gguf_path)
-    if not path.is_file():
-        raise EngineUnavailable(f"no GGUF file at {path} (python scripts/get_gemma.py writes one)")
-    try:
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=1, verbose=False)
-    except (ValueError, RuntimeError) as exc:
-        raise EngineUnavailable(f"llama.cpp cannot load {path}: {exc}") from exc
-    try:
-        meta: dict[str, str] = dict(llm.metadata)
-        n_params = int(llama_cpp.llama_model_n_params(llm.model))
-        n_vocab = int(llm.n_vocab())
-    finally:
-        llm.close()
-    arch = meta.get("general.architecture", "llama")
-
-    def num(key: str, default: float = 0) -> float:
-        try:
-            return float(meta.get(f"{arch}.{key}", default))
-        except ValueError:
-            return default
-
-    # /api/show: raw GGUF key/values minus general.name and the chat template; the parameter count computed.
-    info: dict[str, object] = {
-        k: gguf_value(v) for k, v in sorted(meta.items()) if k not in ("general.name", "tokenizer.chat_template")
-    }
-    info["general.parameter_count"] = n_params
-    info.setdefault(f"{arch}.vocab_size", n_vocab)
-    file_type = int(meta.get("general.file_type", "-1") or -1)
-    head_count = int(num("attention.head_count", 1)) or 1
-    embedding = int(num("embedding_length"))
-    stat = path.stat()
-    return GgufModelFacts(
-        name=name,
-        architecture=arch,
-        family=arch,
-        parameter_count=n_params,
-        parameter_size=human_number(n_params),
-        quantization=FILE_TYPE_NAMES.get(file_type, "unknown"),
-        size_bytes=stat.st_size,
-        block_count=int(num("block_count")),
-        embedding_length=embedding,
-        head_count=head_count,
-        head_count_kv=int(num("attention.head_count_kv", head_count)),
-        head_dim=int(num("attention.key_length", embedding // head_count)),
-        context_length=int(num("context_length")),
-        feed_forward_length=int(num("feed_forward_length")),
-        vocab_size=n_vocab,
-        rope_freq_base=num("rope.freq_base", 10000.0),
-        modified_at=rfc3339_from_unix_s(stat.st_mtime),
-        capabilities=("completion",),
-        template="{{ .Prompt }}",  # a base model: plain completion
-        license=str(meta.get("general.license", "")),
-        path=str(path),
-        file_sha256=_sha256_file(path),
-        gguf_info=info,
-    )
-
-
-# --- prompts, sampling, stop strings --------------------------------------------------------
-
-
-TRANSCRIPT_STOPS = ("\nuser:", "\nsystem:", "\nassistant:")  # a base model would go on writing the other turns
-
-
-def render_prompt(req: GenRequest) -> str:
-    """Plain-completion text for a base model: the prompt as sent; chat as a plain transcript."""
-    if req.messages is not None:
-        lines = [f"{m.get('role', 'user')}: {m.get('content') or ''}" for m in req.messages if isinstance(m, dict)]
-        return "\n".join([*lines, "assistant:"])
-    prompt = req.prompt_text or ""
-    if req.system and not req.raw:
-        return f"{req.system}\n\n{prompt}"
-    return prompt
+# --- sampling, stop strings -------------------------------------------------------------------
 
 
 def sampling_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """``Llama.generate`` keyword arguments from Ollama's options (Ollama's defaults where absent)."""
-    def opt(key: str) -> float:
-        value = options.get(key, OLLAMA_DEFAULT_SAMPLING[key])
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else OLLAMA_DEFAULT_SAMPLING[key]
-
+    o = ollama_sampling(options)
     return {
-        "temp": opt("temperature"), "top_k": int(opt("top_k")), "top_p": opt("top_p"), "min_p": opt("min_p"),
-        "typical_p": opt("typical_p"), "repeat_penalty": opt("repeat_penalty"),
-        "presence_penalty": opt("presence_penalty"), "frequency_penalty": opt("frequency_penalty"),
+        "temp": o["temperature"], "top_k": int(o["top_k"]), "top_p": o["top_p"], "min_p": o["min_p"],
+        "typical_p": o["typical_p"], "repeat_penalty": o["repeat_penalty"],
+        "presence_penalty": o["presence_penalty"], "frequency_penalty": o["frequency_penalty"],
     }
 
 
@@ -412,11 +275,7 @@ class _Runner:
         length_reason = "length"
         seed = req.options.get("seed")
         llm.set_seed(int(seed) if isinstance(seed, int) and seed >= 0 else int.from_bytes(os.urandom(4), "little"))
-        stop = req.options.get("stop")
-        stop_list = [str(s) for s in stop] if isinstance(stop, list) else [str(stop)] if isinstance(stop, str) else []
-        if req.messages is not None and not stop_list:
-            stop_list = list(TRANSCRIPT_STOPS)  # what a Modelfile's PARAMETER stop does for a chat template
-        stops = StopFilter(stop_list)
+        stops = StopFilter(stop_strings(req))
         vocab = llm._model.vocab
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         record = job.record

@@ -1,16 +1,20 @@
-"""The llama.cpp engine's pure parts (no model needed) and its refusal of bad settings."""
+"""The real engines' pure parts (no model needed): the GGUF header, prompts, sampling, stop strings, bad settings."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.backend import GenRequest
 from sim.catalog import MODELS
-from sim.llama_engine import TRANSCRIPT_STOPS, StopFilter, gguf_value, human_number, render_prompt, sampling_kwargs
+from sim.gguf_model import TRANSCRIPT_STOPS, EngineUnavailable, human_number, read_gguf_header, read_model_facts, render_prompt
+from sim.llama_engine import StopFilter, sampling_kwargs
 from sim.truth import TruthRecord
 from tests.support.sim_process import REPO_ROOT
 
@@ -22,9 +26,64 @@ def test_human_number_is_ollamas_parameter_size() -> None:
     assert human_number(7_000_000_000) == "7B"
 
 
-def test_gguf_text_values_get_their_types_back() -> None:
-    assert gguf_value("18") == 18 and gguf_value("0.000001") == 1e-6
-    assert gguf_value("true") is True and gguf_value("gemma3") == "gemma3"
+def _gguf_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_gguf(path: Path, kvs: bytes, n_kv: int, tensors: list[tuple[str, list[int]]]) -> None:
+    """A GGUF v3 header as llama.cpp writes one: magic, version, counts, key/values, tensor infos (no data needed)."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), n_kv) + kvs
+    for name, dims in tensors:
+        out += _gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", 12, 0)  # type Q4_K, offset
+    path.write_bytes(out)
+
+
+def test_gguf_header_is_read_with_its_types(tmp_path: Path) -> None:
+    kvs = (
+        _gguf_string("general.architecture") + struct.pack("<I", 8) + _gguf_string("gemma3")
+        + _gguf_string("general.name") + struct.pack("<I", 8) + _gguf_string("Tiny")
+        + _gguf_string("gemma3.block_count") + struct.pack("<II", 4, 18)
+        + _gguf_string("gemma3.attention.layer_norm_rms_epsilon") + struct.pack("<If", 6, 1e-6)
+        + _gguf_string("tokenizer.ggml.add_bos_token") + struct.pack("<I?", 7, True)
+        + _gguf_string("general.tags") + struct.pack("<IIQ", 9, 8, 2) + _gguf_string("a") + _gguf_string("b")
+        + _gguf_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 7) + b"".join(_gguf_string(str(i)) for i in range(7))
+        + _gguf_string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 7) + struct.pack("<7f", *range(7))
+        + _gguf_string("general.file_type") + struct.pack("<II", 4, 15)
+    )  # fmt: skip
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, kvs, 9, [("token_embd.weight", [640, 7]), ("blk.0.attn_q.weight", [640, 1024])])
+    h = read_gguf_header(path)
+    assert h.metadata["gemma3.block_count"] == 18 and h.metadata["tokenizer.ggml.add_bos_token"] is True
+    assert h.metadata["gemma3.attention.layer_norm_rms_epsilon"] == 1e-6  # float32's shortest decimal, as Go prints it
+    assert h.metadata["general.tags"] == ["a", "b"]
+    assert h.metadata["tokenizer.ggml.tokens"] == [] and h.metadata["tokenizer.ggml.scores"] == []  # > 5 items
+    assert h.array_lengths["tokenizer.ggml.tokens"] == 7
+    assert h.parameter_count == 640 * 7 + 640 * 1024
+    facts = read_model_facts(path, "tiny:1")
+    assert facts.quantization == "Q4_K_M" and facts.vocab_size == 7 and facts.block_count == 18
+    assert "general.name" not in facts.model_info() and facts.model_info()["general.parameter_count"] == h.parameter_count
+    assert len(facts.digest) == 64
+
+
+def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model at all")
+    try:
+        read_model_facts(bad)
+    except EngineUnavailable as exc:
+        assert "bad magic" in str(exc)
+    else:
+        raise AssertionError("read a file that is not GGUF")
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 5))
+    try:
+        read_model_facts(truncated)
+    except EngineUnavailable as exc:
+        assert "cannot read the GGUF header" in str(exc)
+    else:
+        raise AssertionError("read a truncated GGUF")
 
 
 def _req(**kw: object) -> GenRequest:
@@ -84,3 +143,24 @@ def test_missing_gguf_is_a_clear_error() -> None:
         [sys.executable, "-m", "sim", "--engine", "llama-cpp"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and "--gguf" in r.stderr
+
+
+def test_missing_llama_server_is_a_clear_error(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "--engine", "llama-server", "--gguf", "/nonexistent/model.gguf", "--port", "0",
+         "--llama-server", str(tmp_path / "llama-server")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2 and f"no executable llama-server at {tmp_path / 'llama-server'}" in r.stderr
+
+
+def test_engine_tests_fail_rather_than_skip_when_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tests.support.engine_process import require_llama_server
+
+    monkeypatch.setenv("PHASEWATCH_LLAMA_SERVER", str(tmp_path / "missing"))
+    monkeypatch.setenv("PHASEWATCH_REQUIRE_ENGINE", "1")
+    with pytest.raises(pytest.fail.Exception, match="no executable llama-server"):
+        require_llama_server()
+    monkeypatch.setenv("PHASEWATCH_REQUIRE_ENGINE", "0")
+    with pytest.raises(pytest.skip.Exception):
+        require_llama_server()

@@ -1,8 +1,9 @@
-"""The real llama.cpp engine for tests: find it (or say why not) and run ``python -m sim --engine llama-cpp``.
+"""The real engines for tests: find them (or say why not) and run ``python -m sim --engine llama-server``
+(llama.cpp's server as a child, as Ollama runs it) or ``--engine llama-cpp`` (llama-cpp-python).
 
-Tests that need it are marked ``@pytest.mark.engine``. Without llama-cpp-python or the GGUF they
-skip, unless ``PHASEWATCH_REQUIRE_ENGINE=1`` (CI sets it through scripts/test.sh): then they fail,
-so a broken engine install can never pass as a skip.
+Tests that need one are marked ``@pytest.mark.engine``. Without the binary (or llama-cpp-python) or the
+GGUF they skip, unless ``PHASEWATCH_REQUIRE_ENGINE=1`` (CI sets it through scripts/test.sh): then they
+fail, so a broken engine build can never pass as a skip.
 """
 
 from __future__ import annotations
@@ -30,6 +31,47 @@ def gguf_path() -> Path:
     return Path(os.environ.get("PHASEWATCH_GGUF", str(DEFAULT_GGUF)))
 
 
+def _missing(problems: list[str]) -> None:
+    if problems:
+        message = "engine tests need the real engine: " + "; ".join(problems)
+        if os.environ.get("PHASEWATCH_REQUIRE_ENGINE") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+def require_llama_server() -> tuple[Path, Path]:
+    """(llama-server binary, GGUF); skips (or fails under PHASEWATCH_REQUIRE_ENGINE=1) when either is missing."""
+    from sim.gguf_model import EngineUnavailable
+    from sim.llama_server_engine import find_llama_server
+
+    problems: list[str] = []
+    binary = Path()
+    try:
+        binary = find_llama_server()
+    except EngineUnavailable as exc:
+        problems.append(str(exc))
+    path = gguf_path()
+    if not path.is_file():
+        problems.append(f"no GGUF at {path} (python scripts/get_gemma.py)")
+    _missing(problems)
+    return binary, path
+
+
+@contextlib.contextmanager
+def start_server_engine(*args: str) -> Iterator[SimProcess]:
+    """``python -m sim --engine llama-server`` on a free port, serving the Gemma GGUF (the child starts on first use)."""
+    _, path = require_llama_server()
+    with start_sim("--engine", "llama-server", "--gguf", str(path), "--threads", str(THREADS), *args) as sim:
+        yield sim
+
+
+def engine_state(sim: SimProcess) -> dict[str, Any]:
+    """``GET /sim/engine`` as a whole (the llama-server engine adds ``runner``: pid, port, argv)."""
+    status, body = http_json(sim, "GET", "/sim/engine")
+    assert status == 200, body
+    return dict(body)
+
+
 def require_engine() -> Path:
     """The GGUF to serve; skips (or fails under PHASEWATCH_REQUIRE_ENGINE=1) when the engine is not installed."""
     problems: list[str] = []
@@ -40,11 +82,7 @@ def require_engine() -> Path:
     path = gguf_path()
     if not path.is_file():
         problems.append(f"no GGUF at {path} (python scripts/get_gemma.py)")
-    if problems:
-        message = "engine tests need the real engine: " + "; ".join(problems)
-        if os.environ.get("PHASEWATCH_REQUIRE_ENGINE") == "1":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    _missing(problems)
     return path
 
 
@@ -57,7 +95,7 @@ def start_engine(*args: str) -> Iterator[SimProcess]:
 
 
 def engine_log(sim: SimProcess) -> dict[str, dict[str, Any]]:
-    """``GET /sim/engine``: llama.cpp's own counters, by request id."""
+    """``GET /sim/engine``: the engine's own account of each request (llama-server's timings), by request id."""
     status, body = http_json(sim, "GET", "/sim/engine")
     assert status == 200, body
     return {r["id"]: r for r in body["requests"]}

@@ -1,0 +1,518 @@
+"""LlamaServerEngine: llama.cpp's ``llama-server`` as a child process behind sim's Ollama API.
+
+``python -m sim --engine llama-server --gguf PATH`` runs what Ollama >= 0.30 runs for a GGUF model:
+the upstream ``llama-server`` binary (``scripts/build_llama_server.sh`` builds it), started the way
+Ollama starts it (``--model PATH --port N --host 127.0.0.1 --no-webui --offline -c CTX -np N -b B
+-ub B --log-verbosity 4 --no-log-prefix --no-log-timestamps``, a free loopback port), its stdout and
+stderr copied line by line to ours as Ollama copies them into its log. Generate and chat are relayed
+to the child's ``POST /completion`` (streamed), and the final chunk carries Ollama's durations from the
+child's ``timings`` block, as Ollama does (docs/ollama-api.md §4):
+
+* ``prompt_eval_duration`` = ``prompt_ms``, ``eval_duration`` = ``predicted_ms`` (ms -> ns);
+* ``prompt_eval_count`` = ``cache_n + prompt_n``, ``prompt_eval_cached_count`` = ``cache_n``,
+  ``eval_count`` = ``predicted_n`` (an end-of-generation token included: it has no chunk);
+* ``load_duration``: request received -> the child answers ``/health`` (a start when none runs);
+  ``total_duration`` also holds the wait for one of the ``-np`` slots, which Ollama keeps in front of
+  the child (a per-model semaphore), and the tokenization.
+
+The child's raw ``timings`` and counts per request, and the child itself (pid, port, argv), are on
+``GET /sim/engine`` for tests. Load happens on the first request (or an empty-prompt load), unload on
+``keep_alive: 0`` or when the keep-alive runs out: the child process is started and stopped.
+``/api/tags``, ``/api/show`` and ``/api/ps`` come from the GGUF header (``sim.gguf_model``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
+from sim.catalog import ModelFacts
+from sim.gguf_model import (
+    DEFAULT_MODEL_NAME,
+    DEFAULT_NUM_BATCH,
+    DEFAULT_NUM_CTX,
+    QUEUE_FULL_MESSAGE,
+    EngineUnavailable,
+    GgufModelFacts,
+    ollama_sampling,
+    read_model_facts,
+    render_prompt,
+    stop_strings,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUILT_BINARY = REPO_ROOT / ".cache" / "llama-server" / "bin" / "llama-server"
+ENGINE_LOG_MAX = 10_000
+START_TIMEOUT_S = 120.0  # Ollama waits minutes for a big model; ours maps 253 MB
+HEALTH_POLL_S = 0.01
+STOP_TIMEOUT_S = 5.0
+RUNNER_LOG_LINES = 2000  # the child's last lines, kept for errors and for /sim/engine
+# llama-server's stop_type -> Ollama's done_reason.
+DONE_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
+
+
+def find_llama_server(explicit: str | None = None) -> Path:
+    """The llama-server binary: ``explicit``, ``$PHASEWATCH_LLAMA_SERVER``, our build, or one on PATH."""
+    for candidate in (explicit, os.environ.get("PHASEWATCH_LLAMA_SERVER")):
+        if candidate:
+            path = Path(candidate)
+            if path.is_file() and os.access(path, os.X_OK):
+                return path
+            raise EngineUnavailable(f"no executable llama-server at {path}")
+    if BUILT_BINARY.is_file() and os.access(BUILT_BINARY, os.X_OK):
+        return BUILT_BINARY
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    raise EngineUnavailable(f"llama-server is not built: bash scripts/build_llama_server.sh (writes {BUILT_BINARY})")
+
+
+def free_loopback_port() -> int:
+    """A port free on 127.0.0.1 now, as Ollama picks one for each runner."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: a SIGKILLed sim must not leave its runner behind (Linux only)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class EngineRecord:
+    """What llama-server itself said about one request (``GET /sim/engine``)."""
+
+    id: str  # the same id as /sim/truth and the X-Sim-Request-Id header
+    model: str
+    runner_pid: int
+    num_ctx: int
+    num_batch: int
+    prompt_tokens: int = 0  # as tokenized by the child
+    cached_tokens: int | None = None  # timings.cache_n
+    timings: dict[str, Any] = field(default_factory=dict)  # the child's raw timings block
+    stop_type: str | None = None
+    tokens_evaluated: int | None = None
+    tokens_cached: int | None = None
+    chunks: int = 0  # streamed chunks with text
+    sent_ns: int = 0  # /completion sent (time.monotonic_ns)
+    first_chunk_ns: int | None = None  # first chunk with a token received
+    last_chunk_ns: int | None = None  # last chunk with a token received
+    final_ns: int | None = None  # the final chunk (with timings) received
+    cancelled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Runner:
+    """One ``llama-server`` child: its process, port, settings and keep-alive."""
+
+    def __init__(self, engine: LlamaServerEngine, num_ctx: int, num_batch: int) -> None:
+        self.engine = engine
+        self.num_ctx = num_ctx  # per slot, what /api/ps shows
+        self.num_batch = num_batch
+        self.port = free_loopback_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.argv = [
+            str(engine.binary), "--model", engine.model.path, "--port", str(self.port), "--host", "127.0.0.1",
+            "--no-webui", "--offline", "-c", str(num_ctx * engine.num_parallel), "-np", str(engine.num_parallel),
+            "-b", str(num_batch), "-ub", str(num_batch), "--threads", str(engine.n_threads),
+            # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
+            "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps",
+        ]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.keep_alive_ns = engine.default_keep_alive_ns
+        self.expires_at_unix_s: float | None = time.time() + self.keep_alive_ns / 1e9 if self.keep_alive_ns >= 0 else None
+        self.refs = 0
+        self.closed = False
+        self.log: deque[str] = deque(maxlen=RUNNER_LOG_LINES)
+        self._pumps: list[asyncio.Task[None]] = []
+        self._expiry: asyncio.TimerHandle | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        """Start the child and wait until it answers ``/health`` with 200 (model loaded, warmed up)."""
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._pumps = [asyncio.create_task(self._pump(s)) for s in (self.proc.stdout, self.proc.stderr)]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.proc.returncode is not None:
+                await asyncio.gather(*self._pumps, return_exceptions=True)
+                raise EngineError(500, f"llama-server process has terminated: {self.last_error()}")
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                await self.stop()
+                raise EngineError(500, f"timed out waiting for llama-server to start: {self.last_error()}")
+            await asyncio.sleep(HEALTH_POLL_S)
+
+    async def _pump(self, stream: asyncio.StreamReader) -> None:
+        """Copy the child's lines to our stderr as they come (Ollama writes them into its log)."""
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line over the reader's limit: pass what there is
+                line = await stream.read(1 << 16)
+            if not line:
+                return
+            text = line.decode("utf-8", errors="replace").rstrip("\n")
+            self.log.append(text)
+            print(text, file=sys.stderr, flush=True)
+
+    def last_error(self) -> str:
+        lines = [ln for ln in self.log if ln.strip()]
+        code = self.proc.returncode if self.proc is not None else None
+        return f"exit status {code}; " + (" | ".join(lines[-3:]) or "no output")
+
+    async def stop(self) -> None:
+        """Stop the child (SIGTERM, then SIGKILL) and wait for its output to end."""
+        self.closed = True
+        self.mark_busy()
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+
+    # --- keep-alive ---------------------------------------------------------------------
+    def mark_busy(self) -> None:
+        if self._expiry:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def mark_idle(self) -> None:
+        self.mark_busy()
+        ka = self.keep_alive_ns
+        if ka < 0:
+            self.expires_at_unix_s = None
+            return
+        self.expires_at_unix_s = time.time() + ka / 1e9
+        if ka == 0:
+            self.engine._spawn(self.engine._unload_runner(self))
+            return
+        self._expiry = asyncio.get_running_loop().call_later(
+            ka / 1e9, lambda: self.engine._spawn(self.engine._unload_if_idle(self))
+        )
+
+
+class LlamaServerEngine:
+    """A ``sim.backend.Backend`` that serves one GGUF through a ``llama-server`` child process."""
+
+    def __init__(
+        self,
+        gguf_path: str | os.PathLike[str],
+        *,
+        model_name: str = DEFAULT_MODEL_NAME,
+        binary: str | None = None,
+        n_threads: int = 2,
+        num_parallel: int = 1,
+        default_num_ctx: int = DEFAULT_NUM_CTX,
+        max_queue: int = 512,
+        default_keep_alive_ns: int = 5 * 60 * 10**9,
+    ) -> None:
+        self.binary = find_llama_server(binary)
+        self.model: GgufModelFacts = read_model_facts(gguf_path, model_name)
+        self.n_threads = n_threads
+        self.num_parallel = num_parallel
+        self.default_num_ctx = default_num_ctx
+        self.max_queue = max_queue
+        self.default_keep_alive_ns = default_keep_alive_ns
+        self.runner: _Runner | None = None
+        self.records: deque[EngineRecord] = deque(maxlen=ENGINE_LOG_MAX)
+        self._session: aiohttp.ClientSession | None = None
+        self._sched_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(num_parallel)  # Ollama's per-model semaphore in front of the child
+        self._pending = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # unloads in flight (the loop keeps only weak references)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # No timeout on the whole stream (a long generation is fine); a stalled child is its own error.
+            # The final chunk echoes the prompt's text: lines can be long.
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), read_bufsize=1 << 24
+            )
+        return self._session
+
+    def catalog(self) -> list[ModelFacts]:
+        return [self.model]
+
+    # --- loading ------------------------------------------------------------------------
+    def _num_ctx(self, num_ctx: int | None) -> int:
+        ctx = num_ctx if num_ctx and num_ctx > 0 else self.default_num_ctx
+        return max(min(ctx, self.model.context_length or ctx), 16)
+
+    async def _get_runner(self, num_ctx: int | None, num_batch: int | None, keep_alive_ns: int | None, truth: Any) -> _Runner:
+        """The running child with one reference taken; starts or restarts it (load-time options changed) first."""
+        ctx = self._num_ctx(num_ctx)
+        batch = num_batch if num_batch and num_batch > 0 else DEFAULT_NUM_BATCH
+        runner = self.runner
+        if runner is None or runner.num_ctx != ctx or runner.num_batch != batch:
+            if self._pending >= self.max_queue:
+                raise EngineError(503, QUEUE_FULL_MESSAGE)
+            self._pending += 1
+            try:
+                async with self._sched_lock:
+                    runner = self.runner
+                    if runner is not None and (runner.num_ctx != ctx or runner.num_batch != batch):
+                        while runner.refs > 0:  # Ollama waits for the runner to go idle before a reload
+                            await asyncio.sleep(0.005)
+                        await self._unload_runner(runner)
+                        runner = None
+                    if runner is None:
+                        if truth is not None:
+                            truth.load_start_ns = time.monotonic_ns()
+                        runner = _Runner(self, ctx, batch)
+                        await runner.start(self.session())
+                        self.runner = runner
+                        if truth is not None:
+                            truth.load_end_ns = time.monotonic_ns()
+            finally:
+                self._pending -= 1
+        runner.refs += 1
+        runner.mark_busy()
+        if keep_alive_ns is not None:
+            runner.keep_alive_ns = keep_alive_ns  # a request's keep_alive sticks to the runner
+        return runner
+
+    def _release(self, runner: _Runner) -> None:
+        runner.refs -= 1
+        if runner.refs == 0 and self.runner is runner:
+            runner.mark_idle()
+
+    async def _unload_runner(self, runner: _Runner) -> None:
+        if self.runner is runner:
+            self.runner = None
+        if not runner.closed:
+            await runner.stop()
+
+    async def _unload_if_idle(self, runner: _Runner) -> None:
+        if runner.refs == 0:
+            await self._unload_runner(runner)
+
+    # --- one request --------------------------------------------------------------------
+    async def _tokenize(self, runner: _Runner, text: str) -> list[int]:
+        """The prompt as the child tokenizes it (BOS added), as Ollama tokenizes before it sends."""
+        body = {"content": text, "add_special": True, "parse_special": False}
+        async with self.session().post(runner.base_url + "/tokenize", json=body) as r:
+            if r.status != 200:
+                raise EngineError(500, f"llama-server /tokenize answered {r.status}: {(await r.text())[:200]}")
+            return [int(t) for t in (await r.json())["tokens"]]
+
+    def _completion_body(self, req: GenRequest, prompt_ids: list[int], runner: _Runner) -> dict[str, Any]:
+        room = runner.num_ctx - len(prompt_ids)
+        n_predict = min(req.num_predict, room) if req.num_predict > 0 else room
+        s = ollama_sampling(req.options)
+        seed = req.options.get("seed")
+        return {
+            "prompt": prompt_ids, "stream": True, "cache_prompt": True, "n_predict": n_predict,
+            "temperature": s["temperature"], "top_k": int(s["top_k"]), "top_p": s["top_p"], "min_p": s["min_p"],
+            "typical_p": s["typical_p"], "repeat_penalty": s["repeat_penalty"],
+            "presence_penalty": s["presence_penalty"], "frequency_penalty": s["frequency_penalty"],
+            "seed": int(seed) if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else -1,
+            "stop": stop_strings(req), "return_tokens": True,
+        }
+
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]:
+        truth = req.truth
+        runner = await self._get_runner(req.num_ctx, req.num_batch, req.keep_alive_ns, truth)
+        record: EngineRecord | None = None
+        try:
+            yield Loaded(time.monotonic_ns())
+            async with self._slots:
+                now = time.monotonic_ns()
+                truth.slot_acquired_ns = now
+                record = EngineRecord(truth.id, self.model.name, runner.pid, runner.num_ctx, runner.num_batch)
+                self.records.append(record)
+                yield SlotAcquired(now, 0)  # the child's cache match is known only at the end (timings.cache_n)
+                async for ev in self._relay(req, runner, record):
+                    yield ev
+        finally:
+            if record is not None and record.final_ns is None:
+                record.cancelled = True  # closing the stream to the child cancels its task and frees the slot
+            self._release(runner)
+
+    async def _relay(self, req: GenRequest, runner: _Runner, record: EngineRecord) -> AsyncGenerator[Event, None]:
+        truth = req.truth
+        try:
+            prompt_ids = await self._tokenize(runner, render_prompt(req))
+        except aiohttp.ClientError as exc:
+            raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
+        if len(prompt_ids) >= runner.num_ctx:  # Ollama truncates from the front to fit num_ctx
+            prompt_ids = prompt_ids[-(runner.num_ctx - 1):]
+        truth.prompt_tokens = record.prompt_tokens = len(prompt_ids)
+        body = self._completion_body(req, prompt_ids, runner)
+        sampled: list[int] = []
+        started = False  # a chunk came back: errors from now on end the stream instead of answering 500
+        record.sent_ns = truth.prefill_start_ns = time.monotonic_ns()
+        try:
+            async with self.session().post(runner.base_url + "/completion", json=body) as r:
+                if r.status != 200:
+                    raise EngineError(500, f"llama-server /completion answered {r.status}: {(await r.text())[:200]}")
+                async for raw in r.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    now = time.monotonic_ns()
+                    chunk = json.loads(line[5:])
+                    if "error" in chunk:
+                        yield Failed(f"llama-server: {chunk['error']}")
+                        return
+                    started = True
+                    ids = [int(t) for t in chunk.get("tokens") or []]
+                    if chunk.get("stop"):
+                        record.final_ns = now
+                        done = self._done(chunk, record, prompt_ids, sampled)
+                        if chunk.get("stop_type") == "eos":
+                            # The end token: counted in predicted_n, never sent as text.
+                            truth.token_sampled_ns.append(now)
+                            yield Token("", 0, now, eos=True)
+                        truth.cached_tokens = done.prompt_eval_cached_count
+                        yield done
+                        return
+                    text = str(chunk.get("content") or "")
+                    if not ids and not text:
+                        continue
+                    sampled.extend(ids)
+                    if record.first_chunk_ns is None:
+                        record.first_chunk_ns = truth.prefill_end_ns = now
+                    record.last_chunk_ns = now
+                    record.chunks += 1
+                    truth.token_sampled_ns.append(now)
+                    yield Token(text, ids[-1] if ids else 0, now)
+        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+            if not started:
+                raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
+            yield Failed(f"llama-server: {exc}")
+            return
+        if started:
+            yield Failed("llama-server ended the stream without its final chunk")
+        else:
+            raise EngineError(500, f"llama-server ended the stream early; {runner.last_error()}")
+
+    def _done(self, chunk: dict[str, Any], record: EngineRecord, prompt_ids: list[int], sampled: list[int]) -> Done:
+        """Ollama's final metrics from the child's timings (as Ollama >= 0.30 converts them)."""
+        t = chunk.get("timings") or {}
+        record.timings = dict(t)
+        record.stop_type = chunk.get("stop_type")
+        record.tokens_evaluated = chunk.get("tokens_evaluated")
+        record.tokens_cached = chunk.get("tokens_cached")
+        cache_n, prompt_n = int(t.get("cache_n", 0)), int(t.get("prompt_n", 0))
+        record.cached_tokens = cache_n
+        return Done(
+            done_reason=DONE_REASONS.get(str(chunk.get("stop_type")), "stop"),
+            prompt_eval_count=cache_n + prompt_n,
+            prompt_eval_cached_count=cache_n,
+            prompt_eval_ns=round(float(t.get("prompt_ms", 0.0)) * 1e6),
+            eval_count=int(t.get("predicted_n", len(sampled))),
+            eval_ns=round(float(t.get("predicted_ms", 0.0)) * 1e6),
+            context_ids=prompt_ids + sampled,
+        )
+
+    # --- Backend API --------------------------------------------------------------------
+    async def load(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None) -> None:
+        runner = await self._get_runner(num_ctx, None, keep_alive_ns, None)
+        self._release(runner)
+
+    async def unload(self, model: ModelFacts) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        runner.keep_alive_ns = 0
+        runner.expires_at_unix_s = time.time()
+        if runner.refs == 0:
+            await self._unload_runner(runner)
+
+    def loaded(self) -> list[LoadedInfo]:
+        r = self.runner
+        if r is None:
+            return []
+        kv_bytes = int(self.model.kv_bytes_per_token * r.num_ctx * self.num_parallel)
+        # Everything is in system memory: size_vram 0 is what Ollama shows for a CPU-only model.
+        return [LoadedInfo(self.model, self.model.size_bytes + kv_bytes, 0, r.num_ctx, r.expires_at_unix_s)]
+
+    def gpu_state(self) -> dict[str, Any] | None:
+        return None
+
+    def runner_state(self) -> dict[str, Any] | None:
+        r = self.runner
+        if r is None:
+            return None
+        return {"pid": r.pid, "port": r.port, "base_url": r.base_url, "argv": r.argv, "num_ctx": r.num_ctx,
+                "num_batch": r.num_batch, "num_parallel": self.num_parallel}
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self._unload_runner(self.runner)
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+        if self._session is not None:
+            await self._session.close()
+
+
+# --- extra route --------------------------------------------------------------------------
+
+
+ENGINE_KEY = web.AppKey("llama_server_engine", LlamaServerEngine)
+
+
+async def _get_engine_log(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    return web.json_response({
+        "engine": "llama-server", "binary": str(engine.binary), "model": engine.model.name,
+        "gguf": engine.model.path, "n_threads": engine.n_threads, "runner": engine.runner_state(),
+        "requests": [r.to_json() for r in engine.records],
+    })
+
+
+async def _delete_engine_log(request: web.Request) -> web.Response:
+    request.app[ENGINE_KEY].records.clear()
+    return web.json_response({"cleared": True})
+
+
+def add_engine_routes(app: web.Application, engine: LlamaServerEngine) -> None:
+    """``GET|DELETE /sim/engine``: llama-server's raw timings per request, and the child now running."""
+    app[ENGINE_KEY] = engine
+    app.router.add_get("/sim/engine", _get_engine_log)
+    app.router.add_delete("/sim/engine", _delete_engine_log)

@@ -1,0 +1,84 @@
+"""Joining a runner's busy slots to the in-flight requests of its model, and the prompt size arriving late."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from analysis.records import ProgressSource
+from collectors.ollama_log import parse_line
+from collectors.runner_discovery import Runner
+from collectors.runners import RunnerReader, RunnerState
+from collectors.slots import SlotReading
+from tests.support.reader_run import in_flight_record
+
+MODEL = "gemma3:270m"
+
+
+def reading(slot: int, task: int, processed: int, ctx: int, decoded: int = 0, busy: bool = True) -> SlotReading:
+    return SlotReading(slot, 8192, busy, task, ctx, processed, 0, decoded)
+
+
+def reader() -> tuple[RunnerReader, RunnerState]:
+    r = RunnerReader("http://127.0.0.1:1", cast(Any, None), in_flight=list, loaded_models=list, clock=lambda: 0.0)
+    state = RunnerState(Runner(100, 4000, "/m.gguf"), model=MODEL)
+    r.runners[100] = state
+    return r, state
+
+
+def test_oldest_request_takes_the_oldest_task_and_keeps_it() -> None:
+    r, state = reader()
+    a, b = in_flight_record("a", MODEL, 10.0), in_flight_record("b", "gemma3:270M", 11.0)  # same model, other spelling
+    other = in_flight_record("x", "llama3.2", 9.0)
+    r._join(state, [reading(1, 8, 512, 1024), reading(0, 7, 512, 1024)], [b, other, a], 1.0)
+    assert {(s.request_id, s.processed_tokens) for s in r.drain()} == {("a", 512), ("b", 512)}
+    assert r._tasks == {(100, 7): "a", (100, 8): "b"}
+    r._join(state, [reading(0, 7, 1024, 1536), reading(1, 8, 512, 1024)], [a, b], 2.0)
+    assert [(s.request_id, s.processed_tokens) for s in r.drain()] == [("a", 1024)], "an unchanged slot adds no row"
+
+
+def test_size_filled_in_once_decoding_begins() -> None:
+    r, state = reader()
+    a = in_flight_record("a", MODEL)
+    r._join(state, [reading(0, 3, 512, 1024)], [a], 1.0)
+    r._join(state, [reading(0, 3, 1024, 1200)], [a], 2.0)
+    first = r.drain()
+    assert [s.prompt_tokens for s in first] == [None, None], "n_prompt_tokens (1024, 1200) is not the size while reading"
+    r._join(state, [reading(0, 3, 1200, 1201, decoded=1)], [a], 3.0)
+    again = r.drain()
+    assert [(s.ts_unix_s, s.prompt_tokens) for s in again] == [(1.0, 1200), (2.0, 1200), (3.0, 1200)]
+    assert all(s.source is ProgressSource.SLOTS for s in again)
+
+
+def test_log_size_first_then_exact() -> None:
+    r, state = reader()
+    a = in_flight_record("a", MODEL)
+    r._join(state, [reading(0, 3, 512, 1024)], [a], 1.0)
+    event = parse_line("slot print_timing: id  0 | task 3 | prompt processing, n_tokens = 512, progress = 0.42, t = 3 s", 1.5)
+    assert event is not None
+    r._add_log("a", event)
+    rows = r.drain()
+    assert [(s.source, s.prompt_tokens) for s in rows] == [
+        (ProgressSource.SLOTS, None), (ProgressSource.SLOTS, 1219), (ProgressSource.LOG, 1219)
+    ]  # fmt: skip
+    r._join(state, [reading(0, 3, 1200, 1201, decoded=1)], [a], 3.0)
+    assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(1.0, 1200), (3.0, 1200)], "the exact size replaces it"
+
+
+def test_finished_task_of_a_gone_request_is_not_joined() -> None:
+    r, state = reader()
+    r._join(state, [reading(0, 3, 512, 1024, busy=False)], [], 1.0)
+    assert r.drain() == [] and r._tasks == {}
+
+
+def test_a_low_first_size_is_raised() -> None:
+    """A reading racing the prompt's last batch can show output begun with the prompt not all counted: the
+    larger size read next replaces it on every row; a smaller one never does."""
+    r, state = reader()
+    a = in_flight_record("a", MODEL)
+    r._join(state, [reading(0, 3, 3997, 4001)], [a], 1.0)
+    r._join(state, [reading(0, 3, 3997, 4002, decoded=1)], [a], 2.0)
+    assert [s.prompt_tokens for s in r.drain()] == [None, 3997, 3997]
+    r._join(state, [reading(0, 3, 4001, 4003, decoded=2)], [a], 3.0)
+    assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(1.0, 4001), (2.0, 4001), (3.0, 4001)]
+    r._join(state, [reading(0, 3, 3000, 4004, decoded=3)], [a], 4.0)
+    assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(4.0, 4001)]
