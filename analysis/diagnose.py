@@ -325,10 +325,16 @@ def _prefill_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     if c is None or not measured or phases.cached_tokens is None or measured <= CEILING_SLACK * c.prefill_ceiling_tok_s:
         return None
     computed = (phases.prompt_tokens or 0) - phases.cached_tokens
+    compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
+    limit = (
+        f"that {w.tflops(c.peak_flops)} of compute allows"
+        if compute_bound
+        else f"that {w.gb_s(c.bandwidth_bytes_s)} allows when every micro-batch reads the weights once"
+    )
     text = (
         f"Prefill of {w.count(computed)} uncached prompt tokens at {w.tok_s(measured)} is above the "
-        f"{w.tok_s(c.prefill_ceiling_tok_s)} this GPU allows for this model at {w.count(c.prompt_tokens)} prompt tokens "
-        "(the weights must be read at least once): this reading cannot be true, so it is kept out of medians and calibration."
+        f"{w.tok_s(c.prefill_ceiling_tok_s)} {limit} for this model at {w.count(c.prompt_tokens)} prompt tokens: "
+        "this reading cannot be true, so it is kept out of medians and calibration."
     )
     nums = {"measured_tok_s": measured, "ceiling_tok_s": c.prefill_ceiling_tok_s}
     return Diagnosis("prefill_above_ceiling", Severity.WARNING, text, nums)
