@@ -59,6 +59,8 @@ st.download_button(
 )  # fmt: skip
 if history.figure is not None:
     st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})
+    if history.figure_note:
+        st.caption(history.figure_note)
 
 # Which request to inspect: the row picked in the table, else the selectbox (newest by default).
 ids = [r.id for r in history.rows]
@@ -95,7 +97,8 @@ def show_detail(d: DetailModel) -> None:
         st.caption("Fewer than two tokens streamed: no gaps to show.")
     if not d.rates.empty:
         st.markdown("**Rates: ours beside Ollama's**")
-        st.dataframe(d.rates, hide_index=True, key="req_rates")
+        # A static table wraps its cells, so "why they differ" is read whole.
+        st.table(d.rates.set_index("phase"))
     for diagnosis in d.diagnoses:
         st.text(f"• {diagnosis.sentence}")
     for text in d.flags:
