@@ -171,7 +171,8 @@ def compute_ceilings(
         prefill_flops_per_token=pp_flops,
         prefill_ceiling_tok_s=pp_ceiling,
         prefill_expected_tok_s=pp_expected,
-        ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bandwidth_bytes_s),
+        # At the effective bandwidth: with part of the model in system memory, the ridge moves up with it.
+        ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bw),
         decode_intensity_flop_per_byte=dec_flops / decode_bytes,
         prefill_intensity_flop_per_byte=pp_flops * ub / prefill_bytes,
         efficiencies=efficiencies,
