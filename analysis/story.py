@@ -1,4 +1,4 @@
-"""One consistent story of measured rates against the ceiling model (docs/physics.md §2, §3 and §5).
+"""One consistent story of measured rates against the ceiling model (docs/physics.md §11).
 
 Every measured rate becomes a :class:`Reading` set against the ceiling at its own prompt length
 (prefill) or context (decode). A reading above its ceiling cannot be true; one timed over fewer than

@@ -154,18 +154,18 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
     facts = model_facts_from_show(show_json(fx.model), None)
     ubatch = ollama_num_batch(fx.loaded[0].context_length if fx.loaded else 8192)
 
-    def at(p: int, c: int) -> Any:
+    def ceil_at(p: int, c: int) -> Any:
         return ceilings_for(SPEC, facts, context_tokens=c, prompt_tokens=p, vram_fraction=model.vram_fraction,
                             host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, efficiencies=eff,
                             bandwidth_bytes_s=hw.bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
 
     # Which readings count: timed over enough tokens and under their own ceiling.
     pre_ok = [r for r in fx.reqs if _computed(r) >= MIN_RATE_TOKENS
-              and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * at(_computed(r), _computed(r)).prefill_ceiling_tok_s]  # fmt: skip
+              and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s]  # fmt: skip
     dec_ok = [r for r in fx.reqs if r.decode_tok_s and r.shape.output_tokens - 1 >= MIN_RATE_TOKENS
-              and r.decode_tok_s <= MAX_PLAUSIBLE_FRACTION * at(0, _context(r)).decode_ceiling_tok_s]  # fmt: skip
+              and r.decode_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(0, _context(r)).decode_ceiling_tok_s]  # fmt: skip
     impossible = [
-        r for r in fx.reqs if r.prefill_tok_s > MAX_PLAUSIBLE_FRACTION * at(_computed(r), _computed(r)).prefill_ceiling_tok_s
+        r for r in fx.reqs if r.prefill_tok_s > MAX_PLAUSIBLE_FRACTION * ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s
     ]
 
     if not fx.reqs:
@@ -180,8 +180,8 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
     assert metrics["Prefill ÷ decode"] == w.times(pp / tg)
 
     # The expected ratio over the same prompts and contexts.
-    exp_pp = statistics.median(at(_computed(r), _computed(r)).prefill_expected_tok_s for r in pre_ok)
-    exp_tg = statistics.median(at(0, _context(r)).decode_expected_tok_s for r in dec_ok)
+    exp_pp = statistics.median(ceil_at(_computed(r), _computed(r)).prefill_expected_tok_s for r in pre_ok)
+    exp_tg = statistics.median(ceil_at(0, _context(r)).decode_expected_tok_s for r in dec_ok)
     assert metrics["Expected ratio"] == w.times(exp_pp / exp_tg)
     differ = not (1 / 1.5 <= (pp / tg) / (exp_pp / exp_tg) <= 1.5)
     assert ("The two ratios differ by more than" in text) == differ
