@@ -160,13 +160,14 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
                             bandwidth_bytes_s=hw.bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
 
     # Which readings count: timed over enough tokens and under their own ceiling.
-    pre_ok = [r for r in fx.reqs if _computed(r) >= MIN_RATE_TOKENS
-              and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s]  # fmt: skip
+    def pre_ceiling(r: Req) -> float:
+        return float(ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s)
+
+    pre_ok = [r for r in fx.reqs
+              if _computed(r) >= MIN_RATE_TOKENS and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * pre_ceiling(r)]  # fmt: skip
     dec_ok = [r for r in fx.reqs if r.decode_tok_s and r.shape.output_tokens - 1 >= MIN_RATE_TOKENS
               and r.decode_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(0, _context(r)).decode_ceiling_tok_s]  # fmt: skip
-    impossible = [
-        r for r in fx.reqs if r.prefill_tok_s > MAX_PLAUSIBLE_FRACTION * ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s
-    ]
+    impossible = [r for r in fx.reqs if r.prefill_tok_s > MAX_PLAUSIBLE_FRACTION * pre_ceiling(r)]
 
     if not fx.reqs:
         assert metrics["Prefill ÷ decode"] == "—" and metrics["Prefill, tok/s (median)"] == "—"
