@@ -84,6 +84,11 @@ def explain_request(
     return out
 
 
+def _the(name: str) -> str:
+    """ "the RTX 4090", but "this computer's CPU" as it is."""
+    return name if name.lower().startswith(("this ", "the ", "a ", "an ")) else "the " + name
+
+
 def _verdicts(c: Ceilings, hardware_name: str) -> str:
     """Which side of the ridge each phase sits on, from the numbers (never fixed text)."""
     ridge, dec, pre = c.ridge_point_flop_per_byte, c.decode_intensity_flop_per_byte, c.prefill_intensity_flop_per_byte
@@ -100,7 +105,7 @@ def _verdicts(c: Ceilings, hardware_name: str) -> str:
         )
     return (
         f"Per byte fetched from memory, decode does about {w.num(dec)} FLOP and a {w.count(c.prompt_tokens)}-token prefill "
-        f"about {w.num(pre)}; the {hardware_name} needs {w.num(ridge)} FLOP per byte to keep its arithmetic busy "
+        f"about {w.num(pre)}; {_the(hardware_name)} needs {w.num(ridge)} FLOP per byte to keep its arithmetic busy "
         f"(its ridge point), so {dec_side}, while {pre_side}."
     )
 
