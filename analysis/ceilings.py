@@ -10,6 +10,7 @@ Pure functions; SI units throughout.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable
@@ -233,11 +234,7 @@ class CeilingModel:
     ubatch_tokens: int = DEFAULT_UBATCH_TOKENS
 
     def at(self, prompt_tokens: int, context_tokens: int) -> Ceilings:
-        return ceilings_for(
-            self.spec, self.facts, context_tokens=max(int(context_tokens), 0), prompt_tokens=max(int(prompt_tokens), 0),
-            vram_fraction=self.vram_fraction, host_bandwidth_bytes_s=self.host_bandwidth_bytes_s,
-            efficiencies=self.efficiencies, bandwidth_bytes_s=self.bandwidth_bytes_s, ubatch_tokens=self.ubatch_tokens,
-        )  # fmt: skip
+        return _model_at(self, max(int(prompt_tokens), 0), max(int(context_tokens), 0))
 
     def with_efficiencies(self, eff: Efficiencies) -> CeilingModel:
         return replace(self, efficiencies=eff)
@@ -248,6 +245,16 @@ class CeilingModel:
     def decode_curve(self, context_tokens: Iterable[int], *, all_in_vram: bool = False) -> list[CurvePoint]:
         m = replace(self, vram_fraction=1.0) if all_in_vram else self
         return [CurvePoint(n, (c := m.at(0, n)).decode_ceiling_tok_s, c.decode_expected_tok_s) for n in context_tokens]
+
+
+@functools.lru_cache(maxsize=8192)
+def _model_at(m: CeilingModel, prompt_tokens: int, context_tokens: int) -> Ceilings:
+    # Cached: a page asks for the same lengths again and again (one reading per request, then the lines).
+    return ceilings_for(
+        m.spec, m.facts, context_tokens=context_tokens, prompt_tokens=prompt_tokens, vram_fraction=m.vram_fraction,
+        host_bandwidth_bytes_s=m.host_bandwidth_bytes_s, efficiencies=m.efficiencies, bandwidth_bytes_s=m.bandwidth_bytes_s,
+        ubatch_tokens=m.ubatch_tokens,
+    )  # fmt: skip
 
 
 def ollama_num_batch(num_ctx: int | None) -> int:
