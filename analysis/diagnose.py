@@ -158,7 +158,8 @@ def _partial_offload(record: RequestRecord, phases: Phases, loaded: LoadedModel 
             nums["measured_tok_s"] = measured
             text += (
                 f"; decode ran at {w.tok_s(measured)}, and fully on the GPU about {w.tok_s(full_expected)} "
-                f"could be expected ({w.times(full_expected / measured)} faster)"
+                f"could be expected at its {w.count(c.context_tokens)} tokens of context "
+                f"({w.times(full_expected / measured)} faster)"
             )
         else:
             text += (
@@ -304,16 +305,18 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     if measured > CEILING_SLACK * c.decode_ceiling_tok_s:
         text = (
             f"Decode at {w.tok_s(measured)} is above the {w.tok_s(c.decode_ceiling_tok_s)} that "
-            f"{w.gb_s(c.bandwidth_bytes_s)} allows for {w.gb(c.decode_bytes_per_token)} read per token: this reading cannot "
+            f"{w.gb_s(c.bandwidth_bytes_s)} allows for {w.gb(c.decode_bytes_per_token)} read per token at "
+            f"{w.count(c.context_tokens)} tokens of context: this reading cannot "
             "be true (check the GPU and model this request was matched to)."
         )
         return Diagnosis("decode_above_ceiling", Severity.WARNING, text, nums)
     if measured < DECODE_SLOW_FRACTION_OF_EXPECTED * c.decode_expected_tok_s:
         text = (
             f"Decode ran at {w.tok_s(measured)}, {w.pct(measured / c.decode_expected_tok_s)} of the "
-            f"{w.tok_s(c.decode_expected_tok_s)} expected here ({w.pct(measured / c.decode_ceiling_tok_s)} of the "
-            f"{w.tok_s(c.decode_ceiling_tok_s)} ceiling). That usually means partial CPU offload, a low memory "
-            "clock or a power cap; other requests running at the same time also share the bandwidth."
+            f"{w.tok_s(c.decode_expected_tok_s)} expected here at {w.count(c.context_tokens)} tokens of context "
+            f"({w.pct(measured / c.decode_ceiling_tok_s)} of the {w.tok_s(c.decode_ceiling_tok_s)} ceiling). "
+            "That usually means partial CPU offload, a low memory clock or a power cap; other requests running at the same "
+            "time also share the bandwidth."
         )
         return Diagnosis("decode_slow", Severity.INFO, text, nums)
     return None

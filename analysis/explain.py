@@ -199,7 +199,8 @@ def explain_rates(
 
     agg, per = c.batched_decode_tok_s(BATCH_EXAMPLE_STREAMS)
     out.append(
-        f"Several users at once share each pass over the weights: with {BATCH_EXAMPLE_STREAMS} replies decoding together a "
+        f"Several users at once share each pass over the weights: with {BATCH_EXAMPLE_STREAMS} replies decoding together at "
+        f"{w.count(ctx)} tokens of context each, a "
         f"step reads {w.gb(c.weights_bytes + BATCH_EXAMPLE_STREAMS * kv_bytes)} instead of {w.gb(c.decode_bytes_per_token)}, "
         f"so together they could reach about {w.tok_s(agg)} while each sees about {w.tok_s(per)} "
         f"(alone: {w.tok_s(c.decode_expected_tok_s)})."

@@ -235,9 +235,10 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     rows: list[dict[str, object]] = []
     if ph.prompt_tokens:
         if ph.cached_tokens:
+            computed = ph.prompt_tokens - ph.cached_tokens
             why = (
-                f"{ph.cached_tokens:,} of {ph.prompt_tokens:,} prompt tokens came from the cache. Ollama divides all of them "
-                f"by the time spent on the other {ph.prompt_tokens - ph.cached_tokens:,}; we count only those."
+                f"Ollama divides all {ph.prompt_tokens:,} prompt tokens by the time of the {computed:,} computed; "
+                "we count only those."
             )
         elif ph.cached_tokens is None:
             why = "This Ollama does not report cached prompt tokens: if part of the prompt was cached, both numbers overstate."

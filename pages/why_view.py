@@ -428,7 +428,7 @@ def facts_line(m: WhyModel) -> str | None:
         f"{w.count(f.kv_heads) if float(f.kv_heads).is_integer() else w.num(f.kv_heads)} KV heads × {f.head_dim}",
         f.quantization or "quantization unknown",
         f"weights {w.gb(f.weights_bytes)}" + (" (estimated)" if f.weights_bytes_estimated else ""),
-        f"KV cache {f.kv_bytes_per_token / 1024:,.0f} KiB per token",
+        f"KV cache {w.gb(f.kv_bytes_per_token)} per token",
     ]
     if m.loaded is not None:
         in_ram = m.loaded.size_bytes - m.loaded.size_vram_bytes
