@@ -84,6 +84,10 @@ def explain_request(
     return out
 
 
+def _of(n: int) -> str:
+    return "one request" if n == 1 else f"median of {w.count(n)} requests"
+
+
 def _the(name: str) -> str:
     """ "the RTX 4090", but "this computer's CPU" as it is."""
     return name if name.lower().startswith(("this ", "the ", "a ", "an ")) else "the " + name
@@ -136,8 +140,8 @@ def explain_rates(
         lo, hi = min(r.tokens for r in pre_n), max(r.tokens for r in pre_n)
         span = f"{w.count(lo)} prompt tokens" if lo == hi else f"{w.count(lo)} to {w.count(hi)} prompt tokens"
         out.append(
-            f"On your {hardware_name}, {model_name} read prompts at {w.tok_s(pp)} (median of {w.count(len(pre_n))} "
-            f"requests, {span}) and wrote its replies at {w.tok_s(tg)} (median of {w.count(len(dec_n))}): prefill ran "
+            f"On your {hardware_name}, {model_name} read prompts at {w.tok_s(pp)} ({_of(len(pre_n))}, {span}) and wrote its "
+            f"replies at {w.tok_s(tg)} ({_of(len(dec_n))}): prefill ran "
             f"{w.times(ratio)} faster than decode. For the same prompt lengths and contexts about "
             f"{w.tok_s(story.expected_prefill_tok_s)} and {w.tok_s(story.expected_decode_tok_s)} are expected here, "
             f"{w.times(story.expected_ratio)}."

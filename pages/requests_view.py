@@ -129,9 +129,11 @@ def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]
     if apart_n["too short"] or apart_n["impossible"]:
         bits = []
         if apart_n["too short"]:
-            bits.append(f"{apart_n['too short']:,} rates timed over fewer than {MIN_RATE_TOKENS} tokens")
+            n = apart_n["too short"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
         if apart_n["impossible"]:
-            bits.append(f"{apart_n['impossible']:,} rates beyond any hardware, which cannot be true")
+            n = apart_n["impossible"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
         note = (
             "Drawn hollow and left out of the axis range (at its edge when beyond it, value in the hover): "
             + " and ".join(bits)

@@ -60,7 +60,7 @@ def test_explain_rates_carries_the_numbers() -> None:
     c = st.ceilings
     lines = explain_rates(st, hardware_name="RTX 3090", model_name="llama3.1:8b")
     text = " ".join(lines)
-    assert "4,030 tok/s" in text and "115 tok/s" in text and "35×" in text and "(median of 1 requests, 512 prompt tokens)" in text
+    assert "4,030 tok/s" in text and "115 tok/s" in text and "35×" in text and "(one request, 512 prompt tokens)" in text
     assert f"about {c.prefill_expected_tok_s:,.0f} tok/s and" in text  # the expected rates at the same prompt and context
     assert "4.92 GB of weights" in text and "936 GB/s" in text and "142 TFLOP/s" in text
     assert f"{c.ridge_point_flop_per_byte:.0f} FLOP per byte" in text
