@@ -162,7 +162,7 @@ def flagged_note(kind: str, readings: Sequence[Reading]) -> str | None:
     counted = len(readings) - impossible - tiny
     if not impossible and not tiny:
         return None
-    bits = [f"{counted:,} {kind} readings count"]
+    bits = [f"{counted:,} {kind} reading counts" if counted == 1 else f"{counted:,} {kind} readings count"]
     if tiny:
         bits.append(f"{tiny:,} timed over fewer than {MIN_RATE_TOKENS} tokens (hollow)")
     if impossible:
