@@ -105,7 +105,7 @@ def _verdicts(c: Ceilings, hardware_name: str) -> str:
     else:
         pre_side = (
             f"a {w.count(c.prompt_tokens)}-token prefill sits {w.times(ridge / pre)} below it too, waiting on memory: "
-            f"too few tokens share each read of the weights"
+            f"each read of the weights serves only {w.count(max(1, min(c.prompt_tokens, c.ubatch_tokens)))} tokens"
         )
     return (
         f"Per byte fetched from memory, decode does about {w.num(dec)} FLOP and a {w.count(c.prompt_tokens)}-token prefill "
@@ -198,7 +198,7 @@ def explain_rates(
         )
     out.append(
         example + f" (plus loading, if the model was not in memory, and any wait for a slot), while every token after the "
-        f"first takes about {w.ms(token_ms)}."
+        f"first takes about {w.secs(token_ms / 1000)}."
     )
 
     agg, per = c.batched_decode_tok_s(BATCH_EXAMPLE_STREAMS)
@@ -216,7 +216,8 @@ def explain_rates(
     out.append(
         f"When another user's long prompt arrives, the server reads it in chunks of up to {w.count(ub)} tokens in "
         f"the same steps as everyone's next token; a {w.count(ub)}-token chunk takes about {w.secs(chunk_s)} here "
-        f"(at {w.tok_s(chunk.prefill_expected_tok_s)}), so the others' next token waits that long instead of {w.ms(token_ms)}."
+        f"(at {w.tok_s(chunk.prefill_expected_tok_s)}), so the others' next token waits that long instead of "
+        f"{w.secs(token_ms / 1000)}."
     )
     significant = [i for i in interference if i.significant]
     if significant:
