@@ -7,7 +7,15 @@ import time
 import streamlit as st
 
 from pages import common, data, fmt
-from pages.requests_view import SHOWN_ROWS, DetailModel, build_detail, build_history, csv_bytes, request_label
+from pages.requests_view import (
+    SHOWN_ROWS,
+    DetailModel,
+    build_detail,
+    build_history,
+    csv_bytes,
+    display_frame,
+    request_label,
+)
 from pages.settings import client_host_line
 
 ANY = "any"
@@ -50,7 +58,7 @@ if history.truncated:
     caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
 st.caption(caption)
 table = st.dataframe(
-    history.frame, hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
+    display_frame(history.frame), hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
     column_config={"time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss")},
 )  # fmt: skip
 st.download_button(

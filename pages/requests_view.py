@@ -170,6 +170,28 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     return frame
 
 
+# On the page (not in the CSV, whose numbers stay numbers): durations in ms below 1 s, integers, "—" when unknown.
+DURATION_COLUMNS = ("first token (s)", "total seen by client (s)", "load (s)", "queue (s)", "prefill (s)", "decode (s)")
+COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens")
+RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
+
+
+def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The history table as the page shows it: each cell in the units convention, durations named without "(s)"."""
+    out = frame.copy()
+
+    def known(v: object) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    for col in DURATION_COLUMNS:
+        out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in COUNT_COLUMNS:
+        out[col] = [fmt.count(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in RATE_COLUMNS:
+        out[col] = [f"{float(v):,.1f}" if known(v) else fmt.UNKNOWN for v in out[col]]
+    return out.rename(columns={c: c.removesuffix(" (s)") for c in DURATION_COLUMNS})
+
+
 def _local_tz() -> object:
     from datetime import datetime
 

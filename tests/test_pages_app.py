@@ -229,7 +229,8 @@ def test_requests_history_filters_and_csv(fixture_store: Fixture) -> None:
     table = at.dataframe[0].value
     in_window = [r for r in [*fixture_store.finished, fixture_store.in_flight] if r.started_at_unix_s >= fixture_store.now - 300]
     assert len(table) == len(in_window)
-    assert {"time", "model", "endpoint", "outcome", "first token (s)", "decode tok/s", "prefill tok/s"} <= set(table.columns)
+    assert {"time", "model", "endpoint", "outcome", "first token", "decode tok/s", "prefill tok/s"} <= set(table.columns)
+    assert "None" not in table.to_string() and all(v.endswith(("ms", " s", "min", "—")) for v in table["first token"])
     assert at.get("download_button")
     at.selectbox(key="req_outcome").set_value("upstream_failed").run()
     table = at.dataframe[0].value
