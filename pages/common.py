@@ -208,3 +208,4 @@ def no_store_state(ctx: AppContext) -> None:
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+
