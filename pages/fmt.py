@@ -39,6 +39,8 @@ def seconds(duration_s: float | None) -> str:
         return "—"
     if duration_s < 0:
         return "-" + seconds(-duration_s)
+    if duration_s < 0.01:
+        return f"{duration_s * 1000:.1f} ms"  # "0.4 ms", not "0 ms": a short phase is not a missing one
     if duration_s < 1:
         return f"{duration_s * 1000:.0f} ms"
     if duration_s < 10:
