@@ -10,6 +10,7 @@ Pure functions; SI units throughout.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable
@@ -171,7 +172,8 @@ def compute_ceilings(
         prefill_flops_per_token=pp_flops,
         prefill_ceiling_tok_s=pp_ceiling,
         prefill_expected_tok_s=pp_expected,
-        ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bandwidth_bytes_s),
+        # At the effective bandwidth: with part of the model in system memory, the ridge moves up with it.
+        ridge_point_flop_per_byte=roofline.ridge_point_flop_per_byte(peak_flops, bw),
         decode_intensity_flop_per_byte=dec_flops / decode_bytes,
         prefill_intensity_flop_per_byte=pp_flops * ub / prefill_bytes,
         efficiencies=efficiencies,
@@ -190,11 +192,13 @@ def ceilings_for(
     host_bandwidth_bytes_s: float | None = None,
     efficiencies: Efficiencies | None = None,
     bandwidth_bytes_s: float | None = None,
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
 ) -> Ceilings:
     """Ceilings for a table GPU and a model from ``/api/show``.
 
     ``bandwidth_bytes_s`` overrides the table (e.g. :func:`analysis.hardware.choose_bandwidth`'s pick);
-    ``vram_fraction`` is ``size_vram ÷ size`` from ``/api/ps``.
+    ``vram_fraction`` is ``size_vram ÷ size`` from ``/api/ps``; ``ubatch_tokens`` the loaded model's
+    micro-batch (:func:`ollama_num_batch`).
     """
     return compute_ceilings(
         bandwidth_bytes_s=bandwidth_bytes_s or spec.bandwidth_bytes_s,
@@ -209,7 +213,58 @@ def ceilings_for(
         efficiencies=efficiencies or starting_efficiencies(spec, facts.quantization),
         vram_fraction=vram_fraction,
         host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+        ubatch_tokens=ubatch_tokens,
     )
+
+
+@dataclass(frozen=True)
+class CeilingModel:
+    """The one ceiling model of a GPU and a model: every sentence, metric, chart and diagnosis asks it.
+
+    ``at(prompt, context)`` gives the ceilings for a prompt of ``prompt`` tokens and a decode step
+    over ``context`` tokens; the curves are the same function over a range of lengths.
+    """
+
+    spec: HardwareSpec
+    facts: ModelFacts
+    efficiencies: Efficiencies
+    vram_fraction: float = 1.0
+    host_bandwidth_bytes_s: float | None = None
+    bandwidth_bytes_s: float | None = None
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS
+
+    def at(self, prompt_tokens: int, context_tokens: int) -> Ceilings:
+        return _model_at(self, max(int(prompt_tokens), 0), max(int(context_tokens), 0))
+
+    def with_efficiencies(self, eff: Efficiencies) -> CeilingModel:
+        return replace(self, efficiencies=eff)
+
+    def prefill_curve(self, prompt_tokens: Iterable[int]) -> list[CurvePoint]:
+        return [CurvePoint(p, (c := self.at(p, p)).prefill_ceiling_tok_s, c.prefill_expected_tok_s) for p in prompt_tokens]
+
+    def decode_curve(self, context_tokens: Iterable[int], *, all_in_vram: bool = False) -> list[CurvePoint]:
+        m = replace(self, vram_fraction=1.0) if all_in_vram else self
+        return [CurvePoint(n, (c := m.at(0, n)).decode_ceiling_tok_s, c.decode_expected_tok_s) for n in context_tokens]
+
+
+@functools.lru_cache(maxsize=8192)
+def _model_at(m: CeilingModel, prompt_tokens: int, context_tokens: int) -> Ceilings:
+    # Cached: a page asks for the same lengths again and again (one reading per request, then the lines).
+    return ceilings_for(
+        m.spec, m.facts, context_tokens=context_tokens, prompt_tokens=prompt_tokens, vram_fraction=m.vram_fraction,
+        host_bandwidth_bytes_s=m.host_bandwidth_bytes_s, efficiencies=m.efficiencies, bandwidth_bytes_s=m.bandwidth_bytes_s,
+        ubatch_tokens=m.ubatch_tokens,
+    )  # fmt: skip
+
+
+def ollama_num_batch(num_ctx: int | None) -> int:
+    """The micro-batch Ollama passes its runner for a model loaded with ``num_ctx`` of context (docs/ollama-api.md §7).
+
+    512, 1024 above 4K of context, 2048 above 32K; 512 (llama.cpp's default) when the context is unknown.
+    """
+    if num_ctx is None or num_ctx <= 4096:
+        return DEFAULT_UBATCH_TOKENS
+    return 1024 if num_ctx <= 32768 else 2048
 
 
 def vram_fraction(size_bytes: int | float | None, size_vram_bytes: int | float | None) -> float:
@@ -304,6 +359,7 @@ def ceilings_for_request(
     host_bandwidth_bytes_s: float | None = None,
     efficiencies: Efficiencies | None = None,
     bandwidth_bytes_s: float | None = None,
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
 ) -> Ceilings:
     """Ceilings for one request: decode attends over the prompt plus, on average, half the reply."""
     p = max(prompt_tokens or 0, 0)
@@ -317,6 +373,7 @@ def ceilings_for_request(
         host_bandwidth_bytes_s=host_bandwidth_bytes_s,
         efficiencies=efficiencies,
         bandwidth_bytes_s=bandwidth_bytes_s,
+        ubatch_tokens=ubatch_tokens,
     )
 
 
@@ -341,19 +398,25 @@ def curve_tokens(max_tokens: int, points: int = 40, min_tokens: int = 1) -> list
 
 
 def prefill_curve(
-    spec: HardwareSpec, facts: ModelFacts, prompt_tokens: Iterable[int], *, efficiencies: Efficiencies | None = None
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    prompt_tokens: Iterable[int],
+    *,
+    efficiencies: Efficiencies | None = None,
+    vram_fraction: float = 1.0,
+    host_bandwidth_bytes_s: float | None = None,
+    bandwidth_bytes_s: float | None = None,
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
 ) -> list[CurvePoint]:
-    """Prefill ceiling and expected rate at each prompt length.
-
-    Short prompts are memory-bound (one weight read shared by few tokens), long ones compute-bound,
-    and attention work per token grows with the prompt.
-    """
-    eff = efficiencies or starting_efficiencies(spec, facts.quantization)
+    """Prefill ceiling and expected rate at each prompt length, from :func:`ceilings_for` (the same numbers as
+    every sentence). Short prompts are memory-bound (one weight read shared by few tokens), long ones
+    compute-bound, and attention work per token grows with the prompt."""
     out = []
     for p in prompt_tokens:
-        compute = roofline.prefill_ceiling_tok_s(spec.fp16_flops, facts.params, facts.layers, facts.hidden, p)
-        memory = roofline.prefill_memory_ceiling_tok_s(spec.bandwidth_bytes_s, facts.weights_bytes, p, DEFAULT_UBATCH_TOKENS)
-        out.append(CurvePoint(p, min(compute, memory), min(eff.eta_compute * compute, eff.eta_bw * memory)))
+        c = ceilings_for(spec, facts, context_tokens=p, prompt_tokens=p, vram_fraction=vram_fraction,
+                         host_bandwidth_bytes_s=host_bandwidth_bytes_s, efficiencies=efficiencies,
+                         bandwidth_bytes_s=bandwidth_bytes_s, ubatch_tokens=ubatch_tokens)  # fmt: skip
+        out.append(CurvePoint(p, c.prefill_ceiling_tok_s, c.prefill_expected_tok_s))
     return out
 
 
@@ -384,9 +447,11 @@ def decode_curve(
     return out
 
 
-# Requests too short to time well are left out of calibration.
-MIN_DECODE_INTERVALS_FOR_CALIBRATION = 8
-MIN_PROMPT_TOKENS_FOR_CALIBRATION = 64
+# A rate timed over fewer tokens than this (prompt tokens computed, or decode intervals) is too short to
+# time well: it is shown, but kept out of medians and calibration.
+MIN_RATE_TOKENS = 32
+MIN_DECODE_INTERVALS_FOR_CALIBRATION = MIN_RATE_TOKENS
+MIN_PROMPT_TOKENS_FOR_CALIBRATION = MIN_RATE_TOKENS
 
 
 def calibration_points(decode_tok_s: float | None, output_tokens: int | None, prefill_tok_s: float | None,

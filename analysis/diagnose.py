@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from analysis import wording as w
-from analysis.ceilings import Ceilings, Efficiencies, ceilings_for_request, vram_fraction
+from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
 from analysis.phases import Phases
@@ -59,9 +59,11 @@ THROTTLE_HW_POWER_BRAKE = 0x80
 TTFT_MIN_S = 1.0  # below this nobody waits long enough to ask why
 TTFT_DOMINANT_FRACTION = 0.5
 DECODE_SLOW_FRACTION_OF_EXPECTED = 0.5
-CEILING_SLACK = 1.05
+CEILING_SLACK = MAX_PLAUSIBLE_FRACTION  # above this share of its ceiling a reading cannot be true
 BUSY_UTIL_PCT = 10.0
-CACHE_HIT_MIN_FRACTION = 0.2  # clock and rounding slack before a rate counts as above its ceiling
+# A cache hit is worth a sentence only when it moves Ollama's prefill rate by more than this share:
+# Ollama divides all prompt tokens by the time of the computed ones, prompt ÷ computed times too high.
+CACHE_MATERIAL_RATE_CHANGE = 0.10
 
 
 def request_window_unix_s(record: RequestRecord, phases: Phases) -> tuple[float, float] | None:
@@ -91,18 +93,24 @@ def diagnose_request(
     host_bandwidth_bytes_s: float | None = None,
     efficiencies: Efficiencies | None = None,
     ceilings: Ceilings | None = None,
+    bandwidth_bytes_s: float | None = None,
+    ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
 ) -> list[Diagnosis]:
     """Every diagnosis that applies to this request, most costly first; [] for a clean one."""
     frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
     if ceilings is None and spec is not None and facts is not None:
-        ceilings = ceilings_for_request(
+        # The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context.
+        prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
+        ceilings = ceilings_for(
             spec,
             facts,
-            prompt_tokens=phases.prompt_tokens,
-            output_tokens=phases.output_tokens,
+            prompt_tokens=max(prompt - cached, 0) if cached <= prompt else prompt,
+            context_tokens=prompt + (phases.output_tokens or 0) // 2,
             vram_fraction=frac_vram,
             host_bandwidth_bytes_s=host_bandwidth_bytes_s,
             efficiencies=efficiencies,
+            bandwidth_bytes_s=bandwidth_bytes_s,
+            ubatch_tokens=ubatch_tokens,
         )
     out: list[Diagnosis] = []
     for d in (
@@ -150,7 +158,8 @@ def _partial_offload(record: RequestRecord, phases: Phases, loaded: LoadedModel 
             nums["measured_tok_s"] = measured
             text += (
                 f"; decode ran at {w.tok_s(measured)}, and fully on the GPU about {w.tok_s(full_expected)} "
-                f"could be expected ({w.times(full_expected / measured)} faster)"
+                f"could be expected at its {w.count(c.context_tokens)} tokens of context "
+                f"({w.times(full_expected / measured)} faster)"
             )
         else:
             text += (
@@ -219,8 +228,8 @@ def _power_cap(record: RequestRecord, phases: Phases, samples: Sequence[GpuSampl
 def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     prompt, cached = phases.prompt_tokens, phases.cached_tokens
     # A few template tokens served from the cache barely move the rate: not worth a sentence.
-    if prompt and cached and CACHE_HIT_MIN_FRACTION * prompt <= cached <= prompt:
-        computed = prompt - cached
+    computed = (prompt or 0) - (cached or 0)
+    if prompt and cached and cached <= prompt and prompt > (1 + CACHE_MATERIAL_RATE_CHANGE) * max(computed, 0):
         nums: dict[str, float] = {"prompt_tokens": float(prompt), "cached_tokens": float(cached)}
         text = f"{w.count(cached)} of the {w.count(prompt)} prompt tokens came from the prompt cache"
         if phases.ollama_prefill_tok_s:
@@ -237,8 +246,8 @@ def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
         nums = {"ollama_prefill_tok_s": rate, "prefill_ceiling_tok_s": c.prefill_ceiling_tok_s}
         text = (
             f"Ollama reports reading the {w.count(prompt)}-token prompt at {w.tok_s(rate)}, above the "
-            f"{w.tok_s(c.prefill_ceiling_tok_s)} this hardware can compute for this model: most of the prompt must have "
-            "come from the prompt cache, which this Ollama version does not report, so that rate is inflated."
+            f"{w.tok_s(c.prefill_ceiling_tok_s)} this hardware allows for this model at that length: most of the "
+            "prompt must have come from the prompt cache, which this Ollama version does not report, so that rate is inflated."
         )
         return Diagnosis("cache_suspected", Severity.INFO, text, nums)
     return None
@@ -296,16 +305,18 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     if measured > CEILING_SLACK * c.decode_ceiling_tok_s:
         text = (
             f"Decode at {w.tok_s(measured)} is above the {w.tok_s(c.decode_ceiling_tok_s)} that "
-            f"{w.gb_s(c.bandwidth_bytes_s)} allows for {w.gb(c.decode_bytes_per_token)} read per token: this reading cannot "
+            f"{w.gb_s(c.bandwidth_bytes_s)} allows for {w.gb(c.decode_bytes_per_token)} read per token at "
+            f"{w.count(c.context_tokens)} tokens of context: this reading cannot "
             "be true (check the GPU and model this request was matched to)."
         )
         return Diagnosis("decode_above_ceiling", Severity.WARNING, text, nums)
     if measured < DECODE_SLOW_FRACTION_OF_EXPECTED * c.decode_expected_tok_s:
         text = (
             f"Decode ran at {w.tok_s(measured)}, {w.pct(measured / c.decode_expected_tok_s)} of the "
-            f"{w.tok_s(c.decode_expected_tok_s)} expected here ({w.pct(measured / c.decode_ceiling_tok_s)} of the "
-            f"{w.tok_s(c.decode_ceiling_tok_s)} ceiling). That usually means partial CPU offload, a low memory "
-            "clock or a power cap; other requests running at the same time also share the bandwidth."
+            f"{w.tok_s(c.decode_expected_tok_s)} expected here at {w.count(c.context_tokens)} tokens of context "
+            f"({w.pct(measured / c.decode_ceiling_tok_s)} of the {w.tok_s(c.decode_ceiling_tok_s)} ceiling). "
+            "That usually means partial CPU offload, a low memory clock or a power cap; other requests running at the same "
+            "time also share the bandwidth."
         )
         return Diagnosis("decode_slow", Severity.INFO, text, nums)
     return None
@@ -317,10 +328,16 @@ def _prefill_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
     if c is None or not measured or phases.cached_tokens is None or measured <= CEILING_SLACK * c.prefill_ceiling_tok_s:
         return None
     computed = (phases.prompt_tokens or 0) - phases.cached_tokens
+    compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
+    limit = (
+        f"that {w.tflops(c.peak_flops)} of compute allows"
+        if compute_bound
+        else f"that {w.gb_s(c.bandwidth_bytes_s)} allows when every micro-batch reads the weights once"
+    )
     text = (
         f"Prefill of {w.count(computed)} uncached prompt tokens at {w.tok_s(measured)} is above the "
-        f"{w.tok_s(c.prefill_ceiling_tok_s)} that {w.tflops(c.peak_flops)} allows for this model: this reading cannot be true "
-        "(check the GPU and model this request was matched to)."
+        f"{w.tok_s(c.prefill_ceiling_tok_s)} {limit} for this model at {w.count(c.prompt_tokens)} prompt tokens: "
+        "this reading cannot be true, so it is kept out of medians and calibration."
     )
     nums = {"measured_tok_s": measured, "ceiling_tok_s": c.prefill_ceiling_tok_s}
     return Diagnosis("prefill_above_ceiling", Severity.WARNING, text, nums)

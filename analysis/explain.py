@@ -16,6 +16,7 @@ from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
 from analysis.phases import Phases
 from analysis.records import RequestRecord
+from analysis.story import RATIO_SPREAD, Story
 
 # Parts of a request shorter than this share of it are left out of the sentence.
 MIN_PART_SHARE = 0.02
@@ -36,8 +37,8 @@ def _where_time_went(record: RequestRecord, p: Phases) -> str:
     if p.prefill_s and p.prefill_s >= MIN_PART_SHARE * total:
         computed = (p.prompt_tokens or 0) - (p.cached_tokens or 0)
         rate = f" at {w.tok_s(p.prefill_tok_s)}" if p.prefill_tok_s else ""
-        cached = f" ({w.count(p.cached_tokens)} more came from the cache)" if p.cached_tokens else ""
-        parts.append(f"{w.secs(p.prefill_s)} reading {w.count(computed)} prompt tokens{rate}{cached}")
+        # Cache hits are worded once, by the diagnosis, and only when they matter.
+        parts.append(f"{w.secs(p.prefill_s)} reading {w.count(computed)} prompt tokens{rate}")
     if p.decode_s and p.decode_s >= MIN_PART_SHARE * total:
         rate = f" at {w.tok_s(p.decode_tok_s)}" if p.decode_tok_s else ""
         parts.append(f"{w.secs(p.decode_s)} writing {w.count(p.output_tokens or 0)} tokens{rate}")
@@ -65,12 +66,15 @@ def explain_request(
         if phases.decode_tok_s:
             bits.append(
                 f"decode reached {w.pct(phases.decode_tok_s / ceilings.decode_ceiling_tok_s)} of the "
-                f"{w.tok_s(ceilings.decode_ceiling_tok_s)} that {w.gb_s(ceilings.bandwidth_bytes_s)} allows for this model"
+                f"{w.tok_s(ceilings.decode_ceiling_tok_s)} that {w.gb_s(ceilings.bandwidth_bytes_s)} allows for this model "
+                f"at {w.count(ceilings.context_tokens)} tokens of context"
             )
         if phases.prefill_tok_s and not phases.cached_tokens:
+            bound = "compute" if ceilings.prefill_intensity_flop_per_byte >= ceilings.ridge_point_flop_per_byte else "memory"
             bits.append(
                 f"prefill {w.pct(phases.prefill_tok_s / ceilings.prefill_ceiling_tok_s)} of its "
-                f"{w.tok_s(ceilings.prefill_ceiling_tok_s)} compute ceiling"
+                f"{w.tok_s(ceilings.prefill_ceiling_tok_s)} ceiling at {w.count(ceilings.prompt_tokens)} prompt tokens "
+                f"(bound by {bound})"
             )
         if bits:
             s = "; ".join(bits)
@@ -80,82 +84,140 @@ def explain_request(
     return out
 
 
+def _of(n: int) -> str:
+    return "one request" if n == 1 else f"median of {w.count(n)} requests"
+
+
+def _the(name: str) -> str:
+    """ "the RTX 4090", but "this computer's CPU" as it is."""
+    return name if name.lower().startswith(("this ", "the ", "a ", "an ")) else "the " + name
+
+
+def _verdicts(c: Ceilings, hardware_name: str) -> str:
+    """Which side of the ridge each phase sits on, from the numbers (never fixed text)."""
+    ridge, dec, pre = c.ridge_point_flop_per_byte, c.decode_intensity_flop_per_byte, c.prefill_intensity_flop_per_byte
+    if dec < ridge:
+        dec_side = f"decode runs {w.times(ridge / dec)} below it, waiting on memory"
+    else:
+        dec_side = f"decode sits {w.times(dec / ridge)} above it, limited by compute"
+    if pre >= ridge:
+        pre_side = f"a {w.count(c.prompt_tokens)}-token prefill sits {w.times(pre / ridge)} above it, limited by compute"
+    else:
+        pre_side = (
+            f"a {w.count(c.prompt_tokens)}-token prefill sits {w.times(ridge / pre)} below it too, waiting on memory: "
+            f"each read of the weights serves only {w.count(max(1, min(c.prompt_tokens, c.ubatch_tokens)))} tokens"
+        )
+    return (
+        f"Per byte fetched from memory, decode does about {w.num(dec)} FLOP and a {w.count(c.prompt_tokens)}-token prefill "
+        f"about {w.num(pre)}; {_the(hardware_name)} needs {w.num(ridge)} FLOP per byte to keep its arithmetic busy "
+        f"(its ridge point), so {dec_side}, while {pre_side}."
+    )
+
+
 def explain_rates(
-    ceilings: Ceilings,
+    story: Story,
     *,
     hardware_name: str,
     model_name: str,
-    prefill_tok_s: float | None = None,
-    decode_tok_s: float | None = None,
-    prompt_tokens: int | None = None,
+    ubatch_source: str = "llama.cpp's default",
     interference: Sequence[Interference] = (),
 ) -> list[str]:
     """Why prefill is so much faster than decode on this GPU and model, in its numbers.
 
-    ``prefill_tok_s`` / ``decode_tok_s`` are the user's measured (e.g. median) rates; without
-    them the expected rates stand in. ``prompt_tokens`` is a typical prompt length for the
-    time-to-first-token sentence (default: the one the ceilings were computed for).
+    Every ceiling and expectation comes from ``story.model`` and names the prompt length or context it
+    is for; the headline sets the measured medians beside the expected rates at the same prompt lengths
+    and contexts, and says why when they differ beyond ``RATIO_SPREAD``.
     """
-    c = ceilings
-    pp = prefill_tok_s or c.prefill_expected_tok_s
-    tg = decode_tok_s or c.decode_expected_tok_s
-    measured = prefill_tok_s is not None and decode_tok_s is not None
+    c = story.ceilings
+    m = story.model
+    p, ctx = story.typical_prompt_tokens, story.typical_context_tokens
+    pp, tg = story.prefill_median_tok_s, story.decode_median_tok_s
     out: list[str] = []
 
-    if measured:
+    ratio = story.measured_ratio
+    if ratio is not None and pp is not None and tg is not None:
+        pre_n, dec_n = story.counted("prefill"), story.counted("decode")
+        lo, hi = min(r.tokens for r in pre_n), max(r.tokens for r in pre_n)
+        span = f"{w.count(lo)} prompt tokens" if lo == hi else f"{w.count(lo)} to {w.count(hi)} prompt tokens"
         out.append(
-            f"On your {hardware_name}, {model_name} read prompts at {w.tok_s(pp)} and wrote its replies at {w.tok_s(tg)}: "
-            f"prefill ran {w.times(pp / tg)} faster than decode."
+            f"On your {hardware_name}, {model_name} read prompts at {w.tok_s(pp)} ({_of(len(pre_n))}, {span}) and wrote its "
+            f"replies at {w.tok_s(tg)} ({_of(len(dec_n))}): prefill ran "
+            f"{w.times(ratio)} faster than decode. For the same prompt lengths and contexts about "
+            f"{w.tok_s(story.expected_prefill_tok_s)} and {w.tok_s(story.expected_decode_tok_s)} are expected here, "
+            f"{w.times(story.expected_ratio)}."
         )
+        if story.ratios_differ:
+            pre_frac, dec_frac = pp / story.expected_prefill_tok_s, tg / story.expected_decode_tok_s
+            worse = "prefill" if abs(pre_frac - 1) >= abs(dec_frac - 1) else "decode"
+            out.append(
+                f"The two ratios differ by more than {w.times(RATIO_SPREAD)}: prefill ran at {w.pct(pre_frac)} of its expected "
+                f"rate and decode at {w.pct(dec_frac)}, so {worse} is the one to look into (what held requests back, below)."
+            )
     else:
         out.append(
-            f"On {hardware_name}, {model_name} should read prompts at about {w.tok_s(pp)} and write at about {w.tok_s(tg)}: "
-            f"prefill about {w.times(pp / tg)} faster than decode."
+            f"On {hardware_name}, {model_name} should read a {w.count(p)}-token prompt at about "
+            f"{w.tok_s(c.prefill_expected_tok_s)} and write at about {w.tok_s(c.decode_expected_tok_s)} with "
+            f"{w.count(ctx)} tokens of context: prefill about {w.times(c.expected_ratio)} faster than decode."
         )
 
     kv_bytes = c.kv_bytes_per_tok * c.context_tokens
     out.append(
         f"Decode makes one token at a time, and each token must stream all {w.gb(c.weights_bytes)} of weights"
-        + (f" plus {w.gb(kv_bytes)} of KV cache ({w.count(c.context_tokens)} tokens of context)" if kv_bytes > 0 else "")
-        + f" from memory: at {w.gb_s(c.bandwidth_bytes_s)} that allows at most {w.tok_s(c.decode_ceiling_tok_s)}, and about "
-        f"{w.tok_s(c.decode_expected_tok_s)} is typical ({w.pct(c.efficiencies.eta_bw)} of it), however fast the arithmetic is."
+        + (f" plus {w.gb(kv_bytes)} of KV cache" if kv_bytes > 0 else "")
+        + f" from memory at {w.count(ctx)} tokens of context: at {w.gb_s(c.bandwidth_bytes_s)} that allows at most "
+        f"{w.tok_s(c.decode_ceiling_tok_s)} there, and about {w.tok_s(c.decode_expected_tok_s)} is typical "
+        f"({w.pct(c.efficiencies.eta_bw)} of it), however fast the arithmetic is."
     )
 
+    per_read = max(1, min(p, c.ubatch_tokens))
+    compute_ceiling = c.peak_flops / c.prefill_flops_per_token
+    memory_ceiling = c.bandwidth_bytes_s * per_read / c.weights_bytes
+    bound = "compute" if compute_ceiling <= memory_ceiling else "memory"
     out.append(
-        f"Prefill is matrix work on many prompt tokens at once: the weights are read once for up to {w.count(c.ubatch_tokens)} "
-        f"tokens, and each token costs about {c.prefill_flops_per_token / 1e9:.1f} GFLOP, so {w.tflops(c.peak_flops)} of compute "
-        f"allows up to {w.tok_s(c.prefill_ceiling_tok_s)} ({w.tok_s(c.prefill_expected_tok_s)} typical)."
+        f"Prefill is matrix work on many prompt tokens at once: a {w.count(p)}-token prompt is read in micro-batches of up to "
+        f"{w.count(c.ubatch_tokens)} tokens ({ubatch_source}), each reading the weights once, and each token costs about "
+        f"{c.prefill_flops_per_token / 1e9:.1f} GFLOP; {w.tflops(c.peak_flops)} of compute allows {w.tok_s(compute_ceiling)} "
+        f"and {w.gb_s(c.bandwidth_bytes_s)} allows {w.tok_s(memory_ceiling)} with {w.count(per_read)} tokens per read of the "
+        f"weights, so at {w.count(p)} prompt tokens the ceiling is {w.tok_s(c.prefill_ceiling_tok_s)}, set by {bound} "
+        f"({w.tok_s(c.prefill_expected_tok_s)} typical)."
     )
 
-    below = c.ridge_point_flop_per_byte / c.decode_intensity_flop_per_byte
-    out.append(
-        f"Per byte fetched from memory, decode does about {w.num(c.decode_intensity_flop_per_byte)} FLOP and prefill about "
-        f"{w.num(c.prefill_intensity_flop_per_byte)}; the {hardware_name} needs "
-        f"{w.num(c.ridge_point_flop_per_byte)} FLOP per byte to keep its arithmetic busy (its ridge point), "
-        f"so decode runs {w.times(below)} below it, waiting on memory, while prefill sits above it, limited by compute."
-    )
+    out.append(_verdicts(c, hardware_name))
 
-    p = prompt_tokens or c.prompt_tokens
-    if p:
-        out.append(
-            f"So time to first token grows with the prompt: {w.count(p)} prompt tokens at {w.tok_s(pp)} take "
-            f"{w.secs(p / pp)} (plus loading, if the model was not in memory, and any wait for a slot), while every "
-            f"token after the first takes about {w.ms(1000 / tg)}."
+    token_ms = 1000 / c.decode_expected_tok_s
+    longer = min(p * 8, m.facts.context_length or p * 8)
+    long_c = m.at(longer, longer)
+    example = (
+        f"So time to first token grows with the prompt: {w.count(p)} prompt tokens at the {w.tok_s(c.prefill_expected_tok_s)} "
+        f"expected for that length take {w.secs(p / c.prefill_expected_tok_s)}"
+    )
+    if longer > p:
+        example += (
+            f", {w.count(longer)} at {w.tok_s(long_c.prefill_expected_tok_s)} take "
+            f"{w.secs(longer / long_c.prefill_expected_tok_s)}"
         )
+    out.append(
+        example + f" (plus loading, if the model was not in memory, and any wait for a slot), while every token after the "
+        f"first takes about {w.secs(token_ms / 1000)}."
+    )
 
     agg, per = c.batched_decode_tok_s(BATCH_EXAMPLE_STREAMS)
     out.append(
-        f"Several users at once share each pass over the weights: with {BATCH_EXAMPLE_STREAMS} replies decoding together a "
+        f"Several users at once share each pass over the weights: with {BATCH_EXAMPLE_STREAMS} replies decoding together at "
+        f"{w.count(ctx)} tokens of context each, a "
         f"step reads {w.gb(c.weights_bytes + BATCH_EXAMPLE_STREAMS * kv_bytes)} instead of {w.gb(c.decode_bytes_per_token)}, "
         f"so together they could reach about {w.tok_s(agg)} while each sees about {w.tok_s(per)} "
         f"(alone: {w.tok_s(c.decode_expected_tok_s)})."
     )
 
-    chunk_s = c.ubatch_tokens / pp
+    ub = c.ubatch_tokens
+    chunk = m.at(ub, ub)
+    chunk_s = ub / chunk.prefill_expected_tok_s
     out.append(
-        f"When another user's long prompt arrives, the server reads it in chunks of up to {w.count(c.ubatch_tokens)} tokens in "
-        f"the same steps as everyone's next token; each chunk takes about {w.secs(chunk_s)} here, so the others' next "
-        f"token waits that long instead of {w.ms(1000 / tg)}."
+        f"When another user's long prompt arrives, the server reads it in chunks of up to {w.count(ub)} tokens in "
+        f"the same steps as everyone's next token; a {w.count(ub)}-token chunk takes about {w.secs(chunk_s)} here "
+        f"(at {w.tok_s(chunk.prefill_expected_tok_s)}), so the others' next token waits that long instead of "
+        f"{w.secs(token_ms / 1000)}."
     )
     significant = [i for i in interference if i.significant]
     if significant:

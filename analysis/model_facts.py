@@ -213,3 +213,11 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
         experts=int(experts) if experts else None,
         experts_used=int(experts_used) if experts_used else None,
     )
+
+
+# Before Ollama has told us about any model: a typical 8B model at Q4_K_M (Llama 3.1 8B's shape and GGUF size).
+TYPICAL_MODEL_NAME = "a typical 8B model (Q4_K_M)"
+TYPICAL_8B_Q4_K_M = ModelFacts(
+    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
+)  # fmt: skip

@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import replace
 
-from analysis.ceilings import compute_ceilings, starting_efficiencies
+from analysis.ceilings import compute_ceilings, ollama_num_batch, starting_efficiencies
 from analysis.hardware import close_matches, resolve_spec
 from analysis.roofline import kv_bytes_per_token
 
@@ -32,6 +32,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, required=True)
     p.add_argument("--context", type=int, default=0, help="context tokens a decode step attends over")
     p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length for prefill")
+    p.add_argument("--num-batch", type=int, default=None,
+                   help="micro-batch the runner uses (default: Ollama's for --num-ctx, else 512)")  # fmt: skip
+    p.add_argument("--num-ctx", type=int, default=None, help="context the model is loaded with (picks Ollama's num_batch)")
     p.add_argument("--quant", default=None, help="quantization, e.g. Q4_K_M or F16 (picks the decode efficiency)")
     p.add_argument("--vram-fraction", type=float, default=1.0, help="size_vram / size when partly offloaded")
     p.add_argument("--host-bandwidth-gbs", type=float, help="system memory bandwidth for the offloaded part")
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             efficiencies=eff,
             vram_fraction=args.vram_fraction,
             host_bandwidth_bytes_s=args.host_bandwidth_gbs * 1e9 if args.host_bandwidth_gbs else None,
+            ubatch_tokens=args.num_batch or ollama_num_batch(args.num_ctx),
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -93,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
           f"(ridge point {c.ridge_point_flop_per_byte:.0f} FLOP/byte)")  # fmt: skip
     print(f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
           f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context")  # fmt: skip
+    compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
+    bound = f"compute-bound, η {eff.eta_compute:.2f}" if compute_bound else f"memory-bound, η {eff.eta_bw:.2f}"
     print(f"prefill: ceiling {c.prefill_ceiling_tok_s:8.1f} tok/s, expected {c.prefill_expected_tok_s:8.1f} "
-          f"(η {eff.eta_compute:.2f}) for a {c.prompt_tokens}-token prompt")  # fmt: skip
-    print(f"expected prefill/decode ratio: {c.expected_ratio:.0f}×")
+          f"({bound}) for a {c.prompt_tokens}-token prompt, micro-batch {c.ubatch_tokens}")  # fmt: skip
+    print(f"expected prefill/decode ratio: {c.expected_ratio:.0f}× (at these prompt and context lengths)")
     return 0
 
 

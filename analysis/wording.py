@@ -44,7 +44,9 @@ def gb(bytes_: float) -> str:
         return f"{g:.1f} GB"
     if abs(g) >= 0.1:
         return f"{g:.2f} GB"
-    return f"{bytes_ / 1e6:.0f} MB"
+    if abs(bytes_) >= 1e6:
+        return f"{bytes_ / 1e6:.0f} MB"
+    return f"{bytes_ / 1e3:.0f} kB"
 
 
 def gb_s(bytes_s: float) -> str:

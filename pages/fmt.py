@@ -1,4 +1,9 @@
-"""Formatting of numbers with their units, for display only (values stay in SI units elsewhere)."""
+"""Formatting of numbers with their units, for display only (values stay in SI units elsewhere).
+
+The convention on every page and in the export: bytes in GB = 10^9, as ``ollama ps`` prints them,
+labelled "GB"; integral quantities as integers; durations in ms below one second; "—" for unknown
+(never 0, never "None").
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,9 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 # Where Markdown's autolinks start (http://, www., e-mail): a word joiner (invisible) breaks each one.
 _AUTOLINK_START = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)")
 WORD_JOINER = "\u2060"
-GIB = 1024**3
-MIB = 1024**2
+GB = 1e9
+MB = 1e6
+UNKNOWN = "—"
 
 
 def ms(duration_ns: int | float | None) -> str:
@@ -33,6 +39,8 @@ def seconds(duration_s: float | None) -> str:
         return "—"
     if duration_s < 0:
         return "-" + seconds(-duration_s)
+    if duration_s < 0.01:
+        return f"{duration_s * 1000:.1f} ms"  # "0.4 ms", not "0 ms": a short phase is not a missing one
     if duration_s < 1:
         return f"{duration_s * 1000:.0f} ms"
     if duration_s < 10:
@@ -40,10 +48,10 @@ def seconds(duration_s: float | None) -> str:
     if duration_s < 60:
         return f"{duration_s:.1f} s"
     if duration_s < 3600:
-        minutes, secs = divmod(int(duration_s), 60)
-        return f"{minutes} min {secs:02d} s"
-    hours, rest = divmod(int(duration_s), 3600)
-    return f"{hours} h {rest // 60:02d} min"
+        minutes, secs = divmod(round(duration_s), 60)
+        return f"{minutes} min" if secs == 0 else f"{minutes} min {secs:02d} s"
+    hours, rest = divmod(round(duration_s), 3600)
+    return f"{hours} h" if rest // 60 == 0 else f"{hours} h {rest // 60:02d} min"
 
 
 def rate(tok_s: float | None) -> str:
@@ -57,13 +65,29 @@ def rate(tok_s: float | None) -> str:
     return f"{tok_s:.2f} tok/s"
 
 
-def gib(n_bytes: int | float | None) -> str:
-    """Bytes as GiB (or MiB below one GiB)."""
+def gb(n_bytes: int | float | None) -> str:
+    """Bytes in GB = 10^9, as ``ollama ps`` prints them: "4.92 GB", "12.3 GB", "512 MB" below 1 GB."""
     if n_bytes is None:
-        return "—"
-    if abs(n_bytes) >= GIB:
-        return f"{n_bytes / GIB:.2f} GiB"
-    return f"{n_bytes / MIB:.0f} MiB"
+        return UNKNOWN
+    g = n_bytes / GB
+    if abs(g) >= 100:
+        return f"{g:,.0f} GB"
+    if abs(g) >= 10:
+        return f"{g:.1f} GB"
+    if abs(g) >= 1:
+        return f"{g:.2f} GB"
+    return f"{n_bytes / MB:,.0f} MB"
+
+
+# The old name: every page shows GB now (one unit everywhere), whichever helper it calls.
+gib = gb
+
+
+def count(n: int | float | None) -> str:
+    """An integral quantity (tokens, requests, heads): "8", "1,234"; "—" when unknown."""
+    if n is None:
+        return UNKNOWN
+    return f"{round(n):,}"
 
 
 def clock(ts_unix_s: float) -> str:

@@ -215,7 +215,7 @@ m[2].metric("Duration", fmt.seconds((picked.finished_at_unix_s or time.time()) -
 m[3].metric("Server", picked.server_version or "—")
 if picked.points:
     st.markdown("**Measured points**")
-    st.dataframe(pd.DataFrame(picked.points), hide_index=True, key="lab_points")
+    st.dataframe(view.points_frame(picked.points), hide_index=True, key="lab_points")
 with st.expander("Parameters and key figures"):
     st.json({"parameters": picked.parameters, "summary": picked.summary, "ollama_url": picked.ollama_url}, expanded=True)
 

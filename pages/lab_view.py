@@ -8,7 +8,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from collectors.api import Cost, ExperimentResult, ResultFileError, RunState, list_results, result_from_row
+from pages import fmt
 from store import queries
 
 MODELS_SINCE_S = 30 * 86_400.0
@@ -99,3 +102,48 @@ def run_label(r: ExperimentResult, interrupted: bool = False) -> str:
 
 def is_running(r: ExperimentResult) -> bool:
     return r.state == RunState.RUNNING
+
+
+# Names a user reads for the points' keys; anything else follows the suffix rules of ``column_name``.
+POINT_NAMES = {
+    "ttft_s": "first token",
+    "ttft_s_max": "slowest first token",
+    "ttft_s_median": "median first token",
+    "num_ctx": "context (num_ctx)",
+    "num_parallel": "parallel slots",
+}
+
+
+def column_name(key: str) -> str:
+    """``prefill_tok_s`` → "prefill (tok/s)", ``load_s`` → "load", ``prompt_tokens`` → "prompt tokens"."""
+    if key in POINT_NAMES:
+        return POINT_NAMES[key]
+    for suffix, unit in (("_tok_s", " (tok/s)"), ("_ms", ""), ("_s", ""), ("_bytes", ""), ("_pct", " (%)"), ("_w", " (W)")):
+        if key.endswith(suffix):
+            return key[: -len(suffix)].replace("_", " ") + unit
+    return key.replace("_", " ")
+
+
+def _cell(key: str, value: object) -> object:
+    """One value as the page's units convention shows it: durations in ms below 1 s, bytes in GB, "—" when unknown."""
+    if value is None or (isinstance(value, float) and value != value):
+        return fmt.UNKNOWN
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if key.endswith("_ms"):
+        return fmt.seconds(value / 1000)
+    if (key.endswith("_s") and not key.endswith("_tok_s")) or (key in POINT_NAMES and key.startswith("ttft")):
+        return fmt.seconds(float(value))
+    if key.endswith("_bytes"):
+        return fmt.gb(value)
+    if key.endswith("_tok_s"):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"  # the unit is in the column's name
+    if float(value).is_integer():
+        return fmt.count(value)
+    return f"{value:,.3g}"
+
+
+def points_frame(points: list[dict[str, object]]) -> pd.DataFrame:
+    """A run's measured points with human column names and units (text cells: what the table shows)."""
+    keys = list(dict.fromkeys(k for p in points for k in p))
+    return pd.DataFrame([{column_name(k): _cell(k, p.get(k)) for k in keys} for p in points])

@@ -7,7 +7,15 @@ import time
 import streamlit as st
 
 from pages import common, data, fmt
-from pages.requests_view import SHOWN_ROWS, DetailModel, build_detail, build_history, csv_bytes, request_label
+from pages.requests_view import (
+    SHOWN_ROWS,
+    DetailModel,
+    build_detail,
+    build_history,
+    csv_bytes,
+    display_frame,
+    request_label,
+)
 from pages.settings import client_host_line
 
 ANY = "any"
@@ -50,7 +58,7 @@ if history.truncated:
     caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
 st.caption(caption)
 table = st.dataframe(
-    history.frame, hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
+    display_frame(history.frame), hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
     column_config={"time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss")},
 )  # fmt: skip
 st.download_button(
@@ -59,6 +67,8 @@ st.download_button(
 )  # fmt: skip
 if history.figure is not None:
     st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})
+    if history.figure_note:
+        st.caption(history.figure_note)
 
 # Which request to inspect: the row picked in the table, else the selectbox (newest by default).
 ids = [r.id for r in history.rows]
@@ -97,7 +107,8 @@ def show_detail(d: DetailModel) -> None:
         st.caption("Fewer than two tokens streamed: no gaps to show.")
     if not d.rates.empty:
         st.markdown("**Rates: ours beside Ollama's**")
-        st.dataframe(d.rates, hide_index=True, key="req_rates")
+        # A static table wraps its cells, so "why they differ" is read whole.
+        st.table(d.rates.set_index("phase"))
     for diagnosis in d.diagnoses:
         st.text(f"• {diagnosis.sentence}")
     for text in d.flags:

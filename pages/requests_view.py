@@ -3,18 +3,21 @@ no Streamlit, timed by ``bench/pages_refresh.py``), then ``show_history``/``show
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.ceilings import MIN_RATE_TOKENS
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
-from analysis.phases import Phases, PhaseSource
+from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import RequestKind, RequestRecord
 from pages import charts, data, fmt
 from pages.charts import Span
@@ -58,6 +61,90 @@ class HistoryModel:
     truncated: bool  # more requests match than SHOWN_ROWS
     options: data.HistoryOptions
     figure: go.Figure | None
+    figure_note: str | None = None  # what the rates chart draws apart
+
+
+# Flags that say a rate cannot be true: such readings are drawn apart and set no axis range.
+IMPOSSIBLE_RATE_FLAGS = {"decode": Flag.IMPLAUSIBLE_DECODE_RATE, "prefill": Flag.IMPLAUSIBLE_PREFILL_RATE}
+
+
+def _timed_tokens(row: RequestSummary, kind: str) -> int:
+    if kind == "prefill":
+        return row.computed_prompt_tokens or 0
+    return max((row.output_tokens or 0) - 1, 0)
+
+
+def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]:
+    """Each request's decode and prefill rate over time (log scale: they differ by 10-100×).
+
+    Rates timed over fewer than ``MIN_RATE_TOKENS`` tokens, and rates flagged as beyond any hardware,
+    are drawn hollow and set no axis range: one beyond the range sits at its edge, its value in the hover.
+    """
+    fig = go.Figure()
+    kept: list[float] = []
+    parts: list[tuple[str, str, str, list[RequestSummary], list[float], bool]] = []
+    apart_n = {"too short": 0, "impossible": 0}
+    for kind, label, symbol in (("decode", "decode (output) tok/s", "circle"), ("prefill", "prefill (prompt) tok/s", "diamond")):
+        ok_rows, ok_y, apart_rows, apart_y = [], [], [], []
+        for r in rows:
+            v = r.decode_tok_s if kind == "decode" else r.prefill_tok_s
+            if not v or v <= 0:
+                continue
+            impossible = IMPOSSIBLE_RATE_FLAGS[kind] in (r.flags or ())
+            if impossible or _timed_tokens(r, kind) < MIN_RATE_TOKENS:
+                apart_rows.append(r)
+                apart_y.append(v)
+                apart_n["impossible" if impossible else "too short"] += 1
+            else:
+                ok_rows.append(r)
+                ok_y.append(v)
+        kept += ok_y
+        parts.append((kind, label, symbol, ok_rows, ok_y, False))
+        parts.append((kind, label, symbol + "-open", apart_rows, apart_y, True))
+    lo, hi = (min(kept) / 1.5, max(kept) * 1.5) if kept else (None, None)
+    for kind, label, symbol, part_rows, ys, apart in parts:
+        if apart and not part_rows:
+            continue
+        shown = [min(max(y, lo), hi) if lo is not None and hi is not None else y for y in ys]
+        fig.add_trace(
+            go.Scatter(
+                x=charts.local_times([r.started_at_unix_s for r in part_rows]),
+                y=np.asarray(shown, dtype=np.float64),
+                mode="markers",
+                name=f"{label}, set apart (hollow)" if apart else label,
+                marker={"symbol": symbol, "size": 7, "color": charts.PHASE_COLOURS[kind]},
+                text=[charts.plain(r.model) for r in part_rows],
+                customdata=np.asarray(
+                    [[charts.plain(r.model), y, _timed_tokens(r, kind)] for r, y in zip(part_rows, ys, strict=True)], dtype=object
+                ).reshape(-1, 3),
+                hovertemplate="%{customdata[0]}: %{customdata[1]:,.0f} tok/s over %{customdata[2]:,} tokens<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="local time")
+    y_axis: dict[str, object] = {"title_text": "tokens per second (log scale)", "type": "log", "dtick": 1, "tickformat": ",.0f"}
+    if lo is not None and hi is not None:
+        y_axis["range"] = [math.log10(lo), math.log10(hi)]
+    fig.update_yaxes(**y_axis)
+    fig.update_layout(
+        title={"text": "Rates of the requests shown"}, height=340, margin={"l": 70, "r": 20, "t": 70, "b": 40},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}, hovermode="closest",
+        uirevision="history",
+    )  # fmt: skip
+    note = None
+    if apart_n["too short"] or apart_n["impossible"]:
+        bits = []
+        if apart_n["too short"]:
+            n = apart_n["too short"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
+        if apart_n["impossible"]:
+            n = apart_n["impossible"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
+        note = (
+            "Drawn hollow and left out of the axis range (at its edge when beyond it, value in the hover): "
+            + " and ".join(bits)
+            + "."
+        )
+    return fig, note
 
 
 def build_history(
@@ -71,13 +158,9 @@ def build_history(
     rows, options = result
     truncated = len(rows) > SHOWN_ROWS
     rows = rows[:SHOWN_ROWS]
-    figure = None
-    if rows:
-        figure = charts.history_figure(
-            [r.started_at_unix_s for r in rows], [r.decode_tok_s for r in rows], [r.prefill_tok_s for r in rows],
-            [r.model for r in rows],
-        )  # fmt: skip
-    return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure)
+    figure, note = rates_figure(rows) if rows else (None, None)
+    return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure,
+                        figure_note=note)  # fmt: skip
 
 
 def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
@@ -91,6 +174,28 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
     frame = frame[list(HISTORY_COLUMNS)].rename(columns=HISTORY_COLUMNS)
     return frame
+
+
+# On the page (not in the CSV, whose numbers stay numbers): durations in ms below 1 s, integers, "—" when unknown.
+DURATION_COLUMNS = ("first token (s)", "total seen by client (s)", "load (s)", "queue (s)", "prefill (s)", "decode (s)")
+COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens")
+RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
+
+
+def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The history table as the page shows it: each cell in the units convention, durations named without "(s)"."""
+    out = frame.copy()
+
+    def known(v: object) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    for col in DURATION_COLUMNS:
+        out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in COUNT_COLUMNS:
+        out[col] = [fmt.count(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in RATE_COLUMNS:
+        out[col] = [f"{float(v):,.1f}" if known(v) else fmt.UNKNOWN for v in out[col]]
+    return out.rename(columns={c: c.removesuffix(" (s)") for c in DURATION_COLUMNS})
 
 
 def _local_tz() -> object:
@@ -263,9 +368,10 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
                      "why they differ": why})  # fmt: skip
     elif ph.prompt_tokens:
         if ph.cached_tokens:
+            computed = ph.prompt_tokens - ph.cached_tokens
             why = (
-                f"{ph.cached_tokens:,} of {ph.prompt_tokens:,} prompt tokens came from the cache. Ollama divides all of them "
-                f"by the time spent on the other {ph.prompt_tokens - ph.cached_tokens:,}; we count only those."
+                f"Ollama divides all {ph.prompt_tokens:,} prompt tokens by the time of the {computed:,} computed; "
+                "we count only those."
             )
         elif ph.cached_tokens is None:
             why = "This Ollama does not report cached prompt tokens: if part of the prompt was cached, both numbers overstate."
@@ -290,7 +396,10 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
         why = "Chunks arriving at the proxy, first to last: includes network and batching jitter."
         rows.append({"phase": "as the client saw it", "ours (tok/s)": seen, "Ollama's (tok/s)": None, "why they differ": why})
     frame = pd.DataFrame(rows, columns=["phase", "ours (tok/s)", "Ollama's (tok/s)", "why they differ"])
-    return frame.round({"ours (tok/s)": 1, "Ollama's (tok/s)": 1})
+    # Text, so an unknown rate reads "—" (never "None") and the numbers keep their thousands separators.
+    for col in ("ours (tok/s)", "Ollama's (tok/s)"):
+        frame[col] = [fmt.rate(v) if v is not None and v == v else fmt.UNKNOWN for v in frame[col]]
+    return frame
 
 
 def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[Diagnosis]]:
@@ -331,7 +440,8 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         headlines=headlines(rec, ph),
         sentences=sentences,
         diagnoses=[d for d in diagnoses if d.sentence not in sentences],
-        flags=[ph.flag_text[c] for c in ph.flags if c not in ("cache_unknown",)],
+        # Cache hits are worded once, by the diagnosis (when they move the rate enough to matter).
+        flags=[ph.flag_text[c] for c in ph.flags if c not in (Flag.CACHE_UNKNOWN, Flag.CACHE_HIT)],
     )
 
 

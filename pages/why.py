@@ -12,8 +12,10 @@ from pathlib import Path
 import streamlit as st
 
 from analysis import wording as w
-from analysis.ceilings import MIN_CALIBRATION_SAMPLES
+from analysis.ceilings import MIN_CALIBRATION_SAMPLES, MIN_RATE_TOKENS
 from analysis.diagnose import Severity
+from analysis.hardware import BY_KEY
+from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from collectors import api
 from pages import common, data, fmt
 from pages.settings import client_host_line
@@ -47,6 +49,35 @@ def how_to_make_requests(model: str | None) -> None:
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
 
 
+def lab_link() -> None:
+    """One click to the experiment that fills in the measured points."""
+    if LAB_PAGE.is_file():
+        st.page_link(
+            "pages/lab.py", label="Measure them: run a prompt-length experiment on the Lab page", icon=":material/science:"
+        )
+
+
+def preview(db: Path) -> None:
+    """Before any request: the physics for the detected GPU (or one picked) and a typical 8B model."""
+    keys = list(BY_KEY)
+    picked = st.selectbox(
+        "GPU", ["the one detected here", *keys], key="why_gpu",
+        format_func=lambda k: k if k == "the one detected here" else f"{BY_KEY[k].name} ({k})",
+        help="Pick a GPU from Phasewatch's hardware table to see its ceilings.",
+    )  # fmt: skip
+    spec = BY_KEY.get(picked)
+    why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(),
+                    preview=(spec, TYPICAL_8B_Q4_K_M))  # fmt: skip
+    if why is None:
+        common.no_store_state(ctx)
+        st.stop()
+    st.caption(
+        f"Until Ollama has a model loaded, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come from the "
+        "ceilings alone; your requests become the points."
+    )
+    show_why(why)
+
+
 def show_why(m: WhyModel) -> None:
     hw = m.hardware
     if m.simulated:
@@ -64,18 +95,26 @@ def show_why(m: WhyModel) -> None:
         st.info(fmt.md_escape(m.facts_error), icon=":material/info:")
 
     if m.requests_total == 0:
-        how_to_make_requests(m.model)
+        how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
 
+    short = f"Readings timed over fewer than {MIN_RATE_TOKENS} tokens, and readings above their ceiling, are left out."
     c = st.columns(4)
-    c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s), help="Prompt tokens per second, cache hits excluded.")
-    c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration.")
+    c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s),
+                help="Prompt tokens per second, cache hits excluded. " + short)  # fmt: skip
+    c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s),
+                help="(output tokens − 1) ÷ eval_duration. " + short)  # fmt: skip
     c[2].metric("Prefill ÷ decode", w.times(m.ratio) if m.ratio else "—", help="How many times faster prompts are read.")
-    expected = m.ceilings.expected_ratio if m.ceilings else None
+    expected = m.expected_ratio
     c[3].metric("Expected ratio", w.times(expected) if expected else "—",
-                help="From the expected lines at your typical prompt and context.")  # fmt: skip
+                help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
+                "(the medians of the expected line at each of them).")  # fmt: skip
 
     st.plotly_chart(m.prefill_fig, key="why_prefill", config={"displaylogo": False})
+    if m.prefill_note:
+        st.caption(m.prefill_note)
     st.plotly_chart(m.decode_fig, key="why_decode", config={"displaylogo": False})
+    if m.decode_note:
+        st.caption(m.decode_note)
     eff = m.efficiencies
     if eff is not None:
         pending = "" if eff.decode_samples and eff.prefill_samples else (
@@ -92,6 +131,8 @@ def show_why(m: WhyModel) -> None:
         f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from every stored request of this "
         "model; one point per request."
     )
+    if m.requests_total == 0:
+        lab_link()
 
     if m.sentences:
         st.subheader("Why prefill is so much faster than decode")
@@ -143,8 +184,8 @@ if models is None:
     common.no_store_state(ctx)
     st.stop()
 if not models:
-    how_to_make_requests(None)
     st.caption("Model facts (layers, heads, quantization) appear here once Ollama has a model loaded.")
+    preview(ctx.db_path)
     st.stop()
 
 model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")

@@ -12,7 +12,6 @@ so it carries the user's numbers.
 from __future__ import annotations
 
 import sqlite3
-import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -20,25 +19,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 
 from analysis import wording as w
-from analysis.accelerator import Hardware, resolve_hardware
+from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
 from analysis.ceilings import (
-    MIN_DECODE_INTERVALS_FOR_CALIBRATION,
-    MIN_PROMPT_TOKENS_FOR_CALIBRATION,
-    CalibrationPoint,
+    CeilingModel,
     Ceilings,
     CurvePoint,
     Efficiencies,
-    calibrate,
-    calibration_points,
-    ceilings_for,
-    ceilings_for_request,
     curve_tokens,
-    decode_curve,
-    prefill_curve,
+    ollama_num_batch,
     starting_efficiencies,
     vram_fraction,
 )
@@ -50,115 +41,27 @@ from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, GpuSample, LoadedModel, Outcome, RequestRecord
-from pages.charts import plain
+from analysis.story import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    RateSample,
+    Reading,
+    Story,
+    build_story,
+    counted_median,
+    plain_readings,
+)
+from pages.why_figures import decode_figure, flagged_note, prefill_figure
 from store import queries
-from store.tables import RequestSummary
 
 POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
-CALIBRATION_LIMIT = 1000  # newest requests the calibration looks at
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
 DIAGNOSE_LIMIT = 100  # newest finished requests of the model that get diagnosed
 GPU_LOOKBACK_S = 24 * 3600  # how far back to look for a GPU sample when none is fresh
-DEFAULT_PROMPT_TOKENS = 512  # for the sentences when no request has been measured yet
-DEFAULT_CONTEXT_TOKENS = 1024
 CURVE_POINTS = 60
-
-MEASURED_COLOUR = "#1e88e5"
-CEILING_COLOUR = "#e53935"
-EXPECTED_COLOUR = "#fb8c00"
-FULL_GPU_COLOUR = "#8e24aa"
 
 
 _open = queries.open_reader  # None while there is no store yet
-
-
-# ---------------------------------------------------------------------------------------------
-# Figures
-
-
-def _measured_trace(xs: Sequence[float | None], ys: Sequence[float | None], ids: Sequence[str], x_label: str) -> go.Scatter:
-    # numpy arrays: Plotly validates a list element by element, an array at once (5,000 points: ~1 s vs ~ms).
-    return go.Scatter(
-        x=np.asarray(xs, dtype=np.float64),
-        y=np.asarray(ys, dtype=np.float64),
-        mode="markers",
-        name="measured (one per request)",
-        marker={"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75},
-        customdata=np.asarray([i[:8] for i in ids], dtype=object),
-        hovertemplate=f"{x_label}: %{{x:,.0f}}<br>%{{y:,.1f}} tok/s<br>request %{{customdata}}<extra></extra>",
-    )
-
-
-def _line(curve: Sequence[CurvePoint], attr: str, name: str, colour: str, dash: str) -> go.Scatter:
-    return go.Scatter(
-        x=[p.tokens for p in curve],
-        y=[getattr(p, attr) for p in curve],
-        mode="lines",
-        name=name,
-        line={"color": colour, "width": 2, "dash": dash},
-        hovertemplate="%{x:,.0f} tokens: %{y:,.1f} tok/s<extra>" + name.split(" (")[0] + "</extra>",
-    )
-
-
-def _layout(fig: go.Figure, title: str, x_title: str) -> go.Figure:
-    fig.update_layout(
-        title={"text": title},
-        height=420,
-        margin={"l": 60, "r": 20, "t": 70, "b": 50},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
-        hovermode="closest",
-    )
-    fig.update_xaxes(title_text=x_title, type="log")
-    fig.update_yaxes(title_text="tokens per second (tok/s)", rangemode="tozero")
-    return fig
-
-
-def expected_label(eff: Efficiencies, kind: str) -> str:
-    """Legend name of the expected line: which efficiency it uses and where that came from."""
-    eta, source = (eff.eta_compute, eff.source_compute) if kind == "prefill" else (eff.eta_bw, eff.source_bw)
-    return f"expected ({w.pct(eta)} of ceiling: {source})"
-
-
-def prefill_figure(
-    points: Sequence[RequestSummary], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str, hw_label: str
-) -> go.Figure:
-    fig = go.Figure()
-    if curve and eff is not None:
-        fig.add_trace(_line(curve, "ceiling_tok_s", "ceiling (memory, then compute)", CEILING_COLOUR, "dash"))
-        fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, "prefill"), EXPECTED_COLOUR, "solid"))
-    fig.add_trace(
-        _measured_trace([p.computed_prompt_tokens for p in points], [p.prefill_tok_s for p in points],
-                        [p.id for p in points], "prompt tokens")
-    )  # fmt: skip
-    return _layout(
-        fig, f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
-        "prompt length (tokens computed, cache hits excluded; log scale)",
-    )  # fmt: skip
-
-
-def decode_figure(
-    points: Sequence[RequestSummary],
-    curve: Sequence[CurvePoint],
-    full_gpu_curve: Sequence[CurvePoint],
-    eff: Efficiencies | None,
-    model: str,
-    hw_label: str,
-) -> go.Figure:
-    fig = go.Figure()
-    if curve and eff is not None:
-        blended = " blended with system memory" if full_gpu_curve else ""
-        fig.add_trace(_line(curve, "ceiling_tok_s", f"ceiling (memory bandwidth{blended})", CEILING_COLOUR, "dash"))
-        fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, "decode"), EXPECTED_COLOUR, "solid"))
-    if full_gpu_curve:
-        fig.add_trace(_line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot"))
-    fig.add_trace(
-        _measured_trace([p.decode_context_tokens for p in points], [p.decode_tok_s for p in points],
-                        [p.id for p in points], "context tokens")
-    )  # fmt: skip
-    return _layout(
-        fig, f"Decode: output tokens/s against context length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
-        "context length (prompt + half the reply, tokens; log scale)",
-    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,17 +85,21 @@ class WhyModel:
     facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
     loaded: LoadedModel | None
     vram_fraction: float
-    prefill_points: list[RequestSummary]  # with a prefill rate and computed prompt tokens
-    decode_points: list[RequestSummary]  # with a decode rate and a context length
+    prefill_points: list[Reading]  # one per request with a prefill rate, flagged or not
+    decode_points: list[Reading]  # one per request with a decode rate
     requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
     efficiencies: Efficiencies | None
     ceilings: Ceilings | None  # at the typical prompt and context
     typical_prompt_tokens: int
     typical_context_tokens: int
-    prefill_median_tok_s: float | None
+    prefill_median_tok_s: float | None  # readings that count only
     decode_median_tok_s: float | None
     prefill_fig: go.Figure
     decode_fig: go.Figure
+    story: Story | None  # the ceiling model and the readings set against it (None without GPU spec or model facts)
+    ubatch_tokens: int
+    prefill_note: str | None  # what the prefill chart draws apart (flagged, too short)
+    decode_note: str | None
     sentences: list[str]  # explain_rates: the ratio first, then the plain explanation
     interference: list[Interference]  # significant events where this model's reply was slowed
     interference_sentences: list[str]
@@ -208,6 +115,11 @@ class WhyModel:
         if self.prefill_median_tok_s and self.decode_median_tok_s:
             return self.prefill_median_tok_s / self.decode_median_tok_s
         return None
+
+    @property
+    def expected_ratio(self) -> float | None:
+        """Expected prefill ÷ decode over the same prompt lengths and contexts as the measured readings."""
+        return self.story.expected_ratio if self.story is not None else None
 
     @property
     def simulated(self) -> bool:
@@ -229,31 +141,6 @@ def _latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]
         if latest:
             return [latest[i] for i in sorted(latest)]
     return []
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _prefill_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
-    return [r for r in rows if r.prefill_tok_s and r.prompt_tokens and (r.computed_prompt_tokens or 0) > 0]
-
-
-def _decode_points(rows: Sequence[RequestSummary]) -> list[RequestSummary]:
-    return [r for r in rows if r.decode_tok_s and r.decode_context_tokens is not None]
-
-
-def _calibrate(rows: Sequence[RequestSummary], spec: HardwareSpec, facts: ModelFacts, start: Efficiencies,
-               frac: float, host_bw: float | None, bw: float | None) -> Efficiencies:  # fmt: skip
-    history: list[CalibrationPoint] = []
-    for r in rows[:CALIBRATION_LIMIT]:
-        c = ceilings_for_request(
-            spec, facts, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, vram_fraction=frac,
-            host_bandwidth_bytes_s=host_bw, efficiencies=start, bandwidth_bytes_s=bw,
-        )  # fmt: skip
-        computed = (r.prompt_tokens or 0) - (r.cached_tokens or 0)
-        history += calibration_points(r.decode_tok_s, r.output_tokens, r.prefill_tok_s, computed, c)
-    return calibrate(history, start)
 
 
 def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
@@ -321,8 +208,12 @@ def build_why(
     window_s: float = 300.0,
     *,
     apple_chip: tuple[str, int | None] | None = None,
+    preview: tuple[HardwareSpec | None, ModelFacts] | None = None,
 ) -> WhyModel | None:
     """Everything the Why page shows for ``model``; None when there is no store.
+
+    ``preview`` (before any request: a GPU picked from the table, or None for the detected one, and the
+    facts of a model) explains from the ceilings alone.
 
     ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
     the charts and the calibration use every stored request of the model. The host's
@@ -359,6 +250,11 @@ def build_why(
 
     hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
                           host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
+    if preview is not None and preview[0] is not None:
+        picked = preview[0]
+        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
+        hw = Hardware(kind, picked.name, picked,
+                      picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))  # fmt: skip
     if hw.kind == "cpu":
         frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
     elif frac < 1.0:
@@ -369,7 +265,9 @@ def build_why(
 
     facts: ModelFacts | None = None
     facts_error: str | None = None
-    if show is None:
+    if preview is not None:
+        facts = preview[1]
+    elif show is None:
         facts_error = (
             f"No model facts for {model} yet: they appear once Ollama has the model loaded and the collector "
             "has asked Ollama about it (/api/show)."
@@ -384,51 +282,44 @@ def build_why(
             f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
             f"{facts.quantization or 'the'} quantization's bits per weight."
         )
-    if loaded is None and facts is not None:
+    if loaded is None and facts is not None and preview is None:
         notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
 
-    prefill_pts = _prefill_points(rows)
-    decode_pts = _decode_points(rows)
-    # (The points are filtered: their rates, prompt and context lengths are known.)
-    prompt_lengths = [p.computed_prompt_tokens or 0 for p in prefill_pts]
-    context_lengths = [p.decode_context_tokens or 0.0 for p in decode_pts]
-    prefill_rates = [p.prefill_tok_s or 0.0 for p in prefill_pts]
-    decode_rates = [p.decode_tok_s or 0.0 for p in decode_pts]
-    long_prompts = [r for r, n in zip(prefill_rates, prompt_lengths, strict=True) if n >= MIN_PROMPT_TOKENS_FOR_CALIBRATION]
-    prefill_median = _median(long_prompts) or _median(prefill_rates)
-    long_replies = [
-        r
-        for r, p in zip(decode_rates, decode_pts, strict=True)
-        if (p.output_tokens or 0) - 1 >= MIN_DECODE_INTERVALS_FOR_CALIBRATION
-    ]
-    decode_median = _median(long_replies) or _median(decode_rates)
-    typical_prompt = round(_median(prompt_lengths) or DEFAULT_PROMPT_TOKENS)
-    typical_ctx = round(_median(context_lengths) or DEFAULT_CONTEXT_TOKENS)
-
+    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
+    ubatch_source = (
+        f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
+        if loaded is not None and loaded.context_length
+        else "llama.cpp's default"
+    )
+    samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
+                          r.decode_tok_s) for r in rows]  # fmt: skip
     spec = hw.spec
-    eff: Efficiencies | None = None
-    ceilings: Ceilings | None = None
+    story: Story | None = None
     pre_curve: list[CurvePoint] = []
     dec_curve: list[CurvePoint] = []
     full_curve: list[CurvePoint] = []
     host = hw.host_bandwidth_bytes_s
     if spec is not None and facts is not None:
-        start = starting_efficiencies(spec, facts.quantization)
-        eff = _calibrate(rows, spec, facts, start, frac, host, hw.bandwidth_bytes_s)
-        ceilings = ceilings_for(
-            spec, facts, context_tokens=typical_ctx, prompt_tokens=typical_prompt, vram_fraction=frac,
-            host_bandwidth_bytes_s=host, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s,
-        )  # fmt: skip
+        start = CeilingModel(spec, facts, starting_efficiencies(spec, facts.quantization), frac, host, hw.bandwidth_bytes_s,
+                             ubatch)  # fmt: skip
+        story = build_story(start, samples)
+        prefill_r, decode_r = story.prefill, story.decode
+        prompt_lengths = [r.tokens for r in prefill_r]
+        context_lengths = [r.tokens for r in decode_r]
         max_prompt = max([*prompt_lengths, facts.context_length or 8192])
-        max_ctx = max([*(int(n) for n in context_lengths), facts.context_length or 8192])
-        min_prompt = min([*prompt_lengths, 16])
-        min_ctx = min([*(int(n) for n in context_lengths), 16])
-        pre_curve = prefill_curve(spec, facts, curve_tokens(max_prompt, CURVE_POINTS, max(min_prompt, 1)), efficiencies=eff)
-        ctx_tokens = curve_tokens(max_ctx, CURVE_POINTS, max(min_ctx, 1))
-        dec_curve = decode_curve(spec, facts, ctx_tokens, vram_fraction=frac, host_bandwidth_bytes_s=host,
-                                 efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s)  # fmt: skip
+        max_ctx = max([*context_lengths, facts.context_length or 8192])
+        min_prompt = max(min([*prompt_lengths, 16]), 1)
+        min_ctx = max(min([*context_lengths, 16]), 1)
+        # The stated prompt length and context are points of the lines, so the sentences' ceilings are on the chart.
+        pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), story.typical_prompt_tokens})
+        ctx_tokens = sorted({*curve_tokens(max_ctx, CURVE_POINTS, min_ctx), story.typical_context_tokens})
+        pre_curve = story.model.prefill_curve(pre_tokens)
+        dec_curve = story.model.decode_curve(ctx_tokens)
         if frac < 1.0:
-            full_curve = decode_curve(spec, facts, ctx_tokens, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s)
+            full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
+    else:
+        prefill_r, decode_r = plain_readings(samples)
+    eff = story.model.efficiencies if story is not None else None
 
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in recent]
     events = _interference_on(mine, pairs)
@@ -443,22 +334,22 @@ def build_why(
     energies: list[PhaseEnergy] = []
     for rec in mine:
         ph = phases[rec.id]
-        samples = samples_by_id.get(rec.id, [])
-        ds = diagnose_request(rec, ph, gpu_samples=samples, loaded=loaded if hw.kind != "cpu" else None, facts=facts, spec=spec,
-                              host_bandwidth_bytes_s=host, efficiencies=eff)  # fmt: skip
+        gpu_s = samples_by_id.get(rec.id, [])
+        ds = diagnose_request(rec, ph, gpu_samples=gpu_s, loaded=loaded if hw.kind != "cpu" else None, facts=facts, spec=spec,
+                              host_bandwidth_bytes_s=host, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s,
+                              ubatch_tokens=ubatch)  # fmt: skip
         diagnosed.append((rec, ds))
-        if samples:
-            used = energy_for_request(rec, ph, samples)
+        if gpu_s:
+            used = energy_for_request(rec, ph, gpu_s)
             if used is not None:
                 energies.append(used)
     energy = _aggregate_energy(energies)
 
     sentences: list[str] = []
-    if ceilings is not None:
+    if story is not None:
         sentences = explain_rates(
-            ceilings, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
-            model_name=model, prefill_tok_s=prefill_median, decode_tok_s=decode_median,
-            prompt_tokens=typical_prompt, interference=events,
+            story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
+            model_name=model, ubatch_source=ubatch_source, interference=events,
         )  # fmt: skip
     hw_label = hw.label
     return WhyModel(
@@ -468,17 +359,21 @@ def build_why(
         facts_error=facts_error,
         loaded=loaded,
         vram_fraction=frac,
-        prefill_points=prefill_pts,
-        decode_points=decode_pts,
+        prefill_points=prefill_r,
+        decode_points=decode_r,
         requests_total=len(rows),
         efficiencies=eff,
-        ceilings=ceilings,
-        typical_prompt_tokens=typical_prompt,
-        typical_context_tokens=typical_ctx,
-        prefill_median_tok_s=prefill_median,
-        decode_median_tok_s=decode_median,
-        prefill_fig=prefill_figure(prefill_pts, pre_curve, eff, model, hw_label),
-        decode_fig=decode_figure(decode_pts, dec_curve, full_curve, eff, model, hw_label),
+        ceilings=story.ceilings if story is not None else None,
+        typical_prompt_tokens=story.typical_prompt_tokens if story is not None else DEFAULT_PROMPT_TOKENS,
+        typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
+        prefill_median_tok_s=counted_median(prefill_r),
+        decode_median_tok_s=counted_median(decode_r),
+        prefill_fig=prefill_figure(prefill_r, pre_curve, eff, model, hw_label, ubatch),
+        decode_fig=decode_figure(decode_r, dec_curve, full_curve, eff, model, hw_label),
+        story=story,
+        ubatch_tokens=ubatch,
+        prefill_note=flagged_note("prefill", prefill_r),
+        decode_note=flagged_note("decode", decode_r),
         sentences=sentences,
         interference=events,
         interference_sentences=interference_sentences,
@@ -512,7 +407,7 @@ def hardware_line(hw: Hardware) -> str:
     if hw.spec is not None:
         parts.append(f"{w.tflops(hw.spec.fp16_flops)} dense FP16")
         if hw.kind != "cpu":
-            parts.append(f"{hw.spec.memory_bytes / 2**30:.0f} GiB")
+            parts.append(f"{w.gb(hw.spec.memory_bytes)} of memory")
     if hw.mem_clock_mhz is not None and hw.mem_clock_max_mhz:
         parts.append(f"memory clock now {hw.mem_clock_mhz:,} of {hw.mem_clock_max_mhz:,} MHz")
     if hw.gpu_count > 1:
@@ -530,10 +425,10 @@ def facts_line(m: WhyModel) -> str | None:
         f"{f.params / 1e9:.2f} B parameters per token{moe}",
         f"{f.layers} layers",
         f"hidden size {f.hidden:,}",
-        f"{w.num(f.kv_heads)} KV heads × {f.head_dim}",
+        f"{w.count(f.kv_heads) if float(f.kv_heads).is_integer() else w.num(f.kv_heads)} KV heads × {f.head_dim}",
         f.quantization or "quantization unknown",
         f"weights {w.gb(f.weights_bytes)}" + (" (estimated)" if f.weights_bytes_estimated else ""),
-        f"KV cache {f.kv_bytes_per_token / 1024:,.0f} KiB per token",
+        f"KV cache {w.gb(f.kv_bytes_per_token)} per token",
     ]
     if m.loaded is not None:
         in_ram = m.loaded.size_bytes - m.loaded.size_vram_bytes

@@ -16,7 +16,7 @@ import httpx
 import ollama
 import pytest
 
-from analysis.ceilings import Ceilings, ceilings_for
+from analysis.ceilings import CeilingModel, starting_efficiencies
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.explain import explain_rates, explain_request
 from analysis.hardware import spec_by_key
@@ -24,6 +24,7 @@ from analysis.interference import describe, find_interference
 from analysis.model_facts import ModelFacts, model_facts_from_show
 from analysis.phases import split_record
 from analysis.records import LoadedModel, RequestRecord
+from analysis.story import Story, build_story
 from collectors.proxy import RECORD_ID_HEADER
 from sim.tokens import make_prompt
 from tests.support.proxy_thread import ProxyThread, run_proxy
@@ -132,12 +133,13 @@ def test_long_prompt_stalls_a_streaming_reply(sim: SimProcess, proxy: ProxyThrea
     assert "4,0" in describe(i)  # the aggressor's prompt length, in words
     # The aggressor's own wait for its first token went to reading that prompt.
     assert "ttft_prompt" in [d.code for d in diagnose(sim, aggressor)]
-    c_lines = explain_rates(_ceilings(sim), hardware_name=SPEC.name, model_name=MODEL, interference=found)
+    c_lines = explain_rates(_story(sim), hardware_name=SPEC.name, model_name=MODEL, interference=found)
     assert c_lines[-1].startswith("Measured here:")
 
 
-def _ceilings(sim: SimProcess) -> Ceilings:
-    return ceilings_for(SPEC, facts(sim, MODEL), context_tokens=512, prompt_tokens=512)
+def _story(sim: SimProcess) -> Story:
+    f = facts(sim, MODEL)
+    return build_story(CeilingModel(SPEC, f, starting_efficiencies(SPEC, f.quantization)), [])
 
 
 def test_model_larger_than_vram_is_partly_offloaded() -> None:

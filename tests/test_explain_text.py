@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
-from analysis.ceilings import ceilings_for
+from analysis.ceilings import CeilingModel, ceilings_for, starting_efficiencies
 from analysis.diagnose import diagnose_request
 from analysis.explain import explain_rates, explain_request
 from analysis.hardware import spec_by_key
 from analysis.interference import Interference
 from analysis.phases import split_record
+from analysis.story import RateSample, Story, build_story
 from tests.test_explain_diagnose import FACTS, SPEC, loaded, make_record
 
 NUMBER = re.compile(r"\d")
@@ -49,38 +50,36 @@ def test_explain_request_without_metrics() -> None:
     assert "no timing from Ollama" in lines[0] and "50 token chunks" in lines[0]
 
 
+def story(key: str, samples: list[RateSample] | None = None) -> Story:
+    spec = spec_by_key(key)
+    return build_story(CeilingModel(spec, FACTS, starting_efficiencies(spec, FACTS.quantization)), samples or [])
+
+
 def test_explain_rates_carries_the_numbers() -> None:
-    c = ceilings_for(spec_by_key("rtx-3090"), FACTS, context_tokens=512, prompt_tokens=512)
-    lines = explain_rates(c, hardware_name="RTX 3090", model_name="llama3.1:8b", prefill_tok_s=4030, decode_tok_s=115.4)
+    st = story("rtx-3090", [RateSample("r1", 512, 4030.0, 512.0, 100, 115.4)])
+    c = st.ceilings
+    lines = explain_rates(st, hardware_name="RTX 3090", model_name="llama3.1:8b")
     text = " ".join(lines)
-    assert "4,030 tok/s" in text and "115 tok/s" in text and "35×" in text
+    assert "4,030 tok/s" in text and "115 tok/s" in text and "35×" in text and "(one request, 512 prompt tokens)" in text
+    assert f"about {c.prefill_expected_tok_s:,.0f} tok/s and" in text  # the expected rates at the same prompt and context
     assert "4.92 GB of weights" in text and "936 GB/s" in text and "142 TFLOP/s" in text
     assert f"{c.ridge_point_flop_per_byte:.0f} FLOP per byte" in text
-    assert "8.7 ms" in text  # 1000 / 115.4
+    assert "at 512 prompt tokens the ceiling is" in text and "at 512 tokens of context" in text
     assert all(NUMBER.search(s) for s in lines), "every sentence must carry a number"
 
 
 def test_explain_rates_differs_with_hardware() -> None:
     # Nothing generic: on different hardware every sentence reads differently.
-    a = explain_rates(
-        ceilings_for(spec_by_key("rtx-4090"), FACTS, context_tokens=512, prompt_tokens=512),
-        hardware_name="RTX 4090",
-        model_name="m",
-    )
-    b = explain_rates(
-        ceilings_for(spec_by_key("m2-ultra"), FACTS, context_tokens=512, prompt_tokens=512),
-        hardware_name="M2 Ultra",
-        model_name="m",
-    )
+    a = explain_rates(story("rtx-4090"), hardware_name="RTX 4090", model_name="m")
+    b = explain_rates(story("m2-ultra"), hardware_name="M2 Ultra", model_name="m")
     assert len(a) == len(b) >= 6
     for sa, sb in zip(a, b, strict=True):
         assert sa != sb
 
 
 def test_explain_rates_quotes_measured_interference() -> None:
-    c = ceilings_for(spec_by_key("rtx-4090"), FACTS, context_tokens=512, prompt_tokens=512)
     i = Interference("a", "b", 6, 10.0, 50.0, 55.0, 40.0, 240.0, 300.0, 4096, "m", "m")
-    lines = explain_rates(c, hardware_name="RTX 4090", model_name="m", interference=[i])
+    lines = explain_rates(story("rtx-4090"), hardware_name="RTX 4090", model_name="m", interference=[i])
     assert lines[-1].startswith("Measured here: while another request read its 4,096-token prompt")
     assert "40 ms per token" in lines[-1]
 

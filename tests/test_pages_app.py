@@ -89,7 +89,7 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
 
     models = next(d.value for d in at.dataframe if "context length" in d.value.columns)
     row = models.set_index("model").loc["llama3.1:70b"]
-    assert row["on GPU %"] == 50 and row["context length"] == 4096 and row["in system memory"] == "21.00 GiB"
+    assert row["on GPU %"] == 50 and row["context length"] == 4096 and row["in system memory"] == "22.5 GB"
     assert any("where the weights sit" in title_of(f) for f in figs)
     host = next(f for f in figs if "Host" in title_of(f))
     assert {"all processes", "Ollama", "used", "total"} <= trace_names(host)
@@ -229,7 +229,8 @@ def test_requests_history_filters_and_csv(fixture_store: Fixture) -> None:
     table = at.dataframe[0].value
     in_window = [r for r in [*fixture_store.finished, fixture_store.in_flight] if r.started_at_unix_s >= fixture_store.now - 300]
     assert len(table) == len(in_window)
-    assert {"time", "model", "endpoint", "outcome", "first token (s)", "decode tok/s", "prefill tok/s"} <= set(table.columns)
+    assert {"time", "model", "endpoint", "outcome", "first token", "decode tok/s", "prefill tok/s"} <= set(table.columns)
+    assert "None" not in table.to_string() and all(v.endswith(("ms", " s", "min", "—")) for v in table["first token"])
     assert at.get("download_button")
     at.selectbox(key="req_outcome").set_value("upstream_failed").run()
     table = at.dataframe[0].value
@@ -254,9 +255,14 @@ def test_request_detail_shows_waterfall_gaps_rates_and_story(fixture_store: Fixt
     gaps = next(f for f in figs if "Gaps between tokens" in title_of(f))
     stall = next(t for t in gaps["data"] if t["name"] == "stall")
     assert len(stall["y"]) == 1 if isinstance(stall["y"], list) else True
-    rates = next(d.value for d in at.dataframe if "why they differ" in d.value.columns)
-    decode_row = rates.set_index("phase").loc["decode (output)"]
-    assert decode_row["ours (tok/s)"] < decode_row["Ollama's (tok/s)"]  # (n-1)/d beside n/d
+    rates = next(t.value for t in at.table if "why they differ" in t.value.columns)
+    decode_row = rates.loc["decode (output)"]
+
+    def tok_s(cell: str) -> float:
+        return float(cell.removesuffix(" tok/s").replace(",", ""))
+
+    assert tok_s(decode_row["ours (tok/s)"]) < tok_s(decode_row["Ollama's (tok/s)"])  # (n-1)/d beside n/d
+    assert "None" not in rates.to_string() and rates.loc["as the client saw it", "Ollama's (tok/s)"] == "—"
     story = "\n".join(t.value for t in at.text)
     assert "Of " in story and "writing 80 tokens" in story
     labels = {m.label: m.value for m in at.metric}

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.ceilings import DEFAULT_UBATCH_TOKENS, Ceilings, ceilings_for, compute_ceilings, starting_efficiencies
+from analysis.ceilings import DEFAULT_UBATCH_TOKENS, CeilingModel, Ceilings, ceilings_for, ollama_num_batch, starting_efficiencies
 from analysis.model_facts import ModelFacts as AnalysisFacts
 from analysis.model_facts import model_facts_from_show
 from sim import timing
@@ -44,15 +44,9 @@ def analysis_facts(model: ModelFacts) -> AnalysisFacts:
 def analysis_ceilings(
     profile: SimProfile, model: ModelFacts, *, context: int, prompt: int, vram: float, ubatch: int = DEFAULT_UBATCH_TOKENS
 ) -> Ceilings:
-    """``ceilings_for``'s numbers, with the micro-batch the request ran with (``ceilings_for`` assumes 512)."""
-    facts = analysis_facts(model)
-    return compute_ceilings(
-        bandwidth_bytes_s=profile.spec.bandwidth_bytes_s, peak_flops=profile.spec.fp16_flops,
-        weights_bytes=facts.weights_bytes, params=facts.params, layers=facts.layers, hidden=facts.hidden,
-        kv_bytes_per_tok=facts.kv_bytes_per_token, context_tokens=context, prompt_tokens=prompt,
-        efficiencies=starting_efficiencies(profile.spec, facts.quantization), vram_fraction=vram,
-        host_bandwidth_bytes_s=profile.host_bandwidth_bytes_s, ubatch_tokens=ubatch,
-    )
+    """The app's ``ceilings_for``, with the micro-batch the request ran with (the Why page passes the loaded model's)."""
+    return ceilings_for(profile.spec, analysis_facts(model), context_tokens=context, prompt_tokens=prompt, vram_fraction=vram,
+                        host_bandwidth_bytes_s=profile.host_bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
 
 
 def fastest_prefill_s(model: ModelFacts, profile: SimProfile, vram: float, cached: int, prompt: int, batch: int) -> float:
@@ -97,11 +91,16 @@ def test_decode_is_never_faster_than_the_analysis_ceiling(profile: SimProfile, m
     assert rate <= ceiling * (1 + REL_TOLERANCE)
 
 
-def test_the_helper_is_the_apps_ceilings_for_at_its_micro_batch() -> None:
+def test_the_app_passes_ollamas_micro_batch_for_the_loaded_context() -> None:
+    # What the Why page computes for a model loaded with 32K of context is the ceiling at sim's batch for it.
     profile, model = profile_by_key("rtx-3090"), BY_NAME["llama3.1:8b"]
-    app = ceilings_for(profile.spec, analysis_facts(model), context_tokens=900, prompt_tokens=700, vram_fraction=0.4,
-                       host_bandwidth_bytes_s=profile.host_bandwidth_bytes_s)  # fmt: skip
-    assert analysis_ceilings(profile, model, context=900, prompt=700, vram=0.4) == app
+    facts = analysis_facts(model)
+    start = CeilingModel(profile.spec, facts, starting_efficiencies(profile.spec, facts.quantization), 0.4,
+                         profile.host_bandwidth_bytes_s, None, ollama_num_batch(32768))  # fmt: skip
+    assert ollama_num_batch(32768) == timing.default_num_batch(32768) == 1024
+    assert start.at(700, 900) == analysis_ceilings(profile, model, context=900, prompt=700, vram=0.4, ubatch=1024)
+    for num_ctx in (2048, 4096, 4097, 32768, 32769, 131072):
+        assert ollama_num_batch(num_ctx) == timing.default_num_batch(num_ctx)
 
 
 def test_a_short_prefill_is_bound_by_one_read_of_the_weights() -> None:
