@@ -177,8 +177,9 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
 
 
 # On the page (not in the CSV, whose numbers stay numbers): durations in ms below 1 s, integers, "—" when unknown.
-DURATION_COLUMNS = ("first token (s)", "total seen by client (s)", "load (s)", "queue (s)", "prefill (s)", "decode (s)")
-COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens")
+DURATION_COLUMNS = ("first token (s)", "first token, server side (s)", "first answer token (s)", "total seen by client (s)",
+                    "load (s)", "queue (s)", "prefill (s)", "decode (s)")  # fmt: skip
+COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens", "thinking tokens")
 RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
 
 
