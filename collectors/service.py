@@ -36,6 +36,7 @@ from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
 from collectors.metrics import CONTENT_TYPE, MetricsSnapshot, RequestStats, render
 from collectors.poller import OllamaPoller
+from collectors.progress_estimate import ProgressEstimator
 from collectors.proxy import RecordingProxy
 from store import queries
 from store.ops import (
@@ -47,6 +48,7 @@ from store.ops import (
     PutHeartbeat,
     PutHostBandwidth,
     PutHostSample,
+    PutProgress,
     PutRequest,
     RederivePhases,
 )
@@ -113,6 +115,7 @@ class CollectorService:
         self._sim_source: SimGpuSource | None = None
         self._host: HostSampler | None = None
         self._lab: LabIngester | None = None
+        self._estimator = ProgressEstimator(settings.db_path, clock)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listen = ""
@@ -333,9 +336,18 @@ class CollectorService:
             if running:
                 for rec in running:  # the Live page shows generations while they run
                     writer.submit(PutRequest(rec))
+                await self._estimate_progress(running)
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
+
+    async def _estimate_progress(self, running: list[RequestRecord]) -> None:
+        """Estimated prefill progress of the running requests without a first token (after their rows)."""
+        models = self.poller.state.models if self.poller is not None else []
+        loaded = {name: m.context_length for m in models for name in (m.name, m.model)}
+        samples = await asyncio.to_thread(self._estimator.samples, running, loaded, self.latest_gpus)
+        if samples and self.writer is not None:
+            self.writer.submit(PutProgress(samples))
 
     def _ollama_vram_bytes(self) -> int | None:
         """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""

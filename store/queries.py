@@ -564,3 +564,24 @@ def progress_samples(conn: sqlite3.Connection, request_ids: Sequence[str]) -> di
             sample = PROGRESS_SAMPLES.from_values(values)
             out.setdefault(sample.request_id, []).append(sample)
     return out
+
+
+@dataclass(frozen=True)
+class PromptHistoryRow:
+    """One finished request's prompt: its characters, tokens and prefill rate (for the live prefill estimate)."""
+
+    prompt_chars: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_tok_s: float | None
+
+
+def prompt_history(conn: sqlite3.Connection, model: str, limit: int = 200) -> list[PromptHistoryRow]:
+    """The newest finished requests of a model that have Ollama's prompt count, newest first."""
+    rows = _rows(
+        conn,
+        "SELECT prompt_chars, prompt_tokens, cached_tokens, prefill_tok_s FROM requests "
+        "WHERE model = ? AND outcome = 'ok' AND prompt_tokens IS NOT NULL ORDER BY started_at_unix_s DESC LIMIT ?",
+        (model, int(limit)),
+    )
+    return [PromptHistoryRow(*r) for r in rows]

@@ -315,8 +315,15 @@ CREATE TABLE progress_samples (
 );
 """
 
+# v7 (after issue 16's v6): the prompt's size in characters, counted by the proxy whether or not the text is
+# kept, so the collector can estimate a running prompt's tokens (× the model's measured tokens per character).
+_V7 = """
+ALTER TABLE requests ADD COLUMN prompt_chars INTEGER;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5)]
+MIGRATIONS.append(_script(_V7))  # v7 comes after issue 16's v6 once both are merged
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

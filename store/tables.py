@@ -267,6 +267,7 @@ class RequestRow(RequestSummary):
     decode_end_ns: int | None
     phases_done_reason: str | None  # the split's: None where the metrics were refused as impossible
     flag_text: dict[str, str]  # flag code → sentence
+    prompt_chars: int | None  # the prompt's characters, counted by the proxy (None: unknown, or an older row)
 
 
 @dataclass(frozen=True)
