@@ -160,8 +160,9 @@ def describe_request(
         "num_ctx": _int_or_none(options.get("num_ctx")),
         "num_predict": num_predict,
         "keep_alive": _keep_alive_text(obj.get("keep_alive")),
-        "prompt_chars": prompt_chars(obj),
     }
+    if (chars := prompt_chars(obj)) is not None:
+        fields["prompt_chars"] = chars
     if record_text:
         if "messages" in obj:
             fields["prompt_text"] = _message_text(obj["messages"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from pages.derive import live_tok_s
@@ -145,23 +145,24 @@ def in_flight_cards(
     for rec in sorted(records, key=lambda r: r.started_at_unix_s):
         now_ns = rec.received_ns + int((now_unix_s - rec.started_at_unix_s) * 1e9)
         samples = progress.get(rec.id, [])
-        base = {
-            "request_id": rec.id,
-            "model": rec.model,
-            "client": rec.client_addr,
-            "endpoint": rec.endpoint,
-            "elapsed_s": max(0.0, now_unix_s - rec.started_at_unix_s),
-            "n_ctx": rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
-            "reply_text": rec.response_text,
-        }
+        base = Card(
+            request_id=rec.id,
+            model=rec.model,
+            client=rec.client_addr,
+            endpoint=rec.endpoint,
+            phase="waiting",
+            elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
+            n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
+            reply_text=rec.response_text,
+        )
         if rec.token_chunk_ns:
             tokens = len(rec.token_chunk_ns)
             prompt = _last(samples, "prompt_tokens")
             ctx_used = _last(samples, "ctx_used_tokens") or (None if prompt is None else prompt + tokens)
             silent = (now_ns - rec.token_chunk_ns[-1]) / 1e9
             cards.append(
-                Card(
-                    **base,
+                replace(
+                    base,
                     phase="decoding",
                     tokens_so_far=tokens,
                     live_tok_s=live_tok_s(rec.token_chunk_ns, now_ns),
@@ -177,8 +178,8 @@ def in_flight_cards(
             n = loading_seen.get(rec.model, 0)
             loading_seen[rec.model] = n + 1
             cards.append(
-                Card(
-                    **base,
+                replace(
+                    base,
                     phase="loading",
                     queue_position=n + 1 if n else None,
                     waits_for=f"{rec.model} to load into memory" if n else None,
@@ -191,12 +192,12 @@ def in_flight_cards(
             if has_runner:
                 n = queued_seen.get(rec.model, 0) + 1
                 queued_seen[rec.model] = n
-                cards.append(Card(**base, phase="queued", queue_position=n, waits_for=f"a free slot of {rec.model}"))
+                cards.append(replace(base, phase="queued", queue_position=n, waits_for=f"a free slot of {rec.model}"))
             else:
-                cards.append(Card(**base, phase="waiting"))  # no reading yet: waiting for a slot or reading the prompt
+                cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
             continue
         began = min(s.ts_unix_s for s in preferred_progress(samples))
-        cards.append(Card(**base, phase="prefill", prefill=view, phase_started_unix_s=began))
+        cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
 
 

@@ -30,6 +30,7 @@ class LiveModel:
     gpu_message: str | None
     requests_in_window: int
     notes: list[str] = field(default_factory=list)
+    vram_used_bytes: int | None = None  # the latest GPU sample's memory in use (all GPUs)
 
 
 def timeline_refresh_s(window_s: float) -> float:
@@ -99,7 +100,13 @@ def build_live(
         gpu_state=snap.gpu_state,
         gpu_message=snap.gpu_message,
         requests_in_window=snap.requests_in_window,
+        vram_used_bytes=snap.vram_used_bytes,
     )
+
+
+def fmt_gb(n_bytes: int) -> str:
+    """Bytes in GB (10^9), as ``ollama ps`` shows them."""
+    return f"{n_bytes / 1e9:.1f} GB"
 
 
 def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
@@ -146,9 +153,8 @@ def show_flight(model: LiveModel) -> None:
 def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     """The GPU timelines with the phases of the window's requests, and clients that bypass the proxy."""
     st.subheader("GPU timeline")
-    st.metric("Requests in window", model.requests_in_window)
     if refresh_s > 1:
-        st.caption(f"Redrawn every {refresh_s:.0f} s at this window; pick 5 min or less in the sidebar to follow each second.")
+        st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]
@@ -170,13 +176,8 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
             st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
     else:
         if model.gpu_state == "none":
-            st.info(
-                "No GPU found (NVIDIA, AMD or Apple), so there is no GPU timeline. "
-                "Phases and rates still come from Ollama's own timings.",
-                icon=":material/info:",
-            )
-            if model.gpu_message:
-                st.text(model.gpu_message)
+            # Once here; the sidebar names the GPU source and why none was found.
+            st.caption("No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings.")
         else:
             st.caption("No GPU samples in this window yet.")
         if model.bands_figure is not None:
@@ -187,9 +188,16 @@ def show_context(model: LiveModel) -> None:
     """The slower part of the Live page: loaded models and the host."""
     st.subheader("Loaded models")
     if model.models_table.empty:
-        st.caption(
-            "No model is loaded. Ollama loads one on the first request and unloads it after keep_alive (5 min by default)."
+        line = (
+            "No model is loaded in Ollama (its /api/ps lists none). "
+            "It loads one on the first request and unloads it after keep_alive (5 min by default)."
         )
+        if model.vram_used_bytes:
+            line += (
+                f" The GPU still shows {fmt_gb(model.vram_used_bytes)} of memory in use: other programs, "
+                "or memory a model just unloaded has not given back yet."
+            )
+        st.caption(line)
     else:
         st.dataframe(model.models_table, hide_index=True, key="live_models")
         if model.models_figure is not None:

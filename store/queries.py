@@ -325,7 +325,6 @@ def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: 
     ]
 
 
-
 def stale_phases_count(conn: sqlite3.Connection) -> int:
     """Finished requests whose phases came from an older split (the collector re-derives them)."""
     (n,) = conn.execute(
@@ -585,3 +584,11 @@ def prompt_history(conn: sqlite3.Connection, model: str, limit: int = 200) -> li
         (model, int(limit)),
     )
     return [PromptHistoryRow(*r) for r in rows]
+
+
+def requests_started_count(conn: sqlite3.Connection, since_unix_s: float, until_unix_s: float) -> int:
+    """How many requests started in ``[since, until]`` (in flight included)."""
+    (n,) = conn.execute(
+        "SELECT COUNT(*) FROM requests WHERE started_at_unix_s BETWEEN ? AND ?", (since_unix_s, until_unix_s)
+    ).fetchone()
+    return int(n)
