@@ -37,7 +37,7 @@ def cards_part() -> None:
     if model is None:
         common.no_store_state(ctx)
         return
-    if model.cards:
+    if model.cards or "pw_live_last_active" not in st.session_state:
         st.session_state["pw_live_last_active"] = now
     active = now - float(st.session_state.get("pw_live_last_active", 0.0)) < IDLE_AFTER_S
     show_strip(model)

@@ -91,8 +91,10 @@ def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
         return None
     last = chosen[-1]
     rate = None
-    if len(chosen) >= 2:
-        prev = chosen[-2]
+    # The runner's readings: the rate between the last two. The estimate's: its rate from the start (it stops
+    # one token short of the end, where the last two readings no longer differ).
+    prev = chosen[0] if last.source is ProgressSource.ESTIMATE else (chosen[-2] if len(chosen) >= 2 else None)
+    if prev is not None and prev is not last:
         dt = last.ts_unix_s - prev.ts_unix_s
         if dt > 0 and last.processed_tokens >= prev.processed_tokens:
             rate = (last.processed_tokens - prev.processed_tokens) / dt

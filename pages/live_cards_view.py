@@ -18,7 +18,6 @@ from analysis.model_facts import ModelFactsError, model_facts_from_show
 from pages import data, fmt
 from pages.live_cards import Card, DecodeCeiling, NowStrip, finished_cards, in_flight_cards, now_strip
 
-SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
 PHASE_WORDS = {
     "queued": "queued",
@@ -79,12 +78,26 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     return CardsModel(running + done, now_strip(running, snap.recent, now_unix_s), snap.record_text, snap.requests_in_window)
 
 
-def sparkline(values: tuple[float, ...], ceiling: float | None) -> str:
-    """Unicode blocks, full height = the ceiling (else the highest value)."""
-    top = ceiling if ceiling and ceiling > 0 else max(values, default=0.0)
-    if not values or top <= 0:
-        return ""
-    return "".join(SPARK_BLOCKS[min(len(SPARK_BLOCKS) - 1, int(v / top * (len(SPARK_BLOCKS) - 1) + 0.5))] for v in values)
+def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
+    """tok/s per second as a small SVG line (numbers only: no text from elsewhere), with the ceiling as a dashed
+    line on top when known; the vertical scale runs from 0 to the ceiling (else to the fastest second)."""
+    if not values:
+        return None
+    top = max(ceiling or 0.0, max(values), 1e-9)
+    pad = 3
+    n = len(values)
+    step = (width - 2 * pad) / max(n - 1, 1)
+    points = " ".join(f"{pad + k * step:.1f},{height - pad - (height - 2 * pad) * v / top:.1f}" for k, v in enumerate(values))
+    ceiling_line = (
+        f'<line x1="0" y1="{pad}" x2="{width}" y2="{pad}" stroke="#ef5350" stroke-width="1.5" stroke-dasharray="4 3"/>'
+        if ceiling
+        else ""
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+        f'<rect width="{width}" height="{height}" fill="none" stroke="#8888" />{ceiling_line}'
+        f'<polyline points="{points}" fill="none" stroke="#66bb6a" stroke-width="2"/></svg>'
+    )
 
 
 def phase_bar(phase_s: dict[str, float], width: int = 40) -> str:
@@ -100,6 +113,17 @@ def phase_bar(phase_s: dict[str, float], width: int = 40) -> str:
         if n:
             parts.append(f":{PHASE_MD_COLOURS[name]}[{'█' * n}]")
     return "".join(parts)
+
+
+def _share(rate: float | None, ceiling: float) -> str:
+    return "now —" if rate is None else f"now {100 * rate / ceiling:.0f}% of it"
+
+
+def _tok_s(rate: float | None) -> str:
+    """A rate in a narrow metric: the unit is in its label."""
+    if rate is None:
+        return "—"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
 def show_strip(model: CardsModel) -> None:
@@ -155,7 +179,9 @@ def show_card(card: Card, record_text: bool) -> None:
         elif card.phase == "prefill" and card.prefill is not None:
             p = card.prefill
             of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
-            text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {fmt.seconds(p.eta_s)}"
+            at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
+            eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
+            text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
             if p.estimated:
                 text += " · estimated (from the prompt's length and this model's usual prefill rate)"
             st.progress(p.fraction if p.fraction is not None else 0.0, text=text)
@@ -166,15 +192,19 @@ def show_card(card: Card, record_text: bool) -> None:
             if card.silent_s is not None:
                 line += f" · no token for {card.silent_s:.0f} s"
             st.markdown(line)
-            spark = sparkline(card.spark_tok_s, card.decode_ceiling_tok_s)
-            if spark:
-                ceiling = (
-                    f"full height = the decode ceiling, {fmt.rate(card.decode_ceiling_tok_s)} for this model at this context"
-                    if card.decode_ceiling_tok_s
-                    else "full height = the fastest second (no ceiling known for this model and GPU)"
-                )
-                st.text(f"tok/s, last {len(card.spark_tok_s)} s: {spark}")
-                st.caption(ceiling)
+            svg = sparkline_svg(card.spark_tok_s, card.decode_ceiling_tok_s)
+            if svg is not None:
+                if card.decode_ceiling_tok_s:
+                    ceiling = card.decode_ceiling_tok_s
+                    caption = (
+                        f"tok/s each second, last {len(card.spark_tok_s)} s; dashed: the decode ceiling for this model "
+                        f"at this context, {fmt.rate(ceiling)} ({_share(card.live_tok_s, ceiling)})"
+                    )
+                else:
+                    caption = (
+                        f"tok/s each second, last {len(card.spark_tok_s)} s (no decode ceiling known for this model and GPU)"
+                    )
+                st.image(svg, caption=caption)
             if card.reply_text and record_text:
                 with st.container(height=120, key=f"reply_{card.request_id}"):
                     st.text(card.reply_text[-4000:])
