@@ -76,9 +76,9 @@ def build_live(
         [
             {
                 "model": m.name,
-                "size": fmt.gib(m.size_bytes),
-                "in VRAM": fmt.gib(m.size_vram_bytes),
-                "in system memory": fmt.gib(max(m.size_bytes - m.size_vram_bytes, 0)),
+                "size": fmt_gb(m.size_bytes),
+                "in VRAM": fmt_gb(m.size_vram_bytes),
+                "in system memory": fmt_gb(max(m.size_bytes - m.size_vram_bytes, 0)),
                 "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
                 "context length": m.context_length,
                 "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
@@ -106,7 +106,7 @@ def build_live(
 
 def fmt_gb(n_bytes: int) -> str:
     """Bytes in GB (10^9), as ``ollama ps`` shows them."""
-    return f"{n_bytes / 1e9:.1f} GB"
+    return f"{n_bytes / 1e9:.2f} GB"
 
 
 def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:

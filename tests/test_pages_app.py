@@ -82,14 +82,14 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
     gpu = next(f for f in figs if "RTX 4090" in title_of(f))
     assert {"GPU busy (% of time)", "VRAM used", "power draw", "SM clock", "decode", "prefill", "in flight"} <= trace_names(gpu)
     assert "GPU busy, no proxied request" in trace_names(gpu)
-    assert gpu["layout"]["xaxis5"]["type"] == "date"
+    assert gpu["layout"]["xaxis4"]["type"] == "date"
     # The client bypassing the proxy is named, with the line that fixes it.
     assert any("bypassing the proxy" in w.value for w in at.warning)
     assert "OLLAMA_HOST=127.0.0.1:11435" in [c.value for c in at.code]
 
     models = next(d.value for d in at.dataframe if "context length" in d.value.columns)
     row = models.set_index("model").loc["llama3.1:70b"]
-    assert row["on GPU %"] == 50 and row["context length"] == 4096 and row["in system memory"] == "21.00 GiB"
+    assert row["on GPU %"] == 50 and row["context length"] == 4096 and row["in system memory"] == "22.55 GB"
     assert any("where the weights sit" in title_of(f) for f in figs)
     host = next(f for f in figs if "Host" in title_of(f))
     assert {"all processes", "Ollama", "used", "total"} <= trace_names(host)
