@@ -161,6 +161,7 @@ def in_flight_cards(
             tokens = len(rec.token_chunk_ns)
             prompt = _last(samples, "prompt_tokens")
             ctx_used = _last(samples, "ctx_used_tokens") or (None if prompt is None else prompt + tokens)
+            # Without a prompt size the ceiling is taken at the reply's own length (a lower bound on the context).
             silent = (now_ns - rec.token_chunk_ns[-1]) / 1e9
             cards.append(
                 replace(
@@ -169,7 +170,7 @@ def in_flight_cards(
                     tokens_so_far=tokens,
                     live_tok_s=live_tok_s(rec.token_chunk_ns, now_ns),
                     spark_tok_s=spark(rec.token_chunk_ns, now_ns),
-                    decode_ceiling_tok_s=decode_ceiling(rec.model, ctx_used) if ctx_used is not None else None,
+                    decode_ceiling_tok_s=decode_ceiling(rec.model, ctx_used if ctx_used is not None else tokens),
                     ctx_used_tokens=ctx_used,
                     silent_s=silent if silent >= 2.0 else None,
                     phase_started_unix_s=rec.wall_s(rec.token_chunk_ns[0]),

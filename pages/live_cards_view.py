@@ -133,18 +133,18 @@ def show_strip(model: CardsModel) -> None:
     cols[0].metric("Generations in flight", model.running)
     cols[1].metric("Generations waiting", strip.waiting, help="Queued for a slot, or waiting for their model to load.")
     cols[2].metric(
-        "Prompt tokens in",
-        fmt.rate(strip.prefill_tok_s),
+        "Prompt tok/s in",
+        _tok_s(strip.prefill_tok_s),
         help="Prefill: prompt tokens read per second now, summed over the generations reading a prompt.",
     )
     cols[3].metric(
-        "Reply tokens out",
-        fmt.rate(strip.decode_tok_s),
+        "Reply tok/s out",
+        _tok_s(strip.decode_tok_s),
         help="Decode: reply tokens written per second now, summed over the generations writing one.",
     )
-    share = "—" if strip.prefill_share is None else f"{100 * strip.prefill_share:.0f}% / {100 * (strip.decode_share or 0):.0f}%"
+    share = "—" if strip.prefill_share is None else f"{100 * strip.prefill_share:.0f} / {100 * (strip.decode_share or 0):.0f}"
     cols[4].metric(
-        "Prefill / decode, last min",
+        "Prefill/decode %, 1 min",
         share,
         help="Of the time generations spent reading prompts or writing replies in the last minute, the share of each.",
     )
