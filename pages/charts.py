@@ -113,10 +113,17 @@ EXPLAIN = {
 LANE_HELP = "lane: one row of this chart; requests that run at the same time get separate lanes"
 
 
-def _legend_at(fig: go.Figure, name: str, row_top: float) -> None:
-    """A legend of its own beside one panel (Plotly's numbered legends), its top at the panel's top."""
-    fig.update_layout({name: {"orientation": "v", "yanchor": "top", "y": row_top, "xanchor": "left", "x": 1.01,
-                              "bgcolor": "rgba(0,0,0,0)"}})  # fmt: skip
+def _legends_at(fig: go.Figure, row_tops: Sequence[float]) -> None:
+    """A legend of its own beside each panel (Plotly's numbered legends), its top at the panel's top; one
+    layout update for all (each update costs Plotly a validation pass)."""
+    fig.update_layout(
+        {
+            ("legend" if row == 1 else f"legend{row}"): {
+                "orientation": "v", "yanchor": "top", "y": top, "xanchor": "left", "x": 1.01, "bgcolor": "rgba(0,0,0,0)",
+            }
+            for row, top in enumerate(row_tops, start=1)
+        }
+    )  # fmt: skip
 
 
 def min_band_ms(window_start_unix_s: float, window_end_unix_s: float) -> float:
@@ -212,10 +219,10 @@ def gpu_timeline_figure(
     fig.update_yaxes(title_text="lane", row=4, col=1)
     _base_layout(fig, title or f"GPU {index}: {name}", 980, f"gpu-{index}")
     # Each panel's legend beside it, its top at the panel's top (row 1 is at the top of the paper).
-    top = 1.0
-    for row, h in enumerate(heights, start=1):
-        _legend_at(fig, "legend" if row == 1 else f"legend{row}", top)
-        top -= h * (1 - spacing * (len(heights) - 1)) + spacing
+    tops = [1.0]
+    for h in heights[:-1]:
+        tops.append(tops[-1] - h * (1 - spacing * (len(heights) - 1)) - spacing)
+    _legends_at(fig, tops)
     fig.update_layout(margin={"l": 60, "r": 10, "t": 60, "b": 40}, hovermode="x")
     return fig
 
@@ -420,9 +427,7 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
         fig.update_yaxes(title_text="% of one core", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="GB", rangemode="tozero", row=mem_row, col=1)
     _base_layout(fig, "Host: CPU and memory", 220 + 180 * rows, "host")
-    step = 1.0 / rows
-    for row in range(1, rows + 1):
-        _legend_at(fig, "legend" if row == 1 else f"legend{row}", 1.0 - (row - 1) * step)
+    _legends_at(fig, [1.0 - (row - 1) / rows for row in range(1, rows + 1)])
     fig.update_layout(hovermode="x")
     return fig
 

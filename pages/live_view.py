@@ -3,6 +3,7 @@ timed by ``bench/pages_refresh.py``) and ``show_live`` (draws them)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, LoadedModel
 from pages import charts, data, derive, fmt
 from pages.derive import InFlightView, Interval
 
@@ -95,7 +96,9 @@ def build_live(
         bands_figure=bands_figure,
         unexplained=unexplained,
         models_table=models_table,
-        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded and context else None,
+        models_figure=_models_figure(tuple((m.name, m.size_bytes, m.size_vram_bytes) for m in snap.loaded))
+        if snap.loaded and context
+        else None,
         host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
         gpu_state=snap.gpu_state,
         gpu_message=snap.gpu_message,
@@ -109,6 +112,12 @@ def fmt_gb(n_bytes: int) -> str:
     return f"{n_bytes / 1e9:.2f} GB"
 
 
+@functools.lru_cache(maxsize=8)
+def _models_figure(models: tuple[tuple[str, int, int], ...]) -> go.Figure:
+    """Built again only when what it draws changed (names and sizes), not on every poll."""
+    return charts.loaded_models_figure([LoadedModel(0.0, n, n, "", size, vram, None, None) for n, size, vram in models])
+
+
 def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
     if expires_at_unix_s is None:
         return "—"
@@ -118,36 +127,6 @@ def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
     if left <= 0:
         return "busy or unloading"  # /api/ps keeps a stale expiry while a request runs
     return fmt.seconds(left)
-
-
-def in_flight_frame(views: list[InFlightView]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "model": v.model,
-                "client": v.client_addr,
-                "endpoint": v.endpoint,
-                "phase": v.phase,
-                "elapsed (s)": round(v.elapsed_s, 1),
-                "tokens so far": v.tokens_so_far,
-                "live tok/s": None if v.live_tok_s is None else round(v.live_tok_s, 1),
-                "request": v.request_id[:8],
-            }
-            for v in views
-        ]
-    )
-
-
-def show_flight(model: LiveModel) -> None:
-    """Every second: how many generations run, and each one's phase, tokens and rate."""
-    a, b = st.columns(2)
-    a.metric("Generations in flight", len(model.in_flight))
-    b.metric("Updated", fmt.clock(model.now_unix_s))
-    st.subheader("Generations in flight")
-    if model.in_flight:
-        st.dataframe(in_flight_frame(model.in_flight), hide_index=True, key="live_in_flight")
-    else:
-        st.caption("None right now. Requests sent through the proxy show up here while they run.")
 
 
 def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:

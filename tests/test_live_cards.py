@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +26,8 @@ BASE_NS = 7_000 * NS
 
 
 def record(
-    rid: str, model: str = "llama3.2:latest", *, started: float = T0, tokens: list[float] = (), **kw: object
-) -> RequestRecord:  # type: ignore[assignment]
+    rid: str, model: str = "llama3.2:latest", *, started: float = T0, tokens: Sequence[float] = (), **kw: object
+) -> RequestRecord:
     """A running request; ``tokens``: seconds after its arrival at which each content chunk came."""
     chunk_ns = [BASE_NS + int(t * NS) for t in tokens]
     rec = RequestRecord(id=rid, started_at_unix_s=started, client_addr="127.0.0.1:5000", endpoint="/api/generate",
@@ -38,10 +39,10 @@ def record(
 
 
 def reading(rid: str, ts: float, processed: int, source: ProgressSource, prompt: int | None = 8000, **kw: int) -> ProgressSample:
-    return ProgressSample(rid, ts, source, processed, prompt_tokens=prompt, **kw)  # type: ignore[arg-type]
+    return ProgressSample(rid, ts, source, processed, prompt_tokens=prompt, **kw)
 
 
-LOADED = {"llama3.2:latest": 8192, "llama3.2": 8192}
+LOADED: dict[str, int | None] = {"llama3.2:latest": 8192, "llama3.2": 8192}
 
 
 def test_runner_readings_win_over_estimates_for_the_same_request() -> None:
@@ -59,7 +60,7 @@ def test_runner_readings_win_over_estimates_for_the_same_request() -> None:
     assert view.eta_s == pytest.approx((8000 - 1400) / 800)
     assert view.fraction == pytest.approx(1400 / 8000)
     # Only estimates: they are shown, marked, with the estimate's rate from its first reading.
-    only = prefill_view(samples[:2] + [reading("a", T0 + 3, 2000, ProgressSource.ESTIMATE, prompt=9000)])
+    only = prefill_view([*samples[:2], reading("a", T0 + 3, 2000, ProgressSource.ESTIMATE, prompt=9000)])
     assert only is not None and only.estimated and only.rate_tok_s == pytest.approx(500.0)
 
 
@@ -180,7 +181,7 @@ def test_estimate_from_history_and_default() -> None:
     rec = record("e", prompt_chars=40_000)
     s = estimate(rec, model, T0, T0 + 2, 8192)
     assert s is not None and s.source is ProgressSource.ESTIMATE
-    assert s.prompt_tokens == 10_000 and s.processed_tokens == int(1800 * 2) and s.n_ctx == 8192
+    assert s.prompt_tokens == 10_000 and s.processed_tokens == 3600 and s.n_ctx == 8192
     late = estimate(rec, model, T0, T0 + 60, None)
     assert late is not None and late.processed_tokens == 9_999  # never "done" before the first token
     assert estimate(record("t", tokens=[1], prompt_chars=10), model, T0, T0 + 1, None) is None  # decoding: no estimate

@@ -25,7 +25,7 @@ from playwright.sync_api import Page
 from collectors.lock import read_lock
 from sim.tokens import make_prompt
 from store.schema import db_path
-from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
+from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
 from tests.support.sim_process import free_port, start_sim
 
 pytestmark = pytest.mark.browser
@@ -64,6 +64,14 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 yield url, proxy
         finally:
             _stop(collector)
+
+
+def quick_shot(page: Page, name: str) -> Path:
+    """A screenshot now, without waiting for charts to settle (the phase would be over by then)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
 
 
 def cards_state(page: Page) -> dict[str, object]:
@@ -112,7 +120,7 @@ def test_long_prompt_moves_through_prefill_decode_and_finish(slow_stack: tuple[s
             values.append(bars[0])
             if len(values) == 3 and shot_prefill is None:
                 assert "reading the prompt (prefill)" in text and "estimated" in text, text
-                shot_prefill = screenshot(page, "live_prefill")
+                shot_prefill = quick_shot(page, "live_prefill")
         time.sleep(0.2)
     assert not errors, errors
     assert "writing the reply (decode)" in text, f"no decode card within 90 s; bar values seen: {values}"
@@ -120,14 +128,14 @@ def test_long_prompt_moves_through_prefill_decode_and_finish(slow_stack: tuple[s
     assert "of 8," in text or shot_prefill is not None
 
     # Decode: the token count rises while it runs.
-    counts = []
+    counts: list[int] = []
     shot_decode = None
     while len(counts) < 3 and "writing the reply (decode)" in text:
         n = tokens_so_far(text)
         if n is not None and (not counts or n > counts[-1]):
             counts.append(n)
             if len(counts) == 2:
-                shot_decode = screenshot(page, "live_decode")
+                shot_decode = quick_shot(page, "live_decode")
         time.sleep(0.3)
         text = str(cards_state(page)["text"])
     assert len(counts) >= 2 and counts == sorted(counts), f"the decode card's token count must rise: {counts}"
