@@ -28,6 +28,7 @@ PHASE_WORDS = {
     "finished": "finished",
 }
 REQUESTS_PAGE = "pages/requests.py"
+SPARK_WIDTH_PX = 240
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,9 @@ def show_strip(model: CardsModel) -> None:
     )
     share = "—" if strip.prefill_share is None else f"{100 * strip.prefill_share:.0f} / {100 * (strip.decode_share or 0):.0f}"
     cols[4].metric(
-        "Prefill/decode %, 1 min",
+        "Prefill/decode %",
         share,
-        help="Of the time generations spent reading prompts or writing replies in the last minute, the share of each.",
+        help="Over the last minute: of the time generations spent reading prompts or writing replies, the share of each.",
     )
     cols[5].metric("Requests in window", model.requests_in_window, help="Requests that started in the sidebar's time window.")
 
@@ -204,7 +205,7 @@ def show_card(card: Card, record_text: bool) -> None:
                     caption = (
                         f"tok/s each second, last {len(card.spark_tok_s)} s (no decode ceiling known for this model and GPU)"
                     )
-                st.image(svg, caption=caption)
+                st.image(svg, caption=caption, width=SPARK_WIDTH_PX)
             if card.reply_text and record_text:
                 with st.container(height=120, key=f"reply_{card.request_id}"):
                     st.text(card.reply_text[-4000:])

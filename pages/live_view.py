@@ -132,6 +132,18 @@ def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
 def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     """The GPU timelines with the phases of the window's requests, and clients that bypass the proxy."""
     st.subheader("GPU timeline")
+    # Notes that come and go sit in one container of their own, so the charts below keep their place in the
+    # page between refreshes (a chart that moves is mounted anew, and shows blank until drawn).
+    with st.container(key="live_timeline_notes"):
+        _timeline_notes(model, proxy_line, refresh_s)
+    if model.gpu_figures:
+        for index, fig in model.gpu_figures:
+            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
+    elif model.bands_figure is not None:
+        st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+
+
+def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     if refresh_s > 1:
         st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
     if model.unexplained:
@@ -144,23 +156,15 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
             icon=":material/visibility_off:",
         )
         st.code(proxy_line, language="bash")
-    if model.gpu_figures:
-        if model.gpu_state in UNIFIED_MEMORY_KINDS:
-            st.caption(
-                UNIFIED_MEMORY_NOTE[0].upper()
-                + UNIFIED_MEMORY_NOTE[1:]
-                + " (Ollama's size_vram); the total is the system memory."
-            )
-        for index, fig in model.gpu_figures:
-            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
-    else:
-        if model.gpu_state == "none":
-            # Once here; the sidebar names the GPU source and why none was found.
-            st.caption("No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings.")
-        else:
-            st.caption("No GPU samples in this window yet.")
-        if model.bands_figure is not None:
-            st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+    if model.gpu_figures and model.gpu_state in UNIFIED_MEMORY_KINDS:
+        st.caption(
+            UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram); the total is the system memory."
+        )
+    elif not model.gpu_figures and model.gpu_state == "none":
+        # Once here; the sidebar names the GPU source and why none was found.
+        st.caption("No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings.")
+    elif not model.gpu_figures:
+        st.caption("No GPU samples in this window yet.")
 
 
 def show_context(model: LiveModel) -> None:
