@@ -82,8 +82,8 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
     """tok/s per second as a small SVG line (numbers only: no text from elsewhere), with the ceiling as a dashed
     line on top when known; the vertical scale runs from 0 to the ceiling (else to the fastest second)."""
-    if not values:
-        return None
+    if len(values) < 2:
+        return None  # one point draws no line
     top = max(ceiling or 0.0, max(values), 1e-9)
     pad = 3
     n = len(values)

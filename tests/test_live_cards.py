@@ -149,7 +149,7 @@ def test_spark_and_svg() -> None:
     assert values == (10.0,) * 5
     svg = sparkline_svg(values, 40.0)
     assert svg is not None and svg.startswith("<svg") and "stroke-dasharray" in svg  # the ceiling, dashed
-    assert sparkline_svg((), 40.0) is None
+    assert sparkline_svg((), 40.0) is None and sparkline_svg((3.0,), 40.0) is None
 
 
 def test_prompt_chars_counted_without_keeping_text() -> None:

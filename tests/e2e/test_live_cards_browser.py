@@ -103,10 +103,12 @@ def test_long_prompt_moves_through_prefill_decode_and_finish(slow_stack: tuple[s
             errors.append(exc)
 
     sender = threading.Thread(target=send, daemon=True)
+    sent_at = time.monotonic()
     sender.start()
 
     # Prefill: the bar's value, each time it changes, until the decode card appears.
     values: list[int] = []
+    seen_at: list[float] = []  # seconds after sending, for the failure message
     shot_prefill: Path | None = None
     deadline = time.monotonic() + 90
     text = ""
@@ -118,13 +120,14 @@ def test_long_prompt_moves_through_prefill_decode_and_finish(slow_stack: tuple[s
         bars = [int(v) for v in state["bars"]]  # type: ignore[attr-defined]
         if bars and (not values or bars[0] != values[-1]):
             values.append(bars[0])
+            seen_at.append(round(time.monotonic() - sent_at, 1))
             if len(values) == 3 and shot_prefill is None:
                 assert "reading the prompt (prefill)" in text and "estimated" in text, text
                 shot_prefill = quick_shot(page, "live_prefill")
-        time.sleep(0.2)
+        time.sleep(0.3)
     assert not errors, errors
     assert "writing the reply (decode)" in text, f"no decode card within 90 s; bar values seen: {values}"
-    assert len(values) >= 3 and values == sorted(values), f"the bar must advance at least 3 times: {values}"
+    assert len(values) >= 3 and values == sorted(values), f"the bar must advance at least 3 times: {values} at {seen_at} s"
     assert "of 8," in text or shot_prefill is not None
 
     # Decode: the token count rises while it runs.
