@@ -231,6 +231,7 @@ class CardsSnapshot:
     shows: dict[str, dict[str, Any]]
     record_text: bool
     requests_in_window: int
+    chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -254,6 +255,11 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
                 shows[model] = info.show
         heartbeat = queries.latest_heartbeat(conn)
         in_window = queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s)
+        # Whether the collector's estimate has measured tokens per character for the model, or assumes its default.
+        chars_measured = {
+            model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
+            for model in {r.model for r in in_flight if not r.token_chunk_ns}
+        }
     return CardsSnapshot(
         in_flight=in_flight,
         progress=progress,
@@ -263,4 +269,5 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         shows=shows,
         record_text=bool(heartbeat and heartbeat.record_text),
         requests_in_window=in_window,
+        chars_measured=chars_measured,
     )

@@ -63,6 +63,7 @@ class Card:
     outcome: str | None = None  # finished: how it ended
     phase_s: dict[str, float] = field(default_factory=dict)  # finished: queue/load/prefill/decode durations
     phase_started_unix_s: float | None = None  # running: when the phase now began (as far as known)
+    prompt_chars: int | None = None  # the prompt's length as the proxy counted it
 
     @property
     def key(self) -> str:
@@ -156,6 +157,7 @@ def in_flight_cards(
             elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
             n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
             reply_text=rec.response_text,
+            prompt_chars=rec.prompt_chars,
         )
         if rec.token_chunk_ns:
             tokens = len(rec.token_chunk_ns)

@@ -7,7 +7,7 @@ Markdown-escaped); a reply appears only when the collector records text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
@@ -37,6 +37,7 @@ class CardsModel:
     strip: NowStrip
     record_text: bool
     requests_in_window: int
+    chars_measured: dict[str, bool] = field(default_factory=dict)
 
     @property
     def running(self) -> int:
@@ -76,7 +77,8 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap))
     done = finished_cards(snap.recent, now_unix_s)
-    return CardsModel(running + done, now_strip(running, snap.recent, now_unix_s), snap.record_text, snap.requests_in_window)
+    strip = now_strip(running, snap.recent, now_unix_s)
+    return CardsModel(running + done, strip, snap.record_text, snap.requests_in_window, snap.chars_measured)
 
 
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
@@ -157,10 +159,28 @@ def show_cards(model: CardsModel) -> None:
         st.caption("No generation is running. Requests sent through the proxy get a card here while they run.")
         return
     for card in model.cards:
-        show_card(card, model.record_text)
+        show_card(card, model.record_text, model.chars_measured.get(card.model))
 
 
-def show_card(card: Card, record_text: bool) -> None:
+def estimate_note(card: Card, chars_measured: bool | None) -> str:
+    """How the estimate came about, in the user's numbers."""
+    p = card.prefill
+    if p is None or not p.estimated:
+        return ""
+    if card.prompt_chars and p.prompt_tokens:
+        per_char = p.prompt_tokens / card.prompt_chars
+        how = (
+            "measured on this model's requests"
+            if chars_measured
+            else "the default: no finished request of this model to measure it on yet"
+        )
+        size = f"{card.prompt_chars:,} characters × {per_char:.2f} tokens per character ({how})"
+    else:
+        size = "the prompt's length"
+    return f" · estimated from {size}, at this model's usual prefill rate"
+
+
+def show_card(card: Card, record_text: bool, chars_measured: bool | None = None) -> None:
     with st.container(border=True, key=f"card_{card.request_id}"):
         st.markdown(
             f"**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
@@ -183,8 +203,7 @@ def show_card(card: Card, record_text: bool) -> None:
             at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
             eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
             text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
-            if p.estimated:
-                text += " · estimated (from the prompt's length and this model's usual prefill rate)"
+            text += estimate_note(card, chars_measured)
             st.progress(p.fraction if p.fraction is not None else 0.0, text=text)
         elif card.phase == "decoding":
             ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"

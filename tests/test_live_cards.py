@@ -13,7 +13,7 @@ from analysis.records import FinalMetrics, Outcome, ProgressSample, ProgressSour
 from collectors.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
 from collectors.proxy import describe_request
 from pages.live_cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
-from pages.live_cards_view import phase_bar, sparkline_svg
+from pages.live_cards_view import estimate_note, phase_bar, sparkline_svg
 from store import queries
 from store.ops import PutProgress, PutRequest
 from store.queries import PromptHistoryRow
@@ -217,3 +217,14 @@ def test_estimator_writes_readings_the_store_keeps(tmp_path: Path) -> None:
         stored = queries.progress_samples(conn, ["r" * 32])["r" * 32]
         assert stored == [sample]
         assert queries.prompt_history(conn, "llama3.2:latest")[0].prompt_chars == 4000
+
+
+def test_estimate_note_says_how_the_prompt_size_was_had() -> None:
+    rec = record("e", prompt_chars=40_000)
+    progress = {"e": [reading("e", T0 + 1, 100, ProgressSource.ESTIMATE, prompt=10_000)]}
+    (card,) = in_flight_cards([rec], progress, LOADED, T0 + 2)
+    assert "40,000 characters × 0.25 tokens per character (the default" in estimate_note(card, False)
+    assert "(measured on this model's requests)" in estimate_note(card, True)
+    runner = {"e": [reading("e", T0 + 1, 100, ProgressSource.LOG)]}
+    (read,) = in_flight_cards([rec], runner, LOADED, T0 + 2)
+    assert estimate_note(read, True) == ""  # the runner's reading: nothing estimated
