@@ -232,6 +232,7 @@ class CardsSnapshot:
     record_text: bool
     requests_in_window: int
     chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
+    last_load_s: dict[str, float] = field(default_factory=dict)  # model being loaded → how long its last load took
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -260,6 +261,12 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
             for model in {r.model for r in in_flight if not r.token_chunk_ns}
         }
+        names = {n for m in loaded for n in (m.name, m.model)}
+        last_load = {
+            model: t
+            for model in {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
+            if (t := queries.last_load_s(conn, model)) is not None
+        }
     return CardsSnapshot(
         in_flight=in_flight,
         progress=progress,
@@ -270,4 +277,5 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         record_text=bool(heartbeat and heartbeat.record_text),
         requests_in_window=in_window,
         chars_measured=chars_measured,
+        last_load_s=last_load,
     )

@@ -38,6 +38,7 @@ class CardsModel:
     record_text: bool
     requests_in_window: int
     chars_measured: dict[str, bool] = field(default_factory=dict)
+    last_load_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def running(self) -> int:
@@ -78,7 +79,7 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap))
     done = finished_cards(snap.recent, now_unix_s)
     strip = now_strip(running, snap.recent, now_unix_s)
-    return CardsModel(running + done, strip, snap.record_text, snap.requests_in_window, snap.chars_measured)
+    return CardsModel(running + done, strip, snap.record_text, snap.requests_in_window, snap.chars_measured, snap.last_load_s)
 
 
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
@@ -159,7 +160,7 @@ def show_cards(model: CardsModel) -> None:
         st.caption("No generation is running. Requests sent through the proxy get a card here while they run.")
         return
     for card in model.cards:
-        show_card(card, model.record_text, model.chars_measured.get(card.model))
+        show_card(card, model.record_text, model.chars_measured.get(card.model), model.last_load_s.get(card.model))
 
 
 def estimate_note(card: Card, chars_measured: bool | None) -> str:
@@ -180,7 +181,7 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
     return f" · estimated from {size}, at this model's usual prefill rate"
 
 
-def show_card(card: Card, record_text: bool, chars_measured: bool | None = None) -> None:
+def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
     with st.container(border=True, key=f"card_{card.request_id}"):
         st.markdown(
             f"**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
@@ -194,7 +195,10 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None)
                 if card.queue_position
                 else ""
             )
-            st.caption(f"Ollama is loading {fmt.md_escape(card.model)} into memory: {fmt.seconds(card.elapsed_s)} so far.{wait}")
+            last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
+            st.caption(
+                f"Ollama is loading {fmt.md_escape(card.model)} into memory: {fmt.seconds(card.elapsed_s)} so far.{last}{wait}"
+            )
         elif card.phase == "waiting":
             st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
         elif card.phase == "prefill" and card.prefill is not None:

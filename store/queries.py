@@ -592,3 +592,12 @@ def requests_started_count(conn: sqlite3.Connection, since_unix_s: float, until_
         "SELECT COUNT(*) FROM requests WHERE started_at_unix_s BETWEEN ? AND ?", (since_unix_s, until_unix_s)
     ).fetchone()
     return int(n)
+
+
+def last_load_s(conn: sqlite3.Connection, model: str, min_load_s: float = 0.1) -> float | None:
+    """How long the model's latest real load took (a load shorter than ``min_load_s`` found it in memory)."""
+    row = conn.execute(
+        "SELECT load_s FROM requests WHERE model = ? AND load_s >= ? ORDER BY started_at_unix_s DESC LIMIT 1",
+        (model, min_load_s),
+    ).fetchone()
+    return None if row is None else float(row[0])

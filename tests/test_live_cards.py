@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from analysis.records import FinalMetrics, Outcome, ProgressSample, ProgressSource, RequestRecord
 from collectors.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
 from collectors.proxy import describe_request
+from pages.data import load_cards
 from pages.live_cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
 from pages.live_cards_view import estimate_note, phase_bar, sparkline_svg
 from store import queries
@@ -228,3 +230,23 @@ def test_estimate_note_says_how_the_prompt_size_was_had() -> None:
     runner = {"e": [reading("e", T0 + 1, 100, ProgressSource.LOG)]}
     (read,) = in_flight_cards([rec], runner, LOADED, T0 + 2)
     assert estimate_note(read, True) == ""  # the runner's reading: nothing estimated
+
+
+def test_load_cards_reads_what_the_cards_need(tmp_path: Path) -> None:
+    now = time.time()  # the writer stamps rows with the wall clock; in-flight rows older than 30 s are left out
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        done = record("d" * 32, started=now - 30, tokens=[4, 5], prompt_chars=400)
+        done.outcome, done.final_chunk_ns = Outcome.OK, BASE_NS + 5 * NS
+        done.metrics = FinalMetrics(5 * NS, 3 * NS, 100, None, NS // 2, 2, NS, "stop")  # a 3 s load
+        w.write(PutRequest(done))
+        running = record("r" * 32, started=now - 1, prompt_chars=800)
+        w.write(PutRequest(running))
+    finally:
+        w.close()
+    snap = load_cards(db_path(tmp_path), now, 300.0)
+    assert snap is not None and [r.id for r in snap.in_flight] == ["r" * 32]
+    assert snap.in_flight[0].prompt_chars == 800  # the v7 column, read back
+    assert snap.last_load_s == {"llama3.2:latest": pytest.approx(3.0)}  # not loaded now: its last load is shown
+    assert snap.chars_measured == {"llama3.2:latest": True}
+    assert snap.requests_in_window == 2
