@@ -37,6 +37,7 @@ class CardsModel:
     strip: NowStrip
     record_text: bool
     requests_in_window: int
+    now_unix_s: float
     chars_measured: dict[str, bool] = field(default_factory=dict)
     last_load_s: dict[str, float] = field(default_factory=dict)
 
@@ -79,7 +80,9 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap))
     done = finished_cards(snap.recent, now_unix_s)
     strip = now_strip(running, snap.recent, now_unix_s)
-    return CardsModel(running + done, strip, snap.record_text, snap.requests_in_window, snap.chars_measured, snap.last_load_s)
+    return CardsModel(
+        running + done, strip, snap.record_text, snap.requests_in_window, now_unix_s, snap.chars_measured, snap.last_load_s
+    )
 
 
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
@@ -153,6 +156,8 @@ def show_strip(model: CardsModel) -> None:
         help="Over the last minute: of the time generations spent reading prompts or writing replies, the share of each.",
     )
     cols[5].metric("Requests in window", model.requests_in_window, help="Requests that started in the sidebar's time window.")
+    with st.container(key="live_updated"):
+        st.caption(f"Updated {fmt.clock(model.now_unix_s)}")
 
 
 def show_cards(model: CardsModel) -> None:
