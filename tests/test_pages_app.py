@@ -296,3 +296,12 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
     for r in rows:
         assert float(r["first token (s)"]) == pytest.approx(0.2)  # numbers stay numbers
         assert not r["time"].startswith("'") and not r["id"].startswith("'")
+
+
+def test_a_live_card_link_opens_its_request(fixture_store: Fixture) -> None:
+    # The finished card's "Details in Requests" link carries ?request=<id>; Requests picks that request.
+    at = run_app()
+    at.query_params["request"] = fixture_store.stalled.id
+    at.switch_page("pages/requests.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="req_pick").value == fixture_store.stalled.id
