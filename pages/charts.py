@@ -152,7 +152,7 @@ def gpu_timeline_figure(
         shared_xaxes=True,
         vertical_spacing=spacing,
         row_heights=heights,
-        subplot_titles=("Busy (% of time)", "VRAM (GB)", "Power (W) and SM clock (MHz)", "Request phases"),
+        subplot_titles=("Busy (% of time)", "VRAM (GB)", "Power (W) and clocks (MHz)", "Request phases"),
         specs=[[{}], [{}], [{"secondary_y": True}], [{}]],
     )
     x = local_times([s.ts_unix_s for s in samples])
@@ -178,6 +178,7 @@ def gpu_timeline_figure(
         ("power", "power draw", 3, "#ffa726", None, None, False, "W"),
         ("power_limit", "power limit", 3, "#757575", "dash", None, False, "W"),
         ("sm_clock", "SM clock", 3, "#26c6da", "dot", None, True, "MHz"),
+        ("mem_clock", "memory clock", 3, "#ec407a", "dot", None, True, "MHz"),
     ]
     for key, label, row, colour, dash, fill, secondary, unit in lines:
         y = columns[key]

@@ -35,9 +35,10 @@ class LiveModel:
 
 
 def timeline_refresh_s(window_s: float) -> float:
-    """How often the GPU timeline redraws: every second up to a 5-minute window, then less often
-    (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing)."""
-    if window_s <= 300:
+    """How often the GPU timeline redraws: every second on a 1-minute window, every 2 s up to 5 minutes, then
+    less often (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing, and
+    each redraw mounts the figure anew in the browser). The cards above follow each generation every second."""
+    if window_s <= 60:
         return 1.0
     if window_s <= 900:
         return 2.0
