@@ -119,7 +119,7 @@ def _legends_at(fig: go.Figure, row_tops: Sequence[float]) -> None:
     fig.update_layout(
         {
             ("legend" if row == 1 else f"legend{row}"): {
-                "orientation": "v", "yanchor": "top", "y": top, "xanchor": "left", "x": 1.01, "bgcolor": "rgba(0,0,0,0)",
+                "orientation": "v", "yanchor": "top", "y": top, "xanchor": "left", "x": 1.06, "bgcolor": "rgba(0,0,0,0)",
             }
             for row, top in enumerate(row_tops, start=1)
         }
