@@ -92,6 +92,9 @@ class RequestRecord:
     num_ctx: int | None = None
     num_predict: int | None = None
     keep_alive: str | None = None  # as the client sent it, rendered as text
+    # Characters of the prompt (prompt/system, or the messages' content) as the request body gave them: counted
+    # always, so the Live page can estimate prefill progress; the text itself only with --record-text.
+    prompt_chars: int | None = None
     # Monotonic timestamps (collector clock).
     received_ns: int = 0
     forwarded_ns: int | None = None

@@ -50,7 +50,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
 MB = 1024 * 1024
 START_TIMEOUT_S = 90.0
 UI_TIMEOUT_MS = 60_000
-UPDATED_LABEL = "Updated"  # the Live page's clock metric, rewritten by the 1 s fragment
+UPDATED_LABEL = "Updated"  # the Live page's clock ("Updated HH:MM:SS"), rewritten by its cards fragment
 
 
 def free_port() -> int:
@@ -247,6 +247,10 @@ def leftovers(data_dir: Path) -> list[psutil.Process]:
 
 
 def read_updated(page: Any) -> str | None:
+    """The Live page's clock ("Updated HH:MM:SS" under its "now" strip), or an "Updated" metric (other pages)."""
+    text: str | None = page.evaluate("""() => document.querySelector('[class*="st-key-live_updated"]')?.innerText.trim()""")
+    if text and text.startswith(UPDATED_LABEL + " "):
+        return text[len(UPDATED_LABEL) + 1 :]
     values: dict[str, str] = page.evaluate("""() => Object.fromEntries(
         Array.from(document.querySelectorAll('[data-testid="stMetric"]')).map(m => [
             m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim(),

@@ -68,6 +68,34 @@ def _keep_alive_text(value: object) -> str | None:
     return json.dumps(value)[:100]
 
 
+def _message_contents(messages: object) -> list[str]:
+    """The text content of each chat message (OpenAI content parts joined)."""
+    out = []
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if isinstance(content, str):
+            out.append(content)
+    return out
+
+
+def prompt_chars(obj: dict[str, Any]) -> int | None:
+    """Characters of the prompt a generation body carries (messages' content, or prompt plus system); None
+    when it names none. Only the count: the Live page estimates prefill from it, with or without --record-text."""
+    if "messages" in obj:
+        return sum(len(c) for c in _message_contents(obj["messages"])) if isinstance(obj["messages"], list) else None
+    prompt = obj.get("prompt")
+    if isinstance(prompt, list):  # /v1/completions accepts a list of prompts
+        prompt = "".join(p for p in prompt if isinstance(p, str))
+    if not isinstance(prompt, str):
+        return None
+    system = obj.get("system")
+    return len(prompt) + (len(system) if isinstance(system, str) else 0)
+
+
 def _message_text(messages: object) -> str:
     """Chat messages as plain "role: content" lines (OpenAI content parts included)."""
     lines = []
@@ -178,6 +206,8 @@ def describe_request(
     }
     if kind is RequestKind.EMBED:
         fields["batch_size"] = _batch_size(endpoint, obj)
+    if (chars := prompt_chars(obj)) is not None:
+        fields["prompt_chars"] = chars
     if record_text:
         if "messages" in obj:
             fields["prompt_text"] = _message_text(obj["messages"])

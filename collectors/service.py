@@ -50,6 +50,7 @@ from collectors.metrics import (
     registry_for,
 )
 from collectors.poller import OllamaPoller
+from collectors.progress_estimate import ProgressEstimator
 from collectors.proxy import RecordingProxy
 from collectors.runners import RunnerReader
 from store import queries
@@ -133,6 +134,7 @@ class CollectorService:
         self._sim_source: SimGpuSource | None = None
         self._host: HostSampler | None = None
         self._lab: LabIngester | None = None
+        self._estimator = ProgressEstimator(settings.db_path, clock)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listen = ""
@@ -369,6 +371,8 @@ class CollectorService:
             writer.submit(PutRequest(rec))
         if progress:
             writer.submit(PutProgress(progress))
+        if running:
+            await self._estimate_progress(running)
         self._count_state(gpus, running)
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
@@ -436,6 +440,14 @@ class CollectorService:
         c = ceilings_for_request(spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens,
                                  vram_fraction=frac)  # fmt: skip
         return row.decode_tok_s / c.decode_ceiling_tok_s if c.decode_ceiling_tok_s > 0 else None
+
+    async def _estimate_progress(self, running: list[RequestRecord]) -> None:
+        """Estimated prefill progress of the running requests without a first token (after their rows)."""
+        models = self.poller.state.models if self.poller is not None else []
+        loaded = {name: m.context_length for m in models for name in (m.name, m.model)}
+        samples = await asyncio.to_thread(self._estimator.samples, running, loaded, self.latest_gpus)
+        if samples and self.writer is not None:
+            self.writer.submit(PutProgress(samples))
 
     def _ollama_vram_bytes(self) -> int | None:
         """What Ollama's loaded models hold of GPU memory (/api/ps size_vram): the "VRAM" line on unified memory."""

@@ -101,6 +101,40 @@ def _base_layout(fig: go.Figure, title: str, height: int, revision: str) -> go.F
     return fig
 
 
+GB = 1e9  # bytes shown in GB (10^9), as ``ollama ps`` shows them
+# What each line means, in its hover.
+EXPLAIN = {
+    "util_gpu": "GPU busy: % of the sample period in which at least one kernel ran (not how much of the GPU it used)",
+    "util_mem": "memory busy: % of the sample period in which VRAM was being read or written (not the bandwidth used)",
+    "mem_used": "VRAM used by every process on this GPU",
+    "ollama_mem": "VRAM held by Ollama's processes",
+    "mem_total": "the GPU's whole VRAM",
+    "power": "power the GPU draws now",
+    "power_limit": "the power limit the driver holds it under",
+    "sm_clock": "SM clock: the clock of the streaming multiprocessors, the GPU's compute cores",
+    "mem_clock": "memory clock: the clock of the VRAM",
+}
+LANE_HELP = "lane: one row of this chart; requests that run at the same time get separate lanes"
+
+
+def _legends_at(fig: go.Figure, row_tops: Sequence[float]) -> None:
+    """A legend of its own beside each panel (Plotly's numbered legends), its top at the panel's top; one
+    layout update for all (each update costs Plotly a validation pass)."""
+    fig.update_layout(
+        {
+            ("legend" if row == 1 else f"legend{row}"): {
+                "orientation": "v", "yanchor": "top", "y": top, "xanchor": "left", "x": 1.06, "bgcolor": "rgba(0,0,0,0)",
+            }
+            for row, top in enumerate(row_tops, start=1)
+        }
+    )  # fmt: skip
+
+
+def min_band_ms(window_start_unix_s: float, window_end_unix_s: float) -> float:
+    """The least width a phase is drawn with: a 400th of the window (a pixel or two), so short requests show."""
+    return max(window_end_unix_s - window_start_unix_s, 1.0) * 1000 / 400
+
+
 def gpu_timeline_figure(
     samples: Sequence[GpuSample],
     bands: Sequence[Band],
@@ -109,52 +143,60 @@ def gpu_timeline_figure(
     unexplained: Sequence[Interval] = (),
     title: str | None = None,
 ) -> go.Figure:
-    """One GPU over the window: utilization, memory, power, clocks, then request phases as bands."""
+    """One GPU over the window in four panels, each with its own legend: busy, memory, power and clocks,
+    then request phases as bands. Every line's hover says what it measures."""
     samples = sorted(samples, key=lambda s: s.ts_unix_s)
     name = samples[0].name if samples else "GPU"
     index = samples[0].index if samples else 0
+    heights = [0.24, 0.2, 0.2, 0.36]
+    spacing = 0.06
     fig = make_subplots(
-        rows=5,
+        rows=4,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.035,
-        row_heights=[0.2, 0.18, 0.17, 0.17, 0.28],
-        subplot_titles=("Utilization", "Memory", "Power", "Clocks", "Request phases"),
+        vertical_spacing=spacing,
+        row_heights=heights,
+        subplot_titles=("Busy (% of time)", "VRAM (GB)", "Power (W) and clocks (MHz)", "Request phases"),
+        specs=[[{}], [{}], [{"secondary_y": True}], [{}]],
     )
     x = local_times([s.ts_unix_s for s in samples])
     columns = {
         "util_gpu": _col(samples, "util_gpu_pct"),
         "util_mem": _col(samples, "util_mem_pct"),
-        "mem_used": _col(samples, "mem_used_bytes", 1 / GIB),
-        "mem_total": _col(samples, "mem_total_bytes", 1 / GIB),
-        "ollama_mem": _col(samples, "ollama_mem_bytes", 1 / GIB),
+        "mem_used": _col(samples, "mem_used_bytes", 1 / GB),
+        "mem_total": _col(samples, "mem_total_bytes", 1 / GB),
+        "ollama_mem": _col(samples, "ollama_mem_bytes", 1 / GB),
         "power": _col(samples, "power_w"),
         "power_limit": _col(samples, "power_limit_w"),
         "sm_clock": _col(samples, "sm_clock_mhz"),
         "mem_clock": _col(samples, "mem_clock_mhz"),
     }
     x, columns = downsample(x, columns)
+    # (key, label, row, colour, dash, fill, secondary y, unit)
     lines = [
-        ("util_gpu", "GPU busy (% of time)", 1, "#66bb6a", None),
-        ("util_mem", "memory busy (% of time)", 1, "#42a5f5", None),
-        ("mem_used", "VRAM used", 2, "#ab47bc", None),
-        ("ollama_mem", "VRAM used by Ollama", 2, "#ce93d8", "dot"),
-        ("mem_total", "VRAM total", 2, "#757575", "dash"),
-        ("power", "power draw", 3, "#ffa726", None),
-        ("power_limit", "power limit", 3, "#757575", "dash"),
-        ("sm_clock", "SM clock", 4, "#26c6da", None),
-        ("mem_clock", "memory clock", 4, "#ec407a", None),
+        ("util_gpu", "GPU busy (% of time)", 1, "#66bb6a", None, "tozeroy", False, "%"),
+        ("util_mem", "memory busy (% of time)", 1, "#42a5f5", "dot", None, False, "%"),
+        ("mem_used", "VRAM used", 2, "#ab47bc", None, "tozeroy", False, "GB"),
+        ("ollama_mem", "VRAM used by Ollama", 2, "#ce93d8", "dot", None, False, "GB"),
+        ("mem_total", "VRAM total", 2, "#757575", "dash", None, False, "GB"),
+        ("power", "power draw", 3, "#ffa726", None, None, False, "W"),
+        ("power_limit", "power limit", 3, "#757575", "dash", None, False, "W"),
+        ("sm_clock", "SM clock", 3, "#26c6da", "dot", None, True, "MHz"),
+        ("mem_clock", "memory clock", 3, "#ec407a", "dot", None, True, "MHz"),
     ]
-    for key, label, row, colour, dash in lines:
+    for key, label, row, colour, dash, fill, secondary, unit in lines:
         y = columns[key]
         if np.all(np.isnan(y)):  # also true when empty
             continue  # a sensor this GPU does not report: leave it out rather than draw nothing
         fig.add_trace(
-            go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "width": 1.5, "dash": dash}),
-            row=row,
-            col=1,
-        )
-    _add_band_traces(fig, bands, row=5)
+            go.Scatter(
+                x=x, y=y, name=label, mode="lines", line={"color": colour, "width": 1.5 if dash else 2, "dash": dash},
+                fill=fill, fillcolor=colour + "33" if fill else None, legend="legend" if row == 1 else f"legend{row}",
+                hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{plain(EXPLAIN[key])}</i>",
+            ),
+            row=row, col=1, secondary_y=secondary if row == 3 else None,
+        )  # fmt: skip
+    _add_band_traces(fig, bands, row=4, min_ms=min_band_ms(window_start_unix_s, window_end_unix_s), legend="legend4")
     if unexplained:
         # One filled trace for all stretches (shapes cost Plotly a layout validation each: hundreds make it crawl).
         xs: list[object] = []
@@ -174,32 +216,38 @@ def gpu_timeline_figure(
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     # Explicit: the band row's x values are durations (ms on a date axis), which would make Plotly guess "linear".
     fig.update_xaxes(type="date", range=[x0, x1])
-    fig.update_xaxes(title_text="local time", row=5, col=1)
+    fig.update_xaxes(title_text="local time", row=4, col=1)
     fig.update_yaxes(title_text="%", range=[0, 105], row=1, col=1)
-    fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(title_text="W", rangemode="tozero", row=3, col=1)
-    fig.update_yaxes(title_text="MHz", rangemode="tozero", row=4, col=1)
-    fig.update_yaxes(title_text="lane", row=5, col=1)
-    _base_layout(fig, title or f"GPU {index}: {name}", 760, f"gpu-{index}")
-    # Many series: a legend on the right keeps the title and the plots clear.
-    fig.update_layout(legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01},
-                      margin={"l": 60, "r": 10, "t": 60, "b": 40})  # fmt: skip
+    fig.update_yaxes(title_text="GB", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="W", rangemode="tozero", row=3, col=1, secondary_y=False)
+    fig.update_yaxes(title_text="MHz", rangemode="tozero", row=3, col=1, secondary_y=True, showgrid=False)
+    fig.update_yaxes(title_text="lane", row=4, col=1)
+    _base_layout(fig, title or f"GPU {index}: {name}", 980, f"gpu-{index}")
+    # Each panel's legend beside it, its top at the panel's top (row 1 is at the top of the paper).
+    tops = [1.0]
+    for h in heights[:-1]:
+        tops.append(tops[-1] - h * (1 - spacing * (len(heights) - 1)) - spacing)
+    _legends_at(fig, tops)
+    fig.update_layout(margin={"l": 60, "r": 10, "t": 60, "b": 40}, hovermode="x")
     return fig
 
 
 def phase_bands_figure(bands: Sequence[Band], window_start_unix_s: float, window_end_unix_s: float, title: str) -> go.Figure:
     """Request phases alone, for machines without GPU samples."""
     fig = go.Figure()
-    _add_band_traces(fig, bands, row=None)
+    _add_band_traces(fig, bands, row=None, min_ms=min_band_ms(window_start_unix_s, window_end_unix_s))
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     fig.update_xaxes(type="date", range=[x0, x1], title_text="local time")
     fig.update_yaxes(title_text="lane")
-    _base_layout(fig, title, 200 + 30 * len({b.lane for b in bands}), "bands")
+    _base_layout(fig, title, 220 + 30 * len({b.lane for b in bands}), "bands")
     fig.update_layout(hovermode="closest")
     return fig
 
 
-def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int | None) -> None:
+def _add_band_traces(
+    fig: go.Figure, bands: Sequence[Band], row: int | None, min_ms: float = 0.0, legend: str | None = None
+) -> None:
+    """One bar trace per phase; a phase shorter than ``min_ms`` is drawn ``min_ms`` wide (its hover says how long)."""
     by_phase: dict[str, list[Band]] = {p: [] for p in PHASE_ORDER}
     for b in bands:
         by_phase.setdefault(b.phase, []).append(b)
@@ -211,20 +259,21 @@ def _add_band_traces(fig: go.Figure, bands: Sequence[Band], row: int | None) -> 
         durations_ms = np.array([max(b.end_unix_s - b.start_unix_s, 0.0) * 1000 for b in items])
         # Flat numpy arrays throughout: Plotly validates Python lists element by element, which is slow.
         hover = [
-            f"{plain(b.model)} · request {b.request_id[:8]}<br>{phase}: {d:,.0f} ms"
+            f"{plain(b.model)} · request {b.request_id[:8]}<br>{phase}: {d:,.0f} ms<br><i>lane {b.lane + 1}: {LANE_HELP}</i>"
             for b, d in zip(items, durations_ms, strict=True)
         ]
         fig.add_trace(
             go.Bar(
                 orientation="h",
                 base=starts,
-                x=durations_ms,
+                x=np.maximum(durations_ms, min_ms),
                 y=np.array([f"lane {b.lane + 1}" for b in items]),
                 name=phase,
                 marker={"color": PHASE_COLOURS.get(phase, "#bdbdbd")},
                 customdata=np.array([plain(b.model) for b in items]),
                 hovertext=np.array(hover),
                 hovertemplate="%{hovertext}<extra></extra>",
+                **({} if legend is None else {"legend": legend}),
             ),
             **({} if row is None else {"row": row, "col": 1}),
         )
@@ -315,10 +364,10 @@ def token_gaps_figure(token_chunk_ns: Sequence[int], received_ns: int, title: st
 
 
 def loaded_models_figure(models: Sequence[LoadedModel]) -> go.Figure:
-    """Each loaded model's size split into VRAM and system memory."""
+    """Each loaded model's size split into VRAM and system memory, in GB (10^9 bytes, as ``ollama ps``)."""
     names = [plain(m.name) for m in models]
-    vram = [m.size_vram_bytes / GIB for m in models]
-    system = [max(m.size_bytes - m.size_vram_bytes, 0) / GIB for m in models]
+    vram = [m.size_vram_bytes / GB for m in models]
+    system = [max(m.size_bytes - m.size_vram_bytes, 0) / GB for m in models]
     fig = go.Figure(
         [
             go.Bar(orientation="h", y=names, x=vram, name="in VRAM", marker={"color": "#66bb6a"}),
@@ -326,7 +375,7 @@ def loaded_models_figure(models: Sequence[LoadedModel]) -> go.Figure:
         ]
     )
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title_text="GiB", rangemode="tozero")
+    fig.update_xaxes(title_text="GB", rangemode="tozero")
     fig.update_yaxes(title_text="model")
     _base_layout(fig, "Loaded models: where the weights sit", 140 + 40 * max(len(models), 1), "models")
     fig.update_layout(hovermode="closest")
@@ -334,36 +383,57 @@ def loaded_models_figure(models: Sequence[LoadedModel]) -> go.Figure:
 
 
 def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, window_end_unix_s: float) -> go.Figure:
-    """The machine's CPU and memory, with Ollama's own share where known."""
+    """The machine's CPU and memory, with Ollama's own share where known. Whole-machine CPU (% of all cores) and
+    Ollama's CPU (% of one core, up to 100 × cores) are on separate axes: one scale would mislead."""
     samples = sorted(samples, key=lambda s: s.ts_unix_s)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=("CPU", "Memory"))
     x = local_times([s.ts_unix_s for s in samples])
     cols = {
         "cpu": _col(samples, "cpu_pct"),
         "ollama_cpu": _col(samples, "ollama_cpu_pct"),
-        "mem": _col(samples, "mem_used_bytes", 1 / GIB),
-        "mem_total": _col(samples, "mem_total_bytes", 1 / GIB),
-        "ollama_rss": _col(samples, "ollama_rss_bytes", 1 / GIB),
+        "mem": _col(samples, "mem_used_bytes", 1 / GB),
+        "mem_total": _col(samples, "mem_total_bytes", 1 / GB),
+        "ollama_rss": _col(samples, "ollama_rss_bytes", 1 / GB),
     }
     x, cols = downsample(x, cols)
+    has_ollama = not np.all(np.isnan(cols["ollama_cpu"]))
+    rows = 3 if has_ollama else 2
+    titles = ["CPU, whole machine (% of all cores)"] + (["CPU, Ollama (% of one core)"] if has_ollama else []) + ["Memory (GB)"]
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.1, subplot_titles=titles)
+    mem_row = rows
+    hover = {
+        "cpu": "% of all cores' time, every process",
+        "ollama_cpu": "% of one core's time used by Ollama's processes (200 = two cores busy)",
+        "mem": "system memory in use",
+        "ollama_rss": "system memory Ollama's processes hold (resident)",
+        "mem_total": "the machine's memory",
+    }
     for key, label, row, colour, dash in (
         ("cpu", "all processes", 1, "#42a5f5", None),
-        ("ollama_cpu", "Ollama", 1, "#ffa726", None),
-        ("mem", "used", 2, "#42a5f5", None),
-        ("ollama_rss", "Ollama resident", 2, "#ffa726", None),
-        ("mem_total", "total", 2, "#757575", "dash"),
+        ("ollama_cpu", "Ollama", 2, "#ffa726", None),
+        ("mem", "used", mem_row, "#42a5f5", None),
+        ("ollama_rss", "Ollama resident", mem_row, "#ffa726", None),
+        ("mem_total", "total", mem_row, "#757575", "dash"),
     ):
         y = cols[key]
         if np.all(np.isnan(y)):
             continue
-        fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "dash": dash}), row=row, col=1)
+        unit = "GB" if row == mem_row else "%"
+        fig.add_trace(
+            go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "dash": dash},
+                       legend="legend" if row == 1 else f"legend{row}",
+                       hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{hover[key]}</i>"),
+            row=row, col=1,
+        )  # fmt: skip
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     fig.update_xaxes(range=[x0, x1])
-    fig.update_xaxes(title_text="local time", row=2, col=1)
-    fig.update_yaxes(title_text="% of one core × cores", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="GiB", rangemode="tozero", row=2, col=1)
-    _base_layout(fig, "Host: CPU and memory", 420, "host")
-    fig.update_layout(legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01})
+    fig.update_xaxes(title_text="local time", row=rows, col=1)
+    fig.update_yaxes(title_text="% of all cores", range=[0, 105], row=1, col=1)
+    if has_ollama:
+        fig.update_yaxes(title_text="% of one core", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="GB", rangemode="tozero", row=mem_row, col=1)
+    _base_layout(fig, "Host: CPU and memory", 220 + 180 * rows, "host")
+    _legends_at(fig, [1.0 - (row - 1) / rows for row in range(1, rows + 1)])
+    fig.update_layout(hovermode="x")
     return fig
 
 

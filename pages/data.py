@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.records import CollectorInfo, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
+from analysis.records import (
+    CollectorInfo,
+    GpuSample,
+    HostSample,
+    LoadedModel,
+    OllamaStatus,
+    Outcome,
+    ProgressSample,
+    RequestRecord,
+)
 from pages.derive import Band, Interval
 from store import queries
 from store.queries import StoredRequest
@@ -67,6 +76,7 @@ class LiveSnapshot:
     requests_in_window: int
     gpu_state: str | None
     gpu_message: str | None
+    vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
 
 
 def bands_of(row: RequestSummary) -> list[Band]:
@@ -110,8 +120,12 @@ def load_live(
                 gpu_by_index.setdefault(s.index, []).append(s)
             # Requests that started up to 10 min before the window may still reach into it.
             rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
+        vram_used: int | None = None
         if context:
             host = queries.host_samples(conn, start, now_unix_s + 1)
+            latest: dict[int, GpuSample] = {s.index: s for s in queries.gpu_samples(conn, now_unix_s - 10, now_unix_s + 1)}
+            used = [s.mem_used_bytes for s in latest.values() if s.mem_used_bytes is not None]
+            vram_used = sum(used) if used else None
         loaded = queries.latest_loaded_models(conn)
         heartbeat = queries.latest_heartbeat(conn)
     bands: list[Band] = []
@@ -139,6 +153,7 @@ def load_live(
         requests_in_window=shown + sum(1 for r in in_flight if r.started_at_unix_s >= start),
         gpu_state=heartbeat.gpu_state if heartbeat else None,
         gpu_message=heartbeat.gpu_message if heartbeat else None,
+        vram_used_bytes=vram_used,
     )
 
 
@@ -201,3 +216,66 @@ def latest_request_ids(db: Path, since_unix_s: float, limit: int = 1) -> list[st
         if conn is None:
             return []
         return [r.id for r in queries.recent_requests(conn, since_unix_s, limit=limit)]
+
+
+@dataclass
+class CardsSnapshot:
+    """What the Live page's cards and "now" strip read: running requests with their progress readings, the
+    requests of the last minute, loaded models, the latest GPU sample, and each running model's /api/show."""
+
+    in_flight: list[RequestRecord]
+    progress: dict[str, list[ProgressSample]]
+    recent: list[RequestSummary]
+    loaded: list[LoadedModel]
+    gpu: GpuSample | None
+    shows: dict[str, dict[str, Any]]
+    record_text: bool
+    requests_in_window: int
+    chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
+    last_load_s: dict[str, float] = field(default_factory=dict)  # model being loaded → how long its last load took
+
+
+def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        in_flight = queries.in_flight_requests(conn, now_unix_s)
+        progress = queries.progress_samples(conn, [r.id for r in in_flight]) if in_flight else {}
+        # Requests that may overlap the last minute (started up to 10 min before it).
+        recent = [
+            r
+            for r in queries.recent_requests(conn, now_unix_s - recent_s - 600, limit=500, until_unix_s=now_unix_s)
+            if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s
+        ]
+        loaded = queries.latest_loaded_models(conn)
+        gpus = queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
+        shows: dict[str, dict[str, Any]] = {}
+        for model in {r.model for r in in_flight if r.token_chunk_ns}:
+            info = queries.model_info(conn, model)
+            if info is not None:
+                shows[model] = info.show
+        heartbeat = queries.latest_heartbeat(conn)
+        in_window = queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s)
+        # Whether the collector's estimate has measured tokens per character for the model, or assumes its default.
+        chars_measured = {
+            model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
+            for model in {r.model for r in in_flight if not r.token_chunk_ns}
+        }
+        names = {n for m in loaded for n in (m.name, m.model)}
+        last_load = {
+            model: t
+            for model in {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
+            if (t := queries.last_load_s(conn, model)) is not None
+        }
+    return CardsSnapshot(
+        in_flight=in_flight,
+        progress=progress,
+        recent=recent,
+        loaded=loaded,
+        gpu=gpus[-1] if gpus else None,
+        shows=shows,
+        record_text=bool(heartbeat and heartbeat.record_text),
+        requests_in_window=in_window,
+        chars_measured=chars_measured,
+        last_load_s=last_load,
+    )

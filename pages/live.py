@@ -1,4 +1,4 @@
-"""Live: generations in flight, the GPU timeline with request phases under it, loaded models, host."""
+"""Live: a card per generation in flight, the "now" strip, the GPU timeline with request phases, loaded models, host."""
 
 from __future__ import annotations
 
@@ -8,32 +8,45 @@ import streamlit as st
 
 from pages import common, data
 from pages.hosts_view import alert_banner
-from pages.live_view import build_live, show_context, show_flight, show_timeline, timeline_refresh_s
+from pages.live_cards_view import build_cards, show_cards, show_strip
+from pages.live_view import build_live, show_context, show_timeline, timeline_refresh_s
 from pages.settings import client_host_line
+
+BUSY_KEY = "pw_live_busy"
+IDLE_AFTER_S = 30.0  # nothing ran for this long: the page refreshes less often
 
 ctx = common.context()
 st.title("Live")
 status = data.load_status(ctx.db_path)
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
-alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)  # issue 17: alerts for this host
+alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)  # alerts firing for this host (with PHASEWATCH_PROMETHEUS)
 proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
 
 if ctx.paused:
     st.caption("Live updates are paused (sidebar). Zoom and pan freely; switch the pause off to follow again.")
 
+# Each part redraws only as often as it changes; when nothing has run for IDLE_AFTER_S, all of them slow down
+# (the cards part notices the change and reruns the page once, which sets the new intervals).
+busy = bool(st.session_state.get(BUSY_KEY, True))
+refresh_s = timeline_refresh_s(ctx.window_s) if busy else max(5.0, timeline_refresh_s(ctx.window_s))
 
-# Three fragments, each redrawn only as often as it changes: redrawing charts costs the browser.
-@st.fragment(run_every=None if ctx.paused else 1)
-def flight_part() -> None:
-    model = build_live(ctx.db_path, time.time(), ctx.window_s, timeline=False, context=False)
+
+@st.fragment(run_every=None if ctx.paused else (1 if busy else 2))
+def cards_part() -> None:
+    now = time.time()
+    model = build_cards(ctx.db_path, now, ctx.window_s)
     if model is None:
         common.no_store_state(ctx)
         return
-    show_flight(model)
-
-
-refresh_s = timeline_refresh_s(ctx.window_s)
+    if model.cards or "pw_live_last_active" not in st.session_state:
+        st.session_state["pw_live_last_active"] = now
+    active = now - float(st.session_state.get("pw_live_last_active", 0.0)) < IDLE_AFTER_S
+    show_strip(model)
+    show_cards(model)
+    if active != busy and not ctx.paused:
+        st.session_state[BUSY_KEY] = active
+        st.rerun(scope="app")
 
 
 @st.fragment(run_every=None if ctx.paused else refresh_s)
@@ -43,13 +56,13 @@ def timeline_part() -> None:
         show_timeline(model, proxy_line, refresh_s)
 
 
-@st.fragment(run_every=None if ctx.paused else 5)
+@st.fragment(run_every=None if ctx.paused else (5 if busy else 15))
 def context_part() -> None:
     model = build_live(ctx.db_path, time.time(), ctx.window_s, flight=False, timeline=False)
     if model is not None:
         show_context(model)
 
 
-flight_part()
+cards_part()
 timeline_part()
 context_part()

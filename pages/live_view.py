@@ -3,6 +3,7 @@ timed by ``bench/pages_refresh.py``) and ``show_live`` (draws them)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, LoadedModel
 from pages import charts, data, derive, fmt
 from pages.derive import InFlightView, Interval
 
@@ -30,12 +31,14 @@ class LiveModel:
     gpu_message: str | None
     requests_in_window: int
     notes: list[str] = field(default_factory=list)
+    vram_used_bytes: int | None = None  # the latest GPU sample's memory in use (all GPUs)
 
 
 def timeline_refresh_s(window_s: float) -> float:
-    """How often the GPU timeline redraws: every second up to a 5-minute window, then less often
-    (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing)."""
-    if window_s <= 300:
+    """How often the GPU timeline redraws: every second on a 1-minute window, every 2 s up to 5 minutes, then
+    less often (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing, and
+    each redraw mounts the figure anew in the browser). The cards above follow each generation every second."""
+    if window_s <= 60:
         return 1.0
     if window_s <= 900:
         return 2.0
@@ -75,9 +78,9 @@ def build_live(
         [
             {
                 "model": m.name,
-                "size": fmt.gib(m.size_bytes),
-                "in VRAM": fmt.gib(m.size_vram_bytes),
-                "in system memory": fmt.gib(max(m.size_bytes - m.size_vram_bytes, 0)),
+                "size": fmt_gb(m.size_bytes),
+                "in VRAM": fmt_gb(m.size_vram_bytes),
+                "in system memory": fmt_gb(max(m.size_bytes - m.size_vram_bytes, 0)),
                 "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
                 "context length": m.context_length,
                 "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
@@ -94,12 +97,26 @@ def build_live(
         bands_figure=bands_figure,
         unexplained=unexplained,
         models_table=models_table,
-        models_figure=charts.loaded_models_figure(snap.loaded) if snap.loaded and context else None,
+        models_figure=_models_figure(tuple((m.name, m.size_bytes, m.size_vram_bytes) for m in snap.loaded))
+        if snap.loaded and context
+        else None,
         host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
         gpu_state=snap.gpu_state,
         gpu_message=snap.gpu_message,
         requests_in_window=snap.requests_in_window,
+        vram_used_bytes=snap.vram_used_bytes,
     )
+
+
+def fmt_gb(n_bytes: int) -> str:
+    """Bytes in GB (10^9), as ``ollama ps`` shows them."""
+    return f"{n_bytes / 1e9:.2f} GB"
+
+
+@functools.lru_cache(maxsize=8)
+def _models_figure(models: tuple[tuple[str, int, int], ...]) -> go.Figure:
+    """Built again only when what it draws changed (names and sizes), not on every poll."""
+    return charts.loaded_models_figure([LoadedModel(0.0, n, n, "", size, vram, None, None) for n, size, vram in models])
 
 
 def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
@@ -113,42 +130,23 @@ def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
     return fmt.seconds(left)
 
 
-def in_flight_frame(views: list[InFlightView]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "model": v.model,
-                "client": v.client_addr,
-                "endpoint": v.endpoint,
-                "phase": v.phase,
-                "elapsed (s)": round(v.elapsed_s, 1),
-                "tokens so far": v.tokens_so_far,
-                "live tok/s": None if v.live_tok_s is None else round(v.live_tok_s, 1),
-                "request": v.request_id[:8],
-            }
-            for v in views
-        ]
-    )
-
-
-def show_flight(model: LiveModel) -> None:
-    """Every second: how many generations run, and each one's phase, tokens and rate."""
-    a, b = st.columns(2)
-    a.metric("Generations in flight", len(model.in_flight))
-    b.metric("Updated", fmt.clock(model.now_unix_s))
-    st.subheader("Generations in flight")
-    if model.in_flight:
-        st.dataframe(in_flight_frame(model.in_flight), hide_index=True, key="live_in_flight")
-    else:
-        st.caption("None right now. Requests sent through the proxy show up here while they run.")
-
-
 def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     """The GPU timelines with the phases of the window's requests, and clients that bypass the proxy."""
     st.subheader("GPU timeline")
-    st.metric("Requests in window", model.requests_in_window)
+    # Notes that come and go sit in one container of their own, so the charts below keep their place in the
+    # page between refreshes (a chart that moves is mounted anew, and shows blank until drawn).
+    with st.container(key="live_timeline_notes"):
+        _timeline_notes(model, proxy_line, refresh_s)
+    if model.gpu_figures:
+        for index, fig in model.gpu_figures:
+            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
+    elif model.bands_figure is not None:
+        st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+
+
+def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     if refresh_s > 1:
-        st.caption(f"Redrawn every {refresh_s:.0f} s at this window; pick 5 min or less in the sidebar to follow each second.")
+        st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]
@@ -159,37 +157,31 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
             icon=":material/visibility_off:",
         )
         st.code(proxy_line, language="bash")
-    if model.gpu_figures:
-        if model.gpu_state in UNIFIED_MEMORY_KINDS:
-            st.caption(
-                UNIFIED_MEMORY_NOTE[0].upper()
-                + UNIFIED_MEMORY_NOTE[1:]
-                + " (Ollama's size_vram); the total is the system memory."
-            )
-        for index, fig in model.gpu_figures:
-            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
-    else:
-        if model.gpu_state == "none":
-            st.info(
-                "No GPU found (NVIDIA, AMD or Apple), so there is no GPU timeline. "
-                "Phases and rates still come from Ollama's own timings.",
-                icon=":material/info:",
-            )
-            if model.gpu_message:
-                st.text(model.gpu_message)
-        else:
-            st.caption("No GPU samples in this window yet.")
-        if model.bands_figure is not None:
-            st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+    if model.gpu_figures and model.gpu_state in UNIFIED_MEMORY_KINDS:
+        st.caption(
+            UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram); the total is the system memory."
+        )
+    elif not model.gpu_figures and model.gpu_state == "none":
+        # Once here; the sidebar names the GPU source and why none was found.
+        st.caption("No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings.")
+    elif not model.gpu_figures:
+        st.caption("No GPU samples in this window yet.")
 
 
 def show_context(model: LiveModel) -> None:
     """The slower part of the Live page: loaded models and the host."""
     st.subheader("Loaded models")
     if model.models_table.empty:
-        st.caption(
-            "No model is loaded. Ollama loads one on the first request and unloads it after keep_alive (5 min by default)."
+        line = (
+            "No model is loaded in Ollama (its /api/ps lists none). "
+            "It loads one on the first request and unloads it after keep_alive (5 min by default)."
         )
+        if model.vram_used_bytes:
+            line += (
+                f" The GPU still shows {fmt_gb(model.vram_used_bytes)} of memory in use: other programs, "
+                "or memory a model just unloaded has not given back yet."
+            )
+        st.caption(line)
     else:
         st.dataframe(model.models_table, hide_index=True, key="live_models")
         if model.models_figure is not None:

@@ -77,6 +77,10 @@ picked_rows = table.selection.rows if table is not None else []
 if picked_rows and st.session_state.get("req_last_table_pick") != ids[picked_rows[0]]:
     st.session_state["req_last_table_pick"] = ids[picked_rows[0]]
     st.session_state["req_pick"] = ids[picked_rows[0]]
+linked = st.query_params.get("request")  # a Live card's "Details in Requests" link
+if linked in labels and st.session_state.get("req_linked") != linked:
+    st.session_state["req_linked"] = linked
+    st.session_state["req_pick"] = linked
 if st.session_state.get("req_pick") not in labels:
     # Default: the newest finished request (an in-flight one has no phases yet).
     finished = [r.id for r in history.rows if r.outcome != "in_flight"]

@@ -325,7 +325,6 @@ def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: 
     ]
 
 
-
 def stale_phases_count(conn: sqlite3.Connection) -> int:
     """Finished requests whose phases came from an older split (the collector re-derives them)."""
     (n,) = conn.execute(
@@ -564,3 +563,41 @@ def progress_samples(conn: sqlite3.Connection, request_ids: Sequence[str]) -> di
             sample = PROGRESS_SAMPLES.from_values(values)
             out.setdefault(sample.request_id, []).append(sample)
     return out
+
+
+@dataclass(frozen=True)
+class PromptHistoryRow:
+    """One finished request's prompt: its characters, tokens and prefill rate (for the live prefill estimate)."""
+
+    prompt_chars: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_tok_s: float | None
+
+
+def prompt_history(conn: sqlite3.Connection, model: str, limit: int = 200) -> list[PromptHistoryRow]:
+    """The newest finished requests of a model that have Ollama's prompt count, newest first."""
+    rows = _rows(
+        conn,
+        "SELECT prompt_chars, prompt_tokens, cached_tokens, prefill_tok_s FROM requests "
+        "WHERE model = ? AND outcome = 'ok' AND prompt_tokens IS NOT NULL ORDER BY started_at_unix_s DESC LIMIT ?",
+        (model, int(limit)),
+    )
+    return [PromptHistoryRow(*r) for r in rows]
+
+
+def requests_started_count(conn: sqlite3.Connection, since_unix_s: float, until_unix_s: float) -> int:
+    """How many requests started in ``[since, until]`` (in flight included)."""
+    (n,) = conn.execute(
+        "SELECT COUNT(*) FROM requests WHERE started_at_unix_s BETWEEN ? AND ?", (since_unix_s, until_unix_s)
+    ).fetchone()
+    return int(n)
+
+
+def last_load_s(conn: sqlite3.Connection, model: str, min_load_s: float = 0.1) -> float | None:
+    """How long the model's latest real load took (a load shorter than ``min_load_s`` found it in memory)."""
+    row = conn.execute(
+        "SELECT load_s FROM requests WHERE model = ? AND load_s >= ? ORDER BY started_at_unix_s DESC LIMIT 1",
+        (model, min_load_s),
+    ).fetchone()
+    return None if row is None else float(row[0])

@@ -342,9 +342,16 @@ ALTER TABLE requests ADD COLUMN output_tokens_source TEXT;
 ALTER TABLE requests ADD COLUMN thinking_source TEXT;
 """
 
+# v7: the prompt's size in characters, counted by the proxy whether or not the text is
+# kept, so the collector can estimate a running prompt's tokens (× the model's measured tokens per character).
+_V7 = """
+ALTER TABLE requests ADD COLUMN prompt_chars INTEGER;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5)]
-MIGRATIONS.append(_script(_V6))  # issue 16's v6; a v7 appends after it
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7),
+]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

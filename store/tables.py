@@ -292,6 +292,7 @@ class RequestRow(RequestSummary):
     thinking_chunks: int | None  # NULL: recorded before v6, when thinking was not kept apart
     last_thinking_ns: int | None
     first_answer_ns: int | None
+    prompt_chars: int | None  # the prompt's characters, counted by the proxy (None: unknown, or an older row)
 
 
 @dataclass(frozen=True)

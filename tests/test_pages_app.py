@@ -73,16 +73,16 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
     assert metrics["Generations in flight"] == "1"
     assert int(metrics["Requests in window"]) >= 5
 
-    in_flight = at.dataframe[0].value
-    assert list(in_flight["model"]) == ["llama3.2:latest"]
-    assert in_flight["phase"].iloc[0].startswith("decoding")  # ", no token for N s" once the fixture ages
-    assert list(in_flight["tokens so far"]) == [50]
+    # One card for the generation in flight: its model, its phase and its tokens so far.
+    cards = [m.value for m in at.markdown if "writing the reply (decode)" in m.value]
+    assert len(cards) == 1 and "llama3\\.2" in cards[0]
+    assert any(m.value.startswith("50 tokens so far") for m in at.markdown)
 
     figs = figures(at)
     gpu = next(f for f in figs if "RTX 4090" in title_of(f))
     assert {"GPU busy (% of time)", "VRAM used", "power draw", "SM clock", "decode", "prefill", "in flight"} <= trace_names(gpu)
     assert "GPU busy, no proxied request" in trace_names(gpu)
-    assert gpu["layout"]["xaxis5"]["type"] == "date"
+    assert gpu["layout"]["xaxis4"]["type"] == "date"
     # The client bypassing the proxy is named, with the line that fixes it.
     assert any("bypassing the proxy" in w.value for w in at.warning)
     assert "OLLAMA_HOST=127.0.0.1:11435" in [c.value for c in at.code]
@@ -135,7 +135,9 @@ def test_no_gpu_is_explained(data_dir: Path) -> None:
     finally:
         w.close()
     at = run_app()
-    assert any("No GPU found (NVIDIA, AMD or Apple)" in i.value for i in at.info)
+    assert [c.value for c in at.caption].count(
+        "No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings."
+    ) == 1
     side = "\n".join(m.value for m in at.sidebar.markdown)
     assert "no GPU found" in side
     assert "libnvidia-ml.so.1 not found" in "\n".join(c.value for c in at.sidebar.caption)
@@ -300,3 +302,12 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
     for r in rows:
         assert float(r["first token (s)"]) == pytest.approx(0.2)  # numbers stay numbers
         assert not r["time"].startswith("'") and not r["id"].startswith("'")
+
+
+def test_a_live_card_link_opens_its_request(fixture_store: Fixture) -> None:
+    # The finished card's "Details in Requests" link carries ?request=<id>; Requests picks that request.
+    at = run_app()
+    at.query_params["request"] = fixture_store.stalled.id
+    at.switch_page("pages/requests.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="req_pick").value == fixture_store.stalled.id

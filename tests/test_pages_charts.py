@@ -43,14 +43,23 @@ def test_gpu_timeline_has_titles_units_legend_and_bands() -> None:
     assert "RTX 4090" in fig.layout.title.text
     assert {"GPU busy (% of time)", "VRAM used", "power draw", "SM clock", "prefill", "decode"} <= names(fig)
     assert fig.layout.yaxis.title.text == "%"
-    assert fig.layout.yaxis2.title.text == "GiB"
+    assert fig.layout.yaxis2.title.text == "GB"
     assert fig.layout.yaxis3.title.text == "W"
-    assert fig.layout.yaxis4.title.text == "MHz"
+    assert fig.layout.yaxis4.title.text == "MHz"  # the SM clock on the power panel's right-hand axis
+    assert fig.layout.yaxis5.title.text == "lane"
+    # Each panel has its own legend, and every line's hover says what it measures.
+    assert {t.legend or "legend" for t in fig.data} == {"legend", "legend2", "legend3", "legend4"}
+    busy = next(t for t in fig.data if t.name == "GPU busy (% of time)")
+    mem_busy = next(t for t in fig.data if t.name == "memory busy (% of time)")
+    assert busy.fill == "tozeroy" and mem_busy.line.dash == "dot"  # told apart even where they coincide
+    assert "kernel" in busy.hovertemplate
+    assert "streaming multiprocessors" in next(t for t in fig.data if t.name == "SM clock").hovertemplate
     assert fig.layout.uirevision == "gpu-0"
     decode = next(t for t in fig.data if t.name == "decode")
     # The two overlapping requests sit in two lanes; durations are in ms on the date axis.
     assert sorted(decode.y) == ["lane 1", "lane 2"]
     assert sorted(decode.x) == pytest.approx([9000.0, 10000.0])
+    assert "lane: one row of this chart" in decode.hovertext[0]
     json.loads(fig.to_json())  # serialisable as the browser receives it
 
 
@@ -60,6 +69,14 @@ def test_gpu_timeline_leaves_out_unsupported_sensors_and_marks_bypass() -> None:
     assert "power draw" not in names(fig)
     busy = next(t for t in fig.data if t.name == "GPU busy, no proxied request")
     assert busy.fill == "toself" and list(busy.y[:4]) == [0, 100, 100, 0]  # one shaded stretch over utilization
+
+
+def test_short_phases_get_a_minimum_width() -> None:
+    bands = [Band("a" * 32, "m", "prefill", T0 + 10, T0 + 10.05), Band("a" * 32, "m", "decode", T0 + 10.05, T0 + 10.2)]
+    fig = charts.gpu_timeline_figure([], bands, T0, T0 + 300)
+    prefill = next(t for t in fig.data if t.name == "prefill")
+    assert prefill.x[0] == pytest.approx(300_000 / 400)  # 50 ms drawn as a 400th of the 5-minute window
+    assert "prefill: 50 ms" in prefill.hovertext[0]  # the hover keeps the true duration
 
 
 def test_downsample_bounds_points_and_keeps_means() -> None:
@@ -98,10 +115,21 @@ def test_token_gaps_marks_stalls() -> None:
 def test_loaded_models_and_host_figures() -> None:
     m = LoadedModel(T0, "big:70b", "big:70b", "d" * 64, 40 * 1024**3, 22 * 1024**3, 4096, T0 + 300)
     fig = charts.loaded_models_figure([m])
-    assert list(fig.data[0].x) == pytest.approx([22.0]) and list(fig.data[1].x) == pytest.approx([18.0])
+    assert list(fig.data[0].x) == pytest.approx([22 * 1024**3 / 1e9]) and list(fig.data[1].x) == pytest.approx(
+        [18 * 1024**3 / 1e9]
+    )
+    assert fig.layout.xaxis.title.text == "GB"
     host = charts.host_figure([HostSample(T0 + i, 30.0, 8 * 1024**3, 32 * 1024**3) for i in range(10)], T0, T0 + 10)
     assert {"all processes", "used", "total"} <= names(host)
     assert "Ollama" not in names(host)  # no per-process numbers: no empty trace
+    # Whole-machine % and Ollama's % of one core never share an axis.
+    both = charts.host_figure(
+        [HostSample(T0 + i, 30.0, 8 * 1024**3, 32 * 1024**3, 250.0, 1024**3) for i in range(10)], T0, T0 + 10
+    )
+    machine = next(t for t in both.data if t.name == "all processes")
+    ollama = next(t for t in both.data if t.name == "Ollama")
+    assert machine.yaxis != ollama.yaxis
+    assert both.layout.yaxis.title.text == "% of all cores" and both.layout.yaxis2.title.text == "% of one core"
 
 
 def test_chart_text_from_users_is_escaped() -> None:

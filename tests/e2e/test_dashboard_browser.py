@@ -261,8 +261,9 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                 assert not db_path(tmp_path).exists()  # nothing recorded into the real data folder
                 titles = wait_until(
                     lambda: (t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-                        .map(gd => (gd.layout.title || {}).text || '')""")) and any("Simulated NVIDIA" in x for x in t) and t,
-                    60, "the simulated GPU's timeline",
+                        .map(gd => (gd.layout.title || {}).text || '')""")) and any("Simulated NVIDIA" in x for x in t)
+                    and any("Host" in x for x in t) and t,
+                    60, "the simulated GPU's timeline and the host chart (each part of the page refreshes at its own pace)",
                 )  # fmt: skip
                 assert any("Host" in t for t in titles)
                 screenshot(page, "demo-live")

@@ -144,10 +144,17 @@ def test_live_and_why_with_a_fake_gpu_source(gpu_stack: GpuStack, page: Page) ->
     wait_until(lambda: f"GPU 0: {name}" in page.evaluate("""() => Array.from(document.querySelectorAll(
         '[data-testid="stPlotlyChart"] .js-plotly-plot')).map(gd => gd.layout.title && gd.layout.title.text).join('|')"""),
         30, "the GPU chart titled with the card's name")  # fmt: skip
-    traces = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
-        .flatMap(gd => gd._fullData.map(t => [t.name, t._length]))""")
-    lines = {n: k for n, k in traces}
-    assert lines.get("GPU busy (% of time)", 0) >= 2 and lines.get("power draw", 0) >= 2, lines
+
+    def drawn_lines() -> dict[str, int]:
+        traces = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
+            .flatMap(gd => (gd._fullData || []).map(t => [t.name, t._length]))""")
+        return {n: k for n, k in traces}
+
+    # A refreshed chart is drawn anew: wait for one drawing that has the lines.
+    lines = wait_until(
+        lambda: (d := drawn_lines()).get("GPU busy (% of time)", 0) >= 2 and d.get("power draw", 0) >= 2 and d,
+        30, "the GPU chart's lines drawn",
+    )  # fmt: skip
     if gpu_stack.source == "amd":
         assert "memory clock" in lines and "VRAM used" in lines
     else:
