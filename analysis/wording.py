@@ -36,13 +36,13 @@ def ms(x_ms: float) -> str:
 
 
 def gb(bytes_: float) -> str:
-    """Decimal gigabytes, as vendors print VRAM: 4.92e9 -> "4.92 GB"."""
+    """Decimal gigabytes, as ``ollama ps`` and vendors print them: 4.92e9 -> "4.92 GB", 512e6 -> "512 MB"."""
     g = bytes_ / 1e9
     if abs(g) >= 100:
         return f"{g:.0f} GB"
     if abs(g) >= 10:
         return f"{g:.1f} GB"
-    if abs(g) >= 0.1:
+    if abs(g) >= 1:
         return f"{g:.2f} GB"
     if abs(bytes_) >= 1e6:
         return f"{bytes_ / 1e6:.0f} MB"

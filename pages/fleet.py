@@ -215,10 +215,6 @@ def firing_alerts(base_url: str, instances: Iterable[str]) -> list[FiringAlert]:
     return sorted(set(out), key=lambda f: f.name)
 
 
-def gb(n_bytes: float | None) -> str:
-    return "—" if n_bytes is None else f"{n_bytes / 1e9:.1f} GB"
-
-
 def percent(ratio: float | None) -> str:
     return "—" if ratio is None else f"{ratio * 100:.0f}%"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from analysis import wording
+
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 # Where Markdown's autolinks start (http://, www., e-mail): a word joiner (invisible) breaks each one.
 _AUTOLINK_START = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)")
@@ -66,21 +68,8 @@ def rate(tok_s: float | None) -> str:
 
 
 def gb(n_bytes: int | float | None) -> str:
-    """Bytes in GB = 10^9, as ``ollama ps`` prints them: "4.92 GB", "12.3 GB", "512 MB" below 1 GB."""
-    if n_bytes is None:
-        return UNKNOWN
-    g = n_bytes / GB
-    if abs(g) >= 100:
-        return f"{g:,.0f} GB"
-    if abs(g) >= 10:
-        return f"{g:.1f} GB"
-    if abs(g) >= 1:
-        return f"{g:.2f} GB"
-    return f"{n_bytes / MB:,.0f} MB"
-
-
-# The old name: every page shows GB now (one unit everywhere), whichever helper it calls.
-gib = gb
+    """Bytes in GB = 10^9, as ``ollama ps`` prints them ("4.92 GB", "12.3 GB", "512 MB"): one rule with the sentences'."""
+    return UNKNOWN if n_bytes is None else wording.gb(n_bytes)
 
 
 def count(n: int | float | None) -> str:

@@ -51,7 +51,7 @@ def show_rows(rows: list[HostRow], now_s: float) -> None:
         cells[2].markdown("—" if row.in_flight is None else f"{row.in_flight:.0f}")
         cells[3].markdown(f"{fmt.seconds(row.ttft_p50_s)} / {fmt.seconds(row.ttft_p95_s)}")
         cells[4].markdown(fmt.rate(row.decode_tok_s))
-        vram = f"{fleet.gb(row.vram_used_bytes)} of {fleet.gb(row.vram_total_bytes)}" if row.vram_total_bytes else "—"
+        vram = f"{fmt.gb(row.vram_used_bytes)} of {fmt.gb(row.vram_total_bytes)}" if row.vram_total_bytes else "—"
         cells[5].markdown(f"{fleet.percent(row.gpu_busy_ratio)}  \n{vram}")
         cells[6].markdown(fleet.watts(row.power_w))
         cells[7].markdown("  \n".join(f":red[{fmt.md_escape(a)}]" for a in row.alerts) if row.alerts else "none")

@@ -20,7 +20,8 @@ st.title("Live")
 status = data.load_status(ctx.db_path)
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
-alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)  # alerts firing for this host (with PHASEWATCH_PROMETHEUS)
+# Alerts firing for this host, when PHASEWATCH_PROMETHEUS names a Prometheus.
+alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)
 proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
 
 if ctx.paused:

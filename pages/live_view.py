@@ -78,9 +78,9 @@ def build_live(
         [
             {
                 "model": m.name,
-                "size": fmt_gb(m.size_bytes),
-                "in VRAM": fmt_gb(m.size_vram_bytes),
-                "in system memory": fmt_gb(max(m.size_bytes - m.size_vram_bytes, 0)),
+                "size": fmt.gb(m.size_bytes),
+                "in VRAM": fmt.gb(m.size_vram_bytes),
+                "in system memory": fmt.gb(max(m.size_bytes - m.size_vram_bytes, 0)),
                 "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
                 "context length": m.context_length,
                 "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
@@ -106,11 +106,6 @@ def build_live(
         requests_in_window=snap.requests_in_window,
         vram_used_bytes=snap.vram_used_bytes,
     )
-
-
-def fmt_gb(n_bytes: int) -> str:
-    """Bytes in GB (10^9), as ``ollama ps`` shows them."""
-    return f"{n_bytes / 1e9:.2f} GB"
 
 
 @functools.lru_cache(maxsize=8)
@@ -178,7 +173,7 @@ def show_context(model: LiveModel) -> None:
         )
         if model.vram_used_bytes:
             line += (
-                f" The GPU still shows {fmt_gb(model.vram_used_bytes)} of memory in use: other programs, "
+                f" The GPU still shows {fmt.gb(model.vram_used_bytes)} of memory in use: other programs, "
                 "or memory a model just unloaded has not given back yet."
             )
         st.caption(line)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from pages import fleet
+from pages import fleet, fmt
 from tests.support.sim_process import free_port
 
 
@@ -32,6 +32,6 @@ def test_an_unreachable_prometheus_is_a_clear_error() -> None:
 
 
 def test_unknown_figures_read_as_a_dash() -> None:
-    assert fleet.gb(None) == fleet.percent(None) == fleet.watts(None) == "—"
-    assert fleet.gb(25.8e9) == "25.8 GB" and fleet.percent(0.5) == "50%" and fleet.watts(199.6) == "200 W"
+    assert fmt.gb(None) == fleet.percent(None) == fleet.watts(None) == "—"
+    assert fmt.gb(25.8e9) == "25.8 GB" and fleet.percent(0.5) == "50%" and fleet.watts(199.6) == "200 W"
     assert fleet._number("NaN") is None and fleet._number("+Inf") is None and fleet._number("2.5") == 2.5

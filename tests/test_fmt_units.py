@@ -8,7 +8,6 @@ from pages import fmt
 def test_bytes_in_gb_as_ollama_ps_prints_them() -> None:
     assert fmt.gb(9.8e9) == "9.80 GB" and fmt.gb(42 * 1024**3) == "45.1 GB" and fmt.gb(512e6) == "512 MB"
     assert fmt.gb(None) == "—"
-    assert fmt.gib is fmt.gb  # the old name shows GB too: one unit everywhere
 
 
 def test_integers_and_unknowns() -> None:

@@ -269,7 +269,7 @@ def test_hosts_page_shows_both_hosts(fleet: Fleet, browser: Browser, tmp_path: P
                 assert h.name in text and h.listen in text
                 row = rows[h.listen]  # the page shows what the same PromQL gives
                 assert row.decode_tok_s is not None and fmt.rate(row.decode_tok_s) in text, h.name
-                assert fleet_data.gb(row.vram_total_bytes) in text and fleet_data.watts(row.power_w) in text
+                assert fmt.gb(row.vram_total_bytes) in text and fleet_data.watts(row.power_w) in text
             assert "llama3.2:latest" in text
             assert "FleetTestAlert" in text  # firing on gpu-a only
             assert re.search(r"\d+(\.\d+)? tok/s", text)
