@@ -215,6 +215,8 @@ class Settings:
     limits: Limits = field(default_factory=Limits)  # the proxy's bounds (PHASEWATCH_MAX_HEAD_BYTES, ...)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beyond this machine's (PHASEWATCH_ALLOWED_HOSTS)
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
+    exit_with_parent: bool = False  # stop when the process that started us exits (the app's own collector)
+    stop: bool = False  # --stop: stop the collector of data_dir instead of running one
 
     @property
     def db_path(self) -> Path:
@@ -294,6 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-db-mb", metavar="MB", help=f"bound on the store's size; default $PHASEWATCH_MAX_DB_MB, else {DEFAULT_MAX_DB_MB:g}"
+    )
+    p.add_argument(
+        "--stop", action="store_true", help="stop the collector that records into --data (or $PHASEWATCH_DATA), then exit"
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one exits (how the dashboard starts its collector)",
     )
     p.add_argument(
         "--ollama-pids", metavar="PID,PID", help="Ollama's process ids for the samplers (default: found by process name)"
@@ -390,6 +400,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         allowed_hosts=split_list(env.get("PHASEWATCH_ALLOWED_HOSTS", "")),
         # Ollama's envconfig.Var: trimmed, then unquoted; entries split on ","
         allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
+        exit_with_parent=bool(args.exit_with_parent),
+        stop=bool(args.stop),
     )
 
 

@@ -511,6 +511,16 @@ def ollama_events(conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float) 
     return [OLLAMA_EVENTS.from_values(r) for r in rows]
 
 
+def ollama_down_since(conn: sqlite3.Connection) -> float | None:
+    """When Ollama went down: the first failed poll after the last one that answered (None: it is up, or
+    never went down as far as the kept events reach)."""
+    row = conn.execute(
+        "SELECT MIN(ts_unix_s) FROM ollama_events WHERE up = 0 "
+        "AND ts_unix_s > COALESCE((SELECT MAX(ts_unix_s) FROM ollama_events WHERE up = 1), -1e300)"
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
 def latest_heartbeat(conn: sqlite3.Connection) -> CollectorInfo | None:
     """The collector's last heartbeat (compare ``ts_unix_s`` with now to tell whether it is alive)."""
     return _one(conn, COLLECTOR_HEARTBEAT, "WHERE id = 1")
