@@ -1,7 +1,7 @@
 """How a collector (or the demo) stops: asked from outside (``--stop``), or when the app that started it is gone.
 
-``stop_collector`` sends SIGTERM to the process that holds a data folder's lock and waits for
-the kernel to drop the lock (it does when the process exits, even by SIGKILL).
+``stop_collector`` sends SIGTERM to the process that holds a data folder's lock and waits until
+the lock is dropped and the process has exited.
 ``follow_parent`` ends a process started by the Streamlit app once that app has exited, however
 it exited (Ctrl-C, SIGTERM, SIGKILL): the child notices that it was handed to another parent.
 """
@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from collectors.lock import read_lock
 
@@ -40,10 +42,17 @@ def stop_collector(data_dir: Path, timeout_s: float = 15.0) -> bool | None:
         os.kill(info.pid, signal.SIGTERM)  # the collector writes what it holds, then exits
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if read_lock(data_dir) is None:
+        if read_lock(data_dir) is None and not _runs(info.pid):
             return True
         time.sleep(0.1)
     return False
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def follow_parent(on_gone: Callable[[], None], poll_s: float = PARENT_POLL_S) -> threading.Thread:
