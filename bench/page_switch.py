@@ -45,15 +45,14 @@ FIRST_CONTENT = {
 }
 
 # Clicks the sidebar link, then checks every animation frame; resolves with seconds to first content and to complete.
-SWITCH_JS = """async ([title, selector]) => {
+SWITCH_JS = r"""async ([title, selector]) => {
   const main = () => document.querySelector('[data-testid="stMain"]');
-  const fresh = (el) => { const c = el.closest('[data-testid="stElementContainer"]');
-                          return !c || c.getAttribute('data-stale') !== 'true'; };
+  const fresh = (el) => !el.closest('[data-stale="true"]');  // drawn by this run, not left from the last page
   const shown = (el) => el.getBoundingClientRect().height > 0 && fresh(el);
   const titled = () => Array.from(main().querySelectorAll('h1')).some(h => h.innerText.trim() === title && shown(h));
   const content = () => Array.from(main().querySelectorAll(selector)).some(shown);
   const done = () => document.querySelector('[data-testid="stApp"]').getAttribute('data-test-script-state') === 'notRunning'
-                     && !main().querySelector('[data-testid="stElementContainer"][data-stale="true"]');
+                     && !main().querySelector('[data-stale="true"]');
   const link = Array.from(document.querySelectorAll('[data-testid="stSidebarNav"] a'))
                     .find(a => a.innerText.trim().split(/\s+/).pop() === title);
   const t0 = performance.now();
