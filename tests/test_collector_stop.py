@@ -11,7 +11,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -21,7 +23,7 @@ from tests.support.sim_process import REPO_ROOT, free_port, start_sim
 START_S = 60.0
 
 
-def wait_for(check, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = check()

@@ -44,7 +44,7 @@ def test_pages_ask_no_host_but_loopback(stack: Stack, browser: Browser) -> None:
         for title in PAGES:  # through the sidebar, as a user clicks
             # A click from inside the page: Live redraws every second, which Playwright's stability wait can miss.
             page.locator('[data-testid="stSidebarNav"] a', has_text=title).evaluate("a => a.click()")
-            wait_until(lambda t=title: page.locator("h1").first.inner_text().strip() == t, 60, f"the {title} page")
+            wait_until(lambda: page.locator("h1").first.inner_text().strip() == title, 60, f"the {title} page")  # noqa: B023
             wait_ready(page)
             page.wait_for_timeout(1500)  # charts draw, fragments refresh, lazy chunks load
         for path in ("requests", "why", "lab"):  # and by their own URLs
