@@ -114,11 +114,12 @@ def main() -> int:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
                                                                           "--disable-dev-shm-usage"])  # fmt: skip
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
+            # The window is picked on Lab: on Live, a change made while a fragment redraws can be lost (seen here).
+            page.goto(url + "/lab")
             ready = """() => document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state')
                        === 'notRunning' && document.querySelector('[data-testid="stSidebarNav"] a')"""
             page.wait_for_function(ready, polling=50, timeout=120_000)
-            page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+            page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input').first.click()
             page.get_by_role("option", name=args.window, exact=True).click()
             page.wait_for_function(ready, polling=50, timeout=120_000)
             order = ["Requests", "Why", "Live"]
