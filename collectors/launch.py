@@ -123,7 +123,8 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
 
 
 def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
-    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one.
+    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one when it is wanted
+    (``start_demo``): a demo someone just left is never started again by a page that saw it a moment before.
 
     ``engine="llama-cpp"`` starts it on the real llama.cpp engine (``collectors.demo --engine``).
     """
@@ -141,6 +142,8 @@ def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
         state = _child_state(key, log_path, "the demo")
         if state is not None:
             return state
+        if str(demo_dir) not in _demo_wanted:
+            return LaunchState(LaunchStatus.OFF, "the demo has stopped")
         argv = [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir), "--engine", engine, "--exit-with-parent"]
         child = _spawn(key, argv, log_path)
     return LaunchState(LaunchStatus.STARTING, f"started the demo (process {child.pid})", child.pid)
