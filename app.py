@@ -26,7 +26,8 @@ else:
     from collectors.api import LaunchStatus
     from pages import common, sidebar
 
-    st.set_page_config(page_title="Phasewatch", page_icon=":material/timer:", layout="wide")
+    # An emoji icon becomes an inline SVG in the browser; a ":material/...:" icon is fetched from a font CDN.
+    st.set_page_config(page_title="Phasewatch", page_icon="⏱️", layout="wide")
 
     ctx = common.app_context()
     sidebar.render(ctx)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.records import HostSample, LoadedModel
 from bench.pages_fixture import GIB, Shape, gpu_sample, make_request, status_rows
-from store.ops import PutLoadedModels, PutRequest
+from store.ops import Op, PutGpuSamples, PutHostSample, PutLoadedModels, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 
@@ -51,10 +51,8 @@ def fill(data_dir: Path, n_requests: int, now: float) -> None:
         chunk = 3600
         for base in range(int(t0), int(now), chunk):
             ts = [float(t) for t in range(base, min(base + chunk, int(now) + 1))]
-            ops: list[tuple[str, tuple[object, ...]]] = [
-                ("gpu_samples", ([gpu_sample(t, 95.0 if rng.random() < 0.3 else 2.0) for t in ts],))
-            ]
-            ops += [("host_sample", (HostSample(t, 20.0, 12 * GIB, 32 * GIB, 5.0, GIB),)) for t in ts]
+            ops: list[Op[None]] = [PutGpuSamples([gpu_sample(t, 95.0 if rng.random() < 0.3 else 2.0)]) for t in ts]
+            ops += [PutHostSample(HostSample(t, 20.0, 12 * GIB, 32 * GIB, 5.0, GIB)) for t in ts]
             w.apply(ops)
         print(f"  samples: {2 * DAY_S:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
         started = time.perf_counter()

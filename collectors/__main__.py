@@ -4,6 +4,10 @@ Exit codes: 0 after Ctrl-C or SIGTERM (everything written); 1 when the store wou
 take every record before closing (disk full, say); 2 for a wrong setting (one line on
 stderr says what and what to do); 3 when another collector already holds the data
 folder (the line names its process).
+
+``--stop`` stops the collector that records into the data folder instead (exit 0 once it is
+gone or when none ran, 1 if it would not stop). ``--exit-with-parent`` (how the dashboard
+starts its collector) stops this one when the process that started it exits.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collectors.limits import raise_fd_limit
 from collectors.lock import LockHeldError
 from collectors.proxy import run_with_best_loop
 from collectors.service import CollectorService, StoreOpenError
+from collectors.stopping import follow_parent, stop_collector
 
 EXIT_OK = 0
 EXIT_UNWRITTEN = 1
@@ -32,6 +37,12 @@ async def _run(settings: Settings) -> CollectorService:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if settings.exit_with_parent:
+
+        def parent_gone() -> None:
+            loop.call_soon_threadsafe(stop.set)
+
+        follow_parent(parent_gone)
     service = CollectorService(settings)
     await service.run_until(stop)
     return service
@@ -44,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
+    if settings.stop:
+        return _stop(prog, settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     raise_fd_limit()  # desktops often start at 1024 descriptors; every proxied request holds two
     try:
@@ -64,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_UNWRITTEN
     return EXIT_OK
+
+
+def _stop(prog: str, settings: Settings) -> int:
+    stopped = stop_collector(settings.data_dir)
+    if stopped is None:
+        print(f"{prog}: no collector records into {settings.data_dir}")
+        return EXIT_OK
+    if stopped:
+        print(f"{prog}: stopped the collector of {settings.data_dir}")
+        return EXIT_OK
+    print(f"{prog}: the collector of {settings.data_dir} did not stop", file=sys.stderr)
+    return EXIT_UNWRITTEN
 
 
 if __name__ == "__main__":

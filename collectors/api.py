@@ -1,8 +1,9 @@
 """What the pages may use of the collectors: the one module of ``collectors/`` that ``pages/`` imports.
 
 - the collector and the demo: ``ensure_collector``/``ensure_demo`` start one for a data folder
-  or find the one that runs (``LaunchState``); ``engine_problem`` says why the demo cannot run
-  the real llama.cpp engine here (None: it can);
+  or find the one that runs (``LaunchState``); ``demo_runs``, ``start_demo``,
+  ``start_demo_at_start`` and ``stop_demo`` (the demo is the server's, not a session's);
+  ``engine_problem`` says why the demo cannot run the real llama.cpp engine here (None: it can);
 - settings, read as ``python -m collectors`` reads them;
 - Lab experiments (``EXPERIMENTS``, ``make_params``, ``Cost``); Lab runs: ``start_run``,
   ``is_alive``, ``exit_code``, ``log_tail``, ``cancel_run``, ``interrupted``; their documents
@@ -24,7 +25,16 @@ from collectors.lab.ingest import result_from_row
 from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, start_run
 from collectors.lab.launcher import cancel as cancel_run
 from collectors.lab.results import FINAL_STATES, ExperimentResult, ResultFileError, RunState, lab_dir, list_results, read_result
-from collectors.launch import LaunchState, LaunchStatus, ensure_collector, ensure_demo
+from collectors.launch import (
+    LaunchState,
+    LaunchStatus,
+    demo_runs,
+    ensure_collector,
+    ensure_demo,
+    start_demo,
+    start_demo_at_start,
+    stop_demo,
+)
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -41,6 +51,7 @@ __all__ = [
     "SettingsError",
     "cancel_run",
     "default_data_dir",
+    "demo_runs",
     "detect_apple_gpu",
     "engine_problem",
     "ensure_collector",
@@ -56,5 +67,8 @@ __all__ = [
     "parse_listen",
     "read_result",
     "result_from_row",
+    "start_demo",
+    "start_demo_at_start",
     "start_run",
+    "stop_demo",
 ]

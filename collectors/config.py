@@ -218,6 +218,8 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
     token: str | None = field(default=None, repr=False)  # PHASEWATCH_TOKEN: every request must carry it (Bearer)
     ollama_log: Path | None = None  # Ollama's log, read for its runners' progress lines (PHASEWATCH_OLLAMA_LOG)
+    exit_with_parent: bool = False  # stop when the process that started us exits (the app's own collector)
+    stop: bool = False  # --stop: stop the collector of data_dir instead of running one
 
     @property
     def db_path(self) -> Path:
@@ -328,6 +330,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-db-mb", metavar="MB", help=f"bound on the store's size; default $PHASEWATCH_MAX_DB_MB, else {DEFAULT_MAX_DB_MB:g}"
+    )
+    p.add_argument(
+        "--stop", action="store_true", help="stop the collector that records into --data (or $PHASEWATCH_DATA), then exit"
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one exits (how the dashboard starts its collector)",
     )
     p.add_argument(
         "--ollama-pids", metavar="PID,PID", help="Ollama's process ids for the samplers (default: found by process name)"
@@ -443,6 +453,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
         token=load_token(env, listen),
         ollama_log=_ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG")),
+        exit_with_parent=bool(args.exit_with_parent),
+        stop=bool(args.stop),
     )
 
 

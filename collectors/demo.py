@@ -14,7 +14,8 @@ llama-cpp``, Gemma 3 270M on this CPU, no GPU) with traffic a CPU keeps up with:
 user sending short raw completions (it is a base model, so ``/api/generate``, not chat).
 
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
-and stops its children when it stops (``--stop`` asks a running one to). Use a data
+and stops its children when it stops (``--stop`` asks a running one to; ``--exit-with-parent``
+makes it stop when the process that started it exits). Use a data
 folder of its own: demo recordings must never mix with real ones; the app uses
 ``<data folder>/demo``.
 """
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.lock import LockInfo, read_lock
+from collectors.stopping import follow_parent
 
 DEMO_LOCK = "demo.lock"
 CHAT_MODEL = "llama3.2:latest"
@@ -406,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="sim: simulated GPU (default); llama-cpp: real llama.cpp engine (Gemma 3 270M, CPU)")  # fmt: skip
     parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
     parser.add_argument("--stop", action="store_true", help="stop the demo that runs for --data (it stops its children)")
+    parser.add_argument("--exit-with-parent", action="store_true",
+                        help="stop when the process that started this one exits (how the dashboard starts the demo)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.stop:
         if stop_demo(args.data.expanduser()):
@@ -420,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.exit_with_parent:
+        follow_parent(stop.set)
     try:
         return run_demo(args.data.expanduser(), args.hardware, args.num_parallel, not args.no_traffic, stop, args.engine)
     except RuntimeError as exc:

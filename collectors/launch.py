@@ -1,10 +1,16 @@
 """Start the collector (or the demo) in the background when none runs for a data folder.
 
-The child is detached (its own session) so that it keeps recording after the
-browser tab and even the Streamlit server are gone. Only this module starts
-collector processes for the app (pages reach it through ``collectors.api``); it
-opens no sockets itself: whether a collector runs is answered by its lock file
-(``collectors.lock.read_lock``).
+The child runs in its own session, so Ctrl-C in the terminal reaches only the Streamlit
+server; it keeps recording after the browser tab is closed, and stops by itself within a
+second or two once the server that started it is gone (``--exit-with-parent``), however
+the server ended. Only this module starts collector processes for the app (pages reach it
+through ``collectors.api``); it opens no sockets itself: whether a collector runs is
+answered by its lock file (``collectors.lock.read_lock``).
+
+Demo mode belongs to the server, not to a browser session: a demo runs when its folder's
+demo lock is held (``collectors.demo.read_demo_lock``) or this server started one that is
+still starting, so every tab, reload and deep link sees the same. ``stop_demo`` ends it
+and reaps the process this server started.
 """
 
 from __future__ import annotations
@@ -17,14 +23,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from collectors import demo as demo_process
 from collectors.demo import read_demo_lock
 from collectors.lock import read_lock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESPAWN_AFTER_S = 20.0  # give a starting child this long before trying again
+STOP_TIMEOUT_S = 15.0  # the demo stops its simulator and collector (5 s each at worst) before it exits
 
 _lock = threading.Lock()
 _children: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+_demo_wanted: dict[str, str] = {}  # demo folder -> engine, for demos this server started and nobody left
+_demo_at_start_done: set[str] = set()  # demo folders PHASEWATCH_DEMO already started once in this server
 
 
 class LaunchStatus(StrEnum):
@@ -59,10 +69,16 @@ def _spawn(key: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives the app, and Ctrl-C in its terminal
+            start_new_session=True,  # Ctrl-C in the terminal goes to Streamlit, which the child then follows out
         )
     _children[key] = (child, time.monotonic())
     return child
+
+
+def _reap() -> None:
+    """Collect the exit status of every child that has exited, so none lingers as a zombie."""
+    for child, _started in _children.values():
+        child.poll()
 
 
 def _child_state(key: str, log_path: Path, what: str) -> LaunchState | None:
@@ -86,6 +102,7 @@ def _child_state(key: str, log_path: Path, what: str) -> LaunchState | None:
 
 def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool) -> LaunchState:
     """Reuse the collector that records into ``data_dir``, or start one."""
+    _reap()
     info = read_lock(data_dir)
     if info is not None:
         return LaunchState(LaunchStatus.RUNNING, f"collector running (process {info.pid})", info.pid, info.listen or None)
@@ -99,16 +116,19 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
         state = _child_state(key, log_path, "the collector")
         if state is not None:
             return state
-        argv = [sys.executable, "-m", "collectors", "--ollama", ollama_url, "--listen", listen, "--data", str(data_dir)]
+        argv = [sys.executable, "-m", "collectors", "--ollama", ollama_url, "--listen", listen, "--data", str(data_dir),
+                "--exit-with-parent"]  # fmt: skip
         child = _spawn(key, argv, log_path)
     return LaunchState(LaunchStatus.STARTING, f"started the collector (process {child.pid})", child.pid)
 
 
 def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
-    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one.
+    """Reuse the demo (simulator + collector + traffic) of ``demo_dir``, or start one when it is wanted
+    (``start_demo``): a demo someone just left is never started again by a page that saw it a moment before.
 
     ``engine="llama-cpp"`` starts it on the real llama.cpp engine (``collectors.demo --engine``).
     """
+    _reap()
     demo = read_demo_lock(demo_dir)
     collector = read_lock(demo_dir)
     if demo is not None and collector is not None:
@@ -122,6 +142,53 @@ def ensure_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
         state = _child_state(key, log_path, "the demo")
         if state is not None:
             return state
-        argv = [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir), "--engine", engine]
+        if str(demo_dir) not in _demo_wanted:
+            return LaunchState(LaunchStatus.OFF, "the demo has stopped")
+        argv = [sys.executable, "-m", "collectors.demo", "--data", str(demo_dir), "--engine", engine, "--exit-with-parent"]
         child = _spawn(key, argv, log_path)
     return LaunchState(LaunchStatus.STARTING, f"started the demo (process {child.pid})", child.pid)
+
+
+def demo_runs(demo_dir: Path) -> bool:
+    """Whether a demo runs for ``demo_dir``: its lock is held, or this server started one that nobody left."""
+    return read_demo_lock(demo_dir) is not None or str(demo_dir) in _demo_wanted
+
+
+def start_demo(demo_dir: Path, engine: str = "sim") -> LaunchState:
+    """Start the demo of ``demo_dir`` (or find it running), for every session of this server."""
+    _demo_wanted[str(demo_dir)] = engine
+    return ensure_demo(demo_dir, engine)
+
+
+def start_demo_at_start(demo_dir: Path, engine: str = "sim") -> bool:
+    """``PHASEWATCH_DEMO``: start the demo once per server, so that leaving it is not undone by the next page."""
+    with _lock:
+        if str(demo_dir) in _demo_at_start_done:
+            return False
+        _demo_at_start_done.add(str(demo_dir))
+    start_demo(demo_dir, engine)
+    return True
+
+
+def stop_demo(demo_dir: Path, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """End the demo of ``demo_dir`` with its simulator, collector and users; True once every one is gone.
+
+    Asks the demo process to stop (it stops and waits for its children), then waits for the one
+    this server started, if any, so that it leaves no zombie behind.
+    """
+    _demo_wanted.pop(str(demo_dir), None)
+    stopped = demo_process.stop_demo(demo_dir, timeout_s)
+    with _lock:
+        entry = _children.pop(f"demo:{demo_dir}", None)
+    if entry is None:
+        return stopped
+    child = entry[0]
+    if child.poll() is None:
+        child.terminate()  # still starting (no lock yet): it stops its children on SIGTERM too
+        try:
+            child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout_s)
+            return False
+    return stopped

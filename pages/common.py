@@ -12,8 +12,9 @@ from pathlib import Path
 
 import streamlit as st
 
+from collectors import api
 from collectors.api import LaunchState, LaunchStatus, engine_problem, ensure_collector, ensure_demo
-from pages import data
+from pages import data, fmt
 from pages.settings import AppSettings, client_host_line, resolve_settings
 
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
@@ -40,18 +41,40 @@ class AppContext:
         return data.db_path(self.data_dir)
 
 
+def server_demo(settings: AppSettings) -> tuple[bool, bool]:
+    """(demo, on the real engine) as the running processes say: the same in every tab, reload and deep link."""
+    if api.demo_runs(settings.demo_engine_data_dir):
+        return True, True
+    return api.demo_runs(settings.demo_data_dir), False
+
+
+def _demo_folder(settings: AppSettings, engine: bool) -> Path:
+    return settings.demo_engine_data_dir if engine else settings.demo_data_dir
+
+
 def app_context() -> AppContext:
-    """Resolve settings, make sure a collector (or the demo) runs, and remember the result for the pages."""
+    """Resolve settings, make sure a collector (or the demo) runs, and remember the result for the pages.
+
+    Whether the demo is on is the server's to say (``server_demo``), never this session's: a
+    new tab or a reload shows the demo that runs. Only with ``PHASEWATCH_COLLECTOR=off``, where
+    the app may start nothing, does a session remember its own demo switch.
+    """
     st.session_state[_APP_RAN_KEY] = True
     settings = resolve_settings()
-    if DEMO_KEY not in st.session_state:
-        st.session_state[DEMO_KEY] = settings.demo_at_start
-        st.session_state[DEMO_ENGINE_KEY] = settings.demo_engine_at_start
-    demo = bool(st.session_state[DEMO_KEY])
-    demo_engine = demo and bool(st.session_state.get(DEMO_ENGINE_KEY, False))
-    data_dir = settings.data_dir
-    if demo:
-        data_dir = settings.demo_engine_data_dir if demo_engine else settings.demo_data_dir
+    demo, demo_engine = server_demo(settings)
+    if not demo and settings.start_collector and settings.demo_at_start:
+        engine = settings.demo_engine_at_start
+        if api.start_demo_at_start(_demo_folder(settings, engine), "llama-cpp" if engine else "sim"):
+            demo, demo_engine = True, engine
+    if not demo and not settings.start_collector:
+        if DEMO_KEY not in st.session_state:
+            st.session_state[DEMO_KEY] = settings.demo_at_start
+            st.session_state[DEMO_ENGINE_KEY] = settings.demo_engine_at_start
+        demo = bool(st.session_state[DEMO_KEY])
+        demo_engine = demo and bool(st.session_state.get(DEMO_ENGINE_KEY, False))
+    st.session_state[DEMO_KEY] = demo
+    st.session_state[DEMO_ENGINE_KEY] = demo_engine
+    data_dir = _demo_folder(settings, demo_engine) if demo else settings.data_dir
     if demo and settings.start_collector:
         launch = ensure_demo(data_dir, "llama-cpp" if demo_engine else "sim")
     elif demo:
@@ -61,6 +84,13 @@ def app_context() -> AppContext:
     ctx = AppContext(settings=settings, demo=demo, data_dir=data_dir, launch=launch, demo_engine=demo_engine)
     st.session_state[_CTX_KEY] = ctx
     return ctx
+
+
+def demo_changed(ctx: AppContext) -> bool:
+    """Whether the demo started or ended elsewhere (another tab, a terminal) since this run resolved ``ctx``."""
+    if not ctx.settings.start_collector:
+        return False
+    return server_demo(ctx.settings) != (ctx.demo, ctx.demo_engine)
 
 
 @st.fragment(run_every=1)
@@ -121,19 +151,30 @@ def context() -> AppContext:
     return ctx
 
 
-def start_demo() -> None:
+def _start_demo(engine: bool) -> None:
     st.session_state[DEMO_KEY] = True
-    st.session_state[DEMO_ENGINE_KEY] = False
+    st.session_state[DEMO_ENGINE_KEY] = engine
+    settings = resolve_settings()
+    if settings.start_collector:
+        api.start_demo(_demo_folder(settings, engine), "llama-cpp" if engine else "sim")
+
+
+def start_demo() -> None:
+    _start_demo(engine=False)
 
 
 def start_engine_demo() -> None:
-    st.session_state[DEMO_KEY] = True
-    st.session_state[DEMO_ENGINE_KEY] = True
+    _start_demo(engine=True)
 
 
 def leave_demo() -> None:
+    """End the demo for every session: its users, its collector and its simulator (or engine) stop."""
     st.session_state[DEMO_KEY] = False
     st.session_state[DEMO_ENGINE_KEY] = False
+    settings = resolve_settings()
+    for folder in (settings.demo_data_dir, settings.demo_engine_data_dir):
+        if api.demo_runs(folder) and not api.stop_demo(folder):
+            st.toast(f"The demo of {folder} did not stop in time; see {folder / 'demo.log'}", icon=":material/error:")
 
 
 def demo_upstream(ctx: AppContext) -> str:
@@ -178,7 +219,11 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
             st.code(ctx.launch.message, language=None, wrap_lines=True)
             st.markdown(f"Fix what it says, then reload this page. Or: {demo_offer}")
         else:
-            st.error("**Ollama is not answering.** Nothing new can be recorded until it does.", icon=":material/power_off:")
+            since = status.ollama_down_since_unix_s
+            when = f" since {fmt.clock(since)}" if since is not None else ""
+            st.error(
+                f"**Ollama is not answering{when}.** Nothing new can be recorded until it does.", icon=":material/power_off:"
+            )
             st.text(f"Address tried: {url}")
             if status.ollama is not None and status.ollama.error:
                 st.text(f"Last error: {status.ollama.error}")

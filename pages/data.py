@@ -44,6 +44,7 @@ class Status:
     heartbeat: CollectorInfo | None = None
     gpus: list[GpuSample] = field(default_factory=list)  # latest sample of each GPU
     store_exists: bool = False
+    ollama_down_since_unix_s: float | None = None  # the first failed poll after the last answer (None: up, or unknown)
 
 
 def load_status(db: Path, now_unix_s: float | None = None) -> Status:
@@ -57,11 +58,13 @@ def load_status(db: Path, now_unix_s: float | None = None) -> Status:
         latest: dict[int, GpuSample] = {}
         for s in queries.gpu_samples(conn, now - 60, now + 5):
             latest[s.index] = s
+        ollama = queries.latest_ollama_status(conn)
         return Status(
-            ollama=queries.latest_ollama_status(conn),
+            ollama=ollama,
             heartbeat=queries.latest_heartbeat(conn),
             gpus=[latest[i] for i in sorted(latest)],
             store_exists=True,
+            ollama_down_since_unix_s=queries.ollama_down_since(conn) if ollama is not None and not ollama.up else None,
         )
 
 

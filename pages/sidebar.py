@@ -26,13 +26,15 @@ def render(ctx: AppContext) -> AppContext:
         _status_fragment(ctx)
         if ctx.demo:
             st.button("Leave demo", key="pw_leave_demo", on_click=common.leave_demo,
-                      help="Back to your own recordings. The demo keeps running in the background.")  # fmt: skip
+                      help="Stop the demo (its users, collector and simulator) and go back to your own recordings.")  # fmt: skip
     return ctx
 
 
 def _status_fragment(ctx: AppContext) -> None:
     @st.fragment(run_every=None if ctx.paused else 5)
     def sources() -> None:
+        if common.demo_changed(ctx):  # started or left in another tab: every page must follow
+            st.rerun(scope="app")
         render_sources(ctx, data.load_status(ctx.db_path), time.time())
 
     sources()
@@ -49,7 +51,8 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         st.markdown(f"**Ollama** · :green[reachable]{version}")
         st.text(status.ollama.base_url)
     else:
-        st.markdown(f"**Ollama** · :red[not answering] since {fmt.clock(status.ollama.ts_unix_s)}")
+        since = status.ollama_down_since_unix_s
+        st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
         st.text(status.ollama.base_url)
     # Proxy
     listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen

@@ -10,6 +10,7 @@ with the phases stored for it), ``ModelInfoRow``, ``ExperimentRow``, and the rec
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sqlite3
@@ -300,13 +301,33 @@ def requests_in_window(
     ``limit`` the newest are kept.
     """
     base = _RECORD_SQL if with_tokens else _RECORD_SQL_NO_TOKENS
-    # Two index range scans: finished requests that ended after t0, and those still in flight.
+    args = {"t0": t0_unix_s, "t1": t1_unix_s, "limit": int(limit)}
+    # Pick the newest ``limit`` rowids first, then read only those rows whole (token times included):
+    # reading every row of a busy day first took seconds. Requests that started inside the window come
+    # first, newest first, straight off the start-time index; when they fill ``limit``, any request that
+    # started before t0 is older than all of them and would be cut anyway.
+    picked = [r[0] for r in _rows(
+        conn,
+        "SELECT rowid FROM requests WHERE started_at_unix_s BETWEEN :t0 AND :t1 "
+        "AND (ended_at_unix_s >= :t0 OR outcome = 'in_flight') ORDER BY started_at_unix_s DESC LIMIT :limit",
+        args,
+    )]  # fmt: skip
+    if len(picked) < limit:
+        # Two index range scans: finished requests that ended after t0, and those still in flight.
+        picked = [r[0] for r in _rows(
+            conn,
+            "SELECT rowid FROM ("
+            "SELECT rowid, started_at_unix_s FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
+            "UNION ALL SELECT rowid, started_at_unix_s FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1"
+            ") ORDER BY started_at_unix_s DESC LIMIT :limit",
+            args,
+        )]  # fmt: skip
+    if not picked:
+        return []
     rows = _rows(
         conn,
-        f"{base} WHERE r.rowid IN (SELECT rowid FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
-        "UNION ALL SELECT rowid FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1) "
-        "ORDER BY r.started_at_unix_s DESC LIMIT :limit",
-        {"t0": t0_unix_s, "t1": t1_unix_s, "limit": int(limit)},
+        f"{base} WHERE r.rowid IN (SELECT value FROM json_each(?)) ORDER BY r.started_at_unix_s DESC",
+        (json.dumps(picked),),
     )
     return [_stored(r) for r in reversed(rows)]
 
@@ -508,6 +529,16 @@ def ollama_events(conn: sqlite3.Connection, t0_unix_s: float, t1_unix_s: float) 
         (t0_unix_s, t0_unix_s, t1_unix_s),
     )
     return [OLLAMA_EVENTS.from_values(r) for r in rows]
+
+
+def ollama_down_since(conn: sqlite3.Connection) -> float | None:
+    """When Ollama went down: the first failed poll after the last one that answered (None: it is up, or
+    never went down as far as the kept events reach)."""
+    row = conn.execute(
+        "SELECT MIN(ts_unix_s) FROM ollama_events WHERE up = 0 "
+        "AND ts_unix_s > COALESCE((SELECT MAX(ts_unix_s) FROM ollama_events WHERE up = 1), -1e300)"
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def latest_heartbeat(conn: sqlite3.Connection) -> CollectorInfo | None:

@@ -204,3 +204,15 @@ def test_model_info_and_loaded_model_use_the_one_rule_for_names(writer: StoreWri
     loaded = queries.loaded_model(conn, "LOCALHOST:5000/llama")
     assert loaded is not None and loaded.context_length == 2048
     assert "localhost:5000/llama:latest" in queries.model_choices(conn)
+
+
+def test_requests_in_window_keeps_the_newest_when_cut(writer: StoreWriter, conn: sqlite3.Connection) -> None:
+    # Inside the window: more than the limit; the newest by start time are kept, whichever way they are picked.
+    inside = [make_record(f"in{i:02d}", T0 + 1 + i) for i in range(12)]
+    writer.apply([PutRequest(r) for r in [make_record("overlapping", T0 - 0.5), *inside]])
+    cut = queries.requests_in_window(conn, T0, T0 + 60, limit=5)
+    assert [r.record.id for r in cut] == [r.id for r in inside[-5:]]  # oldest first
+    # A limit above what the window holds: the one that started before the window comes in too.
+    whole = queries.requests_in_window(conn, T0, T0 + 60, limit=50)
+    assert [r.record.id for r in whole] == ["overlapping", *[r.id for r in inside]]
+    assert queries.requests_in_window(conn, T0 + 1000, T0 + 2000) == []
