@@ -52,7 +52,7 @@ def test_v1_prefill_from_slots(tmp_path: Path) -> None:
             with queries.open_reader(db_path(tmp_path)) as conn:
                 assert conn is not None
                 stored = queries.request_detail(conn, rid)
-            if stored is not None and stored.phases.prefill_s is not None or time.monotonic() > deadline:
+            if (stored is not None and stored.phases.prefill_s is not None) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert proc.poll() is None
