@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis import wording as w
-from analysis.ceilings import Ceilings
+from analysis.ceilings import MIN_RATE_TOKENS, Ceilings
 from analysis.diagnose import Diagnosis, Severity
 from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
 from analysis.phases import Phases
 from analysis.records import RequestRecord
-from analysis.story import RATIO_SPREAD, Story
+from analysis.story import RATIO_SPREAD, EmbedStory, Story
 
 # Parts of a request shorter than this share of it are left out of the sentence.
 MIN_PART_SHARE = 0.02
@@ -238,3 +238,24 @@ def explain_energy(e: PhaseEnergy) -> str | None:
         f"{w.num(e.j_per_output_token)} J per token, {w.times(e.j_per_output_token / e.j_per_prompt_token)} more: "
         f"a prompt token shares one pass over the weights with its whole batch, an output token pays for a pass alone{rough}."
     )
+
+
+def explain_embeddings(es: EmbedStory) -> str:
+    """Embedding throughput as prefill-only work, against the prefill ceiling at the embeddings' own prompt length."""
+    n = len(es.readings)
+    c = es.ceilings
+    head = (
+        f"{w.count(n)} embedding request{'' if n == 1 else 's'} (diamonds on the prefill chart) are prefill-only work: "
+        "the inputs' tokens are read and nothing is decoded, so their rate is prompt tokens ÷ prefill time."
+    )
+    if es.median_tok_s is None:
+        return head + f" None was long enough to time well (at least {MIN_RATE_TOKENS} tokens) or below its ceiling."
+    bound = "compute" if c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte else "memory"
+    return head + (
+        f" At {w.count(es.typical_prompt_tokens)} prompt tokens (their median) they ran at {w.tok_s(es.median_tok_s)} "
+        f"({_of(len(es.counted))}), {w.pct(es.median_tok_s / c.prefill_ceiling_tok_s)} of the "
+        f"{w.tok_s(c.prefill_ceiling_tok_s)} prefill ceiling there (bound by {bound}; expected "
+        f"{w.tok_s(c.prefill_expected_tok_s)}). They are kept out of the generations' medians and calibration"
+        + (f"; {w.count(left)} too short to time well or above the ceiling {'is' if left == 1 else 'are'} not counted."
+           if (left := n - len(es.counted)) else ".")
+    )  # fmt: skip
