@@ -35,7 +35,7 @@ from analysis.ceilings import (
 )
 from analysis.diagnose import CODES, Severity, diagnose_request
 from analysis.energy import PhaseEnergy, energy_for_request
-from analysis.explain import explain_embeddings, explain_energy, explain_rates
+from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
@@ -370,9 +370,14 @@ def build_why(
 
     sentences: list[str] = []
     if story is not None:
+        # Replies that thought: thinking is decode work, and the first answer token comes after it.
+        gens = [r for r in rows if r.kind is RequestKind.GENERATE]
+        thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
+                   for r in gens if r.thinking_tokens]  # fmt: skip
         sentences = explain_rates(
             story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
             model_name=model, ubatch_source=ubatch_source, interference=events,
+            thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
         )  # fmt: skip
     hw_label = hw.label
     return WhyModel(
