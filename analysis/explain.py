@@ -18,7 +18,7 @@ from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
 from analysis.phases import Phases
 from analysis.records import RequestRecord
-from analysis.story import RATIO_SPREAD, EmbedStory, Story
+from analysis.story import RATIO_SPREAD, EmbedStory, Reading, Status, Story
 
 # Parts of a request shorter than this share of it are left out of the sentence.
 MIN_PART_SHARE = 0.02
@@ -289,9 +289,21 @@ def explain_embeddings(es: EmbedStory) -> str:
         f"({_of(len(es.counted))}), {w.pct(es.median_tok_s / c.prefill_ceiling_tok_s)} of the "
         f"{w.tok_s(c.prefill_ceiling_tok_s)} prefill ceiling there (bound by {bound}; expected "
         f"{w.tok_s(c.prefill_expected_tok_s)}). They are kept out of the generations' medians and calibration"
-        + (f"; {w.count(left)} too short to time well or above the ceiling {'is' if left == 1 else 'are'} not counted."
-           if (left := n - len(es.counted)) else ".")
-    )  # fmt: skip
+        + "".join(f"; {w.count(k)} {why} not counted" for k, why in _set_apart(es.readings))
+        + "."
+    )
+
+
+def _set_apart(readings: Sequence[Reading]) -> list[tuple[int, str]]:
+    """How many readings were set apart, and why, for a sentence."""
+    tiny = sum(1 for r in readings if r.status is Status.TINY)
+    impossible = sum(1 for r in readings if r.status is Status.IMPOSSIBLE)
+    out = []
+    if tiny:
+        out.append((tiny, f"timed over fewer than {MIN_RATE_TOKENS} tokens {'is' if tiny == 1 else 'are'}"))
+    if impossible:
+        out.append((impossible, f"above the ceiling (cannot be true) {'is' if impossible == 1 else 'are'}"))
+    return out
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ def test_the_why_explanation_times_thinking_at_the_decode_rate_and_sets_both_fir
     try:
         for rec in thinkers:
             k = len(rec.token_chunk_ns) // 2
-            c = rec.token_chunk_ns
-            writer.write(PutRequest(replace(rec, thinking_chunks=k, last_thinking_ns=c[k - 1], first_answer_ns=c[k])))
+            stamps = rec.token_chunk_ns
+            writer.write(PutRequest(replace(rec, thinking_chunks=k, last_thinking_ns=stamps[k - 1], first_answer_ns=stamps[k])))
     finally:
         writer.close()
     with queries.open_reader(data_dir) as conn:

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from analysis import wording as w
-from analysis.phases import NS_PER_S
 from analysis.records import EMBED_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord
 from pages.why_figures import EMBED_NAME
 from pages.why_view import build_why
