@@ -19,7 +19,7 @@ from collectors.proxy import RECORD_ID_HEADER
 from store import queries
 from store.schema import db_path
 from tests.support.engine_process import MODEL, engine_log, start_server_engine, words_prompt
-from tests.test_collector_process import collector, listen_url
+from tests.test_collector_process import collector, listen_url, query
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -44,7 +44,15 @@ def _chat(base_url: str, prompt: str) -> tuple[str, str]:
 def test_v1_prefill_from_slots(tmp_path: Path) -> None:
     with start_server_engine() as sim, collector(tmp_path, "--ollama", sim.base_url) as proc:
         base = listen_url(tmp_path)
-        _chat(base, words_prompt(20, seed=3))  # starts the runner (sim starts it on first use, as Ollama does)
+        # Start the runner (sim starts it on first use, as Ollama does) and wait until the collector has found it and
+        # read its /slots for a request: finding it takes a discovery, the model file's digest and an /api/ps poll.
+        for seed in range(1, 9):
+            _chat(base, words_prompt(400, seed=seed))
+            time.sleep(0.5)
+            if query(tmp_path, "SELECT 1 FROM progress_samples WHERE source = 'slots' LIMIT 1"):
+                break
+        else:
+            raise AssertionError("the collector never read the runner's /slots")
         rid, sim_id = _chat(base, words_prompt(2000, seed=16))
         truth = engine_log(sim)[sim_id]
         deadline = time.monotonic() + 10
@@ -52,6 +60,7 @@ def test_v1_prefill_from_slots(tmp_path: Path) -> None:
             with queries.open_reader(db_path(tmp_path)) as conn:
                 assert conn is not None
                 stored = queries.request_detail(conn, rid)
+                rows = queries.progress_samples(conn, [rid]).get(rid, [])
             if (stored is not None and stored.phases.prefill_s is not None) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -64,8 +73,10 @@ def test_v1_prefill_from_slots(tmp_path: Path) -> None:
     engine_prompt = int(timings["prompt_n"]) + int(timings["cache_n"])
     print(f"\nllama-server: {engine_prompt} prompt tokens ({timings['cache_n']} cached), prompt_ms {prompt_ms:.0f}; "
           f"record: {ph.prompt_tokens} ({ph.prompt_tokens_source}), cached {ph.cached_tokens}, "
-          f"prefill {ph.prefill_s and ph.prefill_s * 1e3:.0f} ms ({ph.prefill_source}), "
-          f"{ph.prefill_tok_s and round(ph.prefill_tok_s)} tok/s; flags {ph.flags}")  # fmt: skip
+          f"prefill {ph.prefill_s and round(ph.prefill_s * 1e3)} ms ({ph.prefill_source}), "
+          f"{ph.prefill_tok_s and round(ph.prefill_tok_s)} tok/s; flags {ph.flags}; readings "
+          f"{[(round(s.ts_unix_s - stored.record.started_at_unix_s, 2), s.processed_tokens, s.decoded_tokens) for s in rows]}; "
+          f"client TTFT {ph.ttft_s} s")  # fmt: skip
     assert 1800 < engine_prompt < 2300
     assert (ph.prompt_tokens, ph.prompt_tokens_source) == (engine_prompt, PhaseSource.SLOTS)
     assert ph.cached_tokens == int(timings["cache_n"])
