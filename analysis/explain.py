@@ -7,16 +7,18 @@ canned paragraph. Pure: no I/O.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from analysis import wording as w
-from analysis.ceilings import Ceilings
+from analysis.ceilings import MIN_RATE_TOKENS, Ceilings
 from analysis.diagnose import Diagnosis, Severity
 from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
 from analysis.phases import Phases
 from analysis.records import RequestRecord
-from analysis.story import RATIO_SPREAD, Story
+from analysis.story import RATIO_SPREAD, EmbedStory, Reading, Status, Story
 
 # Parts of a request shorter than this share of it are left out of the sentence.
 MIN_PART_SHARE = 0.02
@@ -48,6 +50,29 @@ def _where_time_went(record: RequestRecord, p: Phases) -> str:
     return f"Of {w.secs(total)}, {listed}."
 
 
+def explain_thinking(p: Phases) -> str | None:
+    """A reply that thought before it answered: what the thinking cost, and the first token against the first answer token.
+
+    None where nothing was thought (or it is not known)."""
+    if not p.thinking_tokens:
+        return None
+    total = p.thinking_tokens + (p.answer_tokens or 0)
+    cost = f" in {w.secs(p.thinking_s)}" if p.thinking_s is not None else ""
+    rate = f" at {w.tok_s(p.thinking_tok_s)}" if p.thinking_tok_s else ""
+    out = (
+        f"The model thought before it answered: {w.count(p.thinking_tokens)} of its {w.count(total)} output tokens were "
+        f"thinking, written{cost}{rate}; thinking tokens cost decode time like any other."
+    )
+    if p.ttft_s is not None and p.ttfa_s is not None:
+        out += (
+            f" The first token came after {w.secs(p.ttft_s)}, the first answer token after {w.secs(p.ttfa_s)}: "
+            f"the answer came {w.secs(p.ttfa_s - p.ttft_s)} later than the first token says."
+        )
+    elif p.ttft_s is not None:
+        out += f" The first token came after {w.secs(p.ttft_s)}; no answer token followed the thinking."
+    return out
+
+
 def explain_request(
     record: RequestRecord,
     phases: Phases,
@@ -55,9 +80,12 @@ def explain_request(
     ceilings: Ceilings | None = None,
     diagnoses: Sequence[Diagnosis] = (),
 ) -> list[str]:
-    """One or two sentences: where this request's time went, then how it compares with the hardware
-    (or, when something held it back, the most important diagnosis)."""
+    """Where this request's time went, what its thinking cost (a thinking reply), then how it compares with the
+    hardware (or, when something held it back, the most important diagnosis)."""
     out = [_where_time_went(record, phases)]
+    thought = explain_thinking(phases)
+    if thought is not None:
+        out.append(thought)
     warning = next((d for d in diagnoses if d.severity is Severity.WARNING), None)
     if warning is not None:
         out.append(warning.sentence)
@@ -121,8 +149,11 @@ def explain_rates(
     model_name: str,
     ubatch_source: str = "llama.cpp's default",
     interference: Sequence[Interference] = (),
+    thinking: str | None = None,
 ) -> list[str]:
     """Why prefill is so much faster than decode on this GPU and model, in its numbers.
+
+    ``thinking`` (``explain_thinking_replies``) follows the decode sentence: thinking is decode work.
 
     Every ceiling and expectation comes from ``story.model`` and names the prompt length or context it
     is for; the headline sets the measured medians beside the expected rates at the same prompt lengths
@@ -168,6 +199,8 @@ def explain_rates(
         f"{w.tok_s(c.decode_ceiling_tok_s)} there, and about {w.tok_s(c.decode_expected_tok_s)} is typical "
         f"({w.pct(c.efficiencies.eta_bw)} of it), however fast the arithmetic is."
     )
+    if thinking is not None:
+        out.append(thinking)
 
     per_read = max(1, min(p, c.ubatch_tokens))
     compute_ceiling = c.peak_flops / c.prefill_flops_per_token
@@ -238,3 +271,75 @@ def explain_energy(e: PhaseEnergy) -> str | None:
         f"{w.num(e.j_per_output_token)} J per token, {w.times(e.j_per_output_token / e.j_per_prompt_token)} more: "
         f"a prompt token shares one pass over the weights with its whole batch, an output token pays for a pass alone{rough}."
     )
+
+
+def explain_embeddings(es: EmbedStory) -> str:
+    """Embedding throughput as prefill-only work, against the prefill ceiling at the embeddings' own prompt length."""
+    n = len(es.readings)
+    c = es.ceilings
+    head = (
+        f"{w.count(n)} embedding request{'' if n == 1 else 's'} (diamonds on the prefill chart) are prefill-only work: "
+        "the inputs' tokens are read and nothing is decoded, so their rate is prompt tokens ÷ prefill time."
+    )
+    if es.median_tok_s is None:
+        return head + f" None was long enough to time well (at least {MIN_RATE_TOKENS} tokens) or below its ceiling."
+    bound = "compute" if c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte else "memory"
+    return head + (
+        f" At {w.count(es.typical_prompt_tokens)} prompt tokens (their median) they ran at {w.tok_s(es.median_tok_s)} "
+        f"({_of(len(es.counted))}), {w.pct(es.median_tok_s / c.prefill_ceiling_tok_s)} of the "
+        f"{w.tok_s(c.prefill_ceiling_tok_s)} prefill ceiling there (bound by {bound}; expected "
+        f"{w.tok_s(c.prefill_expected_tok_s)}). They are kept out of the generations' medians and calibration"
+        + "".join(f"; {w.count(k)} {why} not counted" for k, why in _set_apart(es.readings))
+        + "."
+    )
+
+
+def _set_apart(readings: Sequence[Reading]) -> list[tuple[int, str]]:
+    """How many readings were set apart, and why, for a sentence."""
+    tiny = sum(1 for r in readings if r.status is Status.TINY)
+    impossible = sum(1 for r in readings if r.status is Status.IMPOSSIBLE)
+    out = []
+    if tiny:
+        out.append((tiny, f"timed over fewer than {MIN_RATE_TOKENS} tokens {'is' if tiny == 1 else 'are'}"))
+    if impossible:
+        out.append((impossible, f"above the ceiling (cannot be true) {'is' if impossible == 1 else 'are'}"))
+    return out
+
+
+@dataclass(frozen=True)
+class ThinkingReply:
+    """One recorded reply that thought before answering (its numbers as stored; None = not known)."""
+
+    thinking_tokens: int
+    output_tokens: int | None
+    thinking_s: float | None
+    ttft_s: float | None
+    ttfa_s: float | None
+
+
+def explain_thinking_replies(replies: Sequence[ThinkingReply], replies_total: int, c: Ceilings, model_name: str) -> str | None:
+    """The Why explanation's word on thinking: it is decode work, timed at the decode rate expected here; the first
+    token against the first answer token (medians of the replies that thought). None where none thought."""
+    if not replies:
+        return None
+    thinking = statistics.median(r.thinking_tokens for r in replies)
+    shares = [r.thinking_tokens / r.output_tokens for r in replies if r.output_tokens]
+    share = f" ({w.pct(statistics.median(shares))} of their output)" if shares else ""
+    expected_s = thinking / c.decode_expected_tok_s
+    out = (
+        f"{w.count(len(replies))} of {w.count(replies_total)} {model_name} replies thought before answering, a median "
+        f"{w.count(thinking)} thinking tokens{share}. Thinking tokens cost decode time like any other: at the "
+        f"{w.tok_s(c.decode_expected_tok_s)} expected for decode at {w.count(c.context_tokens)} tokens of context they take "
+        f"about {w.secs(expected_s)}"
+    )
+    measured = [r.thinking_s for r in replies if r.thinking_s is not None]
+    out += f" (measured: {w.secs(statistics.median(measured))}, median)." if measured else "."
+    both = [(r.ttft_s, r.ttfa_s) for r in replies if r.ttft_s is not None and r.ttfa_s is not None]
+    if both:
+        ttft = statistics.median(a for a, _ in both)
+        ttfa = statistics.median(b for _, b in both)
+        out += (
+            f" So the first token came after {w.secs(ttft)} but the first answer token, what the person waits for, "
+            f"after {w.secs(ttfa)} (medians of {w.count(len(both))})."
+        )
+    return out

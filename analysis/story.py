@@ -168,3 +168,30 @@ def build_story(start: CeilingModel, samples: Sequence[RateSample], *, calibrate
         expected_prefill_tok_s=_median([r.expected_tok_s for r in pre_n]) or at_typical.prefill_expected_tok_s,
         expected_decode_tok_s=_median([r.expected_tok_s for r in dec_n]) or at_typical.decode_expected_tok_s,
     )
+
+
+@dataclass(frozen=True)
+class EmbedStory:
+    """Embedding requests set against the same ceiling model: prefill-only work (the prompt read, nothing decoded).
+
+    Kept apart from the generations' readings: they never set the prefill median, the calibration or the ratio.
+    """
+
+    readings: list[Reading]  # one per embed request: prompt tokens ÷ prefill time, against the prefill ceiling there
+    typical_prompt_tokens: int  # median prompt (batch) length of the counted ones
+    median_tok_s: float | None  # counted readings only
+    ceilings: Ceilings  # at the typical prompt length
+
+    @property
+    def counted(self) -> list[Reading]:
+        return [r for r in self.readings if r.status is Status.COUNTED]
+
+
+def embed_story(model: CeilingModel, samples: Sequence[RateSample]) -> EmbedStory | None:
+    """The embed requests' readings against ``model``'s prefill ceiling at their own prompt lengths; None without any."""
+    readings = _readings(model, samples)[0]
+    if not readings:
+        return None
+    counted = [r for r in readings if r.status is Status.COUNTED]
+    typical = round(_median([r.tokens for r in counted]) or _median([r.tokens for r in readings]) or DEFAULT_PROMPT_TOKENS)
+    return EmbedStory(readings, typical, _median([r.rate_tok_s for r in counted]), model.at(typical, typical))

@@ -112,6 +112,8 @@ def show_why(m: WhyModel) -> None:
     st.plotly_chart(m.prefill_fig, key="why_prefill", config={"displaylogo": False})
     if m.prefill_note:
         st.caption(m.prefill_note)
+    if m.embed_sentence:
+        text(m.embed_sentence)
     st.plotly_chart(m.decode_fig, key="why_decode", config={"displaylogo": False})
     if m.decode_note:
         st.caption(m.decode_note)

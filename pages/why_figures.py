@@ -23,12 +23,14 @@ CEILING_COLOUR = "#e53935"
 EXPECTED_COLOUR = "#fb8c00"
 FULL_GPU_COLOUR = "#8e24aa"
 IMPOSSIBLE_COLOUR = "#6d4c41"
+EMBED_COLOUR = "#2e7d32"
 HEADROOM = 1.1  # the y axis ends this far above the highest ceiling or counted reading
 EDGE = 0.98  # impossible readings sit at this share of the y range
 
 MEASURED_NAME = "measured (one per request)"
 TINY_NAME = f"under {MIN_RATE_TOKENS} tokens: too short to time well, not in medians"
 IMPOSSIBLE_NAME = "cannot be true: above its ceiling (value in hover)"
+EMBED_NAME = "embeddings (prefill only, one per request; not in medians)"
 
 
 def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
@@ -86,6 +88,7 @@ def rate_figure(
     *,
     ceiling_name: str,
     full_gpu_curve: Sequence[CurvePoint] = (),
+    embed: Sequence[Reading] = (),
 ) -> go.Figure:
     x_label = "prompt tokens" if kind == "prefill" else "tokens of context"
     fig = go.Figure()
@@ -97,9 +100,15 @@ def rate_figure(
                             x_label))  # fmt: skip
     counted = [r for r in readings if r.status is Status.COUNTED]
     tiny = [r for r in readings if r.status is Status.TINY]
-    impossible = [r for r in readings if r.status is Status.IMPOSSIBLE]
+    # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
+    embed_drawn = [r for r in embed if r.status is not Status.IMPOSSIBLE]
+    impossible = [r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE]
     fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
-    top = y_top([*curve, *full_gpu_curve], readings)
+    top = y_top([*curve, *full_gpu_curve], [*readings, *embed])
+    if embed_drawn:
+        fig.add_trace(_points(embed_drawn, EMBED_NAME, x_label, {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond",
+                                                                   "line": {"color": "white", "width": 1}},
+                              y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in embed_drawn]))  # fmt: skip
     if top is None and tiny:
         top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
     if tiny:
@@ -116,7 +125,7 @@ def rate_figure(
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
         hovermode="closest",
     )
-    xs = [p.tokens for p in (*curve, *full_gpu_curve)] + [r.tokens for r in readings]
+    xs = [p.tokens for p in (*curve, *full_gpu_curve)] + [r.tokens for r in (*readings, *embed)]
     xs = [x for x in xs if x and x > 0]
     x_axis: dict[str, object] = {"title_text": x_title, "type": "log"}
     if xs:
@@ -134,13 +143,13 @@ def rate_figure(
 
 
 def prefill_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str,
-                   hw_label: str, ubatch_tokens: int) -> go.Figure:  # fmt: skip
+                   hw_label: str, ubatch_tokens: int, *, embed: Sequence[Reading] = ()) -> go.Figure:  # fmt: skip
     return rate_figure(
         "prefill", readings, curve, eff,
         f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}, "
         f"micro-batch {ubatch_tokens:,} tokens</sup>",
         "prompt length (tokens computed, cache hits excluded; log scale)",
-        ceiling_name="ceiling (memory, then compute)",
+        ceiling_name="ceiling (memory, then compute)", embed=embed,
     )  # fmt: skip
 
 

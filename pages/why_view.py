@@ -35,20 +35,30 @@ from analysis.ceilings import (
 )
 from analysis.diagnose import CODES, Severity, diagnose_request
 from analysis.energy import PhaseEnergy, energy_for_request
-from analysis.explain import explain_energy, explain_rates
+from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases
-from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE, GpuSample, LoadedModel, Outcome, RequestRecord
+from analysis.records import (
+    UNIFIED_MEMORY_KINDS,
+    UNIFIED_MEMORY_NOTE,
+    GpuSample,
+    LoadedModel,
+    Outcome,
+    RequestKind,
+    RequestRecord,
+)
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
+    EmbedStory,
     RateSample,
     Reading,
     Story,
     build_story,
     counted_median,
+    embed_story,
     plain_readings,
 )
 from pages.why_figures import decode_figure, flagged_note, prefill_figure
@@ -109,6 +119,10 @@ class WhyModel:
     energy_sentence: str | None
     window_requests: int  # this model's finished requests in the sidebar window
     notes: list[str] = field(default_factory=list)
+    # Embedding requests: prefill-only work, drawn apart on the prefill chart, kept out of medians and calibration.
+    embed_points: list[Reading] = field(default_factory=list)
+    embed: EmbedStory | None = None
+    embed_sentence: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -292,7 +306,12 @@ def build_why(
         else "llama.cpp's default"
     )
     samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
-                          r.decode_tok_s) for r in rows]  # fmt: skip
+                          r.decode_tok_s) for r in rows if r.kind is not RequestKind.EMBED]  # fmt: skip
+    # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
+    embed_samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None)
+                     for r in rows if r.kind is RequestKind.EMBED]  # fmt: skip
+    embeds: EmbedStory | None = None
+    embed_r: list[Reading] = []
     spec = hw.spec
     story: Story | None = None
     pre_curve: list[CurvePoint] = []
@@ -304,14 +323,17 @@ def build_why(
                              ubatch)  # fmt: skip
         story = build_story(start, samples)
         prefill_r, decode_r = story.prefill, story.decode
-        prompt_lengths = [r.tokens for r in prefill_r]
+        embeds = embed_story(story.model, embed_samples)
+        embed_r = embeds.readings if embeds is not None else []
+        prompt_lengths = [r.tokens for r in (*prefill_r, *embed_r)]
         context_lengths = [r.tokens for r in decode_r]
         max_prompt = max([*prompt_lengths, facts.context_length or 8192])
         max_ctx = max([*context_lengths, facts.context_length or 8192])
         min_prompt = max(min([*prompt_lengths, 16]), 1)
         min_ctx = max(min([*context_lengths, 16]), 1)
         # The stated prompt length and context are points of the lines, so the sentences' ceilings are on the chart.
-        pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), story.typical_prompt_tokens})
+        stated = {story.typical_prompt_tokens} | ({embeds.typical_prompt_tokens} if embeds is not None else set())
+        pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), *stated})
         ctx_tokens = sorted({*curve_tokens(max_ctx, CURVE_POINTS, min_ctx), story.typical_context_tokens})
         pre_curve = story.model.prefill_curve(pre_tokens)
         dec_curve = story.model.decode_curve(ctx_tokens)
@@ -319,6 +341,7 @@ def build_why(
             full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
     else:
         prefill_r, decode_r = plain_readings(samples)
+        embed_r = plain_readings(embed_samples)[0]
     eff = story.model.efficiencies if story is not None else None
 
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in recent]
@@ -347,9 +370,14 @@ def build_why(
 
     sentences: list[str] = []
     if story is not None:
+        # Replies that thought: thinking is decode work, and the first answer token comes after it.
+        gens = [r for r in rows if r.kind is RequestKind.GENERATE]
+        thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
+                   for r in gens if r.thinking_tokens]  # fmt: skip
         sentences = explain_rates(
             story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
             model_name=model, ubatch_source=ubatch_source, interference=events,
+            thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
         )  # fmt: skip
     hw_label = hw.label
     return WhyModel(
@@ -368,7 +396,7 @@ def build_why(
         typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
         prefill_median_tok_s=counted_median(prefill_r),
         decode_median_tok_s=counted_median(decode_r),
-        prefill_fig=prefill_figure(prefill_r, pre_curve, eff, model, hw_label, ubatch),
+        prefill_fig=prefill_figure(prefill_r, pre_curve, eff, model, hw_label, ubatch, embed=embed_r),
         decode_fig=decode_figure(decode_r, dec_curve, full_curve, eff, model, hw_label),
         story=story,
         ubatch_tokens=ubatch,
@@ -383,6 +411,9 @@ def build_why(
         energy_sentence=explain_energy(energy) if energy is not None else None,
         window_requests=len(mine),
         notes=notes,
+        embed_points=embed_r,
+        embed=embeds,
+        embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
-from analysis.phases import Flag, split_record
+from analysis.phases import Flag, Phases
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -26,8 +26,10 @@ from analysis.records import (
     OllamaStatus,
     Outcome,
     ProgressSample,
+    ProgressSource,
     RequestRecord,
 )
+from analysis.runner_fill import split_with_readings, wants_readings
 from store.rows import encode_token_times, record_of, request_row
 from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
 from store.tables import (
@@ -124,6 +126,19 @@ def _rollup_params(values: dict[str, SqlValue], **extra: SqlValue) -> dict[str, 
 # ---------------------------------------------------------------- requests
 
 
+def _readings(conn: sqlite3.Connection, rec: RequestRecord) -> list[ProgressSample]:
+    """The runner's stored readings of a finished request whose reply sends no durations (else none: not needed)."""
+    if Outcome(rec.outcome) is Outcome.IN_FLIGHT or not wants_readings(rec):
+        return []
+    sql = f"SELECT {PROGRESS_SAMPLES.select_list()} FROM progress_samples WHERE request_id = ? ORDER BY ts_unix_s"
+    return [PROGRESS_SAMPLES.from_values(v) for v in conn.execute(sql, (rec.id,)).fetchall()]
+
+
+def _split(conn: sqlite3.Connection, rec: RequestRecord) -> Phases:
+    """The record's phases, with what the runner's readings of it bound (analysis.runner_fill)."""
+    return split_with_readings(rec, _readings(conn, rec))
+
+
 @dataclass(frozen=True)
 class PutRequest(Op[RequestRow | None]):
     """Insert or update one request with its phases (split here, at write time) and token times.
@@ -150,7 +165,7 @@ class PutRequest(Op[RequestRow | None]):
 
     def apply(self, tx: Tx) -> RequestRow | None:
         rec = self.record
-        row = request_row(rec, split_record(rec), tx.now_unix_s, PHASES_VERSION)
+        row = request_row(rec, _split(tx.conn, rec), tx.now_unix_s, PHASES_VERSION)
         if tx.conn.execute(f"{self._UPSERT} RETURNING id", REQUESTS.params(row)).fetchone() is None:
             return None  # a stale in-flight row for a request already finished
         tokens = RequestTokensRow(rec.id, len(rec.token_chunk_ns), encode_token_times(rec.received_ns, rec.token_chunk_ns))
@@ -183,10 +198,6 @@ class RederivePhases(Op[int]):
 
     limit: int = REDERIVE_BATCH
 
-    _UPDATE: ClassVar[str] = (
-        f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
-    )
-
     def apply(self, tx: Tx) -> int:
         rows = tx.conn.execute(
             f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r "
@@ -195,15 +206,23 @@ class RederivePhases(Op[int]):
             (PHASES_VERSION, int(self.limit)),
         ).fetchall()
         for values in rows:
-            old = REQUESTS.from_values(values[:-1])
-            rec = record_of(old, values[-1])
-            new = request_row(rec, split_record(rec), old.updated_at_unix_s, PHASES_VERSION)
-            if Flag.CLAMPED in old.flags and Flag.CLAMPED not in new.flags:  # the stored values are the clamped ones
-                clamped = Flag.CLAMPED.value
-                text = {**new.flag_text, clamped: old.flag_text.get(clamped, "")}
-                new = replace(new, flags=(*new.flags, clamped), flag_text=text)
-            tx.conn.execute(self._UPDATE, REQUESTS.params(new))
+            _rederive(tx.conn, values)
         return len(rows)
+
+
+_REDERIVE_UPDATE = f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
+
+
+def _rederive(conn: sqlite3.Connection, values: Sequence[Any]) -> None:
+    """Split one stored row again (its columns, then its token gaps), keeping its write time and any clamp."""
+    old = REQUESTS.from_values(values[:-1])
+    rec = record_of(old, values[-1])
+    new = request_row(rec, _split(conn, rec), old.updated_at_unix_s, PHASES_VERSION)
+    if Flag.CLAMPED in old.flags and Flag.CLAMPED not in new.flags:  # the stored values are the clamped ones
+        clamped = Flag.CLAMPED.value
+        text = {**new.flag_text, clamped: old.flag_text.get(clamped, "")}
+        new = replace(new, flags=(*new.flags, clamped), flag_text=text)
+    conn.execute(_REDERIVE_UPDATE, REQUESTS.params(new))
 
 
 # ---------------------------------------------------------------- samples and polls
@@ -335,6 +354,18 @@ class PutProgress(Op[None]):
         for sample in self.samples:
             if conn.execute("SELECT 1 FROM requests WHERE id = ?", (sample.request_id,)).fetchone():
                 conn.execute(sql, PROGRESS_SAMPLES.params(sample))
+        # Readings drained after their request finished (the last polls, the prompt's size known once decoding
+        # began): a finished /v1 row is split again with them.
+        ids = sorted({s.request_id for s in self.samples if s.source is not ProgressSource.ESTIMATE})
+        for rid in ids:
+            values = conn.execute(
+                f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r "
+                "LEFT JOIN request_tokens t ON t.request_id = r.id "
+                "WHERE r.id = ? AND r.outcome <> 'in_flight' AND r.endpoint LIKE '/v1/%'",
+                (rid,),
+            ).fetchone()
+            if values is not None:
+                _rederive(conn, values)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ R = TypeVar("R")
 # The version of analysis.phases' split that the derived columns of a requests row come from.
 # Bump it when split_record changes what it computes: the collector re-derives older rows.
 # 2: per-phase sources, /v1 decode from the stream, no client TTFT for whole bodies, embed/load/unload, thinking.
-PHASES_VERSION = 2
+# 3: /v1 generations: prompt, cached tokens and prefill from the runner's /slots or log readings of them.
+PHASES_VERSION = 3
 
 
 @dataclass(frozen=True)
