@@ -18,7 +18,7 @@ from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Cei
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
 from analysis.phases import Phases
-from analysis.records import GpuSample, LoadedModel, RequestRecord
+from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 
 
 class Severity(StrEnum):
@@ -113,14 +113,16 @@ def diagnose_request(
             ubatch_tokens=ubatch_tokens,
         )
     out: list[Diagnosis] = []
+    # An embedding is prefill only: no prompt cache, no tokens out, no first token to wait for.
+    generation = record.kind is not RequestKind.EMBED
     for d in (
         _partial_offload(record, phases, loaded, ceilings),
         _memory_clock(record, phases, gpu_samples),
         _power_cap(record, phases, gpu_samples),
-        _cache(phases, ceilings),
-        _one_token(phases),
-        _ttft(record, phases),
-        _decode_vs_ceiling(phases, ceilings),
+        _cache(phases, ceilings) if generation else None,
+        _one_token(phases) if generation else None,
+        _ttft(record, phases) if generation else None,
+        _decode_vs_ceiling(phases, ceilings) if generation else None,
         _prefill_vs_ceiling(phases, ceilings),
     ):
         if d is not None:

@@ -214,3 +214,15 @@ def test_prefill_above_ceiling_with_cache_reported() -> None:
     ds = run(make_record(prompt=8000, cached=0, prefill_ms=100))  # 80,000 tok/s of real compute: impossible on a 3090
     assert codes(ds) == ["prefill_above_ceiling"]
     assert "80,000 tok/s" in ds[0].sentence and "142 TFLOP/s" in ds[0].sentence
+
+
+def test_an_embedding_gets_no_generation_diagnoses() -> None:
+    """Prefill only: an impossible embed rate is no "cache hit" story, and there is no first token or decode to judge."""
+    from dataclasses import replace
+
+    from analysis.records import RequestKind
+
+    rec = make_record(prompt=8000, cached=None, prefill_ms=40, output=1)  # 200,000 tok/s: beyond the 3090
+    assert {"cache_suspected", "one_token_reply"} <= set(codes(run(rec)))  # as a generation
+    embed = replace(rec, kind=RequestKind.EMBED, endpoint="/api/embed")
+    assert not {"cache_suspected", "one_token_reply", "ttft_slow", "decode_slow"} & set(codes(run(embed)))
