@@ -8,7 +8,9 @@ stderr), and the times at which its chunks reached sim.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -225,3 +227,22 @@ def test_client_gone_stops_the_childs_task(engine: SimProcess) -> None:
     rec = engine_log(engine)[_ids(engine)[-2]]
     assert rec["cancelled"] and rec["chunks"] < 100
     assert time.monotonic() - t0 < 60
+
+
+def test_a_child_that_dies_ends_its_stream_and_is_replaced(engine: SimProcess) -> None:
+    client = ollama.Client(host=engine.base_url, timeout=120)
+    client.generate(MODEL, "Warm up", options={**GREEDY, "num_predict": 2})
+    runner = _runner(engine)
+    assert runner is not None
+    stream = client.generate(MODEL, words_prompt(30, seed=5), stream=True, options={**GREEDY, "num_predict": 400})
+    with pytest.raises(ollama.ResponseError, match="stopped"):
+        for i, _ in enumerate(stream):
+            if i == 2:
+                os.kill(runner["pid"], signal.SIGKILL)  # a crashed runner, as Ollama can meet one
+    rid = _ids(engine)[-1]
+    assert truth_by_id(engine, rid)["status"] == 200 and truth_by_id(engine, rid)["error"]  # an error line ended it
+    # The next request starts a new child and is served.
+    done = client.generate(MODEL, "Water boils at", options={**GREEDY, "num_predict": 3})
+    assert done.eval_count == 3
+    replaced = _runner(engine)
+    assert replaced is not None and replaced["pid"] != runner["pid"]
