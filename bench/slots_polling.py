@@ -128,7 +128,9 @@ def main() -> None:
           f"(median {med(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}); cost {100 * (1 - mean_ratio):+.2f}%")
     print(f"runner CPU per token ratio polled/unpolled: mean {statistics.fmean(cpu_ratios):.4f} (median {med(cpu_ratios):.4f})")
     spread_pct = 100 * statistics.pstdev(r["decode_tok_s"] for r in plain) / statistics.fmean(r["decode_tok_s"] for r in plain)
-    if spread_pct > TARGET_PCT:
+    if len(pairs) < 3:
+        verdict = f"INCONCLUSIVE: {len(pairs)} pairs are too few (--reps 6 or more)"
+    elif spread_pct > TARGET_PCT:
         verdict = f"INCONCLUSIVE: unpolled runs alone vary ±{spread_pct:.1f}%, more than the target (other load on the machine)"
     else:
         verdict = "OK" if 100 * (1 - mean_ratio) < TARGET_PCT else "OVER TARGET"
