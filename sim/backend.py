@@ -2,7 +2,7 @@
 
 The HTTP layer speaks Ollama's API; an engine only turns token ids into
 timed tokens. ``sim.engine.SimEngine`` is the physical model; a real backend
-(e.g. llama.cpp in ``sim/llama_engine.py``) implements the same ``Backend``
+(llama.cpp's server as a child process, ``sim/llama_server_engine.py``) implements the same ``Backend``
 protocol and can then be served by ``python -m sim --engine ...``.
 
 A backend must:
@@ -59,7 +59,7 @@ class GenRequest:
     keep_alive_ns: int | None = None  # None: keep the runner's; < 0: forever
     seed: str = "0"  # seeds the generated text
     faults: dict[str, Any] = field(default_factory=dict)  # one-shot fault switches taken for this request
-    # The request's own text and options, for engines that tokenize and sample themselves (sim/llama_engine.py);
+    # The request's own text and options, for engines that tokenize and sample themselves (sim/llama_server_engine.py);
     # ``prompt_ids`` above are the simulator's stand-in tokens.
     prompt_text: str | None = None  # /api/generate and /v1/completions: the prompt as sent (untemplated)
     system: str | None = None  # /api/generate's ``system``

@@ -1,6 +1,6 @@
 """What a real engine needs from a GGUF file and from Ollama's request, whatever runs the model.
 
-Shared by the real-model backends (``sim/llama_server_engine.py``, ``sim/llama_engine.py``):
+What the real-model backend (``sim/llama_server_engine.py``) serves without asking its runner:
 
 * ``read_model_facts``: ``/api/tags``, ``/api/show`` and ``/api/ps`` from the file's own header, as Ollama
   reads it itself (in Go, before any runner starts): its key/values (arrays longer than five items come back

@@ -150,6 +150,10 @@ class _Runner:
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.returncode is not None
+
+    @property
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None else 0
 
@@ -287,6 +291,10 @@ class LlamaServerEngine:
         ctx = self._num_ctx(num_ctx)
         batch = num_batch if num_batch and num_batch > 0 else DEFAULT_NUM_BATCH
         runner = self.runner
+        if runner is not None and runner.exited and runner.refs == 0:
+            # The child died (killed, crashed): forget it; this request starts a new one, as Ollama does.
+            await self._unload_runner(runner)
+            runner = None
         if runner is None or runner.num_ctx != ctx or runner.num_batch != batch:
             if self._pending >= self.max_queue:
                 raise EngineError(503, QUEUE_FULL_MESSAGE)

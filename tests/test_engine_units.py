@@ -1,4 +1,4 @@
-"""The real engines' pure parts (no model needed): the GGUF header, prompts, sampling, stop strings, bad settings."""
+"""The real engine's pure parts (no model needed): the GGUF header, prompts, sampling, stop strings, bad settings."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sim.backend import GenRequest
 from sim.catalog import MODELS
-from sim.gguf_model import TRANSCRIPT_STOPS, EngineUnavailable, human_number, read_gguf_header, read_model_facts, render_prompt
-from sim.llama_engine import StopFilter, sampling_kwargs
+from sim.gguf_model import (
+    TRANSCRIPT_STOPS,
+    EngineUnavailable,
+    human_number,
+    ollama_sampling,
+    read_gguf_header,
+    read_model_facts,
+    render_prompt,
+    stop_strings,
+)
 from sim.truth import TruthRecord
 from tests.support.sim_process import REPO_ROOT
 
@@ -100,47 +106,31 @@ def test_prompts_are_plain_text_for_a_base_model() -> None:
 
 
 def test_sampling_options_default_to_ollamas() -> None:
-    d = sampling_kwargs({})
-    assert d["temp"] == 0.8 and d["top_k"] == 40 and d["top_p"] == 0.9 and d["repeat_penalty"] == 1.1
-    g = sampling_kwargs({"temperature": 0, "top_k": 5, "repeat_penalty": "x"})
-    assert g["temp"] == 0.0 and g["top_k"] == 5 and g["repeat_penalty"] == 1.1  # wrong type: the default
+    d = ollama_sampling({})
+    assert d["temperature"] == 0.8 and d["top_k"] == 40 and d["top_p"] == 0.9 and d["repeat_penalty"] == 1.1
+    g = ollama_sampling({"temperature": 0, "top_k": 5, "repeat_penalty": "x", "top_p": True})
+    assert g["temperature"] == 0.0 and g["top_k"] == 5 and g["repeat_penalty"] == 1.1 and g["top_p"] == 0.9
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    text=st.text(alphabet="ab,\n:", max_size=40),
-    stops=st.lists(st.text(alphabet="ab,\n:", min_size=1, max_size=4), max_size=3),
-    cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=8),
-)
-def test_stop_filter_sends_exactly_the_text_before_the_first_stop(text: str, stops: list[str], cuts: list[int]) -> None:
-    pieces = [text[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(text)], strict=True)]
-    f = StopFilter(stops)
-    sent = ""
-    for piece in pieces:
-        sent += f.feed(piece)
-        if f.stopped:
-            break
-    if not f.stopped:
-        sent += f.flush()
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    if hits:
-        # The earliest stop string that completes while streaming; never any of its text.
-        assert f.stopped
-        assert text.startswith(sent) and not any(s in sent for s in stops)
-        assert len(sent) <= min(hits) + max(len(s) for s in stops)
-    else:
-        assert not f.stopped and sent == text
+def test_chat_stops_at_the_next_turn_unless_told_otherwise() -> None:
+    chat = _req(messages=[{"role": "user", "content": "Hi"}])
+    assert stop_strings(chat) == list(TRANSCRIPT_STOPS)
+    assert stop_strings(_req(messages=[], options={"stop": "END"})) == ["END"]
+    assert stop_strings(_req(prompt_text="x")) == [] and stop_strings(_req(prompt_text="x", options={"stop": ["", "a"]})) == ["a"]
 
 
-def test_missing_gguf_is_a_clear_error() -> None:
+def test_missing_gguf_is_a_clear_error(tmp_path: Path) -> None:
+    fake_binary = tmp_path / "llama-server"
+    fake_binary.write_text("#!/bin/sh\nexit 1\n")
+    fake_binary.chmod(0o755)
     r = subprocess.run(
-        [sys.executable, "-m", "sim", "--engine", "llama-cpp", "--gguf", "/nonexistent/model.gguf", "--port", "0"],
+        [sys.executable, "-m", "sim", "--engine", "llama-server", "--gguf", "/nonexistent/model.gguf", "--port", "0",
+         "--llama-server", str(fake_binary)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )
-    assert r.returncode == 2
-    assert "no GGUF file at /nonexistent/model.gguf" in r.stderr or "llama-cpp-python is not installed" in r.stderr
+    assert r.returncode == 2 and "no GGUF file at /nonexistent/model.gguf" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "sim", "--engine", "llama-cpp"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "sim", "--engine", "llama-server"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and "--gguf" in r.stderr
 

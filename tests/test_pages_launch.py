@@ -111,7 +111,7 @@ def test_ollama_down_offers_the_real_engine_demo_only_when_installed(tmp_path: P
     assert not at.exception, [e.value for e in at.exception]
     offered = [b for b in at.button if b.key == "pw_start_engine_demo"]
     if engine_problem() is not None:
-        assert not offered  # llama-cpp-python or the model is missing: no button that cannot work
+        assert not offered  # llama-server or the model is missing: no button that cannot work
         return
     assert offered and offered[0].label == "Start demo on a real tiny model"
     at.button(key="pw_start_engine_demo").click().run()

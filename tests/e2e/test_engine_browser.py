@@ -1,6 +1,6 @@
-"""The whole path in a real browser on the real engine: llama.cpp → proxy → store → Streamlit, in Chromium.
+"""The whole path in a real browser on the real engine: llama-server → proxy → store → Streamlit, in Chromium.
 
-Starts ``python -m sim --engine llama-cpp`` (Gemma 3 270M on this CPU), ``python -m collectors``
+Starts ``python -m sim --engine llama-server`` (llama.cpp's server as a child, Gemma 3 270M on this CPU), ``python -m collectors``
 in front of it (no ``--demo``: it samples this machine, which has no NVIDIA GPU) and ``streamlit
 run app.py``, all on free loopback ports; sends one generation through the proxy with the official
 ``ollama`` client, and watches it on the Live page while it runs and on the Requests page afterwards
@@ -8,7 +8,7 @@ with the prefill and decode numbers the store holds. A second test starts the de
 engine from the app (``PHASEWATCH_DEMO=engine``) and checks that every page says so.
 Screenshots go to ``$PHASEWATCH_ARTIFACTS`` (``engine_live.png``, ``engine_requests.png``, ``engine_demo.png``).
 
-Without llama-cpp-python or the GGUF these tests skip, and fail under ``PHASEWATCH_REQUIRE_ENGINE=1``.
+Without the llama-server build or the GGUF these tests skip, and fail under ``PHASEWATCH_REQUIRE_ENGINE=1``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from tests.e2e.support import (
     wait_until,
 )
 from tests.e2e.test_dashboard_browser import pick_request
-from tests.support.engine_process import GREEDY, MODEL, require_engine, start_engine, words_prompt
+from tests.support.engine_process import GREEDY, MODEL, require_llama_server, start_server_engine, words_prompt
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine]
 
@@ -59,10 +59,10 @@ class EngineStack:
 
 @pytest.fixture(scope="module")
 def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineStack]:
-    require_engine()  # skips, or fails under PHASEWATCH_REQUIRE_ENGINE=1
+    require_llama_server()  # skips, or fails under PHASEWATCH_REQUIRE_ENGINE=1
     data_dir = tmp_path_factory.mktemp("phasewatch-engine-data")
     logs = tmp_path_factory.mktemp("engine-logs")
-    with start_engine() as engine:
+    with start_server_engine() as engine:
         from tests.support.sim_process import free_port
 
         proxy = f"127.0.0.1:{free_port()}"
@@ -150,7 +150,7 @@ def test_generation_on_the_real_engine_live_then_in_history(engine_stack: Engine
 
 
 def test_demo_on_the_real_engine_says_so(tmp_path: Path, page: Page) -> None:
-    require_engine()
+    require_llama_server()
     demo_dir = tmp_path / DEMO_ENGINE_SUBDIR
     try:
         with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_DEMO": "engine"}) as url:

@@ -1,15 +1,14 @@
-"""The real engines for tests: find them (or say why not) and run ``python -m sim --engine llama-server``
-(llama.cpp's server as a child, as Ollama runs it) or ``--engine llama-cpp`` (llama-cpp-python).
+"""The real engine for tests: find it (or say why not) and run ``python -m sim --engine llama-server``
+(llama.cpp's server as a child process, as Ollama runs it).
 
-Tests that need one are marked ``@pytest.mark.engine``. Without the binary (or llama-cpp-python) or the
-GGUF they skip, unless ``PHASEWATCH_REQUIRE_ENGINE=1`` (CI sets it through scripts/test.sh): then they
-fail, so a broken engine build can never pass as a skip.
+Tests that need it are marked ``@pytest.mark.engine``. Without the llama-server binary or the GGUF they
+skip, unless ``PHASEWATCH_REQUIRE_ENGINE=1`` (CI sets it through scripts/test.sh): then they fail, so a
+broken engine build can never pass as a skip.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,28 +69,6 @@ def engine_state(sim: SimProcess) -> dict[str, Any]:
     status, body = http_json(sim, "GET", "/sim/engine")
     assert status == 200, body
     return dict(body)
-
-
-def require_engine() -> Path:
-    """The GGUF to serve; skips (or fails under PHASEWATCH_REQUIRE_ENGINE=1) when the engine is not installed."""
-    problems: list[str] = []
-    if importlib.util.find_spec("llama_cpp") is None:
-        problems.append(
-            'llama-cpp-python is missing (CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir -r requirements-engine.txt)'
-        )
-    path = gguf_path()
-    if not path.is_file():
-        problems.append(f"no GGUF at {path} (python scripts/get_gemma.py)")
-    _missing(problems)
-    return path
-
-
-@contextlib.contextmanager
-def start_engine(*args: str) -> Iterator[SimProcess]:
-    """``python -m sim --engine llama-cpp`` on a free port, serving the Gemma GGUF."""
-    path = require_engine()
-    with start_sim("--engine", "llama-cpp", "--gguf", str(path), "--threads", str(THREADS), *args) as sim:
-        yield sim
 
 
 def engine_log(sim: SimProcess) -> dict[str, dict[str, Any]]:
