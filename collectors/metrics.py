@@ -286,7 +286,7 @@ class RequestStats:
             self._observe("phasewatch_request_time_to_first_answer_token_seconds", row.ttfa_s, base)
         self._observe("phasewatch_request_prefill_tokens_per_second", row.prefill_tok_s, base)
         self._observe("phasewatch_request_decode_tokens_per_second", row.decode_tok_s, base)
-        self._observe("phasewatch_request_decode_ceiling_ratio", self.ceiling_ratio_of(row), base)
+        self.observe_ceiling_ratio(row)
         for gap_s in token_gaps_s:
             self._observe("phasewatch_inter_token_latency_seconds", gap_s, base)
 
@@ -300,6 +300,15 @@ class RequestStats:
             seconds = getattr(row, f"{phase}_s")
             if seconds is not None and seconds > 0:
                 self.phase_s[(model, phase)] = self.phase_s.get((model, phase), 0.0) + seconds
+
+    def observe_ceiling_ratio(self, row: RequestRow) -> bool:
+        """Observe a finished request's decode rate over its ceiling; False when that is not known (yet)."""
+        ratio = self.ceiling_ratio_of(row)
+        if ratio is None:
+            return False
+        base = (OPERATIONS.get(row.endpoint, OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
+        self._observe("phasewatch_request_decode_ceiling_ratio", ratio, base)
+        return True
 
     def histogram(self, name: str) -> Histogram:
         """All label sets of one histogram merged (tests, the log)."""

@@ -78,6 +78,10 @@ INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
 GPU_HISTORY_TICKS = 600  # GPU samples kept for energy by phase (10 min at the default interval)
 ENERGY_PENDING_MAX = 10_000  # finished requests waiting for the GPU sample after their end
+# Finished requests whose decode ceiling is not known yet (the model's /api/show is read after it loads, often
+# after the first request on a cold model ended): retried each tick for this long, at most this many.
+CEILING_PENDING_MAX = 1_000
+CEILING_PENDING_S = 60.0
 
 
 class StoreOpenError(RuntimeError):
@@ -125,6 +129,7 @@ class CollectorService:
         self.energy_j_by_phase: dict[str, float] = {}
         self._gpu_history: collections.deque[list[GpuSample]] = collections.deque(maxlen=GPU_HISTORY_TICKS)
         self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
+        self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
@@ -300,6 +305,8 @@ class CollectorService:
     def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
         try:
             self.stats.observe(row, token_gaps_s or ())
+            if row.decode_tok_s and self.stats.ceiling_ratio_of(row) is None:
+                self._ceiling_pending.append((time.monotonic(), row))
             if phase_windows(row):
                 self._energy_pending.append(row)
         except Exception:  # statistics must never cost a record
@@ -404,6 +411,7 @@ class CollectorService:
         if gpus:
             self._gpu_history.append(gpus)
             self._count_energy()
+        self._retry_ceiling_ratios()
 
     def _count_energy(self) -> None:
         """GPU energy over the phases of finished requests, once samples on both sides of each phase are in."""
@@ -422,6 +430,16 @@ class CollectorService:
                 if t0 >= oldest_s and (e := energy_between(samples, t0, t1)) is not None:
                     self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + e.joules
         self._energy_pending = waiting[-ENERGY_PENDING_MAX:]
+
+    def _retry_ceiling_ratios(self) -> None:
+        """Observe the ceiling ratios that became known (the model's /api/show arrived); drop those too old."""
+        if not self._ceiling_pending:
+            return
+        now_s, waiting = time.monotonic(), collections.deque[tuple[float, RequestRow]](maxlen=CEILING_PENDING_MAX)
+        for since_s, row in self._ceiling_pending:
+            if not self.stats.observe_ceiling_ratio(row) and now_s - since_s < CEILING_PENDING_S:
+                waiting.append((since_s, row))
+        self._ceiling_pending = waiting
 
     def _decode_ceiling_ratio(self, row: RequestRow) -> float | None:
         """A finished request's decode rate over its memory-bandwidth ceiling on this GPU; None when either is unknown."""

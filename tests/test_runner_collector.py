@@ -45,6 +45,15 @@ def _generate(base_url: str, prompt: str, out: dict[str, Any]) -> None:
                 out["final"] = chunk
 
 
+def _wait_for_slot_gauge(base_url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "phasewatch_slot_context_tokens{" in httpx.get(base_url + "/phasewatch/metrics", timeout=10).text:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the collector read no runner slot within {timeout_s:.0f} s")
+
+
 def _in_flight_progress(data: Path) -> tuple[str | None, list[ProgressSample]]:
     """What a page reads now: the running request and its readings."""
     with queries.open_reader(db_path(data)) as conn:
@@ -63,6 +72,9 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
         warm: dict[str, Any] = {}
         _generate(base, words_prompt(20, seed=1), warm)  # starts the runner (sim starts it on first use, as Ollama does)
         assert "final" in warm
+        # The collector has found the runner, matched it to the loaded model and read its slots once (the slot
+        # context gauge shows): from here on, a request to that model is read from its first batch.
+        _wait_for_slot_gauge(base)
 
         out: dict[str, Any] = {}
         thread = threading.Thread(target=_generate, args=(base, words_prompt(4000, seed=14), out))
