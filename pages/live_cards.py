@@ -13,6 +13,7 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from analysis.progress import prefill_eta_unix_s, prefill_rate_tok_s
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from pages.derive import live_tok_s
 from store.tables import RequestSummary
@@ -29,7 +30,7 @@ DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) â†
 class PrefillView:
     processed_tokens: int
     prompt_tokens: int | None
-    rate_tok_s: float | None  # between the last two readings
+    rate_tok_s: float | None  # the runner's: since its first reading of progress; the estimate's: since its start
     eta_s: float | None
     estimated: bool  # the collector's estimate, not a reading of the runner
     source: str
@@ -92,16 +93,22 @@ def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
         return None
     last = chosen[-1]
     rate = None
-    # The runner's readings: the rate between the last two. The estimate's: its rate from the start (it stops
-    # one token short of the end, where the last two readings no longer differ).
-    prev = chosen[0] if last.source is ProgressSource.ESTIMATE else (chosen[-2] if len(chosen) >= 2 else None)
-    if prev is not None and prev is not last:
-        dt = last.ts_unix_s - prev.ts_unix_s
-        if dt > 0 and last.processed_tokens >= prev.processed_tokens:
-            rate = (last.processed_tokens - prev.processed_tokens) / dt
     eta = None
-    if rate and last.prompt_tokens is not None:
-        eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    if last.source is ProgressSource.ESTIMATE:
+        # The estimate's rate from its start (it stops one token short of the end, where the last two readings no
+        # longer differ).
+        dt = last.ts_unix_s - chosen[0].ts_unix_s
+        if dt > 0 and last.processed_tokens >= chosen[0].processed_tokens:
+            rate = (last.processed_tokens - chosen[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    else:
+        # The runner's: from its first reading that shows progress. It moves a batch at a time and is read at
+        # 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s, ETA unknown.
+        rate = prefill_rate_tok_s(samples)
+        eta_unix_s = prefill_eta_unix_s(samples)
+        if eta_unix_s is not None:
+            eta = max(eta_unix_s - last.ts_unix_s, 0.0)
     return PrefillView(
         processed_tokens=last.processed_tokens,
         prompt_tokens=None if last.prompt_tokens is None else last.prompt_tokens - (last.cached_tokens or 0),
