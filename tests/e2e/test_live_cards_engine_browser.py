@@ -85,6 +85,8 @@ def test_real_prefill_progress_then_decode_on_the_live_page(engine_stack: tuple[
     app_url, proxy, data_dir = engine_stack
     page.goto(app_url)
     wait_ready(page)
+    # The warm-up request's finished card stays a few seconds: the cards below must be the long prompt's.
+    wait_until(lambda: "finished" not in str(cards_state(page)["text"]), 60, "the warm-up's card to go")
     out: dict[str, Any] = {}
     errors: list[BaseException] = []
 
