@@ -92,7 +92,7 @@ def test_real_prefill_progress_then_decode_on_the_live_page(engine_stack: tuple[
 
     def send() -> None:
         try:
-            generate(proxy, words_prompt(PROMPT_WORDS, seed=15), 64, out)
+            generate(proxy, words_prompt(PROMPT_WORDS, seed=15), 200, out)
         except BaseException as exc:  # reported by the test below
             errors.append(exc)
 
