@@ -13,7 +13,6 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from analysis.progress import prefill_eta_unix_s, prefill_rate_tok_s
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from pages.derive import live_tok_s
 from store.tables import RequestSummary
@@ -103,12 +102,15 @@ def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
         if rate and last.prompt_tokens is not None:
             eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
     else:
-        # The runner's: from its first reading that shows progress. It moves a batch at a time and is read at
-        # 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s, ETA unknown.
-        rate = prefill_rate_tok_s(samples)
-        eta_unix_s = prefill_eta_unix_s(samples)
-        if eta_unix_s is not None:
-            eta = max(eta_unix_s - last.ts_unix_s, 0.0)
+        # The runner's: from its first reading that shows progress to the last. It moves a batch at a time and is
+        # read at 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s.
+        moving = [s for s in chosen if s.processed_tokens > 0 and not s.decoded_tokens]
+        if len(moving) >= 2:
+            dt = moving[-1].ts_unix_s - moving[0].ts_unix_s
+            if dt > 0 and moving[-1].processed_tokens > moving[0].processed_tokens:
+                rate = (moving[-1].processed_tokens - moving[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
     return PrefillView(
         processed_tokens=last.processed_tokens,
         prompt_tokens=None if last.prompt_tokens is None else last.prompt_tokens - (last.cached_tokens or 0),
