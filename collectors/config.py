@@ -275,6 +275,13 @@ def load_token(env: Mapping[str, str], listen: ListenAddress) -> str | None:
     return token
 
 
+def client_auth_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What Phasewatch's own clients of the collector (the Lab, the demo's users) send, so that a collector that
+    needs a token answers them: ``Authorization: Bearer $PHASEWATCH_TOKEN`` when it is set, else nothing."""
+    token = (os.environ if env is None else env).get("PHASEWATCH_TOKEN", "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("phasewatch", appauthor=False))
 

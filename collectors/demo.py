@@ -205,7 +205,9 @@ class Traffic:
     def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
         import ollama  # here, not at import time: read_demo_lock must stay cheap for the app
 
-        self._client = ollama.Client(host=proxy_url, timeout=120)
+        from collectors.config import client_auth_headers
+
+        self._client = ollama.Client(host=proxy_url, timeout=120, headers=client_auth_headers())
         self._stop = stop
         self._rng = random.Random(seed)
         self.sent = 0
@@ -287,7 +289,9 @@ class EngineTraffic:
     def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
         import ollama
 
-        self._client = ollama.Client(host=proxy_url, timeout=180)
+        from collectors.config import client_auth_headers
+
+        self._client = ollama.Client(host=proxy_url, timeout=180, headers=client_auth_headers())
         self._stop = stop
         self._rng = random.Random(seed)
         self.sent = 0

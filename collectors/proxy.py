@@ -615,7 +615,7 @@ def run_with_best_loop(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-async def _serve(upstream: str, host: str, port: int, record_text: bool, print_records: bool) -> None:
+async def _serve(upstream: str, host: str, port: int, record_text: bool, print_records: bool, token: str | None = None) -> None:
     import signal
 
     from collectors.access import split_list
@@ -632,6 +632,7 @@ async def _serve(upstream: str, host: str, port: int, record_text: bool, print_r
         limits=load_limits(os.environ),
         allowed_hosts=split_list(os.environ.get("PHASEWATCH_ALLOWED_HOSTS", "")),
         allowed_origins=split_list(os.environ.get("OLLAMA_ORIGINS", "").strip().strip("\"'")),
+        token=token,
     )
     await proxy.start(host, port)
     print(f"listening on {host}:{proxy.port}, forwarding to {upstream}", file=sys.stderr, flush=True)
@@ -644,17 +645,25 @@ async def _serve(upstream: str, host: str, port: int, record_text: bool, print_r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Phasewatch's recording proxy, alone (the collector runs it for you).")
+    from collectors.config import SettingsError, load_token, parse_listen
+
+    parser = argparse.ArgumentParser(
+        description="Phasewatch's recording proxy, alone (the collector runs it for you).",
+        epilog="As the collector: with PHASEWATCH_TOKEN set (required beyond loopback) every request must carry "
+        "'Authorization: Bearer <token>', or gets 401 and is not recorded.",
+    )
     parser.add_argument("--upstream", default="http://127.0.0.1:11434", help="Ollama's URL")
     parser.add_argument("--listen", default="127.0.0.1:11435", help="HOST:PORT to listen on (port 0: any free one)")
     parser.add_argument("--record-text", action="store_true", help="also record prompt and response text")
     parser.add_argument("--print-records", action="store_true", help="print each record as a JSON line on stdout")
     args = parser.parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
+    try:
+        listen = parse_listen(args.listen)
+        token = load_token(os.environ, listen)
+    except SettingsError as exc:
+        parser.error(str(exc))
     raise_fd_limit()
-    run_with_best_loop(_serve(args.upstream, host.strip("[]"), int(port), args.record_text, args.print_records))
+    run_with_best_loop(_serve(args.upstream, listen.host, listen.port, args.record_text, args.print_records, token))
     return 0
 
 

@@ -29,7 +29,7 @@ DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) â†
 class PrefillView:
     processed_tokens: int
     prompt_tokens: int | None
-    rate_tok_s: float | None  # between the last two readings
+    rate_tok_s: float | None  # the runner's: since its first reading of progress; the estimate's: since its start
     eta_s: float | None
     estimated: bool  # the collector's estimate, not a reading of the runner
     source: str
@@ -92,16 +92,25 @@ def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
         return None
     last = chosen[-1]
     rate = None
-    # The runner's readings: the rate between the last two. The estimate's: its rate from the start (it stops
-    # one token short of the end, where the last two readings no longer differ).
-    prev = chosen[0] if last.source is ProgressSource.ESTIMATE else (chosen[-2] if len(chosen) >= 2 else None)
-    if prev is not None and prev is not last:
-        dt = last.ts_unix_s - prev.ts_unix_s
-        if dt > 0 and last.processed_tokens >= prev.processed_tokens:
-            rate = (last.processed_tokens - prev.processed_tokens) / dt
     eta = None
-    if rate and last.prompt_tokens is not None:
-        eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    if last.source is ProgressSource.ESTIMATE:
+        # The estimate's rate from its start (it stops one token short of the end, where the last two readings no
+        # longer differ).
+        dt = last.ts_unix_s - chosen[0].ts_unix_s
+        if dt > 0 and last.processed_tokens >= chosen[0].processed_tokens:
+            rate = (last.processed_tokens - chosen[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    else:
+        # The runner's: from its first reading that shows progress to the last. It moves a batch at a time and is
+        # read at 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s.
+        moving = [s for s in chosen if s.processed_tokens > 0 and not s.decoded_tokens]
+        if len(moving) >= 2:
+            dt = moving[-1].ts_unix_s - moving[0].ts_unix_s
+            if dt > 0 and moving[-1].processed_tokens > moving[0].processed_tokens:
+                rate = (moving[-1].processed_tokens - moving[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
     return PrefillView(
         processed_tokens=last.processed_tokens,
         prompt_tokens=None if last.prompt_tokens is None else last.prompt_tokens - (last.cached_tokens or 0),

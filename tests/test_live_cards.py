@@ -66,6 +66,16 @@ def test_runner_readings_win_over_estimates_for_the_same_request() -> None:
     assert only is not None and only.estimated and only.rate_tok_s == pytest.approx(500.0)
 
 
+def test_runner_rate_holds_between_its_batches() -> None:
+    """/slots moves a batch (512 tokens) at a time and is read at 4 Hz: most readings repeat the last one."""
+    steps = [(0.0, 0), (0.25, 0), (0.5, 512), (0.75, 512), (1.0, 512), (1.25, 1024), (1.5, 1024), (1.75, 1024)]
+    view = prefill_view([reading("a", T0 + t, n, ProgressSource.SLOTS, prompt=4000) for t, n in steps])
+    assert view is not None and not view.estimated
+    rate = (1024 - 512) / (1.75 - 0.5)  # from the first reading of progress to the last, not 0 between two steps
+    assert view.rate_tok_s == pytest.approx(rate)
+    assert view.eta_s == pytest.approx((4000 - 1024) / rate)
+
+
 def test_cached_prompt_tokens_are_not_left_to_read() -> None:
     view = prefill_view(
         [reading("a", T0, 100, ProgressSource.LOG), reading("a", T0 + 1, 600, ProgressSource.LOG, cached_tokens=3000)]

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from collectors.config import SettingsError, ollama_base_url
+from collectors.config import SettingsError, client_auth_headers, ollama_base_url
 
 USER_AGENT = "phasewatch-lab/0.1"
 
@@ -130,13 +130,13 @@ class Probe:
 
 
 class LabClient:
-    """One aiohttp session to one Ollama (or the recording proxy in front of it)."""
+    """One aiohttp session to one Ollama (or the recording proxy in front of it, with its PHASEWATCH_TOKEN)."""
 
     def __init__(self, base_url: str, *, connect_timeout_s: float = 10.0) -> None:
         self.base_url = normalize_url(base_url)
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-            headers={"User-Agent": USER_AGENT},
+            headers={"User-Agent": USER_AGENT, **client_auth_headers()},  # the collector's token, when set
             connector=aiohttp.TCPConnector(limit=0),  # the concurrency experiment opens many streams
         )
 

@@ -48,6 +48,11 @@ class ProxyProcess:
         return [json.loads(line) for line in lines if line.strip()]
 
 
+def _env() -> dict[str, str]:
+    """This environment without PHASEWATCH_TOKEN: a token in the developer's shell would make the proxy answer 401."""
+    return {k: v for k, v in os.environ.items() if k != "PHASEWATCH_TOKEN"}
+
+
 @contextlib.contextmanager
 def start_proxy_process(upstream: str, folder: Path) -> Iterator[ProxyProcess]:
     port = free_port()
@@ -55,7 +60,7 @@ def start_proxy_process(upstream: str, folder: Path) -> Iterator[ProxyProcess]:
     records_path = folder / "records.jsonl"
     # A file, not a pipe: a pipe nobody reads until the end would fill up and stall the proxy's loop.
     with records_path.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.DEVNULL, env=dict(os.environ))
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.DEVNULL, env=_env())
     proxy = ProxyProcess(f"http://127.0.0.1:{port}", proc, records_path)
     try:
         deadline = time.monotonic() + 30
