@@ -30,7 +30,9 @@ else:
     st.set_page_config(page_title="Phasewatch", page_icon="⏱️", layout="wide")
 
     ctx = common.app_context()
-    sidebar.render(ctx)
+    problem = common.store_problem(ctx)  # a store the pages cannot read: said in words instead of the pages
+    if problem is None:
+        sidebar.render(ctx)
     if ctx.launch.state == LaunchStatus.STARTING:
         with st.sidebar:
             common.follow_start()
@@ -46,4 +48,8 @@ else:
             pages.append(st.Page(file, title=title, icon=icon))
     if os.environ.get("PHASEWATCH_PROMETHEUS", "").strip():  # several hosts, through Prometheus
         pages.append(st.Page("pages/hosts.py", title="Hosts", icon=":material/dns:"))
-    st.navigation(pages).run()
+    navigation = st.navigation(pages)
+    if problem is None:
+        navigation.run()
+    else:
+        common.show_store_problem(ctx, problem)

@@ -16,6 +16,7 @@ from collectors import api
 from collectors.api import LaunchState, LaunchStatus, engine_problem, ensure_collector, ensure_demo
 from pages import data, fmt
 from pages.settings import AppSettings, client_host_line, resolve_settings
+from store.queries import StoreState, store_state
 
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
 DEFAULT_WINDOW = "5 min"
@@ -254,3 +255,39 @@ def no_store_state(ctx: AppContext) -> None:
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
 
+
+# A store this Phasewatch cannot read: what happened and what to do (the file is never touched from here).
+STORE_PROBLEMS = {
+    StoreState.OLDER: (
+        "was written by an older Phasewatch. The collector migrates it when it starts, keeping every record. "
+        "If an older collector is still running (a service, another terminal), stop it with "
+        "`python -m collectors --stop` and start this version's: this page follows as soon as the store is ready."
+    ),
+    StoreState.NEWER: (
+        "was written by a newer Phasewatch than this one. Upgrade this Phasewatch, or point `PHASEWATCH_DATA` at "
+        "another folder; the store is left as it is."
+    ),
+    StoreState.CORRUPT: (
+        "is not a readable SQLite store. Move the file aside (nothing here deletes it) and the collector starts a "
+        "new store on its next start."
+    ),
+}
+
+
+def store_problem(ctx: AppContext) -> str | None:
+    """Why the pages cannot read the store now, in words for the person; None when they can (or it is not there yet)."""
+    why = STORE_PROBLEMS.get(store_state(ctx.db_path))
+    return None if why is None else f"The store at {fmt.md_escape(str(ctx.db_path))} {why}"
+
+
+def show_store_problem(ctx: AppContext, problem: str) -> None:
+    """The problem instead of the pages, looked at again every 2 s: the page comes back once the store is readable."""
+    st.title("Phasewatch")
+    st.error(problem, icon=":material/database:")
+
+    @st.fragment(run_every=2)
+    def follow() -> None:
+        if store_problem(ctx) is None:
+            st.rerun(scope="app")
+
+    follow()

@@ -94,3 +94,35 @@ def test_a_running_demo_is_demo_mode_for_every_new_session(data_dir: Path) -> No
     finally:
         lock.release()
     assert not launch.demo_runs(demo_dir)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        ("older", "older Phasewatch"),  # e.g. an upgrade while the old collector still runs
+        ("newer", "newer Phasewatch"),
+        ("corrupt", "not a readable SQLite store"),
+    ],
+)
+def test_a_store_the_pages_cannot_read_is_said_in_words(data_dir: Path, monkeypatch: pytest.MonkeyPatch, make: str,
+                                                         words: str) -> None:  # fmt: skip
+    """Not a traceback on every page: what happened, what to do, and the file left as it is."""
+    import sqlite3
+
+    from store.schema import SCHEMA_VERSION, migrate
+
+    db = db_path(data_dir)
+    if make == "corrupt":
+        db.write_bytes(b"this is not sqlite" * 100)
+    else:
+        conn = sqlite3.connect(db, isolation_level=None)
+        migrate(conn, target=4 if make == "older" else SCHEMA_VERSION)
+        if make == "newer":
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        conn.close()
+    before = db.read_bytes()
+    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert any(words in e.value and str(db) in e.value.replace("\\", "") for e in at.error), [e.value for e in at.error]
+    assert db.read_bytes() == before
