@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
-from analysis.phases import Flag, Phases
+from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -60,6 +60,12 @@ DAY_S = 86_400.0
 # /api/show keys that are long, user-facing text and carry no architecture facts.
 SHOW_KEYS_DROPPED = ("license", "modelfile", "template")
 OP_BYTES = 512  # a row with its index entries, about; the text and token times of a request come on top
+# Prompt sizes the server itself counted (Ollama's prompt_eval_count, the /v1 usage block).
+EXACT_PROMPT_SOURCES = (PhaseSource.OLLAMA, PhaseSource.USAGE)
+_EXACT_PROMPT_SQL = (
+    "SELECT id, CASE WHEN outcome <> 'in_flight' AND prompt_tokens_source IN ('ollama', 'usage') "
+    "THEN prompt_tokens END FROM requests WHERE id = ?"
+)
 REDERIVE_BATCH = 200  # rows re-derived per transaction: short enough not to hold up the collector's writes
 
 
@@ -170,6 +176,12 @@ class PutRequest(Op[RequestRow | None]):
             return None  # a stale in-flight row for a request already finished
         tokens = RequestTokensRow(rec.id, len(rec.token_chunk_ns), encode_token_times(rec.received_ns, rec.token_chunk_ns))
         tx.conn.execute(REQUEST_TOKENS.insert_sql("INSERT OR REPLACE"), REQUEST_TOKENS.params(tokens))
+        exact = row.prompt_tokens is not None and row.prompt_tokens_source in EXACT_PROMPT_SOURCES
+        if exact and row.outcome != Outcome.IN_FLIGHT:
+            # The runner's readings sized the prompt from a log fraction, or not at all when decoding ended between
+            # two polls: the server's own count is exact.
+            tx.conn.execute("UPDATE progress_samples SET prompt_tokens = ? WHERE request_id = ? AND source <> ?",
+                            (row.prompt_tokens, rec.id, ProgressSource.ESTIMATE.value))  # fmt: skip
         return row
 
 
@@ -352,8 +364,13 @@ class PutProgress(Op[None]):
         sql = PROGRESS_SAMPLES.insert_sql("INSERT OR REPLACE")
         conn = tx.conn
         for sample in self.samples:
-            if conn.execute("SELECT 1 FROM requests WHERE id = ?", (sample.request_id,)).fetchone():
-                conn.execute(sql, PROGRESS_SAMPLES.params(sample))
+            found = conn.execute(_EXACT_PROMPT_SQL, (sample.request_id,)).fetchone()
+            if found is None:
+                continue
+            exact = found[1]
+            if exact is not None and sample.source is not ProgressSource.ESTIMATE:
+                sample = replace(sample, prompt_tokens=exact)  # the finished request's own count beats a reading's
+            conn.execute(sql, PROGRESS_SAMPLES.params(sample))
         # Readings drained after their request finished (the last polls, the prompt's size known once decoding
         # began): a finished /v1 row is split again with them.
         ids = sorted({s.request_id for s in self.samples if s.source is not ProgressSource.ESTIMATE})

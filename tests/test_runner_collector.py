@@ -28,7 +28,7 @@ from tests.test_collector_process import collector, listen_url
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 BATCH = 512  # sim's llama-server engine passes Ollama's default -b/-ub
-OPTIONS = {**GREEDY, "num_ctx": 8192, "num_predict": 2}
+OPTIONS = {**GREEDY, "num_ctx": 8192, "num_predict": 48}  # decoding outlasts several 4 Hz polls, even on a quiet machine
 ETA_TOLERANCE = 0.30  # of the time from the request to its first token
 
 

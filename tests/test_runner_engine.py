@@ -48,6 +48,10 @@ class Setup:
     gguf: Path
 
 
+# Decoding lasts several 4 Hz polls even on a quiet, fast machine: the reader learns the prompt's exact size
+# (tokens read + cached) from a reading taken once decoding began.
+DECODE_TOKENS = 48
+
 def _gguf() -> Path:
     require_llama_server()
     path = gguf_path()
@@ -115,7 +119,8 @@ def test_slots_progress_of_a_4000_token_prompt(setup: Setup) -> None:
     log_path = setup.runner.log_path  # llama-server's output: what Ollama writes into its log
     run = asyncio.run(
         run_reader(setup.ollama.base_url, in_flight=lambda: [request], models=loaded(setup.ollama.models), seconds=500,
-                   log_path=log_path, work=lambda: stream_completion(setup.runner.base_url, prompt, 2), on_drain=watch)
+                   log_path=log_path, work=lambda: stream_completion(setup.runner.base_url, prompt, DECODE_TOKENS),
+                   on_drain=watch)
     )  # fmt: skip
     result = run.work_result
     assert isinstance(result, dict) and result["first_token"] is not None

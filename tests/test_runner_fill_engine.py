@@ -29,7 +29,7 @@ PREFILL_TOLERANCE = 0.10  # of llama-server's prompt_ms
 def _chat(base_url: str, prompt: str) -> tuple[str, str]:
     """One streamed /v1 chat completion; (the proxy's record id, sim's request id)."""
     body = {
-        "model": MODEL, "stream": True, "max_tokens": 3, "temperature": 0, "seed": 7,
+        "model": MODEL, "stream": True, "max_tokens": 48, "temperature": 0, "seed": 7,
         "messages": [{"role": "user", "content": prompt}],
     }  # fmt: skip
     with httpx.Client(timeout=600) as client, client.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
