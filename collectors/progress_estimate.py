@@ -137,7 +137,10 @@ class ProgressEstimator:
         expected = _expected_rate(info.show if info is not None else None, gpus[0] if gpus else None)
         if expected is not None:
             model = PrefillModel(model.tokens_per_char, model.tokens_per_char_measured, model.rates, expected)
-        self._models[name] = (now, model)
+        if model.rates or expected is not None:
+            # Kept a while; a model with nothing measured yet is read again next tick, so the first request that
+            # finishes (often the one that loaded it) gives the next prompt its estimate at once.
+            self._models[name] = (now, model)
         return model
 
 
