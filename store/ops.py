@@ -63,8 +63,8 @@ OP_BYTES = 512  # a row with its index entries, about; the text and token times 
 # Prompt sizes the server itself counted (Ollama's prompt_eval_count, the /v1 usage block).
 EXACT_PROMPT_SOURCES = (PhaseSource.OLLAMA, PhaseSource.USAGE)
 _EXACT_PROMPT_SQL = (
-    "SELECT id, CASE WHEN outcome <> 'in_flight' AND prompt_tokens_source IN ('ollama', 'usage') "
-    "THEN prompt_tokens END FROM requests WHERE id = ?"
+    "SELECT id, CASE WHEN outcome <> 'in_flight' AND prompt_tokens_source IN "
+    f"({', '.join(repr(s.value) for s in EXACT_PROMPT_SOURCES)}) THEN prompt_tokens END FROM requests WHERE id = ?"
 )
 REDERIVE_BATCH = 200  # rows re-derived per transaction: short enough not to hold up the collector's writes
 
