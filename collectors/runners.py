@@ -28,6 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -49,6 +50,13 @@ RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is bus
 DISCOVER_EVERY_S = 10.0
 REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
 SLOTS_TIMEOUT_S = 2.0
+# Readings kept per in-flight request, to give them the prompt's size once it is known (or raised: a
+# reading racing the last batch can read it low, and the next one corrects it). A prefill reading is new only
+# when a batch ends, so a 128k prompt in 512-token batches needs 256; decode readings come every poll, so
+# only the latest few are kept. Past these, the oldest are let go: they stay in the store with the size they
+# had, and the finished request's own count fills it in.
+MAX_PREFILL_ROWS_KEPT = 1024
+MAX_DECODE_ROWS_KEPT = 8
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
 
 
@@ -92,7 +100,9 @@ class _Track:
     prompt_tokens: int | None = None
     exact: bool = False  # prompt_tokens read from /slots after decoding began (not from a log fraction)
     last_key: tuple[Any, ...] | None = None
-    rows: list[ProgressSample] = field(default_factory=list)  # slots rows written, as last written
+    # rows written, as last written: prefill ones and the latest decode ones (bounded, see above)
+    prefill_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_PREFILL_ROWS_KEPT))
+    decode_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_DECODE_ROWS_KEPT))
 
 
 def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
@@ -310,7 +320,7 @@ class RunnerReader:
             ctx_used_tokens=slot.ctx_tokens,
             n_ctx=slot.n_ctx,
         )
-        track.rows.append(sample)
+        (track.decode_rows if slot.decoding else track.prefill_rows).append(sample)
         self._queue.append(sample)
 
     def _sized(self, track: _Track, prompt_tokens: int, *, exact: bool) -> None:
@@ -322,10 +332,11 @@ class RunnerReader:
         if track.exact and (not exact or prompt_tokens < (track.prompt_tokens or 0)):
             return  # an exact size is only ever raised (a reading racing the prompt's last batch may read low)
         track.prompt_tokens, track.exact = prompt_tokens, exact
-        for i, row in enumerate(track.rows):
-            if row.prompt_tokens != prompt_tokens:
-                track.rows[i] = replace(row, prompt_tokens=prompt_tokens)
-                self._queue.append(track.rows[i])
+        for rows in (track.prefill_rows, track.decode_rows):
+            for i, row in enumerate(rows):
+                if row.prompt_tokens != prompt_tokens:
+                    rows[i] = replace(row, prompt_tokens=prompt_tokens)
+                    self._queue.append(rows[i])
 
     # -- the log ----------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any, cast
 from analysis.records import ProgressSource
 from collectors.ollama_log import parse_line
 from collectors.runner_discovery import Runner
-from collectors.runners import RunnerReader, RunnerState
+from collectors.runners import MAX_DECODE_ROWS_KEPT, MAX_PREFILL_ROWS_KEPT, RunnerReader, RunnerState
 from collectors.slots import SlotReading
 from tests.support.reader_run import in_flight_record
 
@@ -82,3 +82,29 @@ def test_a_low_first_size_is_raised() -> None:
     assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(1.0, 4001), (2.0, 4001), (3.0, 4001)]
     r._join(state, [reading(0, 3, 3000, 4004, decoded=3)], [a], 4.0)
     assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(4.0, 4001)]
+
+
+def test_rows_kept_per_request_are_bounded() -> None:
+    """A prompt read in more batches than MAX_PREFILL_ROWS_KEPT, then a long reply read at every poll: the reader
+    keeps at most the named numbers of rows for the request, and a size learnt at the end re-sizes only those."""
+    r, state = reader()
+    a = in_flight_record("a", MODEL)
+    batches = MAX_PREFILL_ROWS_KEPT + 100
+    for i in range(1, batches + 1):
+        r._join(state, [reading(0, 3, 16 * i, 16 * i + 16)], [a], float(i))
+    prompt = 16 * batches
+    for n in range(1, 5001):  # decode: every poll is a new reading
+        r._join(state, [reading(0, 3, prompt, prompt + n, decoded=n)], [a], float(batches + n))
+    written = r.drain()
+    # every reading is written, and the kept prefill rows once more when the first decode reading sizes the prompt
+    assert len(written) == batches + 5000 + MAX_PREFILL_ROWS_KEPT
+    track = r._tracks["a"]
+    assert len(track.prefill_rows) == MAX_PREFILL_ROWS_KEPT and len(track.decode_rows) == MAX_DECODE_ROWS_KEPT
+    r._sized(track, prompt + 7, exact=True)  # a raise (a low first reading corrected)
+    resized = r.drain()
+    assert len(resized) == MAX_PREFILL_ROWS_KEPT + MAX_DECODE_ROWS_KEPT
+    assert resized[0].ts_unix_s == float(batches - MAX_PREFILL_ROWS_KEPT + 1), "the oldest prefill rows were let go"
+    assert resized[-1].ts_unix_s == float(batches + 5000), "the latest decode row is re-sized"
+    assert {s.prompt_tokens for s in resized} == {prompt + 7}
+    r._step(set())  # the request ended: its track goes
+    assert r._tracks == {}
