@@ -206,7 +206,7 @@ HISTOGRAMS: dict[str, HistogramSpec] = {
 }  # fmt: skip
 
 PHASES = ("load", "queue", "prefill", "decode")
-# A hook for the thinking time of a row (fed once recording keeps it); None: unknown, not observed.
+# The thinking time of a row; None (a reply that did not think, or not kept apart): unknown, not observed.
 ThinkingOf = Callable[[RequestRow], float | None]
 # A hook for a row's decode-rate fraction of its ceiling (needs the GPU and the model's facts); None: unknown.
 CeilingRatioOf = Callable[[RequestRow], float | None]
