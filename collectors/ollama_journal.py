@@ -99,7 +99,8 @@ class JournalTail:
         self.unknown_lines = 0  # entries whose message is not a progress or timing line
         self.garbled_lines = 0  # output lines that are not a JSON entry (or longer than max_line_bytes)
         self.entries = 0  # entries of the unit read, the skipped backlog entry included
-        self.starts = 0
+        self.attempts = 0  # tries to start journalctl
+        self.starts = 0  # ...that started it
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_s = 0.0  # monotonic
         self._started_unix_s = 0.0
@@ -129,13 +130,14 @@ class JournalTail:
         return cmd
 
     def _start(self, now_s: float) -> None:
+        self.attempts += 1
         journalctl = shutil.which("journalctl", path=self._env.get("PATH", os.defpath))
         if journalctl is None:
-            wait_s = self._schedule_restart(now_s, ran_s=0.0)
+            self._schedule_restart(now_s, ran_s=0.0)
             self.problem = (
                 f"journalctl is not installed or not on PATH, so unit {self.unit}'s log cannot be read; install "
                 f"systemd's journalctl, or give Ollama's log file with --ollama-log PATH instead "
-                f"(looking again in {wait_s:g} s)"
+                f"({self._retrying})"
             )
             return
         env = {**self._env, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
@@ -149,8 +151,8 @@ class JournalTail:
                 bufsize=0,
             )
         except OSError as exc:
-            wait_s = self._schedule_restart(now_s, ran_s=0.0)
-            self.problem = f"cannot start {journalctl}: {exc.strerror or exc} (trying again in {wait_s:g} s)"
+            self._schedule_restart(now_s, ran_s=0.0)
+            self.problem = f"cannot start {journalctl}: {exc.strerror or exc} ({self._retrying})"
             return
         assert proc.stdout is not None and proc.stderr is not None
         os.set_blocking(proc.stdout.fileno(), False)
@@ -162,20 +164,23 @@ class JournalTail:
         self._first_entry = self._cursor is None
         self._partial, self._dropping, self._stderr = b"", False, b""
 
-    def _schedule_restart(self, now_s: float, *, ran_s: float) -> float:
-        """Set when journalctl is started next; returns the wait in seconds."""
+    def _schedule_restart(self, now_s: float, *, ran_s: float) -> None:
+        """Set when journalctl is started next: the wait doubles on each failure, up to restart_max_s."""
         if ran_s >= RESTART_RESET_AFTER_S:
             self._backoff_s = self.restart_min_s
-        wait_s = self._backoff_s
-        self._next_start_s = now_s + wait_s
+        self._next_start_s = now_s + self._backoff_s
         self._backoff_s = min(self.restart_max_s, self._backoff_s * 2)
-        return wait_s
+
+    @property
+    def _retrying(self) -> str:
+        # The same words on each retry, so the collector's log says it once, not once per retry.
+        return f"trying again after {self.restart_min_s:g} s, then less often, at least every {self.restart_max_s:g} s"
 
     def _reap(self, proc: subprocess.Popen[bytes], now_s: float) -> None:
         """journalctl ended: say why, in words, and schedule the next start."""
         self._read_stderr(proc)
         rc = _end(proc)
-        wait_s = self._schedule_restart(now_s, ran_s=now_s - self._started_s)
+        self._schedule_restart(now_s, ran_s=now_s - self._started_s)
         said = self._stderr_text()
         why = f"journalctl -u {self.unit} exited with status {rc}" + (f": {said}" if said else "")
         hint = ""
@@ -183,7 +188,7 @@ class JournalTail:
             hint = f"; {_GROUP_HINT}"
         elif "boot" in said and "not available" in said:  # journalctl --follow in a journal with no entries
             hint = f"; the journal has no entries yet: is Ollama installed as the systemd unit {self.unit}?"
-        self.problem = f"{why}{hint} (starting it again in {wait_s:g} s)"
+        self.problem = f"{why}{hint} ({self._retrying})"
 
     def _read_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stderr is not None

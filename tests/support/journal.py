@@ -25,7 +25,9 @@ _JOURNAL_REMOTE = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/syst
 def require_journal_tools() -> str:
     """The path of systemd-journal-remote (journalctl must be on PATH too); skip, or fail under CI."""
     remote = next((p for p in _JOURNAL_REMOTE if os.access(p, os.X_OK)), None) or shutil.which("systemd-journal-remote")
-    missing = [name for name, path in (("systemd-journal-remote", remote), ("journalctl", shutil.which("journalctl"))) if not path]
+    missing = [
+        name for name, path in (("systemd-journal-remote", remote), ("journalctl", shutil.which("journalctl"))) if not path
+    ]
     if missing:
         message = f"{' and '.join(missing)} not installed (apt-get install systemd-journal-remote)"
         if os.environ.get("CI") or os.environ.get("PHASEWATCH_REQUIRE_JOURNAL") == "1":
