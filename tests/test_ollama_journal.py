@@ -182,6 +182,17 @@ def test_a_journal_with_nothing_then_entries(tmp_path: Path, tails: list[Journal
     assert tail.problem is None
 
 
+def test_journalctls_stderr_is_kept_to_its_bound(tmp_path: Path, tails: list[JournalTail]) -> None:
+    require_journal_tools()
+    tail = JournalTail("ollama", journal_dir=tmp_path, max_stderr_bytes=24)
+    tails.append(tail)
+    read_until(tail, lambda _: tail.starts == 1 and tail.pid is None)
+    problem = tail.problem or ""
+    # journalctl said "Data from the specified boot (+0) is not available: No such boot ID in journal" (80 bytes)
+    assert len(tail._stderr) == 24 and "exited with status 1: " in problem and "ID in journal" in problem, problem
+    assert "Data from" not in problem
+
+
 def test_a_unit_without_entries(tmp_path: Path, tails: list[JournalTail]) -> None:
     JournalFiles(tmp_path).append([unit_entry("prompt processing, n_tokens = 1, progress = 1", "other.service")])
     tail = JournalTail("ollama", journal_dir=tmp_path, no_entries_after_s=1.0)
