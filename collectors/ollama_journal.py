@@ -42,13 +42,23 @@ CLOSE_TIMEOUT_S = 2.0  # journalctl gets this long to exit after SIGTERM, then i
 # systemd unit names: letters, digits and ":-_.\@", at most 255 characters (systemd.unit(5)).
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,255}")
 _GROUP_HINT = (
-    "your user may not be allowed to read the system journal: add it to the systemd-journal group "
+    "your user may not be allowed to read the system journal: add it to the systemd-journal (or adm) group "
     "(sudo usermod -aG systemd-journal $USER, then log in again) or run the collector as a user in it"
 )
 
 
 def valid_unit_name(text: str) -> bool:
     return bool(_UNIT_NAME.fullmatch(text)) and not text.startswith("-")
+
+
+def explain_exit(unit: str, rc: int | None, said: str) -> str:
+    """What journalctl's exit means, from its status and its last words on stderr, and what to do."""
+    why = f"journalctl -u {unit} exited with status {rc}" + (f": {said}" if said else "")
+    if re.search(r"permission|not seeing messages|insufficient|No journal files", said, re.IGNORECASE):
+        return f"{why}; {_GROUP_HINT}"
+    if "boot" in said and "not available" in said:  # --follow over a journal with no entries at all
+        return f"{why}; the journal has no entries yet: is Ollama installed as the systemd unit {unit}?"
+    return why
 
 
 def message_text(value: Any) -> str | None:
@@ -181,14 +191,7 @@ class JournalTail:
         self._read_stderr(proc)
         rc = _end(proc)
         self._schedule_restart(now_s, ran_s=now_s - self._started_s)
-        said = self._stderr_text()
-        why = f"journalctl -u {self.unit} exited with status {rc}" + (f": {said}" if said else "")
-        hint = ""
-        if re.search(r"permission|not seeing messages|insufficient|No journal files", said, re.IGNORECASE):
-            hint = f"; {_GROUP_HINT}"
-        elif "boot" in said and "not available" in said:  # journalctl --follow in a journal with no entries
-            hint = f"; the journal has no entries yet: is Ollama installed as the systemd unit {self.unit}?"
-        self.problem = f"{why}{hint} ({self._retrying})"
+        self.problem = f"{explain_exit(self.unit, rc, self._stderr_text())} ({self._retrying})"
 
     def _read_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stderr is not None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.ollama_journal import JournalTail, message_text
+from collectors.ollama_journal import JournalTail, explain_exit, message_text
 from collectors.ollama_log import LogEvent, parse_line
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 
@@ -200,7 +200,7 @@ def test_a_unit_without_entries(tmp_path: Path, tails: list[JournalTail]) -> Non
     read_until(tail, lambda _: tail.problem is not None, timeout_s=10)
     problem = tail.problem or ""
     assert f"the journal files in {tmp_path} show no entries for unit ollama" in problem, problem
-    assert "systemctl status ollama" in problem and "systemd-journal group" in problem
+    assert "systemctl status ollama" in problem and "systemd-journal (or adm) group" in problem
     assert tail.pid is not None and tail.starts == 1, "journalctl keeps following: the unit may start later"
 
 
@@ -237,6 +237,16 @@ def test_close_stops_and_reaps_journalctl(tmp_path: Path) -> None:
     journal.append([unit_entry("prompt processing, n_tokens = 1, progress = 0.1")])
     assert tail.read(time.time()) == [] and tail.pid is None
     tail.close()  # twice is fine
+
+
+def test_what_an_exit_means() -> None:
+    """journalctl's own words (systemd 252) when it exits, and what the collector says to do."""
+    # as a user who may not read the journal files (here: `runuser -u nobody -- journalctl -D DIR ...`)
+    denied = explain_exit("ollama", 1, "No journal files were opened due to insufficient permissions.")
+    assert "systemd-journal (or adm) group" in denied and "sudo usermod -aG systemd-journal $USER" in denied
+    empty = explain_exit("ollama", 1, "Data from the specified boot (+0) is not available: No such boot ID in journal")
+    assert "no entries yet: is Ollama installed as the systemd unit ollama?" in empty
+    assert explain_exit("ollama", -9, "") == "journalctl -u ollama exited with status -9"
 
 
 def test_unit_names() -> None:
