@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ RESTART_MIN_S = 1.0  # first wait before journalctl is started again; doubles on
 RESTART_MAX_S = 60.0  # ...up to this
 RESTART_RESET_AFTER_S = 30.0  # a journalctl that ran this long before it exited starts again after RESTART_MIN_S
 NO_ENTRIES_AFTER_S = 10.0  # no entry at all for the unit this long after a start: say so
-CLOSE_TIMEOUT_S = 2.0  # journalctl gets this long to exit after SIGTERM, then is killed
+CLOSE_TIMEOUT_S = 2.0  # on close, journalctl gets this long to exit after SIGTERM, then is killed
+EXIT_GRACE_S = 0.1  # the same for a journalctl that closed its output (read() must not stall the collector)
 
 # systemd unit names: letters, digits and ":-_.\@", at most 255 characters (systemd.unit(5)).
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,255}")
@@ -90,7 +91,6 @@ class JournalTail:
         restart_min_s: float = RESTART_MIN_S,
         restart_max_s: float = RESTART_MAX_S,
         no_entries_after_s: float = NO_ENTRIES_AFTER_S,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not valid_unit_name(unit):
             raise ValueError(f"{unit!r} is not a systemd unit name")
@@ -103,7 +103,6 @@ class JournalTail:
         self.restart_min_s = restart_min_s
         self.restart_max_s = restart_max_s
         self.no_entries_after_s = no_entries_after_s
-        self._monotonic = monotonic
         self.problem: str | None = None
         self.known_lines = 0
         self.unknown_lines = 0  # entries whose message is not a progress or timing line
@@ -189,7 +188,7 @@ class JournalTail:
     def _reap(self, proc: subprocess.Popen[bytes], now_s: float) -> None:
         """journalctl ended: say why, in words, and schedule the next start."""
         self._read_stderr(proc)
-        rc = _end(proc)
+        rc = _end(proc, grace_s=EXIT_GRACE_S)  # it closed its output: it is exiting, and the collector's loop waits
         self._schedule_restart(now_s, ran_s=now_s - self._started_s)
         self.problem = f"{explain_exit(self.unit, rc, self._stderr_text())} ({self._retrying})"
 
@@ -211,7 +210,7 @@ class JournalTail:
         """The events of the entries journalctl printed since the last call (never blocks, never raises OSError)."""
         if self._closed:
             return []
-        now_s = self._monotonic()
+        now_s = time.monotonic()
         if self._proc is None:
             if now_s < self._next_start_s:
                 return []
@@ -232,8 +231,7 @@ class JournalTail:
                 data += chunk
         except BlockingIOError:
             pass
-        except OSError as exc:
-            self.problem = f"reading journalctl's output failed: {exc.strerror or exc}"
+        except OSError:  # the pipe broke: journalctl is gone as far as we can tell
             eof = True
         events = self.take_output(data, now_unix_s)
         if eof:
@@ -316,7 +314,7 @@ class JournalTail:
         self._closed = True
         proc, self._proc = self._proc, None
         if proc is not None:
-            _end(proc)
+            _end(proc, grace_s=CLOSE_TIMEOUT_S)
 
     @property
     def pid(self) -> int | None:
@@ -333,12 +331,12 @@ def _timestamp_unix_s(value: Any) -> float | None:
     return us / 1e6 if us > 0 else None
 
 
-def _end(proc: subprocess.Popen[bytes]) -> int:
-    """Terminate (then kill) a child, reap it, close its pipes; its exit status."""
+def _end(proc: subprocess.Popen[bytes], *, grace_s: float) -> int:
+    """Terminate (then, after grace_s, kill) a child, reap it, close its pipes; its exit status."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=CLOSE_TIMEOUT_S)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

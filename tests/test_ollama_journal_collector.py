@@ -20,7 +20,7 @@ from collectors.ollama_log import parse_line
 from store import queries
 from store.schema import db_path
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
-from tests.support.sim_process import start_sim
+from tests.support.sim_process import free_port, start_sim
 from tests.test_collector_process import MODEL, collector, listen_url, stop
 
 CAPTURED = Path(__file__).parent / "data" / "llama_server_logs" / "prompt4k_batch512.log"
@@ -115,3 +115,23 @@ def test_a_journal_with_nothing_is_said_and_the_collector_runs_on(tmp_path: Path
     assert said and "journalctl -u ollama exited with status 1" in said[0], err
     assert "no entries" in said[0] and "live progress comes from the runners' /slots alone" in said[0]
     assert _journalctls(journal_dir) == [], "journalctl is stopped with the collector"
+
+
+def test_journalctl_ends_with_a_collector_that_is_killed(tmp_path: Path) -> None:
+    """SIGKILL leaves the collector no time to stop journalctl: it ends on its own once its output pipe closes."""
+    journal_dir = tmp_path / "journal"
+    journal_dir.mkdir()
+    JournalFiles(journal_dir).append([unit_entry("Started ollama.service", ts_us=now_us() - 1_000_000)])
+    data = tmp_path / "data"
+    env = {"PHASEWATCH_JOURNAL_DIR": str(journal_dir)}
+    ollama = f"http://127.0.0.1:{free_port()}"  # nothing listens: the collector runs on without Ollama
+    with collector(data, "--ollama", ollama, "--ollama-journal", "ollama", env_extra=env) as proc:
+        deadline = time.monotonic() + 30
+        while not (found := _journalctls(journal_dir)):
+            assert time.monotonic() < deadline, "journalctl was not started"
+            time.sleep(0.1)
+        [journalctl] = found
+        proc.kill()
+        proc.wait(timeout=10)
+    gone, _alive = psutil.wait_procs([journalctl], timeout=10)
+    assert gone, "journalctl outlived its collector"
