@@ -21,6 +21,7 @@ import platformdirs
 
 from collectors.access import split_list
 from collectors.limits import Limits
+from collectors.ollama_journal import valid_unit_name
 from store.schema import db_path as store_db_path
 
 DEFAULT_OLLAMA_PORT = "11434"
@@ -218,6 +219,8 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed beyond Ollama's defaults (OLLAMA_ORIGINS)
     token: str | None = field(default=None, repr=False)  # PHASEWATCH_TOKEN: every request must carry it (Bearer)
     ollama_log: Path | None = None  # Ollama's log, read for its runners' progress lines (PHASEWATCH_OLLAMA_LOG)
+    ollama_journal: str | None = None  # or the systemd unit whose journal holds it (PHASEWATCH_OLLAMA_JOURNAL)
+    journal_dir: Path | None = None  # read that unit from these journal files, not the system's (tests, debugging)
     exit_with_parent: bool = False  # stop when the process that started us exits (the app's own collector)
     stop: bool = False  # --stop: stop the collector of data_dir instead of running one
 
@@ -354,6 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Ollama's log file, read for its runners' prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, else none",
     )
+    p.add_argument(
+        "--ollama-journal",
+        metavar="UNIT",
+        help="or the systemd unit whose journal holds Ollama's log (journalctl -u UNIT), usually ollama; "
+        "default $PHASEWATCH_OLLAMA_JOURNAL, else none. Not with --ollama-log. "
+        "$PHASEWATCH_JOURNAL_DIR (tests, debugging): read journal files in that folder instead of the system's",
+    )
     return p
 
 
@@ -367,6 +377,33 @@ def _ollama_log(text: str | None) -> Path | None:
             f"--ollama-log/PHASEWATCH_OLLAMA_LOG {text!r} is a folder; give Ollama's log file, e.g. ~/.ollama/logs/server.log"
         )
     return path
+
+
+def _ollama_journal(args: argparse.Namespace, env: Mapping[str, str], log: Path | None) -> tuple[str | None, Path | None]:
+    """The unit whose journal to follow and the journal folder to read it from (None: the system's)."""
+    option = args.ollama_journal is not None
+    text = (args.ollama_journal if option else env.get("PHASEWATCH_OLLAMA_JOURNAL", "")).strip()
+    if not text:
+        if option:
+            raise SettingsError("--ollama-journal is empty; give Ollama's systemd unit, usually ollama")
+        return None, None
+    name = "--ollama-journal" if option else "PHASEWATCH_OLLAMA_JOURNAL"
+    if log is not None:
+        log_name = "--ollama-log" if args.ollama_log is not None else "PHASEWATCH_OLLAMA_LOG"
+        raise SettingsError(
+            f"{log_name} and {name} are both given; Ollama's log is read from one place: give either the log file "
+            "or the systemd unit whose journal holds it, not both"
+        )
+    if not valid_unit_name(text):
+        raise SettingsError(f"{name} {text!r} is not a systemd unit name; give Ollama's unit, usually ollama")
+    folder = env.get("PHASEWATCH_JOURNAL_DIR", "").strip()
+    journal_dir = Path(folder).expanduser() if folder else None
+    if journal_dir is not None and not journal_dir.is_dir():
+        raise SettingsError(
+            f"PHASEWATCH_JOURNAL_DIR {folder!r} is not a folder; give a folder of journal files, or unset it to read "
+            "the system's journal"
+        )
+    return text, journal_dir
 
 
 def _positive_float(name: str, text: str, *, limit: float) -> float:
@@ -442,6 +479,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     max_db_mb = number("--max-db-mb", args.max_db_mb, "PHASEWATCH_MAX_DB_MB", DEFAULT_MAX_DB_MB, 1e7)
     _check_not_self(ollama_url, listen)
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
+    ollama_log = _ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG"))
+    ollama_journal, journal_dir = _ollama_journal(args, env, ollama_log)
 
     return Settings(
         ollama_url=ollama_url,
@@ -459,7 +498,9 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         # Ollama's envconfig.Var: trimmed, then unquoted; entries split on ","
         allowed_origins=split_list(_go_trim_var(env.get("OLLAMA_ORIGINS", ""))),
         token=load_token(env, listen),
-        ollama_log=_ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG")),
+        ollama_log=ollama_log,
+        ollama_journal=ollama_journal,
+        journal_dir=journal_dir,
         exit_with_parent=bool(args.exit_with_parent),
         stop=bool(args.stop),
     )

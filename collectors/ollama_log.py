@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 # "id  0 | task 12 |" names the slot and the task; both optional so a bare message still parses.
 _SLOT = r"(?:.*?\bid\s+(?P<slot>\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*)?"
@@ -81,6 +82,17 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     return None
 
 
+class LogSource(Protocol):
+    """Where Ollama's log is read from: a file (``LogTail``) or the systemd journal (``ollama_journal.JournalTail``)."""
+
+    unknown_lines: int  # lines (or entries) read that are not progress or timing lines
+    problem: str | None  # why nothing can be read now, in words; None while reading works
+
+    def read(self, now_unix_s: float) -> list[LogEvent]: ...
+
+    def close(self) -> None: ...
+
+
 class LogTail:
     """Follows a log file as ``tail -F`` does: starts at its end, reopens it after rotation or truncation.
 
@@ -133,3 +145,6 @@ class LogTail:
                 self.known_lines += 1
                 events.append(event)
         return events
+
+    def close(self) -> None:
+        """Nothing to release: the file is opened only while it is read."""

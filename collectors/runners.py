@@ -38,7 +38,7 @@ import aiohttp
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord
-from collectors.ollama_log import LogEvent, LogTail
+from collectors.ollama_log import LogEvent, LogSource, LogTail
 from collectors.runner_discovery import DigestCache, Runner, discover
 from collectors.slots import SlotReading, SlotsFormatError, parse_slots
 
@@ -125,6 +125,7 @@ class RunnerReader:
         in_flight: Callable[[], Sequence[RequestRecord]],
         loaded_models: Callable[[], Sequence[LoadedModel]],
         log_path: Path | None = None,
+        log_source: LogSource | None = None,  # instead of log_path: e.g. the journal (collectors.ollama_journal)
         clock: Callable[[], float] = time.time,
         busy_interval_s: float = BUSY_INTERVAL_S,
         idle_interval_s: float = IDLE_INTERVAL_S,
@@ -148,7 +149,8 @@ class RunnerReader:
         self._tasks: dict[tuple[int, int], str] = {}  # (runner pid, task id) → request id
         self._tracks: dict[str, _Track] = {}
         self._queue: list[ProgressSample] = []
-        self._log = LogTail(log_path) if log_path is not None else None
+        self._log: LogSource | None = log_source if log_source is not None else LogTail(log_path) if log_path else None
+        self._log_problem: str | None = None  # as last said in the collector's log
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.polls = 0
 
@@ -343,6 +345,12 @@ class RunnerReader:
     def _read_log(self, requests: list[RequestRecord]) -> None:
         assert self._log is not None
         events = self._log.read(self._clock())
+        if self._log.problem != self._log_problem:  # say it once, in words, when it changes
+            self._log_problem = self._log.problem
+            if self._log_problem:
+                log.warning("Ollama's log: %s; live progress comes from the runners' /slots alone meanwhile", self._log_problem)
+            else:
+                log.info("Ollama's log: reading it")
         if not events:
             return
         prefilling = [r for r in requests if r.first_token_ns is None]

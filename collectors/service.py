@@ -49,6 +49,8 @@ from collectors.metrics import (
     phase_windows,
     registry_for,
 )
+from collectors.ollama_journal import JournalTail
+from collectors.ollama_log import LogSource, LogTail
 from collectors.poller import OllamaPoller
 from collectors.progress_estimate import ProgressEstimator
 from collectors.proxy import RecordingProxy
@@ -131,6 +133,7 @@ class CollectorService:
         self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
+        self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -229,12 +232,16 @@ class CollectorService:
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
         self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
         poller, proxy = self.poller, self.proxy
+        if s.ollama_journal is not None:
+            self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
+        elif s.ollama_log is not None:
+            self._log_source = LogTail(s.ollama_log)
         self.runners = RunnerReader(
             s.ollama_url,
             self._session,
             in_flight=proxy.in_flight_heads,
             loaded_models=lambda: poller.state.models,
-            log_path=s.ollama_log,
+            log_source=self._log_source,
             clock=self._clock,
         )
         self._tasks = [
@@ -265,6 +272,9 @@ class CollectorService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self._log_source is not None:  # after the reader's task ended: nothing reads it any more
+            await asyncio.to_thread(self._log_source.close)  # journalctl is stopped and reaped
+            self._log_source = None
         if self.writer is not None:
             writer, self.writer = self.writer, None
             if not await asyncio.to_thread(writer.close, WRITER_CLOSE_TIMEOUT_S):

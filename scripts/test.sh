@@ -19,6 +19,13 @@ if ! command -v promtool >/dev/null; then
   echo "Installing Debian's prometheus (prometheus, promtool) for the metrics tests..."
   apt_install prometheus
 fi
+# Debian's systemd-journal-remote writes real journal files from export format for the --ollama-journal tests
+# (journald itself needs systemd as PID 1); they fail, not skip, without it.
+if [ ! -x /usr/lib/systemd/systemd-journal-remote ] && [ ! -x /lib/systemd/systemd-journal-remote ]; then
+  echo "Installing Debian's systemd-journal-remote for the journal tests..."
+  apt_install systemd-journal-remote
+fi
+export PHASEWATCH_REQUIRE_JOURNAL=1
 [ -d .venv ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
 

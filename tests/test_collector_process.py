@@ -38,9 +38,11 @@ KILL_MARGIN_S = (
 
 
 @contextlib.contextmanager
-def collector(data: Path, *args: str, wait: bool = True) -> Iterator[subprocess.Popen[str]]:
+def collector(
+    data: Path, *args: str, wait: bool = True, env_extra: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
     """Run ``python -m collectors --data DATA --listen 127.0.0.1:0 ARGS``; kill it if the test did not stop it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))} | (env_extra or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0", "--interval", "0.2", *args],
         cwd=REPO,
