@@ -137,9 +137,9 @@ class Gap:
     overlapped: bool  # a poll (request to parsed answer) fell in this gap
 
 
-def gaps_of(run: Run, run_index: int, window_s: float) -> tuple[list[Gap], int, float]:
-    """The run's token gaps without stalls (see STALL_FACTOR), how many stalls were left out, and the
-    seconds of polled windows (stalls included)."""
+def gaps_of(run: Run, run_index: int, window_s: float) -> tuple[list[Gap], list[Gap], float]:
+    """The run's token gaps without stalls (see STALL_FACTOR), the stalls, and the seconds of polled windows
+    (stalls included)."""
     out: list[Gap] = []
     polls = sorted(run.polls)
     j = 0
@@ -150,7 +150,8 @@ def gaps_of(run: Run, run_index: int, window_s: float) -> tuple[list[Gap], int, 
         out.append(Gap(run_index, b, b - a, int((b - run.t0) // window_s), overlapped))
     limit_s = STALL_FACTOR * statistics.median(g.length_s for g in out)
     kept = [g for g in out if g.length_s <= limit_s]
-    return kept, len(out) - len(kept), sum(g.length_s for g in out if polled(g.window))
+    stalls = [g for g in out if g.length_s > limit_s]
+    return kept, stalls, sum(g.length_s for g in out if polled(g.window))
 
 
 def window_ratios(gaps: list[Gap]) -> list[float]:
@@ -201,7 +202,8 @@ def main() -> None:
     prompt = words_prompt(args.prompt_words, seed=5)
     gaps: list[Gap] = []
     ratios: list[float] = []
-    n_polls = errors = stalls = 0
+    n_polls = errors = 0
+    stalls: list[Gap] = []
     polled_s = 0.0
     latencies_s: list[float] = []
     with start_llama_server(args.gguf, ctx=8192, threads=args.threads) as runner:
@@ -231,18 +233,21 @@ def main() -> None:
             rate = len(run_gaps) / sum(x.length_s for x in run_gaps)
             print(
                 f"generation {i + 1}: {rate:.1f} tok/s, {len(run.polls)} polls ({run.errors} errors), "
-                f"{run_stalls} stalls, {len(r)} window pairs, polled/unpolled time per token {statistics.fmean(r):.4f}"
+                f"{len(run_stalls)} stalls, {len(r)} window pairs, polled/unpolled time per token {statistics.fmean(r):.4f}"
             )
     report(gaps, ratios, n_polls / polled_s, latencies_s, errors, stalls, args)
 
 
-def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s: list[float], errors: int, stalls: int,
+def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s: list[float], errors: int, stalls: list[Gap],
            args: argparse.Namespace) -> None:  # fmt: skip
     rng = random.Random(1)
     mean_ratio = statistics.fmean(ratios)
     lo, hi = interval(ratios, statistics.fmean, rng)
     w_cost, w_lo, w_hi = (100 * (x - 1) for x in (mean_ratio, lo, hi))
-    print(f"\n{stalls} stalls over {STALL_FACTOR:g}× the median gap left out of {stalls + len(gaps)} gaps")
+    in_polled = sum(polled(g.window) for g in stalls)
+    print(f"\n{len(stalls)} stalls over {STALL_FACTOR:g}× the median gap left out of {len(stalls) + len(gaps)} gaps: "
+          f"{in_polled} in polled windows, {len(stalls) - in_polled} in unpolled ones (polls that caused stalls "
+          "would show here)")  # fmt: skip
     print(f"windows: time per token polled / unpolled, mean of {len(ratios)} pairs {mean_ratio:.4f}: "
           f"cost {w_cost:+.2f}% (95% interval {w_lo:+.2f}% to {w_hi:+.2f}%)")  # fmt: skip
     cost = per_poll_cost_pct(gaps)
