@@ -24,7 +24,7 @@ The prompt before the reply is long and cached (``--prompt-words``): ``/slots`` 
 so a long one is the costly case. With ``--threads`` equal to the cores, the runner's compute threads share
 them with its HTTP thread and the poller, so a CPU runner is the worst case; on a GPU the decode itself
 does not compete with them. The verdict is "under target" only when the upper end of the per-poll
-interval is under 1%.
+interval is under 1% and the windows measure does not show more cost than that.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def main() -> None:
             n_polls += len(run.polls)
             errors += run.errors
             latencies_s += [b - a for a, b in run.polls]
-            rate = len(run_gaps) / sum(x.length_s for x in run_gaps)
+            rate = (len(run.arrivals_s) - 1) / (run.arrivals_s[-1] - run.arrivals_s[0])  # stalls included
             print(
                 f"generation {i + 1}: {rate:.1f} tok/s, {len(run.polls)} polls ({run.errors} errors), "
                 f"{len(run_stalls)} stalls, {len(r)} window pairs, polled/unpolled time per token {statistics.fmean(r):.4f}"
@@ -264,12 +264,14 @@ def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s
           f"cost {cost:+.2f}% (95% interval {p_lo:+.2f}% to {p_hi:+.2f}%)")  # fmt: skip
     print(f"{args.endpoint} request to parsed answer: median {1e3 * statistics.median(latencies_s):.2f} ms, "
           f"max {1e3 * max(latencies_s):.2f} ms ({len(latencies_s)} polls, {errors} errors)")  # fmt: skip
-    if max(p_hi, w_hi) < TARGET_PCT:
-        verdict = "UNDER TARGET (both intervals)"
-    elif max(p_lo, w_lo) > TARGET_PCT:
+    # The per-poll measure is the precise one (and leans high); the windows one, unbiased but noisy, checks that
+    # it misses no cost spread beyond the gaps the polls overlapped: its lower end must not pass the per-poll top.
+    if max(p_lo, w_lo) > TARGET_PCT:
         verdict = "OVER TARGET"
+    elif p_hi < TARGET_PCT and w_lo <= p_hi:
+        verdict = "UNDER TARGET (per-poll interval under it, windows consistent with it)"
     else:
-        verdict = "INCONCLUSIVE (an interval spans the target: more --reps, or a quieter machine)"
+        verdict = "INCONCLUSIVE (more --reps, or a quieter machine)"
     print(f"polling {args.endpoint} at {args.hz:g} Hz costs {cost:+.2f}% (per poll), {w_cost:+.2f}% (windows) of decode "
           f"speed (target < {TARGET_PCT:g}%): {verdict}")  # fmt: skip
 
