@@ -17,17 +17,24 @@ def test_deep_link_to_why_on_a_fresh_server_runs_through_app(page: Page, tmp_pat
     # A new server each time: Streamlit's legacy pages/ mode only applies before app.py's first run.
     with run_app(tmp_path / "data", tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
         page.goto(url + "/why")
-        wait_ready(page)
         nav = page.locator('[data-testid="stSidebarNav"] a')
         expected = ["Live", "Requests", "Why", "Lab"]
 
         def labels() -> list[str]:
             return [t.split()[-1] for t in nav.all_inner_texts()]
 
-        # Only app.py's pages: no helper module of pages/ (charts, common, ...) offered as a page. Streamlit may
-        # draw its legacy pages/ list for a moment before the hand-off to app.py reruns (longer on a busy
-        # machine); what must hold is that the hand-off happens and leaves app.py's navigation.
-        wait_until(lambda: labels() == expected, 60, "app.py's sidebar navigation")
+        # Only app.py's pages, from the first moment: Streamlit used to draw its legacy pages/ list (every helper
+        # module, clickable) until app.py's first run handed over to st.navigation; app.py now says so up front.
+        seen: set[str] = set()
+
+        def settled() -> bool:
+            now = labels()
+            seen.update(now)
+            return now == expected
+
+        wait_until(settled, 60, "app.py's sidebar navigation")
+        assert seen <= set(expected), f"pages/ helper modules offered as pages: {sorted(seen - set(expected))}"
+        wait_ready(page)
 
         assert page.get_by_text("Sources", exact=True).first.is_visible()  # app.py's sidebar ran
         assert page.locator("h1").first.inner_text().strip() == "Why"
