@@ -30,7 +30,7 @@ from analysis.records import FinalMetrics
 MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
 MAX_LINE_BYTES = 16 << 20  # one line, event or JSON body kept for parsing; longer ones are dropped, marked malformed
 # decode_lean drops number-only arrays of at least this many items (embedding vectors, ``context`` token ids):
-# nothing read from a chunk here is such an array, and dropping them keeps the decoded object small.
+# no field read here is such an array in any Ollama or OpenAI reply, and dropping them keeps the object small.
 MIN_DROPPED_NUMBERS = 64
 _EXCERPT_BYTES = 80
 
