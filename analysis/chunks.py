@@ -8,12 +8,18 @@ Ollama's final numbers, a final ``{"error": ...}``, and anything malformed.
 
 Pure: no I/O, no clock. Any bytes give a result; only misuse of the API (wrong
 argument types, feeding after the end) raises, and then only ``ChunkParseError``.
+
+A caller that must not spend long in one call (the proxy's event loop) can set
+``defer_bytes``: longer chunks are then not decoded here but held, in order, until
+the caller hands back their decoding (``StreamParser.deferred``/``resolve``, with
+``decode_lean`` run wherever it likes, e.g. a worker process).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -23,6 +29,9 @@ from analysis.records import FinalMetrics
 
 MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
 MAX_LINE_BYTES = 16 << 20  # one line, event or JSON body kept for parsing; longer ones are dropped, marked malformed
+# decode_lean drops number-only arrays of at least this many items (embedding vectors, ``context`` token ids):
+# no field read here is such an array in any Ollama or OpenAI reply, and dropping them keeps the object small.
+MIN_DROPPED_NUMBERS = 64
 _EXCERPT_BYTES = 80
 
 
@@ -55,6 +64,7 @@ class Chunk:
     obj: dict[str, Any] | None = None  # None when malformed or for SSE's [DONE]
     problem: str | None = None  # why it is malformed
     done_marker: bool = False  # SSE "data: [DONE]"
+    deferred: bool = False  # longer than the parser's defer_bytes: not decoded yet (see StreamParser.resolve)
 
 
 def _excerpt(raw: bytes) -> str:
@@ -65,14 +75,58 @@ def _excerpt(raw: bytes) -> str:
 _json_decode = json.JSONDecoder().decode  # what json.loads calls, minus its per-call encoding sniffing
 
 
-def _decode(t_ns: int, raw: bytes) -> Chunk:
+Decoded = tuple[dict[str, Any] | None, str | None]  # (the object, or why there is none)
+
+
+def decode_object(raw: bytes) -> Decoded:
+    """One chunk's JSON object, or the problem that makes it malformed."""
     try:
         obj = _json_decode(raw.decode("utf-8"))  # Ollama's wire format is UTF-8
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        return Chunk(t_ns, raw, problem=f"not JSON ({type(exc).__name__}): {_excerpt(raw)}")
+        return None, f"not JSON ({type(exc).__name__}): {_excerpt(raw)}"
     if not isinstance(obj, dict):
-        return Chunk(t_ns, raw, problem=f"not a JSON object: {_excerpt(raw)}")
-    return Chunk(t_ns, raw, obj=obj)
+        return None, f"not a JSON object: {_excerpt(raw)}"
+    return obj, None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def drop_number_arrays(obj: dict[str, Any], min_items: int = MIN_DROPPED_NUMBERS) -> dict[str, Any]:
+    """``obj`` with every array of ``min_items`` or more numbers (and nothing else) emptied, in place.
+
+    Keys stay, so does every string, object and shorter array: an embeddings reply still says it is one.
+    Iterative, so no nesting depth the decoder accepts can overflow the stack here.
+    """
+    stack: list[dict[str, Any] | list[Any]] = [obj]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, list):
+                if len(value) >= min_items and all(_is_number(v) for v in value):
+                    node[key] = []  # type: ignore[index]  # replacing a value, not adding a key: safe mid-iteration
+                else:
+                    stack.append(value)
+            elif isinstance(value, dict):
+                stack.append(value)
+    return obj
+
+
+def decode_lean(raw: bytes) -> Decoded:
+    """``decode_object`` with long number arrays dropped: a worker process's job, so what it sends back is small."""
+    obj, problem = decode_object(raw)
+    return (drop_number_arrays(obj) if obj is not None else None), problem
+
+
+def decoded_chunk(t_ns: int, raw: bytes, decoded: Decoded) -> Chunk:
+    obj, problem = decoded
+    return Chunk(t_ns, raw, obj=obj, problem=problem)
+
+
+def _decode(t_ns: int, raw: bytes) -> Chunk:
+    return decoded_chunk(t_ns, raw, decode_object(raw))
 
 
 def _check_read(t_ns: object, data: object) -> bytes:
@@ -94,10 +148,17 @@ def _too_long(t_ns: int, head: bytes, max_bytes: int) -> Chunk:
 class _Splitter:
     """Incremental framing: feed reads, get back the chunks they completed."""
 
-    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, defer_bytes: int | None = None) -> None:
         self._finished = False
         self._last_t_ns: int | None = None
         self._max_bytes = max_line_bytes
+        self._defer_bytes = defer_bytes
+
+    def _chunk(self, t_ns: int, raw: bytes) -> Chunk:
+        """The decoded chunk, or a deferred one when it is longer than ``defer_bytes``."""
+        if self._defer_bytes is not None and len(raw) > self._defer_bytes:
+            return Chunk(t_ns, raw, deferred=True)
+        return _decode(t_ns, raw)
 
     def feed(self, t_ns: int, data: bytes) -> list[Chunk]:
         data = _check_read(t_ns, data)
@@ -122,8 +183,8 @@ class _Splitter:
 class NdjsonSplitter(_Splitter):
     """One JSON object per line; a line split across reads gets the time of its last read."""
 
-    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
-        super().__init__(max_line_bytes)
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, defer_bytes: int | None = None) -> None:
+        super().__init__(max_line_bytes, defer_bytes)
         self._pending: list[bytes] = []  # pieces of an unterminated line (a list: no quadratic joins)
         self._pending_bytes = 0
         self._skipping: bytes | None = None  # start of an over-long line, dropped up to its newline
@@ -155,7 +216,7 @@ class NdjsonSplitter(_Splitter):
         for line in lines:
             line = line.rstrip(b"\r")
             if line.strip():
-                out.append(_decode(t_ns, line))
+                out.append(self._chunk(t_ns, line))
         return out
 
     def _finish(self, t_ns: int) -> list[Chunk]:
@@ -164,14 +225,14 @@ class NdjsonSplitter(_Splitter):
             return [_too_long(t_ns, self._skipping, self._max_bytes)]
         line = b"".join(self._pending).rstrip(b"\r")
         self._pending = []
-        return [_decode(t_ns, line)] if line.strip() else []
+        return [self._chunk(t_ns, line)] if line.strip() else []
 
 
 class JsonSplitter(_Splitter):
     """The whole body is one JSON object (pretty-printed or not), complete at the last read."""
 
-    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
-        super().__init__(max_line_bytes)
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, defer_bytes: int | None = None) -> None:
+        super().__init__(max_line_bytes, defer_bytes)
         self._parts: list[bytes] = []
         self._bytes = 0
 
@@ -188,7 +249,7 @@ class JsonSplitter(_Splitter):
             return [_too_long(t_ns, b"".join(self._parts), self._max_bytes)]
         body = b"".join(self._parts)
         self._parts = []
-        return [_decode(t_ns, body)] if body.strip() else []
+        return [self._chunk(t_ns, body)] if body.strip() else []
 
 
 _SSE_EOL = re.compile(rb"\r\n|\r|\n")
@@ -197,8 +258,8 @@ _SSE_EOL = re.compile(rb"\r\n|\r|\n")
 class SseSplitter(_Splitter):
     """Server-sent events (WHATWG rules): data lines joined by "\\n", dispatched at a blank line."""
 
-    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
-        super().__init__(max_line_bytes)
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, defer_bytes: int | None = None) -> None:
+        super().__init__(max_line_bytes, defer_bytes)
         self._pending = b""  # an unterminated line
         self._data: list[bytes] = []  # data lines of the event being built
         self._skip_lf = False  # the last read ended in "\r": a leading "\n" belongs to it
@@ -236,7 +297,7 @@ class SseSplitter(_Splitter):
         self._data = []
         if payload.strip() == b"[DONE]":
             return Chunk(t_ns, payload, done_marker=True)
-        return _decode(t_ns, payload)
+        return self._chunk(t_ns, payload)
 
     def _finish(self, t_ns: int) -> list[Chunk]:
         # The WHATWG rules drop an event left open at the end; we keep a marker of it.
@@ -250,13 +311,13 @@ class SseSplitter(_Splitter):
         return [Chunk(t_ns, payload, problem=f"stream ended inside an SSE event: {_excerpt(payload)}")]
 
 
-def new_splitter(fmt: StreamFormat, max_line_bytes: int = MAX_LINE_BYTES) -> _Splitter:
+def new_splitter(fmt: StreamFormat, max_line_bytes: int = MAX_LINE_BYTES, defer_bytes: int | None = None) -> _Splitter:
     if fmt is StreamFormat.NDJSON:
-        return NdjsonSplitter(max_line_bytes)
+        return NdjsonSplitter(max_line_bytes, defer_bytes)
     if fmt is StreamFormat.SSE:
-        return SseSplitter(max_line_bytes)
+        return SseSplitter(max_line_bytes, defer_bytes)
     if fmt is StreamFormat.JSON:
-        return JsonSplitter(max_line_bytes)
+        return JsonSplitter(max_line_bytes, defer_bytes)
     raise ChunkParseError(f"unknown stream format {fmt!r}")
 
 
@@ -377,26 +438,71 @@ class StreamParser:
 
     Any split of the same bytes into reads gives the same summary (only the
     timestamps follow the reads).
+
+    With ``defer_bytes`` set, a chunk longer than that is held undecoded, and so is
+    every chunk after it, until ``resolve`` hands in its decoding: the summary takes
+    the chunks in wire order whoever decodes them.
     """
 
-    def __init__(self, fmt: StreamFormat, *, keep_text: bool = False, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        fmt: StreamFormat,
+        *,
+        keep_text: bool = False,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        defer_bytes: int | None = None,
+    ) -> None:
         self.format = fmt
-        self._splitter = new_splitter(fmt, max_line_bytes)
+        self._splitter = new_splitter(fmt, max_line_bytes, defer_bytes)
         self._summary = StreamSummary(text="" if keep_text else None)
         self._keep_text = keep_text
         self._metric_values: dict[str, Any] = {}
+        self._held: deque[Chunk] = deque()  # a deferred chunk first, then what came after it
+        self._ended = False
         self._finished = False
 
     def feed(self, t_ns: int, data: bytes) -> None:
         for chunk in self._splitter.feed(t_ns, data):
-            self._take(chunk)
+            self._take_or_hold(chunk)
+
+    def end(self) -> None:
+        """End of stream: flush a last unterminated chunk (which may be deferred). Once only."""
+        for chunk in self._splitter.finish():
+            self._take_or_hold(chunk)
+        self._ended = True
+
+    def deferred(self) -> Chunk | None:
+        """The chunk waiting for ``resolve`` (its ``raw`` is what to decode), or None."""
+        return self._held[0] if self._held else None
+
+    def resolve(self, chunk: Chunk) -> None:
+        """The deferred chunk, decoded (``decoded_chunk``) or marked malformed: take it and what it held back."""
+        if not self._held:
+            raise ChunkParseError("resolve() with no deferred chunk")
+        self._held.popleft()
+        self._take(chunk)
+        while self._held and not self._held[0].deferred:
+            self._take(self._held.popleft())
 
     def finish(self) -> StreamSummary:
-        """End of stream: flush a last unterminated chunk; returns the summary."""
-        for chunk in self._splitter.finish():
-            self._take(chunk)
+        """End of stream (``end`` if not called yet); returns the summary.
+
+        Deferred chunks nobody resolved are decoded here, at the caller's cost: the result never depends on it.
+        """
+        if self._finished:
+            raise ChunkParseError("finish() called twice")
+        if not self._ended:
+            self.end()
+        while (chunk := self.deferred()) is not None:
+            self.resolve(_decode(chunk.t_ns, chunk.raw))
         self._finished = True
         return self._summary
+
+    def _take_or_hold(self, chunk: Chunk) -> None:
+        if chunk.deferred or self._held:
+            self._held.append(chunk)
+        else:
+            self._take(chunk)
 
     @property
     def summary(self) -> StreamSummary:

@@ -22,6 +22,11 @@ class Limits:
     max_pipelined: int = 16  # requests parsed on one connection ahead of their answers
     max_pipelined_bytes: int = 1 << 20  # body bytes held for a request not yet sent upstream
     max_line_bytes: int = 16 << 20  # one upstream NDJSON line, SSE event or JSON body kept for parsing
+    # A line, event or body longer than this is parsed in a worker process, off the event loop: the stdlib
+    # decoder holds the GIL for ~1 s per 16 MB (an embeddings reply), and every other stream would stall.
+    big_body_bytes: int = 256 << 10
+    max_big_bodies_waiting: int = 4  # large bodies queued for (or in) the worker; beyond it, recorded unparsed
+    big_parse_timeout_s: float = 30.0  # from queueing a large body to its result; beyond it, recorded unparsed
     max_unparsed_bytes: int = 8 << 20  # response bytes recorded but not yet parsed before reading pauses
     max_label_chars: int = 256  # a model name kept in a record
     max_connections: int = 1024  # client connections in all (also held under the fd limit)

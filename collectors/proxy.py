@@ -9,7 +9,9 @@ The bytes go through ``collectors.relay`` (asyncio protocols and httptools). Its
 per-chunk hot path only takes a timestamp, appends ``(t_ns, bytes)`` and writes:
 with many streams waking in the same tick (a batching server) the cost per chunk
 multiplies, so parsing happens later, in small slices that yield to the event
-loop (a background pump, ``in_flight()``, and a finaliser per request).
+loop (a background pump, ``in_flight()``, and a finaliser per request). A chunk
+too large to decode in one slice (a 16 MB embeddings reply) is decoded in a worker
+process instead (``collectors.big_bodies``).
 
 Privacy: no header is ever recorded (so no ``Authorization`` or cookie), the
 relay keeps no state between clients, and prompt/response text is recorded only
@@ -40,6 +42,7 @@ from analysis.chunks import StreamParser, stream_format
 from analysis.error_notes import http_error_note, malformed_note
 from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.access import HostPolicy, OriginPolicy
+from collectors.big_bodies import BigBodyDecoder
 from collectors.limits import Limits, raise_fd_limit
 from collectors.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
 
@@ -236,6 +239,7 @@ class _Exchange(Exchange):
         self.body_head = b""  # start of the body, kept for error records
         self.failure: str | None = None  # set when the exchange broke (not when the body says so)
         self.failure_outcome: Outcome | None = None
+        self.decoding = asyncio.Lock()  # one coroutine at a time hands the parser's deferred chunk to the worker
 
     # -- relay hooks ------------------------------------------------------------------------------
 
@@ -256,8 +260,12 @@ class _Exchange(Exchange):
     def response_head(self, t_ns: int, status: int, content_type: str | None) -> Headers:
         self.record.first_byte_ns = t_ns
         self.record.status_code = status
+        limits = self.proxy.limits
         self.parser = StreamParser(
-            stream_format(content_type), keep_text=self.proxy.record_text, max_line_bytes=self.proxy.limits.max_line_bytes
+            stream_format(content_type),
+            keep_text=self.proxy.record_text,
+            max_line_bytes=limits.max_line_bytes,
+            defer_bytes=limits.big_body_bytes,
         )
         self.proxy.live_work()
         return [(RECORD_ID_HEADER.encode(), self.record.id.encode())]
@@ -362,6 +370,7 @@ class RecordingProxy:
         self._live: dict[str, _Exchange] = {}
         self._finalisers: set[asyncio.Task[None]] = set()
         self._relay = Relay(self._route, self.limits)
+        self._big_bodies = BigBodyDecoder(self.limits)
         self._pump: asyncio.Task[None] | None = None
         self._work: asyncio.Event | None = None
         self._port = 0
@@ -399,6 +408,9 @@ class RecordingProxy:
         await self._relay.stop(self.STOP_GRACE_S)
         if self._finalisers:
             await asyncio.wait(set(self._finalisers), timeout=self.STOP_GRACE_S * 2)
+        self._big_bodies.close()  # large bodies still being parsed are recorded unparsed, not lost
+        if self._finalisers:
+            await asyncio.wait(set(self._finalisers), timeout=self.STOP_GRACE_S)
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -507,17 +519,32 @@ class RecordingProxy:
                 self._work.clear()
                 continue
             for ex in list(self._live.values()):
-                while ex.feed_some(self.PARSE_SLICE):
-                    await asyncio.sleep(0)
+                await self._parse_pending(ex)
                 await asyncio.sleep(0)
+
+    async def _parse_pending(self, ex: _Exchange) -> None:
+        """Parse pending reads a slice at a time; a chunk the parser deferred goes to the worker process."""
+        while True:
+            more = ex.feed_some(self.PARSE_SLICE)
+            await self._resolve_deferred(ex)
+            if not more:
+                return
+            await asyncio.sleep(0)
+
+    async def _resolve_deferred(self, ex: _Exchange) -> None:
+        parser = ex.parser
+        if parser is None or parser.deferred() is None:
+            return
+        async with ex.decoding:
+            while (chunk := parser.deferred()) is not None:
+                parser.resolve(await self._big_bodies.decode(chunk))
 
     def spawn_catch_up(self, ex: _Exchange, caught_up: Callable[[], None]) -> None:
         """Parse a flooding response's pending reads a slice at a time, then let the relay read on."""
 
         async def catch_up() -> None:
             try:
-                while ex.feed_some(self.PARSE_SLICE):
-                    await asyncio.sleep(0)
+                await self._parse_pending(ex)
             finally:
                 caught_up()
 
@@ -533,8 +560,10 @@ class RecordingProxy:
     async def _finalise(self, ex: _Exchange) -> None:
         """Parse what is left, settle the outcome, hand the record over exactly once."""
         try:
-            while ex.feed_some(self.PARSE_SLICE):
-                await asyncio.sleep(0)
+            await self._parse_pending(ex)
+            if ex.parser is not None:
+                ex.parser.end()  # a JSON body (or a last unterminated line) is complete only now
+                await self._resolve_deferred(ex)
         finally:
             self._live.pop(ex.record.id, None)
             record = self._settle(ex)
