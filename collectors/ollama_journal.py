@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from collectors.ollama_log import LogEvent, parse_line
+from collectors.ollama_log import LogEvent, parse_lines
 
 MAX_READ_BYTES = 1 << 20  # of journalctl's output per read() call: a flood is read over several ticks
 MAX_LINE_BYTES = 64 << 10  # one JSON entry; a longer line is dropped and counted (a runner line is < 1 KiB)
@@ -284,15 +284,11 @@ class JournalTail:
         if text is None:
             self.unknown_lines += 1
             return []
-        events = []
-        for line in text.splitlines() or [""]:
-            # An entry without a usable timestamp keeps the time it was read, as a log file's line does.
-            event = parse_line(line, ts_unix_s if ts_unix_s is not None else now_unix_s)
-            if event is None:
-                self.unknown_lines += 1
-            else:
-                self.known_lines += 1
-                events.append(event)
+        lines = text.splitlines() or [""]
+        # An entry without a usable timestamp keeps the time it was read, as a log file's line does.
+        events = parse_lines(lines, ts_unix_s if ts_unix_s is not None else now_unix_s)
+        self.known_lines += len(events)
+        self.unknown_lines += len(lines) - len(events)
         return events
 
     def _check_no_entries(self, now_s: float) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -82,6 +83,11 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     return None
 
 
+def parse_lines(lines: Iterable[str], read_unix_s: float) -> list[LogEvent]:
+    """The events among ``lines``, all stamped ``read_unix_s``; the rest (len(lines) - len(result)) are unknown."""
+    return [event for line in lines if (event := parse_line(line, read_unix_s)) is not None]
+
+
 class LogSource(Protocol):
     """Where Ollama's log is read from: a file (``LogTail``) or the systemd journal (``ollama_journal.JournalTail``)."""
 
@@ -136,14 +142,9 @@ class LogTail:
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()  # an unfinished line waits for its end
-        events = []
-        for raw in lines:
-            event = parse_line(raw.decode("utf-8", "replace"), now_unix_s)
-            if event is None:
-                self.unknown_lines += 1
-            else:
-                self.known_lines += 1
-                events.append(event)
+        events = parse_lines((raw.decode("utf-8", "replace") for raw in lines), now_unix_s)
+        self.known_lines += len(events)
+        self.unknown_lines += len(lines) - len(events)
         return events
 
     def close(self) -> None:
