@@ -5,7 +5,6 @@ in words while the collector runs on; journalctl is stopped with the collector."
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -19,6 +18,7 @@ from analysis.records import ProgressSource
 from collectors.ollama_log import parse_line
 from store import queries
 from store.schema import db_path
+from tests.support.clients import stream_generate
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 from tests.support.sim_process import free_port, start_sim
 from tests.test_collector_process import MODEL, collector, listen_url, stop
@@ -38,13 +38,7 @@ def _journalctls(journal_dir: Path) -> list[psutil.Process]:
 
 def _generate(base_url: str, out: dict[str, Any]) -> None:
     body = {"model": MODEL, "prompt": "Why is the sky blue?", "stream": True, "options": {"num_predict": 4}}
-    with httpx.Client(timeout=120) as client, client.stream("POST", base_url + "/api/generate", json=body) as r:
-        for line in r.iter_lines():
-            chunk = json.loads(line)
-            if "first_token" not in out and chunk.get("response"):
-                out["first_token"] = time.time()
-            if chunk.get("done"):
-                out["final"] = chunk
+    stream_generate(base_url, body, out, timeout_s=120)
 
 
 def _in_flight_id(data: Path) -> str | None:

@@ -8,7 +8,6 @@ progress lands within 30% of the real end of prefill (the client's first token).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -19,9 +18,9 @@ import pytest
 
 from analysis.progress import prefill_eta_unix_s
 from analysis.records import ProgressSample, ProgressSource
-from collectors.proxy import RECORD_ID_HEADER
 from store import queries
 from store.schema import db_path
+from tests.support.clients import stream_generate
 from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
 from tests.test_collector_process import collector, listen_url
 
@@ -33,16 +32,7 @@ ETA_TOLERANCE = 0.30  # of the time from the request to its first token
 
 
 def _generate(base_url: str, prompt: str, out: dict[str, Any]) -> None:
-    body = {"model": MODEL, "prompt": prompt, "stream": True, "options": OPTIONS}
-    out["started"] = time.time()
-    with httpx.Client(timeout=600) as client, client.stream("POST", base_url + "/api/generate", json=body) as r:
-        out["id"] = r.headers.get(RECORD_ID_HEADER)
-        for line in r.iter_lines():
-            chunk = json.loads(line)
-            if "first_token" not in out and chunk.get("response"):
-                out["first_token"] = time.time()
-            if chunk.get("done"):
-                out["final"] = chunk
+    stream_generate(base_url, {"model": MODEL, "prompt": prompt, "stream": True, "options": OPTIONS}, out)
 
 
 def _wait_for_slot_gauge(base_url: str, timeout_s: float = 60.0) -> None:
