@@ -2,7 +2,9 @@
 
 ``RunnerReader`` finds the runners of the watched Ollama (``runner_discovery``), polls each one's
 ``/slots`` (loopback only) 4 times a second while a request to its model is in flight and every
-``idle_interval_s`` otherwise, joins a busy slot to the in-flight request of that model (oldest request
+``idle_interval_s`` otherwise (once a second while every such request streams and its decoding has been
+read: the proxy sees each of their tokens itself, and 4 Hz cost a CPU runner 0.6–1.1% of its decode
+speed, ``bench/slots_polling.py``), joins a busy slot to the in-flight request of that model (oldest request
 ↔ oldest task), and queues ``ProgressSample`` rows (source slots, or log from ``--ollama-log``). The
 service drains the queue on each tick, after it has written the in-flight requests the rows belong to.
 
@@ -48,6 +50,7 @@ BUSY_INTERVAL_S = 0.25  # 4 Hz while a request to the runner's model runs
 IDLE_INTERVAL_S = 10.0
 RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
 DISCOVER_EVERY_S = 10.0
+STREAMED_DECODE_INTERVAL_S = 1.0  # see the module doc
 REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
 SLOTS_TIMEOUT_S = 2.0
 # Readings kept per in-flight request, to give them the prompt's size once it is known (or raised: a
@@ -207,12 +210,12 @@ class RunnerReader:
         for state in self.runners.values():
             if state.model is None:
                 state.model = _model_of(state.digest, models)
-            busy = any(state.model is not None and same_model(m, state.model) for m in busy_models)
-            if busy and state.next_poll_s > now + self.busy_interval_s and state.problem is None:
-                state.next_poll_s = now  # a request just began: poll now, not at the idle pace
+            interval_s = self._interval_s(state, requests)
+            if state.next_poll_s > now + interval_s and state.problem is None:
+                state.next_poll_s = now  # a request began, or one needs more: poll now, not at the slower pace
             if not state.polling and now >= state.next_poll_s:
                 state.polling = True
-                self._spawn(pending, self._poll(state, requests, busy))
+                self._spawn(pending, self._poll(state, requests, interval_s))
         if self._log is not None:
             self._read_log(requests)
 
@@ -239,7 +242,20 @@ class RunnerReader:
         self.runners = kept
         self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
 
-    async def _poll(self, state: RunnerState, requests: list[RequestRecord], busy: bool) -> None:
+    def _interval_s(self, state: RunnerState, requests: list[RequestRecord]) -> float:
+        """How often to read this runner now: fast while any request to its model is in its prompt, not streamed,
+        or not yet seen decoding by a reading (its prompt's exact size comes from one); slower while all of them
+        stream their tokens through the proxy; idle when none runs."""
+        mine = [r for r in requests if state.model is not None and same_model(r.model, state.model)]
+        if not mine:
+            return self.idle_interval_s
+        for r in mine:
+            track = self._tracks.get(r.id)
+            if not r.stream or r.first_token_ns is None or track is None or not track.exact:
+                return self.busy_interval_s
+        return max(self.busy_interval_s, STREAMED_DECODE_INTERVAL_S)
+
+    async def _poll(self, state: RunnerState, requests: list[RequestRecord], interval_s: float) -> None:
         try:
             readings, problem = await self._fetch(state.runner)
             self.polls += 1
@@ -259,8 +275,9 @@ class RunnerReader:
             log.exception("reading runner pid %d failed", state.runner.pid)
         finally:
             state.polling = False
-            interval = self.busy_interval_s if state.problem is None else RETRY_INTERVAL_S
-            state.next_poll_s = time.monotonic() + (interval if busy else self.idle_interval_s)
+            if state.problem is not None and interval_s < self.idle_interval_s:
+                interval_s = RETRY_INTERVAL_S  # busy but unreadable: try again, not at the busy pace
+            state.next_poll_s = time.monotonic() + interval_s
 
     async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)

@@ -7,7 +7,15 @@ from typing import Any, cast
 from analysis.records import ProgressSource
 from collectors.ollama_log import parse_line
 from collectors.runner_discovery import Runner
-from collectors.runners import MAX_DECODE_ROWS_KEPT, MAX_PREFILL_ROWS_KEPT, RunnerReader, RunnerState
+from collectors.runners import (
+    BUSY_INTERVAL_S,
+    IDLE_INTERVAL_S,
+    MAX_DECODE_ROWS_KEPT,
+    MAX_PREFILL_ROWS_KEPT,
+    STREAMED_DECODE_INTERVAL_S,
+    RunnerReader,
+    RunnerState,
+)
 from collectors.slots import SlotReading
 from tests.support.reader_run import in_flight_record
 
@@ -108,3 +116,22 @@ def test_rows_kept_per_request_are_bounded() -> None:
     assert {s.prompt_tokens for s in resized} == {prompt + 7}
     r._step(set())  # the request ended: its track goes
     assert r._tracks == {}
+
+
+def test_poll_pace_follows_what_the_requests_need() -> None:
+    """4 Hz while a request reads its prompt, is not streamed, or has not been seen decoding; once a second while
+    every request streams its tokens through the proxy and its prompt's size is read; idle pace with none."""
+    r, state = reader()
+    assert r._interval_s(state, []) == IDLE_INTERVAL_S
+    a = in_flight_record("a", MODEL)
+    assert r._interval_s(state, [a]) == BUSY_INTERVAL_S, "reading its prompt"
+    r._join(state, [reading(0, 3, 512, 1024)], [a], 1.0)
+    a.first_token_ns = 5
+    assert r._interval_s(state, [a]) == BUSY_INTERVAL_S, "decoding, but no reading has seen it yet (size unknown)"
+    r._join(state, [reading(0, 3, 1200, 1201, decoded=1)], [a], 2.0)
+    assert r._interval_s(state, [a]) == STREAMED_DECODE_INTERVAL_S, "streamed and sized: the proxy sees its tokens"
+    b = in_flight_record("b", MODEL)
+    b.stream, b.first_token_ns = False, 6
+    assert r._interval_s(state, [a, b]) == BUSY_INTERVAL_S, "a whole-body reply: only the runner shows its progress"
+    other = in_flight_record("x", "llama3.2")
+    assert r._interval_s(state, [a, other]) == STREAMED_DECODE_INTERVAL_S, "another model's request is not this runner's"
