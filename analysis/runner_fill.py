@@ -9,13 +9,16 @@ Pure: no I/O, no clock. ``split_with_readings(rec, readings)`` is ``analysis.pha
   * it ends at the first content chunk. llama-server samples the first token from the prompt's last batch and
     sends it at once, so prefill ends at (just before) that chunk; the last reading before decoding only says
     it had not ended yet, up to one poll earlier, so the chunk is the tighter bound.
-  * it starts before the first reading that shows progress (``p1`` of the ``N`` uncached prompt tokens read at
+  * it starts right after a reading that shows the request's slot holding it with nothing read yet, where one
+    was taken: llama-server answers ``/slots`` only between batches (a poll during a batch waits for its end),
+    so the first batch began just after that answer.
+  * else it starts before the first reading that shows progress (``p1`` of the ``N`` uncached prompt tokens read at
     ``t1``). The readings do not see that start; what they measure is the rate from ``t1`` to the end,
     ``(N − p1) / (end − t1)``, and the first ``p1`` tokens are taken at that same rate (a batch of the prompt
     costs what the next one does, to within the attention's growth over it). The start is never placed
     before the request was forwarded (nothing can be read before that).
-  * where the first reading already shows the whole prompt read (``p1 = N``), or no reading was taken while it
-    was read, the readings bound no start: prefill stays unknown.
+  * where no reading saw it waiting and the first one already shows the whole prompt read (``p1 = N``), or no
+    reading was taken while it was read, the readings bound no start: prefill stays unknown.
   A whole-body reply has no first chunk: the readings then only bound the end between two polls, so its prefill
   stays unknown (its token counts are still filled in).
 
@@ -107,19 +110,26 @@ def _prefill(
 ) -> dict[str, object]:
     """Prefill's start, length and rate as the readings bound them (module doc); {} where they bound none."""
     end_unix_s = rec.wall_s(end_ns)
-    reading = [s for s in rows if s.processed_tokens > 0 and not s.decoded_tokens and s.ts_unix_s < end_unix_s]
-    if uncached <= 0 or not reading:
+    before_end = [s for s in rows if not s.decoded_tokens and s.ts_unix_s < end_unix_s]
+    reading = [s for s in before_end if s.processed_tokens > 0]
+    waiting = [s for s in before_end if s.processed_tokens == 0 and (not reading or s.ts_unix_s < reading[0].ts_unix_s)]
+    if uncached <= 0:
         return {}
-    first = reading[0]
-    if first.processed_tokens >= uncached:
-        return {}  # the whole prompt was read by the first reading: its start is not bounded
-    measured_s = end_unix_s - first.ts_unix_s
-    prefill_s = measured_s * uncached / (uncached - first.processed_tokens)
-    start_ns = end_ns - round(prefill_s * NS_PER_S)
     floor_ns = rec.forwarded_ns if rec.forwarded_ns is not None else rec.received_ns
-    if start_ns < floor_ns:  # it cannot have begun before Ollama had the request
-        start_ns = floor_ns
+    if source is PhaseSource.SLOTS and waiting:
+        # The slot held the request with nothing read yet: its first batch began right after that answer.
+        start_ns = max(floor_ns, end_ns - round((end_unix_s - waiting[-1].ts_unix_s) * NS_PER_S))
         prefill_s = (end_ns - start_ns) / NS_PER_S
+    elif reading and reading[0].processed_tokens < uncached:
+        first = reading[0]
+        measured_s = end_unix_s - first.ts_unix_s
+        prefill_s = measured_s * uncached / (uncached - first.processed_tokens)
+        start_ns = end_ns - round(prefill_s * NS_PER_S)
+        if start_ns < floor_ns:  # it cannot have begun before Ollama had the request
+            start_ns = floor_ns
+            prefill_s = (end_ns - start_ns) / NS_PER_S
+    else:
+        return {}  # the whole prompt was read by the first reading, and none saw it waiting: no start is bounded
     if prefill_s <= 0:
         return {}
     return {

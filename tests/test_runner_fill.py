@@ -67,6 +67,22 @@ def test_what_the_readings_do_not_bound_stays_unknown() -> None:
     assert early.prefill_start_ns == T0 + MS and early.prefill_s is not None and abs(early.prefill_s - 1.0) < 1e-6
 
 
+def test_a_reading_of_the_slot_waiting_for_its_first_batch_times_the_start() -> None:
+    """llama-server answers /slots between batches: a reading with the request's slot holding it and nothing read
+    yet was taken just before its first batch, so prefill starts there rather than where the rate extrapolates."""
+    waiting = _slot(151, 0)
+    ph = split_with_readings(_rec(), [waiting, *READINGS])
+    assert ph.prefill_start_ns is not None and abs(ph.prefill_start_ns - (T0 + 151 * MS)) < 1_000
+    assert ph.prefill_s is not None and abs(ph.prefill_s - 0.85) < 1e-6 and ph.prefill_source is PhaseSource.SLOTS
+    # With it, a prompt read whole by the next reading is timed too; a waiting reading after progress is not one.
+    assert split_with_readings(_rec(), [waiting, _slot(901, 1000), READINGS[-1]]).prefill_s is not None
+    late = split_with_readings(_rec(), [READINGS[0], _slot(501, 0), *READINGS[1:]])
+    assert late.prefill_s is not None and abs(late.prefill_s - 0.8) < 1e-6
+    # Never before the request was forwarded.
+    early = split_with_readings(_rec(), [_slot(-50, 0), *READINGS])
+    assert early.prefill_start_ns == T0 + MS
+
+
 def test_readings_written_after_the_finished_row_fill_it_in(tmp_path: Path) -> None:
     w = StoreWriter(db_path(tmp_path))
     w.write(PutRequest(_rec(outcome=Outcome.IN_FLIGHT, final_chunk_ns=None)))
