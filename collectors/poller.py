@@ -147,7 +147,6 @@ class OllamaPoller:
         interval_s: float = 1.0,
         max_backoff_s: float = MAX_BACKOFF_S,
         tags_interval_s: float = TAGS_INTERVAL_S,
-        shows_per_poll: int = SHOWS_PER_POLL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -161,7 +160,7 @@ class OllamaPoller:
         self.shows: dict[str, dict[str, Any]] = {}  # model name → its /api/show, for /metrics' decode ceiling
         self._show_retry_at: dict[str, float] = {}
         self.tags_interval_s = tags_interval_s
-        self.shows_per_poll = max(1, shows_per_poll)
+        self.shows_per_poll = SHOWS_PER_POLL
         self._tags_due_at = 0.0  # time.monotonic() of the next /api/tags: at once
 
     async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:

@@ -564,16 +564,19 @@ def latest_host_bandwidth(conn: sqlite3.Connection) -> HostBandwidth | None:
     return _one(conn, HOST_BANDWIDTH, "ORDER BY measured_unix_s DESC LIMIT 1")
 
 
+def model_infos(conn: sqlite3.Connection) -> list[ModelInfoRow]:
+    """Every stored /api/show answer (one per digest), newest first."""
+    sql = f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC"
+    return [MODEL_INFO.from_values(r) for r in _rows(conn, sql, ())]
+
+
 def model_info(conn: sqlite3.Connection, name: str) -> ModelInfoRow | None:
     """The /api/show answer for a model name (any spelling: ``llama3.2`` finds ``llama3.2:latest``).
 
     None when the collector has not fetched it yet.
     """
     # One row per digest: a handful of rows, so the names are compared here, by the one rule.
-    rows = [
-        MODEL_INFO.from_values(r)
-        for r in _rows(conn, f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC", ())
-    ]
+    rows = model_infos(conn)
     hit = next((r for r in rows if same_model(r.name, name)), None)
     if hit is None:
         # One row per digest keeps one name; an alias of the same weights is found through /api/ps or /api/tags.

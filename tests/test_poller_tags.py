@@ -33,11 +33,18 @@ TAGS_EXAMPLE = {
             "modified_at": "2026-08-01T09:00:00.5-07:00",
             "size": 2019393189,
             "digest": "a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72",
-            "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-                        "parameter_size": "3.2B", "quantization_level": "Q4_K_M", "context_length": 131072,
-                        "embedding_length": 3072},
+            "details": {
+                "parent_model": "",
+                "format": "gguf",
+                "family": "llama",
+                "families": ["llama"],
+                "parameter_size": "3.2B",
+                "quantization_level": "Q4_K_M",
+                "context_length": 131072,
+                "embedding_length": 3072,
+            },
             "capabilities": ["completion", "tools"],
-        }  # fmt: skip
+        }
     ]
 }
 
@@ -122,7 +129,8 @@ async def _installed_and_shows(sim: SimProcess, tmp_path: Path) -> None:
     assert len(names) >= 5  # enough to see the bound work
     try:
         async with aiohttp.ClientSession() as session:
-            poller = OllamaPoller(sim.base_url, session, StoreSink(writer), tags_interval_s=3600, shows_per_poll=2)
+            poller = OllamaPoller(sim.base_url, session, StoreSink(writer), tags_interval_s=3600)
+            poller.shows_per_poll = 2
             shown_per_poll = []
             for _ in range(len(names)):
                 before = _shows_asked(sim)
@@ -152,7 +160,7 @@ async def _installed_and_shows(sim: SimProcess, tmp_path: Path) -> None:
             assert await poller.poll_once() is True
             assert "qwen2.5:0.5b" in _installed(path)
             # ... and gone from the store at the next /api/tags.
-            poller._tags_due_at = 0.0  # noqa: SLF001 - the due time, without waiting an hour
+            poller._tags_due_at = 0.0  # due now, without waiting an hour
             assert await poller.poll_once() is True
             assert _installed(path) == [n for n in names if n != "qwen2.5:0.5b"]
     finally:
