@@ -81,8 +81,9 @@ def preview(db: Path) -> None:
     if not choices.offered:
         why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(),
                         preview=(spec, TYPICAL_8B_Q4_K_M))  # fmt: skip
+        what = "an installed model that writes text" if choices.embedding else "an installed model"
         caption = (
-            f"Until Ollama lists an installed model, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come "
+            f"Until Ollama lists {what}, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come "
             "from the ceilings alone; your requests become the points."
         )
     else:

@@ -180,13 +180,15 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
         if conn is None:
             return None
         installed = queries.installed_models(conn)
-        caps_by_digest = {r.digest: r.show.get("capabilities") for r in queries.model_infos(conn)}
+        shows = {r.digest: r for r in queries.model_infos(conn)}
         loaded = [m.name for m in queries.latest_loaded_models(conn)]
         gpus = [] if picked is not None else _latest_gpus(conn, now)
     offered: list[InstalledModel] = []
     embedding: list[str] = []
     for m in installed:
-        caps = m.capabilities or caps_by_digest.get(m.digest) or ()
+        # Older Ollama lists no capabilities in /api/tags; /api/show has them (parsed only then).
+        info = shows.get(m.digest) if not m.capabilities else None
+        caps = m.capabilities or (info.show.get("capabilities") if info is not None else None) or ()
         if is_embedding_model(m.family, [c for c in caps if isinstance(c, str)]):
             embedding.append(m.name)
         else:

@@ -117,3 +117,20 @@ def test_preview_choices_read_the_store(data_dir: Path) -> None:
     assert choices is not None
     assert [x.name for x in choices.offered] == INSTALLED[:4] and choices.embedding == ["nomic-embed-text:latest"]
     assert (choices.default, choices.memory_bytes) == ("gpt-oss:20b", 24 * GIB)
+
+
+def test_an_embedding_model_known_only_from_its_show_is_left_out(data_dir: Path) -> None:
+    now = time.time()
+    w_ = StoreWriter(db_path(data_dir))
+    try:
+        # Older Ollama: no capabilities in /api/tags, a family that does not say it; /api/show says "embedding".
+        emb = InstalledModel(now, "qwen3-embedding:0.6b", "qwen3-embedding:0.6b", "e" * 64, 639_000_000, "595.78M",
+                             "Q8_0", "qwen3", now, ())  # fmt: skip
+        w_.write(PutInstalledModels([emb, installed("llama3.2:latest", now, now - 10, ())]))
+        w_.write(PutModelInfo("e" * 64, emb.name, {"capabilities": ["embedding"], "model_info": {}}))
+    finally:
+        w_.close()
+    choices = preview_choices(db_path(data_dir), None, now)
+    assert choices is not None
+    assert [m.name for m in choices.offered] == ["llama3.2:latest"] and choices.embedding == ["qwen3-embedding:0.6b"]
+    assert choices.memory_bytes is None and choices.default == "llama3.2:latest"  # no GPU sample: the first
