@@ -79,6 +79,11 @@ def _installed(path: Path) -> list[str]:
         return [m.name for m in queries.installed_models(conn)]
 
 
+def _shows_stored(path: Path) -> int:
+    with reader(path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM model_info").fetchone()[0])
+
+
 def _shows_asked(sim: SimProcess) -> int:
     return len(re.findall(r'POST\s+"/api/show"', sim.log()))
 
@@ -133,13 +138,17 @@ async def _installed_and_shows(sim: SimProcess, tmp_path: Path) -> None:
             poller.shows_per_poll = 2
             shown_per_poll = []
             for _ in range(len(names)):
-                before = _shows_asked(sim)
+                before = _shows_stored(path)
                 assert await poller.poll_once() is True
-                time.sleep(0.05)  # the sim's GIN line is written after the reply
-                shown_per_poll.append(_shows_asked(sim) - before)
+                shown_per_poll.append(_shows_stored(path) - before)
             # Never more than the bound per poll, each installed model asked about once, then no more.
             assert shown_per_poll[: (len(names) + 1) // 2] == [2] * (len(names) // 2) + [1] * (len(names) % 2)
             assert sum(shown_per_poll) == len(names)
+            # The sim saw exactly one /api/show per model (its log line follows the reply: give it a moment).
+            deadline = time.monotonic() + 10
+            while _shows_asked(sim) < len(names) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _shows_asked(sim) == len(names)
             assert _installed(path) == names  # newest first, as Ollama lists them
 
             with reader(path) as conn:
