@@ -8,7 +8,7 @@ prefix is read first and every other key is looked up under it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +213,13 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
         experts=int(experts) if experts else None,
         experts_used=int(experts_used) if experts_used else None,
     )
+
+
+def is_embedding_model(family: str | None, capabilities: Collection[str]) -> bool:
+    """An embedding model (BERT family, or Ollama says it embeds and does not complete): it reads a prompt and
+    writes nothing, so the prefill-against-decode story does not apply to it."""
+    caps = {c.lower() for c in capabilities}
+    return (family or "").lower().endswith("bert") or ("embedding" in caps and "completion" not in caps)
 
 
 # Before Ollama has told us about any model: a typical 8B model at Q4_K_M (Llama 3.1 8B's shape and GGUF size).

@@ -181,6 +181,25 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
+class InstalledModel:
+    """One model of Ollama's /api/tags (installed, loaded or not) as the latest poll listed it.
+
+    ``None`` where Ollama gave no value (never 0): ``size_bytes`` is the GGUF file's size.
+    """
+
+    ts_unix_s: float  # when the list was read
+    name: str
+    model: str
+    digest: str
+    size_bytes: int | None
+    parameter_size: str | None
+    quantization_level: str | None
+    family: str | None
+    modified_at_unix_s: float | None
+    capabilities: tuple[str, ...] = ()  # () where Ollama lists none (older versions)
+
+
+@dataclass(frozen=True)
 class OllamaStatus:
     """One poll of the Ollama server: reachable or not, and which version."""
 

@@ -1,4 +1,5 @@
-"""Ollama poller: ``/api/version`` and ``/api/ps`` every interval, ``/api/show`` once per digest.
+"""Ollama poller: ``/api/version`` and ``/api/ps`` every interval, ``/api/tags`` every ``TAGS_INTERVAL_S``,
+``/api/show`` once per digest (loaded models first, then installed ones, ``SHOWS_PER_POLL`` at most per poll).
 
 When Ollama is down the poller records it, backs off (interval → ×2 … up to 30 s) and
 recovers by itself. Nothing escapes ``run()``: a poll that fails in any way is a "down"
@@ -18,14 +19,16 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from analysis.records import LoadedModel, OllamaStatus
-from store.ops import Op, PutLoadedModels, PutModelInfo, PutOllamaStatus
+from analysis.records import InstalledModel, LoadedModel, OllamaStatus
+from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
+TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
+SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
 
 
 class PollerSink(Protocol):
@@ -85,6 +88,41 @@ def parse_ps(body: object, ts_unix_s: float) -> list[LoadedModel]:
     return models
 
 
+def _size_or_none(value: object) -> int | None:
+    size = _int_or_none(value)
+    return size if size is not None and size > 0 else None  # a model is never 0 bytes: unknown
+
+
+def parse_tags(body: object, ts_unix_s: float) -> tuple[list[InstalledModel], int]:
+    """``GET /api/tags`` → the installed models and how many entries were skipped (not an object, no name,
+    a name listed twice); PollError on a shape that is not /api/tags."""
+    if not isinstance(body, dict) or "models" not in body or not isinstance(body["models"], list | None):
+        raise PollError('/api/tags did not return {"models": [...]}')
+    models: dict[str, InstalledModel] = {}
+    skipped = 0
+    for item in body.get("models") or []:
+        name = (_str_or_none(item.get("name")) or _str_or_none(item.get("model"))) if isinstance(item, dict) else None
+        if not isinstance(item, dict) or name is None or name in models:
+            skipped += 1
+            continue
+        raw_details = item.get("details")
+        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+        caps = item.get("capabilities")
+        models[name] = InstalledModel(
+            ts_unix_s=ts_unix_s,
+            name=name,
+            model=_str_or_none(item.get("model")) or name,
+            digest=_str_or_none(item.get("digest")) or "",
+            size_bytes=_size_or_none(item.get("size")),
+            parameter_size=_str_or_none(details.get("parameter_size")),
+            quantization_level=_str_or_none(details.get("quantization_level")),
+            family=_str_or_none(details.get("family")),
+            modified_at_unix_s=parse_time(item.get("modified_at")),
+            capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
+        )
+    return list(models.values()), skipped
+
+
 @dataclass
 class PollerState:
     """The latest view of Ollama, for /metrics and the heartbeat."""
@@ -92,6 +130,9 @@ class PollerState:
     status: OllamaStatus | None = None
     models: list[LoadedModel] = field(default_factory=list)
     consecutive_failures: int = 0
+    installed: list[InstalledModel] | None = None  # the last /api/tags read (None: none read yet)
+    tags_skipped: int = 0  # entries of the last /api/tags that could not be read
+    tags_error: str | None = None  # why the last /api/tags failed (None: it answered)
 
 
 class OllamaPoller:
@@ -105,6 +146,7 @@ class OllamaPoller:
         *,
         interval_s: float = 1.0,
         max_backoff_s: float = MAX_BACKOFF_S,
+        tags_interval_s: float = TAGS_INTERVAL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -117,6 +159,9 @@ class OllamaPoller:
         self._shown: set[str] = set()  # digests whose /api/show is stored
         self.shows: dict[str, dict[str, Any]] = {}  # model name → its /api/show, for /metrics' decode ceiling
         self._show_retry_at: dict[str, float] = {}
+        self.tags_interval_s = tags_interval_s
+        self.shows_per_poll = SHOWS_PER_POLL
+        self._tags_due_at = 0.0  # time.monotonic() of the next /api/tags: at once
 
     async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -157,13 +202,34 @@ class OllamaPoller:
         status = OllamaStatus(ts_unix_s=ts, up=True, base_url=self.base_url, version=version)
         if self.state.status is None or not self.state.status.up:
             log.info("Ollama %s is up (version %s)", self.base_url, version)
+            self._tags_due_at = 0.0  # back up: read what is installed at once (models may have changed meanwhile)
         self.state.status = status
         self.state.models = models
         self.state.consecutive_failures = 0
         self._sink.submit(PutOllamaStatus(status))
         self._sink.submit(PutLoadedModels(ts, models))
-        await self._show_new_models(models)
+        await self._poll_tags(ts)
+        await self._show_new_models([(m.name, m.digest) for m in models]
+                                    + [(m.name, m.digest) for m in self.state.installed or []])  # fmt: skip
         return True
+
+    async def _poll_tags(self, ts: float) -> None:
+        """``/api/tags`` when due. A failure keeps the last list stored and is retried at the next due time:
+        Ollama answered /api/version and /api/ps, so it is up."""
+        now = time.monotonic()
+        if now < self._tags_due_at:
+            return
+        self._tags_due_at = now + self.tags_interval_s
+        try:
+            installed, skipped = parse_tags(await self._get_json("GET", "/api/tags"), ts)
+        except PollError as exc:
+            log.warning("could not read /api/tags: %s", exc)
+            self.state.tags_error = str(exc)
+            return
+        if skipped:
+            log.warning("/api/tags listed %d entries that could not be read (skipped)", skipped)
+        self.state.installed, self.state.tags_skipped, self.state.tags_error = installed, skipped, None
+        self._sink.submit(PutInstalledModels(installed))
 
     def _record_down(self, ts: float, error: str) -> None:
         if self.state.status is None or self.state.status.up:
@@ -173,23 +239,28 @@ class OllamaPoller:
         self.state.consecutive_failures += 1
         self._sink.submit(PutOllamaStatus(self.state.status))
 
-    async def _show_new_models(self, models: list[LoadedModel]) -> None:
+    async def _show_new_models(self, models: list[tuple[str, str]]) -> None:
+        """``/api/show`` of each (name, digest) not yet stored, in order, ``shows_per_poll`` at most."""
         now = time.monotonic()
-        for m in models:
-            if not m.digest or m.digest in self._shown or self._show_retry_at.get(m.digest, 0.0) > now:
+        asked = 0
+        for name, digest in models:
+            if asked >= self.shows_per_poll:
+                return  # the rest next poll
+            if not digest or digest in self._shown or self._show_retry_at.get(digest, 0.0) > now:
                 continue
+            asked += 1
             try:
-                show = await self._get_json("POST", "/api/show", {"model": m.name})
+                show = await self._get_json("POST", "/api/show", {"model": name})
                 if not isinstance(show, dict):
                     raise PollError("/api/show did not return a JSON object")
             except PollError as exc:
-                log.warning("could not read /api/show for %s: %s", m.name, exc)
-                self._show_retry_at[m.digest] = now + SHOW_RETRY_S
+                log.warning("could not read /api/show for %s: %s", name, exc)
+                self._show_retry_at[digest] = now + SHOW_RETRY_S
                 continue
-            self._sink.submit(PutModelInfo(m.digest, m.name, show))
-            self.shows[m.name] = show
-            self._shown.add(m.digest)
-            self._show_retry_at.pop(m.digest, None)
+            self._sink.submit(PutModelInfo(digest, name, show))
+            self.shows[name] = show
+            self._shown.add(digest)
+            self._show_retry_at.pop(digest, None)
 
     def next_delay_s(self) -> float:
         """The interval while Ollama answers; doubling from it up to ``max_backoff_s`` while it does not."""

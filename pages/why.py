@@ -16,10 +16,11 @@ from analysis.ceilings import MIN_CALIBRATION_SAMPLES, MIN_RATE_TOKENS
 from analysis.diagnose import Severity
 from analysis.hardware import BY_KEY
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
+from analysis.records import InstalledModel
 from collectors import api
 from pages import common, data, fmt
 from pages.settings import client_host_line
-from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices
+from pages.why_view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
 
 LAB_PAGE = Path(__file__).parent / "lab.py"
 
@@ -57,8 +58,15 @@ def lab_link() -> None:
         )
 
 
+def _installed_label(m: InstalledModel) -> str:
+    parts = [m.name, *(p for p in (m.parameter_size, m.quantization_level) if p)]
+    if m.size_bytes:
+        parts.append(w.gb(m.size_bytes))
+    return " · ".join(parts)
+
+
 def preview(db: Path) -> None:
-    """Before any request: the physics for the detected GPU (or one picked) and a typical 8B model."""
+    """Before any request: the physics for the detected GPU (or one picked) and an installed model (or a typical 8B)."""
     keys = list(BY_KEY)
     picked = st.selectbox(
         "GPU", ["the one detected here", *keys], key="why_gpu",
@@ -66,15 +74,44 @@ def preview(db: Path) -> None:
         help="Pick a GPU from Phasewatch's hardware table to see its ceilings.",
     )  # fmt: skip
     spec = BY_KEY.get(picked)
-    why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(),
-                    preview=(spec, TYPICAL_8B_Q4_K_M))  # fmt: skip
+    choices = preview_choices(db, spec)
+    if choices is None:
+        common.no_store_state(ctx)
+        st.stop()
+    if not choices.offered:
+        why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(),
+                        preview=(spec, TYPICAL_8B_Q4_K_M))  # fmt: skip
+        what = "an installed model that writes text" if choices.embedding else "an installed model"
+        caption = (
+            f"Until Ollama lists {what}, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come "
+            "from the ceilings alone; your requests become the points."
+        )
+    else:
+        by_name = {m.name: m for m in choices.offered}
+        names = list(by_name)
+        fits = f" that fits the GPU's {w.gb(choices.memory_bytes)}" if choices.memory_bytes else ""
+        model = st.selectbox(
+            "Model", names, index=names.index(choices.default) if choices.default in by_name else 0,
+            key="why_preview_model", format_func=lambda n: _installed_label(by_name[n]),
+            help=f"The models Ollama has installed (ollama list), newest first; it starts on the largest{fits}.",
+        )  # fmt: skip
+        why = build_why(db, model, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, None))
+        read = f", read {fmt.clock(why.facts_read_at_unix_s)}" if why is not None and why.facts_read_at_unix_s is not None else ""
+        caption = (
+            f"Ceilings for {model}, installed but not loaded: its facts come from Ollama's own description of it "
+            f"(/api/show{read}). The lines below come from the ceilings alone; your requests become the points."
+        )
     if why is None:
         common.no_store_state(ctx)
         st.stop()
-    st.caption(
-        f"Until Ollama has a model loaded, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come from the "
-        "ceilings alone; your requests become the points."
-    )
+    st.caption(fmt.md_escape(caption))
+    if choices.embedding:
+        st.caption(
+            fmt.md_escape(
+                f"Left out: {', '.join(choices.embedding)} (embedding: reads a prompt and writes nothing, so there is "
+                "no decode to set against prefill)."
+            )
+        )
     show_why(why)
 
 
@@ -186,7 +223,6 @@ if models is None:
     common.no_store_state(ctx)
     st.stop()
 if not models:
-    st.caption("Model facts (layers, heads, quantization) appear here once Ollama has a model loaded.")
     preview(ctx.db_path)
     st.stop()
 

@@ -38,12 +38,14 @@ from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
-from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
+from analysis.model_facts import ModelFacts, ModelFactsError, is_embedding_model, model_facts_from_show
+from analysis.model_names import same_model
 from analysis.phases import Phases
 from analysis.records import (
     UNIFIED_MEMORY_KINDS,
     UNIFIED_MEMORY_NOTE,
     GpuSample,
+    InstalledModel,
     LoadedModel,
     Outcome,
     RequestKind,
@@ -123,6 +125,7 @@ class WhyModel:
     embed_points: list[Reading] = field(default_factory=list)
     embed: EmbedStory | None = None
     embed_sentence: str | None = None
+    facts_read_at_unix_s: float | None = None  # when the collector stored the /api/show the facts come from
 
     @property
     def ratio(self) -> float | None:
@@ -144,6 +147,55 @@ def model_choices(db: Path) -> list[str] | None:
     """Models with recorded requests (newest first), then loaded ones; None when there is no store."""
     with _open(db) as conn:
         return None if conn is None else queries.model_choices(conn)
+
+
+@dataclass(frozen=True)
+class PreviewChoices:
+    """The installed models the preview offers (before any request), and the one it starts on."""
+
+    offered: list[InstalledModel]  # generation models, as Ollama lists them (newest first)
+    embedding: list[str]  # embedding models left out: decode does not apply to them
+    default: str | None  # the loaded one, else the largest that fits the GPU's memory, else the first
+    memory_bytes: int | None  # the GPU memory the default was fitted into (None: not known)
+
+
+def default_preview_model(offered: Sequence[InstalledModel], loaded: Sequence[str], memory_bytes: int | None) -> str | None:
+    """The loaded model if one is offered, else the largest that fits ``memory_bytes``, else the first."""
+    for m in offered:
+        if any(same_model(m.name, n) for n in loaded):
+            return m.name
+    fits = [m for m in offered if m.size_bytes is not None and memory_bytes is not None and m.size_bytes <= memory_bytes]
+    if fits:
+        return max(fits, key=lambda m: m.size_bytes or 0).name
+    return offered[0].name if offered else None
+
+
+def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | None = None) -> PreviewChoices | None:
+    """Installed models (/api/tags) for the preview; None when there is no store.
+
+    ``picked``: a GPU picked from the hardware table (its memory), else the newest sample's memory total.
+    """
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        installed = queries.installed_models(conn)
+        shows = {r.digest: r for r in queries.model_infos(conn)}
+        loaded = [m.name for m in queries.latest_loaded_models(conn)]
+        gpus = [] if picked is not None else _latest_gpus(conn, now)
+    offered: list[InstalledModel] = []
+    embedding: list[str] = []
+    for m in installed:
+        # Older Ollama lists no capabilities in /api/tags; /api/show has them (parsed only then).
+        info = shows.get(m.digest) if not m.capabilities else None
+        caps = m.capabilities or (info.show.get("capabilities") if info is not None else None) or ()
+        if is_embedding_model(m.family, [c for c in caps if isinstance(c, str)]):
+            embedding.append(m.name)
+        else:
+            offered.append(m)
+    memory = picked.memory_bytes if picked is not None else (gpus[0].mem_total_bytes if gpus else None)
+    memory_bytes = int(memory) if memory else None
+    return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes)
 
 
 def _latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
@@ -222,12 +274,12 @@ def build_why(
     window_s: float = 300.0,
     *,
     apple_chip: tuple[str, int | None] | None = None,
-    preview: tuple[HardwareSpec | None, ModelFacts] | None = None,
+    preview: tuple[HardwareSpec | None, ModelFacts | None] | None = None,
 ) -> WhyModel | None:
     """Everything the Why page shows for ``model``; None when there is no store.
 
     ``preview`` (before any request: a GPU picked from the table, or None for the detected one, and the
-    facts of a model) explains from the ceilings alone.
+    facts of a model, or None for ``model``'s stored /api/show as for any model) explains from the ceilings alone.
 
     ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
     the charts and the calibration use every stored request of the model. The host's
@@ -279,16 +331,18 @@ def build_why(
 
     facts: ModelFacts | None = None
     facts_error: str | None = None
-    if preview is not None:
+    facts_read_at: float | None = None
+    if preview is not None and preview[1] is not None:
         facts = preview[1]
     elif show is None:
         facts_error = (
-            f"No model facts for {model} yet: they appear once Ollama has the model loaded and the collector "
-            "has asked Ollama about it (/api/show)."
+            f"No model facts for {model} yet: they appear once the collector has asked Ollama about it (/api/show), "
+            "soon after Ollama lists it as installed or loads it."
         )
     else:
         try:
             facts = model_facts_from_show(show, None)
+            facts_read_at = None if info is None else info.updated_at_unix_s
         except ModelFactsError as e:
             facts_error = f"Ollama's description of {model} cannot be read for ceilings: {e}."
     if facts is not None and facts.weights_bytes_estimated:
@@ -296,7 +350,7 @@ def build_why(
             f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
             f"{facts.quantization or 'the'} quantization's bits per weight."
         )
-    if loaded is None and facts is not None and preview is None:
+    if loaded is None and facts is not None and (preview is None or preview[1] is None):
         notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
 
     ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
@@ -414,6 +468,7 @@ def build_why(
         embed_points=embed_r,
         embed=embeds,
         embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
+        facts_read_at_unix_s=facts_read_at,
     )
 
 

@@ -22,6 +22,7 @@ from analysis.records import (
     GpuSample,
     HostBandwidth,
     HostSample,
+    InstalledModel,
     LoadedModel,
     OllamaStatus,
     Outcome,
@@ -38,6 +39,7 @@ from store.tables import (
     GPU_SAMPLES,
     HOST_BANDWIDTH,
     HOST_SAMPLES,
+    INSTALLED_MODELS,
     LOADED_MODELS,
     MODEL_INFO,
     OLLAMA_EVENTS,
@@ -294,6 +296,28 @@ class PutLoadedModels(Op[None]):
         conn.executemany(
             LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.models]
         )
+
+
+@dataclass(frozen=True)
+class PutInstalledModels(Op[None]):
+    """One /api/tags poll: the installed models, replacing the whole previous list (a removed model disappears)."""
+
+    models: tuple[InstalledModel, ...]
+
+    def __init__(self, models: Iterable[InstalledModel]) -> None:
+        object.__setattr__(self, "models", tuple(models))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.models))
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * self.weight
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute("DELETE FROM installed_models")
+        tx.conn.executemany(INSTALLED_MODELS.insert_sql(), [INSTALLED_MODELS.params(m) for m in self.models])
 
 
 @dataclass(frozen=True)

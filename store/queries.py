@@ -27,6 +27,7 @@ from analysis.records import (
     GpuSample,
     HostBandwidth,
     HostSample,
+    InstalledModel,
     LoadedModel,
     OllamaStatus,
     Outcome,
@@ -52,6 +53,7 @@ from store.tables import (
     GPU_SAMPLES,
     HOST_BANDWIDTH,
     HOST_SAMPLES,
+    INSTALLED_MODELS,
     LOADED_MODELS,
     MODEL_INFO,
     OLLAMA_EVENTS,
@@ -488,6 +490,17 @@ def latest_loaded_models(conn: sqlite3.Connection) -> list[LoadedModel]:
     return [LOADED_MODELS.from_values(r) for r in rows]
 
 
+def installed_models(conn: sqlite3.Connection) -> list[InstalledModel]:
+    """Models Ollama has installed as /api/tags last listed them, newest first ([] before the first poll)."""
+    rows = _rows(
+        conn,
+        f"SELECT {INSTALLED_MODELS.select_list()} FROM installed_models "
+        "ORDER BY modified_at_unix_s IS NULL, modified_at_unix_s DESC, name",
+        (),
+    )
+    return [INSTALLED_MODELS.from_values(r) for r in rows]
+
+
 def loaded_model(conn: sqlite3.Connection, name: str) -> LoadedModel | None:
     """The model of that name (any spelling of it) in the latest /api/ps snapshot; None when not loaded."""
     return next((m for m in latest_loaded_models(conn) if same_model(m.name, name) or same_model(m.model, name)), None)
@@ -551,20 +564,24 @@ def latest_host_bandwidth(conn: sqlite3.Connection) -> HostBandwidth | None:
     return _one(conn, HOST_BANDWIDTH, "ORDER BY measured_unix_s DESC LIMIT 1")
 
 
+def model_infos(conn: sqlite3.Connection) -> list[ModelInfoRow]:
+    """Every stored /api/show answer (one per digest), newest first."""
+    sql = f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC"
+    return [MODEL_INFO.from_values(r) for r in _rows(conn, sql, ())]
+
+
 def model_info(conn: sqlite3.Connection, name: str) -> ModelInfoRow | None:
     """The /api/show answer for a model name (any spelling: ``llama3.2`` finds ``llama3.2:latest``).
 
     None when the collector has not fetched it yet.
     """
     # One row per digest: a handful of rows, so the names are compared here, by the one rule.
-    rows = [
-        MODEL_INFO.from_values(r)
-        for r in _rows(conn, f"SELECT {MODEL_INFO.select_list()} FROM model_info ORDER BY updated_at_unix_s DESC", ())
-    ]
+    rows = model_infos(conn)
     hit = next((r for r in rows if same_model(r.name, name)), None)
     if hit is None:
-        # One row per digest keeps one name; an alias of the same weights is found through /api/ps.
+        # One row per digest keeps one name; an alias of the same weights is found through /api/ps or /api/tags.
         digests = _rows(conn, "SELECT name, model, digest FROM loaded_models ORDER BY ts_unix_s DESC", ())
+        digests += _rows(conn, "SELECT name, model, digest FROM installed_models", ())
         digest = next((d for n, m, d in digests if same_model(n, name) or same_model(m, name)), None)
         hit = next((r for r in rows if r.digest == digest), None)
     return hit

@@ -348,9 +348,27 @@ _V7 = """
 ALTER TABLE requests ADD COLUMN prompt_chars INTEGER;
 """
 
+# v8: the models Ollama has installed (/api/tags), loaded or not, as the latest poll listed them: the whole list
+# is replaced on each poll, so a removed model disappears. Their /api/show answers go to model_info like a
+# loaded model's. NULL where Ollama gave no value, never 0.
+_V8 = """
+CREATE TABLE installed_models (
+    ts_unix_s REAL NOT NULL,
+    name TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    size_bytes INTEGER,
+    parameter_size TEXT,
+    quantization_level TEXT,
+    family TEXT,
+    modified_at_unix_s REAL,
+    capabilities TEXT NOT NULL DEFAULT '[]'
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7),
+    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7), _script(_V8),
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 

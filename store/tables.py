@@ -27,6 +27,7 @@ from analysis.records import (
     GpuSample,
     HostBandwidth,
     HostSample,
+    InstalledModel,
     LoadedModel,
     OllamaStatus,
     Outcome,
@@ -358,6 +359,7 @@ GPU_SAMPLES = Table.of("gpu_samples", GpuSample, rename={"index": "gpu_index"})
 HOST_SAMPLES = Table.of("host_samples", HostSample)
 PS_SNAPSHOTS = Table.of("ps_snapshots", PsSnapshotRow)
 LOADED_MODELS = Table.of("loaded_models", LoadedModel)
+INSTALLED_MODELS = Table.of("installed_models", InstalledModel)
 MODEL_INFO = Table.of("model_info", ModelInfoRow)
 OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
@@ -368,7 +370,7 @@ PROGRESS_SAMPLES = Table.of("progress_samples", ProgressSample)
 
 TABLES: tuple[Table[Any], ...] = (
     REQUESTS, REQUEST_TOKENS, GPU_SAMPLES, HOST_SAMPLES, PS_SNAPSHOTS, LOADED_MODELS, MODEL_INFO,
-    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS, HOST_BANDWIDTH, PROGRESS_SAMPLES,
+    OLLAMA_EVENTS, OLLAMA_LAST_POLL, COLLECTOR_HEARTBEAT, EXPERIMENTS, HOST_BANDWIDTH, PROGRESS_SAMPLES, INSTALLED_MODELS,
 )  # fmt: skip
 
 

@@ -114,8 +114,10 @@ async def _records_everything(sim: SimProcess, data: Path) -> None:
         assert poll["up"] == 1 and poll["version"] == "0.33.3"
         loaded = _query(data, "SELECT DISTINCT name FROM loaded_models")
         assert [r["name"] for r in loaded] == [MODEL]
-        (show,) = _query(data, "SELECT * FROM model_info")
-        assert show["name"] == MODEL and '"general.architecture": "qwen2"' in show["show_json"]
+        # One /api/show per digest: the loaded model's, and the installed ones' (/api/tags) beside it.
+        (show,) = _query(data, f"SELECT * FROM model_info WHERE name = '{MODEL}'")
+        assert '"general.architecture": "qwen2"' in show["show_json"]
+        assert MODEL in [r["name"] for r in _query(data, "SELECT name FROM installed_models")]
 
         # /phasewatch/metrics, served by the proxy itself.
         async with aiohttp.ClientSession() as session, session.get(f"http://{service.listen}/phasewatch/metrics") as resp:

@@ -313,7 +313,7 @@ def test_store_without_requests_says_how_to_make_some(data_dir: Path) -> None:
     at = open_why()
     assert any("No requests recorded yet" in i.value for i in at.info)
     assert "OLLAMA_HOST=127.0.0.1:11435" in [c.value for c in at.code]
-    assert "appear here once Ollama has a model loaded" in page_text(at)
+    assert "Until Ollama lists an installed model, the ceilings are for a typical 8B model" in page_text(at)
 
 
 def test_loaded_model_without_requests_shows_its_lines_and_how_to_measure(data_dir: Path) -> None:
@@ -329,7 +329,7 @@ def test_loaded_model_without_requests_shows_its_lines_and_how_to_measure(data_d
 def test_requests_without_model_info_say_when_it_appears(data_dir: Path) -> None:
     build_store(data_dir, time.time(), reqs=PLAIN[:3], show=False)
     at = open_why()
-    assert any("appear once Ollama has the model loaded" in unescape(i.value) for i in at.info)
+    assert any("appear once the collector has asked Ollama about it" in unescape(i.value) for i in at.info)
     prefill = figures(at)["Prefill"]
     assert len(trace(prefill, "measured")["x"]) == 3
     assert not any(str(t.get("name")).startswith("ceiling") for t in prefill["data"])

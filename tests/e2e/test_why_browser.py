@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -189,3 +191,71 @@ def test_why_page_before_any_request(page: Page, tmp_path: Path) -> None:
         for title in ("Prefill", "Decode"):
             names = [t["name"] for t in charts[title]["traces"]]
             assert any(n.startswith("ceiling") for n in names) and any(n.startswith("expected") for n in names)
+
+
+def _installed_ready(data_dir: Path) -> bool:
+    """The collector has stored the installed models and Ollama's description of each."""
+    with queries.open_reader(data_dir) as conn:
+        if conn is None:
+            return False
+        installed = queries.installed_models(conn)
+        return bool(installed) and all(queries.model_info(conn, m.name) is not None for m in installed)
+
+
+def test_why_page_explains_installed_models_before_any_request(page: Page, tmp_path: Path) -> None:
+    """Models installed in the sim (/api/tags), none loaded, no request: the preview explains the user's own models
+    (the largest that fits the GPU first), and picking another model in the Model box changes the ceilings."""
+    from tests.e2e.support import REPO, START_TIMEOUT_S, _stop
+    from tests.support.sim_process import free_port, start_sim
+
+    data_dir = tmp_path / "installed"
+    with start_sim("--hardware", "rtx-4090") as sim:
+        proxy = f"127.0.0.1:{free_port()}"
+        with open(tmp_path / "collector.log", "wb") as log:
+            collector = subprocess.Popen(
+                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
+                 "--demo"],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            wait_until(lambda: _installed_ready(data_dir), START_TIMEOUT_S, "the installed models and their /api/show")
+            env = {"OLLAMA_HOST": sim.base_url, "PHASEWATCH_LISTEN": proxy}
+            with run_app(data_dir, tmp_path / "app.log", env) as url:
+                page.set_viewport_size({"width": 1400, "height": 3600})
+                page.goto(url)
+                wait_ready(page)
+                page.locator('[data-testid="stSidebarNav"] a', has_text="Why").click()
+                wait_ready(page)
+                main = page.locator('[data-testid="stMain"]')
+                wait_until(lambda: "faster than decode" in main.inner_text(), 60, "the expected-rates sentence")
+                wait_until(lambda: len(_charts(page)) >= 2, 30, "both charts")
+                screenshot(page, "why-installed")
+                text = main.inner_text()
+                assert page.locator('[data-testid="stException"]').count() == 0
+                # The simulated RTX 4090 has 24 GiB: gpt-oss:20b (13.8 GB) is the largest that fits; not the 70B.
+                box = page.locator('[data-testid="stSelectbox"]', has_text="Model")
+                assert box.locator("input").input_value().startswith("gpt-oss:20b")
+                assert "Ceilings for gpt-oss:20b, installed but not loaded" in text
+                assert "a typical 8B model" not in text and "No requests for gpt-oss:20b recorded yet" in text
+                assert "gpt-oss:20b: gptoss" in text  # the facts line, from the stored /api/show
+                assert "Left out: nomic-embed-text:latest (embedding" in text
+                before = next(line for line in text.splitlines() if "should read a 512-token prompt at about" in line)
+                for title in ("Prefill", "Decode"):
+                    names = [t["name"] for t in _charts(page)[title]["traces"]]
+                    assert any(n.startswith("ceiling") for n in names) and any(n.startswith("expected") for n in names)
+
+                # Pick llama3.1:8b as a user does: the sentences and ceilings follow the model.
+                box.locator("input").click(force=True)
+                page.get_by_role("option").filter(has_text="llama3.1:8b").first.click()
+                wait_until(lambda: "Ceilings for llama3.1:8b" in main.inner_text(), 60, "the page for llama3.1:8b")
+                wait_ready(page)
+                wait_until(lambda: "faster than decode" in main.inner_text(), 60, "the expected-rates sentence")
+                text_8b = main.inner_text()
+                after = next(line for line in text_8b.splitlines() if "should read a 512-token prompt at about" in line)
+                assert "llama3.1:8b: llama" in text_8b and "gpt-oss:20b: gptoss" not in text_8b
+                assert after != before, after  # the ceiling sentence follows the model
+                screenshot(page, "why-installed-8b")
+            with queries.open_reader(data_dir) as conn:
+                assert conn is not None and queries.recent_requests(conn, 0) == []  # no request was ever recorded
+        finally:
+            _stop(collector)
