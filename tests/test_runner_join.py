@@ -114,8 +114,6 @@ def test_rows_kept_per_request_are_bounded() -> None:
     assert resized[0].ts_unix_s == float(batches - MAX_PREFILL_ROWS_KEPT + 1), "the oldest prefill rows were let go"
     assert resized[-1].ts_unix_s == float(batches + 5000), "the latest decode row is re-sized"
     assert {s.prompt_tokens for s in resized} == {prompt + 7}
-    r._step(set())  # the request ended: its track goes
-    assert r._tracks == {}
 
 
 def test_poll_pace_follows_what_the_requests_need() -> None:
