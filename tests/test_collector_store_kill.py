@@ -15,6 +15,11 @@ from tests.test_collector_process import collector, listen_url, stop
 from tests.test_collector_store_load import drive
 
 KILL_MARGIN_S = 1.0  # "answered before the kill": at least this long before it (the writer commits every 0.2 s)
+# 16 clients at most one request each per 32 ms: up to 500 answered requests a second, far past what an Ollama
+# serves. Unpaced, sim answered up to 1,300 a second on two cores, more than the collector writes there: its
+# backlog (bounded, store.writer) then grows past a second, and a kill loses what waits in it.
+CLIENTS = 16
+PER_CLIENT_INTERVAL_S = 0.032
 
 
 def test_sigkill_under_a_fast_request_stream_loses_nothing_answered_a_second_before(tmp_path: Path) -> None:
@@ -36,7 +41,7 @@ def test_sigkill_under_a_fast_request_stream_loses_nothing_answered_a_second_bef
 
             killer = threading.Thread(target=kill_later, daemon=True)
             killer.start()
-            drive(listen_url(tmp_path), 20.0, clients=16, on_answer=on_answer)
+            drive(listen_url(tmp_path), 20.0, clients=CLIENTS, on_answer=on_answer, per_client_interval_s=PER_CLIENT_INTERVAL_S)
             killer.join(30)
             proc.wait(timeout=10)
         assert proc.returncode == -signal.SIGKILL

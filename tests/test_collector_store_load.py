@@ -63,12 +63,18 @@ class SizeSampler:
         return max(b for t, b in self.samples if t - t0 >= after_s)
 
 
-def drive(base_url: str, seconds: float, clients: int, on_answer: Callable[[str], None]) -> int:
-    """``clients`` concurrent non-streamed chats, back to back, for ``seconds``; returns how many were answered."""
+def drive(
+    base_url: str, seconds: float, clients: int, on_answer: Callable[[str], None], per_client_interval_s: float = 0.0
+) -> int:
+    """``clients`` concurrent non-streamed chats, back to back (or each client at most one per
+    ``per_client_interval_s``), for ``seconds``; returns how many were answered."""
 
     async def one(session: aiohttp.ClientSession, worker: int, stop_at: float) -> int:
         n = 0
+        next_at = time.monotonic()
         while time.monotonic() < stop_at:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += per_client_interval_s
             prompt = f"request {worker}-{n} {PROMPT_PAD}"
             body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": False,
                     "options": {"num_predict": 2}}  # fmt: skip
