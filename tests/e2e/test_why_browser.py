@@ -22,7 +22,7 @@ from typing import Any
 
 import ollama
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Locator, Page
 
 from analysis import wording as w
 from analysis.ceilings import MIN_RATE_TOKENS
@@ -173,14 +173,7 @@ def test_why_page_before_any_request(page: Page, tmp_path: Path) -> None:
     finally:
         w_.close()
     with run_app(data_dir, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
-        page.set_viewport_size({"width": 1400, "height": 3400})
-        page.goto(url)
-        wait_ready(page)
-        page.locator('[data-testid="stSidebarNav"] a', has_text="Why").click()
-        wait_ready(page)
-        main = page.locator('[data-testid="stMain"]')
-        wait_until(lambda: "faster than decode" in main.inner_text(), 60, "the expected-rates sentence")
-        wait_until(lambda: len(_charts(page)) >= 2, 30, "both charts")
+        main = _open_why_preview(page, url, height_px=3400)
         screenshot(page, "why-empty")
         text = main.inner_text()
         assert page.locator('[data-testid="stException"]').count() == 0
@@ -191,6 +184,19 @@ def test_why_page_before_any_request(page: Page, tmp_path: Path) -> None:
         for title in ("Prefill", "Decode"):
             names = [t["name"] for t in charts[title]["traces"]]
             assert any(n.startswith("ceiling") for n in names) and any(n.startswith("expected") for n in names)
+
+
+def _open_why_preview(page: Page, url: str, height_px: int) -> Locator:
+    """Why, opened from the app's menu, once its sentences and both charts are drawn; its main area."""
+    page.set_viewport_size({"width": 1400, "height": height_px})
+    page.goto(url)
+    wait_ready(page)
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Why").click()
+    wait_ready(page)
+    main = page.locator('[data-testid="stMain"]')
+    wait_until(lambda: "faster than decode" in main.inner_text(), 60, "the expected-rates sentence")
+    wait_until(lambda: len(_charts(page)) >= 2, 30, "both charts")
+    return main
 
 
 def _installed_ready(data_dir: Path) -> bool:
@@ -221,14 +227,7 @@ def test_why_page_explains_installed_models_before_any_request(page: Page, tmp_p
             wait_until(lambda: _installed_ready(data_dir), START_TIMEOUT_S, "the installed models and their /api/show")
             env = {"OLLAMA_HOST": sim.base_url, "PHASEWATCH_LISTEN": proxy}
             with run_app(data_dir, tmp_path / "app.log", env) as url:
-                page.set_viewport_size({"width": 1400, "height": 3600})
-                page.goto(url)
-                wait_ready(page)
-                page.locator('[data-testid="stSidebarNav"] a', has_text="Why").click()
-                wait_ready(page)
-                main = page.locator('[data-testid="stMain"]')
-                wait_until(lambda: "faster than decode" in main.inner_text(), 60, "the expected-rates sentence")
-                wait_until(lambda: len(_charts(page)) >= 2, 30, "both charts")
+                main = _open_why_preview(page, url, height_px=3600)
                 screenshot(page, "why-installed")
                 text = main.inner_text()
                 assert page.locator('[data-testid="stException"]').count() == 0
