@@ -6,21 +6,20 @@ the pages through ``st.navigation``. Pages only read the store.
 
 This file plays two parts. ``streamlit run`` first imports it as a module (``__name__ == "app"``)
 and finds ``app``, an ``st.App`` that serves this same file behind ``HostGuard`` (foreign Host
-names get 403: see ``pages/host_guard.py``); every page run then executes it as ``__main__``.
+names get 403: see ``pages/shared/host_guard.py``); every page run then executes it as ``__main__``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 
 import streamlit as st
 
 if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the server, not a page run
     from starlette.middleware import Middleware
 
-    from pages.host_guard import HostGuard
+    from pages.shared.host_guard import HostGuard
 
     app = st.App(__file__, middleware=[Middleware(HostGuard)])
     # Streamlit treats a pages/ folder as legacy pages until some session first runs st.navigation: the first
@@ -33,7 +32,7 @@ if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the serv
         PagesManager.uses_pages_directory = False
 else:
     from collectors.api import LaunchStatus
-    from pages import common, sidebar
+    from pages.shared import common, sidebar
 
     # An emoji icon becomes an inline SVG in the browser; a ":material/...:" icon is fetched from a font CDN.
     st.set_page_config(page_title="Phasewatch", page_icon="⏱️", layout="wide")
@@ -46,17 +45,14 @@ else:
         with st.sidebar:
             common.follow_start()
 
-    HERE = Path(__file__).parent
     pages = [
-        st.Page("pages/live.py", title="Live", icon=":material/monitoring:", default=True),
-        st.Page("pages/requests.py", title="Requests", icon=":material/receipt_long:"),
+        st.Page("pages/live/page.py", title="Live", icon=":material/monitoring:", url_path="live", default=True),
+        st.Page("pages/requests/page.py", title="Requests", icon=":material/receipt_long:", url_path="requests"),
+        st.Page("pages/why/page.py", title="Why", icon=":material/lightbulb:", url_path="why"),
+        st.Page("pages/lab/page.py", title="Lab", icon=":material/science:", url_path="lab"),
     ]
-    # The Why and Lab pages join here when their files exist.
-    for file, title, icon in (("pages/why.py", "Why", ":material/lightbulb:"), ("pages/lab.py", "Lab", ":material/science:")):
-        if (HERE / file).is_file():
-            pages.append(st.Page(file, title=title, icon=icon))
     if os.environ.get("PHASEWATCH_PROMETHEUS", "").strip():  # several hosts, through Prometheus
-        pages.append(st.Page("pages/hosts.py", title="Hosts", icon=":material/dns:"))
+        pages.append(st.Page("pages/hosts/page.py", title="Hosts", icon=":material/dns:", url_path="hosts"))
     navigation = st.navigation(pages)
     if problem is None:
         navigation.run()

@@ -1,8 +1,8 @@
 """How long a ~16 MB embeddings reply through the proxy stalls another client's stream.
 
-Not a test (``tests/test_proxy_big_body.py`` asserts what holds on a busy machine): prints, side by
+Not a test (``tests/collectors/proxy/test_proxy_big_body.py`` asserts what holds on a busy machine): prints, side by
 side in one run, the streamed generation's longest gap between chunks through ``python -m
-collectors.proxy`` alone and with a concurrent 1800 x 768 embeddings reply (~15.7 MB), with the body
+collectors.proxy.recording`` alone and with a concurrent 1800 x 768 embeddings reply (~15.7 MB), with the body
 parsed on the event loop as before (``PHASEWATCH_BIG_BODY_BYTES`` above ``max_line_bytes``: nothing is
 handed to the worker) and in the worker process (the default). The gap is taken from the reply's end
 (when the proxy parses it) over twice the stdlib parse time of the body, measured here in the same run.

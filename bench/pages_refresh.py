@@ -114,8 +114,8 @@ def main() -> int:
         n_gpu = int(conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0])
     print(f"  {n_gpu:,} GPU samples, {n_req:,} requests; pages look at the store's last moment\n")
 
-    from pages.live_view import build_live, timeline_refresh_s
-    from pages.requests_view import build_detail, build_history
+    from pages.live.timeline_ui import build_live, timeline_refresh_s
+    from pages.requests.view import build_detail, build_history
 
     def live(window_s: float, part: str) -> Callable[[], object]:
         def run() -> object:
@@ -175,7 +175,7 @@ def main() -> int:
     print("\nwhole Streamlit runs (AppTest; includes app.py, the sidebar and Streamlit's own work):")
     live_s = timed(apptest(None, "5 min"), max(3, args.reps // 2))
     line("Live page, first run of a session, 5 min window", *live_s, LIVE_TARGET_S)
-    both = timed(apptest("pages/requests.py", "24 h"), max(3, args.reps // 2))
+    both = timed(apptest("pages/requests/page.py", "24 h"), max(3, args.reps // 2))
     line("Live then Requests page (two runs), 24 h window", *both, LIVE_TARGET_S + REQUESTS_TARGET_S)
     return 0
 

@@ -1,6 +1,6 @@
 """How close the recording proxy's stamps are to sim's truth, against issue 3's targets.
 
-Not a test (``tests/test_proxy_concurrency.py`` asserts what holds on a busy machine): prints, for
+Not a test (``tests/collectors/proxy/test_proxy_concurrency.py`` asserts what holds on a busy machine): prints, for
 bursts of concurrent streams through ``python -m collectors.proxy``, the error of the recorded TTFT
 and token gaps against sim's truth (p50, p99, max) next to the 2 ms p99 target, and the machine's load.
 

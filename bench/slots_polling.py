@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from collectors.runners import classify_slots_answer  # noqa: E402
+from collectors.ollama.runners import classify_slots_answer  # noqa: E402
 from tests.support.engine_process import DEFAULT_GGUF, words_prompt  # noqa: E402
 from tests.support.runner_process import start_llama_server  # noqa: E402
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from collectors.demo import read_demo_lock, stop_demo  # noqa: E402
 from collectors.lock import read_lock  # noqa: E402
-from pages.settings import DEMO_SUBDIR  # noqa: E402
+from pages.shared.settings import DEMO_SUBDIR  # noqa: E402
 from store.schema import db_path  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -136,7 +136,7 @@ class Sample:
 
 
 def clock_lag_s(updated: str | None, now_unix_s: float) -> float | None:
-    """Seconds by which the page's HH:MM:SS clock (local time, as ``pages.fmt.clock``) trails ``now_unix_s``."""
+    """Seconds by which the page's HH:MM:SS clock (local time, as ``pages.shared.fmt.clock``) trails ``now_unix_s``."""
     if not updated:
         return None
     try:

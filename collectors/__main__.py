@@ -20,9 +20,9 @@ import sys
 from collections.abc import Sequence
 
 from collectors.config import Settings, SettingsError, load_settings
-from collectors.limits import raise_fd_limit
 from collectors.lock import LockHeldError
-from collectors.proxy import run_with_best_loop
+from collectors.proxy.limits import raise_fd_limit
+from collectors.proxy.recording import run_with_best_loop
 from collectors.service import CollectorService, StoreOpenError
 from collectors.stopping import follow_parent, stop_collector
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 from collectors.demo import engine_problem
-from collectors.host_bandwidth import detect_apple_gpu
+from collectors.host.bandwidth import detect_apple_gpu
 from collectors.lab.experiments import EXPERIMENTS, Cost, ExperimentSpec, make_params
 from collectors.lab.ingest import result_from_row
 from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, start_run

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import platformdirs
 
-from collectors.access import split_list
-from collectors.limits import Limits
-from collectors.ollama_journal import valid_unit_name
+from collectors.ollama.journal import valid_unit_name
+from collectors.proxy.access import split_list
+from collectors.proxy.limits import Limits
 from store.schema import db_path as store_db_path
 
 DEFAULT_OLLAMA_PORT = "11434"

@@ -354,7 +354,7 @@ class MetricsSnapshot:
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
-    slots: Sequence[SlotUse] = ()  # the runners' slots (collectors.runners), where they can be read
+    slots: Sequence[SlotUse] = ()  # the runners' slots (collectors.ollama.runners), where they can be read
 
 
 # (metric suffix, help, GpuSample attribute, unit multiplier)

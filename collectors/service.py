@@ -33,11 +33,11 @@ from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
-from collectors.gpu import GpuState, SimGpuSource
-from collectors.gpu_choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
-from collectors.gpu_state import GpuSampler
-from collectors.host import HostSampler, OllamaProcesses
-from collectors.host_bandwidth import measure_host_bandwidth, same_machine
+from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
+from collectors.gpu.report import GpuState, SimGpuSource
+from collectors.gpu.state import GpuSampler
+from collectors.host.bandwidth import measure_host_bandwidth, same_machine
+from collectors.host.sampler import HostSampler, OllamaProcesses
 from collectors.lab.ingest import LabIngester
 from collectors.lock import CollectorLock
 from collectors.metrics import (
@@ -49,12 +49,12 @@ from collectors.metrics import (
     phase_windows,
     registry_for,
 )
-from collectors.ollama_journal import JournalTail
-from collectors.ollama_log import LogSource, LogTail
-from collectors.poller import OllamaPoller
-from collectors.progress_estimate import ProgressEstimator
-from collectors.proxy import RecordingProxy
-from collectors.runners import RunnerReader
+from collectors.ollama.journal import JournalTail
+from collectors.ollama.log import LogSource, LogTail
+from collectors.ollama.poller import OllamaPoller
+from collectors.ollama.progress_estimate import ProgressEstimator
+from collectors.ollama.runners import RunnerReader
+from collectors.proxy.recording import RecordingProxy
 from store import queries
 from store.ops import (
     REDERIVE_BATCH,
@@ -94,7 +94,7 @@ class CollectorService:
     """Everything ``python -m collectors`` runs. ``await start()``, then ``await stop()``.
 
     ``nvml`` is the ``pynvml`` module (tests pass a fake one); None imports the real one. The GPU
-    source is chosen at start (``collectors.gpu_choose``): NVML, amdsmi, AMD sysfs, macmon, IORegistry.
+    source is chosen at start (``collectors.gpu.choose``): NVML, amdsmi, AMD sysfs, macmon, IORegistry.
     ``host_bandwidth`` measures this host's memory bandwidth, once, in a background thread at start,
     unless the store already holds a measurement of this machine; None measures nothing.
     """

@@ -38,7 +38,7 @@ bash scripts/build_llama_server.sh
 .venv/bin/python scripts/get_gemma.py >/dev/null
 export PHASEWATCH_REQUIRE_ENGINE=1   # engine tests fail, not skip, if the build or the model is missing
 
-# Ollama's JavaScript client, for tests/test_proxy_record_js.py (they fail, not skip, where npm is installed).
+# Ollama's JavaScript client, for tests/collectors/proxy/test_proxy_record_js.py (they fail, not skip, where npm is installed).
 if command -v npm >/dev/null 2>&1; then
   npm ci --prefix tests/js --no-audit --no-fund --silent
   export PHASEWATCH_REQUIRE_NODE=1

@@ -6,7 +6,7 @@ the SQL type follows from the field's type (``int``/``bool`` INTEGER, ``float`` 
 Records of ``analysis.records`` that are stored as they are (GPU and host samples,
 loaded models, Ollama polls, heartbeats) declare their tables themselves. INSERT and
 UPSERT statements, parameters and typed rows all come from these declarations, and
-``tests/test_store_tables.py`` holds them equal to the migrated schema (``PRAGMA
+``tests/store/test_store_tables.py`` holds them equal to the migrated schema (``PRAGMA
 table_info``). The DDL in ``store.schema`` stays append-only: a new column is a new
 migration step there and a new field here.
 """

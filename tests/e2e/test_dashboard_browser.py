@@ -20,7 +20,7 @@ from playwright.sync_api import Browser, Page
 
 from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, status_rows
 from collectors.demo import stop_demo
-from pages import fmt
+from pages.shared import fmt
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
-from pages.why_figures import EMBED_NAME
+from pages.why.figures import EMBED_NAME
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
-from tests.test_why_embed import EMBEDS, IMPOSSIBLE, _embed
-from tests.test_why_page import PLAIN, build_store
+from tests.pages.why.test_why_embed import EMBEDS, IMPOSSIBLE, _embed
+from tests.pages.why.test_why_page import PLAIN, build_store
 
 pytestmark = pytest.mark.browser
 

@@ -26,9 +26,9 @@ from playwright.sync_api import Page
 
 from collectors.demo import read_demo_lock, stop_demo
 from collectors.lock import read_lock
-from pages import fmt
-from pages.common import ENGINE_DEMO_LABEL
-from pages.settings import DEMO_ENGINE_SUBDIR
+from pages.shared import fmt
+from pages.shared.common import ENGINE_DEMO_LABEL
+from pages.shared.settings import DEMO_ENGINE_SUBDIR
 from store import queries
 from store.schema import db_path
 from tests.e2e.support import (

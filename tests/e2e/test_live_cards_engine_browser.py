@@ -27,7 +27,7 @@ from playwright.sync_api import Page
 
 from analysis.records import ProgressSource
 from collectors.lock import read_lock
-from collectors.proxy import RECORD_ID_HEADER
+from collectors.proxy.recording import RECORD_ID_HEADER
 from store import queries
 from store.schema import db_path
 from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until

@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.lock import read_lock
 from collectors.metrics import TTFT_BUCKETS_S
-from pages import fleet as fleet_data
-from pages import fmt
+from pages.shared import fleet as fleet_data
+from pages.shared import fmt
 from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
 from tests.support.prometheus_process import Prometheus, require_tool, start_prometheus
 from tests.support.sim_process import SimProcess, free_port, start_sim

@@ -104,7 +104,7 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
     page.set_viewport_size({"width": 1400, "height": 3600})  # the whole page in one screenshot
     page.goto(stack.app_url)
     wait_ready(page)
-    # Through the navigation, as a user does: opening /why directly makes Streamlit 1.67 run pages/why.py
+    # Through the navigation, as a user does: opening /why directly makes Streamlit 1.67 run pages/why/page.py
     # on its own as an old-style page from the pages/ folder, without app.py's sidebar.
     page.locator('[data-testid="stSidebarNav"] a', has_text="Why").click()
     wait_ready(page)

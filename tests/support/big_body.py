@@ -1,6 +1,6 @@
 """One client streams a generation through the proxy while another gets a ~16 MB embeddings reply.
 
-Used by ``tests/test_proxy_big_body.py`` (asserts the stream never waits on the big reply's parsing)
+Used by ``tests/collectors/proxy/test_proxy_big_body.py`` (asserts the stream never waits on the big reply's parsing)
 and ``bench/big_body_stall.py`` (prints the stall with the parse on the event loop and off it).
 Plain ``http.client`` in threads: the clients do nothing but read and stamp, so they take little of
 this process's GIL, and the proxy runs in its own process (``start_proxy_process``).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from collectors.proxy import RECORD_ID_HEADER
+from collectors.proxy.recording import RECORD_ID_HEADER
 
 GEN_MODEL = "llama3.1:8b"
 EMBED_MODEL = "nomic-embed-text"

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from collectors.proxy import RECORD_ID_HEADER
+from collectors.proxy.recording import RECORD_ID_HEADER
 
 
 def stream_generate(base_url: str, body: dict[str, Any], out: dict[str, Any], timeout_s: float = 600) -> None:

@@ -2,7 +2,7 @@
 
 Same function names and parameters, same dict keys, the same "N/A" text for an absent
 reading, and errors raised as ``AmdSmiLibraryException(status)`` with amdsmi's status codes
-and message text. ``tests/test_gpu_amdsmi.py`` checks its shape against the real package's.
+and message text. ``tests/collectors/gpu/test_gpu_amdsmi.py`` checks its shape against the real package's.
 """
 
 from __future__ import annotations

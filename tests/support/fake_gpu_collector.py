@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.config import load_settings
-from collectors.gpu_choose import GpuChoice, choose_gpu_sampler
+from collectors.gpu.choose import GpuChoice, choose_gpu_sampler
 from collectors.service import CollectorService
 from tests.support.fake_macmon import FakeMacmon, MacmonError, Metrics, SamplingFailedError, SocInfo, decode_metrics
 

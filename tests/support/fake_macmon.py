@@ -1,7 +1,7 @@
 """A fake of macmon-lib's ``macmon`` module (0.7.2), built from its source: same classes, fields and errors.
 
 Values are an M2 Max under an Ollama decode: GPU active ratio 0.92 at 1398 MHz, GPU 21.4 W.
-``tests/test_gpu_apple.py`` checks its shape against the real package's.
+``tests/collectors/gpu/test_gpu_apple.py`` checks its shape against the real package's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The recording proxy in its own process, a burst of concurrent streams through it, and its stamps against sim's truth.
 
-Used by ``tests/test_proxy_concurrency.py`` (which asserts what holds on a busy machine) and
+Used by ``tests/collectors/proxy/test_proxy_concurrency.py`` (which asserts what holds on a busy machine) and
 ``bench/proxy_accuracy.py`` (which prints the percentiles against issue 3's 2 ms target).
 The proxy runs as ``python -m collectors.proxy --print-records``, as in production (the collector
 process), so the client never competes with it for the GIL.
@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from collectors.proxy import RECORD_ID_HEADER
+from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.sim_process import REPO_ROOT, free_port
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from analysis.records import RequestRecord
-from collectors.proxy import RecordingProxy
+from collectors.proxy.recording import RecordingProxy
 
 T = TypeVar("T")
 

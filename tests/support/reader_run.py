@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 
 from analysis.records import LoadedModel, ProgressSample, RequestRecord
-from collectors.poller import parse_ps
-from collectors.runners import RunnerReader
+from collectors.ollama.poller import parse_ps
+from collectors.ollama.runners import RunnerReader
 
 
 def in_flight_record(rid: str, model: str, started_unix_s: float | None = None) -> RequestRecord:

@@ -1,5 +1,5 @@
 """The test process as "the Ollama server": it listens on a loopback port (serving /api/version and /api/ps)
-and starts runners as its own children, so ``collectors.runner_discovery`` finds them the way it finds
+and starts runners as its own children, so ``collectors.ollama.discovery`` finds them the way it finds
 Ollama's: the listener's pid, then its children named ``llama-server``.
 
     with OllamaStandIn(models) as ollama, start_llama_server(gguf) as runner: ...

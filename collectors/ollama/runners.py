@@ -1,0 +1,441 @@
+"""Live prefill and decode progress, read from Ollama's runners (llama-server ``/slots``) and its log.
+
+``RunnerReader`` finds the runners of the watched Ollama (``runner_discovery``), polls each one's
+``/slots`` (loopback only) 4 times a second while a request to its model is in flight and every
+``idle_interval_s`` otherwise (once a second while every such request streams and its decoding has been
+read: the proxy sees each of their tokens itself, and 4 Hz cost a CPU runner 0.6–1.1% of its decode
+speed, ``bench/slots_polling.py``), joins a busy slot to the in-flight request of that model (oldest request
+↔ oldest task), and queues ``ProgressSample`` rows (source slots, or log from ``--ollama-log``). The
+service drains the queue on each tick, after it has written the in-flight requests the rows belong to.
+
+The prompt's size: /slots does not give it while the prompt is read (``collectors.ollama.slots``), so prefill
+readings carry ``prompt_tokens=None`` until it is known — from the first reading after decoding began,
+or from a log progress line (n_tokens / progress) — and are then queued again with it (rows are keyed
+by request, source and time, so the second write replaces the first).
+
+Where no runner can be read (remote or older Ollama, ``--no-slots``, a 404/501/garbage answer, a closed
+port, a runner gone mid-request) nothing is written from slots and the request keeps its estimate
+(written elsewhere); ``problems`` says why. Nothing here raises into the collector.
+
+``python -m collectors.ollama --ollama URL --json`` prints the runners found and their slots now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from analysis.model_names import same_model
+from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord
+from collectors.ollama.discovery import DigestCache, Runner, discover
+from collectors.ollama.log import LogEvent, LogSource, LogTail
+from collectors.ollama.slots import SlotReading, SlotsFormatError, parse_slots
+
+log = logging.getLogger(__name__)
+
+BUSY_INTERVAL_S = 0.25  # 4 Hz while a request to the runner's model runs
+IDLE_INTERVAL_S = 10.0
+RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
+DISCOVER_EVERY_S = 10.0
+STREAMED_DECODE_INTERVAL_S = 1.0  # see the module doc
+REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
+SLOTS_TIMEOUT_S = 2.0
+# Readings kept per in-flight request, to give them the prompt's size once it is known (or raised: a
+# reading racing the last batch can read it low, and the next one corrects it). A prefill reading is new only
+# when a batch ends, so a 128k prompt in 512-token batches needs 256; decode readings come every poll, so
+# only the latest few are kept. Past these, the oldest are let go: they stay in the store with the size they
+# had, and the finished request's own count fills it in.
+MAX_PREFILL_ROWS_KEPT = 1024
+MAX_DECODE_ROWS_KEPT = 8
+MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
+
+
+def classify_slots_answer(status: int, body: bytes) -> tuple[list[SlotReading] | None, str | None]:
+    """(readings, None) for a usable /slots answer, else (None, why not)."""
+    if status != 200:
+        hint = {404: " (no /slots: an older runner?)", 501: " (started with --no-slots)"}.get(status, "")
+        return None, f"/slots answered HTTP {status}{hint}"
+    try:
+        return parse_slots(json.loads(body)), None
+    except (ValueError, SlotsFormatError) as exc:
+        return None, f"/slots answered something that is not a list of slots: {str(exc)[:120]}"
+
+
+@dataclass
+class RunnerState:
+    runner: Runner
+    digest: str | None = None
+    model: str | None = None  # /api/ps name of the model it serves, once matched
+    slots: list[SlotReading] = field(default_factory=list)
+    problem: str | None = None
+    next_poll_s: float = 0.0  # monotonic
+    polling: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = asdict(self.runner)
+        out.update(
+            digest=self.digest,
+            model=self.model,
+            problem=self.problem,
+            slots=[asdict(s) for s in self.slots],
+        )
+        return out
+
+
+@dataclass
+class _Track:
+    """What the reader knows of one in-flight request."""
+
+    request_id: str
+    prompt_tokens: int | None = None
+    exact: bool = False  # prompt_tokens read from /slots after decoding began (not from a log fraction)
+    last_key: tuple[Any, ...] | None = None
+    # rows written, as last written: prefill ones and the latest decode ones (bounded, see above)
+    prefill_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_PREFILL_ROWS_KEPT))
+    decode_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_DECODE_ROWS_KEPT))
+
+
+def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
+    if not digest:
+        return None
+    for m in models:
+        if m.digest == digest or m.digest.removeprefix("sha256:") == digest:
+            return m.name
+    return None
+
+
+class RunnerReader:
+    """Reads the runners of one Ollama; ``await run(stop)`` until ``stop`` is set, ``drain()`` the rows."""
+
+    def __init__(
+        self,
+        ollama_url: str,
+        session: aiohttp.ClientSession,
+        *,
+        in_flight: Callable[[], Sequence[RequestRecord]],
+        loaded_models: Callable[[], Sequence[LoadedModel]],
+        log_path: Path | None = None,
+        log_source: LogSource | None = None,  # instead of log_path: e.g. the journal (collectors.ollama.journal)
+        clock: Callable[[], float] = time.time,
+        busy_interval_s: float = BUSY_INTERVAL_S,
+        idle_interval_s: float = IDLE_INTERVAL_S,
+        discover_every_s: float = DISCOVER_EVERY_S,
+        discover: Callable[[str], tuple[list[Runner], str | None]] = discover,
+    ) -> None:
+        self.ollama_url = ollama_url
+        self._session = session
+        self._in_flight = in_flight
+        self._loaded_models = loaded_models
+        self._clock = clock
+        self.busy_interval_s = busy_interval_s
+        self.idle_interval_s = idle_interval_s
+        self.discover_every_s = discover_every_s
+        self._discover = discover
+        self._digests = DigestCache()
+        self.runners: dict[int, RunnerState] = {}  # by pid
+        self.discovery_problem: str | None = None
+        self._next_discover_s = 0.0
+        self._discovering = False
+        self._tasks: dict[tuple[int, int], str] = {}  # (runner pid, task id) → request id
+        self._tracks: dict[str, _Track] = {}
+        self._queue: list[ProgressSample] = []
+        self._log: LogSource | None = log_source if log_source is not None else LogTail(log_path) if log_path else None
+        self._log_problem: str | None = None  # as last said in the collector's log
+        self.errors = 0  # unexpected failures caught (each logged once per kind)
+        self.polls = 0
+
+    # -- what others read ------------------------------------------------------------------
+
+    def drain(self) -> list[ProgressSample]:
+        """The rows queued since the last call (the service writes them after the in-flight requests)."""
+        out, self._queue = self._queue, []
+        return out
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The runners and their slots now (counts only), for debugging."""
+        return [r.as_json() for r in self.runners.values()]
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        pending: set[asyncio.Task[None]] = set()
+        while not stop.is_set():
+            try:
+                self._step(pending)
+            except Exception:  # a bug here must never stop the collector
+                self.errors += 1
+                log.exception("runner reader step failed")
+            with_timeout = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({with_timeout}, timeout=self.busy_interval_s)
+            with_timeout.cancel()
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def _spawn(self, pending: set[asyncio.Task[None]], coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    def _step(self, pending: set[asyncio.Task[None]]) -> None:
+        now = time.monotonic()
+        requests = list(self._in_flight())
+        live_ids = {r.id for r in requests}
+        for rid in [rid for rid in self._tracks if rid not in live_ids]:
+            del self._tracks[rid]
+        self._tasks = {k: v for k, v in self._tasks.items() if v in live_ids}
+        busy_models = {r.model for r in requests}
+        uncovered = any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in busy_models)
+        due = now >= self._next_discover_s or (
+            uncovered and now >= self._next_discover_s - self.discover_every_s + REDISCOVER_BUSY_S
+        )
+        if due and not self._discovering:
+            self._discovering = True
+            self._next_discover_s = now + self.discover_every_s
+            self._spawn(pending, self._rediscover())
+        models = self._loaded_models()
+        for state in self.runners.values():
+            if state.model is None:
+                state.model = _model_of(state.digest, models)
+            interval_s = self._interval_s(state, requests)
+            if state.next_poll_s > now + interval_s and state.problem is None:
+                state.next_poll_s = now  # a request began, or one needs more: poll now, not at the slower pace
+            if not state.polling and now >= state.next_poll_s:
+                state.polling = True
+                self._spawn(pending, self._poll(state, requests, interval_s))
+        if self._log is not None:
+            self._read_log(requests)
+
+    async def _rediscover(self) -> None:
+        try:
+            found, problem = await asyncio.to_thread(self._discover, self.ollama_url)
+            digests = await asyncio.to_thread(
+                lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found]
+            )
+        except Exception:
+            self.errors += 1
+            log.exception("runner discovery failed")
+            return
+        finally:
+            self._discovering = False
+        self.discovery_problem = problem
+        kept: dict[int, RunnerState] = {}
+        for runner, digest in zip(found, digests, strict=True):
+            old = self.runners.get(runner.pid)
+            kept[runner.pid] = old if old is not None and old.runner == runner else RunnerState(runner, digest=digest)
+        gone = set(self.runners) - set(kept)
+        if gone or set(kept) - set(self.runners):
+            log.info("runners: %s", ", ".join(f"pid {r.runner.pid} port {r.runner.port}" for r in kept.values()) or "none")
+        self.runners = kept
+        self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
+
+    def _interval_s(self, state: RunnerState, requests: list[RequestRecord]) -> float:
+        """How often to read this runner now: fast while any request to its model is in its prompt, not streamed,
+        or not yet seen decoding by a reading (its prompt's exact size comes from one); slower while all of them
+        stream their tokens through the proxy; idle when none runs."""
+        mine = [r for r in requests if state.model is not None and same_model(r.model, state.model)]
+        if not mine:
+            return self.idle_interval_s
+        for r in mine:
+            track = self._tracks.get(r.id)
+            if not r.stream or r.first_token_ns is None or track is None or not track.exact:
+                return self.busy_interval_s
+        return max(self.busy_interval_s, STREAMED_DECODE_INTERVAL_S)
+
+    async def _poll(self, state: RunnerState, requests: list[RequestRecord], interval_s: float) -> None:
+        try:
+            readings, problem = await self._fetch(state.runner)
+            self.polls += 1
+            ts = self._clock()
+            if problem is not None and problem != state.problem:
+                log.info(
+                    "runner pid %d port %d: %s; its requests keep their estimates", state.runner.pid, state.runner.port, problem
+                )
+            state.problem = problem
+            if readings is not None:
+                state.slots = readings
+                self._join(state, readings, requests, ts)
+            elif "connect" in (problem or ""):
+                self._next_discover_s = 0.0  # gone or restarted: look again
+        except Exception:
+            self.errors += 1
+            log.exception("reading runner pid %d failed", state.runner.pid)
+        finally:
+            state.polling = False
+            if state.problem is not None and interval_s < self.idle_interval_s:
+                interval_s = RETRY_INTERVAL_S  # busy but unreadable: try again, not at the busy pace
+            state.next_poll_s = time.monotonic() + interval_s
+
+    async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
+        timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
+        try:
+            async with self._session.get(runner.base_url + "/slots", timeout=timeout) as resp:
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:  # the prompt text makes it long; beyond this, not worth reading
+                        return None, f"/slots answered more than {MAX_BODY_BYTES} bytes"
+                return classify_slots_answer(resp.status, bytes(body))
+        except TimeoutError:
+            return None, f"/slots did not answer within {SLOTS_TIMEOUT_S:g} s"
+        except aiohttp.ClientConnectorError as exc:
+            return None, f"cannot connect to the runner on port {runner.port}: {exc.os_error.strerror or exc}"
+        except (aiohttp.ClientError, OSError) as exc:
+            return None, f"/slots failed: {type(exc).__name__}: {exc}"
+
+    # -- joining readings to requests -----------------------------------------------------------
+
+    def _join(self, state: RunnerState, readings: list[SlotReading], requests: list[RequestRecord], ts: float) -> None:
+        pid = state.runner.pid
+        if state.model is None:
+            return  # which model it serves is not known yet (/api/ps not read): no join is safe
+        mine = sorted((r for r in requests if same_model(r.model, state.model)), key=lambda r: (r.started_at_unix_s, r.id))
+        taken = set(self._tasks.values())
+        free = [r for r in mine if r.id not in taken and r.first_token_ns is None]
+        new = sorted((s for s in readings if s.is_processing and s.task_id is not None and (pid, s.task_id) not in self._tasks),
+                     key=lambda s: s.task_id or 0)  # fmt: skip
+        for slot, req in zip(new, free, strict=False):
+            self._tasks[(pid, slot.task_id or 0)] = req.id
+        for slot in readings:
+            rid = self._tasks.get((pid, slot.task_id or 0)) if slot.task_id is not None else None
+            if rid is not None and slot.processed_tokens is not None:
+                self._add(rid, slot, ts)
+
+    def _track(self, rid: str) -> _Track:
+        track = self._tracks.get(rid)
+        if track is None:
+            track = self._tracks[rid] = _Track(rid)
+        return track
+
+    def _add(self, rid: str, slot: SlotReading, ts: float) -> None:
+        track = self._track(rid)
+        key = (slot.processed_tokens, slot.cached_tokens, slot.decoded_tokens, slot.ctx_tokens)
+        if key == track.last_key:
+            return  # nothing moved since the last row
+        track.last_key = key
+        if slot.prompt_size_tokens is not None:
+            self._sized(track, slot.prompt_size_tokens, exact=True)
+        sample = ProgressSample(
+            request_id=rid,
+            ts_unix_s=ts,
+            source=ProgressSource.SLOTS,
+            processed_tokens=slot.processed_tokens or 0,
+            prompt_tokens=track.prompt_tokens,
+            cached_tokens=slot.cached_tokens,
+            decoded_tokens=slot.decoded_tokens,
+            ctx_used_tokens=slot.ctx_tokens,
+            n_ctx=slot.n_ctx,
+        )
+        (track.decode_rows if slot.decoding else track.prefill_rows).append(sample)
+        self._queue.append(sample)
+
+    def _sized(self, track: _Track, prompt_tokens: int, *, exact: bool) -> None:
+        """The prompt's size is now known (exactly, or from a log line's rounded fraction): queue the earlier
+        rows again with it. Rows keyed alike in the store, the later write wins."""
+        if track.prompt_tokens == prompt_tokens:
+            track.exact = track.exact or exact
+            return
+        if track.exact and (not exact or prompt_tokens < (track.prompt_tokens or 0)):
+            return  # an exact size is only ever raised (a reading racing the prompt's last batch may read low)
+        track.prompt_tokens, track.exact = prompt_tokens, exact
+        for rows in (track.prefill_rows, track.decode_rows):
+            for i, row in enumerate(rows):
+                if row.prompt_tokens != prompt_tokens:
+                    rows[i] = replace(row, prompt_tokens=prompt_tokens)
+                    self._queue.append(rows[i])
+
+    # -- the log ----------------------------------------------------------------------------------
+
+    def _read_log(self, requests: list[RequestRecord]) -> None:
+        assert self._log is not None
+        events = self._log.read(self._clock())
+        if self._log.problem != self._log_problem:  # say it once, in words, when it changes
+            self._log_problem = self._log.problem
+            if self._log_problem:
+                log.warning("Ollama's log: %s; live progress comes from the runners' /slots alone meanwhile", self._log_problem)
+            else:
+                log.info("Ollama's log: reading it")
+        if not events:
+            return
+        prefilling = [r for r in requests if r.first_token_ns is None]
+        by_task = {task: rid for (_pid, task), rid in self._tasks.items()}
+        for event in events:
+            rid = by_task.get(event.task_id) if event.task_id is not None and len(self.runners) <= 1 else None
+            if rid is None:
+                running = prefilling if event.kind in ("progress", "done") else requests
+                if len(running) != 1:
+                    continue  # no request id in the line: join only when one request can be meant
+                rid = running[0].id
+            self._add_log(rid, event)
+
+    def _add_log(self, rid: str, event: LogEvent) -> None:
+        track = self._track(rid)
+        size = event.prompt_size_tokens
+        if size is not None and track.prompt_tokens is None:
+            self._sized(track, size, exact=False)  # a slots reading after decoding began replaces it with the exact size
+        if event.kind in ("progress", "done", "prompt_eval"):
+            self._queue.append(
+                ProgressSample(rid, event.read_unix_s, ProgressSource.LOG, event.tokens,
+                               prompt_tokens=event.tokens if event.kind == "done" else track.prompt_tokens)
+            )  # fmt: skip
+        elif event.kind == "eval":
+            self._queue.append(
+                ProgressSample(rid, event.read_unix_s, ProgressSource.LOG, 0, prompt_tokens=track.prompt_tokens,
+                               decoded_tokens=event.tokens)
+            )  # fmt: skip
+
+    @property
+    def log_unknown_lines(self) -> int:
+        return self._log.unknown_lines if self._log is not None else 0
+
+
+# -- python -m collectors.ollama ------------------------------------------------------------------------
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    try:
+        with opener.open(req, timeout=timeout_s) as resp:
+            return resp.status, resp.read()  # a runner on loopback, read once by a person: no bound needed
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def read_once(ollama_url: str) -> dict[str, Any]:
+    """Discover the runners, match their models through /api/ps and read each one's /slots once."""
+    from collectors.ollama.poller import PollError, parse_ps
+
+    runners, problem = discover(ollama_url)
+    models: list[LoadedModel] = []
+    ps_problem = None
+    try:
+        status, body = _get(ollama_url.rstrip("/") + "/api/ps", 5.0)
+        models = parse_ps(json.loads(body), time.time()) if status == 200 else []
+        if status != 200:
+            ps_problem = f"/api/ps answered HTTP {status}"
+    except (OSError, ValueError, PollError) as exc:
+        ps_problem = f"/api/ps: {exc}"
+    digests = DigestCache()
+    out = []
+    for runner in runners:
+        digest = digests.digest(runner.model_path) if runner.model_path else None
+        state = RunnerState(runner, digest=digest, model=_model_of(digest, models))
+        try:
+            readings, state.problem = classify_slots_answer(*_get(runner.base_url + "/slots", SLOTS_TIMEOUT_S))
+            state.slots = readings or []
+        except OSError as exc:
+            state.problem = f"cannot read /slots: {exc}"
+        out.append(state.as_json())
+    return {"ollama": ollama_url, "problem": problem, "ps_problem": ps_problem, "runners": out}

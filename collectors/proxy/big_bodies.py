@@ -1,0 +1,113 @@
+"""Decode large response chunks in a worker process, so the proxy's event loop never waits on them.
+
+Decoding a 16 MB embeddings reply takes the stdlib decoder a second or more, holding the GIL: on the
+event loop (or in a thread) every other client's stream would stop being relayed and timestamped for
+that long. Chunks longer than ``Limits.big_body_bytes`` come here instead: one worker process, started
+on first use, decodes them one at a time with ``analysis.chunks.decode_lean`` (long number arrays
+dropped, so what comes back is small). At most ``Limits.max_big_bodies_waiting`` may wait; beyond that,
+or when the worker fails or takes longer than ``Limits.big_parse_timeout_s``, the chunk comes back
+marked malformed with the reason, so its record is still kept and says why it lacks the body's facts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
+
+from analysis.chunks import Chunk, Decoded, decode_lean, decode_object, decoded_chunk
+from collectors.proxy.limits import Limits
+
+log = logging.getLogger(__name__)
+
+_EXCERPT_BYTES = 80
+
+
+def _unparsed(chunk: Chunk, why: str) -> Chunk:
+    head = chunk.raw[:_EXCERPT_BYTES]
+    excerpt = repr(head) + ("…" if len(chunk.raw) > _EXCERPT_BYTES else "")
+    # "kind: excerpt", as every problem reads: without --record-text only the kind is kept.
+    return Chunk(chunk.t_ns, head, problem=f"not parsed ({why}), {len(chunk.raw)} bytes: {excerpt}")
+
+
+class BigBodyDecoder:
+    """One lazily started worker process and a bounded queue in front of it. Use it on one event loop."""
+
+    def __init__(self, limits: Limits, decode: Callable[[bytes], Decoded] = decode_lean) -> None:
+        self._limits = limits
+        self._decode = decode  # module-level, so the worker can unpickle it
+        self._pool: ProcessPoolExecutor | None = None
+        self._waiting = 0  # submitted and not finished in the worker (a timed-out one still counts)
+        self._closed = False
+        self._inline = False  # no worker could be started here: decode on the caller's thread, as before
+        self._futures: set[asyncio.Future[Decoded]] = set()  # submitted, not finished: close() gives up on them
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    async def decode(self, chunk: Chunk) -> Chunk:
+        """``chunk`` (a deferred one) decoded, or marked malformed saying why not. Never raises but on cancellation."""
+        if self._inline:
+            return decoded_chunk(chunk.t_ns, chunk.raw, decode_object(chunk.raw))
+        if self._closed:
+            return _unparsed(chunk, "the proxy was stopping")
+        if self._waiting >= self._limits.max_big_bodies_waiting:
+            return _unparsed(chunk, f"{self._waiting} large bodies already waiting to be parsed (max_big_bodies_waiting)")
+        pool = self._pool or self._start()
+        if pool is None:
+            return decoded_chunk(chunk.t_ns, chunk.raw, decode_object(chunk.raw))
+        try:
+            future = asyncio.wrap_future(pool.submit(self._decode, chunk.raw))
+        except (BrokenExecutor, RuntimeError) as error:  # RuntimeError: shut down meanwhile
+            self._drop_pool(pool)
+            return _unparsed(chunk, f"the parser process failed ({type(error).__name__})")
+        self._waiting += 1
+        self._futures.add(future)
+        future.add_done_callback(self._finished)
+        # asyncio.wait neither raises the future's error nor cancels it on timeout: the worker finishes it
+        # and only then frees its place in the queue.
+        done, _ = await asyncio.wait({future}, timeout=self._limits.big_parse_timeout_s)
+        if not done:
+            return _unparsed(chunk, f"the parser process took over {self._limits.big_parse_timeout_s:g} s")
+        if future.cancelled():
+            return _unparsed(chunk, "the proxy was stopping")
+        exc = future.exception()
+        if exc is not None:
+            if isinstance(exc, BrokenExecutor):
+                self._drop_pool(pool)
+            log.warning("the parser process failed on a %d-byte chunk: %r", len(chunk.raw), exc)
+            return _unparsed(chunk, f"the parser process failed ({type(exc).__name__})")
+        return decoded_chunk(chunk.t_ns, chunk.raw, future.result())
+
+    def close(self) -> None:
+        """Stop the worker after the chunk it is on; chunks still queued come back 'not parsed'."""
+        self._closed = True
+        for future in list(self._futures):
+            future.cancel()  # their callers get "not parsed"; the worker finishes the one it is on
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def _finished(self, future: asyncio.Future[Decoded]) -> None:
+        self._futures.discard(future)
+        self._waiting -= 1
+
+    def _start(self) -> ProcessPoolExecutor | None:
+        # spawn, not fork: the proxy's process has threads (store writer, samplers), and a forked child
+        # could inherit a lock held mid-operation.
+        try:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        except (OSError, ImportError, NotImplementedError) as exc:  # no process semaphores on this platform
+            log.warning("cannot start a parser process (%r): large bodies are parsed on the event loop", exc)
+            self._inline = True
+            return None
+        return self._pool
+
+    def _drop_pool(self, pool: ProcessPoolExecutor) -> None:
+        """A broken pool stays broken: the next large chunk starts a fresh one."""
+        if self._pool is pool:
+            self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)

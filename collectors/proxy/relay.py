@@ -1,0 +1,1002 @@
+"""HTTP/1.1 relay on plain asyncio protocols: the recording proxy's byte layer.
+
+Why not aiohttp's server and client: per streamed chunk they cost about 40 µs of
+CPU on our 2-core machines (a future, a task step and re-framing on each side)
+against 25 µs for a bare socket relay, and with a batching server every stream
+wakes in the same tick. Here both directions are parsed by httptools (llhttp, Node.js's
+parser) and each response body piece goes to the client inside the callback of
+the read that brought it: one timestamp, one append, one write.
+
+What a request means (which ones are recorded, what the record holds, the error
+texts) is the caller's: ``Relay`` asks ``route`` where each request goes and
+reports to the ``Exchange`` it gets back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, cast
+from urllib.parse import unquote_to_bytes
+
+import httptools
+
+from collectors.proxy.limits import Limits, fd_soft_limit
+
+CONNECT_TIMEOUT_S = 10.0
+MAX_IDLE_UPSTREAMS = 64  # kept-alive connections to Ollama waiting for the next client connection
+
+# Hop-by-hop headers (RFC 9110 §7.6.1) belong to one connection and are never forwarded.
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te"}
+    | {b"trailer", b"transfer-encoding", b"upgrade"}
+)
+# Never forwarded as the client or Ollama sent them: the relay frames every body it forwards itself.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+_NO_BODY_STATUS = frozenset({204, 304})
+Headers = list[tuple[bytes, bytes]]
+
+
+class Refused(Exception):
+    """Raised by a ``Route`` for a request that must not go anywhere: answered with ``status``, then closed."""
+
+    def __init__(self, status: int, reason: bytes, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+class _StopParsing(Exception):
+    """Raised inside a parser callback to stop llhttp at this point of the bytes."""
+
+
+class Failure(StrEnum):
+    """Why an exchange ended early (the caller turns these into outcomes and texts)."""
+
+    UNREACHABLE = "unreachable"  # could not connect: the client got a 502
+    NO_ANSWER = "no answer"  # connected, but the connection ended before a response: 502
+    CUT = "cut"  # the response body ended early: the client's is cut the same way
+    CLIENT_GONE = "client gone"  # the client closed its connection: the upstream one is dropped too
+    STOPPED = "stopped"  # the relay stopped with this request running
+
+
+class Exchange:
+    """Hooks for one relayed request. This base records nothing; ``RecordingProxy`` subclasses it.
+
+    ``on_body`` is the hot path: set it to a plain append (or leave it None).
+    """
+
+    keep_request_body = False  # True: request_body() gets the whole body once it is in
+    on_body: Callable[[tuple[int, bytes]], None] | None = None  # (read time ns, body piece)
+
+    def request_body(self, body: bytes, truncated: bool) -> None:
+        """The request body (only when ``keep_request_body``); ``truncated``: only its first bytes were kept."""
+
+    def forwarded(self, t_ns: int) -> None:
+        """About to send the request upstream (connecting first when needed)."""
+
+    def response_head(self, t_ns: int, status: int, content_type: str | None) -> Headers:
+        """Ollama's response head arrived at ``t_ns``; returns headers to add for the client."""
+        return []
+
+    def answered_here(self, status: int) -> Headers:
+        """The relay answers this request itself (Ollama could not); returns headers to add."""
+        return []
+
+    def backlog(self, caught_up: Callable[[], None]) -> None:
+        """Over ``Limits.max_unparsed_bytes`` of body pieces went to ``on_body`` since the last catch-up: the
+        relay stops reading this response until ``caught_up`` is called (this base keeps nothing)."""
+        caught_up()
+
+    def failed(self, kind: str, detail: str, responded: bool) -> None:
+        """The exchange broke (a ``Failure`` kind); ``responded``: the client already had a response head."""
+
+    def ended(self, t_ns: int) -> None:
+        """Called exactly once, last: the response is complete, or the exchange failed."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes: the address to connect to and the Host header it gets."""
+
+    host: str
+    port: int
+    host_header: bytes
+    name: str  # for error texts, like "http://127.0.0.1:11434"
+    tls: bool = False  # https://
+    path_prefix: bytes = b""  # an Ollama served under a path, like http://box/ollama
+
+
+@dataclass
+class RequestHead:
+    method: str
+    raw_path: bytes  # as the client sent it (path and query, still percent-encoded)
+    path: str  # decoded path, no query
+    http_version: str
+    headers: Headers
+    client_addr: str
+    received_ns: int
+
+
+Route = Callable[[RequestHead], tuple[Target, Exchange, frozenset[bytes]]]  # target, hooks, extra headers to drop
+
+
+def _header(headers: Headers, name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _forwardable(headers: Headers, drop: frozenset[bytes]) -> Headers:
+    """Headers without hop-by-hop ones, those named in Connection, framing ones, and ``drop`` (lower-case names).
+
+    Framing headers go whatever Connection says: the relay writes its own (naming
+    Content-Length in Connection must never leave a body unframed).
+    """
+    named = {t.strip().lower() for k, v in headers if k.lower() == b"connection" for t in v.split(b",")}
+    return [
+        (k, v)
+        for k, v in headers
+        if (low := k.lower()) not in HOP_BY_HOP and low not in _FRAMING and low not in drop and low not in named
+    ]
+
+
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+
+
+def _request_framing(headers: Headers, http_version: str) -> tuple[bool, int | None]:
+    """(chunked, Content-Length) of a request head, as strict as nginx and Go's net/http; ``Refused`` otherwise.
+
+    RFC 9112 §6.3: one Transfer-Encoding, and it must be a lone ``chunked`` (in HTTP/1.1);
+    one Content-Length of digits; never both; one Host, required in HTTP/1.1.
+    """
+    if http_version not in ("1.0", "1.1"):
+        raise Refused(505, b"HTTP Version Not Supported", f"HTTP/{http_version} is not supported; use HTTP/1.1")
+    hosts = 0
+    codings: list[bytes] = []
+    lengths: list[bytes] = []
+    for key, value in headers:  # one pass: this runs for every request
+        low = key.lower()
+        if low == b"host":
+            hosts += 1
+        elif low == b"transfer-encoding":
+            codings.append(value)
+        elif low == b"content-length":
+            lengths.append(value)
+    if hosts > 1 or (http_version == "1.1" and not hosts):
+        raise Refused(400, b"Bad Request", "an HTTP/1.1 request needs exactly one Host header")
+    if len(codings) > 1 or len(lengths) > 1:
+        raise Refused(400, b"Bad Request", "more than one Transfer-Encoding or Content-Length header")
+    if codings and lengths:
+        raise Refused(400, b"Bad Request", "both Transfer-Encoding and Content-Length")
+    if codings:
+        if http_version != "1.1":
+            raise Refused(400, b"Bad Request", "Transfer-Encoding in an HTTP/1.0 request")
+        if codings[0].strip(b" \t").lower() != b"chunked":
+            raise Refused(501, b"Not Implemented", "only Transfer-Encoding: chunked is supported")
+        return True, None
+    if lengths:
+        value = lengths[0].strip(b" \t")
+        if not _DIGITS.fullmatch(value):
+            raise Refused(400, b"Bad Request", "Content-Length is not a number")
+        return False, int(value)
+    return False, None
+
+
+def _head_bytes(first_line: bytes, headers: Headers) -> bytes:
+    return first_line + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n"
+
+
+def _json_response(status: int, reason: bytes, message: str, extra: Headers, close: bool) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"Content-Type", b"application/json; charset=utf-8"), (b"Content-Length", str(len(body)).encode())]
+    headers += extra
+    if close:
+        headers.append((b"Connection", b"close"))
+    return _head_bytes(b"HTTP/1.1 %d %s" % (status, reason), headers) + body
+
+
+def _chunk(piece: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(piece), piece)
+
+
+@dataclass(eq=False)
+class _Request:
+    """One client request, from its head to the end of its response."""
+
+    head: RequestHead
+    keep_alive: bool
+    chunked_in: bool  # the client sent its body with chunked framing
+    content_length: int | None  # the client's valid Content-Length, when it sent one
+    expect_continue: bool
+    target: Target
+    exchange: Exchange
+    drop: frozenset[bytes]  # request headers not to forward (lower-case names)
+    pending_body: list[bytes] = field(default_factory=list)  # body bytes not yet sent upstream
+    pending_bytes: int = 0
+    body_started_ns: int = 0  # when the head ended (moved on by the time reading was paused)
+    body_bytes: int = 0
+    kept_body: list[bytes] = field(default_factory=list)  # the body's start, for request_body()
+    kept_bytes: int = 0
+    kept_truncated: bool = False
+    body_complete: bool = False
+    started: bool = False  # forwarding began
+    responded: bool = False  # a response head went to the client
+    finished: bool = False
+
+
+class _ClientSide(asyncio.Protocol):
+    """One client connection: parses its requests and relays them one at a time."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.limits = relay.limits
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.client_addr = ""
+        self.read_ns = time.monotonic_ns()  # last byte from the client
+        self.waiting_since_ns = self.read_ns  # when this connection last had no request in flight
+        self.requests: deque[_Request] = deque()  # [0] is active; the rest were pipelined behind it
+        self.upstream: _UpstreamSide | None = None
+        self.queued_bytes = 0
+        self.upstream_blocked = False  # Ollama reads the body slower than the client sends it
+        self.admitted = False
+        # Request head being parsed.
+        self._url: list[bytes] = []
+        self._headers: Headers = []
+        self._head_bytes = 0
+        self._head_open = False  # a head has begun and not ended
+        self._head_started_ns = 0
+        self._head_seen = 0  # bytes read since the read in which the head began
+        self._parsing: _Request | None = None  # headers in, body not complete
+        # Parsing stopped for good (a refusal, a broken request, too many pipelined): answer what
+        # is queued, then ``_final_answer`` (if any), then close.
+        self._stopped = False
+        self._final_answer = b""
+        self._reading_paused = False
+        self._paused_at_ns = 0
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        peer = transport.get_extra_info("peername")
+        self.client_addr = str(peer[0]) if isinstance(peer, tuple) else ""
+        self.relay.admit(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.read_ns = time.monotonic_ns()
+        if self._stopped:
+            return
+        if self._head_open:  # llhttp builds a header value with +=: bound the head before feeding more
+            self._head_seen += len(data)
+            if self._head_seen > self.limits.max_head_bytes:
+                self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
+                return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._stop(501, b"Not Implemented", "protocol upgrades are not relayed")
+        except httptools.HttpParserError as exc:
+            if not self._stopped:  # not one of our own stops
+                self._stop(400, b"Bad Request", f"malformed HTTP request: {exc}")
+
+    def eof_received(self) -> bool:
+        # Like Go's net/http (Ollama), a client that half-closes is treated as gone.
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.relay.forget(self)
+        kind = Failure.STOPPED if self.relay.stopping else Failure.CLIENT_GONE
+        for req in self.requests:  # the active one, and any pipelined behind it
+            if not req.finished:
+                req.finished = True
+                req.exchange.failed(kind, "", req.responded)
+                req.exchange.ended(time.monotonic_ns())
+        self.requests.clear()
+        if self.upstream is not None and self.upstream.reusable_for(self.upstream.target):
+            self.relay.put_idle(self.upstream)  # the next client connection skips the connect
+            self.upstream = None
+        self._drop_upstream()
+
+    def pause_writing(self) -> None:  # the client reads slower than Ollama writes
+        if self.upstream is not None:
+            self.upstream.pause()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None:
+            self.upstream.resume()
+
+    # -- httptools callbacks -----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if len(self.requests) >= self.limits.max_pipelined:
+            # More pipelined in one read than we hold: answer those, then close (the client retries the rest).
+            self._stop(0, b"", "")
+            raise _StopParsing
+        self._url, self._headers, self._head_bytes = [], [], 0
+        self._head_open, self._head_started_ns, self._head_seen = True, self.read_ns, 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url.append(url)
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._head_open:
+            return  # a chunked body's trailer fields: not forwarded (our own chunked framing ends without any)
+        self._headers.append((name, value))
+        self._count_head(len(name) + len(value))
+
+    def _count_head(self, n: int) -> None:
+        self._head_bytes += n
+        if self._head_bytes > self.limits.max_head_bytes:
+            self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
+            raise _StopParsing
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        url = b"".join(self._url)
+        try:
+            if self.parser.should_upgrade():
+                raise Refused(501, b"Not Implemented", "protocol upgrades are not relayed")
+            chunked_in, content_length = _request_framing(self._headers, self.parser.get_http_version())
+            parsed = httptools.parse_url(url)
+            raw_path = url  # origin form, as nearly every client sends it
+            if not raw_path.startswith(b"/"):  # absolute form (http://host/path): keep path and query
+                raw_path = (parsed.path or b"/") + (b"?" + parsed.query if parsed.query else b"")
+            head = RequestHead(
+                method=self.parser.get_method().decode("latin-1"),
+                raw_path=raw_path,
+                path=_unquote(parsed.path or b"/"),
+                http_version=self.parser.get_http_version(),
+                headers=self._headers,
+                client_addr=self.client_addr,
+                received_ns=self.read_ns,
+            )
+            target, exchange, drop = self.relay.route(head)
+        except Refused as refused:
+            self._stop(refused.status, refused.reason, refused.message)
+            raise _StopParsing from None
+        except httptools.HttpParserInvalidURLError:
+            self._stop(400, b"Bad Request", "malformed request target")
+            raise _StopParsing from None
+        expect = (_header(self._headers, b"expect") or b"").strip().lower()
+        req = _Request(
+            head=head,
+            keep_alive=self.parser.should_keep_alive(),
+            chunked_in=chunked_in,
+            content_length=content_length,
+            expect_continue=expect == b"100-continue" and head.http_version == "1.1",
+            target=target,
+            exchange=exchange,
+            drop=drop,
+        )
+        req.body_started_ns = self.read_ns
+        self._parsing = req
+        self.requests.append(req)
+        if len(self.requests) == 1:
+            self._start(req)
+        else:
+            self._update_reading()  # a pipelined request waits: read no further until it is answered
+
+    def on_body(self, piece: bytes) -> None:
+        req = self._parsing
+        if req is None or req.finished:
+            return  # the rest of a body already answered (the connection closes after that answer)
+        req.body_bytes += len(piece)
+        if req.exchange.keep_request_body and not req.kept_truncated:
+            room = self.limits.max_kept_body_bytes - req.kept_bytes
+            if len(piece) > room:
+                req.kept_truncated = True
+            kept = piece[:room] if len(piece) > room else piece
+            req.kept_body.append(kept)
+            req.kept_bytes += len(kept)
+        if self.upstream is not None and self.upstream.sending(req):
+            self.upstream.write(_chunk(piece) if req.chunked_in else piece)
+        else:
+            req.pending_body.append(piece)
+            req.pending_bytes += len(piece)
+            if req is not self.requests[0]:  # queued behind the active one
+                self.queued_bytes += len(piece)
+            if req.pending_bytes > self.limits.max_pipelined_bytes:
+                self._update_reading()
+
+    def on_message_complete(self) -> None:
+        req = self._parsing
+        self._parsing = None
+        if req is None:
+            return
+        req.body_complete = True
+        if req.exchange.keep_request_body:
+            req.exchange.request_body(b"".join(req.kept_body), req.kept_truncated)
+            req.kept_body = []
+        if req.chunked_in and self.upstream is not None and self.upstream.sending(req):
+            self.upstream.write(b"0\r\n\r\n")
+
+    # -- relaying ----------------------------------------------------------------------------------
+
+    def _start(self, req: _Request) -> None:
+        """Make ``req`` the active request: answer Expect, forward it."""
+        self._update_reading()
+        if req.expect_continue and self.transport is not None:
+            # Answered here (as aiohttp's server would); the upstream gets the body without asking.
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        req.started = True
+        req.exchange.forwarded(time.monotonic_ns())
+        up = self.upstream
+        if up is not None and up.reusable_for(req.target):
+            up.send(req)
+            return
+        if up is not None and up.reusable_for(up.target):
+            self.relay.put_idle(up)  # kept for another client: this request goes elsewhere
+            self.upstream = None
+        self._drop_upstream()
+        pooled = self.relay.take_idle(req.target)
+        if pooled is not None:
+            pooled.client = self
+            self.upstream = pooled
+            pooled.send(req)
+            return
+        self.upstream = _UpstreamSide(self, req.target)
+        self.relay.spawn(self.upstream.connect(req))
+
+    def request_head_for_upstream(self, req: _Request) -> bytes:
+        headers = _forwardable(req.head.headers, req.drop | {b"host", b"expect"})
+        headers.insert(0, (b"Host", req.target.host_header))
+        if req.chunked_in:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+        elif req.content_length is not None:
+            headers.append((b"Content-Length", b"%d" % req.content_length))
+        path = req.target.path_prefix + req.head.raw_path
+        return _head_bytes(b"%b %b HTTP/1.1" % (req.head.method.encode("latin-1"), path), headers)
+
+    def pending_request_bytes(self, req: _Request) -> bytes:
+        """Body bytes that arrived before the upstream connection was ready."""
+        body = b"".join(_chunk(p) if req.chunked_in else p for p in req.pending_body)
+        req.pending_body = []
+        req.pending_bytes = 0
+        if req.body_complete and req.chunked_in:
+            body += b"0\r\n\r\n"
+        self._update_reading()
+        return body
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def response_done(self, req: _Request) -> None:
+        """The active request's response is complete: end the exchange, start the next one."""
+        req.finished = True
+        req.exchange.ended(time.monotonic_ns())
+        if self.requests and self.requests[0] is req:
+            self.requests.popleft()
+        self.waiting_since_ns = time.monotonic_ns()
+        if not req.keep_alive or not req.body_complete:
+            # The client asked to close, or the rest of its body would be read as a new request.
+            self._close()
+            return
+        if self.requests:  # a pipelined request waited behind this one
+            self.queued_bytes = 0
+            self._start(self.requests[0])
+            return
+        if self._stopped or self.relay.stopping:
+            self._finish_stopped()
+            return
+        self._update_reading()
+
+    def respond_error(self, req: _Request, status: int, reason: bytes, kind: str, message: str) -> None:
+        """Answer the active request ourselves (Ollama did not) and end its exchange as failed."""
+        if req.finished:
+            return
+        extra = req.exchange.answered_here(status)
+        close = not req.keep_alive or not req.body_complete
+        self.write(_json_response(status, reason, message, extra, close))
+        req.responded = True
+        req.exchange.failed(kind, message, False)
+        self.response_done(req)
+
+    def _stop(self, status: int, reason: bytes, message: str) -> None:
+        """Parse no more of this connection: answer what is queued, then ``status`` (0: nothing), then close."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._head_open = False
+        if status:
+            self._final_answer = _json_response(status, reason, message, [], close=True)
+        req, self._parsing = self._parsing, None
+        if req is not None and not req.finished:  # its body broke off (or timed out) midway
+            req.finished = True
+            if req.started:  # the upstream request cannot be completed
+                self._drop_upstream()
+            req.exchange.failed(Failure.CLIENT_GONE, f"the client's request broke off: {message}", req.responded)
+            req.exchange.ended(time.monotonic_ns())
+            if req in self.requests:
+                self.requests.remove(req)
+            if req.responded:  # the client already has part of an answer: nothing more can follow
+                self._final_answer = b""
+        self._update_reading()
+        if not self.requests:
+            self._finish_stopped()
+
+    def _finish_stopped(self) -> None:
+        if self.transport is not None and not self.transport.is_closing() and self._final_answer:
+            self.transport.write(self._final_answer)
+        self._final_answer = b""
+        self._close()
+
+    def _update_reading(self) -> None:
+        """Read from the client only while there is room for what it sends."""
+        lim = self.limits
+        pause = (
+            self._stopped
+            or self.upstream_blocked
+            or len(self.requests) > 1
+            or self.queued_bytes > lim.max_pipelined_bytes
+            or (bool(self.requests) and self.requests[0].pending_bytes > lim.max_pipelined_bytes)
+        )
+        if pause == self._reading_paused or self.transport is None or self.transport.is_closing():
+            return
+        self._reading_paused = pause
+        now_ns = time.monotonic_ns()
+        if pause:
+            self._paused_at_ns = now_ns
+            self.transport.pause_reading()
+        else:
+            self.read_ns = now_ns  # a body's silence counts from here
+            if self._parsing is not None:  # and its time, less the pause
+                self._parsing.body_started_ns += now_ns - self._paused_at_ns
+            self.transport.resume_reading()
+
+    def check_timeouts(self, now_ns: int) -> None:
+        """Called every so often: end a head, body or idle connection that took too long."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        lim = self.limits
+        if self._stopped:
+            return
+        if self._head_open:
+            if now_ns - self._head_started_ns > lim.head_timeout_s * 1e9:
+                self._stop(408, b"Request Timeout", f"request head not complete within {lim.head_timeout_s:g} s")
+        elif self._parsing is not None and not self._reading_paused:
+            req = self._parsing
+            allowed_s = lim.body_timeout_s + req.body_bytes / lim.min_body_rate_bps
+            if now_ns - self.read_ns > lim.body_timeout_s * 1e9:
+                self._stop(408, b"Request Timeout", f"no request body byte for {lim.body_timeout_s:g} s")
+            elif now_ns - req.body_started_ns > allowed_s * 1e9:
+                self._stop(408, b"Request Timeout", f"request body slower than {lim.min_body_rate_bps} bytes/s")
+        elif not self.requests and now_ns - max(self.read_ns, self.waiting_since_ns) > lim.idle_timeout_s * 1e9:
+            self._close()
+
+    def evictable(self) -> bool:
+        """Nothing in flight: an idle keep-alive connection or a head still arriving."""
+        return not self.requests and self.transport is not None and not self.transport.is_closing()
+
+    def _drop_upstream(self) -> None:
+        if self.upstream is not None:
+            self.upstream.abort()
+            self.upstream = None
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # flushes what was written first
+
+    def stop(self, now: bool) -> None:
+        """Stopping: close when idle; with ``now``, cut whatever runs."""
+        if self.transport is None:
+            return
+        if now:
+            self.transport.abort()
+        elif not self.requests:
+            self._close()
+
+
+class _UpstreamSide(asyncio.Protocol):
+    """The connection to Ollama that serves one client connection's requests, one at a time."""
+
+    def __init__(self, client: _ClientSide, target: Target) -> None:
+        self.client = client
+        self.target = target
+        self.transport: asyncio.Transport | None = None
+        self.connected = False
+        self.idle = False
+        self.parser = httptools.HttpResponseParser(self)
+        self.req: _Request | None = None
+        self.read_ns = 0
+        self.first_byte_pending = False
+        self.first_byte_ns = 0
+        self._status_reason = b""
+        self._headers: Headers = []
+        self._chunked_out = False
+        self._close_delimited = False
+        self._keep_alive = True
+        self._ended = False  # the response to ``req`` is complete: handled once the parser returns
+        self._head_seen = -1  # bytes read while the response head is incomplete; -1 once it is in
+        self._on_body: Callable[[tuple[int, bytes]], None] | None = None
+        self._unparsed = 0  # body bytes given to _on_body since the exchange last caught up
+        self._max_unparsed = client.limits.max_unparsed_bytes
+        self._paused = False  # the client reads slower than Ollama writes
+        self._backlogged = False  # the recording has not caught up with what it was given
+        self._reading = True
+        self._aborted = False
+
+    async def connect(self, req: _Request) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: self,
+                    self.target.host,
+                    self.target.port,
+                    ssl=True if self.target.tls else None,
+                    server_hostname=self.target.host if self.target.tls else None,
+                ),
+                timeout=CONNECT_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            if self._aborted or req.finished:
+                return
+            reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            if self.client.upstream is self:
+                self.client.upstream = None
+            if isinstance(exc, ssl.SSLError):
+                message = (
+                    f"TLS with Ollama at {self.target.name} failed ({exc}). Check its certificate; "
+                    "for a self-signed one, point SSL_CERT_FILE at its CA before starting Phasewatch."
+                )
+            else:
+                message = (
+                    f"Ollama is not reachable at {self.target.name} ({reason}). "
+                    "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
+                )
+            self.client.respond_error(req, 502, b"Bad Gateway", Failure.UNREACHABLE, message)
+            return
+        if self._aborted or req.finished:
+            self.abort()
+            return
+        self.send(req)
+
+    def send(self, req: _Request) -> None:
+        """Send ``req`` (head and whatever body is in) on this open, idle connection."""
+        self.req = req
+        self.idle = False
+        self._ended = False
+        self._head_seen = 0
+        self.first_byte_pending = True
+        self.parser = httptools.HttpResponseParser(self)
+        self._on_body = req.exchange.on_body
+        self._unparsed = 0
+        self._backlogged = False
+        self._apply_reading()
+        self.write(self.client.request_head_for_upstream(req) + self.client.pending_request_bytes(req))
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def sending(self, req: _Request) -> bool:
+        """``req``'s head went out on this connection, so its body may follow."""
+        return self.req is req and self.connected and not self._aborted
+
+    def reusable_for(self, target: Target) -> bool:
+        return self.connected and self.idle and not self._aborted and self.target == target
+
+    def pause(self) -> None:
+        self._paused = True
+        self._apply_reading()
+
+    def resume(self) -> None:
+        self._paused = False
+        self._apply_reading()
+
+    def _caught_up(self) -> None:
+        self._unparsed = 0
+        self._backlogged = False
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        reading = not (self._paused or self._backlogged)
+        if self.transport is None or reading == self._reading or self._aborted:
+            return
+        self._reading = reading
+        if reading:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def abort(self) -> None:
+        """Drop the connection now (Ollama sees the client leave and cancels the request)."""
+        self._aborted = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.connected = True
+
+    def data_received(self, data: bytes) -> None:
+        self.read_ns = time.monotonic_ns()
+        if self.req is None:  # bytes on an idle connection answer nothing we sent
+            self.abort()
+            return
+        if self._head_seen >= 0:  # bound the head before llhttp builds its header values with +=
+            self._head_seen += len(data)
+            if self._head_seen > self.client.limits.max_head_bytes + len(data):
+                self._broken(f"Ollama sent a response head over {self.client.limits.max_head_bytes} bytes")
+                return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._broken("Ollama switched protocols, which the relay does not do")
+            return
+        except httptools.HttpParserError as exc:
+            if not self._ended:
+                self._broken(f"Ollama sent a malformed HTTP response: {exc}")
+                return
+            self._keep_alive = False  # bytes beyond the end of the response: this connection is never reused
+        if self._ended:  # completed here, after the parser let go, so no later byte is read as the next answer
+            self._ended = False
+            self._complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connected = False
+        self.client.relay.forget_idle(self)
+        if self.client.upstream is self:
+            self.client.upstream = None
+        req = self.req
+        if req is None or req.finished or self._aborted:
+            return
+        if req.responded and self._close_delimited:
+            self._complete()  # the end of a body without length or chunks is the close itself
+            return
+        self._broken(f"connection closed ({exc})" if exc else "connection closed")
+
+    def pause_writing(self) -> None:  # Ollama reads a large request body slower than the client sends it
+        self.client.upstream_blocked = True
+        self.client._update_reading()
+
+    def resume_writing(self) -> None:
+        self.client.upstream_blocked = False
+        self.client._update_reading()
+
+    # -- httptools callbacks -----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._ended or self.req is None:
+            raise _StopParsing  # a second response to one request: stop before any of it reaches a client
+        self._status_reason, self._headers = b"", []
+        if self.first_byte_pending:
+            self.first_byte_pending = False
+            self.first_byte_ns = self.read_ns
+
+    def on_status(self, reason: bytes) -> None:
+        self._status_reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        req = self.req
+        if req is None or req.finished:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            return  # interim answers (we never send Expect upstream) are not passed on
+        self._head_seen = -1
+        self._keep_alive = self.parser.should_keep_alive()
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        for key, value in self._headers:
+            low = key.lower()
+            if low == b"content-length":
+                lengths.append(value)
+            elif low == b"transfer-encoding":
+                codings.append(value)
+        if codings and (len(codings) > 1 or codings[0].strip(b" \t").lower() != b"chunked"):
+            raise httptools.HttpParserError("a transfer coding other than a lone chunked")
+        length = int(lengths[0].strip(b" \t")) if lengths and not codings else None  # llhttp checked the digits
+        no_body = req.head.method == "HEAD" or status in _NO_BODY_STATUS
+        has_length = length is not None
+        self._close_delimited = not no_body and not has_length and not codings
+        client_1_1 = req.head.http_version == "1.1"
+        self._chunked_out = not no_body and not has_length and client_1_1
+        if not no_body and not has_length and not client_1_1:
+            req.keep_alive = False  # an HTTP/1.0 client learns the end of such a body from the close
+        content_type = _header(self._headers, b"content-type")
+        extra = req.exchange.response_head(
+            self.first_byte_ns, status, content_type.decode("latin-1") if content_type is not None else None
+        )
+        headers = _forwardable(self._headers, frozenset()) + extra
+        if self._chunked_out:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+        elif length is not None:
+            headers.append((b"Content-Length", b"%d" % length))
+        if not req.keep_alive:
+            headers.append((b"Connection", b"close"))
+        self.client.write(_head_bytes(b"HTTP/1.1 %d %b" % (status, self._status_reason), headers))
+        req.responded = True
+        if no_body:
+            self._ended = True
+            if req.head.method == "HEAD":
+                # llhttp would read a HEAD response's Content-Length bytes as its body: stop it here, and
+                # since what follows cannot be told apart, never reuse this connection.
+                self._keep_alive = False
+                raise _StopParsing
+
+    def on_body(self, piece: bytes) -> None:
+        # Hot path: one append, one write.
+        if self._on_body is not None:
+            self._on_body((self.read_ns, piece))
+            self._unparsed += len(piece)
+            if self._unparsed > self._max_unparsed and not self._backlogged and self.req is not None:
+                self._backlogged = True  # a flood from upstream: read on once the recording caught up
+                self._apply_reading()
+                self.req.exchange.backlog(self._caught_up)
+        self.client.write(_chunk(piece) if self._chunked_out else piece)
+
+    def on_message_complete(self) -> None:
+        req = self.req
+        if req is None or req.finished or not req.responded:
+            return  # an interim 1xx answer
+        self._ended = True
+
+    # -- endings -----------------------------------------------------------------------------------
+
+    def _complete(self) -> None:
+        req = self.req
+        if req is None or req.finished:
+            return
+        if self._chunked_out:
+            self.client.write(b"0\r\n\r\n")
+        self.req = None
+        self.idle = True
+        if not self._keep_alive or not req.body_complete or self._close_delimited:
+            # Ollama closes, answered before the whole request body went out, or sent more than one answer.
+            self.abort()
+        self.client.response_done(req)
+
+    def _broken(self, detail: str) -> None:
+        """The upstream failed: before a response, the client gets a 502; after, its body is cut."""
+        req = self.req
+        self.abort()
+        if req is None or req.finished:
+            return
+        if not req.responded:
+            message = f"Ollama at {self.target.name} failed before answering: {detail}"
+            self.client.respond_error(req, 502, b"Bad Gateway", Failure.NO_ANSWER, message)
+            return
+        req.finished = True
+        req.exchange.failed(Failure.CUT, f"Ollama cut the response mid-way: {detail}", True)
+        req.exchange.ended(time.monotonic_ns())
+        self.client.requests.clear()
+        self.client._close()  # flushes what was relayed, never writes the end of the body
+
+
+def _unquote(path: bytes) -> str:
+    return unquote_to_bytes(path).decode("utf-8", "replace")
+
+
+class Relay:
+    """Listen on host:port and relay every request to where ``route`` says."""
+
+    def __init__(self, route: Route, limits: Limits | None = None) -> None:
+        self.route = route
+        self.limits = limits or Limits()
+        self.clients: set[_ClientSide] = set()
+        self.by_addr: dict[str, set[_ClientSide]] = {}
+        self.max_clients = self.limits.connection_cap(fd_soft_limit())
+        self.stopping = False
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle: dict[Target, list[_UpstreamSide]] = {}
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and serve; returns the port (``port`` 0 picks a free one)."""
+        loop = asyncio.get_running_loop()
+        self.max_clients = self.limits.connection_cap(fd_soft_limit())
+        self._server = await loop.create_server(lambda: _ClientSide(self), host, port, reuse_address=True, backlog=1024)
+        self.spawn(self._watch_timeouts())
+        return int(self._server.sockets[0].getsockname()[1])
+
+    # -- connection bounds --------------------------------------------------------------------------
+
+    def admit(self, client: _ClientSide) -> None:
+        """Take a new client connection; at a bound, make room by closing the longest-waiting idle one."""
+        same_addr = self.by_addr.setdefault(client.client_addr, set())
+        for crowd, cap in ((same_addr, self.limits.max_connections_per_client), (self.clients, self.max_clients)):
+            if len(crowd) >= cap:
+                waiting = [c for c in crowd if c.evictable()]
+                if not waiting:  # every connection has a request running: this one cannot be served
+                    client._stopped = True
+                    assert client.transport is not None
+                    client.transport.write(
+                        _json_response(503, b"Service Unavailable", "too many connections; try again", [], close=True)
+                    )
+                    client.transport.close()
+                    return
+                victim = min(waiting, key=lambda c: c.waiting_since_ns)
+                self.forget(victim)
+                victim.stop(now=True)
+        client.admitted = True
+        self.clients.add(client)
+        same_addr.add(client)
+
+    def forget(self, client: _ClientSide) -> None:
+        self.clients.discard(client)
+        same_addr = self.by_addr.get(client.client_addr)
+        if same_addr is not None:
+            same_addr.discard(client)
+            if not same_addr:
+                del self.by_addr[client.client_addr]
+
+    async def _watch_timeouts(self) -> None:
+        lim = self.limits
+        interval_s = min(1.0, max(0.05, min(lim.head_timeout_s, lim.body_timeout_s, lim.idle_timeout_s) / 4))
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ns = time.monotonic_ns()
+            for client in list(self.clients):
+                client.check_timeouts(now_ns)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def busy(self) -> bool:
+        return any(c.requests for c in self.clients)
+
+    # -- idle upstream connections, shared by client connections ------------------------------------
+
+    def put_idle(self, up: _UpstreamSide) -> None:
+        pool = self._idle.setdefault(up.target, [])
+        if self.stopping or len(pool) >= MAX_IDLE_UPSTREAMS:
+            up.abort()
+        else:
+            pool.append(up)
+
+    def take_idle(self, target: Target) -> _UpstreamSide | None:
+        pool = self._idle.get(target, [])
+        while pool:
+            up = pool.pop()
+            if up.reusable_for(target):
+                return up
+        return None
+
+    def forget_idle(self, up: _UpstreamSide) -> None:
+        pool = self._idle.get(up.target)
+        if pool and up in pool:
+            pool.remove(up)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop listening, let running requests finish for ``grace_s``, then cut the rest."""
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        for client in list(self.clients):
+            client.stop(now=False)
+        for pool in self._idle.values():
+            for up in list(pool):
+                up.abort()
+        self._idle.clear()
+        deadline = time.monotonic() + grace_s
+        while self.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for client in list(self.clients):
+            client.stop(now=True)
+        deadline = time.monotonic() + 1.0
+        while self.clients and time.monotonic() < deadline:  # connection_lost runs on a later loop turn
+            await asyncio.sleep(0.01)
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,294 @@
+"""The Live page's cards and "now" strip, from records and progress readings (pure: no Streamlit, no I/O, no clock).
+
+One card per generation in flight, by phase: queued (position, what it waits for), loading (the model and how
+long so far), prefill (tokens read of the prompt, rate, ETA, marked "estimated" when the reading is the
+collector's estimate rather than the runner's), decoding (tokens so far, live tok/s with a sparkline against
+the decode ceiling, context used of n_ctx, the reply when text is recorded). A finished generation keeps its
+card for ``FINISHED_KEEP_S`` with its phase durations, then the card goes (its Requests detail stays).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
+from pages.shared.derive import live_tok_s
+from store.tables import RequestSummary
+
+FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
+SPARK_S = 20  # the sparkline's span: tok/s per second over the last this many seconds
+NOW_WINDOW_S = 60.0  # the "now" strip's share of GPU time: over the last minute
+RUNNER_SOURCES = (ProgressSource.SLOTS, ProgressSource.LOG)
+
+DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) → decode ceiling tok/s
+
+
+@dataclass(frozen=True)
+class PrefillView:
+    processed_tokens: int
+    prompt_tokens: int | None
+    rate_tok_s: float | None  # the runner's: since its first reading of progress; the estimate's: since its start
+    eta_s: float | None
+    estimated: bool  # the collector's estimate, not a reading of the runner
+    source: str
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.prompt_tokens:
+            return None
+        return min(max(self.processed_tokens / self.prompt_tokens, 0.0), 1.0)
+
+
+@dataclass(frozen=True)
+class Card:
+    request_id: str
+    model: str
+    client: str
+    endpoint: str
+    phase: str  # "queued", "loading", "prefill", "waiting", "decoding", "finished"
+    elapsed_s: float
+    queue_position: int | None = None  # 1 = next
+    waits_for: str | None = None
+    prefill: PrefillView | None = None
+    tokens_so_far: int = 0
+    live_tok_s: float | None = None
+    spark_tok_s: tuple[float, ...] = ()  # one value per second, oldest first
+    decode_ceiling_tok_s: float | None = None
+    ctx_used_tokens: int | None = None
+    n_ctx: int | None = None
+    silent_s: float | None = None  # decoding, no token for this long
+    reply_text: str | None = None  # only when the collector records text
+    outcome: str | None = None  # finished: how it ended
+    phase_s: dict[str, float] = field(default_factory=dict)  # finished: queue/load/prefill/decode durations
+    phase_started_unix_s: float | None = None  # running: when the phase now began (as far as known)
+    prompt_chars: int | None = None  # the prompt's length as the proxy counted it
+
+    @property
+    def key(self) -> str:
+        """Stable across refreshes (Streamlit element keys)."""
+        return self.request_id
+
+
+@dataclass(frozen=True)
+class NowStrip:
+    prefill_tok_s: float | None  # prompt tokens read per second now, over the running generations
+    decode_tok_s: float | None  # output tokens per second now
+    prefill_share: float | None  # of the GPU time spent in prefill or decode over the last minute
+    decode_share: float | None
+    waiting: int  # generations queued or loading
+
+
+def preferred_progress(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
+    """The readings to show for one request: the runner's (slots/log) when there are any, else the estimates."""
+    runner = [s for s in samples if s.source in RUNNER_SOURCES]
+    return runner if runner else [s for s in samples if s.source is ProgressSource.ESTIMATE]
+
+
+def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
+    chosen = sorted(preferred_progress(samples), key=lambda s: s.ts_unix_s)
+    if not chosen:
+        return None
+    last = chosen[-1]
+    rate = None
+    eta = None
+    if last.source is ProgressSource.ESTIMATE:
+        # The estimate's rate from its start (it stops one token short of the end, where the last two readings no
+        # longer differ).
+        dt = last.ts_unix_s - chosen[0].ts_unix_s
+        if dt > 0 and last.processed_tokens >= chosen[0].processed_tokens:
+            rate = (last.processed_tokens - chosen[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    else:
+        # The runner's: from its first reading that shows progress to the last. It moves a batch at a time and is
+        # read at 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s.
+        moving = [s for s in chosen if s.processed_tokens > 0 and not s.decoded_tokens]
+        if len(moving) >= 2:
+            dt = moving[-1].ts_unix_s - moving[0].ts_unix_s
+            if dt > 0 and moving[-1].processed_tokens > moving[0].processed_tokens:
+                rate = (moving[-1].processed_tokens - moving[0].processed_tokens) / dt
+        if rate and last.prompt_tokens is not None:
+            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    return PrefillView(
+        processed_tokens=last.processed_tokens,
+        prompt_tokens=None if last.prompt_tokens is None else last.prompt_tokens - (last.cached_tokens or 0),
+        rate_tok_s=rate,
+        eta_s=eta,
+        estimated=last.source is ProgressSource.ESTIMATE,
+        source=str(last.source),
+    )
+
+
+def spark(token_chunk_ns: Sequence[int], now_ns: int, span_s: int = SPARK_S) -> tuple[float, ...]:
+    """Tokens per second in each of the last ``span_s`` whole seconds (from the stream's start when younger)."""
+    if not token_chunk_ns:
+        return ()
+    first = token_chunk_ns[0]
+    seconds = min(span_s, max(1, int((now_ns - first) // 1_000_000_000)))
+    out = []
+    for k in range(seconds, 0, -1):
+        lo, hi = now_ns - k * 1_000_000_000, now_ns - (k - 1) * 1_000_000_000
+        out.append(float(bisect.bisect_left(token_chunk_ns, hi) - bisect.bisect_left(token_chunk_ns, lo)))
+    return tuple(out)
+
+
+def _loaded(model: str, loaded: dict[str, int | None]) -> bool:
+    return model in loaded or f"{model}:latest" in loaded
+
+
+def in_flight_cards(
+    records: Sequence[RequestRecord],
+    progress: dict[str, list[ProgressSample]],
+    loaded: dict[str, int | None],
+    now_unix_s: float,
+    decode_ceiling: DecodeCeiling = lambda _m, _c: None,
+) -> list[Card]:
+    """A card per running generation, oldest first. ``loaded``: loaded model name → its context length."""
+    cards: list[Card] = []
+    # Queue: a token-less request with no reading, behind others of its model the runner is working on.
+    runner_busy: dict[str, int] = {}
+    for rec in records:
+        if any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, [])) or rec.token_chunk_ns:
+            runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
+    queued_seen: dict[str, int] = {}
+    loading_seen: dict[str, int] = {}
+    for rec in sorted(records, key=lambda r: r.started_at_unix_s):
+        now_ns = rec.received_ns + int((now_unix_s - rec.started_at_unix_s) * 1e9)
+        samples = progress.get(rec.id, [])
+        base = Card(
+            request_id=rec.id,
+            model=rec.model,
+            client=rec.client_addr,
+            endpoint=rec.endpoint,
+            phase="waiting",
+            elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
+            n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
+            reply_text=rec.response_text,
+            prompt_chars=rec.prompt_chars,
+        )
+        if rec.token_chunk_ns:
+            tokens = len(rec.token_chunk_ns)
+            prompt = _last(samples, "prompt_tokens")
+            ctx_used = _last(samples, "ctx_used_tokens") or (None if prompt is None else prompt + tokens)
+            # Without a prompt size the ceiling is taken at the reply's own length (a lower bound on the context).
+            silent = (now_ns - rec.token_chunk_ns[-1]) / 1e9
+            cards.append(
+                replace(
+                    base,
+                    phase="decoding",
+                    tokens_so_far=tokens,
+                    live_tok_s=live_tok_s(rec.token_chunk_ns, now_ns),
+                    spark_tok_s=spark(rec.token_chunk_ns, now_ns),
+                    decode_ceiling_tok_s=decode_ceiling(rec.model, ctx_used if ctx_used is not None else tokens),
+                    ctx_used_tokens=ctx_used,
+                    silent_s=silent if silent >= 2.0 else None,
+                    phase_started_unix_s=rec.wall_s(rec.token_chunk_ns[0]),
+                )
+            )
+            continue
+        if not _loaded(rec.model, loaded):
+            n = loading_seen.get(rec.model, 0)
+            loading_seen[rec.model] = n + 1
+            cards.append(
+                replace(
+                    base,
+                    phase="loading",
+                    queue_position=n + 1 if n else None,
+                    waits_for=f"{rec.model} to load into memory" if n else None,
+                )
+            )
+            continue
+        view = prefill_view(samples)
+        if view is None:
+            has_runner = runner_busy.get(rec.model, 0) > 0
+            if has_runner:
+                n = queued_seen.get(rec.model, 0) + 1
+                queued_seen[rec.model] = n
+                cards.append(replace(base, phase="queued", queue_position=n, waits_for=f"a free slot of {rec.model}"))
+            else:
+                cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
+            continue
+        began = min(s.ts_unix_s for s in preferred_progress(samples))
+        cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
+    return cards
+
+
+def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: float = FINISHED_KEEP_S) -> list[Card]:
+    """Generations that ended in the last ``keep_s``, newest last, with their phase durations."""
+    cards = []
+    for r in rows:
+        if r.outcome is Outcome.IN_FLIGHT or r.ended_at_unix_s is None or now_unix_s - r.ended_at_unix_s > keep_s:
+            continue
+        phases = {
+            name: value
+            for name, value in (("queue", r.queue_s), ("load", r.load_s), ("prefill", r.prefill_s), ("decode", r.decode_s))
+            if value is not None
+        }
+        cards.append(
+            Card(
+                request_id=r.id,
+                model=r.model,
+                client=r.client_addr,
+                endpoint=r.endpoint,
+                phase="finished",
+                elapsed_s=max(0.0, r.ended_at_unix_s - r.started_at_unix_s),
+                tokens_so_far=r.output_tokens if r.output_tokens is not None else r.tokens_so_far,
+                live_tok_s=r.decode_tok_s,
+                outcome=str(r.outcome),
+                phase_s=phases,
+                prefill=None
+                if r.prompt_tokens is None
+                else PrefillView(r.computed_prompt_tokens or 0, r.computed_prompt_tokens, r.prefill_tok_s, 0.0, False, "final"),
+            )
+        )
+    return sorted(cards, key=lambda c: c.elapsed_s)
+
+
+def now_strip(
+    cards: Sequence[Card], recent: Iterable[RequestSummary], now_unix_s: float, window_s: float = NOW_WINDOW_S
+) -> NowStrip:
+    """Rates now over the running generations, and the last minute's split of GPU time between prefill and decode
+    (phase boundaries of the requests that overlap it, running ones counted up to now)."""
+    running = [c for c in cards if c.phase != "finished"]
+    prefill_rates = [c.prefill.rate_tok_s for c in running if c.phase == "prefill" and c.prefill and c.prefill.rate_tok_s]
+    decode_rates = [c.live_tok_s for c in running if c.phase == "decoding" and c.live_tok_s is not None]
+    start = now_unix_s - window_s
+    prefill_s = decode_s = 0.0
+    for r in recent:
+        if r.outcome is Outcome.IN_FLIGHT:
+            continue
+        prefill_s += _overlap(r.prefill_start_unix_s, r.decode_start_unix_s, start, now_unix_s)
+        decode_s += _overlap(r.decode_start_unix_s, r.decode_end_unix_s, start, now_unix_s)
+    for c in running:
+        if c.phase == "prefill":
+            prefill_s += _overlap(c.phase_started_unix_s, now_unix_s, start, now_unix_s)
+        elif c.phase == "decoding":
+            decode_s += _overlap(c.phase_started_unix_s, now_unix_s, start, now_unix_s)
+    busy = prefill_s + decode_s
+    return NowStrip(
+        prefill_tok_s=sum(prefill_rates) if prefill_rates else (0.0 if not any(c.phase == "prefill" for c in running) else None),
+        decode_tok_s=sum(decode_rates) if decode_rates else (0.0 if not any(c.phase == "decoding" for c in running) else None),
+        prefill_share=prefill_s / busy if busy > 0 else None,
+        decode_share=decode_s / busy if busy > 0 else None,
+        waiting=sum(1 for c in running if c.phase in ("queued", "loading", "waiting")),
+    )
+
+
+def _overlap(a: float | None, b: float | None, lo: float, hi: float) -> float:
+    if a is None or b is None:
+        return 0.0
+    return max(0.0, min(b, hi) - max(a, lo))
+
+
+def _context_of(model: str, loaded: dict[str, int | None]) -> int | None:
+    return loaded.get(model) or loaded.get(f"{model}:latest")
+
+
+def _last(samples: Sequence[ProgressSample], attr: str) -> int | None:
+    for s in sorted(samples, key=lambda s: s.ts_unix_s, reverse=True):
+        value = getattr(s, attr)
+        if value is not None:
+            return int(value)
+    return None

@@ -1,0 +1,134 @@
+"""Requests: the filterable history with CSV download, and one request's phases, gaps, rates and story."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from pages.requests.view import (
+    SHOWN_ROWS,
+    DetailModel,
+    build_detail,
+    build_history,
+    csv_bytes,
+    display_frame,
+    request_label,
+)
+from pages.shared import common, data, fmt
+from pages.shared.settings import client_host_line
+
+ANY = "any"
+
+ctx = common.context()
+st.title("Requests")
+status = data.load_status(ctx.db_path)
+common.demo_banner(ctx, status)
+common.ollama_down_panel(ctx, status)
+
+now = time.time()
+start = now - ctx.window_s
+first = build_history(ctx.db_path, start, now)
+if first is None:
+    common.no_store_state(ctx)
+    st.stop()
+
+f1, f2, f3 = st.columns(3)
+model = f1.selectbox("Model", [ANY, *first.options.models], key="req_model")
+endpoint = f2.selectbox("Endpoint", [ANY, *first.options.endpoints], key="req_endpoint")
+outcome = f3.selectbox("Outcome", [ANY, *first.options.outcomes], key="req_outcome")
+filters = (None if model == ANY else model, None if endpoint == ANY else endpoint, None if outcome == ANY else outcome)
+history = first if filters == (None, None, None) else build_history(ctx.db_path, start, now, *filters)
+assert history is not None  # the store existed a moment ago; it is never deleted while the app runs
+
+if not history.rows:
+    st.info(
+        "No requests in this window"
+        + (" match these filters." if filters != (None, None, None) else ".")
+        + " Widen the time window in the sidebar, or send a prompt through the proxy:",
+        icon=":material/search_off:",
+    )
+    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+    st.stop()
+
+n_rows = len(history.rows)
+window = next((label for label, s in common.WINDOWS_S.items() if s == ctx.window_s), fmt.seconds(ctx.window_s))
+caption = f"{n_rows:,} request{'s' if n_rows != 1 else ''} in the last {window}, newest first."
+if history.truncated:
+    caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
+st.caption(caption)
+table = st.dataframe(
+    display_frame(history.frame), hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
+    column_config={"time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss")},
+)  # fmt: skip
+st.download_button(
+    "Download CSV", data=lambda: csv_bytes(ctx.db_path, start, now, *filters), file_name="phasewatch-requests.csv",
+    mime="text/csv", key="req_csv", on_click="ignore", help="Every matching request: timings and counts, never text.",
+)  # fmt: skip
+if history.figure is not None:
+    st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})
+    if history.figure_note:
+        st.caption(history.figure_note)
+
+# Which request to inspect: the row picked in the table, else the selectbox (newest by default).
+ids = [r.id for r in history.rows]
+labels = {r.id: request_label(r) for r in history.rows}
+picked_rows = table.selection.rows if table is not None else []
+if picked_rows and st.session_state.get("req_last_table_pick") != ids[picked_rows[0]]:
+    st.session_state["req_last_table_pick"] = ids[picked_rows[0]]
+    st.session_state["req_pick"] = ids[picked_rows[0]]
+linked = st.query_params.get("request")  # a Live card's "Details in Requests" link
+if linked in labels and st.session_state.get("req_linked") != linked:
+    st.session_state["req_linked"] = linked
+    st.session_state["req_pick"] = linked
+if st.session_state.get("req_pick") not in labels:
+    # Default: the newest finished request (an in-flight one has no phases yet).
+    finished = [r.id for r in history.rows if r.outcome != "in_flight"]
+    st.session_state["req_pick"] = finished[0] if finished else ids[0]
+st.subheader("One request")
+request_id = st.selectbox("Request to inspect", ids, format_func=labels.__getitem__, key="req_pick")
+detail = build_detail(ctx.db_path, request_id) if request_id else None
+
+
+def show_detail(d: DetailModel) -> None:
+    rec = d.record
+    where = f"from {rec.client_addr} · {fmt.when(rec.started_at_unix_s)}"
+    st.text(f"{rec.model} · {rec.endpoint} · {rec.kind} · {where} · {rec.outcome.value}")
+    for sentence in d.sentences:
+        st.text(sentence)  # text, not Markdown: the sentences carry model names
+    c = st.columns(len(d.headlines))
+    for col, h in zip(c, d.headlines, strict=True):
+        col.metric(h.label, h.value, help=h.help)
+    st.plotly_chart(d.waterfall, key="req_waterfall", config={"displaylogo": False})
+    if not d.thinking.empty:
+        st.markdown("**Thinking and answer** (thinking tokens cost decode time like any other)")
+        st.dataframe(d.thinking, hide_index=True, key="req_thinking")
+    with st.expander("Where each number came from"):
+        st.dataframe(d.sources, hide_index=True, key="req_sources")
+    if d.gaps is not None:
+        st.plotly_chart(d.gaps, key="req_gaps", config={"displaylogo": False})
+    else:
+        st.caption("Fewer than two tokens streamed: no gaps to show.")
+    if not d.rates.empty:
+        st.markdown("**Rates: ours beside Ollama's**")
+        # A static table wraps its cells, so "why they differ" is read whole.
+        st.table(d.rates.set_index("phase"))
+    for diagnosis in d.diagnoses:
+        st.text(f"• {diagnosis.sentence}")
+    for text in d.flags:
+        st.warning(fmt.md_escape(text), icon=":material/warning:")
+    if rec.error:
+        st.markdown("**Error**")
+        st.code(rec.error, language=None, wrap_lines=True)
+    if rec.prompt_text is not None or rec.response_text is not None:
+        with st.expander("Prompt and reply text (recorded because text recording is on)", expanded=True):
+            st.markdown("**Prompt**")
+            st.code(rec.prompt_text or "", language=None, wrap_lines=True)
+            st.markdown("**Reply**")
+            st.code(rec.response_text or "", language=None, wrap_lines=True)
+
+
+if detail is None:
+    st.caption("Pick a request above to see its phases.")
+else:
+    show_detail(detail)

@@ -1,0 +1,452 @@
+"""The Requests page's work: ``build_history`` and ``build_detail`` (store → tables and figures,
+no Streamlit, timed by ``bench/pages_refresh.py``), then ``show_history``/``show_detail``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis.ceilings import MIN_RATE_TOKENS
+from analysis.diagnose import Diagnosis, diagnose_request
+from analysis.explain import explain_request
+from analysis.hardware import match_gpu
+from analysis.model_facts import ModelFactsError, model_facts_from_show
+from analysis.phases import Flag, Phases, PhaseSource
+from analysis.records import RequestKind, RequestRecord
+from pages.shared import charts, data, fmt
+from pages.shared.charts import Span
+from store.export import CSV_LINE_END, csv_cell
+from store.tables import RequestSummary
+
+SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
+
+# Columns of the history table, in order, with the names a user reads.
+HISTORY_COLUMNS = {
+    "time": "time",
+    "model": "model",
+    "endpoint": "endpoint",
+    "kind": "kind",
+    "stream": "streamed",
+    "outcome": "outcome",
+    "client": "client",
+    "ttft_s": "first token (s)",
+    "server_ttft_s": "first token, server side (s)",
+    "ttfa_s": "first answer token (s)",
+    "client_s": "total seen by client (s)",
+    "load_s": "load (s)",
+    "queue_s": "queue (s)",
+    "prefill_s": "prefill (s)",
+    "decode_s": "decode (s)",
+    "prompt_tokens": "prompt tokens",
+    "cached_tokens": "cached tokens",
+    "output_tokens": "output tokens",
+    "thinking_tokens": "thinking tokens",
+    "prefill_tok_s": "prefill tok/s",
+    "decode_tok_s": "decode tok/s",
+    "flags": "flags",
+    "id": "id",
+}
+
+
+@dataclass
+class HistoryModel:
+    rows: list[RequestSummary]  # as the store returns them, newest first
+    frame: pd.DataFrame  # the same rows with user-facing column names
+    truncated: bool  # more requests match than SHOWN_ROWS
+    options: data.HistoryOptions
+    figure: go.Figure | None
+    figure_note: str | None = None  # what the rates chart draws apart
+
+
+# Flags that say a rate cannot be true: such readings are drawn apart and set no axis range.
+IMPOSSIBLE_RATE_FLAGS = {"decode": Flag.IMPLAUSIBLE_DECODE_RATE, "prefill": Flag.IMPLAUSIBLE_PREFILL_RATE}
+
+
+def _timed_tokens(row: RequestSummary, kind: str) -> int:
+    if kind == "prefill":
+        return row.computed_prompt_tokens or 0
+    return max((row.output_tokens or 0) - 1, 0)
+
+
+def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]:
+    """Each request's decode and prefill rate over time (log scale: they differ by 10-100×).
+
+    Rates timed over fewer than ``MIN_RATE_TOKENS`` tokens, and rates flagged as beyond any hardware,
+    are drawn hollow and set no axis range: one beyond the range sits at its edge, its value in the hover.
+    """
+    fig = go.Figure()
+    kept: list[float] = []
+    parts: list[tuple[str, str, str, list[RequestSummary], list[float], bool]] = []
+    apart_n = {"too short": 0, "impossible": 0}
+    for kind, label, symbol in (("decode", "decode (output) tok/s", "circle"), ("prefill", "prefill (prompt) tok/s", "diamond")):
+        ok_rows, ok_y, apart_rows, apart_y = [], [], [], []
+        for r in rows:
+            v = r.decode_tok_s if kind == "decode" else r.prefill_tok_s
+            if not v or v <= 0:
+                continue
+            impossible = IMPOSSIBLE_RATE_FLAGS[kind] in (r.flags or ())
+            if impossible or _timed_tokens(r, kind) < MIN_RATE_TOKENS:
+                apart_rows.append(r)
+                apart_y.append(v)
+                apart_n["impossible" if impossible else "too short"] += 1
+            else:
+                ok_rows.append(r)
+                ok_y.append(v)
+        kept += ok_y
+        parts.append((kind, label, symbol, ok_rows, ok_y, False))
+        parts.append((kind, label, symbol + "-open", apart_rows, apart_y, True))
+    lo, hi = (min(kept) / 1.5, max(kept) * 1.5) if kept else (None, None)
+    for kind, label, symbol, part_rows, ys, apart in parts:
+        if apart and not part_rows:
+            continue
+        shown = [min(max(y, lo), hi) if lo is not None and hi is not None else y for y in ys]
+        fig.add_trace(
+            go.Scatter(
+                x=charts.local_times([r.started_at_unix_s for r in part_rows]),
+                y=np.asarray(shown, dtype=np.float64),
+                mode="markers",
+                name=f"{label}, set apart (hollow)" if apart else label,
+                marker={"symbol": symbol, "size": 7, "color": charts.PHASE_COLOURS[kind]},
+                text=[charts.plain(r.model) for r in part_rows],
+                customdata=np.asarray(
+                    [[charts.plain(r.model), y, _timed_tokens(r, kind)] for r, y in zip(part_rows, ys, strict=True)], dtype=object
+                ).reshape(-1, 3),
+                hovertemplate="%{customdata[0]}: %{customdata[1]:,.0f} tok/s over %{customdata[2]:,} tokens<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="local time")
+    y_axis: dict[str, object] = {"title_text": "tokens per second (log scale)", "type": "log", "dtick": 1, "tickformat": ",.0f"}
+    if lo is not None and hi is not None:
+        y_axis["range"] = [math.log10(lo), math.log10(hi)]
+    fig.update_yaxes(**y_axis)
+    fig.update_layout(
+        title={"text": "Rates of the requests shown"}, height=340, margin={"l": 70, "r": 20, "t": 70, "b": 40},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}, hovermode="closest",
+        uirevision="history",
+    )  # fmt: skip
+    note = None
+    if apart_n["too short"] or apart_n["impossible"]:
+        bits = []
+        if apart_n["too short"]:
+            n = apart_n["too short"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
+        if apart_n["impossible"]:
+            n = apart_n["impossible"]
+            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
+        note = (
+            "Drawn hollow and left out of the axis range (at its edge when beyond it, value in the hover): "
+            + " and ".join(bits)
+            + "."
+        )
+    return fig, note
+
+
+def build_history(
+    db: Path, start_unix_s: float, end_unix_s: float, model: str | None = None, endpoint: str | None = None,
+    outcome: str | None = None,
+) -> HistoryModel | None:  # fmt: skip
+    """The filtered history (None = any value); None when there is no store yet."""
+    result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1)
+    if result is None:
+        return None
+    rows, options = result
+    truncated = len(rows) > SHOWN_ROWS
+    rows = rows[:SHOWN_ROWS]
+    figure, note = rates_figure(rows) if rows else (None, None)
+    return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure,
+                        figure_note=note)  # fmt: skip
+
+
+def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
+    frame = pd.DataFrame([vars(r) for r in rows])  # shallow: asdict's deep copies cost ~0.2 s for 2,000 rows
+    if frame.empty:
+        return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
+    frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
+    frame["client"] = frame["client_addr"]
+    frame["outcome"] = frame["outcome"].map(str)
+    frame["kind"] = frame["kind"].map(str)
+    frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
+    frame = frame[list(HISTORY_COLUMNS)].rename(columns=HISTORY_COLUMNS)
+    return frame
+
+
+# On the page (not in the CSV, whose numbers stay numbers): durations in ms below 1 s, integers, "—" when unknown.
+DURATION_COLUMNS = ("first token (s)", "first token, server side (s)", "first answer token (s)", "total seen by client (s)",
+                    "load (s)", "queue (s)", "prefill (s)", "decode (s)")  # fmt: skip
+COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens", "thinking tokens")
+RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
+
+
+def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The history table as the page shows it: each cell in the units convention, durations named without "(s)"."""
+    out = frame.copy()
+
+    def known(v: object) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    for col in DURATION_COLUMNS:
+        out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in COUNT_COLUMNS:
+        out[col] = [fmt.count(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in RATE_COLUMNS:
+        out[col] = [f"{float(v):,.1f}" if known(v) else fmt.UNKNOWN for v in out[col]]
+    return out.rename(columns={c: c.removesuffix(" (s)") for c in DURATION_COLUMNS})
+
+
+def _local_tz() -> object:
+    from datetime import datetime
+
+    return datetime.now().astimezone().tzinfo
+
+
+def csv_bytes(db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None,
+              outcome: str | None) -> bytes:  # fmt: skip
+    """Every matching request as CSV (timings and counts only, never prompt or reply text)."""
+    result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
+    rows = result[0] if result else []
+    frame = history_frame(rows).map(csv_cell)  # escapes text cells only: numbers stay numbers
+    return frame.to_csv(index=False, lineterminator=CSV_LINE_END).encode()
+
+
+@dataclass
+class DetailModel:
+    record: RequestRecord
+    phases: Phases
+    waterfall: go.Figure
+    gaps: go.Figure | None
+    rates: pd.DataFrame
+    sources: pd.DataFrame
+    thinking: pd.DataFrame
+    headlines: list[Headline]
+    sentences: list[str]
+    diagnoses: list[Diagnosis]
+    flags: list[str]
+
+
+def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Span], float | None]:
+    """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
+    the request. A thinking model's decode is split at its first answer token."""
+
+    def rel(ns: int) -> float:
+        return (ns - rec.received_ns) / 1e6
+
+    answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
+    ollama: list[Span] = []
+    points: list[tuple[str, int | None, int | None]] = []
+    if ph.load_source == PhaseSource.OLLAMA:
+        points.append(("load", ph.load_start_ns, ph.load_end_ns))
+        if ph.queue_source == PhaseSource.OLLAMA:
+            points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
+    if ph.prefill_source == PhaseSource.OLLAMA:
+        points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
+    if ph.decode_source == PhaseSource.OLLAMA:
+        if answer_ns is not None and ph.decode_start_ns is not None and ph.decode_start_ns < answer_ns:
+            points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
+        else:
+            points.append(("decode", ph.decode_start_ns, ph.decode_end_ns))
+    for label, a, b in points:
+        if a is not None and b is not None and b > a:
+            ollama.append(Span(label, rel(a), rel(b)))
+    client: list[Span] = []
+    streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
+    if answer_ns is not None:
+        streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
+    marks = [
+        ("waiting for first byte", rec.received_ns, rec.first_byte_ns),
+        ("first byte to first token", rec.first_byte_ns, rec.first_token_ns),
+        *streaming,
+        ("after last token", rec.final_chunk_ns, rec.closed_ns),
+    ]
+    for label, a_ns, b_ns in marks:
+        if a_ns is None or b_ns is None:
+            continue
+        start_ms = 0.0 if label == "waiting for first byte" else rel(a_ns)
+        end_ms = rel(b_ns)
+        if end_ms - start_ms > 0.05:
+            client.append(Span(label, start_ms, end_ms))
+    ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None and rec.stream else None
+    return ollama, client, ttft_ms
+
+
+# How the detail names each source of a value.
+SOURCE_NAMES: dict[str, str] = {
+    PhaseSource.OLLAMA: "Ollama's durations and counts",
+    PhaseSource.USAGE: "the reply's usage counts",
+    PhaseSource.STREAM: "the stream's timing (proxy)",
+    PhaseSource.COUNTED: "chunks counted by the proxy",
+    PhaseSource.SLOTS: "the runner's /slots",
+    PhaseSource.LOG: "Ollama's log",
+    PhaseSource.ESTIMATE: "an estimate",
+}
+
+
+def sources_frame(ph: Phases) -> pd.DataFrame:
+    """Each phase's value and where it came from; "—" where it is not known (never 0)."""
+
+    def row(label: str, value: str, source: PhaseSource | None) -> dict[str, str]:
+        return {"phase": label, "value": value if source is not None else "—",
+                "from": SOURCE_NAMES.get(source, "—") if source is not None else "not known"}  # fmt: skip
+
+    def count(n: int | None) -> str:
+        return "—" if n is None else f"{n:,}"
+
+    rows = [
+        row("load", fmt.seconds(ph.load_s), ph.load_source),
+        row("queue", fmt.seconds(ph.queue_s), ph.queue_source),
+        row("prefill", fmt.seconds(ph.prefill_s), ph.prefill_source),
+        row("decode", fmt.seconds(ph.decode_s), ph.decode_source),
+        row("prompt tokens", count(ph.prompt_tokens), ph.prompt_tokens_source),
+        row("output tokens", count(ph.output_tokens), ph.output_tokens_source),
+    ]
+    if ph.thinking_source is not None:
+        rows.append(row("thinking tokens", count(ph.thinking_tokens), ph.thinking_source))
+    return pd.DataFrame(rows, columns=["phase", "value", "from"])
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One number of the detail's top row: its label, value, and what it means."""
+
+    label: str
+    value: str
+    help: str | None = None
+
+
+def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
+    """The detail's top row: the waits and phases that matter for this kind of request."""
+    out: list[Headline] = []
+    if rec.kind in (RequestKind.LOAD, RequestKind.UNLOAD):
+        out.append(Headline("Kind", str(rec.kind), "An empty prompt: Ollama only loads (or unloads) the model."))
+    elif rec.kind is RequestKind.EMBED:
+        out.append(Headline("Inputs", "—" if rec.batch_size is None else f"{rec.batch_size:,}", "Texts in the embed request."))
+    elif rec.stream:
+        out.append(Headline("First token", fmt.seconds(ph.ttft_s), "As the client saw it: request → first streamed token."))
+    else:
+        out.append(Headline("First token (server side)", fmt.seconds(ph.server_ttft_s),
+                            "Not streamed: the client saw nothing before the whole reply. This is Ollama's queue + load + "
+                            "prefill from its durations, not a wait the client saw."))  # fmt: skip
+    if ph.thinking_tokens:
+        out.append(Headline("First answer token", fmt.seconds(ph.ttfa_s),
+                            "After the model's thinking: the first token of the answer the person waits for."))  # fmt: skip
+    out.append(Headline("Total (client)", fmt.seconds(ph.client_s)))
+    out.append(Headline("Load", fmt.seconds(ph.load_s), _source_help(ph.load_source)))
+    if rec.kind is RequestKind.GENERATE:
+        out.append(Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source)))
+    if rec.kind in (RequestKind.GENERATE, RequestKind.EMBED):
+        out.append(Headline("Prefill", fmt.seconds(ph.prefill_s), _source_help(ph.prefill_source)))
+    if rec.kind is RequestKind.GENERATE:
+        out.append(Headline("Decode", fmt.seconds(ph.decode_s), _source_help(ph.decode_source)))
+    return out
+
+
+def _source_help(source: PhaseSource | None) -> str:
+    return "Not known for this request." if source is None else f"From {SOURCE_NAMES.get(source, str(source))}."
+
+
+def thinking_frame(ph: Phases) -> pd.DataFrame:
+    """A thinking model's decode, split: thinking tokens cost decode time like any other."""
+    if not ph.thinking_tokens:
+        return pd.DataFrame(columns=["part", "tokens", "time", "tok/s"])
+    parts = (("thinking", ph.thinking_tokens, ph.thinking_s, ph.thinking_tok_s),
+             ("answer", ph.answer_tokens, ph.answer_s, ph.answer_tok_s))  # fmt: skip
+    rows = [{"part": p, "tokens": n, "time": fmt.seconds(t), "tok/s": fmt.rate(r)} for p, n, t, r in parts]
+    return pd.DataFrame(rows, columns=["part", "tokens", "time", "tok/s"])
+
+
+def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
+    """Our rates beside Ollama's, and why they differ."""
+    rows: list[dict[str, object]] = []
+    if rec.kind is RequestKind.EMBED and ph.prompt_tokens:
+        why = ("Embeddings are prefill only: the prompt is evaluated, nothing is decoded. Prefill here is Ollama's "
+               "total minus its load (it sends no prompt_eval_duration).")  # fmt: skip
+        rows.append({"phase": "embedding (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": None,
+                     "why they differ": why})  # fmt: skip
+    elif ph.prompt_tokens:
+        if ph.cached_tokens:
+            computed = ph.prompt_tokens - ph.cached_tokens
+            why = (
+                f"Ollama divides all {ph.prompt_tokens:,} prompt tokens by the time of the {computed:,} computed; "
+                "we count only those."
+            )
+        elif ph.cached_tokens is None:
+            why = "This Ollama does not report cached prompt tokens: if part of the prompt was cached, both numbers overstate."
+        else:
+            why = "Nothing came from the cache, so both count the same tokens."
+        rows.append({"phase": "prefill (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": ph.ollama_prefill_tok_s,
+                     "why they differ": why})  # fmt: skip
+    if ph.output_tokens:
+        if ph.output_tokens == 1:
+            why = "One token: no interval to time, so there is no real decode rate."
+        else:
+            why = (
+                f"eval_duration runs from the first to the last token: {ph.output_tokens - 1:,} intervals for "
+                f"{ph.output_tokens:,} tokens. Ollama divides by {ph.output_tokens:,}, so it reads "
+                f"{100 / (ph.output_tokens - 1):.1f}% high."
+            )
+        rows.append({"phase": "decode (output)", "ours (tok/s)": ph.decode_tok_s, "Ollama's (tok/s)": ph.ollama_decode_tok_s,
+                     "why they differ": why})  # fmt: skip
+    chunks = rec.token_chunk_ns
+    if len(chunks) >= 2 and chunks[-1] > chunks[0]:
+        seen = (len(chunks) - 1) / ((chunks[-1] - chunks[0]) / 1e9)
+        why = "Chunks arriving at the proxy, first to last: includes network and batching jitter."
+        rows.append({"phase": "as the client saw it", "ours (tok/s)": seen, "Ollama's (tok/s)": None, "why they differ": why})
+    frame = pd.DataFrame(rows, columns=["phase", "ours (tok/s)", "Ollama's (tok/s)", "why they differ"])
+    # Text, so an unknown rate reads "—" (never "None") and the numbers keep their thousands separators.
+    for col in ("ours (tok/s)", "Ollama's (tok/s)"):
+        frame[col] = [fmt.rate(v) if v is not None and v == v else fmt.UNKNOWN for v in frame[col]]
+    return frame
+
+
+def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[Diagnosis]]:
+    """Sentences and diagnoses from the explainer, with this GPU's and model's facts where the store has them."""
+    end_ns = rec.closed_ns or rec.final_chunk_ns or (rec.token_chunk_ns[-1] if rec.token_chunk_ns else rec.received_ns)
+    ctx = data.load_request_context(db, rec, rec.wall_s(end_ns))
+    spec = None
+    if ctx.gpu_samples:
+        first = ctx.gpu_samples[0]
+        spec = match_gpu(first.name, first.mem_total_bytes)
+    facts = None
+    if ctx.show is not None:
+        try:
+            facts = model_facts_from_show(ctx.show, None)
+        except ModelFactsError:
+            facts = None  # an architecture the explainer cannot read: explain without ceilings
+    diagnoses = diagnose_request(rec, ph, gpu_samples=ctx.gpu_samples, loaded=ctx.loaded, facts=facts, spec=spec)
+    return explain_request(rec, ph, diagnoses=diagnoses), diagnoses
+
+
+def build_detail(db: Path, request_id: str) -> DetailModel | None:
+    stored = data.load_request(db, request_id)
+    if stored is None:
+        return None
+    rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
+    ollama, client, ttft_ms = waterfall_spans(rec, ph)
+    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {rec.model}")
+    gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
+    sentences, diagnoses = explain(db, rec, ph)
+    return DetailModel(
+        record=rec,
+        phases=ph,
+        waterfall=waterfall,
+        gaps=gaps,
+        rates=rates_frame(rec, ph),
+        sources=sources_frame(ph),
+        thinking=thinking_frame(ph),
+        headlines=headlines(rec, ph),
+        sentences=sentences,
+        diagnoses=[d for d in diagnoses if d.sentence not in sentences],
+        # Cache hits are worded once, by the diagnosis (when they move the rate enough to matter).
+        flags=[ph.flag_text[c] for c in ph.flags if c not in (Flag.CACHE_UNKNOWN, Flag.CACHE_HIT)],
+    )
+
+
+def request_label(row: RequestSummary) -> str:
+    """Selectbox label of one request (text only: the widget never renders Markdown)."""
+    took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
+    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {row.endpoint} · {took} · {row.id[:8]}"

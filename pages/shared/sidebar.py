@@ -1,0 +1,90 @@
+"""The sidebar: the sources at a glance (Ollama, proxy, GPU, data folder), the time window, the pause switch."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from analysis.records import GPU_SOURCE_NAMES, GpuKind
+from collectors.api import LaunchStatus
+from pages.shared import common, data, fmt
+from pages.shared.common import AppContext
+from pages.shared.fmt import md_escape
+from pages.shared.settings import client_host_line
+
+HEARTBEAT_STALE_S = 15.0
+
+
+def render(ctx: AppContext) -> AppContext:
+    with st.sidebar:
+        labels = list(common.WINDOWS_S)
+        window = st.selectbox("Time window", labels, index=labels.index(common.DEFAULT_WINDOW), key="pw_window",
+                              help="How far back the charts and the request list reach.")  # fmt: skip
+        paused = st.toggle("Pause live updates", key="pw_paused", help="Freeze the Live page to read or zoom in peace.")
+        ctx = common.set_view(common.WINDOWS_S[window or common.DEFAULT_WINDOW], paused)
+        _status_fragment(ctx)
+        if ctx.demo:
+            st.button("Leave demo", key="pw_leave_demo", on_click=common.leave_demo,
+                      help="Stop the demo (its users, collector and simulator) and go back to your own recordings.")  # fmt: skip
+    return ctx
+
+
+def _status_fragment(ctx: AppContext) -> None:
+    @st.fragment(run_every=None if ctx.paused else 5)
+    def sources() -> None:
+        if common.demo_changed(ctx):  # started or left in another tab: every page must follow
+            st.rerun(scope="app")
+        render_sources(ctx, data.load_status(ctx.db_path), time.time())
+
+    sources()
+
+
+def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> None:
+    st.subheader("Sources")
+    # Ollama
+    if status.ollama is None:
+        st.markdown("**Ollama** · not polled yet")
+        st.text(ctx.settings.ollama_url if not ctx.demo else common.demo_upstream(ctx))
+    elif status.ollama.up:
+        version = f" · version {md_escape(status.ollama.version)}" if status.ollama.version else ""
+        st.markdown(f"**Ollama** · :green[reachable]{version}")
+        st.text(status.ollama.base_url)
+    else:
+        since = status.ollama_down_since_unix_s
+        st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
+        st.text(status.ollama.base_url)
+    # Proxy
+    listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
+    st.markdown("**Proxy** · point your clients at it:")
+    st.code(client_host_line(listen), language="bash", wrap_lines=True)
+    # GPU
+    if status.gpus:
+        for g in status.gpus:
+            sim = " (simulated)" if g.simulated else ""
+            st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
+        source = status.heartbeat.gpu_state if status.heartbeat is not None else None
+        if source and source not in (GpuKind.SIMULATED, GpuKind.NONE):
+            # Our own names are plain text (st.caption renders Markdown; escaping would show the backslashes).
+            st.caption(f"read through {GPU_SOURCE_NAMES.get(source) or md_escape(source)}")
+    elif status.heartbeat is not None and status.heartbeat.gpu_state == GpuKind.NONE:
+        st.markdown("**GPU** · no GPU found")
+        # The collector's message already says what it means; show the default only when it sent none.
+        st.caption(
+            status.heartbeat.gpu_message
+            or "GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings."
+        )
+    else:
+        st.markdown("**GPU** · no samples yet")
+    # Collector and data folder
+    hb = status.heartbeat
+    if hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
+        st.markdown(f"**Collector** · :orange[silent for {fmt.seconds(now_unix_s - hb.ts_unix_s)}]")
+    elif hb is not None and ctx.launch.state != LaunchStatus.FAILED:
+        st.markdown(f"**Collector** · running (process {hb.pid})" + (" for the demo" if hb.demo else ""))
+    else:
+        st.markdown(f"**Collector** · {md_escape(ctx.launch.message)}")
+    if ctx.launch.state == LaunchStatus.FAILED:
+        st.code(ctx.launch.message, language=None)
+    st.markdown("**Data folder**")
+    st.text(str(ctx.data_dir))

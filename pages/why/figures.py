@@ -1,0 +1,179 @@
+"""The Why page's two charts: measured readings against the ceiling model's lines (no Streamlit).
+
+Axis ranges come from the ceiling lines and the readings that count. A reading that cannot be true
+is drawn as a marker at the top edge with its value in the hover; a reading timed over too few tokens
+is drawn hollow. Neither sets a range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analysis import wording as w
+from analysis.ceilings import MIN_RATE_TOKENS, CurvePoint, Efficiencies
+from analysis.story import Reading, Status
+from pages.shared.charts import plain
+
+MEASURED_COLOUR = "#1e88e5"
+CEILING_COLOUR = "#e53935"
+EXPECTED_COLOUR = "#fb8c00"
+FULL_GPU_COLOUR = "#8e24aa"
+IMPOSSIBLE_COLOUR = "#6d4c41"
+EMBED_COLOUR = "#2e7d32"
+HEADROOM = 1.1  # the y axis ends this far above the highest ceiling or counted reading
+EDGE = 0.98  # impossible readings sit at this share of the y range
+
+MEASURED_NAME = "measured (one per request)"
+TINY_NAME = f"under {MIN_RATE_TOKENS} tokens: too short to time well, not in medians"
+IMPOSSIBLE_NAME = "cannot be true: above its ceiling (value in hover)"
+EMBED_NAME = "embeddings (prefill only, one per request; not in medians)"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Powers of ten from ``lo`` to ``hi`` and their labels ("1", "10", "1,000"): no minor-tick labels."""
+    vals = [10.0**k for k in range(math.floor(math.log10(max(lo, 1))), math.ceil(math.log10(max(hi, 1))) + 1)]
+    return vals, [f"{v:,.0f}" for v in vals]
+
+
+def y_top(curve: Sequence[CurvePoint], readings: Sequence[Reading]) -> float | None:
+    """Top of the y axis: the ceiling line and the counted readings, never a flagged one."""
+    tops = [p.ceiling_tok_s for p in curve] + [r.rate_tok_s for r in readings if r.status is Status.COUNTED]
+    return HEADROOM * max(tops) if tops else None
+
+
+def _line(curve: Sequence[CurvePoint], attr: str, name: str, colour: str, dash: str, x_label: str) -> go.Scatter:
+    return go.Scatter(
+        x=[p.tokens for p in curve],
+        y=[getattr(p, attr) for p in curve],
+        mode="lines",
+        name=name,
+        line={"color": colour, "width": 2, "dash": dash},
+        hovertemplate=f"%{{x:,.0f}} {x_label}: %{{y:,.0f}} tok/s<extra>" + name.split(" (")[0] + "</extra>",
+    )
+
+
+def _points(readings: Sequence[Reading], name: str, x_label: str, marker: dict[str, object], y: Sequence[float] | None = None,
+            ) -> go.Scatter:  # fmt: skip
+    # numpy arrays: Plotly validates a list element by element, an array at once (5,000 points: ~1 s vs ~ms).
+    rates = [r.rate_tok_s for r in readings]
+    return go.Scatter(
+        x=np.asarray([r.tokens for r in readings], dtype=np.float64),
+        y=np.asarray(rates if y is None else y, dtype=np.float64),
+        mode="markers",
+        name=name,
+        marker=marker,
+        customdata=np.asarray([[r.request_id[:8], r.rate_tok_s, r.timed_tokens] for r in readings], dtype=object).reshape(-1, 3),
+        hovertemplate=f"%{{x:,.0f}} {x_label}<br>%{{customdata[1]:,.0f}} tok/s over %{{customdata[2]:,}} tokens"
+        "<br>request %{customdata[0]}<extra></extra>",
+    )
+
+
+def expected_label(eff: Efficiencies, kind: str) -> str:
+    """Legend name of the expected line: which efficiency it uses and where that came from."""
+    eta, source = (eff.eta_compute, eff.source_compute) if kind == "prefill" else (eff.eta_bw, eff.source_bw)
+    return f"expected ({w.pct(eta)} of ceiling: {source})"
+
+
+def rate_figure(
+    kind: str,
+    readings: Sequence[Reading],
+    curve: Sequence[CurvePoint],
+    eff: Efficiencies | None,
+    title: str,
+    x_title: str,
+    *,
+    ceiling_name: str,
+    full_gpu_curve: Sequence[CurvePoint] = (),
+    embed: Sequence[Reading] = (),
+) -> go.Figure:
+    x_label = "prompt tokens" if kind == "prefill" else "tokens of context"
+    fig = go.Figure()
+    if curve and eff is not None:
+        fig.add_trace(_line(curve, "ceiling_tok_s", ceiling_name, CEILING_COLOUR, "dash", x_label))
+        fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, kind), EXPECTED_COLOUR, "solid", x_label))
+    if full_gpu_curve:
+        fig.add_trace(_line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot",
+                            x_label))  # fmt: skip
+    counted = [r for r in readings if r.status is Status.COUNTED]
+    tiny = [r for r in readings if r.status is Status.TINY]
+    # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
+    embed_drawn = [r for r in embed if r.status is not Status.IMPOSSIBLE]
+    impossible = [r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE]
+    fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
+    top = y_top([*curve, *full_gpu_curve], [*readings, *embed])
+    if embed_drawn:
+        fig.add_trace(_points(embed_drawn, EMBED_NAME, x_label, {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond",
+                                                                   "line": {"color": "white", "width": 1}},
+                              y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in embed_drawn]))  # fmt: skip
+    if top is None and tiny:
+        top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
+    if tiny:
+        fig.add_trace(_points(tiny, TINY_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"},
+                              y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in tiny]))  # fmt: skip
+    if impossible and top is not None:
+        fig.add_trace(_points(impossible, IMPOSSIBLE_NAME, x_label,
+                              {"color": IMPOSSIBLE_COLOUR, "size": 11, "symbol": "triangle-up"},
+                              y=[EDGE * top] * len(impossible)))  # fmt: skip
+    fig.update_layout(
+        title={"text": title},
+        height=440,
+        margin={"l": 70, "r": 20, "t": 70, "b": 50},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        hovermode="closest",
+    )
+    xs = [p.tokens for p in (*curve, *full_gpu_curve)] + [r.tokens for r in (*readings, *embed)]
+    xs = [x for x in xs if x and x > 0]
+    x_axis: dict[str, object] = {"title_text": x_title, "type": "log"}
+    if xs:
+        lo, hi = min(xs), max(xs)
+        vals, text = log_ticks(lo, hi)
+        x_axis.update(tickvals=vals, ticktext=text, range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
+    fig.update_xaxes(**x_axis)
+    y_axis: dict[str, object] = {"title_text": "tokens per second (tok/s)", "tickformat": ",.0f"}
+    if top is not None:
+        y_axis["range"] = [0, top]
+    else:
+        y_axis["rangemode"] = "tozero"
+    fig.update_yaxes(**y_axis)
+    return fig
+
+
+def prefill_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str,
+                   hw_label: str, ubatch_tokens: int, *, embed: Sequence[Reading] = ()) -> go.Figure:  # fmt: skip
+    return rate_figure(
+        "prefill", readings, curve, eff,
+        f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}, "
+        f"micro-batch {ubatch_tokens:,} tokens</sup>",
+        "prompt length (tokens computed, cache hits excluded; log scale)",
+        ceiling_name="ceiling (memory, then compute)", embed=embed,
+    )  # fmt: skip
+
+
+def decode_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], full_gpu_curve: Sequence[CurvePoint],
+                  eff: Efficiencies | None, model: str, hw_label: str) -> go.Figure:  # fmt: skip
+    blended = " blended with system memory" if full_gpu_curve else ""
+    return rate_figure(
+        "decode", readings, curve, eff,
+        f"Decode: output tokens/s against context length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
+        "context length (prompt + half the reply, tokens; log scale)",
+        ceiling_name=f"ceiling (memory bandwidth{blended})", full_gpu_curve=full_gpu_curve,
+    )  # fmt: skip
+
+
+def flagged_note(kind: str, readings: Sequence[Reading]) -> str | None:
+    """The line under a chart counting what it draws apart; None when nothing was set apart."""
+    impossible = sum(1 for r in readings if r.status is Status.IMPOSSIBLE)
+    tiny = sum(1 for r in readings if r.status is Status.TINY)
+    counted = len(readings) - impossible - tiny
+    if not impossible and not tiny:
+        return None
+    bits = [f"{counted:,} {kind} reading counts" if counted == 1 else f"{counted:,} {kind} readings count"]
+    if tiny:
+        bits.append(f"{tiny:,} timed over fewer than {MIN_RATE_TOKENS} tokens (hollow)")
+    if impossible:
+        bits.append(f"{impossible:,} above the ceiling, which cannot be true (triangles at the top edge, value in the hover)")
+    return "; ".join(bits) + ". Only the readings that count set the medians, the calibration and the axes."

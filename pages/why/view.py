@@ -1,0 +1,523 @@
+"""The Why page's work: store → hardware, model facts, ceilings, charts and sentences (no Streamlit).
+
+``build_why`` reads the store read-only once and hands the page everything it draws:
+the GPU (from the latest NVML sample, matched against the spec table, bandwidth
+cross-checked with NVML's memory clock × bus width), the model's facts from the stored
+``/api/show`` answer and where it sits (``/api/ps``), one point per recorded request,
+ceiling and expected lines, the explainer's sentences, grouped diagnoses and energy.
+Every sentence comes from ``analysis`` (``explain_rates``, ``describe``, diagnoses),
+so it carries the user's numbers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from analysis import wording as w
+from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
+from analysis.ceilings import (
+    CeilingModel,
+    Ceilings,
+    CurvePoint,
+    Efficiencies,
+    curve_tokens,
+    ollama_num_batch,
+    starting_efficiencies,
+    vram_fraction,
+)
+from analysis.diagnose import CODES, Severity, diagnose_request
+from analysis.energy import PhaseEnergy, energy_for_request
+from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
+from analysis.hardware import HardwareSpec
+from analysis.interference import Interference, describe, find_interference
+from analysis.model_facts import ModelFacts, ModelFactsError, is_embedding_model, model_facts_from_show
+from analysis.model_names import same_model
+from analysis.phases import Phases
+from analysis.records import (
+    UNIFIED_MEMORY_KINDS,
+    UNIFIED_MEMORY_NOTE,
+    GpuSample,
+    InstalledModel,
+    LoadedModel,
+    Outcome,
+    RequestKind,
+    RequestRecord,
+)
+from analysis.story import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    EmbedStory,
+    RateSample,
+    Reading,
+    Story,
+    build_story,
+    counted_median,
+    embed_story,
+    plain_readings,
+)
+from pages.why.figures import decode_figure, flagged_note, prefill_figure
+from store import queries
+
+POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
+RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
+DIAGNOSE_LIMIT = 100  # newest finished requests of the model that get diagnosed
+GPU_LOOKBACK_S = 24 * 3600  # how far back to look for a GPU sample when none is fresh
+CURVE_POINTS = 60
+
+
+_open = queries.open_reader  # None while there is no store yet
+
+
+# ---------------------------------------------------------------------------------------------
+# The page's model
+
+
+@dataclass(frozen=True)
+class DiagnosisGroup:
+    code: str
+    what: str  # what the diagnosis means, in general
+    severity: Severity
+    requests: int  # how many of the diagnosed requests had it
+    latest: str  # the newest request's sentence, with its numbers
+
+
+@dataclass
+class WhyModel:
+    model: str
+    hardware: Hardware
+    facts: ModelFacts | None
+    facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
+    loaded: LoadedModel | None
+    vram_fraction: float
+    prefill_points: list[Reading]  # one per request with a prefill rate, flagged or not
+    decode_points: list[Reading]  # one per request with a decode rate
+    requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
+    efficiencies: Efficiencies | None
+    ceilings: Ceilings | None  # at the typical prompt and context
+    typical_prompt_tokens: int
+    typical_context_tokens: int
+    prefill_median_tok_s: float | None  # readings that count only
+    decode_median_tok_s: float | None
+    prefill_fig: go.Figure
+    decode_fig: go.Figure
+    story: Story | None  # the ceiling model and the readings set against it (None without GPU spec or model facts)
+    ubatch_tokens: int
+    prefill_note: str | None  # what the prefill chart draws apart (flagged, too short)
+    decode_note: str | None
+    sentences: list[str]  # explain_rates: the ratio first, then the plain explanation
+    interference: list[Interference]  # significant events where this model's reply was slowed
+    interference_sentences: list[str]
+    diagnoses: list[DiagnosisGroup]
+    diagnosed_requests: int
+    energy: PhaseEnergy | None
+    energy_sentence: str | None
+    window_requests: int  # this model's finished requests in the sidebar window
+    notes: list[str] = field(default_factory=list)
+    # Embedding requests: prefill-only work, drawn apart on the prefill chart, kept out of medians and calibration.
+    embed_points: list[Reading] = field(default_factory=list)
+    embed: EmbedStory | None = None
+    embed_sentence: str | None = None
+    facts_read_at_unix_s: float | None = None  # when the collector stored the /api/show the facts come from
+
+    @property
+    def ratio(self) -> float | None:
+        if self.prefill_median_tok_s and self.decode_median_tok_s:
+            return self.prefill_median_tok_s / self.decode_median_tok_s
+        return None
+
+    @property
+    def expected_ratio(self) -> float | None:
+        """Expected prefill ÷ decode over the same prompt lengths and contexts as the measured readings."""
+        return self.story.expected_ratio if self.story is not None else None
+
+    @property
+    def simulated(self) -> bool:
+        return self.hardware.simulated
+
+
+def model_choices(db: Path) -> list[str] | None:
+    """Models with recorded requests (newest first), then loaded ones; None when there is no store."""
+    with _open(db) as conn:
+        return None if conn is None else queries.model_choices(conn)
+
+
+@dataclass(frozen=True)
+class PreviewChoices:
+    """The installed models the preview offers (before any request), and the one it starts on."""
+
+    offered: list[InstalledModel]  # generation models, as Ollama lists them (newest first)
+    embedding: list[str]  # embedding models left out: decode does not apply to them
+    default: str | None  # the loaded one, else the largest that fits the GPU's memory, else the first
+    memory_bytes: int | None  # the GPU memory the default was fitted into (None: not known)
+
+
+def default_preview_model(offered: Sequence[InstalledModel], loaded: Sequence[str], memory_bytes: int | None) -> str | None:
+    """The loaded model if one is offered, else the largest that fits ``memory_bytes``, else the first."""
+    for m in offered:
+        if any(same_model(m.name, n) for n in loaded):
+            return m.name
+    fits = [m for m in offered if m.size_bytes is not None and memory_bytes is not None and m.size_bytes <= memory_bytes]
+    if fits:
+        return max(fits, key=lambda m: m.size_bytes or 0).name
+    return offered[0].name if offered else None
+
+
+def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | None = None) -> PreviewChoices | None:
+    """Installed models (/api/tags) for the preview; None when there is no store.
+
+    ``picked``: a GPU picked from the hardware table (its memory), else the newest sample's memory total.
+    """
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        installed = queries.installed_models(conn)
+        shows = {r.digest: r for r in queries.model_infos(conn)}
+        loaded = [m.name for m in queries.latest_loaded_models(conn)]
+        gpus = [] if picked is not None else _latest_gpus(conn, now)
+    offered: list[InstalledModel] = []
+    embedding: list[str] = []
+    for m in installed:
+        # Older Ollama lists no capabilities in /api/tags; /api/show has them (parsed only then).
+        info = shows.get(m.digest) if not m.capabilities else None
+        caps = m.capabilities or (info.show.get("capabilities") if info is not None else None) or ()
+        if is_embedding_model(m.family, [c for c in caps if isinstance(c, str)]):
+            embedding.append(m.name)
+        else:
+            offered.append(m)
+    memory = picked.memory_bytes if picked is not None else (gpus[0].mem_total_bytes if gpus else None)
+    memory_bytes = int(memory) if memory else None
+    return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes)
+
+
+def _latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
+    """The newest sample of each GPU: from the last minute, else the last day (per-minute rollups)."""
+    for lookback in (60.0, GPU_LOOKBACK_S):
+        latest: dict[int, GpuSample] = {}
+        for s in queries.gpu_samples(conn, now_unix_s - lookback, now_unix_s + 5):
+            latest[s.index] = s
+        if latest:
+            return [latest[i] for i in sorted(latest)]
+    return []
+
+
+def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
+    """Joules summed over requests, divided by the tokens they covered: a per-token figure for the model."""
+    pre = [(e.prefill_j, e.prompt_tokens_computed) for e in parts if e.prefill_j is not None and e.prompt_tokens_computed]
+    dec = [(e.decode_j, e.output_intervals) for e in parts if e.decode_j is not None and e.output_intervals]
+    if not pre and not dec:
+        return None
+    pre_j, pre_n = sum(j for j, _ in pre if j is not None), sum(n for _, n in pre if n)
+    dec_j, dec_n = sum(j for j, _ in dec if j is not None), sum(n for _, n in dec if n)
+    methods = {e.method for e in parts if e.method}
+    return PhaseEnergy(
+        prefill_j=pre_j if pre else None,
+        decode_j=dec_j if dec else None,
+        prompt_tokens_computed=pre_n or None,
+        output_intervals=dec_n or None,
+        j_per_prompt_token=pre_j / pre_n if pre_n else None,
+        j_per_output_token=dec_j / dec_n if dec_n else None,
+        method=methods.pop() if len(methods) == 1 else "mixed",
+        coarse=any(e.coarse for e in parts),
+    )
+
+
+def _group(diagnosed: Sequence[tuple[RequestRecord, list[Any]]]) -> list[DiagnosisGroup]:
+    counts: Counter[str] = Counter()
+    latest: dict[str, tuple[float, str, Severity]] = {}
+    for rec, ds in diagnosed:
+        for d in {d.code: d for d in ds}.values():
+            counts[d.code] += 1
+            if d.code not in latest or rec.started_at_unix_s > latest[d.code][0]:
+                latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity)
+    groups = [DiagnosisGroup(code, CODES.get(code, code), latest[code][2], n, latest[code][1]) for code, n in counts.items()]
+    groups.sort(key=lambda g: (g.severity != Severity.WARNING, -g.requests, g.code))
+    return groups
+
+
+def _interference_on(victims: Sequence[RequestRecord], pairs: Sequence[tuple[RequestRecord, Phases]]) -> list[Interference]:
+    """Significant slowdowns of ``victims``' replies by any request's prefill, worst first.
+
+    ``find_interference`` compares every gap of every record with every prefill; here only
+    the victims keep their token times and only prefills inside a victim's stream are
+    offered, which keeps a busy window to milliseconds instead of minutes.
+    """
+    windows = [(ph.prefill_start_ns, ph.decode_start_ns, rec, ph) for rec, ph in pairs
+               if ph.prefill_start_ns is not None and ph.decode_start_ns is not None]  # fmt: skip
+    by_id = {rec.id: ph for rec, ph in pairs}
+    out: list[Interference] = []
+    for victim in victims:
+        ts = victim.token_chunk_ns
+        if len(ts) < 3 or victim.id not in by_id:
+            continue
+        others = [(replace(rec, token_chunk_ns=[]), ph) for w0, w1, rec, ph in windows
+                  if rec.id != victim.id and w0 is not None and w1 is not None and w0 < ts[-1] and w1 > ts[0]]  # fmt: skip
+        if others:
+            found = find_interference([(victim, by_id[victim.id]), *others])
+            out += [i for i in found if i.significant and i.victim_id == victim.id]
+    out.sort(key=lambda i: i.extra_ms_total, reverse=True)
+    return out
+
+
+def build_why(
+    db: Path,
+    model: str,
+    now_unix_s: float | None = None,
+    window_s: float = 300.0,
+    *,
+    apple_chip: tuple[str, int | None] | None = None,
+    preview: tuple[HardwareSpec | None, ModelFacts | None] | None = None,
+) -> WhyModel | None:
+    """Everything the Why page shows for ``model``; None when there is no store.
+
+    ``preview`` (before any request: a GPU picked from the table, or None for the detected one, and the
+    facts of a model, or None for ``model``'s stored /api/show as for any model) explains from the ceilings alone.
+
+    ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
+    the charts and the calibration use every stored request of the model. The host's
+    memory bandwidth (where it matters: no GPU, or part of the model in system memory)
+    is the collector's stored measurement; every phase is the one stored with its request.
+    """
+    now = time.time() if now_unix_s is None else now_unix_s
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        gpus = _latest_gpus(conn, now)
+        beat = queries.latest_heartbeat(conn)
+        info = queries.model_info(conn, model)
+        show = None if info is None else info.show
+        loaded = queries.loaded_model(conn, model)
+        measured_bw = queries.latest_host_bandwidth(conn)
+        rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+        # Their phases as stored at write time (re-derived by the collector when the split changes).
+        recent = [s for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
+                  if s.record.metrics is not None]  # fmt: skip
+        phases = {s.record.id: s.phases for s in recent}
+        mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
+        samples_by_id: dict[str, list[GpuSample]] = {}
+        if gpus:
+            for rec in mine:
+                end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
+                samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
+
+    frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    need_host = not gpus or frac < 1.0
+
+    def host_bw() -> float | None:
+        return None if measured_bw is None else measured_bw.bandwidth_bytes_s
+
+    hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
+                          host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
+    if preview is not None and preview[0] is not None:
+        picked = preview[0]
+        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
+        hw = Hardware(kind, picked.name, picked,
+                      picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))  # fmt: skip
+    if hw.kind == "cpu":
+        frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
+    elif frac < 1.0:
+        hw = replace(hw, host_bandwidth_bytes_s=host_bw())
+    notes = list(hw.notes)
+    if gpus and beat is not None and beat.gpu_state in UNIFIED_MEMORY_KINDS:
+        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
+
+    facts: ModelFacts | None = None
+    facts_error: str | None = None
+    facts_read_at: float | None = None
+    if preview is not None and preview[1] is not None:
+        facts = preview[1]
+    elif show is None:
+        facts_error = (
+            f"No model facts for {model} yet: they appear once the collector has asked Ollama about it (/api/show), "
+            "soon after Ollama lists it as installed or loads it."
+        )
+    else:
+        try:
+            facts = model_facts_from_show(show, None)
+            facts_read_at = None if info is None else info.updated_at_unix_s
+        except ModelFactsError as e:
+            facts_error = f"Ollama's description of {model} cannot be read for ceilings: {e}."
+    if facts is not None and facts.weights_bytes_estimated:
+        notes.append(
+            f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
+            f"{facts.quantization or 'the'} quantization's bits per weight."
+        )
+    if loaded is None and facts is not None and (preview is None or preview[1] is None):
+        notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
+
+    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
+    ubatch_source = (
+        f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
+        if loaded is not None and loaded.context_length
+        else "llama.cpp's default"
+    )
+    samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
+                          r.decode_tok_s) for r in rows if r.kind is not RequestKind.EMBED]  # fmt: skip
+    # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
+    embed_samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None)
+                     for r in rows if r.kind is RequestKind.EMBED]  # fmt: skip
+    embeds: EmbedStory | None = None
+    embed_r: list[Reading] = []
+    spec = hw.spec
+    story: Story | None = None
+    pre_curve: list[CurvePoint] = []
+    dec_curve: list[CurvePoint] = []
+    full_curve: list[CurvePoint] = []
+    host = hw.host_bandwidth_bytes_s
+    if spec is not None and facts is not None:
+        start = CeilingModel(spec, facts, starting_efficiencies(spec, facts.quantization), frac, host, hw.bandwidth_bytes_s,
+                             ubatch)  # fmt: skip
+        story = build_story(start, samples)
+        prefill_r, decode_r = story.prefill, story.decode
+        embeds = embed_story(story.model, embed_samples)
+        embed_r = embeds.readings if embeds is not None else []
+        prompt_lengths = [r.tokens for r in (*prefill_r, *embed_r)]
+        context_lengths = [r.tokens for r in decode_r]
+        max_prompt = max([*prompt_lengths, facts.context_length or 8192])
+        max_ctx = max([*context_lengths, facts.context_length or 8192])
+        min_prompt = max(min([*prompt_lengths, 16]), 1)
+        min_ctx = max(min([*context_lengths, 16]), 1)
+        # The stated prompt length and context are points of the lines, so the sentences' ceilings are on the chart.
+        stated = {story.typical_prompt_tokens} | ({embeds.typical_prompt_tokens} if embeds is not None else set())
+        pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), *stated})
+        ctx_tokens = sorted({*curve_tokens(max_ctx, CURVE_POINTS, min_ctx), story.typical_context_tokens})
+        pre_curve = story.model.prefill_curve(pre_tokens)
+        dec_curve = story.model.decode_curve(ctx_tokens)
+        if frac < 1.0:
+            full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
+    else:
+        prefill_r, decode_r = plain_readings(samples)
+        embed_r = plain_readings(embed_samples)[0]
+    eff = story.model.efficiencies if story is not None else None
+
+    pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in recent]
+    events = _interference_on(mine, pairs)
+    by_id = {r.id: r for r, _ in pairs}
+    interference_sentences = []
+    for i in events[:3]:
+        agg = by_id.get(i.aggressor_id)
+        agg_label = f"a request to {agg.model}" if agg is not None and agg.model != model else "another request"
+        interference_sentences.append(describe(i, f"a {model} reply", agg_label))
+
+    diagnosed = []
+    energies: list[PhaseEnergy] = []
+    for rec in mine:
+        ph = phases[rec.id]
+        gpu_s = samples_by_id.get(rec.id, [])
+        ds = diagnose_request(rec, ph, gpu_samples=gpu_s, loaded=loaded if hw.kind != "cpu" else None, facts=facts, spec=spec,
+                              host_bandwidth_bytes_s=host, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s,
+                              ubatch_tokens=ubatch)  # fmt: skip
+        diagnosed.append((rec, ds))
+        if gpu_s:
+            used = energy_for_request(rec, ph, gpu_s)
+            if used is not None:
+                energies.append(used)
+    energy = _aggregate_energy(energies)
+
+    sentences: list[str] = []
+    if story is not None:
+        # Replies that thought: thinking is decode work, and the first answer token comes after it.
+        gens = [r for r in rows if r.kind is RequestKind.GENERATE]
+        thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
+                   for r in gens if r.thinking_tokens]  # fmt: skip
+        sentences = explain_rates(
+            story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
+            model_name=model, ubatch_source=ubatch_source, interference=events,
+            thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
+        )  # fmt: skip
+    hw_label = hw.label
+    return WhyModel(
+        model=model,
+        hardware=hw,
+        facts=facts,
+        facts_error=facts_error,
+        loaded=loaded,
+        vram_fraction=frac,
+        prefill_points=prefill_r,
+        decode_points=decode_r,
+        requests_total=len(rows),
+        efficiencies=eff,
+        ceilings=story.ceilings if story is not None else None,
+        typical_prompt_tokens=story.typical_prompt_tokens if story is not None else DEFAULT_PROMPT_TOKENS,
+        typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
+        prefill_median_tok_s=counted_median(prefill_r),
+        decode_median_tok_s=counted_median(decode_r),
+        prefill_fig=prefill_figure(prefill_r, pre_curve, eff, model, hw_label, ubatch, embed=embed_r),
+        decode_fig=decode_figure(decode_r, dec_curve, full_curve, eff, model, hw_label),
+        story=story,
+        ubatch_tokens=ubatch,
+        prefill_note=flagged_note("prefill", prefill_r),
+        decode_note=flagged_note("decode", decode_r),
+        sentences=sentences,
+        interference=events,
+        interference_sentences=interference_sentences,
+        diagnoses=_group(diagnosed),
+        diagnosed_requests=len(diagnosed),
+        energy=energy,
+        energy_sentence=explain_energy(energy) if energy is not None else None,
+        window_requests=len(mine),
+        notes=notes,
+        embed_points=embed_r,
+        embed=embeds,
+        embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
+        facts_read_at_unix_s=facts_read_at,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines the page prints
+
+
+def hardware_line(hw: Hardware) -> str:
+    """One line on the hardware and where its bandwidth figure comes from (plain text)."""
+    parts = [hw.label + (" (simulated)" if hw.simulated and "simulated" not in hw.label.lower() else "")]
+    if hw.spec is not None and hw.kind != "cpu":
+        parts.append(f"table row {hw.spec.key}")
+    if hw.bandwidth_bytes_s:
+        src = ""
+        if hw.bandwidth is not None and hw.bandwidth.source == "nvml" and hw.mem_clock_max_mhz and hw.bus_width_bits:
+            src = f" (NVML: 2 × {hw.mem_clock_max_mhz:,} MHz × {hw.bus_width_bits} bit ÷ 8)"
+        elif hw.bandwidth is not None and hw.bandwidth.source == "table":
+            src = " (datasheet)"
+        elif hw.kind == "cpu" and hw.host_bandwidth_bytes_s:
+            src = " (measured on this machine)"
+        parts.append(f"memory bandwidth {w.gb_s(hw.bandwidth_bytes_s)}{src}")
+    if hw.spec is not None:
+        parts.append(f"{w.tflops(hw.spec.fp16_flops)} dense FP16")
+        if hw.kind != "cpu":
+            parts.append(f"{w.gb(hw.spec.memory_bytes)} of memory")
+    if hw.mem_clock_mhz is not None and hw.mem_clock_max_mhz:
+        parts.append(f"memory clock now {hw.mem_clock_mhz:,} of {hw.mem_clock_max_mhz:,} MHz")
+    if hw.gpu_count > 1:
+        parts.append(f"{hw.gpu_count} GPUs; ceilings for GPU 0")
+    return " · ".join(parts)
+
+
+def facts_line(m: WhyModel) -> str | None:
+    f = m.facts
+    if f is None:
+        return None
+    moe = f" ({f.experts_used} of {f.experts} experts per token)" if f.experts and f.experts_used else ""
+    parts = [
+        f"{m.model}: {f.architecture}",
+        f"{f.params / 1e9:.2f} B parameters per token{moe}",
+        f"{f.layers} layers",
+        f"hidden size {f.hidden:,}",
+        f"{w.count(f.kv_heads) if float(f.kv_heads).is_integer() else w.num(f.kv_heads)} KV heads × {f.head_dim}",
+        f.quantization or "quantization unknown",
+        f"weights {w.gb(f.weights_bytes)}" + (" (estimated)" if f.weights_bytes_estimated else ""),
+        f"KV cache {w.gb(f.kv_bytes_per_token)} per token",
+    ]
+    if m.loaded is not None:
+        in_ram = m.loaded.size_bytes - m.loaded.size_vram_bytes
+        where = "all in GPU memory" if in_ram <= 0 else f"{w.pct(1 - m.vram_fraction)} ({w.gb(in_ram)}) in system memory"
+        parts.append(f"loaded: {w.gb(m.loaded.size_bytes)}, {where}")
+    return " · ".join(parts)

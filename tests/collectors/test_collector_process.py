@@ -1,0 +1,290 @@
+"""``python -m collectors`` as a real process: settings, the lock, SIGTERM, and the faults of issue 3.
+
+Each collector here is a subprocess on a free port over a sim on another, recording
+into a real SQLite store in tmp_path; every process started is stopped by the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ollama
+import pytest
+
+from collectors.lock import LockInfo, read_lock
+from store.schema import db_path
+from tests.support.paths import REPO
+from tests.support.sim_process import free_port, start_sim
+
+MODEL = "qwen2.5:0.5b"
+WRITER_FLUSH_S = 0.2  # store.writer.BackgroundWriter's batch interval
+KILL_MARGIN_S = (
+    WRITER_FLUSH_S + 0.3
+)  # "finished before the kill": final chunk at least one flush (plus slack for a busy CI) earlier
+
+
+@contextlib.contextmanager
+def collector(
+    data: Path, *args: str, wait: bool = True, env_extra: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Run ``python -m collectors --data DATA --listen 127.0.0.1:0 ARGS``; kill it if the test did not stop it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))} | (env_extra or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0", "--interval", "0.2", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if wait:
+            wait_ready(data, proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def wait_ready(data: Path, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> LockInfo:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = read_lock(data)
+        if info is not None and info.pid == proc.pid and info.listen:
+            return info
+        if proc.poll() is not None:
+            raise AssertionError(f"collector exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, "collector did not get ready"
+        time.sleep(0.05)
+
+
+def listen_url(data: Path) -> str:
+    info = read_lock(data)
+    assert info is not None
+    return f"http://{info.listen}"
+
+
+def query(data: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(f"file:{db_path(data)}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return list(conn.execute(sql, args))
+    finally:
+        conn.close()
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    return proc.returncode, err
+
+
+# -- settings and the lock -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--interval", "soon"], "--interval 'soon' is not a number"),
+        (["--listen", "11435"], "--listen/PHASEWATCH_LISTEN '11435' is not HOST:PORT"),
+        (["--ollama", "ftp://x"], "scheme 'ftp' is not supported"),
+        (["--nonsense"], "unrecognized arguments: --nonsense"),
+    ],
+)
+def test_wrong_settings_exit_2_with_one_clear_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "collectors", "--data", str(tmp_path), *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("phasewatch collector: ")
+    assert read_lock(tmp_path) is None
+
+
+def test_a_data_folder_that_is_a_file_exits_2(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    r = subprocess.run(
+        [sys.executable, "-m", "collectors", "--data", str(not_a_folder)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2
+    assert "--data/PHASEWATCH_DATA" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_port_in_use_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "collectors",
+                "--data",
+                str(tmp_path),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--ollama",
+                "127.0.0.1:9",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"cannot listen on 127.0.0.1:{port}" in last and "choose another --listen" in last
+    assert read_lock(tmp_path) is None  # released on the way out
+
+
+def test_second_instance_names_the_holder_and_exits_nonzero(tmp_path: Path) -> None:
+    with collector(tmp_path, "--ollama", "127.0.0.1:9") as first:
+        with collector(tmp_path, "--ollama", "127.0.0.1:9", wait=False) as second:
+            _, err = second.communicate(timeout=60)
+            assert second.returncode == 3
+            assert f"process {first.pid}" in err and "--data" in err
+        assert first.poll() is None  # the first one is untouched
+        code, _ = stop(first)
+        assert code == 0
+    assert read_lock(tmp_path) is None
+
+
+# -- SIGTERM and the faults of issue 3 --------------------------------------------------------
+
+
+def test_sigterm_stops_accepting_lets_a_running_stream_finish_writes_it_and_exits_0(tmp_path: Path) -> None:
+    with start_sim("--hardware", "cpu") as sim, collector(tmp_path, "--ollama", sim.base_url) as proc:
+        base = listen_url(tmp_path)
+        client = ollama.Client(host=base)
+        # 50 tokens: a few hundred ms here, well inside the proxy's 2 s grace even on a loaded machine.
+        stream = iter(client.generate(model=MODEL, prompt="a story", stream=True, options={"num_predict": 50}))
+        first = next(stream)  # the request is running
+        assert not first.done
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while True:  # new connections are refused at once...
+            try:
+                urllib.request.urlopen(base + "/api/version", timeout=5).close()
+            except urllib.error.URLError as exc:
+                assert isinstance(exc.reason, ConnectionRefusedError)
+                break
+            assert time.monotonic() < deadline, "still accepting after SIGTERM"
+            time.sleep(0.02)
+        rest = list(stream)  # ...while the running stream may finish (the proxy's grace period)
+        assert rest[-1].done and rest[-1].eval_count == 50
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    rows = query(tmp_path, "SELECT outcome, eval_count FROM requests")
+    assert [(r["outcome"], r["eval_count"]) for r in rows] == [("ok", 50)]
+    assert read_lock(tmp_path) is None
+
+
+def test_ollama_down_when_a_request_arrives(tmp_path: Path) -> None:
+    nobody = free_port()
+    with collector(tmp_path, "--ollama", f"127.0.0.1:{nobody}") as proc:
+        req = urllib.request.Request(
+            listen_url(tmp_path) + "/api/chat",
+            data=json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 502
+        assert err.value.headers["Content-Type"].startswith("application/json")
+        body = json.loads(err.value.read())
+        assert f"127.0.0.1:{nobody}" in body["error"]
+        # The official client sees Ollama's own error shape.
+        with pytest.raises(ollama.ResponseError) as client_err:
+            ollama.Client(host=listen_url(tmp_path)).generate(model=MODEL, prompt="hi")
+        assert client_err.value.status_code == 502
+        code, _ = stop(proc)
+        assert code == 0
+    rows = query(tmp_path, "SELECT endpoint, outcome, status_code, error FROM requests ORDER BY started_at_unix_s")
+    assert [(r["endpoint"], r["outcome"], r["status_code"]) for r in rows] == [
+        ("/api/chat", "upstream_failed", 502),
+        ("/api/generate", "upstream_failed", 502),
+    ]
+    assert all(f"127.0.0.1:{nobody}" in r["error"] for r in rows)
+    events = query(tmp_path, "SELECT up, error FROM ollama_events")
+    assert events and events[0]["up"] == 0 and events[0]["error"]
+
+
+def test_sigkill_during_load_loses_nothing_that_finished(tmp_path: Path) -> None:
+    """A stream of requests through the collector; kill -9; the store is intact and complete.
+
+    "Finished" = the client had the final chunk at least KILL_MARGIN_S before the kill.
+    """
+    finished_at: dict[str, float] = {}  # prompt → client monotonic time of its final chunk
+    lock = threading.Lock()
+    halt = threading.Event()
+
+    def client_loop(worker: int, base_url: str) -> None:
+        client = ollama.Client(host=base_url, timeout=30)
+        for i in range(100_000):
+            if halt.is_set():
+                return
+            prompt = f"request {worker}-{i}"
+            try:
+                for part in client.chat(
+                    model=MODEL, messages=[{"role": "user", "content": prompt}], stream=True, options={"num_predict": 6}
+                ):
+                    if part.done:
+                        with lock:
+                            finished_at[prompt] = time.monotonic()
+            except Exception:
+                return  # the collector is gone
+
+    with start_sim("--hardware", "rtx-4090", "--num-parallel", "4") as sim:
+        with collector(tmp_path, "--ollama", sim.base_url, "--record-text") as proc:
+            base = listen_url(tmp_path)
+            workers = [threading.Thread(target=client_loop, args=(w, base), daemon=True) for w in range(4)]
+            for w in workers:
+                w.start()
+            deadline = time.monotonic() + 30
+            while len(finished_at) < 20:  # the load is running...
+                assert time.monotonic() < deadline, "too few requests finished"
+                time.sleep(0.05)
+            time.sleep(1.5)  # ...and keeps running: kill it in the middle
+            os.kill(proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            proc.wait(timeout=10)
+            halt.set()
+            for w in workers:
+                w.join(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+
+        conn = sqlite3.connect(db_path(tmp_path))
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            stored = dict(conn.execute("SELECT prompt_text, outcome FROM requests").fetchall())
+        finally:
+            conn.close()
+        with lock:
+            must_have = [p for p, t in finished_at.items() if t <= killed_at - KILL_MARGIN_S]
+        assert len(must_have) >= 20
+        missing = [p for p in must_have if f"user: {p}" not in stored]
+        assert missing == [], f"{len(missing)} of {len(must_have)} finished requests lost"
+        assert all(stored[f"user: {p}"] == "ok" for p in must_have)
+
+        # The next collector on this folder settles what the killed one left in flight.
+        with collector(tmp_path, "--ollama", sim.base_url) as again:
+            code, _ = stop(again)
+            assert code == 0
+        assert query(tmp_path, "SELECT COUNT(*) AS n FROM requests WHERE outcome = 'in_flight'")[0]["n"] == 0

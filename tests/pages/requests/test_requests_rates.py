@@ -1,0 +1,33 @@
+"""The Requests page's rates chart: rates too short to time and rates beyond any hardware are drawn apart
+(hollow, at the axis edge when beyond it, their value in the hover), counted under the chart, and never set
+the axis range. Built from a store written with the collector's own StoreWriter."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from pages.requests.view import build_history
+from store.schema import db_path
+from tests.pages.why.test_why_page import PLAIN, Req, _shape, build_store, values
+
+ABSURD = Req(_shape(4000, 0.004, 60, 5), 15)  # a million tok/s: the phase split flags it beyond any hardware
+TINY = Req(_shape(14, 0.0923, 40, 4), 20)  # 151,691 tok/s over 14 tokens
+
+
+def test_flagged_and_tiny_rates_stay_visible_but_set_no_range(tmp_path: Path) -> None:
+    now = time.time()
+    build_store(tmp_path, now, reqs=[*PLAIN[:6], TINY, ABSURD])
+    h = build_history(db_path(tmp_path), now - 900, now + 1)
+    assert h is not None and h.figure is not None and h.figure_note is not None
+    fig = h.figure.to_dict()
+    lo, hi = fig["layout"]["yaxis"]["range"]
+    counted = [r.prefill_tok_s for r in PLAIN[:6]] + [r.decode_tok_s for r in PLAIN[:6] if r.decode_tok_s]
+    assert 10**hi < 2 * max(counted) and 10**lo > min(counted) / 2  # the counted rates alone set the range
+    apart = next(t for t in fig["data"] if t["name"] == "prefill (prompt) tok/s, set apart (hollow)")
+    hover = sorted(float(c[1]) for c in apart["customdata"])
+    assert hover == sorted([TINY.prefill_tok_s, ABSURD.prefill_tok_s])  # their real values, in the hover
+    assert all(math.log10(y) <= hi + 1e-9 for y in values(apart["y"]))  # drawn at the edge, inside the range
+    assert "1 rate timed over fewer than 32 tokens" in h.figure_note and "1 rate beyond any hardware" in h.figure_note
+    assert fig["layout"]["yaxis"]["dtick"] == 1  # decades only: no "2 5 2 5" minor labels
