@@ -28,7 +28,8 @@ import pytest
 from collectors.lock import LockInfo, read_lock
 from store.schema import db_path
 from tests.support.paths import REPO
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 MODEL = "qwen2.5:0.5b"
 WRITER_FLUSH_S = 0.2  # store.writer.BackgroundWriter's batch interval

@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 
 from collectors.lock import read_lock
-from tests.support.sim_process import REPO_ROOT, free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import REPO_ROOT, start_sim
 
 START_S = 60.0
 

@@ -18,7 +18,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from collectors.lock import read_lock
 from store.schema import db_path
 from tests.e2e.support import CHROMIUM, CHROMIUM_ARGS, REPO, START_TIMEOUT_S, Stack, _stop, run_app, wait_until
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 
 @pytest.fixture(scope="module")

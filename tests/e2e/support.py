@@ -18,7 +18,7 @@ from typing import Any
 
 from playwright.sync_api import Page
 
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

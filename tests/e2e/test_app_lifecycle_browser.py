@@ -26,7 +26,7 @@ from playwright.sync_api import Browser, Page
 from collectors.demo import read_demo_lock, stop_demo
 from collectors.lock import read_lock
 from tests.e2e.support import REPO, START_TIMEOUT_S, UI_TIMEOUT_MS, screenshot, wait_ready, wait_until
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.browser
 

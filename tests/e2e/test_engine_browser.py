@@ -63,7 +63,7 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSta
     data_dir = tmp_path_factory.mktemp("phasewatch-engine-data")
     logs = tmp_path_factory.mktemp("engine-logs")
     with start_server_engine() as engine:
-        from tests.support.sim_process import free_port
+        from tests.support.ports import free_port
 
         proxy = f"127.0.0.1:{free_port()}"
         with open(logs / "collector.log", "wb") as log:

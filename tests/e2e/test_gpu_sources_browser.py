@@ -28,7 +28,8 @@ from store.schema import db_path
 from tests.e2e.support import REPO, START_TIMEOUT_S, UI_TIMEOUT_MS, _stop, run_app, screenshot, wait_ready, wait_until
 from tests.support.fake_gpu_collector import sim_gpu
 from tests.support.fake_sysfs import write_tree
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 pytestmark = pytest.mark.browser
 

@@ -26,7 +26,8 @@ from collectors.lock import read_lock
 from sim.tokens import make_prompt
 from store.schema import db_path
 from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 pytestmark = pytest.mark.browser
 

@@ -33,7 +33,7 @@ from store.schema import db_path
 from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
 from tests.e2e.test_live_cards_browser import cards_state, quick_shot, tokens_so_far
 from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.timeout(900)]
 

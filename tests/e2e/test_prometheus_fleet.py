@@ -33,8 +33,9 @@ from collectors.metrics import TTFT_BUCKETS_S
 from pages.shared import fleet as fleet_data
 from pages.shared import fmt
 from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
+from tests.support.ports import free_port
 from tests.support.prometheus_process import Prometheus, require_tool, start_prometheus
-from tests.support.sim_process import SimProcess, free_port, start_sim
+from tests.support.sim_process import SimProcess, start_sim
 
 TOKEN = "fleet-test-token-0123456789"
 MODEL = "llama3.2:latest"

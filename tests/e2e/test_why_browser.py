@@ -212,7 +212,8 @@ def test_why_page_explains_installed_models_before_any_request(page: Page, tmp_p
     """Models installed in the sim (/api/tags), none loaded, no request: the preview explains the user's own models
     (the largest that fits the GPU first), and picking another model in the Model box changes the ceilings."""
     from tests.e2e.support import REPO, START_TIMEOUT_S, _stop
-    from tests.support.sim_process import free_port, start_sim
+    from tests.support.ports import free_port
+    from tests.support.sim_process import start_sim
 
     data_dir = tmp_path / "installed"
     with start_sim("--hardware", "rtx-4090") as sim:

@@ -21,7 +21,8 @@ from pages.shared.settings import resolve_settings
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.support.paths import REPO
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 APP = str(REPO / "app.py")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 START_TIMEOUT_S = 60.0
 

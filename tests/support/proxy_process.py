@@ -26,7 +26,8 @@ from typing import Any
 import aiohttp
 
 from collectors.proxy.recording import RECORD_ID_HEADER
-from tests.support.sim_process import REPO_ROOT, free_port
+from tests.support.ports import free_port
+from tests.support.sim_process import REPO_ROOT
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.support.engine_process import REPO_ROOT
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 BATCH = 512  # Ollama's default num_batch: prompt progress moves in steps of this
 START_TIMEOUT_S = 120.0

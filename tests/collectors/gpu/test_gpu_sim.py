@@ -8,7 +8,8 @@ import aiohttp
 import pytest
 
 from collectors.gpu.report import SimGpuSource, gpu_samples_from_sim
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 
 def test_sim_payload_becomes_simulated_samples() -> None:

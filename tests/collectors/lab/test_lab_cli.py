@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from collectors.lab.results import CANCELLED, read_result
-from tests.support.sim_process import REPO_ROOT, SimProcess, free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import REPO_ROOT, SimProcess, start_sim
 
 MODEL = "qwen2.5:0.5b"
 

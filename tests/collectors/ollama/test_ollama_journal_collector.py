@@ -22,7 +22,8 @@ from tests.collectors.test_collector_process import MODEL, collector, listen_url
 from tests.support.clients import stream_generate
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 from tests.support.paths import DATA
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 CAPTURED = DATA / "llama_server_logs" / "prompt4k_batch512.log"
 STALL_MS = 15_000  # sim holds the first token this long: the request is "reading its prompt" meanwhile

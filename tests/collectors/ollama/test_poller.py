@@ -22,7 +22,7 @@ from analysis.records import LoadedModel, OllamaStatus
 from collectors.ollama.poller import OllamaPoller, PollError, parse_ps, parse_time
 from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
 from tests.support.paths import REPO
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 
 class RecordingSink:

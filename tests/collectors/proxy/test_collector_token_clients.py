@@ -27,7 +27,8 @@ from collectors.config import client_auth_headers
 from collectors.demo import Traffic
 from collectors.lock import read_lock
 from store.schema import db_path
-from tests.support.sim_process import REPO_ROOT, SimProcess, free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import REPO_ROOT, SimProcess, start_sim
 
 TOKEN = "a-long-enough-test-token-42"
 MODEL = "qwen2.5:0.5b"

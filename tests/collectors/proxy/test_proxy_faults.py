@@ -14,8 +14,9 @@ import pytest
 
 from analysis.records import Outcome, RequestRecord
 from collectors.proxy.recording import RECORD_ID_HEADER
+from tests.support.ports import free_port
 from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
-from tests.support.sim_process import SimProcess, free_port, start_sim
+from tests.support.sim_process import SimProcess, start_sim
 
 SMALL = "qwen2.5:0.5b"
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from pages.shared import fleet, fmt
-from tests.support.sim_process import free_port
+from tests.support.ports import free_port
 
 
 def test_prometheus_url_comes_from_the_environment() -> None:

@@ -25,7 +25,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 from collectors.lab.results import DONE, list_results
 from collectors.lock import read_lock
 from store.schema import db_path
-from tests.support.sim_process import REPO_ROOT, free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import REPO_ROOT, start_sim
 
 pytestmark = pytest.mark.browser
 

@@ -22,7 +22,8 @@ from pages.why.view import build_why
 from store import queries
 from store.schema import db_path
 from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, wait_until
-from tests.support.sim_process import free_port, start_sim
+from tests.support.ports import free_port
+from tests.support.sim_process import start_sim
 
 CHAT_TURNS = 10
 DOCUMENTS = 3
