@@ -11,27 +11,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from collectors.lock import read_lock
 from tests.support.ports import free_port
 from tests.support.sim_process import REPO_ROOT, start_sim
+from tests.support.waiting import wait_until
 
 START_S = 60.0
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s: {what}")
 
 
 def exited(pid: int) -> bool:
@@ -53,7 +42,7 @@ def test_stop_ends_the_collector_of_a_data_folder(tmp_path: Path) -> None:
                                  "--data", str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)  # fmt: skip
         try:
-            info = wait_for(lambda: (i := read_lock(tmp_path)) is not None and i.listen and i, START_S, "the collector's lock")
+            info = wait_until(lambda: (i := read_lock(tmp_path)) is not None and i.listen and i, START_S, "the collector's lock")
             assert info.pid == proc.pid
             done = collectors_cli("--stop", "--data", str(tmp_path))
             assert done.returncode == 0, done.stderr
@@ -89,14 +78,14 @@ def test_exit_with_parent_stops_when_its_starter_is_killed(tmp_path: Path) -> No
         """)
         parent = subprocess.Popen([sys.executable, "-c", starter], cwd=REPO_ROOT)
         try:
-            info = wait_for(lambda: (i := read_lock(tmp_path)) is not None and i.listen and i, START_S, "the collector's lock")
+            info = wait_until(lambda: (i := read_lock(tmp_path)) is not None and i.listen and i, START_S, "the collector's lock")
             assert info.pid is not None and psutil.Process(info.pid).ppid() == parent.pid
             time.sleep(1.5)
             assert not exited(info.pid)  # it keeps running while its starter lives
             parent.send_signal(signal.SIGKILL)
             parent.wait(10)
-            wait_for(lambda: exited(info.pid), 20, "the collector to follow its starter out")
-            wait_for(lambda: read_lock(tmp_path) is None, 5, "the lock to be dropped")
+            wait_until(lambda: exited(info.pid), 20, "the collector to follow its starter out")
+            wait_until(lambda: read_lock(tmp_path) is None, 5, "the lock to be dropped")
         finally:
             if parent.poll() is None:
                 parent.kill()

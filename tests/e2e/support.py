@@ -9,15 +9,15 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from playwright.sync_api import Page
 
+from tests.support import waiting
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,18 +26,12 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
 ARTIFACTS = Path(os.environ.get("PHASEWATCH_ARTIFACTS", REPO / "artifacts"))
 START_TIMEOUT_S = 60.0
 UI_TIMEOUT_MS = 45_000
+T = TypeVar("T")
 
 
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            last = check()
-            if last:
-                return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``waiting.wait_until`` for pages: an exception while the page is still loading means "not yet"."""
+    return waiting.wait_until(check, timeout_s, what, interval_s=0.2, ignoring=(Exception,))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -13,6 +13,7 @@ import ollama
 from sim.catalog import BY_NAME
 from sim.profiles import PROFILES
 from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
+from tests.support.waiting import wait_until
 
 SMALL = "qwen2.5:0.5b"
 
@@ -21,22 +22,13 @@ def ps_names(sim: SimProcess) -> list[str]:
     return [m["name"] for m in http_json(sim, "GET", "/api/ps")[1]["models"]]
 
 
-def wait_until(cond: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_keep_alive_expiry_and_request_override() -> None:
     # 2 s: the check right after the first request must come before the expiry, even on a busy machine.
     with start_sim("--keep-alive", "2s") as sim:
         client = ollama.Client(host=sim.base_url, timeout=30)
         client.generate(model=SMALL, prompt="hi", options={"num_predict": 2})
         assert ps_names(sim) == [SMALL]
-        assert wait_until(lambda: ps_names(sim) == [], 20)  # server default 2 s
+        wait_until(lambda: ps_names(sim) == [], 20)  # server default 2 s
         # A request's keep_alive sticks to the runner: -1 = forever, later requests without it keep it.
         client.generate(model=SMALL, prompt="hi", keep_alive=-1, options={"num_predict": 1})
         client.generate(model=SMALL, prompt="again", options={"num_predict": 1})
@@ -45,7 +37,7 @@ def test_keep_alive_expiry_and_request_override() -> None:
         assert [m.model for m in rows] == [SMALL]
         assert rows[0].expires_at is not None and rows[0].expires_at.year > 2200
         client.generate(model=SMALL, prompt="", keep_alive="300ms")
-        assert wait_until(lambda: ps_names(sim) == [], 20)
+        wait_until(lambda: ps_names(sim) == [], 20)
 
 
 def test_big_model_is_partly_offloaded_and_slower() -> None:
@@ -147,7 +139,7 @@ def test_load_goes_on_when_the_client_leaves() -> None:
         sock.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         time.sleep(0.2)
         sock.close()
-        assert wait_until(lambda: ps_names(sim) == ["llama3.1:8b"], 10)
+        wait_until(lambda: ps_names(sim) == ["llama3.1:8b"], 10)
         rec = truth(sim)[0]
         assert rec["cancelled"] and rec["load_end_ns"] - rec["load_start_ns"] > 800_000_000
 

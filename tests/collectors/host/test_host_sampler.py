@@ -13,18 +13,10 @@ import psutil
 import pytest
 
 from collectors.host.sampler import HostSampler, OllamaProcesses, is_ollama_process, is_sim_process
+from tests.support.waiting import wait_until
 
 BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pass\n"
 IDLE = "import time\ntime.sleep(60)\n"
-
-
-def _wait_for(cond: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(cond) and cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -34,7 +26,7 @@ def named_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     link.symlink_to(sys.executable)
     proc = subprocess.Popen([str(link), "-c", IDLE])
     try:
-        _wait_for(lambda: psutil.Process(proc.pid).name() == "ollama")
+        wait_until(lambda: psutil.Process(proc.pid).name() == "ollama")
         yield proc
     finally:
         proc.kill()

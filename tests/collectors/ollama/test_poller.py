@@ -23,6 +23,7 @@ from collectors.ollama.poller import OllamaPoller, PollError, parse_ps, parse_ti
 from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until_async
 
 
 class RecordingSink:
@@ -75,13 +76,6 @@ def sim_on(port: int) -> Iterator[subprocess.Popen[bytes]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
-
-
-async def wait_until(cond: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 # -- pure parts ----------------------------------------------------------------------
@@ -169,40 +163,40 @@ async def _down_up_down_up() -> None:
         task = asyncio.create_task(poller.run(stop))
         try:
             # Nobody listens yet: recorded as down, with the reason, and the loop keeps going.
-            await wait_until(lambda: len(sink.statuses) >= 3)
+            await wait_until_async(lambda: len(sink.statuses) >= 3)
             first = sink.statuses[0]
             assert first.up is False and first.error is not None and "cannot connect" in first.error
             assert first.base_url == f"http://127.0.0.1:{port}"
             assert poller.state.consecutive_failures >= 3 and not task.done()
 
             with sim_on(port):
-                await wait_until(lambda: sink.statuses[-1].up)
+                await wait_until_async(lambda: sink.statuses[-1].up)
                 assert sink.statuses[-1].version == "0.33.3"
                 # Load a model through the API: /api/ps lists it, /api/show is stored once for its digest.
                 async with session.post(f"http://127.0.0.1:{port}/api/generate", json={"model": "qwen2.5:0.5b"}) as r:
                     assert (await r.json())["done_reason"] == "load"
-                await wait_until(lambda: bool(sink.snapshots and sink.snapshots[-1][1]))
+                await wait_until_async(lambda: bool(sink.snapshots and sink.snapshots[-1][1]))
                 (loaded,) = sink.snapshots[-1][1]
                 assert loaded.name == "qwen2.5:0.5b" and len(loaded.digest) == 64
                 assert loaded.size_vram_bytes > 0 and loaded.context_length and loaded.expires_at_unix_s
                 n_polls = len(sink.snapshots)
-                await wait_until(lambda: len(sink.snapshots) >= n_polls + 5)
+                await wait_until_async(lambda: len(sink.snapshots) >= n_polls + 5)
                 # Installed models are asked about too (test_poller_tags.py); each digest once.
                 assert [n for d, n, _ in sink.shows if d == loaded.digest] == ["qwen2.5:0.5b"]
                 assert len({d for d, _, _ in sink.shows}) == len(sink.shows)
                 show = next(s for d, _, s in sink.shows if d == loaded.digest)
                 assert show["model_info"]["general.architecture"] == "qwen2"
             # The sim is gone (terminated): down again.
-            await wait_until(lambda: not sink.statuses[-1].up)
+            await wait_until_async(lambda: not sink.statuses[-1].up)
             assert poller.state.models == []
 
             with sim_on(port) as sim:
-                await wait_until(lambda: sink.statuses[-1].up)
+                await wait_until_async(lambda: sink.statuses[-1].up)
                 os.kill(sim.pid, signal.SIGKILL)  # killed outright this time
                 sim.wait(timeout=10)
-                await wait_until(lambda: not sink.statuses[-1].up)
+                await wait_until_async(lambda: not sink.statuses[-1].up)
             with sim_on(port):
-                await wait_until(lambda: sink.statuses[-1].up)
+                await wait_until_async(lambda: sink.statuses[-1].up)
                 stop.set()  # before this sim goes away, or its exit would be one more "down"
                 await asyncio.wait_for(task, 5)
         finally:

@@ -29,6 +29,7 @@ from collectors.lock import read_lock
 from store.schema import db_path
 from tests.support.ports import free_port
 from tests.support.sim_process import REPO_ROOT, SimProcess, start_sim
+from tests.support.waiting import wait_until
 
 TOKEN = "a-long-enough-test-token-42"
 MODEL = "qwen2.5:0.5b"
@@ -56,15 +57,6 @@ def _sim_requests(sim: SimProcess) -> int:
         return len(json.load(r)["requests"])
 
 
-def _wait(check: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimProcess]:
     with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as s:
@@ -81,7 +73,7 @@ def protected(sim: SimProcess, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         cwd=REPO_ROOT, env=_env(TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _wait(lambda: (i := read_lock(data)) is not None and i.pid == proc.pid and i.listen, 30, "the collector")
+        wait_until(lambda: (i := read_lock(data)) is not None and i.pid == proc.pid and i.listen, 30, "the collector")
         info = read_lock(data)
         assert info is not None
         yield f"http://{info.listen}", data
@@ -114,7 +106,7 @@ def test_lab_through_a_protected_collector(sim: SimProcess, protected: tuple[str
     doc = json.loads(done.stdout)
     assert doc["state"] == "done" and doc["points"], doc
     sent = _sim_requests(sim) - before  # the generations the Lab sent, as Ollama saw them
-    _wait(lambda: _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") >= 1, 30, "the Lab's requests stored")
+    wait_until(lambda: _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") >= 1, 30, "the Lab's requests stored")
     time.sleep(1.0)  # the last tick writes the last rows
     assert 1 <= _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") <= sent
 
@@ -135,7 +127,7 @@ def test_demo_users_through_a_protected_collector(
     messages = [{"role": "user", "content": "hello"}]
     Traffic(proxy, stop)._chat_turn(messages)
     assert messages[-1]["role"] == "assistant" and messages[-1]["content"]
-    _wait(lambda: _stored(data, "endpoint = '/api/chat' AND outcome = 'ok'") == 1, 30, "the demo user's chat in the store")
+    wait_until(lambda: _stored(data, "endpoint = '/api/chat' AND outcome = 'ok'") == 1, 30, "the demo user's chat in the store")
     assert _stored(data) == 1
 
 
@@ -147,7 +139,7 @@ def test_the_demo_with_a_token_records_its_traffic(tmp_path: Path) -> None:
         cwd=REPO_ROOT, env=_env(TOKEN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _wait(lambda: _stored(data, "outcome = 'ok'") >= 1 or proc.poll() is not None, 90, "a recorded demo request")
+        wait_until(lambda: _stored(data, "outcome = 'ok'") >= 1 or proc.poll() is not None, 90, "a recorded demo request")
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -182,7 +174,7 @@ def test_standalone_proxy_needs_the_token_as_the_collector_does(sim: SimProcess)
                 return False
             return False
 
-        _wait(answers, 30, "the standalone proxy")
+        wait_until(answers, 30, "the standalone proxy")
         before = _sim_requests(sim)
         with pytest.raises(urllib.error.HTTPError) as no_token:
             urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30)

@@ -17,6 +17,7 @@ from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.ports import free_port
 from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
 from tests.support.sim_process import SimProcess, start_sim
+from tests.support.waiting import wait_until
 
 SMALL = "qwen2.5:0.5b"
 
@@ -51,14 +52,6 @@ def stream_lines(
         except httpx.HTTPError as exc:
             return dict(r.headers), reads, exc
         return dict(r.headers), reads, None
-
-
-def wait_for(predicate: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_ollama_down_gives_a_clear_502_and_is_recorded() -> None:
@@ -154,7 +147,7 @@ def test_client_leaving_midstream_cancels_upstream_and_frees_the_slot(sim: SimPr
     rec = proxy.wait_record(record_id)
     assert rec.outcome is Outcome.CANCELLED and rec.error == "client disconnected"
     assert 3 <= len(rec.token_chunk_ns) < 3000
-    wait_for(lambda: sim_truth(sim.base_url, sim_id)["cancelled"])
+    wait_until(lambda: sim_truth(sim.base_url, sim_id)["cancelled"])
     truth = sim_truth(sim.base_url, sim_id)
     assert len(truth["token_written_ns"]) < 3000
     assert truth["done_ns"] - left_ns < 1_000_000_000  # sim stopped within a second of the client leaving
@@ -174,7 +167,7 @@ def test_client_leaving_while_queued_cancels_upstream(sim: SimProcess, proxy: Pr
             httpx.post(
                 proxy.base_url + "/api/generate", json={"model": SMALL, "prompt": "queued"}, timeout=httpx.Timeout(30, read=0.5)
             )
-    wait_for(lambda: any(r.received_ns >= queued_at for r in proxy.records))
+    wait_until(lambda: any(r.received_ns >= queued_at for r in proxy.records))
     queued = next(r for r in proxy.records if r.received_ns >= queued_at)
     assert queued.outcome is Outcome.CANCELLED and queued.first_byte_ns is None
     assert queued.error == "client disconnected before the response began"
@@ -220,7 +213,7 @@ def test_stop_lets_short_streams_finish_and_cancels_long_ones(sim: SimProcess) -
             stopped = True
         rec = proxy.records[-1]
         assert rec.outcome is Outcome.CANCELLED and rec.error == "proxy stopped"
-        wait_for(lambda: sim_truth(sim.base_url, sim_id)["cancelled"])
+        wait_until(lambda: sim_truth(sim.base_url, sim_id)["cancelled"])
         with pytest.raises(httpx.ConnectError):
             httpx.get(proxy.base_url + "/api/tags", timeout=5)
     finally:

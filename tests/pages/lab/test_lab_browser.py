@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from collectors.lock import read_lock
 from store.schema import db_path
 from tests.support.ports import free_port
 from tests.support.sim_process import REPO_ROOT, start_sim
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -56,13 +56,6 @@ def process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
                 proc.wait(timeout=5)
 
 
-def wait_until(cond: object, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as r:
@@ -86,9 +79,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, Path]]:
          "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
         env, tmp_path / "streamlit.log",
     ) as app:  # fmt: skip
-        wait_until(lambda: (info := read_lock(data)) is not None and info.pid == coll.pid and bool(info.listen), "the collector")
+        wait_until(lambda: (info := read_lock(data)) is not None and info.pid == coll.pid and bool(info.listen),
+                   30, "the collector")
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: healthy(url) or app.poll() is not None, "streamlit")
+        wait_until(lambda: healthy(url) or app.poll() is not None, 30, "streamlit")
         assert app.poll() is None, (tmp_path / "streamlit.log").read_text()
         yield url, data
 
@@ -127,7 +121,7 @@ def test_lab_run_in_the_browser(stack: tuple[str, Path]) -> None:
 
             # In progress: the bar, the cancel button, and the first points charted as they arrive.
             expect(page.get_by_role("button", name="Cancel")).to_be_visible(timeout=30_000)
-            wait_until(lambda: any(len(r.points) >= 2 for r in list_results(data)), "two points", 30)
+            wait_until(lambda: any(len(r.points) >= 2 for r in list_results(data)), 30, "two points")
             expect(page.locator('[data-testid="stProgress"]')).to_be_visible()
             expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=15_000)
             page.wait_for_timeout(1200)  # one more fragment refresh, so the chart holds the points
@@ -156,8 +150,8 @@ def test_lab_run_in_the_browser(stack: tuple[str, Path]) -> None:
         wait_until(
             lambda: conn.execute("SELECT COUNT(*) FROM requests WHERE model = ? AND outcome = 'ok'", (MODEL,)).fetchone()[0]
             >= 1 + len(run.points),
-            "the proxy's records",
             10,
+            "the proxy's records",
         )
     finally:
         conn.close()
