@@ -6,7 +6,6 @@ into a real SQLite store in tmp_path; every process started is stopped by the te
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -18,15 +17,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import ollama
 import pytest
 
-from collectors.lock import LockInfo, read_lock
+from collectors.lock import read_lock
 from store.schema import db_path
+from tests.support.collector_process import collector, listen_url, query, stop
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
@@ -36,63 +34,6 @@ WRITER_FLUSH_S = 0.2  # store.writer.BackgroundWriter's batch interval
 KILL_MARGIN_S = (
     WRITER_FLUSH_S + 0.3
 )  # "finished before the kill": final chunk at least one flush (plus slack for a busy CI) earlier
-
-
-@contextlib.contextmanager
-def collector(
-    data: Path, *args: str, wait: bool = True, env_extra: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[str]]:
-    """Run ``python -m collectors --data DATA --listen 127.0.0.1:0 ARGS``; kill it if the test did not stop it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))} | (env_extra or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0", "--interval", "0.2", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        if wait:
-            wait_ready(data, proc)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
-
-
-def wait_ready(data: Path, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> LockInfo:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        info = read_lock(data)
-        if info is not None and info.pid == proc.pid and info.listen:
-            return info
-        if proc.poll() is not None:
-            raise AssertionError(f"collector exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
-        assert time.monotonic() < deadline, "collector did not get ready"
-        time.sleep(0.05)
-
-
-def listen_url(data: Path) -> str:
-    info = read_lock(data)
-    assert info is not None
-    return f"http://{info.listen}"
-
-
-def query(data: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(f"file:{db_path(data)}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        return list(conn.execute(sql, args))
-    finally:
-        conn.close()
-
-
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
-    return proc.returncode, err
 
 
 # -- settings and the lock -------------------------------------------------------------------

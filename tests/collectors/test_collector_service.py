@@ -330,6 +330,6 @@ async def _rederive(data: Path) -> None:
 
 
 def _finished_record(id: str, started_at_unix_s: float) -> RequestRecord:
-    from tests.store.test_store_writer import make_record
+    from tests.support.records import make_record
 
     return make_record(id, started_at_unix_s)

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from store.schema import db_path
-from tests.collectors.test_collector_process import collector, listen_url, stop
-from tests.collectors.test_collector_store_load import drive
+from tests.support.collector_process import collector, drive, listen_url, stop
 from tests.support.sim_process import start_sim
 
 KILL_MARGIN_S = 1.0  # "answered before the kill": at least this long before it (the writer commits every 0.2 s)

@@ -1,30 +1,25 @@
 """The store under load from a real collector in front of sim: the size bound holds, a kill -9 loses little.
 
 Each test runs ``python -m collectors`` as a subprocess over ``python -m sim`` and drives it with a few
-concurrent clients for a bounded time (see ``tests.collectors.test_collector_process`` for the helpers).
+concurrent clients for a bounded time (helpers: ``tests.support.collector_process``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
-
 from store.schema import db_path
-from tests.collectors.test_collector_process import MODEL, collector, listen_url, query, stop
+from tests.support.collector_process import collector, drive, listen_url, query, stop
 from tests.support.sim_process import start_sim
 
 MIB = 1024 * 1024
 BOUND_MB = 1
 LOAD_S = 30.0  # the load's length: ~15x the time the unbounded store took to pass 2 MB here
 START_GRACE_S = 0.0  # none needed: the bound is checked after every commit from the first one
-PROMPT_PAD = "x" * 1500  # recorded (--record-text): each request row a few KB, so the store fills quickly
 
 
 def files_bytes(data: Path) -> int:
@@ -61,41 +56,6 @@ class SizeSampler:
     def peak(self, after_s: float = 0.0) -> int:
         t0 = self.samples[0][0]
         return max(b for t, b in self.samples if t - t0 >= after_s)
-
-
-def drive(
-    base_url: str, seconds: float, clients: int, on_answer: Callable[[str], None], per_client_interval_s: float = 0.0
-) -> int:
-    """``clients`` concurrent non-streamed chats, back to back (or each client at most one per
-    ``per_client_interval_s``), for ``seconds``; returns how many were answered."""
-
-    async def one(session: aiohttp.ClientSession, worker: int, stop_at: float) -> int:
-        n = 0
-        next_at = time.monotonic()
-        while time.monotonic() < stop_at:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            next_at += per_client_interval_s
-            prompt = f"request {worker}-{n} {PROMPT_PAD}"
-            body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": False,
-                    "options": {"num_predict": 2}}  # fmt: skip
-            try:
-                async with session.post(base_url + "/api/chat", json=body) as r:
-                    await r.read()
-                    if r.status != 200:
-                        return n
-            except aiohttp.ClientError:
-                return n  # the collector is gone
-            on_answer(prompt)
-            n += 1
-        return n
-
-    async def main() -> int:
-        stop_at = time.monotonic() + seconds
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            counts = await asyncio.gather(*(one(session, w, stop_at) for w in range(clients)))
-        return sum(counts)
-
-    return asyncio.run(main())
 
 
 def test_max_db_mb_holds_under_load_and_after_a_restart(tmp_path: Path) -> None:

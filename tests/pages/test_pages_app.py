@@ -290,8 +290,7 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
     import io
 
     from pages.requests.view import csv_bytes
-    from tests.store.test_store_export import FORMULA_MODELS
-    from tests.store.test_store_writer import make_record
+    from tests.support.records import FORMULA_MODELS, make_record
 
     now = time.time()
     w = StoreWriter(db_path(data_dir))

@@ -12,7 +12,7 @@ from store.ops import PutRequest, RederivePhases
 from store.rows import INT64_MAX, INT64_MIN
 from store.schema import db_path
 from store.writer import BackgroundWriter, StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 
 def _huge(id: str) -> PutRequest:

@@ -19,8 +19,8 @@ from store.export import EXPORT_KEYS, csv_cell, parse_since, write_csv
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.store.test_store_writer import make_record
 from tests.support.paths import REPO
+from tests.support.records import FORMULA_MODELS, make_record
 
 T0 = 1_750_000_000.0
 
@@ -98,10 +98,6 @@ def test_empty_store_exports_a_header_only(tmp_path: Path) -> None:
     proc = _export("--data", str(tmp_path), "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [",".join(EXPORT_KEYS)]
-
-
-# A spreadsheet runs a text cell that starts with one of these as a formula (OWASP's CSV injection rule).
-FORMULA_MODELS = ['=HYPERLINK("http://x","c")', "+1+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx"]
 
 
 @pytest.fixture

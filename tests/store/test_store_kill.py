@@ -24,7 +24,7 @@ import sys, time
 from dataclasses import replace
 from store.ops import PutRequest
 from store.writer import BackgroundWriter, StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 path, mode = sys.argv[1], sys.argv[2]
 if mode == "sync":

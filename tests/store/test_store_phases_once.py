@@ -16,8 +16,8 @@ from store.ops import REDERIVE_BATCH, PutRequest, RederivePhases
 from store.schema import db_path
 from store.tables import PHASES_VERSION
 from store.writer import StoreWriter
-from tests.store.test_store_writer import make_record
 from tests.support.paths import REPO
+from tests.support.records import make_record
 
 # Every module that shows or counts a request's phases.
 READERS = [

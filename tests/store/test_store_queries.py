@@ -15,7 +15,7 @@ from store import queries
 from store.ops import PutGpuSamples, PutHostSample, PutLoadedModels, PutModelInfo, PutRequest
 from store.schema import ROLLUP_S, db_path
 from store.writer import StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 T0 = 1_750_000_000.0
 

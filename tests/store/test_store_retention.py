@@ -12,7 +12,7 @@ from store import queries
 from store.ops import ApplyRetention, PutExperiment, PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import ROLLUP_S, db_path
 from store.writer import DAY_S, BackgroundWriter, RetentionPolicy, StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 NOW = 1_800_000_000.0
 PAGE_SIZE = 4096  # SQLite's default, the store's

@@ -18,8 +18,8 @@ from analysis.records import ProgressSource
 from collectors.ollama.log import parse_line
 from store import queries
 from store.schema import db_path
-from tests.collectors.test_collector_process import MODEL, collector, listen_url, stop
 from tests.support.clients import stream_generate
+from tests.support.collector_process import MODEL, collector, listen_url, stop
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 from tests.support.paths import DATA
 from tests.support.ports import free_port

@@ -20,8 +20,8 @@ from analysis.progress import prefill_eta_unix_s
 from analysis.records import ProgressSample, ProgressSource
 from store import queries
 from store.schema import db_path
-from tests.collectors.test_collector_process import collector, listen_url
 from tests.support.clients import stream_generate
+from tests.support.collector_process import collector, listen_url
 from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]

@@ -90,7 +90,7 @@ def test_cli_prints_runners_and_slots_counts_only(model_file: Path) -> None:
 @pytest.mark.parametrize("mode", ["garbage", "exit"])
 def test_collector_runs_on_beside_an_unreadable_runner(model_file: Path, tmp_path: Path, mode: str) -> None:
     """``python -m collectors`` watching an Ollama whose runner answers garbage, or exits: it says so and records on."""
-    from tests.collectors.test_collector_process import collector, query
+    from tests.support.collector_process import collector, query
 
     data = tmp_path / "data"
     with (

@@ -18,7 +18,7 @@ from analysis.phases import PhaseSource
 from collectors.proxy.recording import RECORD_ID_HEADER
 from store import queries
 from store.schema import db_path
-from tests.collectors.test_collector_process import collector, listen_url, query
+from tests.support.collector_process import collector, listen_url, query
 from tests.support.engine_process import MODEL, engine_log, start_server_engine, words_prompt
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
