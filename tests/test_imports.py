@@ -89,3 +89,43 @@ def test_a_private_import_is_found(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("_secret = 1\ndef _helper() -> None: ...\n")
     (pkg / "b.py").write_text("from privpkg.a import _secret\nfrom privpkg import a as mod\nmod._helper()\n")
     assert private_imports(tmp_path, ("privpkg",)) == {"privpkg/b.py: privpkg.a._secret", "privpkg/b.py: privpkg.a._helper"}
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """``file: module`` for each import of a test module (``test_*``, or a conftest) by a file under ``root/tests``:
+    what tests share belongs in tests/support/ or in a conftest fixture, not in another test file."""
+    found = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "tests" and any(p.startswith("test_") or p == "conftest" for p in parts[1:]):
+                    found.append(f"{path.relative_to(root)}: {name}")
+                    break
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert imports_of_test_modules(REPO) == []
+
+
+def test_an_import_of_a_test_module_is_found(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    (tests / "support").mkdir(parents=True)
+    (tests / "support" / "helpers.py").write_text("")
+    (tests / "test_a.py").write_text("X = 1\n")
+    (tests / "test_b.py").write_text(
+        "from tests.support.helpers import *\nfrom tests.test_a import X\ndef f() -> None:\n    import tests.conftest\n"
+    )
+    (tests / "test_c.py").write_text("from tests import test_a\n")
+    assert imports_of_test_modules(tmp_path) == [
+        "tests/test_b.py: tests.test_a",
+        "tests/test_b.py: tests.conftest",
+        "tests/test_c.py: tests.test_a",
+    ]

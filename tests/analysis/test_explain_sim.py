@@ -35,11 +35,9 @@ SPEC = spec_by_key(HARDWARE)
 MODEL = "llama3.1:8b"
 CTX = {"num_ctx": 8192}  # every request the same, so none forces a reload
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", HARDWARE, "--num-parallel", "2", "--ollama-version", "0.33.3", "--disk-gbs", "100") as s:
-        yield s
+pytestmark = pytest.mark.sim_args(
+    "--hardware", HARDWARE, "--num-parallel", "2", "--ollama-version", "0.33.3", "--disk-gbs", "100"
+)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from analysis.hardware import spec_by_key
 from analysis.interference import Interference
 from analysis.phases import split_record
 from analysis.story import RateSample, Story, build_story
-from tests.analysis.test_explain_diagnose import FACTS, SPEC, loaded, make_record
+from tests.support.diagnose_cases import FACTS, SPEC, loaded, make_record
 
 NUMBER = re.compile(r"\d")
 

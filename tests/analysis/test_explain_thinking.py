@@ -10,30 +10,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from analysis import wording as w
 from pages.why.view import build_why
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.pages.requests.test_pages_requests_kinds import _detail, write_records
-from tests.pages.why.test_why_page import MODEL, PLAIN, build_store, trace
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
-    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
-    for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
-        monkeypatch.delenv(k, raising=False)
-    return tmp_path
+from tests.support.requests_page import open_request, write_records
+from tests.support.why_page import MODEL, PLAIN, build_store, trace
 
 
 def test_the_requests_detail_says_what_thinking_cost(data_dir: Path) -> None:
     write_records(data_dir, time.time())
-    at = _detail("thinking")
+    at = open_request("thinking")
     text = "\n".join(str(t.value) for t in at.text)
     # 15 thinking chunks 10 ms apart from 200 ms, then 25 answer chunks: first token 200 ms, first answer 350 ms.
     assert "15 of its 40 output tokens were thinking, written in 150 ms at 100 tok/s" in text, text
@@ -41,7 +30,7 @@ def test_the_requests_detail_says_what_thinking_cost(data_dir: Path) -> None:
     assert "first token came after 200 ms, the first answer token after 350 ms" in text
     assert "the answer came 150 ms later than the first token says" in text
     # A reply that did not think says nothing of it.
-    plain = _detail("whole")
+    plain = open_request("whole")
     assert "thinking" not in "\n".join(str(t.value) for t in plain.text)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -156,3 +157,37 @@ def post_json(url: str, body: object) -> None:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200, r.status
+
+
+def pick_request(page: Page, request_id: str) -> None:
+    """Choose a request in the "Request to inspect" box by typing its short id and clicking it, as a user would."""
+    pick = page.locator('[data-testid="stSelectbox"]', has_text="Request to inspect")
+    pick.locator("input").click(force=True)
+    pick.locator("input").press_sequentially(request_id[:8], delay=30)
+    page.get_by_role("option").filter(has_text=request_id[:8]).first.click(timeout=UI_TIMEOUT_MS)
+    wait_until(lambda: request_id[:8] in pick.locator("input").input_value(), 30, f"request {request_id[:8]} to be picked")
+    wait_ready(page)
+
+
+def quick_shot(page: Page, name: str) -> Path:
+    """A screenshot now, without waiting for charts to settle (the phase would be over by then)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def cards_state(page: Page) -> dict[str, object]:
+    """The progress bars' values and the cards' text right now."""
+    state: dict[str, object] = page.evaluate("""() => ({
+        bars: Array.from(document.querySelectorAll('[data-testid="stProgress"] [role="progressbar"]'))
+                 .map(b => Number(b.getAttribute('aria-valuenow'))),
+        text: Array.from(document.querySelectorAll('[class*="st-key-card_"]'))
+                 .map(c => c.innerText).join('\\n----\\n'),
+    })""")
+    return state
+
+
+def tokens_so_far(text: str) -> int | None:
+    m = re.search(r"([\d,]+) tokens so far", text)
+    return None if m is None else int(m.group(1).replace(",", ""))

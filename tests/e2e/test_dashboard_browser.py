@@ -34,6 +34,7 @@ from tests.e2e.support import (
     live_snapshot,
     metric,
     no_injection,
+    pick_request,
     post_json,
     run_app,
     screenshot,
@@ -44,16 +45,6 @@ from tests.e2e.support import (
 pytestmark = pytest.mark.browser
 
 MODEL = "llama3.2:latest"
-
-
-def pick_request(page: Page, request_id: str) -> None:
-    """Choose a request in the "Request to inspect" box by typing its short id and clicking it, as a user would."""
-    pick = page.locator('[data-testid="stSelectbox"]', has_text="Request to inspect")
-    pick.locator("input").click(force=True)
-    pick.locator("input").press_sequentially(request_id[:8], delay=30)
-    page.get_by_role("option").filter(has_text=request_id[:8]).first.click(timeout=UI_TIMEOUT_MS)
-    wait_until(lambda: request_id[:8] in pick.locator("input").input_value(), 30, f"request {request_id[:8]} to be picked")
-    wait_ready(page)
 
 
 def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:

@@ -16,8 +16,7 @@ from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
-from tests.pages.why.test_why_embed import EMBEDS, IMPOSSIBLE, _embed
-from tests.pages.why.test_why_page import PLAIN, build_store
+from tests.support.why_page import EMBEDS, IMPOSSIBLE, PLAIN, build_store, embed_record
 
 pytestmark = pytest.mark.browser
 
@@ -32,7 +31,7 @@ def _store(data_dir: Path) -> str:
     w_ = StoreWriter(db_path(data_dir))
     try:
         for i, (prompt, prefill_ms) in enumerate([*EMBEDS, IMPOSSIBLE]):
-            w_.write(PutRequest(_embed(i, now, prompt, prefill_ms)))
+            w_.write(PutRequest(embed_record(i, now, prompt, prefill_ms)))
         w_.write(PutRequest(replace(thinker, thinking_chunks=k, last_thinking_ns=c[k - 1], first_answer_ns=c[k])))
     finally:
         w_.close()

@@ -38,12 +38,12 @@ from tests.e2e.support import (
     _stop,
     live_snapshot,
     metric,
+    pick_request,
     run_app,
     screenshot,
     wait_ready,
     wait_until,
 )
-from tests.e2e.test_dashboard_browser import pick_request
 from tests.support.engine_process import GREEDY, MODEL, require_llama_server, start_server_engine, words_prompt
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine]

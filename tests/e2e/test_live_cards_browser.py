@@ -10,7 +10,6 @@ card whose token count rises, then the finished card with its link to Requests. 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import threading
@@ -25,7 +24,18 @@ from playwright.sync_api import Page
 from collectors.lock import read_lock
 from sim.tokens import make_prompt
 from store.schema import db_path
-from tests.e2e.support import ARTIFACTS, REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
+from tests.e2e.support import (
+    REPO,
+    START_TIMEOUT_S,
+    _stop,
+    cards_state,
+    quick_shot,
+    run_app,
+    screenshot,
+    tokens_so_far,
+    wait_ready,
+    wait_until,
+)
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
 
@@ -65,30 +75,6 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 yield url, proxy
         finally:
             _stop(collector)
-
-
-def quick_shot(page: Page, name: str) -> Path:
-    """A screenshot now, without waiting for charts to settle (the phase would be over by then)."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-def cards_state(page: Page) -> dict[str, object]:
-    """The progress bars' values and the cards' text right now."""
-    state: dict[str, object] = page.evaluate("""() => ({
-        bars: Array.from(document.querySelectorAll('[data-testid="stProgress"] [role="progressbar"]'))
-                 .map(b => Number(b.getAttribute('aria-valuenow'))),
-        text: Array.from(document.querySelectorAll('[class*="st-key-card_"]'))
-                 .map(c => c.innerText).join('\\n----\\n'),
-    })""")
-    return state
-
-
-def tokens_so_far(text: str) -> int | None:
-    m = re.search(r"([\d,]+) tokens so far", text)
-    return None if m is None else int(m.group(1).replace(",", ""))
 
 
 def test_long_prompt_moves_through_prefill_decode_and_finish(slow_stack: tuple[str, str], page: Page) -> None:

@@ -30,8 +30,18 @@ from collectors.lock import read_lock
 from collectors.proxy.recording import RECORD_ID_HEADER
 from store import queries
 from store.schema import db_path
-from tests.e2e.support import REPO, START_TIMEOUT_S, _stop, run_app, screenshot, wait_ready, wait_until
-from tests.e2e.test_live_cards_browser import cards_state, quick_shot, tokens_so_far
+from tests.e2e.support import (
+    REPO,
+    START_TIMEOUT_S,
+    _stop,
+    cards_state,
+    quick_shot,
+    run_app,
+    screenshot,
+    tokens_so_far,
+    wait_ready,
+    wait_until,
+)
 from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
 from tests.support.ports import free_port
 

@@ -26,16 +26,6 @@ TIMEOUT_S = 60  # generous: the test machine is shared
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
-    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
-    monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
-    monkeypatch.delenv("OLLAMA_HOST", raising=False)
-    monkeypatch.delenv("PHASEWATCH_LISTEN", raising=False)
-    return tmp_path
-
-
-@pytest.fixture
 def fixture_store(data_dir: Path) -> Fixture:
     return build_fixture_store(data_dir, time.time())
 

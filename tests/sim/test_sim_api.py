@@ -6,21 +6,16 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import ollama
 import pytest
 
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 SMALL = "qwen2.5:0.5b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--num-parallel", "2")
 
 
 @pytest.fixture()

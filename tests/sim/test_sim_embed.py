@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
 from itertools import pairwise
 
 import httpx
@@ -19,16 +18,12 @@ from sim import timing
 from sim.catalog import BY_NAME
 from sim.profiles import profile_by_key
 from sim.tokens import count_tokens, make_prompt
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth
+from tests.support.sim_process import SimProcess, http_json, truth
 
 EMBED = "nomic-embed-text"
 HARDWARE = "rtx-3060"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", HARDWARE, "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", HARDWARE, "--num-parallel", "2")
 
 
 @pytest.fixture()

@@ -5,22 +5,17 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import ollama
 import pytest
 
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
+from tests.support.sim_process import SimProcess, http_json, truth, truth_by_id
 
 SMALL = "qwen2.5:0.5b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3090") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3090")
 
 
 @pytest.fixture()

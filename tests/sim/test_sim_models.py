@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import ollama
 import pytest
 
 from sim.catalog import BY_NAME
-from tests.support.sim_process import SimProcess, http_json, start_sim
+from tests.support.sim_process import SimProcess, http_json
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "60") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--disk-gbs", "60")
 
 
 @pytest.fixture()

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import ollama
 import pytest
 
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth_by_id
+from tests.support.sim_process import SimProcess, http_json, truth_by_id
 
 MODEL = "llama3.2"
 WEATHER = {
@@ -25,11 +24,7 @@ WEATHER = {
 }
 ASK = [{"role": "user", "content": "weather in Paris?"}]
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "60") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--disk-gbs", "60")
 
 
 @pytest.fixture()

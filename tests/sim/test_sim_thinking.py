@@ -7,24 +7,19 @@ qwen3:0.6b takes ``think`` as a bool (on when unset); gpt-oss:20b takes levels a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import ollama
 import pytest
 
 from sim.engine import THINKING_TOKENS
-from tests.support.sim_process import SimProcess, http_json, start_sim, truth_by_id
+from tests.support.sim_process import SimProcess, http_json, truth_by_id
 
 QWEN3 = "qwen3:0.6b"
 GPT_OSS = "gpt-oss:20b"
 ASK = [{"role": "user", "content": "why is the sky blue?"}]
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--disk-gbs", "60") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--disk-gbs", "60")
 
 
 @pytest.fixture()

@@ -7,7 +7,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,11 +21,7 @@ METRIC_KEYS = {
 }
 DURATION_KEYS = {"total_duration", "load_duration", "prompt_eval_duration", "eval_duration"}
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--num-parallel", "2", "--keep-alive", "30s") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--num-parallel", "2", "--keep-alive", "30s")
 
 
 def post_raw(sim: SimProcess, path: str, body: dict[str, Any] | bytes) -> tuple[int, dict[str, str], bytes]:

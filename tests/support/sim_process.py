@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tests.support.ports import free_port
 
@@ -37,6 +37,12 @@ class SimProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+class SimFactory(Protocol):
+    """``start_sims`` (tests/conftest.py): starts a sim with these arguments, stopped after the module."""
+
+    def __call__(self, *args: str) -> SimProcess: ...
 
 
 @contextlib.contextmanager

@@ -6,23 +6,18 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from collectors.lab.results import CANCELLED
 from collectors.lab.runner import run_experiment
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 # A slow machine and a small model: a 3,000-token prefill takes seconds, the chat streams every few ms.
 MODEL = "qwen2.5:0.5b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "m1", "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "m1", "--num-parallel", "2")
 
 
 def truth(sim: SimProcess) -> list[dict[str, Any]]:

@@ -11,22 +11,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from collectors.lab.results import CANCELLED, read_result
 from tests.support.ports import free_port
-from tests.support.sim_process import REPO_ROOT, SimProcess, start_sim
+from tests.support.sim_process import REPO_ROOT, SimProcess
 
 MODEL = "qwen2.5:0.5b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3090", "--num-parallel", "2")
 
 
 def lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

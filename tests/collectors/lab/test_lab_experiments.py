@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,16 +20,12 @@ from sim import timing
 from sim.catalog import find_model
 from sim.profiles import profile_by_key
 from sim.timing import default_num_batch
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 MODEL = "llama3.1:8b"
 HARDWARE = "rtx-4090"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", HARDWARE, "--num-parallel", "4", "--seed", "7") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", HARDWARE, "--num-parallel", "4", "--seed", "7")
 
 
 def run(sim: SimProcess, name: str, **params: Any) -> ExperimentResult:

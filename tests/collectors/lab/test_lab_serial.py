@@ -4,21 +4,16 @@ the Lab says so from the timings instead of reporting a slowdown or a stall."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from collectors.lab.results import DONE
 from collectors.lab.runner import run_experiment
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 MODEL = "llama3.1:8b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--num-parallel", "1") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-4090", "--num-parallel", "1")
 
 
 def test_concurrency_detects_a_serial_server(sim: SimProcess) -> None:

@@ -30,9 +30,11 @@ from analysis.chunks import (
 from collectors.proxy.big_bodies import BigBodyDecoder
 from collectors.proxy.limits import Limits
 from tests.support.proxy_thread import run_proxy
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 N = MIN_DROPPED_NUMBERS
+
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3060")
 
 
 def _crash(raw: bytes) -> Decoded:  # the worker dies mid-parse (as when the OOM killer takes it)
@@ -210,12 +212,6 @@ def test_timeout_and_the_bound_on_waiting_bodies() -> None:
 
 
 # -- through the proxy -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3060") as s:
-        yield s
 
 
 def test_a_failed_worker_leaves_a_record_that_says_why(sim: SimProcess) -> None:

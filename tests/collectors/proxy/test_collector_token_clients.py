@@ -28,11 +28,13 @@ from collectors.demo import Traffic
 from collectors.lock import read_lock
 from store.schema import db_path
 from tests.support.ports import free_port
-from tests.support.sim_process import REPO_ROOT, SimProcess, start_sim
+from tests.support.sim_process import REPO_ROOT, SimProcess
 from tests.support.waiting import wait_until
 
 TOKEN = "a-long-enough-test-token-42"
 MODEL = "qwen2.5:0.5b"
+
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3090", "--num-parallel", "2")
 
 
 def _env(token: str | None) -> dict[str, str]:
@@ -55,12 +57,6 @@ def _stored(data: Path, where: str = "1") -> int:
 def _sim_requests(sim: SimProcess) -> int:
     with urllib.request.urlopen(sim.base_url + "/sim/truth", timeout=10) as r:
         return len(json.load(r)["requests"])
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as s:
-        yield s
 
 
 @pytest.fixture

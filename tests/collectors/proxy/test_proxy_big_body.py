@@ -11,7 +11,6 @@ window stays a fraction of the parse time, and both records still carry what the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from collectors.proxy.limits import Limits
 from tests.support import big_body
 from tests.support.proxy_process import start_proxy_process
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 # The stream's longest gap after the reply ended, as a share of the parse time measured in the same run.
 # Parsed on the loop the gap is the parse itself (ratio ~1, the bench prints it); off the loop it is
@@ -27,11 +26,7 @@ from tests.support.sim_process import SimProcess, start_sim
 # with two CPU-bound processes beside the test hiccups of ~100 ms happen against a parse of 1 s or more.
 MAX_GAP_SHARE_OF_PARSE = 0.4
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3060", "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3060", "--num-parallel", "2")
 
 
 def test_big_embed_reply_does_not_stall_a_stream(sim: SimProcess, tmp_path: Path) -> None:

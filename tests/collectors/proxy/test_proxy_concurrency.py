@@ -12,7 +12,6 @@ scheduling hiccup, so it holds on a busy machine. Issue 3's speed target (TTFT a
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from sim.catalog import find_model
 from sim.profiles import profile_by_key
 from tests.support.proxy_process import StampErrors, burst, start_proxy_process
 from tests.support.proxy_thread import sim_truth
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 STREAMS = 16
 TOKENS = 48
@@ -48,11 +47,7 @@ LAG_P50_STEPS = 0.5
 # would be, while the longest scheduling hiccup seen under load was ~36 ms.
 ANY_ERROR_MAX_MS = 150.0
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", HARDWARE, "--num-parallel", str(STREAMS), "--disk-gbs", "20") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", HARDWARE, "--num-parallel", str(STREAMS), "--disk-gbs", "20")
 
 
 def test_sixteen_streams_match_the_truth_and_are_recorded_once(sim: SimProcess, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,24 +15,18 @@ from analysis.records import Outcome, RequestRecord
 from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.ports import free_port
 from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimFactory, SimProcess
 from tests.support.waiting import wait_until
 
 SMALL = "qwen2.5:0.5b"
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
+def sim(start_sims: SimFactory) -> SimProcess:
     # One slot, so a test can see a request queue behind another and the slot come free.
-    with start_sim("--hardware", "rtx-3060", "--num-parallel", "1") as s:
-        ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
-        yield s
-
-
-@pytest.fixture(scope="module")
-def proxy(sim: SimProcess) -> Iterator[ProxyThread]:
-    with run_proxy(sim.base_url) as p:
-        yield p
+    s = start_sims("--hardware", "rtx-3060", "--num-parallel", "1")
+    ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
+    return s
 
 
 def fault(sim: SimProcess, **switches: Any) -> None:

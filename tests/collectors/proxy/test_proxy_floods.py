@@ -27,10 +27,10 @@ import psutil
 import pytest
 from aiohttp import web
 
-from tests.collectors.proxy.test_proxy_relay import aiohttp_upstream
 from tests.support.ports import free_port
 from tests.support.recording_upstream import RecordingUpstream, recording_upstream
 from tests.support.sim_process import REPO_ROOT
+from tests.support.upstreams import aiohttp_upstream
 
 MB = 1 << 20
 RSS_GROWTH_BOUND_MB = 200  # over the idle proxy's RSS; the unbounded proxy grew by 1,000+ MB

@@ -150,7 +150,7 @@ def test_an_upstream_sending_two_answers_to_one_request_never_reaches_the_next_c
     """Both sides' framing must end exactly before an upstream connection is reused."""
     import asyncio
 
-    from tests.collectors.proxy.test_proxy_relay import LoopThread
+    from tests.support.upstreams import LoopThread
 
     lt = LoopThread()
     served = [0]
@@ -187,7 +187,7 @@ def test_an_upstream_sending_two_answers_to_one_request_never_reaches_the_next_c
 
 
 def test_an_upstream_response_head_is_bounded() -> None:
-    from tests.collectors.proxy.test_proxy_relay import raw_upstream
+    from tests.support.upstreams import raw_upstream
 
     reply = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (8 << 20) + b"\r\nContent-Length: 0\r\n\r\n"
     with raw_upstream(reply) as port, run_proxy(f"http://127.0.0.1:{port}") as p:
@@ -436,7 +436,7 @@ def test_a_slow_answer_is_never_cut_by_the_timeouts() -> None:
 
     from aiohttp import web
 
-    from tests.collectors.proxy.test_proxy_relay import aiohttp_upstream
+    from tests.support.upstreams import aiohttp_upstream
 
     async def slow(_: web.Request) -> web.StreamResponse:
         await asyncio.sleep(1.5)  # a model loading

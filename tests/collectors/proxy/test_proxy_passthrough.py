@@ -8,7 +8,7 @@ import re
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,7 +19,7 @@ from aiohttp import web
 from analysis.records import Outcome, RequestKind
 from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.proxy_thread import ProxyThread, run_proxy, sim_truth
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimFactory, SimProcess
 
 SMALL = "qwen2.5:0.5b"
 # What legitimately differs between two runs of the same request: clocks and cache-dependent numbers.
@@ -34,17 +34,11 @@ def normalize(body: bytes) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--num-parallel", "2") as s:
-        # Load the model and warm the prompt cache, so a direct and a proxied run see the same state.
-        ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
-        yield s
-
-
-@pytest.fixture(scope="module")
-def proxy(sim: SimProcess) -> Iterator[ProxyThread]:
-    with run_proxy(sim.base_url) as p:
-        yield p
+def sim(start_sims: SimFactory) -> SimProcess:
+    s = start_sims("--hardware", "rtx-4090", "--num-parallel", "2")
+    # Load the model and warm the prompt cache, so a direct and a proxied run see the same state.
+    ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
+    return s
 
 
 def _twice(sim: SimProcess, proxy: ProxyThread, call: Callable[[ollama.Client], Any]) -> tuple[Any, Any]:

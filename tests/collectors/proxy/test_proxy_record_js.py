@@ -16,20 +16,14 @@ import pytest
 
 from analysis.phases import PhaseSource
 from analysis.records import RequestKind
-from tests.collectors.proxy.test_proxy_record_clients import (
-    MODEL,
-    NUM_PREDICT,
-    PROMPT,
-    _call,
-    _check_embed,
-    _check_native,
-    _unload,
-)
 from tests.support.paths import JS
-from tests.support.proxy_thread import ProxyThread, run_proxy
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.proxy_thread import ProxyThread
+from tests.support.record_checks import MODEL, NUM_PREDICT, PROMPT, call_recorded, check_embed, check_native, unload
+from tests.support.sim_process import SimProcess
 
 JS_DIR = JS
+
+pytestmark = pytest.mark.sim_args("--hardware", "cpu", "--disk-gbs", "0.5")
 
 
 def _node() -> str:
@@ -42,20 +36,8 @@ def _node() -> str:
     return node
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "cpu", "--disk-gbs", "0.5") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def proxy(sim: SimProcess) -> Iterator[ProxyThread]:
-    with run_proxy(sim.base_url) as p:
-        yield p
-
-
 def _js(node: str, proxy: ProxyThread, call: str) -> Iterator[object]:
-    """Run one call of the JavaScript client (an empty iterator, for ``_call``)."""
+    """Run one call of the JavaScript client (an empty iterator, for ``call_recorded``)."""
     proc = subprocess.run(
         [node, str(JS_DIR / "call.mjs"), proxy.base_url, call, MODEL, PROMPT + call, str(NUM_PREDICT)],
         capture_output=True, text=True, timeout=60, check=False,
@@ -68,14 +50,14 @@ def _js(node: str, proxy: ProxyThread, call: str) -> Iterator[object]:
 @pytest.mark.parametrize("call", ["generate-stream", "chat"])
 def test_js_client_generation(sim: SimProcess, proxy: ProxyThread, call: str) -> None:
     node = _node()
-    _unload(sim)
-    rec, ph, t = _call(sim, proxy, lambda: _js(node, proxy, call))
-    _check_native(rec, ph, t, stream=call == "generate-stream")
+    unload(sim)
+    rec, ph, t = call_recorded(sim, proxy, lambda: _js(node, proxy, call))
+    check_native(rec, ph, t, stream=call == "generate-stream")
     assert ph.load_source == PhaseSource.OLLAMA and t["load_start_ns"] is not None
 
 
 def test_js_client_embed(sim: SimProcess, proxy: ProxyThread) -> None:
     node = _node()
-    rec, ph, t = _call(sim, proxy, lambda: _js(node, proxy, "embed"))
+    rec, ph, t = call_recorded(sim, proxy, lambda: _js(node, proxy, "embed"))
     assert rec.kind is RequestKind.EMBED and rec.batch_size == 2
-    _check_embed(rec, ph, t, durations=True)
+    check_embed(rec, ph, t, durations=True)

@@ -6,14 +6,11 @@ asyncio server on a loopback port in a background thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import socket
-import ssl
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -25,87 +22,17 @@ from aiohttp import web
 from analysis.records import Outcome
 from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.proxy_thread import ProxyThread, run_proxy
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimFactory, SimProcess
+from tests.support.upstreams import aiohttp_upstream, raw_upstream
 
 SMALL = "qwen2.5:0.5b"
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-4090", "--num-parallel", "2") as s:
-        ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
-        yield s
-
-
-@pytest.fixture(scope="module")
-def proxy(sim: SimProcess) -> Iterator[ProxyThread]:
-    with run_proxy(sim.base_url) as p:
-        yield p
-
-
-class LoopThread:
-    """An event loop in a background thread, for upstream servers that misbehave on purpose."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Awaitable[Any], timeout_s: float = 10.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
-@contextlib.contextmanager
-def aiohttp_upstream(
-    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], ca: trustme.CA | None = None, **server_kw: Any
-) -> Iterator[int]:
-    """A real aiohttp server answering every route with ``handler`` (over TLS with a cert from ``ca``); yields its port."""
-    lt = LoopThread()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None, **server_kw)
-    tls = None
-    if ca is not None:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert("127.0.0.1").configure_cert(tls)
-
-    async def start() -> int:
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
-        await site.start()
-        return int(runner.addresses[0][1])
-
-    try:
-        yield lt.run(start())
-    finally:
-        lt.run(runner.cleanup())
-        lt.close()
-
-
-@contextlib.contextmanager
-def raw_upstream(reply: bytes) -> Iterator[int]:
-    """A server that reads a request head and answers ``reply`` verbatim, then closes."""
-    lt = LoopThread()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(reply)
-        await writer.drain()
-        writer.close()
-
-    async def start() -> asyncio.Server:
-        return await asyncio.start_server(serve, "127.0.0.1", 0)
-
-    server = lt.run(start())
-    try:
-        yield int(server.sockets[0].getsockname()[1])
-    finally:
-        server.close()
-        lt.close()
+def sim(start_sims: SimFactory) -> SimProcess:
+    s = start_sims("--hardware", "rtx-4090", "--num-parallel", "2")
+    ollama.Client(host=s.base_url, timeout=30).generate(model=SMALL, prompt="warm up", options={"num_predict": 1})
+    return s
 
 
 def exchange(port: int, data: bytes, *, until_close: bool = True, timeout_s: float = 10.0) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +18,20 @@ from streamlit.testing.v1 import AppTest
 
 from collectors.lab.results import CANCELLED, DONE, FAILED, ExperimentResult, RunState, lab_dir, list_results, write_result
 from tests.support.paths import REPO
-from tests.support.sim_process import SimProcess, start_sim
+from tests.support.sim_process import SimProcess
 
 APP = str(REPO / "app.py")
 TIMEOUT_S = 60
 MODEL = "qwen2.5:0.5b"
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as s:
-        yield s
+pytestmark = pytest.mark.sim_args("--hardware", "rtx-3090", "--num-parallel", "2")
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim: SimProcess) -> Path:
-    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
-    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
+def data_dir(data_dir: Path, monkeypatch: pytest.MonkeyPatch, sim: SimProcess) -> Path:
+    """The root data folder, with the app pointed at the module's sim as if a collector listened there."""
     monkeypatch.setenv("PHASEWATCH_LISTEN", f"127.0.0.1:{sim.port}")
-    monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
-    monkeypatch.delenv("OLLAMA_HOST", raising=False)
-    return tmp_path
+    return data_dir
 
 
 def truth(sim: SimProcess) -> list[dict[str, Any]]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from pages.requests.view import build_history
 from store.schema import db_path
-from tests.pages.why.test_why_page import PLAIN, Req, _shape, build_store, values
+from tests.support.why_page import PLAIN, Req, build_store, req_shape, values
 
-ABSURD = Req(_shape(4000, 0.004, 60, 5), 15)  # a million tok/s: the phase split flags it beyond any hardware
-TINY = Req(_shape(14, 0.0923, 40, 4), 20)  # 151,691 tok/s over 14 tokens
+ABSURD = Req(req_shape(4000, 0.004, 60, 5), 15)  # a million tok/s: the phase split flags it beyond any hardware
+TINY = Req(req_shape(14, 0.0923, 40, 4), 20)  # 151,691 tok/s over 14 tokens
 
 
 def test_flagged_and_tiny_rates_stay_visible_but_set_no_range(tmp_path: Path) -> None:

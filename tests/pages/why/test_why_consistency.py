@@ -34,31 +34,22 @@ from pages.why.view import build_why
 from sim.catalog import BY_NAME
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.pages.why.test_why_page import (
+from tests.support.why_page import (
     BIG,
     GIB,
     MODEL,
     PLAIN,
     Req,
-    _shape,
     build_store,
     figures,
     open_why,
     page_text,
+    req_shape,
     show_json,
     trace,
 )
 
 SPEC = spec_by_key("rtx-4090")
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
-    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
-    for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
-        monkeypatch.delenv(k, raising=False)
-    return tmp_path
 
 
 @dataclass(frozen=True)
@@ -69,7 +60,7 @@ class Fixture:
 
 
 def _shapes(prompts: list[int], rate_tok_s: float, step_ms: float, offset0: float = 290.0, cached: int = 0) -> list[Req]:
-    return [Req(_shape(p + cached, p / rate_tok_s * 1000, 60 + 10 * i, step_ms, cached=cached), offset0 - 12 * i)
+    return [Req(req_shape(p + cached, p / rate_tok_s * 1000, 60 + 10 * i, step_ms, cached=cached), offset0 - 12 * i)
             for i, p in enumerate(prompts)]  # fmt: skip
 
 
@@ -82,14 +73,14 @@ LONG = _shapes([2000, 3000, 4000, 6000, 8000, 12000, 16000], 18_000, 7)
 CACHE = (
     _shapes([100, 60, 40, 80, 120], 15_000, 5, cached=2900)
     + _shapes([800, 1600], 20_000, 5, offset0=200)
-    + [Req(_shape(8808, 440, 80, 6, cached=3), 60)]  # 3 cached tokens of 8,808: not worth a sentence
+    + [Req(req_shape(8808, 440, 80, 6, cached=3), 60)]  # 3 cached tokens of 8,808: not worth a sentence
 )
 # Half of a 70B model in system memory: about 2 tok/s of decode at most, a few hundred of prefill.
 OFFLOAD = [replace(r, model=BIG) for r in _shapes([300, 600, 1200, 2400, 4800], 400, 1000)]
 IMPOSSIBLE = [
     *PLAIN[:6],
-    Req(_shape(14, 0.0923, 40, 4), 20),  # 151,691 tok/s for 14 tokens: faster than one read of the weights
-    Req(_shape(4000, 10, 60, 5), 15),  # 400,000 tok/s: above the compute ceiling
+    Req(req_shape(14, 0.0923, 40, 4), 20),  # 151,691 tok/s for 14 tokens: faster than one read of the weights
+    Req(req_shape(4000, 10, 60, 5), 15),  # 400,000 tok/s: above the compute ceiling
 ]
 FIXTURES = {
     "short-only": Fixture(SHORT),

@@ -13,43 +13,24 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
-
 from analysis import wording as w
-from analysis.records import EMBED_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord
 from pages.why.figures import EMBED_NAME
 from pages.why.view import build_why
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.pages.why.test_why_page import MODEL, PLAIN, build_store, figures, open_why, page_text, trace
-
-MS = 1_000_000
-# (prompt tokens, prefill ms): about 10,000 tok/s, well under a 4090's prefill ceiling for llama3.2 3B.
-EMBEDS = [(256, 26.0), (512, 50.0), (1024, 101.0), (2048, 205.0), (4096, 420.0)]
-IMPOSSIBLE = (3000, 0.5)  # 6,000,000 tok/s: above any ceiling
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASEWATCH_DATA", str(tmp_path))
-    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
-    for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
-        monkeypatch.delenv(k, raising=False)
-    return tmp_path
-
-
-def _embed(i: int, now: float, prompt: int, prefill_ms: float) -> RequestRecord:
-    t0 = 5_000 * MS * (i + 1)
-    load_ns = 2 * MS
-    total_ns = load_ns + round(prefill_ms * MS)
-    return RequestRecord(
-        id=f"embed{i}", started_at_unix_s=now - 50 + i, client_addr="127.0.0.1:1", endpoint=sorted(EMBED_ENDPOINTS)[0],
-        model=MODEL, stream=False, kind=RequestKind.EMBED, batch_size=8, received_ns=t0, forwarded_ns=t0 + MS,
-        first_byte_ns=t0 + MS + total_ns, final_chunk_ns=t0 + MS + total_ns, closed_ns=t0 + MS + total_ns,
-        status_code=200, outcome=Outcome.OK,
-        metrics=FinalMetrics(total_duration_ns=total_ns, load_duration_ns=load_ns, prompt_eval_count=prompt),
-    )  # fmt: skip
+from tests.support.why_page import (
+    EMBEDS,
+    IMPOSSIBLE,
+    MODEL,
+    PLAIN,
+    build_store,
+    embed_record,
+    figures,
+    open_why,
+    page_text,
+    trace,
+)
 
 
 def _store(data_dir: Path, now: float) -> None:
@@ -57,7 +38,7 @@ def _store(data_dir: Path, now: float) -> None:
     writer = StoreWriter(db_path(data_dir))
     try:
         for i, (prompt, prefill_ms) in enumerate([*EMBEDS, IMPOSSIBLE]):
-            writer.write(PutRequest(_embed(i, now, prompt, prefill_ms)))
+            writer.write(PutRequest(embed_record(i, now, prompt, prefill_ms)))
     finally:
         writer.close()
 

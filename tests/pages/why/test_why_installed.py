@@ -16,8 +16,7 @@ from sim.catalog import BY_NAME
 from store.ops import PutGpuSamples, PutInstalledModels, PutLoadedModels, PutModelInfo
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.pages.why.test_why_page import data_dir as data_dir
-from tests.pages.why.test_why_page import open_why, page_text, show_json
+from tests.support.why_page import open_why, page_text, show_json
 
 GIB = 1024**3
 INSTALLED = ["llama3.1:8b", "gpt-oss:20b", "llama3.1:70b", "llama3.2:latest", "nomic-embed-text:latest"]

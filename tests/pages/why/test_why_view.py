@@ -13,7 +13,7 @@ from pages.why.view import build_why, hardware_line, model_choices
 from store.ops import PutGpuSamples
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.pages.why.test_why_page import PLAIN, build_store
+from tests.support.why_page import PLAIN, build_store
 
 
 def test_nvml_bandwidth_agreeing_with_the_table_is_used_and_its_sum_shown() -> None:
