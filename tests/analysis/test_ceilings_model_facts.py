@@ -163,6 +163,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from([*list(LLAMA32_SHOW["model_info"]), "llama.attention.key_length"]), _json))
 def test_free_form_model_info_gives_facts_or_model_facts_error(overrides: dict[str, Any]) -> None:

@@ -168,6 +168,7 @@ def test_ollama_down_when_a_request_arrives(tmp_path: Path) -> None:
     assert events and events[0]["up"] == 0 and events[0]["error"]
 
 
+@pytest.mark.slow
 def test_sigkill_during_load_loses_nothing_that_finished(tmp_path: Path) -> None:
     """A stream of requests through the collector; kill -9; the store is intact and complete.
 

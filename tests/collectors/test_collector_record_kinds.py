@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import ollama
 import openai
+import pytest
 
 from collectors.config import load_settings
 from collectors.metrics import parse_exposition
@@ -48,6 +49,7 @@ def _export(data: Path) -> list[dict[str, Any]]:
         conn.close()
 
 
+@pytest.mark.slow
 def test_every_kind_of_call_is_stored_and_exported_with_its_sources(tmp_path: Path) -> None:
     with start_sim("--hardware", "cpu") as sim:
         asyncio.run(_every_kind(sim, tmp_path))

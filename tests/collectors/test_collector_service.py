@@ -56,6 +56,7 @@ async def _until(cond: Callable[[], Any], timeout_s: float = 30.0) -> Any:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_records_requests_samples_and_serves_metrics(tmp_path: Path) -> None:
     with start_sim("--hardware", "cpu") as sim:  # a slow profile: a long reply takes seconds
         asyncio.run(_records_everything(sim, tmp_path))
@@ -157,6 +158,7 @@ def test_start_marks_requests_left_in_flight(tmp_path: Path) -> None:
     assert (row["outcome"], row["error"]) == (Outcome.UPSTREAM_FAILED.value, INTERRUPTED_REASON)
 
 
+@pytest.mark.slow
 def test_demo_mode_samples_the_sims_gpu(tmp_path: Path) -> None:
     with start_sim("--hardware", "rtx-4090") as sim:
 
@@ -176,6 +178,7 @@ def test_demo_mode_samples_the_sims_gpu(tmp_path: Path) -> None:
         asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process holds the store's write lock: stop() gives up after its timeout and says how many were lost."""
     monkeypatch.setattr("collectors.service.WRITER_CLOSE_TIMEOUT_S", 1.0)
@@ -215,6 +218,7 @@ def test_retention_options_apply_at_start(tmp_path: Path) -> None:
     assert kept == [2.0]  # the 3-day-old sample is gone, the half-day-old one stays
 
 
+@pytest.mark.slow
 def test_lab_run_documents_reach_the_experiments_table(tmp_path: Path) -> None:
     """A Lab run writes its result file; the collector (the store's only writer) copies it on its tick."""
     with start_sim("--hardware", "rtx-4090") as sim:

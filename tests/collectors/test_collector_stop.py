@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from collectors.lock import read_lock
 from tests.support.ports import free_port
@@ -35,6 +36,7 @@ def collectors_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.
                           timeout=60, env=env)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_stop_ends_the_collector_of_a_data_folder(tmp_path: Path) -> None:
     with start_sim() as sim:
         listen = f"127.0.0.1:{free_port()}"
@@ -64,6 +66,7 @@ def test_stop_reads_the_data_folder_from_the_environment(tmp_path: Path) -> None
     assert done.returncode == 0 and str(tmp_path) in done.stdout
 
 
+@pytest.mark.slow
 def test_exit_with_parent_stops_when_its_starter_is_killed(tmp_path: Path) -> None:
     """The app's collector follows the app out, even when the app dies by SIGKILL (no handler of its own runs)."""
     with start_sim() as sim:

@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from store.schema import db_path
 from tests.support.collector_process import collector, drive, listen_url, stop
 from tests.support.sim_process import start_sim
@@ -21,6 +23,7 @@ CLIENTS = 16
 PER_CLIENT_INTERVAL_S = 0.032
 
 
+@pytest.mark.slow
 def test_sigkill_under_a_fast_request_stream_loses_nothing_answered_a_second_before(tmp_path: Path) -> None:
     answered_at: dict[str, float] = {}  # prompt → client monotonic time of its answer
     lock = threading.Lock()

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from store.schema import db_path
 from tests.support.collector_process import collector, drive, listen_url, query, stop
 from tests.support.sim_process import start_sim
@@ -58,6 +60,7 @@ class SizeSampler:
         return max(b for t, b in self.samples if t - t0 >= after_s)
 
 
+@pytest.mark.slow
 def test_max_db_mb_holds_under_load_and_after_a_restart(tmp_path: Path) -> None:
     bound = BOUND_MB * MIB
     with start_sim("--hardware", "rtx-4090", "--num-parallel", "4") as sim:

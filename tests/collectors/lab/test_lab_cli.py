@@ -30,6 +30,7 @@ def lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_json_result_has_name_parameters_points(sim: SimProcess) -> None:
     p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--max-prompt-tokens", "256", "--json")
     assert p.returncode == 0, p.stderr
@@ -45,6 +46,7 @@ def test_json_result_has_name_parameters_points(sim: SimProcess) -> None:
     assert "[" not in p.stderr  # no progress bar when stderr is not a terminal
 
 
+@pytest.mark.slow
 def test_host_without_scheme_and_port_default(sim: SimProcess) -> None:
     p = lab("cold-warm", "--ollama", f"127.0.0.1:{sim.port}", "--model", MODEL, "--json")
     assert p.returncode == 0, p.stderr
@@ -78,6 +80,7 @@ def test_parameter_of_another_experiment_is_rejected(sim: SimProcess) -> None:
     assert "prompt-length has no parameter prefix_tokens" in p.stderr
 
 
+@pytest.mark.slow
 def test_bad_values_exit_2_before_anything_is_sent(sim: SimProcess) -> None:
     p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--min-prompt-tokens", "900",
             "--max-prompt-tokens", "100")  # fmt: skip
@@ -95,6 +98,7 @@ def test_dry_run_prints_the_cost_and_sends_nothing(sim: SimProcess) -> None:
     assert plan["cost"]["output_tokens"] == 1 + 7 * 10
 
 
+@pytest.mark.slow
 def test_sigterm_cancels_keeps_partial_result_and_closes_streams(sim: SimProcess, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     proc = subprocess.Popen(
@@ -134,6 +138,7 @@ def test_sigterm_cancels_keeps_partial_result_and_closes_streams(sim: SimProcess
     assert all(rec["done_ns"] is not None for rec in records)
 
 
+@pytest.mark.slow
 def test_progress_bar_on_a_terminal(sim: SimProcess) -> None:
     leader, follower = pty.openpty()
     try:

@@ -67,6 +67,7 @@ def test_prompt_length_prefill_rises_then_flattens_while_ttft_grows(sim: SimProc
     assert max(p["ttft_s"] for r in runs for p in r.points if p["prompt_tokens_target"] == 1024) > 5 * min(ttfts[:4])
 
 
+@pytest.mark.slow
 def test_context_depth_decode_falls_slowly(sim: SimProcess) -> None:
     # A 16k context makes the KV term big enough to stand out of the timing noise: at 14k tokens
     # llama3.1:8b's cache (128 KiB/token) is about a third of its 4.9 GB of weights.
@@ -94,6 +95,7 @@ def test_context_depth_decode_falls_slowly(sim: SimProcess) -> None:
     assert r.summary["drop_fraction"] > 0 and "slower" in r.conclusion
 
 
+@pytest.mark.slow
 def test_concurrency_total_rises_while_each_stream_slows(sim: SimProcess) -> None:
     # 6,000-token prompts: each decode step also reads every stream's KV cache (128 KiB/token), so a
     # stream in a batch of 4 reads 3 GB more per step than alone, while the 4.9 GB of weights are

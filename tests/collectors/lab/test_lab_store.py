@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collectors.lab.ingest import LabIngester, result_from_row
 from collectors.lab.results import CANCELLED, DONE, ExperimentResult, RunState, lab_dir, read_result, write_result
 from collectors.lock import read_lock
@@ -92,6 +94,7 @@ def collector(data: Path, ollama_url: str) -> Iterator[subprocess.Popen[str]]:
         proc.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_cancel_through_the_proxy_leaves_the_store_consistent(tmp_path: Path) -> None:
     with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as sim, collector(tmp_path, sim.base_url) as coll:
         info = read_lock(tmp_path)

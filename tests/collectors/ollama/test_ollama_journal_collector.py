@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from analysis.records import ProgressSource
 from collectors.ollama.log import parse_line
@@ -51,6 +52,7 @@ def _in_flight_id(data: Path) -> str | None:
         return row[0] if row else None
 
 
+@pytest.mark.slow
 def test_journal_progress_lines_reach_the_store_with_their_timestamps(tmp_path: Path) -> None:
     journal_dir = tmp_path / "journal"
     journal_dir.mkdir()
@@ -93,6 +95,7 @@ def test_journal_progress_lines_reach_the_store_with_their_timestamps(tmp_path: 
     assert "Ollama's log:" not in err, "nothing to report: the journal was read"
 
 
+@pytest.mark.slow
 def test_a_journal_with_nothing_is_said_and_the_collector_runs_on(tmp_path: Path) -> None:
     require_journal_tools()
     journal_dir = tmp_path / "journal"
@@ -113,6 +116,7 @@ def test_a_journal_with_nothing_is_said_and_the_collector_runs_on(tmp_path: Path
     assert _journalctls(journal_dir) == [], "journalctl is stopped with the collector"
 
 
+@pytest.mark.slow
 def test_journalctl_ends_with_a_collector_that_is_killed(tmp_path: Path) -> None:
     """SIGKILL leaves the collector no time to stop journalctl: it ends on its own once its output pipe closes."""
     journal_dir = tmp_path / "journal"

@@ -105,6 +105,7 @@ def _mutate(line: str, data: st.DataObject) -> str:
     return line
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.data())
 def test_mutated_lines_never_fatal(data: st.DataObject) -> None:

@@ -150,6 +150,7 @@ def test_backoff_doubles_to_the_cap() -> None:
 # -- against real servers ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_down_up_down_up_against_the_sim() -> None:
     asyncio.run(_down_up_down_up())
 

@@ -73,6 +73,7 @@ def test_runner_exiting_mid_request(model_file: Path) -> None:
     assert run.reader.runners == {}, "rediscovery dropped the runner that exited"
 
 
+@pytest.mark.slow
 def test_cli_prints_runners_and_slots_counts_only(model_file: Path) -> None:
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner("exit", model_file) as child:
         out = subprocess.run(
@@ -87,6 +88,7 @@ def test_cli_prints_runners_and_slots_counts_only(model_file: Path) -> None:
     assert [(s["slot_id"], s["processed_tokens"], s["ctx_tokens"], s["n_ctx"]) for s in runner["slots"]] == [(0, 512, 1024, 4096)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["garbage", "exit"])
 def test_collector_runs_on_beside_an_unreadable_runner(model_file: Path, tmp_path: Path, mode: str) -> None:
     """``python -m collectors`` watching an Ollama whose runner answers garbage, or exits: it says so and records on."""

@@ -164,6 +164,7 @@ def _big_chunk() -> Chunk:
     return Chunk(42, _embed_body(40), deferred=True)
 
 
+@pytest.mark.slow
 def test_worker_decodes_and_survives_a_crash() -> None:
     async def go() -> None:
         decoder = BigBodyDecoder(Limits())
@@ -214,6 +215,7 @@ def test_timeout_and_the_bound_on_waiting_bodies() -> None:
 # -- through the proxy -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failed_worker_leaves_a_record_that_says_why(sim: SimProcess) -> None:
     inputs = 40  # 40 x 768 dims: ~350 kB, over big_body_bytes
     body = json.dumps({"model": "nomic-embed-text", "input": [f"text {i}" for i in range(inputs)]}).encode()

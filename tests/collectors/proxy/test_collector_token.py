@@ -35,6 +35,7 @@ def test_listening_beyond_loopback_without_a_token_is_refused() -> None:
     assert TOKEN not in repr(load_settings([], {"PHASEWATCH_TOKEN": TOKEN}))  # never in logs
 
 
+@pytest.mark.slow
 def test_the_collector_process_refuses_to_start(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     proc = subprocess.run(
@@ -56,6 +57,7 @@ def _sim_requests(sim_url: str) -> int:
         return len(json.load(r)["requests"])
 
 
+@pytest.mark.slow
 def test_requests_without_the_token_get_401_and_are_not_recorded(tmp_path: Path) -> None:
     with start_sim("--hardware", "rtx-3090") as sim:
         asyncio.run(_token_cases(sim.base_url, tmp_path))

@@ -90,6 +90,7 @@ def test_client_headers_carry_the_token_only_when_set() -> None:
     assert client_auth_headers({}) == {} and client_auth_headers({"PHASEWATCH_TOKEN": "  "}) == {}
 
 
+@pytest.mark.slow
 def test_lab_through_a_protected_collector(sim: SimProcess, protected: tuple[str, Path]) -> None:
     proxy, data = protected
     before = _sim_requests(sim)
@@ -107,6 +108,7 @@ def test_lab_through_a_protected_collector(sim: SimProcess, protected: tuple[str
     assert 1 <= _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") <= sent
 
 
+@pytest.mark.slow
 def test_demo_users_through_a_protected_collector(
     sim: SimProcess, protected: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +129,7 @@ def test_demo_users_through_a_protected_collector(
     assert _stored(data) == 1
 
 
+@pytest.mark.slow
 def test_the_demo_with_a_token_records_its_traffic(tmp_path: Path) -> None:
     """``python -m collectors.demo`` with PHASEWATCH_TOKEN set: its collector needs the token, its users send it."""
     data = tmp_path / "demo"
@@ -144,6 +147,7 @@ def test_the_demo_with_a_token_records_its_traffic(tmp_path: Path) -> None:
     assert "failed" not in err, err  # no demo user was turned away (401)
 
 
+@pytest.mark.slow
 def test_standalone_proxy_needs_the_token_as_the_collector_does(sim: SimProcess) -> None:
     refused = subprocess.run(
         [sys.executable, "-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", "0.0.0.0:0"],

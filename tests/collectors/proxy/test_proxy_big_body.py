@@ -29,6 +29,7 @@ MAX_GAP_SHARE_OF_PARSE = 0.4
 pytestmark = pytest.mark.sim_args("--hardware", "rtx-3060", "--num-parallel", "2")
 
 
+@pytest.mark.slow
 def test_big_embed_reply_does_not_stall_a_stream(sim: SimProcess, tmp_path: Path) -> None:
     with start_proxy_process(sim.base_url, tmp_path) as proxy:
         big_body.warm_up(proxy.base_url)

@@ -50,6 +50,7 @@ ANY_ERROR_MAX_MS = 150.0
 pytestmark = pytest.mark.sim_args("--hardware", HARDWARE, "--num-parallel", str(STREAMS), "--disk-gbs", "20")
 
 
+@pytest.mark.slow
 def test_sixteen_streams_match_the_truth_and_are_recorded_once(sim: SimProcess, tmp_path: Path) -> None:
     with start_proxy_process(sim.base_url, tmp_path) as proxy:
         for _ in range(2):  # the first burst loads the model and opens the pooled upstream connections

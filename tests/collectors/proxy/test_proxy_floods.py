@@ -187,6 +187,7 @@ def check(w: Watch, idle_mb: float) -> None:
     assert w.slowest_probe_s < PROBE_BOUND_S
 
 
+@pytest.mark.slow
 def test_pipelined_gets_never_read(upstream: RecordingUpstream) -> None:
     get = b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n" * 1000
     with proxy_process(upstream.port) as p:
@@ -195,6 +196,7 @@ def test_pipelined_gets_never_read(upstream: RecordingUpstream) -> None:
     check(w, idle_mb)
 
 
+@pytest.mark.slow
 def test_pipelined_empty_posts(upstream: RecordingUpstream) -> None:
     post = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n" * 1000
     with proxy_process(upstream.port) as p:
@@ -203,6 +205,7 @@ def test_pipelined_empty_posts(upstream: RecordingUpstream) -> None:
     check(w, idle_mb)
 
 
+@pytest.mark.slow
 def test_huge_request_body(upstream: RecordingUpstream) -> None:
     size = 300 * MB
     head = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % size
@@ -218,6 +221,7 @@ def test_huge_request_body(upstream: RecordingUpstream) -> None:
     assert posts[0].body_len == size  # forwarded whole, kept only in part
 
 
+@pytest.mark.slow
 def test_huge_header(upstream: RecordingUpstream) -> None:
     with proxy_process(upstream.port) as p:
         cpu0 = sum(p.ps.cpu_times()[:2])
@@ -229,6 +233,7 @@ def test_huge_header(upstream: RecordingUpstream) -> None:
     assert cpu_s < 5.0  # the quadratic build took 17 s
 
 
+@pytest.mark.slow
 def test_huge_upstream_line() -> None:
     size = 200 * MB
 
@@ -257,6 +262,7 @@ def test_huge_upstream_line() -> None:
     check(w, idle_mb)
 
 
+@pytest.mark.slow
 def test_slowloris_under_a_low_fd_limit_leaves_others_served(upstream: RecordingUpstream) -> None:
     """~1,000 partial heads from one client against a proxy allowed 256 descriptors (ulimit -n)."""
     with proxy_process(upstream.port, nofile=256) as p:
@@ -276,6 +282,7 @@ def test_slowloris_under_a_low_fd_limit_leaves_others_served(upstream: Recording
     assert max(latencies) < 2.0
 
 
+@pytest.mark.slow
 def test_proxy_raises_its_soft_fd_limit() -> None:
     with recording_upstream() as up, proxy_process(up.port, soft_nofile=256) as p:
         soft, hard = p.ps.rlimit(psutil.RLIMIT_NOFILE)

@@ -88,6 +88,7 @@ def _settle(upstream: RecordingUpstream, proxy: ProxyThread) -> None:
         time.sleep(0.03)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=120,
     deadline=None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from collectors.config import load_settings
 from collectors.service import CollectorService
@@ -98,6 +99,7 @@ def _stored_text(data: Path) -> str:
     return "\n".join(cells)
 
 
+@pytest.mark.slow
 def test_no_reply_text_in_store_or_export_with_text_recording_off(tmp_path: Path) -> None:
     with start_sim("--hardware", "rtx-4090") as sim:
         words, errors = asyncio.run(_session(sim.base_url, tmp_path / "off", record_text=False))
