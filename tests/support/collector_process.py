@@ -23,8 +23,10 @@ from typing import Any
 import aiohttp
 
 from collectors.lock import LockInfo, read_lock
+from store import queries
 from store.schema import db_path
 from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 MODEL = "qwen2.5:0.5b"  # the small model the collector tests chat with
 PROMPT_PAD = "x" * 1500  # ``drive``'s prompts, recorded (--record-text): each request row a few KB, so the store fills quickly
@@ -120,3 +122,19 @@ def drive(
         return sum(counts)
 
     return asyncio.run(main())
+
+
+def heartbeat_unix_s(data: Path) -> float | None:
+    """When the collector of ``data`` last wrote its heartbeat, at the end of a tick (None: not yet)."""
+    with queries.open_reader(db_path(data)) as conn:
+        beat = queries.latest_heartbeat(conn) if conn is not None else None
+    return None if beat is None else beat.ts_unix_s
+
+
+def wait_for_ticks(data: Path, timeout_s: float = 30.0) -> None:
+    """Wait until the collector has run a whole tick that began after this call: what it had read by now
+    (runner readings, log lines, finished requests) is then in the store, as the writer keeps the order
+    of what it is given and a tick writes its heartbeat last."""
+    since = time.time()
+    first = wait_until(lambda: (t := heartbeat_unix_s(data)) is not None and t > since and t, timeout_s, "a heartbeat")
+    wait_until(lambda: (t := heartbeat_unix_s(data)) is not None and t > first, timeout_s, "the next tick's heartbeat")

@@ -24,7 +24,9 @@ from store import queries
 from store.ops import PutExperiment
 from store.schema import db_path
 from store.writer import StoreWriter
+from tests.support.collector_process import query
 from tests.support.sim_process import REPO_ROOT, start_sim
+from tests.support.waiting import wait_until
 
 MODEL = "qwen2.5:0.5b"
 
@@ -118,7 +120,9 @@ def test_cancel_through_the_proxy_leaves_the_store_consistent(tmp_path: Path) ->
                 run.kill()
                 run.wait(timeout=5)
         assert run.returncode == 130, err
-        time.sleep(1.0)  # the proxy records the cancelled stream; the writer flushes every 0.2 s
+        cancelled = "SELECT COUNT(*) AS n FROM requests WHERE model = ? AND outcome = 'cancelled'"
+        wait_until(lambda: query(tmp_path, cancelled, MODEL)[0]["n"] == 1, 30, "the cancelled stream recorded",
+                   ignoring=(sqlite3.Error,))
         coll.send_signal(signal.SIGTERM)
         coll.communicate(timeout=30)
         assert coll.returncode == 0

@@ -20,7 +20,7 @@ from collectors.ollama.log import parse_line
 from store import queries
 from store.schema import db_path
 from tests.support.clients import stream_generate
-from tests.support.collector_process import MODEL, collector, listen_url, stop
+from tests.support.collector_process import MODEL, collector, listen_url, stop, wait_for_ticks
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 from tests.support.paths import DATA
 from tests.support.ports import free_port
@@ -79,7 +79,7 @@ def test_journal_progress_lines_reach_the_store_with_their_timestamps(tmp_path: 
         journal.append([unit_entry(line, ts_us=ts) for line, ts in written])
         thread.join()
         assert "first_token" in out and out["first_token"] > start_us / 1e6
-        time.sleep(1.0)  # the last tick writes the last rows
+        wait_for_ticks(data)  # the last rows are written
         assert proc.poll() is None
         assert len(_journalctls(journal_dir)) == 1, "one journalctl, following"
         rc, err = stop(proc)

@@ -21,7 +21,7 @@ from analysis.records import ProgressSample, ProgressSource
 from store import queries
 from store.schema import db_path
 from tests.support.clients import stream_generate
-from tests.support.collector_process import collector, listen_url
+from tests.support.collector_process import collector, listen_url, wait_for_ticks
 from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
@@ -78,7 +78,7 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
             time.sleep(0.25)
         thread.join()
         assert proc.poll() is None, "the collector runs on"
-        time.sleep(1.0)  # the last tick writes the last readings
+        wait_for_ticks(tmp_path)  # the last readings are written
 
     final = out["final"]
     prompt_size = final["prompt_eval_count"]

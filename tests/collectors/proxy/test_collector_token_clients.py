@@ -14,7 +14,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from collectors.config import client_auth_headers
 from collectors.demo import Traffic
 from collectors.lock import read_lock
 from store.schema import db_path
+from tests.support.collector_process import wait_for_ticks
 from tests.support.ports import free_port
 from tests.support.sim_process import REPO_ROOT, SimProcess
 from tests.support.waiting import wait_until
@@ -104,7 +104,7 @@ def test_lab_through_a_protected_collector(sim: SimProcess, protected: tuple[str
     assert doc["state"] == "done" and doc["points"], doc
     sent = _sim_requests(sim) - before  # the generations the Lab sent, as Ollama saw them
     wait_until(lambda: _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") >= 1, 30, "the Lab's requests stored")
-    time.sleep(1.0)  # the last tick writes the last rows
+    wait_for_ticks(data)  # the last rows are written
     assert 1 <= _stored(data, "endpoint = '/api/generate' AND outcome = 'ok'") <= sent
 
 
