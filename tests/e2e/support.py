@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from playwright.sync_api import Page
 
@@ -27,10 +27,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
 ARTIFACTS = Path(os.environ.get("PHASEWATCH_ARTIFACTS", REPO / "artifacts"))
 START_TIMEOUT_S = 60.0
 UI_TIMEOUT_MS = 45_000
-T = TypeVar("T")
 
 
-def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
+def wait_until(check: Callable[[], object], timeout_s: float, what: str) -> Any:
     """``waiting.wait_until`` for pages: an exception while the page is still loading means "not yet"."""
     return waiting.wait_until(check, timeout_s, what, interval_s=0.2, ignoring=(Exception,))
 

@@ -9,21 +9,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 def wait_until(
-    check: Callable[[], T],
+    check: Callable[[], object],
     timeout_s: float = 30.0,
     what: str = "the condition",
     *,
     interval_s: float = 0.05,
     ignoring: tuple[type[BaseException], ...] = (),
-) -> T:
+) -> Any:
     """``check()``'s first truthy result, polled every ``interval_s``; AssertionError naming ``what`` after
-    ``timeout_s``. Exceptions of the ``ignoring`` types count as "not yet" (a page still loading)."""
+    ``timeout_s``. Exceptions of the ``ignoring`` types count as "not yet" (a page still loading). The result
+    is ``Any``: a check such as ``lock is not None and lock.listen and lock`` narrows only at run time."""
     deadline = time.monotonic() + timeout_s
     last: object = None
     while True:
@@ -38,7 +37,7 @@ def wait_until(
         time.sleep(interval_s)
 
 
-async def wait_until_async(check: Callable[[], T], timeout_s: float = 30.0, what: str = "the condition") -> T:
+async def wait_until_async(check: Callable[[], object], timeout_s: float = 30.0, what: str = "the condition") -> Any:
     """``wait_until`` for a test running in an event loop: sleeps with ``asyncio.sleep``, so the loop runs on."""
     deadline = time.monotonic() + timeout_s
     while not (result := check()):
