@@ -289,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     m = now.memory
     fit = "fits" if m.fits else f"does not fit: {w.gb(m.spill_bytes)} spills to system memory"
-    print(f"{spec.name}, {w.gb(vram)} free: weights {w.gb(m.weights_bytes)} + KV cache {w.gb(m.kv_bytes)} + "
-          f"compute {w.gb(m.compute_bytes)} = {w.gb(m.total_bytes)}: {fit} ({m.layers_on_gpu} of {m.layers} layers on the GPU)")  # fmt: skip
+    parts = f"weights {w.gb(m.weights_bytes)} + KV cache {w.gb(m.kv_bytes)} + compute {w.gb(m.compute_bytes)}"
+    print(f"{spec.name}, {w.gb(vram)} free: {parts} = {w.gb(m.total_bytes)}: {fit} "
+          f"({m.layers_on_gpu} of {m.layers} layers on the GPU)")  # fmt: skip
     print(f"prefill {w.num(now.prefill_tok_s)} tok/s at {prompt:,} tokens; decode {w.num(now.decode_tok_s)} tok/s at "
           f"{work.context_tokens:,}; first token in {now.ttft_s():.2f} s (p90 prompt {now.ttft_s(p90=True):.2f} s); "
           f"{w.num(now.concurrent_tok_s)} tok/s over {settings.num_parallel} stream(s)")  # fmt: skip
