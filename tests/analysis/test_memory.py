@@ -30,7 +30,7 @@ LLAMA_8B = ModelFacts(
 
 def test_full_attention_kv_is_two_times_layers_heads_dim_cells_bytes() -> None:
     kv = kv_cache(LLAMA_8B, RunnerSettings(num_ctx=32768))
-    assert kv.full_bytes == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 1024 * MiB  # physics.md: 128 KiB/token, 4 GiB at 32k
+    assert kv.full_bytes == 2 * 32 * 8 * 128 * 32768 * 2 == 4 * 1024 * MiB  # docs/physics.md §2: 128 KiB/token, 4 GiB at 32k
     assert kv.swa_bytes == 0
 
 
