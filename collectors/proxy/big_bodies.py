@@ -1,4 +1,4 @@
-"""Decode large response chunks in a worker process, so the proxy's event loop never waits on them.
+"""Decode large response chunks and request bodies in a worker process, so the proxy's event loop never waits on them.
 
 Decoding a 16 MB embeddings reply takes the stdlib decoder a second or more, holding the GIL: on the
 event loop (or in a thread) every other client's stream would stop being relayed and timestamped for
@@ -7,6 +7,8 @@ on first use, decodes them one at a time with ``analysis.chunks.decode_lean`` (l
 dropped, so what comes back is small). At most ``Limits.max_big_bodies_waiting`` may wait; beyond that,
 or when the worker fails or takes longer than ``Limits.big_parse_timeout_s``, the chunk comes back
 marked malformed with the reason, so its record is still kept and says why it lacks the body's facts.
+Request bodies go the same way (``call``, with ``collectors.proxy.request_facts.describe_request``): a
+vision request carries its images base64 in a body of tens of MB.
 """
 
 from __future__ import annotations
@@ -16,13 +18,19 @@ import logging
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
+from typing import Any, TypeVar
 
-from analysis.chunks import Chunk, Decoded, decode_lean, decode_object, decoded_chunk
+from analysis.chunks import Chunk, Decoded, decode_lean, decoded_chunk
 from collectors.proxy.limits import Limits
 
 log = logging.getLogger(__name__)
 
 _EXCERPT_BYTES = 80
+T = TypeVar("T")
+
+
+class NotParsed(Exception):
+    """The worker did not run (or finish) a job; the message says why, for the record's notes."""
 
 
 def _unparsed(chunk: Chunk, why: str) -> Chunk:
@@ -42,7 +50,7 @@ class BigBodyDecoder:
         self._waiting = 0  # submitted and not finished in the worker (a timed-out one still counts)
         self._closed = False
         self._inline = False  # no worker could be started here: decode on the caller's thread, as before
-        self._futures: set[asyncio.Future[Decoded]] = set()  # submitted, not finished: close() gives up on them
+        self._futures: set[asyncio.Future[Any]] = set()  # submitted, not finished: close() gives up on them
 
     @property
     def waiting(self) -> int:
@@ -50,20 +58,28 @@ class BigBodyDecoder:
 
     async def decode(self, chunk: Chunk) -> Chunk:
         """``chunk`` (a deferred one) decoded, or marked malformed saying why not. Never raises but on cancellation."""
+        try:
+            return decoded_chunk(chunk.t_ns, chunk.raw, await self.call(self._decode, chunk.raw))
+        except NotParsed as why:
+            return _unparsed(chunk, str(why))
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in the worker (``fn`` module-level, so the worker can unpickle it), or on
+        the caller's thread where no worker can start. Raises ``NotParsed`` saying why it was not run."""
         if self._inline:
-            return decoded_chunk(chunk.t_ns, chunk.raw, decode_object(chunk.raw))
+            return fn(*args, **kwargs)
         if self._closed:
-            return _unparsed(chunk, "the proxy was stopping")
+            raise NotParsed("the proxy was stopping")
         if self._waiting >= self._limits.max_big_bodies_waiting:
-            return _unparsed(chunk, f"{self._waiting} large bodies already waiting to be parsed (max_big_bodies_waiting)")
+            raise NotParsed(f"{self._waiting} large bodies already waiting to be parsed (max_big_bodies_waiting)")
         pool = self._pool or self._start()
         if pool is None:
-            return decoded_chunk(chunk.t_ns, chunk.raw, decode_object(chunk.raw))
+            return fn(*args, **kwargs)
         try:
-            future = asyncio.wrap_future(pool.submit(self._decode, chunk.raw))
+            future: asyncio.Future[T] = asyncio.wrap_future(pool.submit(fn, *args, **kwargs))
         except (BrokenExecutor, RuntimeError) as error:  # RuntimeError: shut down meanwhile
             self._drop_pool(pool)
-            return _unparsed(chunk, f"the parser process failed ({type(error).__name__})")
+            raise NotParsed(f"the parser process failed ({type(error).__name__})") from None
         self._waiting += 1
         self._futures.add(future)
         future.add_done_callback(self._finished)
@@ -71,16 +87,16 @@ class BigBodyDecoder:
         # and only then frees its place in the queue.
         done, _ = await asyncio.wait({future}, timeout=self._limits.big_parse_timeout_s)
         if not done:
-            return _unparsed(chunk, f"the parser process took over {self._limits.big_parse_timeout_s:g} s")
+            raise NotParsed(f"the parser process took over {self._limits.big_parse_timeout_s:g} s")
         if future.cancelled():
-            return _unparsed(chunk, "the proxy was stopping")
+            raise NotParsed("the proxy was stopping")
         exc = future.exception()
         if exc is not None:
             if isinstance(exc, BrokenExecutor):
                 self._drop_pool(pool)
-            log.warning("the parser process failed on a %d-byte chunk: %r", len(chunk.raw), exc)
-            return _unparsed(chunk, f"the parser process failed ({type(exc).__name__})")
-        return decoded_chunk(chunk.t_ns, chunk.raw, future.result())
+            log.warning("the parser process failed in %s: %r", getattr(fn, "__name__", fn), exc)
+            raise NotParsed(f"the parser process failed ({type(exc).__name__})")
+        return future.result()
 
     def close(self) -> None:
         """Stop the worker after the chunk it is on; chunks still queued come back 'not parsed'."""
@@ -91,7 +107,7 @@ class BigBodyDecoder:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-    def _finished(self, future: asyncio.Future[Decoded]) -> None:
+    def _finished(self, future: asyncio.Future[Any]) -> None:
         self._futures.discard(future)
         self._waiting -= 1
 
