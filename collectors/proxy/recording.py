@@ -34,7 +34,7 @@ from aiohttp import web
 from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
-from analysis.error_notes import http_error_note, malformed_note
+from analysis.error_notes import http_error_note, malformed_note, stream_error_note
 from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
@@ -472,7 +472,7 @@ class RecordingProxy:
             notes.append(http_error_note(record.status_code, ex.body_head, keep_text=self.record_text))
         elif summary is not None and summary.error is not None:
             record.outcome = Outcome.UPSTREAM_FAILED
-            notes.append(f"Ollama reported an error mid-stream: {summary.error}")
+            notes.append(stream_error_note(summary.error, keep_text=self.record_text))
         elif ex.failure_outcome is Outcome.CANCELLED and record.final_chunk_ns is not None:
             record.outcome = Outcome.OK  # everything arrived; the client left while we closed
         elif ex.failure_outcome is not None:
