@@ -10,8 +10,9 @@ per-chunk hot path only takes a timestamp, appends ``(t_ns, bytes)`` and writes:
 with many streams waking in the same tick (a batching server) the cost per chunk
 multiplies, so parsing happens later, in small slices that yield to the event
 loop (a background pump, ``in_flight()``, and a finaliser per request). A chunk
-too large to decode in one slice (a 16 MB embeddings reply) is decoded in a worker
-process instead (``collectors.proxy.big_bodies``).
+too large to decode in one slice (a 16 MB embeddings reply), and a request body over
+the same bound (a vision request's images), are decoded in a worker process instead
+(``collectors.proxy.big_bodies``; the body's facts: ``collectors.proxy.request_facts``).
 
 Privacy: no header is ever recorded (so no ``Authorization`` or cookie), the
 relay keeps no state between clients, and prompt/response text is recorded only
@@ -40,7 +41,7 @@ from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
 from collectors.proxy.limits import Limits
 from collectors.proxy.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
-from collectors.proxy.request_facts import describe_request, head_facts
+from collectors.proxy.request_facts import describe_body, describe_request, head_facts
 
 log = logging.getLogger(__name__)
 
@@ -401,11 +402,7 @@ class RecordingProxy:
         async def describe() -> None:
             try:
                 facts = await self._big_bodies.call(
-                    describe_request,
-                    ex.record.endpoint,
-                    body,
-                    record_text=self.record_text,
-                    max_label_chars=self.limits.max_label_chars,
+                    describe_body, body, ex.record.endpoint, self.record_text, self.limits.max_label_chars
                 )
             except NotParsed as why:
                 ex.body_note = f"request body not parsed ({why}), {len(body)} bytes: only the model named at its start kept"

@@ -188,3 +188,8 @@ def describe_request(
             inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
             fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
     return fields
+
+
+def describe_body(body: bytes, endpoint: str, record_text: bool, max_label_chars: int) -> dict[str, Any]:
+    """``describe_request`` with the body first, as ``BigBodyDecoder.call`` hands it to the worker process."""
+    return describe_request(endpoint, body, record_text=record_text, max_label_chars=max_label_chars)

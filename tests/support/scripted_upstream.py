@@ -67,12 +67,14 @@ async def _stream(request: web.Request, lines: list[dict[str, Any]], step_s: flo
 
 
 async def _generate(request: web.Request) -> web.StreamResponse:
-    body = await request.read()  # never decoded: Ollama's decoding stalls no other client
+    body_bytes = 0
+    async for piece in request.content.iter_any():  # counted, never kept nor decoded: Ollama's decoding stalls no one
+        body_bytes += len(piece)
     reply = request.headers.get(REPLY_HEADER, "steady")
     if reply == "steady":
         n = int(request.headers.get(LINES_HEADER, "0") or 0)
         if n == 0:  # a plain answer, whatever the body held (its size says it was read)
-            return web.json_response({**_final(1), "response": f"read {len(body)} bytes"})
+            return web.json_response({**_final(1), "response": f"read {body_bytes} bytes"})
         return await _stream(request, [*(_token(f"t{i} ") for i in range(n)), _final(n)], STEP_S)
     if reply == "surrogates":
         tokens = [_token("cut mid-emoji: "), _token(LONE_SURROGATE), _token(" end")]
