@@ -56,10 +56,11 @@ async def _shared_copy(body: bytes) -> SharedMemory | None:
         log.warning("no shared memory for a %d-byte body (%r): it goes to the parser process pickled", len(body), exc)
         return None
     try:
-        view = memoryview(body)
+        view, buf = memoryview(body), shared.buf
+        assert buf is not None  # None only once closed
         for start in range(0, len(body), SHARED_SLICE_BYTES):
             piece = view[start : start + SHARED_SLICE_BYTES]
-            shared.buf[start : start + len(piece)] = piece
+            buf[start : start + len(piece)] = piece
             await asyncio.sleep(0)
     except BaseException:
         _release(shared)
@@ -79,6 +80,7 @@ def _on_shared(fn: Callable[..., T], name: str, size: int, *args: Any, **kwargs:
     the resource tracker the proxy shares (a no-op: the proxy registered it); the proxy unlinks it."""
     shared = SharedMemory(name)
     try:
+        assert shared.buf is not None  # None only once closed
         body = bytes(shared.buf[:size])
     finally:
         shared.close()

@@ -8,9 +8,10 @@ Two uses:
   goroutine and stalls nobody; so does this server: it reads a body without decoding it and streams a
   steady NDJSON generation (``STEP_S`` per line) to every other client meanwhile.
 * Hostile answers a real Ollama would rarely send, chosen by the ``X-Scripted-Reply`` request header:
-  ``steady`` (the default; ``X-Scripted-Lines`` lines), ``surrogates`` (a stream whose reply text,
-  done_reason and a final error carry lone UTF-16 surrogates, as a JS upstream cutting mid-emoji writes
-  them), ``error:N`` (two tokens, then an ``{"error": ...}`` line of N characters, status 200).
+  ``steady`` (the default; ``X-Scripted-Lines`` lines, or with none one plain answer), ``surrogates`` (a
+  stream whose reply text and done_reason carry a lone UTF-16 surrogate, escaped as a JS upstream cutting
+  mid-emoji writes it), ``surrogate-error`` (a token, then an ``{"error": ...}`` line carrying one),
+  ``error:N`` (two tokens, then an ``{"error": ...}`` line of N characters, status 200).
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ LINES_HEADER = "X-Scripted-Lines"
 STEP_S = 0.01  # between two lines of a steady stream (a fast GPU's decode step)
 MODEL = "scripted"
 LONE_SURROGATE = "\ud83d"  # the first half of 😀 (U+1F600), alone
-# The escaped form a JSON encoder writes for a lone surrogate (JavaScript's JSON.stringify does).
-LONE_SURROGATE_JSON = "\\ud83d"
 
 
 def _line(obj: dict[str, Any]) -> bytes:
@@ -87,11 +86,15 @@ async def _generate(request: web.Request) -> web.StreamResponse:
     return web.json_response({"error": f"unknown {REPLY_HEADER}: {reply!r}"}, status=400)
 
 
+async def _root(_: web.Request) -> web.Response:
+    return web.Response(text="Ollama is running")
+
+
 def build_app() -> web.Application:
     app = web.Application(client_max_size=64 << 20)
     for path in ("/api/generate", "/api/chat", "/api/embed", "/v1/chat/completions", "/v1/completions"):
         app.router.add_post(path, _generate)
-    app.router.add_get("/", lambda _: web.Response(text="Ollama is running"))
+    app.router.add_get("/", _root)
     return app
 
 

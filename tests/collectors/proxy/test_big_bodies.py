@@ -1,4 +1,4 @@
-"""Large chunks and request bodies decoded off the event loop: the number-array dropping, deferred parsing, the worker and its bounds.
+"""Large chunks and request bodies decoded off the event loop: number arrays dropped, deferred parsing, the worker, its bounds.
 
 The worker is a real process (``concurrent.futures``, spawn); its failures here are real ones: a worker
 that exits mid-parse, one that takes too long, more large bodies than may wait.
