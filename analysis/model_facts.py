@@ -66,11 +66,12 @@ class ModelFacts:
     sliding_window: int | None = None  # tokens a sliding-window layer attends over (None: every layer sees all)
     swa_layers: int = 0  # layers that attend over the sliding window only (the rest see the whole context)
     ffn_length: int | None = None  # feed_forward_length: the FFN's inner width (its activations fill the compute buffer)
+    kv_bytes_per_element: float = KV_BYTES_PER_ELEMENT_F16  # the KV cache type's (f16 unless a what-if says otherwise)
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """F16 K and V cache bytes one token of context occupies, all layers."""
-        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * KV_BYTES_PER_ELEMENT_F16
+        """K and V cache bytes one token of context occupies, all layers (f16 unless the facts say otherwise)."""
+        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * self.kv_bytes_per_element
 
     @property
     def high_precision(self) -> bool:
