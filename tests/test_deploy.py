@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support.prometheus_process import require_tool
@@ -45,6 +46,7 @@ def test_every_alert_has_a_unit_test_that_fires_then_resolves() -> None:
         assert max(map(to_min, resolved)) > min(map(to_min, fired)), f"{name}: resolves after it fired"
 
 
+@pytest.mark.slow
 def test_the_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
     """A mutation: each threshold moved, the unit tests fail (they measure the rules, not only run them)."""
     text = (DEPLOY / "alerts.yml").read_text()

@@ -79,6 +79,7 @@ def private_imports(root: Path, packages: tuple[str, ...]) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_private_name_imported_across_modules() -> None:
     assert private_imports(REPO, PACKAGES) - KNOWN_PRIVATE_IMPORTS == set()
 

@@ -93,6 +93,7 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
     assert at.sidebar.toggle(key="pw_paused").value is False
 
 
+@pytest.mark.slow
 def test_live_page_draws_each_gpu(data_dir: Path) -> None:
     build_fixture_store(data_dir, time.time(), n_gpus=2)
     at = run_app()
@@ -102,6 +103,7 @@ def test_live_page_draws_each_gpu(data_dir: Path) -> None:
     assert "GPU 0" in side and "GPU 1" in side
 
 
+@pytest.mark.slow
 def test_pause_and_window_change_what_live_shows(fixture_store: Fixture) -> None:
     # AppTest (1.67) drops the main script's elements from reruns under st.navigation, so each
     # sidebar state gets a fresh app with the widget's value set before its first run.
@@ -196,6 +198,7 @@ def test_ollama_down_panel_offers_the_demo(data_dir: Path) -> None:
     assert at.session_state["pw_ctx"].data_dir == data_dir / "demo"
 
 
+@pytest.mark.slow
 def test_demo_mode_is_said_on_every_page(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHASEWATCH_DEMO", "1")
     build_fixture_store(data_dir / "demo", time.time())
@@ -217,6 +220,7 @@ def open_requests() -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_requests_history_filters_and_csv(fixture_store: Fixture) -> None:
     at = open_requests()
     table = at.dataframe[0].value
@@ -232,6 +236,7 @@ def test_requests_history_filters_and_csv(fixture_store: Fixture) -> None:
     assert any("No requests in this window match" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_request_detail_shows_waterfall_gaps_rates_and_story(fixture_store: Fixture) -> None:
     at = open_requests()
     rec = fixture_store.stalled
@@ -262,6 +267,7 @@ def test_request_detail_shows_waterfall_gaps_rates_and_story(fixture_store: Fixt
     assert labels["First token"] == f"{ttft_ms:.0f} ms"
 
 
+@pytest.mark.slow
 def test_model_text_is_shown_literally_never_as_markup(fixture_store: Fixture) -> None:
     at = open_requests()
     at.selectbox(key="req_pick").set_value(fixture_store.xss.id).run()
@@ -294,6 +300,7 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
         assert not r["time"].startswith("'") and not r["id"].startswith("'")
 
 
+@pytest.mark.slow
 def test_a_live_card_link_opens_its_request(fixture_store: Fixture) -> None:
     # The finished card's "Details in Requests" link carries ?request=<id>; Requests picks that request.
     at = run_app()

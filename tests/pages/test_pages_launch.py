@@ -37,6 +37,7 @@ def wait_for_lock(data_dir: Path, timeout_s: float = 60.0) -> int:
     raise AssertionError(f"no collector took {data_dir} within {timeout_s} s: {(data_dir / 'collector.log').read_text()[-2000:]}")
 
 
+@pytest.mark.slow
 def test_starts_one_collector_then_reuses_it(tmp_path: Path) -> None:
     listen = f"127.0.0.1:{free_port()}"
     with start_sim() as sim:

@@ -119,6 +119,7 @@ def test_chat_stops_at_the_next_turn_unless_told_otherwise() -> None:
     assert stop_strings(_req(prompt_text="x")) == [] and stop_strings(_req(prompt_text="x", options={"stop": ["", "a"]})) == ["a"]
 
 
+@pytest.mark.slow
 def test_missing_gguf_is_a_clear_error(tmp_path: Path) -> None:
     fake_binary = tmp_path / "llama-server"
     fake_binary.write_text("#!/bin/sh\nexit 1\n")

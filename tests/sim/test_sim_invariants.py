@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from sim.tokens import make_prompt
 from tests.support.sim_process import SimProcess, start_sim, truth
@@ -50,6 +51,7 @@ def _check(sim: SimProcess, results: list[tuple[str, list[dict[str, Any]]]]) -> 
         assert final["prompt_eval_count"] == rec["prompt_tokens"]
 
 
+@pytest.mark.slow
 def test_reported_numbers_match_truth_under_concurrency() -> None:
     with start_sim("--hardware", "rtx-3060", "--num-parallel", "3", "--disk-gbs", "50") as sim:
         results = asyncio.run(_burst(sim.base_url, 8))

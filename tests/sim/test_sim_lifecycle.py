@@ -24,6 +24,7 @@ def ps_names(sim: SimProcess) -> list[str]:
     return [m["name"] for m in http_json(sim, "GET", "/api/ps")[1]["models"]]
 
 
+@pytest.mark.slow
 def test_keep_alive_expiry_and_request_override() -> None:
     # 2 s: the check right after the first request must come before the expiry, even on a busy machine.
     with start_sim("--keep-alive", "2s") as sim:
@@ -61,6 +62,7 @@ def test_big_model_is_partly_offloaded_and_slower() -> None:
         assert decode_tok_s < full_vram_ceiling / 3  # offloaded layers stream from system RAM
 
 
+@pytest.mark.slow
 def test_virtual_gpu_moves_with_work() -> None:
     with start_sim("--hardware", "rtx-4090", "--disk-gbs", "50") as sim:
         idle = http_json(sim, "GET", "/sim/gpu")[1]
@@ -109,6 +111,7 @@ def test_client_disconnect_frees_the_slot_at_once() -> None:
         assert len(gone["token_sampled_ns"]) < 200
 
 
+@pytest.mark.slow
 def test_slot_waiter_that_leaves_is_not_served() -> None:
     with start_sim("--hardware", "rtx-3090", "--num-parallel", "1", "--disk-gbs", "50") as sim:
         client = ollama.Client(host=sim.base_url, timeout=30)

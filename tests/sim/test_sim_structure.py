@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from tests.support.paths import REPO
 
 SIM = REPO / "sim"
@@ -47,6 +49,7 @@ def test_no_private_name_is_imported_across_sim_modules() -> None:
     assert private == []
 
 
+@pytest.mark.slow
 def test_nothing_imports_a_private_name_of_sim() -> None:
     root = SIM.parent
     private = []

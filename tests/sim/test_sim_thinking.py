@@ -76,6 +76,7 @@ def test_think_false_and_num_predict(client: ollama.Client, sim: SimProcess) -> 
     assert capped.message.thinking and not capped.message.content and capped.eval_count == 5
 
 
+@pytest.mark.slow
 def test_think_values_as_ollama_takes_them(sim: SimProcess) -> None:
     chat = {"messages": ASK, "stream": False}
     assert http_json(sim, "POST", "/api/chat", {"model": QWEN3, "think": "low", **chat}) == (

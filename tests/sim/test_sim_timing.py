@@ -70,6 +70,7 @@ def test_physics_llama8b_prompt512(hardware: str, prefill_range: tuple[float, fl
     assert abs(final["eval_duration"] / 1e9 - 39 * decode_step_s) <= 0.03 * 39 * decode_step_s + LATE_S
 
 
+@pytest.mark.slow
 def test_decode_slows_with_context_by_the_kv_term() -> None:
     # 300 tokens (~2.5 s) each: sim's timeline keeps the average rate while single steps run late and the next
     # ones catch up; only the first and last steps' lateness shows, a few percent of the whole here.

@@ -108,6 +108,7 @@ def test_size_bound_sheds_oldest_samples_before_any_request(tmp_path: Path) -> N
     w.close()
 
 
+@pytest.mark.slow
 def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
     path = db_path(tmp_path)
     w = StoreWriter(path)
@@ -127,6 +128,7 @@ def test_size_bound_then_sheds_oldest_requests(tmp_path: Path) -> None:
     assert ids == [f"r{i:05d}" for i in range(800 - len(ids), 800)]  # a contiguous newest run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auto_vacuum", ["INCREMENTAL", "NONE"])  # NONE: a store made before incremental auto-vacuum
 def test_a_store_far_over_its_bound_at_start_shrinks_on_disk(tmp_path: Path, auto_vacuum: str) -> None:
     path = db_path(tmp_path)

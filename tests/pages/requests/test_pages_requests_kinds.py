@@ -32,6 +32,7 @@ def _frame(at: AppTest, *columns: str) -> Any:
     return next(d.value for d in at.dataframe if tuple(d.value.columns) == columns)
 
 
+@pytest.mark.slow
 def test_thinking_reply(store: dict[str, RequestRecord]) -> None:
     at = open_request("thinking")
     m = _metrics(at)
@@ -43,11 +44,13 @@ def test_thinking_reply(store: dict[str, RequestRecord]) -> None:
     assert {"thinking", "answer", "streaming thinking", "streaming answer"} <= names and "decode" not in names
 
 
+@pytest.mark.slow
 def test_whole_body_shows_a_server_side_first_token(store: dict[str, RequestRecord]) -> None:
     m = _metrics(open_request("whole"))
     assert "First token" not in m and m["First token (server side)"] == "200 ms"  # total 590 − decode 390
 
 
+@pytest.mark.slow
 def test_v1_stream_unknowns_are_dashes_with_their_reason(store: dict[str, RequestRecord]) -> None:
     at = open_request("v1")
     m = _metrics(at)
@@ -58,6 +61,7 @@ def test_v1_stream_unknowns_are_dashes_with_their_reason(store: dict[str, Reques
     assert sources.loc["output tokens", "value"] == "40" and sources.loc["output tokens", "from"] == "chunks counted by the proxy"
 
 
+@pytest.mark.slow
 def test_embed_batch(store: dict[str, RequestRecord]) -> None:
     at = open_request("embed")
     m = _metrics(at)

@@ -14,6 +14,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from analysis.ceilings import starting_efficiencies
 from analysis.story import RateSample, build_story
 from collectors.demo import CHAT_MODEL, QUESTIONS, Traffic
@@ -39,6 +41,7 @@ def _requests_stored(data_dir: Path, n: int) -> bool:
         conn.close()
 
 
+@pytest.mark.slow
 def test_demo_why_headline_ratio_matches_the_expected_ratio(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
     with start_sim("--hardware", "rtx-4090", "--num-parallel", "2") as sim:
