@@ -177,6 +177,7 @@ def test_free_form_model_info_gives_facts_or_model_facts_error(overrides: dict[s
     assert f.kv_bytes_per_token >= 0
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(_json)
 def test_any_json_gives_facts_or_model_facts_error(obj: Any) -> None:

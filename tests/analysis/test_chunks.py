@@ -312,6 +312,7 @@ wire_keys = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(
     objs=st.lists(st.dictionaries(wire_keys, json_values, max_size=6), max_size=6),

@@ -38,6 +38,7 @@ def _vram_share(client: ollama.Client) -> float:
     return loaded.size_vram / loaded.size
 
 
+@pytest.mark.slow
 def test_the_suggested_context_runs_at_the_predicted_rate() -> None:
     spec, profile = BY_KEY["rtx-4090"], PROFILES["rtx-4090"]
     with start_sim("--hardware", "rtx-4090", "--num-parallel", "2") as sim:

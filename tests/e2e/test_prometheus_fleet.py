@@ -37,6 +37,8 @@ from tests.support.ports import free_port
 from tests.support.prometheus_process import Prometheus, require_tool, start_prometheus
 from tests.support.sim_process import SimProcess, start_sim
 
+pytestmark = pytest.mark.slow  # the module's fleet: Prometheus, three sims and their collectors
+
 TOKEN = "fleet-test-token-0123456789"
 MODEL = "llama3.2:latest"
 SENT = {"rtx-4090": 7, "rtx-3060": 5}  # requests sent through each host's collector

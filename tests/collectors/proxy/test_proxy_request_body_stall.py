@@ -36,6 +36,7 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield u
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["context", "nested objects"])
 def test_a_31_mb_request_body_does_not_stall_another_stream(upstream: ScriptedUpstream, tmp_path: Path, shape: str) -> None:
     path, body = big_request.BODIES[shape]()
