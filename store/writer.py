@@ -9,6 +9,7 @@ checked against the size bound (``RetentionPolicy.max_bytes``) and the oldest ro
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -34,7 +35,7 @@ from store.ops import (
     Tx,
     drop_superseded,
 )
-from store.schema import connect_writer
+from store.schema import StoreError, connect_writer
 
 __all__ = ["DAY_S", "BackgroundWriter", "RetentionPolicy", "RetentionResult", "StoreWriter"]
 
@@ -55,6 +56,23 @@ SAMPLE_OPS: tuple[type[Op[Any]], ...] = (PutGpuSamples, PutHostSample, PutLoaded
 SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
 
 
+def create_no_follow(path: Path) -> None:
+    """Create the store's files (and its -wal, -shm) ourselves, never through a symbolic link.
+
+    SQLite follows a link at the store's path (and writes its -wal beside the target): whoever could place one
+    would make the collector overwrite any file it can write. ``O_NOFOLLOW`` refuses it; StoreError says so.
+    """
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreError(f"{p} is a symbolic link, which the collector never writes through; delete it "
+                                 "(check who made it) and start again") from None  # fmt: skip
+            raise
+        os.close(fd)
+
+
 class StoreWriter:
     """Synchronous writer: ``write(op)`` is one transaction, ``apply(ops)`` one transaction for a batch.
 
@@ -72,6 +90,8 @@ class StoreWriter:
         self.path = Path(path)
         self.retention = retention or RetentionPolicy()
         self._clock = clock
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_no_follow(self.path)
         self._conn = connect_writer(self.path, busy_timeout_ms=busy_timeout_ms)
         self._page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
         # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
