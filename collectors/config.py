@@ -533,14 +533,16 @@ def _not_private(folder: Path) -> str | None:
     """Why another local user could replace the files in ``folder`` (None: only we can)."""
     st = folder.stat()
     me = os.geteuid()
-    fix = f"run `chmod go-w {folder}`, or choose a folder of your own (the default is {default_data_dir()})"
+    mode = f"mode {stat.S_IMODE(st.st_mode):o}"
+    own = f"choose a folder of your own (the default is {default_data_dir()})"
     if st.st_uid != me:
-        return (f"belongs to {_user_name(st.st_uid)!r}, not to {_user_name(me)!r} who runs the collector; that user could "
-                f"make the collector overwrite your files: choose a folder of your own (the default is {default_data_dir()})")  # fmt: skip
+        owner, runner = _user_name(st.st_uid), _user_name(me)
+        return f"belongs to {owner!r}, not to {runner!r} who runs the collector; that user could make it overwrite files: {own}"
     if st.st_mode & stat.S_IWOTH:
-        return f"can be written by every user on this machine (mode {stat.S_IMODE(st.st_mode):o}): {fix}"
+        return f"can be written by every user on this machine ({mode}): run `chmod go-w {folder}`, or {own}"
     if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, me):
-        return f"can be written by the group {_group_name(st.st_gid)}, which has other users (mode {stat.S_IMODE(st.st_mode):o}): {fix}"
+        group = _group_name(st.st_gid)
+        return f"can be written by the group {group}, which has other users ({mode}): run `chmod g-w {folder}`, or {own}"
     return None
 
 
