@@ -573,7 +573,11 @@ class BackgroundWriter:
             self.reopened_count += 1
             self.reopen_note = f"the store file {self._path} was {why} while the collector ran; recording goes on in a fresh file"
             log.error("%s", self.reopen_note)
-            writer.close()  # ends with the old file (its -wal goes with it); nothing else holds the path now
+            writer.close()
+            # The -wal and -shm at the path are the old file's (SQLite keeps them when its file was renamed over):
+            # a fresh or restored file opened beside them would replay the old pages into itself.
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self._path}{suffix}").unlink(missing_ok=True)
         # StoreError/sqlite3 errors: the batch waits (retried like a locked store) until the path is usable again.
         self._writer = StoreWriter(self._path, retention=self._retention, busy_timeout_ms=self._busy_timeout_ms)
         with self._lock:  # a cap set on the old file holds for the new one
