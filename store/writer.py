@@ -183,6 +183,10 @@ class StoreWriter:
         except sqlite3.Error as exc:
             log.warning("giving free space back after retention failed: %s", exc)
 
+    def checkpoint(self) -> None:
+        """Copy the -wal into the main file and cut it back to nothing (waits for readers up to the busy timeout)."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
     def close(self) -> None:
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -669,6 +673,8 @@ class BackgroundWriter:
                 self._shed_stuck_at = time.monotonic() if store.data_bytes() > shed_at else None
                 if result.deleted.get("requests"):
                     log.info("store near its size bound: deleted the %d oldest requests", result.deleted["requests"])
+            if store.over_bound():
+                store.checkpoint()  # the -wal back to nothing (unless a reader holds it): cheap beside a vacuum
             if store.over_bound() and time.monotonic() - self._compacted_at >= COMPACT_MIN_GAP_S:
                 self._compacted_at = time.monotonic()
                 store.compact()
