@@ -108,6 +108,7 @@ class StoreWriter:
         # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
         # checkpoint (it never shrinks by itself), both scaled to the bound.
         wal_bytes = max(WAL_MIN_BYTES, min(WAL_MAX_BYTES, self.retention.max_bytes // 4))
+        self._wal_limit_bytes = wal_bytes
         self._conn.execute(f"PRAGMA journal_size_limit = {int(wal_bytes)}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // self._page_size)}")
 
@@ -142,8 +143,9 @@ class StoreWriter:
         return pages * self._page_size + self._wal_bytes()
 
     def data_bytes(self) -> int:
-        """Bytes that hold data (free pages excluded) and the -wal: what shedding can reduce."""
-        return self.used_bytes() + self._wal_bytes()
+        """Bytes that hold data (free pages excluded) and the -wal, counted at its size limit at least (it grows
+        back to that between checkpoints): what shedding keeps within the bound, so the file needs no vacuum."""
+        return self.used_bytes() + max(self._wal_bytes(), self._wal_limit_bytes)
 
     def _wal_bytes(self) -> int:
         try:
@@ -279,6 +281,7 @@ class BackgroundWriter:
         self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._bound_bytes // 32))
         self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
         self._compacted_at = time.monotonic()
+        self._checked_at = 0.0  # when the files were last found over the bound and the -wal checkpointed
         self._max_backoff_s = max_backoff_s
         self._queue: collections.deque[Item] = collections.deque()
         self._queued_bytes = 0  # held_bytes of the operations in _queue
@@ -673,11 +676,15 @@ class BackgroundWriter:
                 self._shed_stuck_at = time.monotonic() if store.data_bytes() > shed_at else None
                 if result.deleted.get("requests"):
                     log.info("store near its size bound: deleted the %d oldest requests", result.deleted["requests"])
-            if store.over_bound():
-                store.checkpoint()  # the -wal back to nothing (unless a reader holds it): cheap beside a vacuum
-            if store.over_bound() and time.monotonic() - self._compacted_at >= COMPACT_MIN_GAP_S:
-                self._compacted_at = time.monotonic()
-                store.compact()
+            # Over the bound anyway (a reader held the -wal, a store over it at start): the -wal back to nothing,
+            # cheap beside a vacuum, then a vacuum at most every COMPACT_MIN_GAP_S.
+            now = time.monotonic()
+            if now - self._checked_at >= SHED_MIN_GAP_S and store.over_bound():
+                self._checked_at = now
+                store.checkpoint()
+                if now - self._compacted_at >= COMPACT_MIN_GAP_S and store.over_bound():
+                    self._compacted_at = now
+                    store.compact()
         except sqlite3.Error as exc:  # the next commit checks again
             log.warning("size check failed: %s", exc)
 
