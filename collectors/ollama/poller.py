@@ -46,7 +46,7 @@ SHOW_GENERAL_KEYS = ("general.architecture", "general.parameter_count", "general
 SHOW_ARCH_KEYS = (
     "block_count", "embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
     "attention.value_length", "context_length", "expert_count", "expert_used_count", "expert_feed_forward_length",
-    "feed_forward_length",
+    "feed_forward_length", "attention.sliding_window", "attention.sliding_window_pattern",
 )  # fmt: skip
 SHOW_DETAIL_KEYS = ("family", "families", "format", "parameter_size", "quantization_level", "parent_model")
 
@@ -88,9 +88,10 @@ def _name_or_none(value: object) -> str | None:
 
 
 def _kept_value(value: object) -> object:
-    """A model_info value as Phasewatch uses it: a finite number, a short string, a list of numbers (capped)."""
+    """A model_info value as Phasewatch uses it: a finite number, a flag, a short string, a list of numbers or flags
+    (one per layer, capped)."""
     if isinstance(value, bool) or value is None:
-        return None
+        return value
     if isinstance(value, int):
         return _int_or_none(value)
     if isinstance(value, float):
@@ -98,7 +99,7 @@ def _kept_value(value: object) -> object:
     if isinstance(value, str):
         return value[:MAX_FIELD_CHARS]
     if isinstance(value, list):
-        return [v for v in value[:MAX_LIST_ITEMS] if isinstance(v, int | float) and _kept_value(v) is not None]
+        return [v for v in value[:MAX_LIST_ITEMS] if isinstance(v, int | float) and _kept_value(v) is not None]  # bool is an int
     return None
 
 

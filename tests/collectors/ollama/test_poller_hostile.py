@@ -17,7 +17,8 @@ import aiohttp
 from aiohttp import web
 
 from analysis.model_facts import model_facts_from_show
-from collectors.ollama.poller import MAX_ANSWER_BYTES, MAX_NAME_CHARS, SHOWS_HELD, OllamaPoller
+from collectors.ollama.poller import MAX_ANSWER_BYTES, MAX_NAME_CHARS, SHOWS_HELD, OllamaPoller, slim_show
+from sim.catalog import MODELS
 from store.schema import db_path
 from store.writer import BackgroundWriter
 
@@ -119,3 +120,19 @@ async def _poll(data: Path) -> tuple[int, list[bool]]:
     finally:
         writer.close()
         await runner.cleanup()
+
+
+def test_the_slimmed_show_gives_every_model_the_same_facts() -> None:
+    """What slim_show keeps is all analysis.model_facts reads: the facts of each sim model (sliding windows, experts,
+    per-layer lists included) are the same from the slimmed answer as from the whole one."""
+    for model in MODELS:
+        show = {"details": model.details(), "model_info": model.model_info(), "capabilities": list(model.capabilities),
+                "license": model.license, "template": model.template}  # fmt: skip
+        slim = slim_show(show)
+        assert model_facts_from_show(slim, None) == model_facts_from_show(show, None), model.name
+        assert slim["capabilities"] == list(model.capabilities)
+
+
+def test_per_layer_flags_are_kept() -> None:
+    info = {"general.architecture": "gemma3", "gemma3.attention.sliding_window_pattern": [True, False] * 10}
+    assert slim_show({"model_info": info})["model_info"] == info
