@@ -61,8 +61,7 @@ def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
         if exc.errno != errno.ELOOP:
             raise
         raise UnsafeFileError(
-            f"{path} is a symbolic link, which the collector never writes through; delete it (check who made it) "
-            "and start again"
+            f"{path} is a symbolic link, which the collector never writes through; delete it (check who made it) and start again"
         ) from None
 
 
