@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.metrics import MetricsSnapshot, parse_exposition, render
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
@@ -66,3 +67,10 @@ def test_recording_goes_on_in_the_file_at_the_path(tmp_path: Path, change: objec
     assert [i for i in stored if i.startswith("r")] == [f"r{i:03d}" for i in range(10, 25)]  # none of the backlog lost
     assert ("from-backup" in stored) == (said == "replaced")
     print(f"{said}: {len(stored)} rows in the file at the path after the change")
+
+
+def test_the_collectors_metrics_say_what_the_writer_shed_and_reopened() -> None:
+    m = parse_exposition(render(MetricsSnapshot(store_shed=7, store_queued_bytes=1234, store_reopened=1)))
+    assert m[("phasewatch_store_shed_records_total", ())] == 7
+    assert m[("phasewatch_store_pending_bytes", ())] == 1234
+    assert m[("phasewatch_store_reopened_total", ())] == 1
