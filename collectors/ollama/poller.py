@@ -277,6 +277,7 @@ class OllamaPoller:
             version = version_body.get("version") if isinstance(version_body, dict) else None
             if not isinstance(version, str):
                 raise PollError('/api/version did not return {"version": ...}: is this Ollama?')
+            version = version[:MAX_FIELD_CHARS]
             models = parse_ps(await self._get_json("GET", "/api/ps"), ts)
         except PollError as exc:
             self._record_down(ts, str(exc))

@@ -39,7 +39,7 @@ def _model_info(i: int) -> dict[str, Any]:
 
 def _app() -> web.Application:
     async def version(_: web.Request) -> web.Response:
-        return web.json_response({"version": "0.33.3"})
+        return web.json_response({"version": "0.33.3" + "v" * 1_000_000})
 
     async def ps(_: web.Request) -> web.Response:
         model = {"name": HUGE_NAME, "model": HUGE_NAME, "digest": "d" * 100_000, "size": 2**64, "size_vram": 2**63,
@@ -79,6 +79,8 @@ def test_what_a_hostile_ollama_sends_is_clamped_capped_and_slimmed(tmp_path: Pat
         columns = "name, model, digest, size_bytes, size_vram_bytes, context_length, family"
         loaded = conn.execute(f"SELECT {columns} FROM loaded_models").fetchall()
         infos = conn.execute("SELECT name, show_json FROM model_info").fetchall()
+        both = "SELECT version FROM ollama_events UNION ALL SELECT version FROM ollama_last_poll"
+        versions = [v for (v,) in conn.execute(both)]
         installed = conn.execute("SELECT name, capabilities FROM installed_models").fetchall()
     finally:
         conn.close()
@@ -87,6 +89,7 @@ def test_what_a_hostile_ollama_sends_is_clamped_capped_and_slimmed(tmp_path: Pat
     name, model, digest, size, size_vram, ctx, family = loaded[-1]
     assert len(name) == len(model) == MAX_NAME_CHARS and len(digest) <= 128 and len(family) <= 128
     assert (size, size_vram, ctx) == (0, 0, None)
+    assert versions and all(len(v) <= 128 for v in versions)
     # Each /api/show is stored with what analysis.model_facts uses, and nothing else.
     assert len(infos) >= TAGS
     largest = max(len(js) for _, js in infos)
