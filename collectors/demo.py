@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.lock import LockInfo, read_lock
+from collectors.lock import LockInfo, open_no_follow, read_lock
 from collectors.stopping import follow_parent
 
 DEMO_LOCK = "demo.lock"
@@ -97,8 +97,8 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
     """The running demo of ``data_dir``, or None. Opens no socket and never blocks."""
     path = Path(data_dir) / DEMO_LOCK
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # none, or a symbolic link (ELOOP), which is no demo's lock
         return None
     try:
         try:
@@ -331,7 +331,7 @@ class DemoLock:
         self._fd: int | None = None
 
     def acquire(self, info: DemoInfo) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
