@@ -32,7 +32,7 @@ class MockTransport:
     """Keeps what is written; close and abort end the protocol on the next loop turn."""
 
     def __init__(self, protocol: asyncio.Protocol, peer: tuple[str, int]) -> None:
-        self.protocol = protocol
+        self.protocol: Any = protocol  # a _ClientSide or an _UpstreamSide
         self.peer = peer
         self.written = bytearray()
         self.closed = False
@@ -151,7 +151,7 @@ class Harness:
 def run(test: Callable[[Harness], Coroutine[Any, Any, None]], **kw: Any) -> None:
     async def main() -> None:
         h = Harness(**kw)
-        asyncio.get_running_loop().create_connection = h.create_connection  # type: ignore[method-assign]
+        asyncio.get_running_loop().create_connection = h.create_connection  # type: ignore[method-assign,assignment]
         await test(h)
 
     asyncio.run(main())
@@ -443,14 +443,14 @@ def test_at_the_bound_the_oldest_slow_body_makes_room() -> None:
             client._parsing.body_started_ns -= (10 - i) * 1_000_000_000  # type: ignore[union-attr]  # 10 s, 9 s...
         await turn()
         assert len(h.relay.clients) == 4
-        young, young_t = h.connect("127.0.0.3")  # a body younger than slow_body_s is never cut
+        _, young_t = h.connect("127.0.0.3")  # a body younger than slow_body_s is never cut
         young_t.protocol.data_received(_post_head(1 << 30))
         assert slow[0][1].aborted and not slow[1][1].aborted  # the oldest made room
         assert h.exchanges[0].named("failed") == [Failure.EVICTED]
         assert status_of(await served(h, "127.0.0.3")) == 200  # the next oldest made room
         assert slow[1][1].aborted and not slow[2][1].aborted
         for client, _ in slow[2:]:
-            client._parsing.body_started_ns = time.monotonic_ns()  # type: ignore[union-attr]
+            client._parsing.body_started_ns = time.monotonic_ns()
         _, t = h.connect("127.0.0.4")
         t.protocol.data_received(_post_head(1 << 30))
         _, t = h.connect("127.0.0.5")  # now every body is young: refused, said so
