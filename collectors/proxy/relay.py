@@ -750,6 +750,7 @@ class _ClientSide(asyncio.Protocol):
             or len(self.requests) != 1
             or self.requests[0] is not req
             or req.responded
+            or self.flow.client_paused  # waiting on Ollama (or the pipeline), not slow by its own doing
             or self.transport is None
             or self.transport.is_closing()
             or now_ns - req.body_started_ns < self.limits.slow_body_s * 1e9
