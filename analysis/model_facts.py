@@ -8,7 +8,7 @@ prefix is read first and every other key is looked up under it.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,70 +130,17 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
 
     layers = _positive_int(info, k("block_count"))
     hidden = _positive_int(info, k("embedding_length"))
-    heads_f = _number(info, k("attention.head_count"))
-    assert heads_f is not None
-    if heads_f <= 0:
-        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} must be positive")
-    heads = round(heads_f)
-    if heads < 1:
-        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} is {heads_f!r}; expected at least 1")
-    # llama.cpp defaults the KV head count to the head count (plain multi-head attention).
-    kv_heads = _number(info, k("attention.head_count_kv"), required=False)
-    if kv_heads is None:
-        kv_heads = float(heads)
-    if kv_heads < 0:
-        raise ModelFactsError(f"/api/show model_info {k('attention.head_count_kv')!r} is negative")
-    key_len = _number(info, k("attention.key_length"), required=False)
-    head_dim = int(key_len) if key_len else hidden // heads
-    value_len = _number(info, k("attention.value_length"), required=False)
-    value_head_dim = int(value_len) if value_len else head_dim
-    if head_dim < 1 or value_head_dim < 1:
-        raise ModelFactsError(
-            f"/api/show model_info gives a head dimension of {head_dim} (key) / {value_head_dim} (value); "
-            f"check {k('attention.key_length')!r}, {k('embedding_length')!r} and {k('attention.head_count')!r}"
-        )
+    heads, kv_heads, head_dim, value_head_dim = _attention_shape(info, k, hidden)
     ctx = _number(info, k("context_length"), required=False)
-
-    details = show.get("details") if isinstance(show.get("details"), Mapping) else {}
-    assert isinstance(details, Mapping)
-    quant = details.get("quantization_level") or None
-    if quant is None:
-        ft = info.get("general.file_type")
-        if isinstance(ft, int | float) and not isinstance(ft, bool) and math.isfinite(ft):
-            quant = FILE_TYPES.get(int(ft))
-    quant = str(quant).upper() if quant else None
-
+    quant = _quantization(show, info)
     total_params = _number(info, "general.parameter_count")
     assert total_params is not None
     if total_params <= 0:
         raise ModelFactsError("/api/show model_info 'general.parameter_count' must be positive")
-
-    # Mixture of experts: only expert_used_count of expert_count FFNs run per token.
     experts = _number(info, k("expert_count"), required=False)
     experts_used = _number(info, k("expert_used_count"), required=False)
-    active_params = total_params
-    if experts and experts_used and experts > experts_used:
-        ffn = _number(info, k("expert_feed_forward_length"), required=False) or _number(
-            info, k("feed_forward_length"), required=False
-        )
-        if ffn:
-            # Three matrices (gate, up, down) of d × ffn per expert per layer.
-            idle = layers * (experts - experts_used) * 3.0 * hidden * ffn
-            active_params = max(total_params - idle, total_params * experts_used / experts)
-        else:
-            active_params = total_params * experts_used / experts
-
-    if size_bytes is not None and size_bytes > 0:
-        total_weight_bytes = float(size_bytes)
-        estimated = False
-    else:
-        bpw = BITS_PER_WEIGHT.get(quant or "")
-        if bpw is None:
-            raise ModelFactsError(
-                f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
-            )
-        total_weight_bytes = total_params * bpw / 8.0
-        estimated = True
+    active_params = _active_params(info, k, total_params, layers, hidden)
+    total_weight_bytes, estimated = _weight_bytes(size_bytes, total_params, quant)
     weights_bytes = total_weight_bytes * active_params / total_params
 
     return ModelFacts(
@@ -228,3 +175,70 @@ TYPICAL_8B_Q4_K_M = ModelFacts(
     architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
     value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
 )  # fmt: skip
+
+
+def _attention_shape(info: Mapping[str, Any], k: Callable[[str], str], hidden: int) -> tuple[int, float, int, int]:
+    """Heads, KV heads, key and value head dimensions (llama.cpp's defaults where a key is absent)."""
+    heads_f = _number(info, k("attention.head_count"))
+    assert heads_f is not None
+    if heads_f <= 0:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} must be positive")
+    heads = round(heads_f)
+    if heads < 1:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count')!r} is {heads_f!r}; expected at least 1")
+    # llama.cpp defaults the KV head count to the head count (plain multi-head attention).
+    kv_heads = _number(info, k("attention.head_count_kv"), required=False)
+    if kv_heads is None:
+        kv_heads = float(heads)
+    if kv_heads < 0:
+        raise ModelFactsError(f"/api/show model_info {k('attention.head_count_kv')!r} is negative")
+    key_len = _number(info, k("attention.key_length"), required=False)
+    head_dim = int(key_len) if key_len else hidden // heads
+    value_len = _number(info, k("attention.value_length"), required=False)
+    value_head_dim = int(value_len) if value_len else head_dim
+    if head_dim < 1 or value_head_dim < 1:
+        raise ModelFactsError(
+            f"/api/show model_info gives a head dimension of {head_dim} (key) / {value_head_dim} (value); "
+            f"check {k('attention.key_length')!r}, {k('embedding_length')!r} and {k('attention.head_count')!r}"
+        )
+    return heads, kv_heads, head_dim, value_head_dim
+
+
+def _quantization(show: Mapping[str, Any], info: Mapping[str, Any]) -> str | None:
+    """The quantization Ollama names in ``details``, else the GGUF's ``general.file_type``; upper case."""
+    details = show.get("details") if isinstance(show.get("details"), Mapping) else {}
+    assert isinstance(details, Mapping)
+    quant = details.get("quantization_level") or None
+    if quant is None:
+        ft = info.get("general.file_type")
+        if isinstance(ft, int | float) and not isinstance(ft, bool) and math.isfinite(ft):
+            quant = FILE_TYPES.get(int(ft))
+    return str(quant).upper() if quant else None
+
+
+def _active_params(info: Mapping[str, Any], k: Callable[[str], str], total_params: float, layers: int, hidden: int) -> float:
+    """Parameters read per token: mixture of experts runs only expert_used_count of expert_count FFNs."""
+    experts = _number(info, k("expert_count"), required=False)
+    experts_used = _number(info, k("expert_used_count"), required=False)
+    if not (experts and experts_used and experts > experts_used):
+        return total_params
+    ffn = _number(info, k("expert_feed_forward_length"), required=False)
+    ffn = ffn or _number(info, k("feed_forward_length"), required=False)
+    if not ffn:
+        return total_params * experts_used / experts
+    # Three matrices (gate, up, down) of d × ffn per expert per layer.
+    idle = layers * (experts - experts_used) * 3.0 * hidden * ffn
+    return max(total_params - idle, total_params * experts_used / experts)
+
+
+def _weight_bytes(size_bytes: int | None, total_params: float, quant: str | None) -> tuple[float, bool]:
+    """All weights' bytes: the GGUF's size where known, else parameters × the quantization's bits per weight
+    (and True: estimated)."""
+    if size_bytes is not None and size_bytes > 0:
+        return float(size_bytes), False
+    bpw = BITS_PER_WEIGHT.get(quant or "")
+    if bpw is None:
+        raise ModelFactsError(
+            f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
+        )
+    return total_params * bpw / 8.0, True

@@ -113,13 +113,26 @@ def preview(db: Path) -> None:
 
 
 def show_why(m: WhyModel) -> None:
-    hw = m.hardware
+    _show_sources(m)
+    if m.requests_total == 0:
+        how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
+    _show_medians(m)
+    _show_charts(m)
+    if m.requests_total == 0:
+        lab_link()
+    _show_explanation(m)
+    _show_diagnoses(m)
+    _show_energy(m)
+
+
+def _show_sources(m: WhyModel) -> None:
+    """Where the hardware and model figures come from, and what is simulated or missing."""
     if m.simulated:
         st.info(
             "**Simulated data:** this GPU and these requests come from the demo's simulator, not from your hardware.",
             icon=":material/science:",
         )
-    st.caption(fmt.md_escape(hardware_line(hw)))
+    st.caption(fmt.md_escape(hardware_line(m.hardware)))
     line = facts_line(m)
     if line:
         st.caption(fmt.md_escape(line))
@@ -128,9 +141,8 @@ def show_why(m: WhyModel) -> None:
     if m.facts_error:
         st.info(fmt.md_escape(m.facts_error), icon=":material/info:")
 
-    if m.requests_total == 0:
-        how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
 
+def _show_medians(m: WhyModel) -> None:
     short = f"Readings timed over fewer than {MIN_RATE_TOKENS} tokens, and readings above their ceiling, are left out."
     c = st.columns(4)
     c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s),
@@ -143,6 +155,8 @@ def show_why(m: WhyModel) -> None:
                 help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
                 "(the medians of the expected line at each of them).")  # fmt: skip
 
+
+def _show_charts(m: WhyModel) -> None:
     st.plotly_chart(m.prefill_fig, key="why_prefill", config={"displaylogo": False})
     if m.prefill_note:
         st.caption(m.prefill_note)
@@ -167,9 +181,9 @@ def show_why(m: WhyModel) -> None:
         f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from every stored request of this "
         "model; one point per request."
     )
-    if m.requests_total == 0:
-        lab_link()
 
+
+def _show_explanation(m: WhyModel) -> None:
     if m.sentences:
         st.subheader("Why prefill is so much faster than decode")
         text(m.sentences[0])
@@ -184,6 +198,8 @@ def show_why(m: WhyModel) -> None:
         for sentence in more:
             text(sentence)
 
+
+def _show_diagnoses(m: WhyModel) -> None:
     st.subheader("What held requests back")
     window = fmt.seconds(ctx.window_s)
     if not m.diagnosed_requests:
@@ -198,14 +214,17 @@ def show_why(m: WhyModel) -> None:
                 head = f"{mark} **{g.requests:,} of {m.diagnosed_requests:,}** · {fmt.md_escape(g.what)}"
                 st.markdown(f"{head}  \n{fmt.md_escape(g.latest)}")
 
-    if m.energy_sentence:
-        st.subheader("Energy per token")
-        e = m.energy
-        assert e is not None
-        e1, e2 = st.columns(2)
-        e1.metric("Per prompt token", f"{w.num(e.j_per_prompt_token or 0)} J")
-        e2.metric("Per output token", f"{w.num(e.j_per_output_token or 0)} J")
-        text(m.energy_sentence)
+
+def _show_energy(m: WhyModel) -> None:
+    e = m.energy
+    if not m.energy_sentence or e is None:
+        return
+    st.subheader("Energy per token")
+    e1, e2 = st.columns(2)
+    # Unknown is shown as unknown, never as 0 J.
+    e1.metric("Per prompt token", "—" if e.j_per_prompt_token is None else f"{w.num(e.j_per_prompt_token)} J")
+    e2.metric("Per output token", "—" if e.j_per_output_token is None else f"{w.num(e.j_per_output_token)} J")
+    text(m.energy_sentence)
 
 
 ctx = common.context()
