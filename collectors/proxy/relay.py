@@ -10,6 +10,11 @@ the read that brought it: one timestamp, one append, one write.
 What a request means (which ones are recorded, what the record holds, the error
 texts) is the caller's: ``Relay`` asks ``route`` where each request goes and
 reports to the ``Exchange`` it gets back.
+
+Whose fault: bytes llhttp refuses are the client's (400) or Ollama's (502); an
+exception raised by our own code (``route``, an ``Exchange`` hook, the relay) is
+ours: logged with its traceback, answered 500 if no response began (else that
+connection is cut), and every other connection goes on.
 """
 
 from __future__ import annotations
