@@ -958,7 +958,8 @@ class _UpstreamSide(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         if self.state is UpstreamState.ENDED or self.req is None:
-            raise _StopParsing  # a second response to one request: stop before any of it reaches a client
+            self._keep_alive = False  # a second response to one request: this connection is never reused,
+            raise _StopParsing  # and none of it reaches a client
         self._status_reason, self._headers = b"", []
         if self.state is UpstreamState.WAITING:  # its first byte
             self.state = UpstreamState.HEAD

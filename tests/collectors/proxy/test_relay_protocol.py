@@ -335,6 +335,18 @@ def test_a_malformed_response_is_still_ollamas(caplog: pytest.LogCaptureFixture)
     run(go)
 
 
+def test_a_second_response_to_one_request_never_reaches_a_client_and_its_connection_is_dropped() -> None:
+    async def go(h: Harness) -> None:
+        _, t = h.connect()
+        t.protocol.data_received(GET)
+        up = await h.upstream()
+        up.protocol.data_received(VERSION + VERSION)
+        assert t.take().count(b"HTTP/1.1 200") == 1
+        assert up.aborted and up.protocol.state is UpstreamState.ABORTED  # never reused for another request
+
+    run(go)
+
+
 # -- flow control -------------------------------------------------------------------------------------------
 
 
