@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import Enum, IntEnum, StrEnum
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
@@ -65,8 +65,8 @@ class _StopParsing(Exception):
     """Raised inside a parser callback to stop llhttp at this point of the bytes."""
 
 
-def _feed(parser: httptools.HttpRequestParser | httptools.HttpResponseParser, data: bytes) -> Exception | None:
-    """Give ``data`` to ``parser``; returns what the parser found wrong with the bytes, or None.
+def _parser_problem(exc: Exception) -> Exception | None:
+    """What ``feed_data`` raised, sorted: what was wrong with the bytes, or None for a deliberate stop.
 
     httptools turns an exception raised in a callback into ``HttpParserCallbackError`` with the original
     as its ``__context__``. Ours are told apart here: ``_StopParsing`` is a deliberate stop (None), an
@@ -74,9 +74,7 @@ def _feed(parser: httptools.HttpRequestParser | httptools.HttpResponseParser, da
     our own code (route, a recording hook): raised as itself, with its traceback, never blamed on the bytes.
     A protocol upgrade is returned as ``HttpParserUpgrade``.
     """
-    try:
-        parser.feed_data(data)
-    except httptools.HttpParserCallbackError as exc:
+    if isinstance(exc, httptools.HttpParserCallbackError):
         cause = exc.__context__
         if isinstance(cause, _StopParsing):
             return None
@@ -85,9 +83,9 @@ def _feed(parser: httptools.HttpRequestParser | httptools.HttpResponseParser, da
         if isinstance(cause, httptools.HttpParserError):  # a callback found the bytes wrong: its words, not llhttp's
             return cause
         raise cause from None
-    except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+    if isinstance(exc, (httptools.HttpParserError, httptools.HttpParserUpgrade)):
         return exc
-    return None
+    raise exc
 
 
 class Failure(StrEnum):
@@ -102,7 +100,7 @@ class Failure(StrEnum):
     EVICTED = "evicted"  # its body arrived too slowly while the relay was at its connection bound
 
 
-class Stage(Enum):
+class Stage(IntEnum):
     """Where one request is, from its head to the end of its response; it only moves forward."""
 
     QUEUED = 1  # parsed, waiting behind the active request (or not yet started)
@@ -131,6 +129,13 @@ class UpstreamState(Enum):
     IDLE = 6  # open, kept alive for the next request
     ABORTED = 7
     CLOSED = 8
+
+
+# The members read for every streamed chunk or body piece, by plain names: reading a member off its Enum class costs
+# ~0.1 µs in Python 3.11 (a descriptor), a module global a tenth of that.
+_FORWARDED, _RESPONDED, _DONE = Stage.FORWARDED, Stage.RESPONDED, Stage.DONE
+_WAITING, _HEAD, _ENDED = UpstreamState.WAITING, UpstreamState.HEAD, UpstreamState.ENDED
+_ABORTED, _CLOSED = UpstreamState.ABORTED, UpstreamState.CLOSED
 
 
 class Exchange:
@@ -300,15 +305,15 @@ class _Request:
 
     @property
     def started(self) -> bool:  # forwarding began
-        return self.stage.value >= Stage.FORWARDED.value
+        return self.stage >= _FORWARDED
 
     @property
-    def responded(self) -> bool:  # a response head went to the client
-        return self.stage.value >= Stage.RESPONDED.value
+    def responded(self) -> bool:  # a response head went to the client (or none ever will)
+        return self.stage >= _RESPONDED
 
     @property
     def finished(self) -> bool:
-        return self.stage is Stage.DONE
+        return self.stage is _DONE
 
 
 class _FlowControl:
@@ -357,7 +362,7 @@ class _FlowControl:
 
     def update_upstream(self, up: _UpstreamSide) -> None:
         reading = not (self.client_full or self.backlogged)
-        if up.transport is None or reading == up.reading or up.state in _GONE:
+        if up.transport is None or reading == up.reading or up.state is _ABORTED or up.state is _CLOSED:
             return
         up.reading = reading
         if reading:
@@ -417,8 +422,12 @@ class _ClientSide(asyncio.Protocol):
                 if self._head_seen > self.limits.max_head_bytes:
                     self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
                     return
-            problem = _feed(self.parser, data)
-            if problem is None or self.state is ClientState.STOPPED:  # parsed, or stopped on purpose
+            try:
+                self.parser.feed_data(data)
+                return
+            except Exception as exc:
+                problem = _parser_problem(exc)
+            if problem is None or self.state is ClientState.STOPPED:  # stopped on purpose
                 return
             if isinstance(problem, httptools.HttpParserUpgrade):
                 self._stop(501, b"Not Implemented", "protocol upgrades are not relayed")
@@ -791,9 +800,6 @@ class _ClientSide(asyncio.Protocol):
             self._close()
 
 
-_GONE = frozenset({UpstreamState.ABORTED, UpstreamState.CLOSED})
-
-
 class _UpstreamSide(asyncio.Protocol):
     """The connection to Ollama that serves one client connection's requests, one at a time."""
 
@@ -880,7 +886,7 @@ class _UpstreamSide(asyncio.Protocol):
 
     def sending(self, req: _Request) -> bool:
         """``req``'s head went out on this connection, so its body may follow."""
-        return self.req is req and self.state not in _GONE
+        return self.req is req and self.state is not _ABORTED and self.state is not _CLOSED
 
     def reusable_for(self, target: Target) -> bool:
         return self.state is UpstreamState.IDLE and self.target == target
@@ -909,22 +915,27 @@ class _UpstreamSide(asyncio.Protocol):
             self.abort()
             return
         try:
-            if self.state in (UpstreamState.WAITING, UpstreamState.HEAD):  # bound the head before llhttp builds
-                self._head_seen += len(data)  # its header values with +=
+            state = self.state
+            if state is _WAITING or state is _HEAD:  # bound the head before llhttp builds its header values with +=
+                self._head_seen += len(data)
                 if self._head_seen > self.client.limits.max_head_bytes + len(data):
                     self._broken(f"Ollama sent a response head over {self.client.limits.max_head_bytes} bytes")
                     return
-            problem = _feed(self.parser, data)
-            if isinstance(problem, httptools.HttpParserUpgrade):
-                self._broken("Ollama switched protocols, which the relay does not do")
-                return
+            try:
+                self.parser.feed_data(data)
+                problem = None
+            except Exception as exc:
+                problem = _parser_problem(exc)
             if problem is not None:
-                if self.state is not UpstreamState.ENDED:
+                if isinstance(problem, httptools.HttpParserUpgrade):
+                    self._broken("Ollama switched protocols, which the relay does not do")
+                    return
+                if self.state is not _ENDED:
                     self._broken(f"Ollama sent a malformed HTTP response: {problem}")
                     return
                 self._keep_alive = False  # bytes beyond the end of the response: this connection is never reused
-            if self.state is UpstreamState.ENDED:  # completed after the parser let go: no later byte is read
-                self._complete()  # as the next answer
+            if self.state is _ENDED:  # completed after the parser let go: no later byte is read as the next answer
+                self._complete()
         except Exception as exc:  # our own code (a recording hook) raised: never Ollama's fault
             self.abort()
             self.client.fail_internal(exc)
