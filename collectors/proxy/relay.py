@@ -658,8 +658,10 @@ class _ClientSide(asyncio.Protocol):
         responded = req.responded
         req.stage = Stage.DONE
         self._release_kept(req)
-        req.exchange.failed(kind, detail, responded)
-        req.exchange.ended(time.monotonic_ns())
+        try:
+            req.exchange.failed(kind, detail, responded)
+        finally:  # ended() comes exactly once, whatever failed() did
+            req.exchange.ended(time.monotonic_ns())
 
     def _release_kept(self, req: _Request) -> None:
         self.relay.kept_bytes -= req.kept_bytes
@@ -705,14 +707,16 @@ class _ClientSide(asyncio.Protocol):
         for req in list(self.requests):
             if req.finished:
                 continue
-            try:  # the hooks that failed may fail again: logged, and the rest still end
-                if req is active and answer:
+            # The hooks that failed may fail again: logged, and every exchange still ends.
+            if req is active and answer:
+                try:
                     extra = req.exchange.answered_here(500)
+                except Exception:
+                    log.exception("answered_here failed too for %s %s", req.head.method, req.head.path)
+            try:
                 self._end(req, Failure.INTERNAL, _INTERNAL_ERROR)
             except Exception:
-                log.exception("ending the exchange of %s %s after an internal error failed too", req.head.method, req.head.path)
-                req.stage = Stage.DONE
-                self._release_kept(req)
+                log.exception("ending the exchange of %s %s failed too", req.head.method, req.head.path)
         self.requests.clear()
         self._drop_upstream()
         if answer and self.transport is not None and not self.transport.is_closing():

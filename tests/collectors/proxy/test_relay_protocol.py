@@ -294,6 +294,7 @@ def test_hooks_failing_again_while_ending_still_close_and_log(caplog: pytest.Log
             Hooks.failed = h_ex_failed  # type: ignore[method-assign]
         assert status_of(t.take()) == 500 and t.closed
         assert len(error_records(caplog)) == 2 and "bug in failed" in caplog.text
+        assert len(h.exchanges[0].named("ended")) == 1  # the recording still gets its end, exactly once
 
     run(go)
 
