@@ -11,6 +11,7 @@ names get 403: see ``pages/shared/host_guard.py``); every page run then executes
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import streamlit as st
@@ -21,6 +22,14 @@ if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the serv
     from pages.shared.host_guard import HostGuard
 
     app = st.App(__file__, middleware=[Middleware(HostGuard)])
+    # Streamlit runs a folder named pages/ beside the main script as a legacy multipage app until some session
+    # first runs st.navigation: a deep link (/why) as the server's first visit then showed "Page not found"
+    # before app.py's navigation took over. Say from the start what st.navigation says on its first run; a
+    # Streamlit without this flag loses only that (tests/e2e/test_deep_link.py).
+    with contextlib.suppress(ImportError):
+        from streamlit.runtime.pages_manager import PagesManager
+
+        PagesManager.uses_pages_directory = False
 else:
     from collectors.api import LaunchStatus
     from pages.shared import common, sidebar

@@ -34,6 +34,13 @@ FILE_TYPES: dict[int, str] = {
 
 HIGH_PRECISION_QUANTS = frozenset({"F32", "F16", "BF16", "Q8_0", "Q8_1", "Q8_K"})
 
+# Architectures whose layers alternate sliding-window and full attention: n where n − 1 of every n layers slide
+# (llama.cpp's load_swa_pattern per architecture, unless the GGUF gives attention.sliding_window_pattern).
+SWA_PATTERNS: dict[str, int] = {
+    "gemma2": 2, "gemma3": 6, "gemma-embedding": 6, "gemma3n": 5, "gpt-oss": 2, "cohere2": 4, "llama4": 4,
+    "olmo2": 4, "exaone4": 4,
+}  # fmt: skip
+
 
 class ModelFactsError(ValueError):
     """The /api/show JSON lacks a key the roofline needs (the message names it)."""
@@ -56,11 +63,15 @@ class ModelFacts:
     weights_bytes_estimated: bool  # True when no size was given and bits-per-weight filled in
     experts: int | None = None
     experts_used: int | None = None
+    sliding_window: int | None = None  # tokens a sliding-window layer attends over (None: every layer sees all)
+    swa_layers: int = 0  # layers that attend over the sliding window only (the rest see the whole context)
+    ffn_length: int | None = None  # feed_forward_length: the FFN's inner width (its activations fill the compute buffer)
+    kv_bytes_per_element: float = KV_BYTES_PER_ELEMENT_F16  # the KV cache type's (f16 unless a what-if says otherwise)
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """F16 K and V cache bytes one token of context occupies, all layers."""
-        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * KV_BYTES_PER_ELEMENT_F16
+        """K and V cache bytes one token of context occupies, all layers (f16 unless the facts say otherwise)."""
+        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * self.kv_bytes_per_element
 
     @property
     def high_precision(self) -> bool:
@@ -139,6 +150,8 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
         raise ModelFactsError("/api/show model_info 'general.parameter_count' must be positive")
     experts = _number(info, k("expert_count"), required=False)
     experts_used = _number(info, k("expert_used_count"), required=False)
+    window, swa_layers = _sliding_window(info, k, arch, layers)
+    ffn = _number(info, k("feed_forward_length"), required=False)
     active_params = _active_params(info, k, total_params, layers, hidden)
     total_weight_bytes, estimated = _weight_bytes(size_bytes, total_params, quant)
     weights_bytes = total_weight_bytes * active_params / total_params
@@ -159,6 +172,9 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
         weights_bytes_estimated=estimated,
         experts=int(experts) if experts else None,
         experts_used=int(experts_used) if experts_used else None,
+        sliding_window=window,
+        swa_layers=swa_layers,
+        ffn_length=int(ffn) if ffn and ffn > 0 else None,
     )
 
 
@@ -242,3 +258,18 @@ def _weight_bytes(size_bytes: int | None, total_params: float, quant: str | None
             f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
         )
     return total_params * bpw / 8.0, True
+
+
+def _sliding_window(info: Mapping[str, Any], k: Callable[[str], str], arch: str, layers: int) -> tuple[int | None, int]:
+    """The sliding window and how many layers use it: n − 1 of every n layers, n from the GGUF or the
+    architecture (llama.cpp's set_swa_pattern); (None, 0) for a model whose every layer sees the whole context."""
+    window = _number(info, k("attention.sliding_window"), required=False)
+    if not window or window <= 0:
+        return None, 0
+    given = info.get(k("attention.sliding_window_pattern"))
+    if isinstance(given, list) and given and all(isinstance(v, bool) for v in given):
+        return int(window), sum(given)  # one flag per layer (the GGUF's own pattern)
+    n = given if isinstance(given, int) and not isinstance(given, bool) and given >= 1 else SWA_PATTERNS.get(arch)
+    if n is None:
+        return None, 0
+    return int(window), sum(1 for il in range(layers) if il % n < n - 1)

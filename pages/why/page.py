@@ -15,11 +15,13 @@ from analysis import wording as w
 from analysis.ceilings import MIN_CALIBRATION_SAMPLES, MIN_RATE_TOKENS
 from analysis.diagnose import Severity
 from analysis.hardware import BY_KEY
+from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
 from collectors import api
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
+from pages.why import whatif
 from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
 
 LAB_PAGE = "pages/lab/page.py"
@@ -123,6 +125,7 @@ def show_why(m: WhyModel) -> None:
     _show_explanation(m)
     _show_diagnoses(m)
     _show_energy(m)
+    _show_whatif(m)
 
 
 def _show_sources(m: WhyModel) -> None:
@@ -225,6 +228,70 @@ def _show_energy(m: WhyModel) -> None:
     e1.metric("Per prompt token", "—" if e.j_per_prompt_token is None else f"{w.num(e.j_per_prompt_token)} J")
     e2.metric("Per output token", "—" if e.j_per_output_token is None else f"{w.num(e.j_per_output_token)} J")
     text(m.energy_sentence)
+
+
+def _show_whatif(m: WhyModel) -> None:
+    """Other settings, predicted before trying them: memory, fit, rates, and the changes worth making."""
+    st.subheader("What if")
+    if m.hardware.spec is None or m.facts is None:
+        st.caption("Predictions need this GPU's and this model's figures (see above).")
+        return
+    force = whatif.in_force(m)
+    st.caption(fmt.md_escape("Settings in force: " + "; ".join(f"{k} {v}" for k, v in force.sources.items())
+               + f". GPU memory for it: {force.free_vram_source}."))  # fmt: skip
+    key = f"whatif_{m.model}"
+    c = st.columns(5)
+    ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
+    num_ctx = c[0].selectbox("num_ctx", ctx_choices, index=ctx_choices.index(force.settings.num_ctx), key=key + "_ctx",
+                             format_func=lambda n: f"{n:,}", help="Context per request (Ollama's num_ctx)")  # fmt: skip
+    kv_type = c[1].selectbox("KV cache type", ["f16", "q8_0", "q4_0"], key=key + "_kv", help="OLLAMA_KV_CACHE_TYPE")
+    flash = c[2].toggle("Flash attention", value=True, key=key + "_fa", help="OLLAMA_FLASH_ATTENTION")
+    parallel = int(c[3].number_input("num_parallel", 1, 16, force.settings.num_parallel, key=key + "_np",
+                                     help="Requests served at once (OLLAMA_NUM_PARALLEL)"))  # fmt: skip
+    quants = whatif.quant_choices(force.quantization)
+    now_q = (force.quantization or quants[0]).upper()
+    quant = c[4].selectbox("Quantization", quants, index=quants.index(now_q) if now_q in quants else 0, key=key + "_q")
+    if kv_type in KV_TYPES_NEEDING_FLASH_ATTN and not flash:
+        st.warning(f"A {kv_type} KV cache needs flash attention: Ollama turns it back to f16 without it.")
+        kv_type = "f16"
+    kv_type = kv_type if kv_type in KV_TYPE_BYTES else "f16"
+    picked = RunnerSettings(num_ctx, parallel, kv_type, flash, force.settings.ubatch_tokens)
+    try:
+        result = whatif.build_whatif(m, picked, quant)
+    except (SettingsError, ValueError) as e:
+        st.error(fmt.md_escape(str(e)))
+        return
+    if result is None:
+        return
+    p, mem = result.picked, result.picked.memory
+    work = result.workload
+    if mem.fits is None:
+        fit = "runs in system memory"
+    elif mem.fits:
+        fit = "fits in GPU memory"
+    else:
+        on_gpu = f"{mem.layers_on_gpu} of {mem.layers} layers on the GPU"
+        fit = f"does not fit: {w.gb(mem.spill_bytes)} spill to system memory ({on_gpu})"
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Memory", w.gb(mem.total_bytes), help=fit)
+    m2.metric("Prefill, tok/s", w.num(p.prefill_tok_s), help=f"For your median prompt, {work.prompt_tokens:,} tokens")
+    m3.metric("Decode, tok/s", w.num(p.decode_tok_s), help=f"At your median context, {work.context_tokens:,} tokens")
+    prompts = f"{work.prompt_tokens:,} and {work.prompt_p90_tokens:,} tokens"
+    m4.metric("First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}",
+              help=f"Reading your median and p90 prompts ({prompts})")  # fmt: skip
+    m5.metric(f"{parallel} at once, tok/s", w.num(p.concurrent_tok_s), help="All streams together")
+    text(f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
+         f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
+         f"decode {w.num(result.now.decode_tok_s)} tok/s.")  # fmt: skip
+    st.plotly_chart(whatif.memory_figure(result), key="why_whatif_memory", config={"displaylogo": False})
+    st.caption("Rates from the same ceiling model as the charts above, at the share of it your requests reach.")
+    if result.suggestions:
+        st.markdown("**Changes predicted to help** (each alone, from the settings in force):")
+        with st.container(key="why_suggestions"):
+            for sug in result.suggestions[:5]:
+                text(f"• {sug.sentence}")
+    else:
+        st.caption("No single change of these settings is predicted to help by more than 10%.")
 
 
 ctx = common.context()

@@ -130,6 +130,8 @@ class WhyModel:
     embed: EmbedStory | None = None
     embed_sentence: str | None = None
     facts_read_at_unix_s: float | None = None  # when the collector stored the /api/show the facts come from
+    gpu_mem_total_bytes: int | None = None  # the latest GPU sample's memory (the what-if's free memory)
+    gpu_mem_used_bytes: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -548,6 +550,8 @@ def build_why(
         embed=embeds,
         embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
         facts_read_at_unix_s=facts.read_at_unix_s,
+        gpu_mem_total_bytes=reads.gpus[0].mem_total_bytes if reads.gpus else None,
+        gpu_mem_used_bytes=reads.gpus[0].mem_used_bytes if reads.gpus else None,
     )
 
 
