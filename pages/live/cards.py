@@ -1,9 +1,11 @@
 """The Live page's cards and "now" strip, from records and progress readings (pure: no Streamlit, no I/O, no clock).
 
-One card per generation in flight, by phase: queued (position, what it waits for), loading (the model and how
-long so far), prefill (tokens read of the prompt, rate, ETA, marked "estimated" when the reading is the
-collector's estimate rather than the runner's), decoding (tokens so far, live tok/s with a sparkline against
-the decode ceiling, context used of n_ctx, the reply when text is recorded). A finished generation keeps its
+One card per generation in flight, by phase: queued for a free slot of its loaded model (position), waiting for
+another model to load first (Ollama loads one at a time), waiting for another model to finish so Ollama can unload
+it to make room, loading its own model (each with the time spent in that state), prefill (tokens read of the
+prompt, rate, ETA, marked "estimated" when the reading is the collector's estimate rather than the runner's),
+decoding (tokens so far, live tok/s with a sparkline against the decode ceiling, context used of n_ctx, the reply
+when text is recorded). A finished generation keeps its
 card for ``FINISHED_KEEP_S`` with its phase durations, then the card goes (its Requests detail stays).
 """
 
@@ -21,6 +23,7 @@ FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
 SPARK_S = 20  # the sparkline's span: tok/s per second over the last this many seconds
 NOW_WINDOW_S = 60.0  # the "now" strip's share of GPU time: over the last minute
 RUNNER_SOURCES = (ProgressSource.SLOTS, ProgressSource.LOG)
+WAITING_PHASES = ("queued", "other_load", "unload_wait", "loading", "waiting")
 
 DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) → decode ceiling tok/s
 
@@ -47,7 +50,7 @@ class Card:
     model: str
     client: str
     endpoint: str
-    phase: str  # "queued", "loading", "prefill", "waiting", "decoding", "finished"
+    phase: str  # "queued", "other_load", "unload_wait", "loading", "prefill", "waiting", "decoding", "finished"
     elapsed_s: float
     queue_position: int | None = None  # 1 = next
     waits_for: str | None = None
@@ -64,6 +67,8 @@ class Card:
     phase_s: dict[str, float] = field(default_factory=dict)  # finished: queue/load/prefill/decode durations
     phase_started_unix_s: float | None = None  # running: when the phase now began (as far as known)
     prompt_chars: int | None = None  # the prompt's length as the proxy counted it
+    state_s: float | None = None  # waiting or loading: how long in this state (a load starts when the one before ended)
+    room_bytes: tuple[int, int] | None = None  # unload_wait: (what its model needs at least, what was free)
 
     @property
     def key(self) -> str:
@@ -78,6 +83,26 @@ class NowStrip:
     prefill_share: float | None  # of the GPU time spent in prefill or decode over the last minute
     decode_share: float | None
     waiting: int  # generations queued or loading
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What tells the waits for a load apart: when each loaded model first appeared in /api/ps (within a look-back
+    that covers the running requests), each installed model's file size, and the GPUs' free memory over time."""
+
+    loaded_since_unix_s: dict[str, float] = field(default_factory=dict)  # loaded model name → first listed
+    model_size_bytes: dict[str, int] = field(default_factory=dict)  # /api/tags: the GGUF's size, the least a load needs
+    vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), oldest first
+
+    def free_at(self, t_unix_s: float) -> int | None:
+        """Free GPU memory at ``t_unix_s``: the last reading before it, else the first one after (None: no reading)."""
+        before = [free for ts, free in self.vram_free_bytes if ts <= t_unix_s]
+        if before:
+            return before[-1]
+        return self.vram_free_bytes[0][1] if self.vram_free_bytes else None
+
+    def size_of(self, model: str) -> int | None:
+        return self.model_size_bytes.get(model) or self.model_size_bytes.get(f"{model}:latest")
 
 
 def preferred_progress(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
@@ -144,17 +169,25 @@ def in_flight_cards(
     loaded: dict[str, int | None],
     now_unix_s: float,
     decode_ceiling: DecodeCeiling = lambda _m, _c: None,
+    loads: LoadContext | None = None,
 ) -> list[Card]:
     """A card per running generation, oldest first. ``loaded``: loaded model name → its context length."""
+    loads = loads or LoadContext()
     cards: list[Card] = []
     # Queue: a token-less request with no reading, behind others of its model the runner is working on.
     runner_busy: dict[str, int] = {}
     for rec in records:
-        if any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, [])) or rec.token_chunk_ns:
+        if _runner_read(rec, progress):
             runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
+    ordered = sorted(records, key=lambda r: r.started_at_unix_s)
+    # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
+    # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
+    needs_load = [r for r in ordered if not _loaded(r.model, loaded) and not _runner_read(r, progress)]
+    head = needs_load[0] if needs_load else None
+    needs_load_ids = {r.id for r in needs_load}
     queued_seen: dict[str, int] = {}
     loading_seen: dict[str, int] = {}
-    for rec in sorted(records, key=lambda r: r.started_at_unix_s):
+    for rec in ordered:
         now_ns = rec.received_ns + int((now_unix_s - rec.started_at_unix_s) * 1e9)
         samples = progress.get(rec.id, [])
         base = Card(
@@ -188,17 +221,8 @@ def in_flight_cards(
                 )
             )
             continue
-        if not _loaded(rec.model, loaded):
-            n = loading_seen.get(rec.model, 0)
-            loading_seen[rec.model] = n + 1
-            cards.append(
-                replace(
-                    base,
-                    phase="loading",
-                    queue_position=n + 1 if n else None,
-                    waits_for=f"{rec.model} to load into memory" if n else None,
-                )
-            )
+        if head is not None and rec.id in needs_load_ids:
+            cards.append(_load_card(base, rec, head, loaded, runner_busy, loads, loading_seen, now_unix_s))
             continue
         view = prefill_view(samples)
         if view is None:
@@ -206,13 +230,57 @@ def in_flight_cards(
             if has_runner:
                 n = queued_seen.get(rec.model, 0) + 1
                 queued_seen[rec.model] = n
-                cards.append(replace(base, phase="queued", queue_position=n, waits_for=f"a free slot of {rec.model}"))
+                slot = f"a free slot of {rec.model}"
+                cards.append(replace(base, phase="queued", queue_position=n, waits_for=slot, state_s=base.elapsed_s))
             else:
                 cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
             continue
         began = min(s.ts_unix_s for s in preferred_progress(samples))
         cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
+
+
+def _load_card(
+    base: Card,
+    rec: RequestRecord,
+    head: RequestRecord,
+    loaded: dict[str, int | None],
+    runner_busy: dict[str, int],
+    loads: LoadContext,
+    loading_seen: dict[str, int],
+    now_unix_s: float,
+) -> Card:
+    """A request whose model is not in memory: behind another model's load, waiting for room, or loading its own."""
+    if rec.model != head.model:
+        return replace(
+            base, phase="other_load", waits_for=f"{head.model} to load first (Ollama loads one model at a time)",
+            state_s=base.elapsed_s,
+        )  # fmt: skip
+    # Its own load began when it came, or when a load it waited behind ended (that model appeared in /api/ps).
+    others_loaded = [t for name, t in loads.loaded_since_unix_s.items() if name in loaded and not _same(name, rec.model)]
+    began = max([rec.started_at_unix_s, *(t for t in others_loaded if t <= now_unix_s)])
+    n = loading_seen.get(rec.model, 0)
+    loading_seen[rec.model] = n + 1
+    card = replace(base, phase="loading", phase_started_unix_s=began, state_s=max(0.0, now_unix_s - began),
+                   queue_position=n + 1 if n else None, waits_for=f"{rec.model} to load into memory" if n else None)  # fmt: skip
+    # No room: Ollama must unload another model first, and waits until that model's generations finish.
+    need, free = loads.size_of(rec.model), loads.free_at(began)
+    busy = sorted({name for name in loaded if runner_busy.get(name, 0) and not _same(name, rec.model)})
+    if need is not None and free is not None and need > free and busy:
+        return replace(
+            card, phase="unload_wait", queue_position=None, room_bytes=(need, free),
+            waits_for=f"{', '.join(busy)} to finish its generations, so Ollama can unload it to make room",
+        )  # fmt: skip
+    return card
+
+
+def _runner_read(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> bool:
+    """The runner is working on it (it wrote a token, or the runner reported its progress): its model is loaded."""
+    return bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
+
+
+def _same(a: str, b: str) -> bool:
+    return a == b or a == f"{b}:latest" or b == f"{a}:latest"
 
 
 def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: float = FINISHED_KEEP_S) -> list[Card]:
@@ -272,7 +340,7 @@ def now_strip(
         decode_tok_s=sum(decode_rates) if decode_rates else (0.0 if not any(c.phase == "decoding" for c in running) else None),
         prefill_share=prefill_s / busy if busy > 0 else None,
         decode_share=decode_s / busy if busy > 0 else None,
-        waiting=sum(1 for c in running if c.phase in ("queued", "loading", "waiting")),
+        waiting=sum(1 for c in running if c.phase in WAITING_PHASES),
     )
 
 

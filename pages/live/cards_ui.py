@@ -15,13 +15,15 @@ import streamlit as st
 from analysis.accelerator import resolve_hardware
 from analysis.ceilings import ceilings_for, vram_fraction
 from analysis.model_facts import ModelFactsError, model_facts_from_show
-from pages.live.cards import Card, DecodeCeiling, NowStrip, finished_cards, in_flight_cards, now_strip
+from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.shared import data, fmt
 
 PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
 PHASE_WORDS = {
-    "queued": "queued",
-    "loading": "loading the model",
+    "queued": "waiting for a free slot",
+    "other_load": "waiting for another model to load",
+    "unload_wait": "waiting for another model to unload",
+    "loading": "loading its model",
     "waiting": "waiting for a slot or reading the prompt",
     "prefill": "reading the prompt (prefill)",
     "decoding": "writing the reply (decode)",
@@ -77,7 +79,8 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     if snap is None:
         return None
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
-    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap))
+    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
+    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     done = finished_cards(snap.recent, now_unix_s)
     strip = now_strip(running, snap.recent, now_unix_s)
     return CardsModel(
@@ -190,10 +193,23 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
     with st.container(border=True, key=f"card_{card.request_id}"):
         st.markdown(
             f"**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
-            f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · {fmt.seconds(card.elapsed_s)}"
+            f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
+            f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
         if card.phase == "queued":
-            st.caption(f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}.")
+            st.caption(
+                f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}: "
+                f"{fmt.seconds(card.state_s)} so far."
+            )
+        elif card.phase == "other_load":
+            st.caption(f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {fmt.seconds(card.state_s)} so far.")
+        elif card.phase == "unload_wait":
+            room = ""
+            if card.room_bytes is not None:
+                need, free = card.room_bytes
+                room = f" {fmt.md_escape(card.model)} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
+            waits = fmt.md_escape(card.waits_for or "another model")
+            st.caption(f"Waiting for {waits}: {fmt.seconds(card.state_s)} so far.{room}")
         elif card.phase == "loading":
             wait = (
                 f" Position {card.queue_position}, waiting for {fmt.md_escape(card.waits_for or '')}."
@@ -201,9 +217,13 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
                 else ""
             )
             last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
-            st.caption(
-                f"Ollama is loading {fmt.md_escape(card.model)} into memory: {fmt.seconds(card.elapsed_s)} so far.{last}{wait}"
+            waited = (
+                f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
+                if card.state_s is not None and card.elapsed_s - card.state_s >= 1.0
+                else ""
             )
+            so_far = f"{fmt.seconds(card.state_s)} so far{waited}"
+            st.caption(f"Ollama is loading {fmt.md_escape(card.model)} into memory: {so_far}.{last}{wait}")
         elif card.phase == "waiting":
             st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
         elif card.phase == "prefill" and card.prefill is not None:

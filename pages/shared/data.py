@@ -236,6 +236,10 @@ class CardsSnapshot:
     requests_in_window: int
     chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
     last_load_s: dict[str, float] = field(default_factory=dict)  # model being loaded → how long its last load took
+    # What tells a wait for a load apart (read only while a running request's model is not loaded):
+    loaded_since: dict[str, float] = field(default_factory=dict)  # loaded model → first /api/ps listing it lately
+    model_size_bytes: dict[str, int] = field(default_factory=dict)  # installed model → its file's size
+    vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -265,11 +269,14 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             for model in {r.model for r in in_flight if not r.token_chunk_ns}
         }
         names = {n for m in loaded for n in (m.name, m.model)}
-        last_load = {
-            model: t
-            for model in {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
-            if (t := queries.last_load_s(conn, model)) is not None
-        }
+        not_loaded = {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
+        last_load = {model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None}
+        loaded_since: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        if not_loaded:  # some running request waits for a model: when others loaded, sizes, free memory
+            since = min(r.started_at_unix_s for r in in_flight)
+            loaded_since = queries.loaded_since(conn, max(since, now_unix_s - 600))
+            sizes = {k: m.size_bytes for m in queries.installed_models(conn) if m.size_bytes for k in (m.name, m.model)}
     return CardsSnapshot(
         in_flight=in_flight,
         progress=progress,
@@ -281,4 +288,16 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         requests_in_window=in_window,
         chars_measured=chars_measured,
         last_load_s=last_load,
+        loaded_since=loaded_since,
+        model_size_bytes=sizes,
+        vram_free_bytes=_free_vram(gpus) if not_loaded else (),
     )
+
+
+def _free_vram(samples: list[GpuSample]) -> tuple[tuple[float, int], ...]:
+    """(time, free memory summed over the GPUs read at that time), oldest first; readings without memory skipped."""
+    by_ts: dict[float, int] = {}
+    for s in samples:
+        if s.mem_total_bytes is not None and s.mem_used_bytes is not None:
+            by_ts[s.ts_unix_s] = by_ts.get(s.ts_unix_s, 0) + max(s.mem_total_bytes - s.mem_used_bytes, 0)
+    return tuple(sorted(by_ts.items()))
