@@ -176,9 +176,12 @@ def in_flight_cards(
     cards: list[Card] = []
     # Queue: a token-less request with no reading, behind others of its model the runner is working on.
     runner_busy: dict[str, int] = {}
+    ready_unix_s: dict[str, float] = {}  # model → the first sign the runner works on it (a token, a reading)
     for rec in records:
         if _runner_read(rec, progress):
             runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
+            first = _runner_first_unix_s(rec, progress)
+            ready_unix_s[rec.model] = min(ready_unix_s.get(rec.model, first), first)
     ordered = sorted(records, key=lambda r: r.started_at_unix_s)
     # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
     # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
@@ -222,7 +225,9 @@ def in_flight_cards(
             )
             continue
         if head is not None and rec.id in needs_load_ids:
-            cards.append(_load_card(base, rec, head, loaded, runner_busy, loads, loading_seen, now_unix_s))
+            ready = {m: min(t, ready_unix_s.get(m, t)) for m, t in loads.loaded_since_unix_s.items()}
+            ready = {**ready_unix_s, **ready}
+            cards.append(_load_card(base, rec, head, loaded, runner_busy, ready, loads, loading_seen, now_unix_s))
             continue
         view = prefill_view(samples)
         if view is None:
@@ -246,6 +251,7 @@ def _load_card(
     head: RequestRecord,
     loaded: dict[str, int | None],
     runner_busy: dict[str, int],
+    ready_unix_s: dict[str, float],
     loads: LoadContext,
     loading_seen: dict[str, int],
     now_unix_s: float,
@@ -256,9 +262,10 @@ def _load_card(
             base, phase="other_load", waits_for=f"{head.model} to load first (Ollama loads one model at a time)",
             state_s=base.elapsed_s,
         )  # fmt: skip
-    # Its own load began when it came, or when a load it waited behind ended (that model appeared in /api/ps).
-    others_loaded = [t for name, t in loads.loaded_since_unix_s.items() if name in loaded and not _same(name, rec.model)]
-    began = max([rec.started_at_unix_s, *(t for t in others_loaded if t <= now_unix_s)])
+    # Its own load began when it came, or when a load it waited behind ended: that model appeared in /api/ps, or
+    # the runner began on one of its requests (often before the next /api/ps poll).
+    others = [t for name, t in ready_unix_s.items() if not _same(name, rec.model) and t <= now_unix_s]
+    began = max([rec.started_at_unix_s, *others])
     n = loading_seen.get(rec.model, 0)
     loading_seen[rec.model] = n + 1
     card = replace(base, phase="loading", phase_started_unix_s=began, state_s=max(0.0, now_unix_s - began),
@@ -277,6 +284,12 @@ def _load_card(
 def _runner_read(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> bool:
     """The runner is working on it (it wrote a token, or the runner reported its progress): its model is loaded."""
     return bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
+
+
+def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> float:
+    readings = [s.ts_unix_s for s in progress.get(rec.id, []) if s.source in RUNNER_SOURCES]
+    token = [rec.wall_s(rec.token_chunk_ns[0])] if rec.token_chunk_ns else []
+    return min([*readings, *token])
 
 
 def _same(a: str, b: str) -> bool:

@@ -36,6 +36,9 @@ def test_a_request_behind_another_models_load_waits_for_it_then_loads_its_own() 
     b = cards["b"]
     assert b.phase == "loading" and b.state_s == pytest.approx(0.7) and b.elapsed_s == pytest.approx(20.7)
     assert b.phase_started_unix_s == pytest.approx(T0 + 21)
+    # BIG writes before the next /api/ps poll lists it: its first token already says its load ended.
+    b = cards_at(T0 + 21.7, recs, {})["b"]
+    assert b.phase == "loading" and b.state_s == pytest.approx(0.2)
 
 
 def test_requests_for_the_model_being_loaded_wait_for_that_load() -> None:
