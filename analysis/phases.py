@@ -404,7 +404,7 @@ def split_record(rec: RequestRecord) -> Phases:
     """
     flags = _Flags()
     kind = RequestKind(rec.kind)
-    openai = rec.endpoint.startswith("/v1/")
+    openai = (rec.endpoint or "").startswith("/v1/")
     m = rec.metrics
     values: dict[str, Any] = {}
     if m is not None:
@@ -448,7 +448,22 @@ def split_record(rec: RequestRecord) -> Phases:
         _decode_from_stream(chunks, values, flags)
     if kind is RequestKind.GENERATE and rec.stream:
         _split_thinking(rec, chunks, values)
+    if rec.direct:
+        _as_direct(rec, values)
     return _result(values, flags)
+
+
+def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
+    """A generation seen from the runner: its figures are the runner's (its log, else /slots readings), not a
+    reply's; it has no client side (no proxy saw it), so nothing is measured there."""
+    source = PhaseSource.LOG if rec.runner_source == PhaseSource.LOG else PhaseSource.SLOTS
+    for key in ("prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source"):
+        if values.get(key) is not None:
+            values[key] = source
+    if values.get("load_source") is not None:
+        values["load_source"] = PhaseSource.LOG  # only the log tells a load's time ("llama-server started in X seconds")
+    for key in ("transport_s", "ttft_s", "client_s"):
+        values.pop(key, None)
 
 
 def _split_usage(m: FinalMetrics, kind: RequestKind) -> dict[str, Any]:

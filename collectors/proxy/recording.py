@@ -242,7 +242,7 @@ class _Exchange(Exchange):
 
     def request_body(self, body: bytes, truncated: bool) -> None:
         facts = describe_request(
-            self.record.endpoint,
+            self.record.endpoint or "",  # always set for a proxied request
             body,
             record_text=self.proxy.record_text,
             truncated=truncated,

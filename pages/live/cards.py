@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
-from pages.shared.derive import live_tok_s
+from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
 
 FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
@@ -196,8 +196,8 @@ def in_flight_cards(
         base = Card(
             request_id=rec.id,
             model=rec.model,
-            client=rec.client_addr,
-            endpoint=rec.endpoint,
+            client=rec.client_addr or UNKNOWN_CLIENT,
+            endpoint=rec.endpoint or UNKNOWN_ROUTE,
             phase="waiting",
             elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
             n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
@@ -311,8 +311,8 @@ def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: fl
             Card(
                 request_id=r.id,
                 model=r.model,
-                client=r.client_addr,
-                endpoint=r.endpoint,
+                client=r.client_addr or UNKNOWN_CLIENT,
+                endpoint=r.endpoint or UNKNOWN_ROUTE,
                 phase="finished",
                 elapsed_s=max(0.0, r.ended_at_unix_s - r.started_at_unix_s),
                 tokens_so_far=r.output_tokens if r.output_tokens is not None else r.tokens_so_far,

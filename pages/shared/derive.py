@@ -14,6 +14,10 @@ from statistics import median
 
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
 
+# What a generation sent to Ollama directly shows where the runner does not tell (no access line fitted it).
+UNKNOWN_CLIENT = "direct client (address not known)"
+UNKNOWN_ROUTE = "route not known"
+
 # Colours and order of the phases, shared by every chart.
 PHASE_ORDER = ("queue", "load", "prefill", "decode")
 
@@ -105,8 +109,8 @@ def in_flight_view(record: RequestRecord, now_unix_s: float, loaded_model_names:
     return InFlightView(
         request_id=record.id,
         model=record.model,
-        client_addr=record.client_addr,
-        endpoint=record.endpoint,
+        client_addr=record.client_addr or UNKNOWN_CLIENT,
+        endpoint=record.endpoint or UNKNOWN_ROUTE,
         phase=phase,
         elapsed_s=max(0.0, now_unix_s - record.started_at_unix_s),
         tokens_so_far=len(record.token_chunk_ns),
