@@ -12,6 +12,7 @@ card for ``FINISHED_KEEP_S`` with its phase durations, then the card goes (its R
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -69,6 +70,7 @@ class Card:
     prompt_chars: int | None = None  # the prompt's length as the proxy counted it
     state_s: float | None = None  # waiting or loading: how long in this state (a load starts when the one before ended)
     room_bytes: tuple[int, int] | None = None  # unload_wait: (what its model needs at least, what was free)
+    direct: bool = False  # sent to Ollama directly, seen from its runner: no client-side times, no token gaps
 
     @property
     def key(self) -> str:
@@ -185,7 +187,7 @@ def in_flight_cards(
     ordered = sorted(records, key=lambda r: r.started_at_unix_s)
     # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
     # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
-    needs_load = [r for r in ordered if not _loaded(r.model, loaded) and not _runner_read(r, progress)]
+    needs_load = [r for r in ordered if not _loaded(r.model, loaded) and not runner_busy.get(r.model)]
     head = needs_load[0] if needs_load else None
     needs_load_ids = {r.id for r in needs_load}
     queued_seen: dict[str, int] = {}
@@ -203,7 +205,12 @@ def in_flight_cards(
             n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
             reply_text=rec.response_text,
             prompt_chars=rec.prompt_chars,
+            direct=rec.direct,
         )
+        decoded = _decoded_readings(samples) if rec.direct else []
+        if decoded:
+            cards.append(_direct_decode_card(base, samples, decoded, now_unix_s, decode_ceiling))
+            continue
         if rec.token_chunk_ns:
             tokens = len(rec.token_chunk_ns)
             prompt = _last(samples, "prompt_tokens")
@@ -230,6 +237,9 @@ def in_flight_cards(
             cards.append(_load_card(base, rec, head, loaded, runner_busy, ready, loads, loading_seen, now_unix_s))
             continue
         view = prefill_view(samples)
+        if view is None and rec.direct:
+            cards.append(base)  # the runner took its task (that is how it was seen), no reading of it yet
+            continue
         if view is None:
             has_runner = runner_busy.get(rec.model, 0) > 0
             if has_runner:
@@ -281,15 +291,69 @@ def _load_card(
     return card
 
 
+def _decoded_readings(samples: Sequence[ProgressSample]) -> list[tuple[float, int]]:
+    """(time, tokens written so far) from the runner's readings once it writes, oldest first."""
+    runner = sorted((s for s in samples if s.source in RUNNER_SOURCES), key=lambda s: s.ts_unix_s)
+    return [(s.ts_unix_s, s.decoded_tokens) for s in runner if s.decoded_tokens]
+
+
+def _direct_decode_card(
+    base: Card,
+    samples: Sequence[ProgressSample],
+    decoded: list[tuple[float, int]],
+    now_unix_s: float,
+    decode_ceiling: DecodeCeiling,
+) -> Card:
+    """A direct generation writing its reply, from the runner's token counts (no stream: no gaps between tokens)."""
+    tokens = decoded[-1][1]
+    ctx_used = _last(samples, "ctx_used_tokens")
+    return replace(
+        base,
+        phase="decoding",
+        tokens_so_far=tokens,
+        live_tok_s=_readings_rate(decoded, now_unix_s),
+        spark_tok_s=_readings_spark(decoded, now_unix_s),
+        decode_ceiling_tok_s=decode_ceiling(base.model, ctx_used if ctx_used is not None else tokens),
+        ctx_used_tokens=ctx_used,
+        n_ctx=base.n_ctx or _last(samples, "n_ctx"),
+        phase_started_unix_s=decoded[0][0],
+    )
+
+
+def _readings_rate(decoded: Sequence[tuple[float, int]], now_unix_s: float, lookback_s: float = 3.0) -> float | None:
+    """Tokens per second over the readings of the last ``lookback_s`` (from the first reading when younger)."""
+    recent = [r for r in decoded if r[0] >= now_unix_s - lookback_s]
+    earlier = [r for r in decoded if r[0] < now_unix_s - lookback_s]
+    first = earlier[-1] if earlier else decoded[0]
+    last = decoded[-1]
+    if not recent or last[0] <= first[0]:
+        return None if not earlier else 0.0  # no reading lately: nothing written that the runner told
+    return (last[1] - first[1]) / (last[0] - first[0])
+
+
+def _readings_spark(decoded: Sequence[tuple[float, int]], now_unix_s: float, span_s: int = SPARK_S) -> tuple[float, ...]:
+    """Tokens written in each of the last whole seconds, by the runner's count at each second's edges."""
+    times = [t for t, _n in decoded]
+
+    def count_at(t: float) -> int:
+        k = bisect.bisect_right(times, t)
+        return decoded[k - 1][1] if k else 0
+
+    seconds = min(span_s, max(1, int(now_unix_s - decoded[0][0])))
+    edges = [now_unix_s - k for k in range(seconds, -1, -1)]
+    return tuple(float(max(count_at(b) - count_at(a), 0)) for a, b in itertools.pairwise(edges))
+
+
 def _runner_read(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> bool:
-    """The runner is working on it (it wrote a token, or the runner reported its progress): its model is loaded."""
-    return bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
+    """The runner is working on it (it wrote a token, the runner reported its progress, or the record comes from
+    the runner itself): its model is loaded."""
+    return rec.direct or bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
 
 
 def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> float:
     readings = [s.ts_unix_s for s in progress.get(rec.id, []) if s.source in RUNNER_SOURCES]
     token = [rec.wall_s(rec.token_chunk_ns[0])] if rec.token_chunk_ns else []
-    return min([*readings, *token])
+    return min([*readings, *token, *([rec.started_at_unix_s] if rec.direct else [])])
 
 
 def _same(a: str, b: str) -> bool:
@@ -319,6 +383,7 @@ def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: fl
                 live_tok_s=r.decode_tok_s,
                 outcome=str(r.outcome),
                 phase_s=phases,
+                direct=r.direct,
                 prefill=None
                 if r.prompt_tokens is None
                 else PrefillView(r.computed_prompt_tokens or 0, r.computed_prompt_tokens, r.prefill_tok_s, 0.0, False, "final"),

@@ -30,6 +30,10 @@ PHASE_WORDS = {
     "finished": "finished",
 }
 REQUESTS_PAGE = "pages/requests/page.py"
+DIRECT_NOTE = (
+    "Sent to Ollama directly, seen from its runner: the model, the prompt read, the tokens written and their rate. "
+    "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
+)
 SPARK_WIDTH_PX = 240
 
 
@@ -165,7 +169,11 @@ def show_strip(model: CardsModel) -> None:
 
 def show_cards(model: CardsModel) -> None:
     if not model.cards:
-        st.caption("No generation is running. Requests sent through the proxy get a card here while they run.")
+        st.caption(
+            "No generation is running. Each one gets a card here while it runs: those of clients that talk to Ollama "
+            "directly (seen from its runner, with no change to them), and those sent through the proxy, which adds the "
+            "client's own time to first token and every gap between tokens."
+        )
         return
     for card in model.cards:
         show_card(card, model.record_text, model.chars_measured.get(card.model), model.last_load_s.get(card.model))
@@ -191,8 +199,9 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
 
 def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
     with st.container(border=True, key=f"card_{card.request_id}"):
+        direct = ":orange-badge[direct] " if card.direct else ""
         st.markdown(
-            f"**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
+            f"{direct}**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
             f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
@@ -224,6 +233,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             )
             so_far = f"{fmt.seconds(card.state_s)} so far{waited}"
             st.caption(f"Ollama is loading {fmt.md_escape(card.model)} into memory: {so_far}.{last}{wait}")
+        elif card.phase == "waiting" and card.direct:
+            st.caption("The runner took it; no reading of its progress yet.")
         elif card.phase == "waiting":
             st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
         elif card.phase == "prefill" and card.prefill is not None:
@@ -237,7 +248,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
         elif card.phase == "decoding":
             ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
             n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
-            line = f"{card.tokens_so_far:,} tokens so far · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
+            counted = " (the runner's count)" if card.direct else ""
+            line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
             if card.silent_s is not None:
                 line += f" · no token for {card.silent_s:.0f} s"
             st.markdown(line)
@@ -263,3 +275,5 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             st.markdown(f"{bar}  \n{fmt.md_escape(card.outcome or '')} · {card.tokens_so_far:,} tokens · {words}")
             st.page_link(REQUESTS_PAGE, label="Details in Requests", icon=":material/receipt_long:",
                          query_params={"request": card.request_id})  # fmt: skip
+        if card.direct:
+            st.caption(DIRECT_NOTE)

@@ -108,8 +108,13 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    where = f"from {rec.client_addr} · {fmt.when(rec.started_at_unix_s)}"
-    st.text(f"{rec.model} · {rec.endpoint} · {rec.kind} · {where} · {rec.outcome.value}")
+    where = f"from {rec.client_addr or 'a client not known'} · {fmt.when(rec.started_at_unix_s)}"
+    st.text(f"{rec.model} · {rec.endpoint or 'route not known'} · {rec.kind} · {where} · {rec.outcome.value}")
+    if rec.direct:
+        st.caption(
+            f"Direct: sent to Ollama without the proxy, recorded from its runner ({rec.runner_source or 'its readings'}). "
+            "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
+        )
     for sentence in d.sentences:
         st.text(sentence)  # text, not Markdown: the sentences carry model names
     c = st.columns(len(d.headlines))

@@ -18,7 +18,7 @@ from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.phases import Flag, Phases, PhaseSource
-from analysis.records import RequestKind, RequestRecord
+from analysis.records import RequestKind, RequestRecord, SeenFrom
 from pages.shared import charts, data, fmt
 from pages.shared.charts import Span
 from store.export import CSV_LINE_END, csv_cell
@@ -30,6 +30,7 @@ LINK_ID_SHOWN_CHARS = 40  # a request id is 32 hex characters; what a ?request= 
 # Columns of the history table, in order, with the names a user reads.
 HISTORY_COLUMNS = {
     "time": "time",
+    "seen_from": "seen from",
     "model": "model",
     "endpoint": "endpoint",
     "kind": "kind",
@@ -170,6 +171,7 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
     frame["client"] = frame["client_addr"]
+    frame["seen_from"] = frame["seen_from"].map(seen_from_word)
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
     frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
@@ -182,6 +184,12 @@ DURATION_COLUMNS = ("first token (s)", "first token, server side (s)", "first an
                     "load (s)", "queue (s)", "prefill (s)", "decode (s)")  # fmt: skip
 COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens", "thinking tokens")
 RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
+
+
+def seen_from_word(seen_from: object) -> str:
+    """How a request was recorded, in the table and the CSV: through the proxy, or sent directly and seen from the
+    runner (no client-side times, no gaps between tokens, no client address unless Ollama's log tells it)."""
+    return "direct (runner)" if seen_from == SeenFrom.RUNNER else "proxy"
 
 
 def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -450,7 +458,9 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
-    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {row.endpoint} · {took} · {row.id[:8]}"
+    direct = " · direct" if row.direct else ""
+    route = row.endpoint or "route not known"
+    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {route} · {took}{direct} · {row.id[:8]}"
 
 
 @dataclass(frozen=True)
