@@ -80,6 +80,7 @@ class LiveSnapshot:
     gpu_state: str | None
     gpu_message: str | None
     vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
+    direct_in_window: int = 0  # of requests_in_window: sent to Ollama directly, recorded from its runner
 
 
 def bands_of(row: RequestSummary) -> list[Band]:
@@ -133,7 +134,7 @@ def load_live(
         heartbeat = queries.latest_heartbeat(conn)
     bands: list[Band] = []
     busy: list[Interval] = []
-    shown = 0
+    shown = direct = 0
     for row in rows:
         if row.outcome is Outcome.IN_FLIGHT:
             continue  # drawn below from the in-flight records, which are fresher
@@ -141,6 +142,7 @@ def load_live(
         if end < start:
             continue
         shown += row.started_at_unix_s >= start
+        direct += row.started_at_unix_s >= start and row.direct
         busy.append(Interval(row.started_at_unix_s, end))
         bands.extend(bands_of(row))
     for rec in in_flight if timeline else []:
@@ -157,6 +159,7 @@ def load_live(
         gpu_state=heartbeat.gpu_state if heartbeat else None,
         gpu_message=heartbeat.gpu_message if heartbeat else None,
         vram_used_bytes=vram_used,
+        direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
     )
 
 
