@@ -55,7 +55,9 @@ if not history.rows and not (link and link.label):
     st.info(
         "No requests in this window"
         + (" match these filters." if filters != (None, None, None) else ".")
-        + " Widen the time window in the sidebar, or send a prompt through the proxy:",
+        + " Widen the time window in the sidebar, or run a prompt with any client: one that talks to Ollama "
+        "directly is recorded from its runner with no change to it (marked direct); pointed at the proxy, its own "
+        "time to first token, every gap between its tokens and its address are recorded too:",
         icon=":material/search_off:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")

@@ -196,7 +196,8 @@ def demo_banner(ctx: AppContext, status: data.Status) -> None:
     if simulated:
         st.info(
             "**Demo mode:** everything on this page comes from the built-in simulator (`sim/`) and its simulated GPU, "
-            "recorded through the proxy like real traffic. It is not your Ollama and not your GPU.",
+            "recorded like real traffic: most demo users go through the proxy, one talks to the simulator directly. "
+            "It is not your Ollama and not your GPU.",
             icon=":material/science:",
         )
 
@@ -250,7 +251,9 @@ def no_store_state(ctx: AppContext) -> None:
     st.info(
         "**Nothing recorded yet.** The collector creates its store when it starts"
         + (" — it is starting now." if ctx.launch.state == LaunchStatus.STARTING else ".")
-        + " Then point your clients at the proxy and run a prompt:",
+        + " Then run a prompt with any client: one that talks to Ollama directly is seen from its runner, with no "
+        "change to it. Pointed at the proxy, a client's own time to first token, every gap between its tokens and "
+        "its address are recorded too:",
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
