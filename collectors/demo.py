@@ -2,11 +2,15 @@
 
 ``python -m collectors.demo --data DIR`` starts ``python -m sim`` on a free loopback
 port with a realistic GPU profile, a collector (``--demo``) in front of it on another
-free port, and then plays users with the official ``ollama`` client through the
-proxy, so that every chart fills with real recorded data:
+free port, and then plays users with the official ``ollama`` client, so that every
+chart fills with real recorded data from the first minute:
 
-- one person chatting, with streamed replies and a conversation that grows;
-- a long document to summarise every minute or so (a long prefill that the chat feels);
+- one person chatting through the proxy, with streamed replies and a conversation that grows;
+- one person chatting with the simulator directly, as a client that was never re-pointed does (the collector
+  sees its generations from the runner: "direct");
+- a long document (8k-32k tokens) to summarise from the first seconds on, then every 45 s or so: on the
+  demo's GPU (an RTX 3090) reading it takes 1-5 s, so its prefill card with its progress, and the stall it
+  causes in the other streams (they share the model's batches), show without waiting;
 - now and then a second model, loaded cold and unloaded again.
 
 ``--engine llama-cpp`` runs the real llama.cpp runner instead (``python -m sim --engine
@@ -49,8 +53,11 @@ from collectors.stopping import follow_parent
 DEMO_LOCK = "demo.lock"
 CHAT_MODEL = "llama3.2:latest"
 SECOND_MODEL = "llama3.1:8b"
-DEFAULT_HARDWARE = "rtx-4090"
-DOCUMENT_EVERY_S = 60.0
+DEFAULT_HARDWARE = "rtx-3090"  # 24 GB (a 32k context by default), and prefill slow enough to watch a long prompt read
+DOCUMENT_EVERY_S = 45.0
+FIRST_DOCUMENT_AFTER_S = 8.0  # the chat streams by then, so the document's prefill stalls it in the first minute
+DOCUMENT_TOKENS = (8_000, 32_000)  # sim counts one token per word
+DIRECT_FIRST_AFTER_S = 3.0
 COLD_LOAD_EVERY_S = 150.0
 
 ENGINES = ("sim", "llama-cpp")
@@ -200,16 +207,19 @@ def _http_ok(url: str) -> bool:
 
 
 class Traffic:
-    """Synthetic users sending requests through the proxy with the official client."""
+    """Synthetic users sending requests with the official client: through the proxy, and one to ``direct_url``
+    (the simulator itself) when given."""
 
-    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1, direct_url: str | None = None) -> None:
         import ollama  # here, not at import time: read_demo_lock must stay cheap for the app
 
         from collectors.config import client_auth_headers
 
         self._client = ollama.Client(host=proxy_url, timeout=120, headers=client_auth_headers())
+        self._direct = None if direct_url is None else ollama.Client(host=direct_url, timeout=120)
         self._stop = stop
         self._rng = random.Random(seed)
+        self._seed = seed
         self.sent = 0
         self.failed = 0
 
@@ -222,9 +232,9 @@ class Traffic:
             print(f"demo traffic: {what} failed: {exc}", file=sys.stderr, flush=True)
             self._stop.wait(3.0)
 
-    def _chat_turn(self, messages: list[dict[str, str]]) -> None:
+    def _chat_turn(self, messages: list[dict[str, str]], client: Any = None) -> None:
         reply: list[str] = []
-        stream = self._client.chat(
+        stream = (client or self._client).chat(
             model=CHAT_MODEL, messages=messages, stream=True, options={"num_predict": self._rng.randint(40, 220)}
         )
         for part in stream:
@@ -259,11 +269,22 @@ class Traffic:
                 messages.pop()  # the turn failed: ask again later
             self._stop.wait(self._rng.uniform(3.0, 9.0))
 
+    def direct_user(self) -> None:
+        """Short chats sent to the simulator itself, not through the proxy: what an unchanged client does."""
+        if self._direct is None:
+            return
+        self._stop.wait(DIRECT_FIRST_AFTER_S)
+        rng = random.Random(self._seed + 1)  # its own stream of choices: the other users' stay as they were
+        while not self._stop.is_set():
+            messages = [{"role": "user", "content": rng.choice(QUESTIONS)}]
+            self._guard("direct chat", self._chat_turn, messages, self._direct)
+            self._stop.wait(rng.uniform(4.0, 10.0))
+
     def document_reader(self) -> None:
-        self._stop.wait(20.0)
+        self._stop.wait(FIRST_DOCUMENT_AFTER_S)
         vocabulary = ("report", "quarter", "revenue", "growth", "team", "plan", "risk", "data")
         while not self._stop.is_set():
-            document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(1500, 4000)))
+            document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(*DOCUMENT_TOKENS)))
             self._guard("document", self._summarise, document)
             self._stop.wait(DOCUMENT_EVERY_S * self._rng.uniform(0.8, 1.2))
 
@@ -276,7 +297,7 @@ class Traffic:
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=fn, name=f"demo-{fn.__name__}", daemon=True)
-            for fn in (self.chat_user, self.document_reader, self.cold_loader)
+            for fn in (self.chat_user, self.direct_user, self.document_reader, self.cold_loader)
         ]
         for t in threads:
             t.start()
@@ -393,7 +414,10 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         upstream = f"real llama.cpp engine ({ENGINE_MODEL} on this CPU)" if real else f"simulator ({hardware})"
         print(f"demo: {upstream} {sim_url}, proxy {info.listen}, data {data_dir}", flush=True)
         if traffic:
-            (EngineTraffic if real else Traffic)(f"http://{info.listen}", stop).start()
+            if real:
+                EngineTraffic(f"http://{info.listen}", stop).start()
+            else:
+                Traffic(f"http://{info.listen}", stop, direct_url=sim_url).start()
         while not stop.wait(1.0):
             for child in children:
                 if child.poll() is not None:
