@@ -14,6 +14,7 @@ from pages.requests.view import (
     csv_bytes,
     display_frame,
     request_label,
+    seen_from,
 )
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
@@ -92,8 +93,10 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    where = f"from {rec.client_addr} · {fmt.when(rec.started_at_unix_s)}"
-    st.text(f"{rec.model} · {rec.endpoint} · {rec.kind} · {where} · {rec.outcome.value}")
+    client = rec.client_addr if rec.client_addr is not None else "a client not known"
+    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
+    route = rec.endpoint if rec.endpoint is not None else "route not known"
+    st.text(f"{rec.model} · {route} · {rec.kind} · {where} · {rec.outcome.value} · seen from {seen_from(rec)}")
     for sentence in d.sentences:
         st.text(sentence)  # text, not Markdown: the sentences carry model names
     c = st.columns(len(d.headlines))
