@@ -404,7 +404,7 @@ def split_record(rec: RequestRecord) -> Phases:
     """
     flags = _Flags()
     kind = RequestKind(rec.kind)
-    openai = (rec.endpoint or "").startswith("/v1/")
+    openai = (rec.endpoint or "").startswith("/v1/") and not rec.direct  # a direct record's figures are the runner's
     m = rec.metrics
     values: dict[str, Any] = {}
     if m is not None:
@@ -484,7 +484,7 @@ def _place_server(rec: RequestRecord, m: FinalMetrics, values: dict[str, Any], f
     assert rec.final_chunk_ns is not None
     total_ns = m.total_duration_ns
     client_ns = rec.final_chunk_ns - rec.received_ns
-    if total_ns is not None:
+    if total_ns is not None and not rec.direct:  # a direct record has no client side to compare with
         transport_ns = client_ns - total_ns
         values["transport_s"] = transport_ns / NS_PER_S
         if transport_ns < -CLOCK_SLACK_NS:

@@ -15,6 +15,7 @@ from pages.requests.view import (
     display_frame,
     linked_request,
     request_label,
+    seen_from,
 )
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
@@ -110,13 +111,10 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    where = f"from {rec.client_addr or 'a client not known'} · {fmt.when(rec.started_at_unix_s)}"
-    st.text(f"{rec.model} · {rec.endpoint or 'route not known'} · {rec.kind} · {where} · {rec.outcome.value}")
-    if rec.direct:
-        st.caption(
-            f"Direct: sent to Ollama without the proxy, recorded from its runner ({rec.runner_source or 'its readings'}). "
-            "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
-        )
+    client = rec.client_addr if rec.client_addr is not None else "a client not known"
+    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
+    route = rec.endpoint if rec.endpoint is not None else "route not known"
+    st.text(f"{rec.model} · {route} · {rec.kind} · {where} · {rec.outcome.value} · seen from {seen_from(rec)}")
     for sentence in d.sentences:
         st.text(sentence)  # text, not Markdown: the sentences carry model names
     c = st.columns(len(d.headlines))

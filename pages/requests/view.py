@@ -18,7 +18,7 @@ from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.phases import Flag, Phases, PhaseSource
-from analysis.records import RequestKind, RequestRecord, SeenFrom
+from analysis.records import RequestKind, RequestRecord
 from pages.shared import charts, data, fmt
 from pages.shared.charts import Span
 from store.export import CSV_LINE_END, csv_cell
@@ -30,12 +30,12 @@ LINK_ID_SHOWN_CHARS = 40  # a request id is 32 hex characters; what a ?request= 
 # Columns of the history table, in order, with the names a user reads.
 HISTORY_COLUMNS = {
     "time": "time",
-    "seen_from": "seen from",
     "model": "model",
     "endpoint": "endpoint",
     "kind": "kind",
     "stream": "streamed",
     "outcome": "outcome",
+    "seen": "seen from",
     "client": "client",
     "ttft_s": "first token (s)",
     "server_ttft_s": "first token, server side (s)",
@@ -170,8 +170,9 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
-    frame["client"] = frame["client_addr"]
-    frame["seen_from"] = frame["seen_from"].map(seen_from_word)
+    frame["client"] = frame["client_addr"].map(lambda a: a if a is not None else "not known")
+    frame["endpoint"] = frame["endpoint"].map(lambda e: e if e is not None else "not known")
+    frame["seen"] = [seen_from(r) for r in rows]
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
     frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
@@ -184,12 +185,6 @@ DURATION_COLUMNS = ("first token (s)", "first token, server side (s)", "first an
                     "load (s)", "queue (s)", "prefill (s)", "decode (s)")  # fmt: skip
 COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens", "thinking tokens")
 RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
-
-
-def seen_from_word(seen_from: object) -> str:
-    """How a request was recorded, in the table and the CSV: through the proxy, or sent directly and seen from the
-    runner (no client-side times, no gaps between tokens, no client address unless Ollama's log tells it)."""
-    return "direct (runner)" if seen_from == SeenFrom.RUNNER else "proxy"
 
 
 def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -439,6 +434,8 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {rec.model}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses = explain(db, rec, ph)
+    direct = direct_sentence(rec)
+    sentences = [direct, *sentences] if direct else sentences
     return DetailModel(
         record=rec,
         phases=ph,
@@ -455,12 +452,40 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     )
 
 
+def seen_from(row: RequestSummary | RequestRecord) -> str:
+    """"proxy", or for a generation a client sent Ollama directly, where its figures come from."""
+    if not row.direct:
+        return "proxy"
+    return "direct · Ollama's log (exact)" if row.runner_source == "log" else "direct · /slots readings (bounded)"
+
+
+def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
+    """For a direct record: what it was recorded from, each value's bound, and what only the proxy would add."""
+    if not row.direct:
+        return None
+    bounds = []
+    if row.prefill_bound_s is not None:
+        bounds.append(f"prefill ± {fmt.seconds(row.prefill_bound_s)}")
+    if row.decode_bound_s is not None:
+        bounds.append(f"decode ± {fmt.seconds(row.decode_bound_s)}")
+    if row.output_tokens_bound:
+        bounds.append(f"output tokens ± {row.output_tokens_bound}")
+    if row.ends_bound_s is not None:
+        bounds.append(f"start and end ± {fmt.seconds(row.ends_bound_s)}")
+    source = "the runner's own timings in Ollama's log" if row.runner_source == "log" else "readings of the runner's /slots"
+    unknown = [name for name, value in (("route", row.endpoint), ("client address", row.client_addr)) if value is None]
+    text = f"Sent to Ollama directly (not through the proxy); recorded from {source}"
+    text += f" ({', '.join(bounds)})." if bounds else "."
+    if unknown:
+        text += f" Not known: {' and '.join(unknown)} (no access line fitted it alone)."
+    return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
+
+
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
-    direct = " · direct" if row.direct else ""
-    route = row.endpoint or "route not known"
-    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {route} · {took}{direct} · {row.id[:8]}"
+    route = row.endpoint if row.endpoint is not None else "direct" if row.direct else "route not known"
+    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {route} · {took} · {row.id[:8]}"
 
 
 @dataclass(frozen=True)
@@ -488,5 +513,6 @@ def linked_request(db: Path, linked: str | None, shown_ids: Sequence[str]) -> Li
     if stored is None:
         return LinkedRequest(linked, None, False)
     rec = stored.record
-    label = f"{fmt.when(rec.started_at_unix_s)} · {rec.model} · {rec.endpoint} · {rec.outcome.value} · {rec.id[:8]} (linked)"
+    route = rec.endpoint if rec.endpoint is not None else "direct" if rec.direct else "route not known"
+    label = f"{fmt.when(rec.started_at_unix_s)} · {rec.model} · {route} · {rec.outcome.value} · {rec.id[:8]} (linked)"
     return LinkedRequest(linked, label, False)

@@ -86,7 +86,7 @@ def test_stats_count_outcomes_and_observe_histograms() -> None:
     stats.observe(_stored(100, 11, 1000), token_gaps_s=[0.1] * 10)  # 10 intervals in 1 s: 10 tok/s
     stats.observe(_stored(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
     stats.observe(_stored(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
-    assert stats.counts == {("/api/chat", "llama3.2", "ok"): 2, ("/api/chat", "llama3.2", "upstream_failed"): 1}
+    assert stats.counts == {("/api/chat", "llama3.2", "ok", "proxy"): 2, ("/api/chat", "llama3.2", "upstream_failed", "proxy"): 1}
     ttft = stats.histogram("gen_ai_server_time_to_first_token_seconds")
     assert ttft.count == 3 and math.isclose(ttft.total, 0.45)
     decode = stats.histogram("phasewatch_request_decode_tokens_per_second")
