@@ -210,6 +210,15 @@ class DirectTasks:
                     progress.append((task.id, slot))
         return progress
 
+    def runner_gone(self, pid: int) -> None:
+        """A runner is no more (unloaded, killed): its running tasks ended between its last reading and now."""
+        last = self._last_poll.pop(pid, None)
+        now = self._clock()
+        for task in self._tasks.values():
+            if task.runner.pid == pid and task.ended_unix_s is None:
+                task.end = (last if last is not None else task.first_seen_unix_s, now)
+        self._last_task = {k: v for k, v in self._last_task.items() if k[0] != pid}
+
     def log_events(self, events: Iterable[LogEvent], runner_of: Callable[[int], RunnerRef | None]) -> None:
         """Ollama's log lines, in order. ``runner_of(task id)`` names the runner a task id belongs to, or None
         while that is not known (several runners, none showing it yet)."""

@@ -260,6 +260,8 @@ class RunnerReader:
         gone = set(self.runners) - set(kept)
         if gone or set(kept) - set(self.runners):
             log.info("runners: %s", ", ".join(f"pid {r.runner.pid} port {r.runner.port}" for r in kept.values()) or "none")
+        for pid in gone:
+            self.direct.runner_gone(pid)
         self.runners = kept
         self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
 

@@ -430,9 +430,6 @@ class RecordingProxy:
         """The running requests as parsed so far, without parsing pending reads or copying: cheap, read-only use."""
         return [ex.record for ex in self._live.values()]
 
-    def in_flight_count(self) -> int:
-        return len(self._live)
-
     def add_local_route(self, method: str, path: str, handler: LocalHandler) -> None:
         """Serve ``path`` (under /phasewatch/) here instead of forwarding it."""
         if not path.startswith(LOCAL_PREFIX):

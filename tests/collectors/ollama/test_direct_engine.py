@@ -207,6 +207,11 @@ def check_both(w: Watch, since: float, since_ns: int, n: int) -> None:
         rows = direct_rows(c, since)  # none more comes later: each generation once
         assert sorted(r["prompt_tokens"] for r in rows) == sorted(engine), [dict(r) for r in rows]
         for row in rows:
+            t = engine[row["prompt_tokens"]]["timings"]
+            print(f"{row['runner_source']}: prompt {row['prompt_tokens']} (engine {t['cache_n'] + t['prompt_n']}), output "
+                  f"{row['output_tokens']}±{row['output_tokens_bound']} ({t['predicted_n']}), prefill {row['prefill_s']:.4f}"
+                  f"±{row['prefill_bound_s']:.3g} s ({t['prompt_ms'] / 1000:.4f}), decode {row['decode_s']:.4f}"
+                  f"±{row['decode_bound_s']:.3g} s ({t['predicted_ms'] / 1000:.4f}), route {row['endpoint']}")  # fmt: skip
             check(row, engine[row["prompt_tokens"]])
             assert row["model"] == MODEL and row["stream"] is None
 

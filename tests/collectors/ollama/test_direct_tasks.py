@@ -192,3 +192,17 @@ def test_the_access_line_tells_route_and_client_only_when_it_fits_one_generation
     d2.step()
     recs = finished(d2)
     assert len(recs) == 2 and all(r.endpoint is None and r.client_addr is None for r in recs)
+
+
+def test_a_task_whose_runner_went_away_ends_and_is_recorded() -> None:
+    clock = Clock()
+    d = tasks(clock)
+    d.slots_read(RUNNER, [slot(None, busy=False)], clock.now, {})
+    clock.now += 0.25
+    d.slots_read(RUNNER, [slot(4, busy=True, processed=64, decoded=0)], clock.now, {})
+    clock.now += 1.0
+    d.runner_gone(RUNNER.pid)  # unloaded or killed mid-generation
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert rec.runner_task_id == 4 and rec.ends_bound_s is not None and rec.ends_bound_s >= 0.5
