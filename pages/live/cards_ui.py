@@ -197,6 +197,33 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
     return f" · estimated from {size}, at this model's usual prefill rate"
 
 
+def wait_caption(card: Card, last_load_s: float | None) -> str | None:
+    """What a waiting card says it waits for, with the time in that state (None: the card does not wait)."""
+    so_far = f"{fmt.seconds(card.state_s)} so far"
+    if card.phase == "queued":
+        return f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}: {so_far}."
+    if card.phase == "other_load":
+        return f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {so_far}."
+    if card.phase == "unload_wait":
+        room = ""
+        if card.room_bytes is not None:
+            need, free = card.room_bytes
+            room = f" {fmt.md_escape(card.model)} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
+        return f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {so_far}.{room}"
+    if card.phase == "loading":
+        behind = fmt.md_escape(card.waits_for or "")
+        wait = f" Position {card.queue_position}, waiting for {behind}." if card.queue_position else ""
+        last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
+        if card.state_s is not None and card.elapsed_s - card.state_s >= 1.0:
+            so_far += f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
+        return f"Ollama is loading {fmt.md_escape(card.model)} into memory: {so_far}.{last}{wait}"
+    if card.phase == "waiting":
+        if card.direct:
+            return "The runner took it; no reading of its progress yet."
+        return "No token yet and no progress reading: it waits for a slot or reads its prompt."
+    return None
+
+
 def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
     with st.container(border=True, key=f"card_{card.request_id}"):
         direct = ":orange-badge[direct] " if card.direct else ""
@@ -205,38 +232,9 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
-        if card.phase == "queued":
-            st.caption(
-                f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}: "
-                f"{fmt.seconds(card.state_s)} so far."
-            )
-        elif card.phase == "other_load":
-            st.caption(f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {fmt.seconds(card.state_s)} so far.")
-        elif card.phase == "unload_wait":
-            room = ""
-            if card.room_bytes is not None:
-                need, free = card.room_bytes
-                room = f" {fmt.md_escape(card.model)} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
-            waits = fmt.md_escape(card.waits_for or "another model")
-            st.caption(f"Waiting for {waits}: {fmt.seconds(card.state_s)} so far.{room}")
-        elif card.phase == "loading":
-            wait = (
-                f" Position {card.queue_position}, waiting for {fmt.md_escape(card.waits_for or '')}."
-                if card.queue_position
-                else ""
-            )
-            last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
-            waited = (
-                f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
-                if card.state_s is not None and card.elapsed_s - card.state_s >= 1.0
-                else ""
-            )
-            so_far = f"{fmt.seconds(card.state_s)} so far{waited}"
-            st.caption(f"Ollama is loading {fmt.md_escape(card.model)} into memory: {so_far}.{last}{wait}")
-        elif card.phase == "waiting" and card.direct:
-            st.caption("The runner took it; no reading of its progress yet.")
-        elif card.phase == "waiting":
-            st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
+        waiting = wait_caption(card, last_load_s)
+        if waiting is not None:
+            st.caption(waiting)
         elif card.phase == "prefill" and card.prefill is not None:
             p = card.prefill
             of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
