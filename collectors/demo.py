@@ -6,8 +6,6 @@ free port, and then plays users with the official ``ollama`` client, so that eve
 chart fills with real recorded data from the first minute:
 
 - one person chatting through the proxy, with streamed replies and a conversation that grows;
-- one person chatting with the simulator directly, as a client that was never re-pointed does (the collector
-  sees its generations from the runner: "direct");
 - a long document (8k-32k tokens) to summarise from the first seconds on, then every 45 s or so: on the
   demo's GPU (an RTX 3090) reading it takes 1-5 s, so its prefill card with its progress, and the stall it
   causes in the other streams (they share the model's batches), show without waiting;
@@ -15,8 +13,10 @@ chart fills with real recorded data from the first minute:
 
 ``--engine llama-cpp`` runs the real llama.cpp runner instead (``python -m sim --engine
 llama-server``: llama.cpp's server as Ollama starts it, Gemma 3 270M on this CPU, no GPU) with
-traffic a CPU keeps up with: one user sending short raw completions (it is a base model, so
-``/api/generate``, not chat).
+traffic a CPU keeps up with: one user sending short raw completions through the proxy (it is a base model, so
+``/api/generate``, not chat), and one sending them to the engine directly, as a client that was never re-pointed
+does: the collector records its generations from the runner (``llama-server``'s ``/slots`` and the log), marked
+"direct". (The simulated engine has no runner process to read, so the simulator demo has no direct user.)
 
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
 and stops its children when it stops (``--stop`` asks a running one to; ``--exit-with-parent``
@@ -57,7 +57,8 @@ DEFAULT_HARDWARE = "rtx-3090"  # 24 GB (a 32k context by default), and prefill s
 DOCUMENT_EVERY_S = 45.0
 FIRST_DOCUMENT_AFTER_S = 8.0  # the chat streams by then, so the document's prefill stalls it in the first minute
 DOCUMENT_TOKENS = (8_000, 32_000)  # sim counts one token per word
-DIRECT_FIRST_AFTER_S = 3.0
+CHAT_WAIT_MAX_S = 20.0  # a document waits at most this long for the chat's reply to be streaming
+DIRECT_FIRST_AFTER_S = 3.0  # the real-engine demo's direct user
 COLD_LOAD_EVERY_S = 150.0
 
 ENGINES = ("sim", "llama-cpp")
@@ -207,19 +208,17 @@ def _http_ok(url: str) -> bool:
 
 
 class Traffic:
-    """Synthetic users sending requests with the official client: through the proxy, and one to ``direct_url``
-    (the simulator itself) when given."""
+    """Synthetic users sending requests through the proxy with the official client."""
 
-    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1, direct_url: str | None = None) -> None:
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
         import ollama  # here, not at import time: read_demo_lock must stay cheap for the app
 
         from collectors.config import client_auth_headers
 
         self._client = ollama.Client(host=proxy_url, timeout=120, headers=client_auth_headers())
-        self._direct = None if direct_url is None else ollama.Client(host=direct_url, timeout=120)
         self._stop = stop
         self._rng = random.Random(seed)
-        self._seed = seed
+        self._chatting = threading.Event()  # the chat user's reply is streaming
         self.sent = 0
         self.failed = 0
 
@@ -232,15 +231,19 @@ class Traffic:
             print(f"demo traffic: {what} failed: {exc}", file=sys.stderr, flush=True)
             self._stop.wait(3.0)
 
-    def _chat_turn(self, messages: list[dict[str, str]], client: Any = None) -> None:
+    def _chat_turn(self, messages: list[dict[str, str]]) -> None:
         reply: list[str] = []
-        stream = (client or self._client).chat(
+        stream = self._client.chat(
             model=CHAT_MODEL, messages=messages, stream=True, options={"num_predict": self._rng.randint(40, 220)}
         )
-        for part in stream:
-            if self._stop.is_set():
-                break
-            reply.append(part.message.content or "")
+        try:
+            for part in stream:
+                self._chatting.set()
+                if self._stop.is_set():
+                    break
+                reply.append(part.message.content or "")
+        finally:
+            self._chatting.clear()
         messages.append({"role": "assistant", "content": "".join(reply)})
 
     def _summarise(self, document: str) -> None:
@@ -269,22 +272,14 @@ class Traffic:
                 messages.pop()  # the turn failed: ask again later
             self._stop.wait(self._rng.uniform(3.0, 9.0))
 
-    def direct_user(self) -> None:
-        """Short chats sent to the simulator itself, not through the proxy: what an unchanged client does."""
-        if self._direct is None:
-            return
-        self._stop.wait(DIRECT_FIRST_AFTER_S)
-        rng = random.Random(self._seed + 1)  # its own stream of choices: the other users' stay as they were
-        while not self._stop.is_set():
-            messages = [{"role": "user", "content": rng.choice(QUESTIONS)}]
-            self._guard("direct chat", self._chat_turn, messages, self._direct)
-            self._stop.wait(rng.uniform(4.0, 10.0))
-
     def document_reader(self) -> None:
         self._stop.wait(FIRST_DOCUMENT_AFTER_S)
         vocabulary = ("report", "quarter", "revenue", "growth", "team", "plan", "risk", "data")
         while not self._stop.is_set():
             document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(*DOCUMENT_TOKENS)))
+            # Sent while the chat's reply streams (else soon anyway): its prefill shares the model's batches with
+            # that reply, which stalls for as long as the document is read.
+            self._chatting.wait(CHAT_WAIT_MAX_S)
             self._guard("document", self._summarise, document)
             self._stop.wait(DOCUMENT_EVERY_S * self._rng.uniform(0.8, 1.2))
 
@@ -297,7 +292,7 @@ class Traffic:
     def start(self) -> list[threading.Thread]:
         threads = [
             threading.Thread(target=fn, name=f"demo-{fn.__name__}", daemon=True)
-            for fn in (self.chat_user, self.direct_user, self.document_reader, self.cold_loader)
+            for fn in (self.chat_user, self.document_reader, self.cold_loader)
         ]
         for t in threads:
             t.start()
@@ -305,43 +300,52 @@ class Traffic:
 
 
 class EngineTraffic:
-    """One user sending short raw completions: what a CPU running the real engine keeps up with."""
+    """What a CPU running the real engine keeps up with: one user sending short raw completions through the proxy,
+    and one sending them to the engine directly (``direct_url``), recorded from its runner."""
 
-    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1, direct_url: str | None = None) -> None:
         import ollama
 
         from collectors.config import client_auth_headers
 
-        self._client = ollama.Client(host=proxy_url, timeout=180, headers=client_auth_headers())
+        self._clients = {"proxied": ollama.Client(host=proxy_url, timeout=180, headers=client_auth_headers())}
+        if direct_url is not None:
+            self._clients["direct"] = ollama.Client(host=direct_url, timeout=180)
         self._stop = stop
-        self._rng = random.Random(seed)
+        self._seed = seed
         self.sent = 0
         self.failed = 0
 
-    def _complete(self) -> None:
+    def _complete(self, client: Any, rng: random.Random) -> None:
         # Greedy, no repeat penalty: the cheapest sampling over Gemma's 262k-token vocabulary.
-        options = {"num_predict": self._rng.randint(16, 48), "temperature": 0, "repeat_penalty": 1.0}
-        stream = self._client.generate(
-            model=ENGINE_MODEL, prompt=self._rng.choice(ENGINE_OPENINGS), raw=True, stream=True, options=options
-        )
+        options = {"num_predict": rng.randint(16, 48), "temperature": 0, "repeat_penalty": 1.0}
+        stream = client.generate(model=ENGINE_MODEL, prompt=rng.choice(ENGINE_OPENINGS), raw=True, stream=True, options=options)
         for _ in stream:
             if self._stop.is_set():
                 break
 
-    def user(self) -> None:
+    def user(self, name: str, first_after_s: float) -> None:
+        client = self._clients[name]
+        rng = random.Random(f"{self._seed}-{name}")  # each user its own choices
+        self._stop.wait(first_after_s)
         while not self._stop.is_set():
             try:
-                self._complete()
+                self._complete(client, rng)
                 self.sent += 1
             except Exception as exc:  # shrug and try again later
                 self.failed += 1
-                print(f"demo traffic: completion failed: {exc}", file=sys.stderr, flush=True)
-            self._stop.wait(self._rng.uniform(4.0, 10.0))
+                print(f"demo traffic: {name} completion failed: {exc}", file=sys.stderr, flush=True)
+            self._stop.wait(rng.uniform(4.0, 10.0))
 
     def start(self) -> list[threading.Thread]:
-        thread = threading.Thread(target=self.user, name="demo-engine-user", daemon=True)
-        thread.start()
-        return [thread]
+        first_after_s = {"proxied": 0.0, "direct": DIRECT_FIRST_AFTER_S}
+        threads = [
+            threading.Thread(target=self.user, args=(name, first_after_s[name]), name=f"demo-engine-{name}", daemon=True)
+            for name in self._clients
+        ]
+        for t in threads:
+            t.start()
+        return threads
 
 
 class DemoLock:
@@ -406,8 +410,10 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         children.append(sim)
         wait_for(lambda: _http_ok(f"{sim_url}/api/version"), ENGINE_START_TIMEOUT_S if real else 30, "simulator", sim)
         # The real engine has no virtual GPU to sample (/sim/gpu): its collector samples this machine like a real one.
+        # The real engine's runner writes Ollama's log to sim's output: the collector reads it (direct records exact).
+        mode = ["--ollama-log", str(data_dir / "sim.log")] if real else ["--demo"]
         collector_argv = [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
-                          "--data", str(data_dir)] + ([] if real else ["--demo"])  # fmt: skip
+                          "--data", str(data_dir), *mode]  # fmt: skip
         collector = _start(collector_argv, data_dir / "collector.log")
         children.append(collector)
         info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
@@ -415,9 +421,9 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         print(f"demo: {upstream} {sim_url}, proxy {info.listen}, data {data_dir}", flush=True)
         if traffic:
             if real:
-                EngineTraffic(f"http://{info.listen}", stop).start()
+                EngineTraffic(f"http://{info.listen}", stop, direct_url=sim_url).start()
             else:
-                Traffic(f"http://{info.listen}", stop, direct_url=sim_url).start()
+                Traffic(f"http://{info.listen}", stop).start()
         while not stop.wait(1.0):
             for child in children:
                 if child.poll() is not None:
