@@ -2,13 +2,15 @@
 
 ``collectors.demo.run_demo`` as the dashboard starts it (the simulator on the demo's GPU profile, a collector with
 ``--demo``, the synthetic users): within ``FIRST_MINUTE_S`` the store holds a document of 8k-32k prompt tokens
-whose prefill took at least a second, and a chat reply that streamed while it was read, with a gap between two of
-its tokens of at least half that prefill (they share the model's batches: the chat waits while the document is read).
+whose prefill took at least a second, and a chat reply that streamed while it was read, its tokens slowed meanwhile
+to a gap at least 5x its usual one (they share the model's batches: each batch of the document's prompt, ~0.15 s
+on this GPU, passes before the chat's next token).
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -22,11 +24,12 @@ from store.schema import db_path
 pytestmark = pytest.mark.timeout(240)
 
 FIRST_MINUTE_S = 60.0
-MIN_PREFILL_S = 1.0  # "reading it takes seconds": a card with its progress is seen for at least this long
+MIN_PREFILL_S = 1.0
+STALL_RATIO = 5.0  # "reading it takes seconds": a card with its progress is seen for at least this long
 
 
-def _document_and_stall(data_dir: Path) -> tuple[float, float] | None:
-    """(the document's prefill in s, the longest token gap of a chat reply overlapping it in s), once both exist."""
+def _document_and_stall(data_dir: Path) -> tuple[float, float, float] | None:
+    """(the document's prefill, the longest token gap of a reply while it was read, that reply's median gap) in s."""
     with queries.open_reader(db_path(data_dir)) as conn:
         if conn is None:
             return None
@@ -47,7 +50,7 @@ def _document_and_stall(data_dir: Path) -> tuple[float, float] | None:
             gaps = [(other.record.wall_s(a), (b - a) / 1e9) for a, b in itertools.pairwise(chunks)]
             overlapping = [gap for t, gap in gaps if start - 1 <= t <= end]
             if overlapping:
-                return prefill_s, max(overlapping)
+                return prefill_s, max(overlapping), statistics.median(gap for _t, gap in gaps)
     return None
 
 
@@ -64,10 +67,10 @@ def test_the_demo_reads_a_long_document_and_stalls_the_chat_in_its_first_minute(
             assert demo.is_alive(), f"the demo stopped: {result}"
             found = _document_and_stall(tmp_path)
         assert found is not None, "no document read beside a streaming chat reply in the demo's first minute"
-        prefill_s, gap_s = found
-        print(f"\ndocument prefill {prefill_s:.2f} s; the chat's longest token gap meanwhile {gap_s:.2f} s")
+        prefill_s, gap_s, usual_s = found
+        print(f"\ndocument prefill {prefill_s:.2f} s; the chat's token gap meanwhile {gap_s:.3f} s, usually {usual_s:.3f} s")
         assert prefill_s >= MIN_PREFILL_S
-        assert gap_s >= 0.5 * prefill_s
+        assert gap_s >= STALL_RATIO * usual_s
     finally:
         stop.set()
         demo.join(30)
