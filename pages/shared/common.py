@@ -167,8 +167,9 @@ def demo_banner(ctx: AppContext, status: data.Status) -> None:
     """Say plainly when what a page shows comes from a demo, and whether its engine is real or simulated."""
     if ctx.demo and ctx.demo_engine:
         st.info(
-            f"**Demo mode — {ENGINE_DEMO_LABEL}.** A synthetic user sends short completions through the proxy, "
-            "recorded like real traffic; the model, its prefill and its decode are real. It is not your Ollama.",
+            f"**Demo mode — {ENGINE_DEMO_LABEL}.** Two synthetic users send short completions, one through the proxy "
+            "and one to the engine directly (recorded from its runner, marked direct), like real traffic; the model, "
+            "its prefill and its decode are real. It is not your Ollama.",
             icon=":material/memory:",
         )
         return
@@ -176,8 +177,7 @@ def demo_banner(ctx: AppContext, status: data.Status) -> None:
     if simulated:
         st.info(
             "**Demo mode:** everything on this page comes from the built-in simulator (`sim/`) and its simulated GPU, "
-            "recorded like real traffic: most demo users go through the proxy, one talks to the simulator directly. "
-            "It is not your Ollama and not your GPU.",
+            "recorded through the proxy like real traffic. It is not your Ollama and not your GPU.",
             icon=":material/science:",
         )
 
