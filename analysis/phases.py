@@ -472,8 +472,10 @@ def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
     for key in ("prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source"):
         if values.get(key) is not None:
             values[key] = source
-    if values.get("load_source") is not None:
-        values["load_source"] = PhaseSource.LOG  # only the log tells a load's time ("llama-server started in X seconds")
+    if rec.metrics is not None and rec.metrics.load_duration_ns is None and source is PhaseSource.SLOTS:
+        values.update(load_s=None, load_source=None)  # /slots does not tell whether a load came first: not known
+    elif values.get("load_source") is not None:
+        values["load_source"] = PhaseSource.LOG  # the log tells each load ("llama-server started in X seconds"), or none
     for key in ("transport_s", "ttft_s", "client_s"):
         values.pop(key, None)
 

@@ -242,13 +242,15 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
     answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
     ollama: list[Span] = []
     points: list[tuple[str, int | None, int | None]] = []
-    if ph.load_source == PhaseSource.OLLAMA:
+    # Phases placed by durations: Ollama's, or for a direct record the runner's (its log, else /slots readings).
+    timed = {PhaseSource.OLLAMA, PhaseSource.LOG, PhaseSource.SLOTS} if rec.direct else {PhaseSource.OLLAMA}
+    if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
-        if ph.queue_source == PhaseSource.OLLAMA:
+        if ph.queue_source in timed:
             points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
-    if ph.prefill_source == PhaseSource.OLLAMA:
+    if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
-    if ph.decode_source == PhaseSource.OLLAMA:
+    if ph.decode_source in timed:
         if answer_ns is not None and ph.decode_start_ns is not None and ph.decode_start_ns < answer_ns:
             points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
         else:
@@ -257,6 +259,8 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
         if a is not None and b is not None and b > a:
             ollama.append(Span(label, rel(a), rel(b)))
     client: list[Span] = []
+    if rec.direct:
+        return ollama, client, None  # no proxy saw it: there is no client's view
     streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
     if answer_ns is not None:
         streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
@@ -463,9 +467,11 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     if not row.direct:
         return None
     bounds = []
-    if row.prefill_bound_s is not None:
+    if row.runner_source == PhaseSource.LOG:
+        bounds.append("prefill and decode as the runner timed them, to 0.01 ms")
+    elif row.prefill_bound_s is not None:
         bounds.append(f"prefill ± {fmt.seconds(row.prefill_bound_s)}")
-    if row.decode_bound_s is not None:
+    if row.decode_bound_s is not None and row.runner_source != PhaseSource.LOG:
         bounds.append(f"decode ± {fmt.seconds(row.decode_bound_s)}")
     if row.output_tokens_bound:
         bounds.append(f"output tokens ± {row.output_tokens_bound}")
