@@ -169,8 +169,7 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
-    frame["client"] = frame["client_addr"].map(lambda a: a if a is not None else "not known")
-    frame["endpoint"] = frame["endpoint"].map(lambda e: e if e is not None else "not known")
+    frame["client"] = frame["client_addr"]
     frame["seen"] = [seen_from(r) for r in rows]
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
@@ -193,6 +192,8 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
     def known(v: object) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v))
 
+    for col in ("endpoint", "client"):  # a direct record's route and client, where no access line told them
+        out[col] = [v if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in DURATION_COLUMNS:
         out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in COUNT_COLUMNS:
