@@ -85,6 +85,7 @@ class Flag(StrEnum):
     INVALID_METRICS = "invalid_metrics"
     CLAMPED = "clamped"
     NO_SERVER_TIMINGS = "no_server_timings"
+    INVALID_TEXT = "invalid_text"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -107,6 +108,10 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.CLAMPED: "an integer did not fit in 64 bits and was stored clamped to the nearest one that does",
     Flag.NO_SERVER_TIMINGS: (
         "the reply carries no durations: load, queue and prefill are unknown; what is known comes from the stream"
+    ),
+    Flag.INVALID_TEXT: (
+        "text that was not valid Unicode (a lone UTF-16 surrogate, as a client cutting a string mid-emoji sends) "
+        "was stored with U+FFFD in its place"
     ),
 }
 
