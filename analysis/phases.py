@@ -85,6 +85,7 @@ class Flag(StrEnum):
     INVALID_METRICS = "invalid_metrics"
     CLAMPED = "clamped"
     NO_SERVER_TIMINGS = "no_server_timings"
+    INVALID_TEXT = "invalid_text"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -107,6 +108,10 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.CLAMPED: "an integer did not fit in 64 bits and was stored clamped to the nearest one that does",
     Flag.NO_SERVER_TIMINGS: (
         "the reply carries no durations: load, queue and prefill are unknown; what is known comes from the stream"
+    ),
+    Flag.INVALID_TEXT: (
+        "text that was not valid Unicode (a lone UTF-16 surrogate, as a client cutting a string mid-emoji sends) "
+        "was stored with U+FFFD in its place"
     ),
 }
 
@@ -472,8 +477,10 @@ def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
     for key in ("prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source"):
         if values.get(key) is not None:
             values[key] = source
-    if values.get("load_source") is not None:
-        values["load_source"] = PhaseSource.LOG  # only the log tells a load's time ("llama-server started in X seconds")
+    if rec.metrics is not None and rec.metrics.load_duration_ns is None and source is PhaseSource.SLOTS:
+        values.update(load_s=None, load_source=None)  # /slots does not tell whether a load came first: not known
+    elif values.get("load_source") is not None:
+        values["load_source"] = PhaseSource.LOG  # the log tells each load ("llama-server started in X seconds"), or none
     for key in ("transport_s", "ttft_s", "client_s"):
         values.pop(key, None)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
@@ -44,7 +44,8 @@ from collectors.ollama.slots import SlotReading
 GRACE_S = 2.0  # after a task ends: time for the proxy to finish the request it may belong to
 LOG_WAIT_S = 3.0  # after /slots saw a task end, while the log is readable: time for its timing lines to be read
 CLAIM_WAIT_MAX_S = 120.0  # a task claimed by a proxied request still running this long after it ended: the proxy's
-FINISHED_KEPT_S = 120.0  # finished proxied requests kept to match ended tasks against
+FINISHED_KEPT_S = 120.0  # finished proxied requests kept to match ended tasks against...
+MAX_FINISHED = 4096  # ...at most this many (a flood of proxied requests keeps the latest)
 MAX_TASKS = 4096  # tasks tracked at once (per collector); past it the oldest ended ones are decided first
 MAX_LOG_ONLY = 256  # log lines of tasks no runner has shown yet, kept while they wait for one
 LOG_TIMING_BOUND_S = 5e-6  # the runner prints its timings to 0.01 ms
@@ -168,7 +169,10 @@ class DirectTasks:
         """A proxied request finished: it may account for a task that ended unclaimed."""
         end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
         end = rec.wall_s(end_ns) if end_ns is not None else self._clock()
-        self._finished.append((end, rec))
+        if len(self._finished) >= MAX_FINISHED:
+            self._owned.discard(self._finished.popleft()[1].id)
+        # Kept slim: its stamps, model and figures are what a match needs, not its tokens or text.
+        self._finished.append((end, replace(rec, token_chunk_ns=[], prompt_text=None, response_text=None, error=None)))
 
     def slots_read(
         self, runner: RunnerRef, readings: Iterable[SlotReading], ts: float, claims: Mapping[int, str]

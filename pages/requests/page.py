@@ -114,7 +114,7 @@ def show_detail(d: DetailModel) -> None:
     client = rec.client_addr if rec.client_addr is not None else "a client not known"
     where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
     route = rec.endpoint if rec.endpoint is not None else "route not known"
-    st.text(f"{rec.model} · {route} · {rec.kind} · {where} · {rec.outcome.value} · seen from {seen_from(rec)}")
+    st.text(f"{rec.model} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")
     for sentence in d.sentences:
         st.text(sentence)  # text, not Markdown: the sentences carry model names
     c = st.columns(len(d.headlines))

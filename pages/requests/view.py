@@ -170,8 +170,7 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
-    frame["client"] = frame["client_addr"].map(lambda a: a if a is not None else "not known")
-    frame["endpoint"] = frame["endpoint"].map(lambda e: e if e is not None else "not known")
+    frame["client"] = frame["client_addr"]
     frame["seen"] = [seen_from(r) for r in rows]
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
@@ -194,6 +193,8 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
     def known(v: object) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v))
 
+    for col in ("endpoint", "client"):  # a direct record's route and client, where no access line told them
+        out[col] = [v if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in DURATION_COLUMNS:
         out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in COUNT_COLUMNS:
@@ -243,13 +244,15 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
     answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
     ollama: list[Span] = []
     points: list[tuple[str, int | None, int | None]] = []
-    if ph.load_source == PhaseSource.OLLAMA:
+    # Phases placed by durations: Ollama's, or for a direct record the runner's (its log, else /slots readings).
+    timed = {PhaseSource.OLLAMA, PhaseSource.LOG, PhaseSource.SLOTS} if rec.direct else {PhaseSource.OLLAMA}
+    if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
-        if ph.queue_source == PhaseSource.OLLAMA:
+        if ph.queue_source in timed:
             points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
-    if ph.prefill_source == PhaseSource.OLLAMA:
+    if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
-    if ph.decode_source == PhaseSource.OLLAMA:
+    if ph.decode_source in timed:
         if answer_ns is not None and ph.decode_start_ns is not None and ph.decode_start_ns < answer_ns:
             points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
         else:
@@ -258,6 +261,8 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
         if a is not None and b is not None and b > a:
             ollama.append(Span(label, rel(a), rel(b)))
     client: list[Span] = []
+    if rec.direct:
+        return ollama, client, None  # no proxy saw it: there is no client's view
     streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
     if answer_ns is not None:
         streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
@@ -464,9 +469,11 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     if not row.direct:
         return None
     bounds = []
-    if row.prefill_bound_s is not None:
+    if row.runner_source == PhaseSource.LOG:
+        bounds.append("prefill and decode as the runner timed them, to 0.01 ms")
+    elif row.prefill_bound_s is not None:
         bounds.append(f"prefill ± {fmt.seconds(row.prefill_bound_s)}")
-    if row.decode_bound_s is not None:
+    if row.decode_bound_s is not None and row.runner_source != PhaseSource.LOG:
         bounds.append(f"decode ± {fmt.seconds(row.decode_bound_s)}")
     if row.output_tokens_bound:
         bounds.append(f"output tokens ± {row.output_tokens_bound}")

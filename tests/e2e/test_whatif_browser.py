@@ -11,6 +11,8 @@ import ollama
 import pytest
 from playwright.sync_api import Page
 
+from store import queries
+from store.tables import RequestSummary
 from tests.e2e.support import Stack, metric, screenshot, wait_ready, wait_until  # fixtures: tests/e2e/conftest.py
 
 pytestmark = pytest.mark.browser
@@ -25,6 +27,14 @@ def _pick(page: Page, label: str, option: str) -> None:
     wait_ready(page)
 
 
+def _recorded(stack: Stack) -> list[RequestSummary]:
+    conn = queries.open_readonly(stack.data_dir)
+    try:
+        return queries.rate_rows(conn, MODEL, 0.0)
+    finally:
+        conn.close()
+
+
 def _fit_text(page: Page) -> str:
     return page.locator('[data-testid="stMarkdownContainer"]').filter(has_text="With these settings").first.inner_text()
 
@@ -35,11 +45,10 @@ def test_what_if_predicts_fit_and_rates_for_other_settings(stack: Stack, page: P
         prompt = "Summarise: " + " ".join(["the quarterly report was late again"] * words)
         client.generate(model=MODEL, prompt=prompt, options={"num_predict": 40, "num_ctx": 8192})
 
+    wait_until(lambda: len(_recorded(stack)) >= 2, 60, "both requests in the store")
     page.goto(stack.app_url + "/why")
     wait_ready(page)
-    _pick(page, "Model", MODEL)
     wait_until(lambda: page.get_by_text("What if", exact=True).count() > 0, 60, "the What if section")
-    page.get_by_text("What if", exact=True).first.scroll_into_view_if_needed()
     assert "read from /api/ps" in page.get_by_text("Settings in force").first.inner_text()
     start_memory, start_decode = metric(page, "Memory"), metric(page, "Decode, tok/s")
     assert "fits in GPU memory" in _fit_text(page)

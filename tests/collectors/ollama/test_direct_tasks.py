@@ -6,10 +6,12 @@ them, on a clock the test moves; the engine test (test_direct_engine.py) runs th
 
 from __future__ import annotations
 
+import pytest
+
 from analysis.phases import split_record
 from analysis.records import FinalMetrics, Outcome, RequestRecord, SeenFrom
-from collectors.ollama.direct import GRACE_S, LOG_WAIT_S, DirectTasks, RunnerRef
-from collectors.ollama.log import parse_line
+from collectors.ollama.direct import GRACE_S, LOG_WAIT_S, MAX_FINISHED, DirectTasks, RunnerRef
+from collectors.ollama.log import go_duration_s, parse_line
 from collectors.ollama.slots import SlotReading
 
 RUNNER = RunnerRef(pid=4242, port=39511, model="gemma3:270m")
@@ -206,3 +208,33 @@ def test_a_task_whose_runner_went_away_ends_and_is_recorded() -> None:
     d.step()
     (rec,) = finished(d)
     assert rec.runner_task_id == 4 and rec.ends_bound_s is not None and rec.ends_bound_s >= 0.5
+
+
+def test_finished_proxied_requests_kept_to_match_are_bounded_and_slim() -> None:
+    clock = Clock()
+    d = tasks(clock)
+    for i in range(MAX_FINISHED + 100):
+        rec = RequestRecord(id=f"p{i}", started_at_unix_s=T0, client_addr="c", endpoint="/api/chat", model="m", stream=True,
+                            received_ns=0, token_chunk_ns=list(range(50)), outcome=Outcome.OK)  # fmt: skip
+        d.proxied_finished(rec)
+    assert len(d._finished) == MAX_FINISHED and d._finished[0][1].id == "p100"
+    assert all(rec.token_chunk_ns == [] for _, rec in d._finished)
+
+
+def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
+    assert go_duration_s("36.33s") == 36.33 and go_duration_s("1m2.5s") == 62.5
+    assert go_duration_s("512.3µs") == pytest.approx(512.3e-6)
+    for bad in ("", "12", "1x", "-3s", "1e9h", "s"):
+        assert go_duration_s(bad) is None, bad
+    line = '[GIN] 2026/06/12 - 22:48:16 | 499 |       1.2ms |  ::1 | POST     "/api/generate"'
+    event = parse_line(line, 1.0)
+    assert event is not None and event.access is not None
+    access = event.access
+    assert (access.status, access.client, access.path) == (499, "::1", "/api/generate")
+    assert access.latency_s == pytest.approx(0.0012)
+    for hostile in ('[GIN] 2026/13/45 - 99:99:99 | 200 | 1s | x | POST "/api/chat"', '[GIN] | 200 |', "[GIN] " + "x" * 100_000):
+        assert parse_line(hostile, 1.0) is None
+    start = parse_line('time=x level=INFO msg="starting llama-server" cmd="/b/llama-server --model /m --port 40123 -np 2"', 1.0)
+    assert start is not None and start.kind == "runner_start" and start.port == 40123
+    done = parse_line('time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"', 1.0)
+    assert done is not None and done.kind == "runner_started" and done.duration_ms == 2310.0
