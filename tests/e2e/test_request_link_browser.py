@@ -24,6 +24,12 @@ OLD_ID = "0ld0000000000000000000000000aaaa"
 NEW_ID = "ne50000000000000000000000000bbbb"
 
 
+def _shot(page: Page, name: str) -> None:
+    """``screenshot`` once the page's fonts are in (its icon font can take long to come on a busy machine)."""
+    page.wait_for_function("document.fonts.status === 'loaded'", timeout=120_000)
+    screenshot(page, name)
+
+
 def _picked(page: Page) -> str:
     """The text of the "Request to inspect" selectbox (what the detail below shows)."""
     return page.get_by_role("combobox", name="Request to inspect").input_value()
@@ -44,7 +50,7 @@ def test_a_link_to_a_request_outside_the_window_opens_it(page: Page, tmp_path: P
         assert page.get_by_text("Opened from a link").count() == 1
         # Its detail is drawn: the header line names the old request's model.
         wait_until(lambda: page.get_by_text("old-model · /api/chat").count() > 0, 30, "the linked request's detail")
-        screenshot(page, "request_link_outside_window")
+        _shot(page, "request_link_outside_window")
 
         page.goto(f"{url}/requests?request={NEW_ID}")
         wait_ready(page)
@@ -60,4 +66,4 @@ def test_a_link_to_a_request_outside_the_window_opens_it(page: Page, tmp_path: P
         assert "nope**bold**" in text and "x" * 200 not in text  # literal, and cut
         assert error.first.locator("strong").count() == 0
         wait_until(lambda: "new-model" in _picked(page), 30, "the newest request shown below the error")
-        screenshot(page, "request_link_unknown")
+        _shot(page, "request_link_unknown")
