@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.records import ProgressSource, SeenFrom
+from analysis.records import ProgressSource, RequestRecord, SeenFrom
 from pages.live.cards import in_flight_cards
 from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE
 from tests.pages.live.test_live_cards import LOADED, T0, reading, record
@@ -13,8 +13,8 @@ from tests.pages.live.test_live_cards import LOADED, T0, reading, record
 SMALL = "llama3.2:latest"
 
 
-def direct(rid: str, **kw: object):  # type: ignore[no-untyped-def]
-    return record(rid, SMALL, seen_from=SeenFrom.RUNNER, client_addr=None, endpoint=None, stream=None, **kw)
+def direct(rid: str) -> RequestRecord:
+    return record(rid, SMALL, seen_from=SeenFrom.RUNNER, client_addr=None, endpoint=None, stream=None)
 
 
 def test_a_direct_generation_reading_its_prompt_has_the_runners_progress() -> None:
