@@ -32,7 +32,16 @@ from analysis.ceilings import ceilings_for_request, vram_fraction
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
-from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
+from analysis.records import (
+    GPU_SOURCE_NAMES,
+    CollectorInfo,
+    GpuKind,
+    GpuSample,
+    HostBandwidth,
+    HostSample,
+    Outcome,
+    RequestRecord,
+)
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu.report import GpuState, SimGpuSource
@@ -60,6 +69,7 @@ from store import queries
 from store.ops import (
     REDERIVE_BATCH,
     ApplyRetention,
+    DeleteDirect,
     MarkInterrupted,
     PutExperiment,
     PutGpuSamples,
@@ -315,7 +325,10 @@ class CollectorService:
     # -- recording -----------------------------------------------------------------------
 
     def _on_record(self, record: RequestRecord) -> None:
-        """Called by the proxy once per finished request, on the loop: only enqueue."""
+        """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:
+        only enqueue."""
+        if not record.direct and self.runners is not None:
+            self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
             stamps = record.token_chunk_ns
             gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
@@ -404,7 +417,15 @@ class CollectorService:
         if host is not None:
             writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
+        direct, retracted = self.runners.drain_direct() if self.runners is not None else ([], [])
         progress = self.runners.drain() if self.runners is not None else []  # before the snapshot: their requests are in it
+        if retracted:
+            writer.submit(DeleteDirect(tuple(retracted)))
+        for rec in direct:  # generations sent to Ollama directly, seen from its runner; before their progress rows
+            if rec.outcome == Outcome.IN_FLIGHT:
+                writer.submit(PutRequest(rec))
+            else:
+                self._on_record(rec)
         running = await self.proxy.in_flight_sliced() if self.proxy is not None else []
         for rec in running:  # the Live page shows generations while they run
             writer.submit(PutRequest(rec))

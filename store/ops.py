@@ -30,6 +30,7 @@ from analysis.records import (
     ProgressSample,
     ProgressSource,
     RequestRecord,
+    SeenFrom,
 )
 from analysis.runner_fill import split_with_readings, wants_readings
 from store.rows import encode_token_times, record_of, request_row
@@ -199,6 +200,21 @@ class PutRequest(Op[RequestRow | None]):
             tx.conn.execute("UPDATE progress_samples SET prompt_tokens = ? WHERE request_id = ? AND source <> ?",
                             (row.prompt_tokens, rec.id, ProgressSource.ESTIMATE.value))  # fmt: skip
         return row
+
+
+@dataclass(frozen=True)
+class DeleteDirect(Op[int]):
+    """Direct rows written while their runner task ran, found to be a proxied request's after all (it showed up,
+    or its figures matched): deleted, with their readings. Only rows seen from the runner. Returns how many."""
+
+    ids: tuple[str, ...]
+
+    def apply(self, tx: Tx) -> int:
+        deleted = 0
+        for rid in self.ids:
+            cur = tx.conn.execute("DELETE FROM requests WHERE id = ? AND seen_from = ?", (rid, SeenFrom.RUNNER.value))
+            deleted += cur.rowcount
+        return deleted
 
 
 @dataclass(frozen=True)
