@@ -21,9 +21,8 @@ import pytest
 from playwright.sync_api import Page
 
 from collectors.lock import read_lock
-from tests.e2e.support import screenshot, wait_ready, wait_until
-from tests.e2e.test_live_cards_browser import cards_state, quick_shot
-from tests.e2e.test_live_cards_engine_browser import engine_stack, generate
+from tests.e2e.engine_stack import engine_stack, generate
+from tests.e2e.support import cards_state, quick_shot, screenshot, wait_ready, wait_until
 from tests.support.engine_process import words_prompt
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.timeout(900)]

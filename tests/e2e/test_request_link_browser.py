@@ -16,7 +16,7 @@ from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ from store import queries
 from store.ops import PutRequest, RetentionPolicy
 from store.schema import db_path
 from store.writer import BackgroundWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 TEXT_CHARS = 100_000  # a prompt and a reply of 100 KB each
 RECORDS = 1_500  # 300 MB offered, far more than the store takes in the time

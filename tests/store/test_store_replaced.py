@@ -17,7 +17,7 @@ from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import BackgroundWriter, StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 
 def _ids(path: Path) -> list[str]:

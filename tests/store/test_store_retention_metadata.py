@@ -15,7 +15,7 @@ from analysis.records import InstalledModel
 from store.ops import KEEP_NEWEST_REQUESTS, ApplyRetention, PutInstalledModels, PutModelInfo, PutRequest
 from store.schema import db_path
 from store.writer import RetentionPolicy, StoreWriter
-from tests.store.test_store_writer import make_record
+from tests.support.records import make_record
 
 NOW = 1_800_000_000.0
 SHOW_CHARS = 50_000  # an /api/show stored whole, as before the poller slimmed it

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from analysis.records import FinalMetrics, Outcome, ProgressSample, ProgressSource, RequestRecord
+from analysis.records import FinalMetrics, Outcome, ProgressSource
 from collectors.ollama.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
 from collectors.proxy.request_facts import describe_request
 from pages.live.cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
@@ -21,30 +20,7 @@ from store.ops import PutProgress, PutRequest
 from store.queries import PromptHistoryRow
 from store.schema import db_path
 from store.writer import StoreWriter
-
-T0 = 1_800_000_000.0
-NS = 1_000_000_000
-BASE_NS = 7_000 * NS
-
-
-def record(
-    rid: str, model: str = "llama3.2:latest", *, started: float = T0, tokens: Sequence[float] = (), **kw: object
-) -> RequestRecord:
-    """A running request; ``tokens``: seconds after its arrival at which each content chunk came."""
-    chunk_ns = [BASE_NS + int(t * NS) for t in tokens]
-    rec = RequestRecord(id=rid, started_at_unix_s=started, client_addr="127.0.0.1:5000", endpoint="/api/generate",
-                        model=model, stream=True, received_ns=BASE_NS, forwarded_ns=BASE_NS + NS // 100,
-                        token_chunk_ns=chunk_ns, first_token_ns=chunk_ns[0] if chunk_ns else None)  # fmt: skip
-    for k, v in kw.items():
-        setattr(rec, k, v)
-    return rec
-
-
-def reading(rid: str, ts: float, processed: int, source: ProgressSource, prompt: int | None = 8000, **kw: int) -> ProgressSample:
-    return ProgressSample(rid, ts, source, processed, prompt_tokens=prompt, **kw)
-
-
-LOADED: dict[str, int | None] = {"llama3.2:latest": 8192, "llama3.2": 8192}
+from tests.support.live_cards import BASE_NS, LOADED, NS, T0, reading, record
 
 
 def test_runner_readings_win_over_estimates_for_the_same_request() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from analysis.records import ProgressSource, RequestRecord
 from pages.live.cards import Card, LoadContext, in_flight_cards
-from tests.pages.live.test_live_cards import T0, reading, record
+from tests.support.live_cards import T0, reading, record
 
 GB = 10**9
 SMALL = "llama3.2:latest"

@@ -19,8 +19,8 @@ import pytest
 
 from pages.live.cards_ui import build_cards
 from store.schema import db_path
-from tests.collectors.test_collector_process import collector, listen_url
 from tests.support.clients import stream_generate
+from tests.support.collector_process import collector, listen_url
 from tests.support.sim_process import start_sim
 
 pytestmark = pytest.mark.timeout(180)
