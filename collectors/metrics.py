@@ -359,7 +359,10 @@ class MetricsSnapshot:
     in_flight_by_phase: dict[str, int] = field(default_factory=dict)  # running generations: load, prefill, decode
     store_pending: int = 0
     store_failing: bool | None = None  # the last write failed (it is retried); None: no store
-    store_dropped: int | None = None  # records SQLite refused
+    store_dropped: int | None = None  # records SQLite refused, or shed for the backlog's caps
+    store_shed: int | None = None  # records shed, oldest first, because the backlog passed its byte cap
+    store_queued_bytes: int | None = None  # memory held by the records waiting
+    store_reopened: int | None = None  # times the store file was found deleted or replaced, and a fresh one opened
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
@@ -559,6 +562,17 @@ class PhasewatchCollector(Collector):
         if snap.store_dropped is not None:
             yield CounterMetricFamily("phasewatch_store_dropped_records", "Records the store refused and dropped.",
                                       value=snap.store_dropped)  # fmt: skip
+        if snap.store_shed is not None:
+            yield CounterMetricFamily("phasewatch_store_shed_records",
+                                      "Records shed, oldest first, because those waiting for the store passed its byte cap.",
+                                      value=snap.store_shed)  # fmt: skip
+        if snap.store_queued_bytes is not None:
+            yield GaugeMetricFamily("phasewatch_store_pending_bytes", "Memory held by the records waiting for the store.",
+                                    value=snap.store_queued_bytes)  # fmt: skip
+        if snap.store_reopened is not None:
+            yield CounterMetricFamily("phasewatch_store_reopened",
+                                      "Times the store file was found deleted or replaced and recording went on in a fresh file.",
+                                      value=snap.store_reopened)  # fmt: skip
 
 
 def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:

@@ -499,6 +499,17 @@ def latest_loaded_models(conn: sqlite3.Connection) -> list[LoadedModel]:
     return [LOADED_MODELS.from_values(r) for r in rows]
 
 
+def loaded_since(conn: sqlite3.Connection, since_unix_s: float) -> dict[str, float]:
+    """Each model /api/ps listed since ``since_unix_s`` → the first snapshot that listed it (both spellings)."""
+    out: dict[str, float] = {}
+    for name, model, first in _rows(
+        conn, "SELECT name, model, MIN(ts_unix_s) FROM loaded_models WHERE ts_unix_s >= ? GROUP BY name, model", (since_unix_s,)
+    ):
+        for key in (name, model):
+            out[key] = min(out.get(key, first), first)
+    return out
+
+
 def installed_models(conn: sqlite3.Connection) -> list[InstalledModel]:
     """Models Ollama has installed as /api/tags last listed them, newest first ([] before the first poll)."""
     rows = _rows(

@@ -264,6 +264,11 @@ class DirectTasks:
         """A task of that id is tracked and no proxied request claimed it (its log lines are not a proxied one's)."""
         return any(tid == task_id and t.claimed_by is None for (_, tid), t in self._tasks.items())
 
+    def record_id(self, task_id: int) -> str | None:
+        """The direct record id of the one unclaimed task with this id (None: none, or several runners have one)."""
+        ids = {t.id for (_, tid), t in self._tasks.items() if tid == task_id and t.claimed_by is None}
+        return ids.pop() if len(ids) == 1 else None
+
     def known_runner_of(self, task_id: int) -> RunnerRef | None:
         """The runner whose slots showed this task id, when exactly one did."""
         found = {t.runner.pid: t.runner for (pid, tid), t in self._tasks.items() if tid == task_id}

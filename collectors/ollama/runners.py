@@ -408,7 +408,12 @@ class RunnerReader:
             if event.kind not in ("progress", "done", "prompt_eval", "eval"):
                 continue  # a task's start and end, access and load lines: the direct records' (above)
             if event.task_id is not None and event.task_id not in by_task and self.direct.unclaimed(event.task_id):
-                continue  # a direct client's task: not a proxied request's line
+                # A direct client's task: not a proxied request's line, but its own record's (the prompt's size,
+                # which /slots does not tell while the prompt is read).
+                direct_id = self.direct.record_id(event.task_id)
+                if direct_id is not None:
+                    self._add_log(direct_id, event)
+                continue
             rid = by_task.get(event.task_id) if event.task_id is not None and len(self.runners) <= 1 else None
             if rid is None:
                 running = prefilling if event.kind in ("progress", "done") else requests

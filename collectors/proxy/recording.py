@@ -129,6 +129,8 @@ class _Exchange(Exchange):
         elif kind == Failure.CLIENT_GONE:
             reason = "client disconnected" if responded else "client disconnected before the response began"
             self.failure, self.failure_outcome = detail or reason, Outcome.CANCELLED
+        elif kind in (Failure.EVICTED, Failure.INTERNAL):  # cut by the proxy itself: never Ollama's failure
+            self.failure, self.failure_outcome = detail, Outcome.CANCELLED
         else:  # unreachable, no answer, cut: Ollama's side failed
             self.failure, self.failure_outcome = detail, Outcome.UPSTREAM_FAILED
 

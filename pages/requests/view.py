@@ -25,6 +25,7 @@ from store.export import CSV_LINE_END, csv_cell
 from store.tables import RequestSummary
 
 SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
+LINK_ID_SHOWN_CHARS = 40  # a request id is 32 hex characters; what a ?request= link carries is cut to this when shown
 
 # Columns of the history table, in order, with the names a user reads.
 HISTORY_COLUMNS = {
@@ -492,3 +493,33 @@ def request_label(row: RequestSummary) -> str:
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
     route = row.endpoint if row.endpoint is not None else "direct" if row.direct else "route not known"
     return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {route} · {took} · {row.id[:8]}"
+
+
+@dataclass(frozen=True)
+class LinkedRequest:
+    """The request a ``?request=`` link names, looked up whatever the time window and filters."""
+
+    id: str
+    label: str | None  # None: the store holds no request with this id
+    in_rows: bool  # already among the rows the table shows
+
+    @property
+    def shown_id(self) -> str:
+        """The id as the page may say it back (cut: a link is anyone's text)."""
+        cut = self.id[:LINK_ID_SHOWN_CHARS]
+        return cut + ("…" if len(self.id) > LINK_ID_SHOWN_CHARS else "")
+
+
+def linked_request(db: Path, linked: str | None, shown_ids: Sequence[str]) -> LinkedRequest | None:
+    """What a ``?request=`` link opens (None: no link). A request outside the window is loaded by its id."""
+    if not linked:
+        return None
+    if linked in shown_ids:
+        return LinkedRequest(linked, "", True)
+    stored = data.load_request(db, linked)
+    if stored is None:
+        return LinkedRequest(linked, None, False)
+    rec = stored.record
+    route = rec.endpoint if rec.endpoint is not None else "direct" if rec.direct else "route not known"
+    label = f"{fmt.when(rec.started_at_unix_s)} · {rec.model} · {route} · {rec.outcome.value} · {rec.id[:8]} (linked)"
+    return LinkedRequest(linked, label, False)

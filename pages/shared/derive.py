@@ -137,9 +137,10 @@ def unexplained_gpu_activity(
     slack_s: float = 1.5,
     min_duration_s: float = 2.0,
 ) -> list[Interval]:
-    """Stretches where a GPU was busy while no proxied request ran: a client that bypasses the proxy.
+    """Stretches where a GPU was busy while no recorded request ran (proxied, or direct from the runner): another
+    program, or a client whose generations the runner did not show.
 
-    ``busy_intervals`` are the proxied requests' lifetimes; ``slack_s`` widens them because
+    ``busy_intervals`` are the recorded requests' lifetimes; ``slack_s`` widens them because
     samples arrive once a second and a model keeps the GPU busy briefly after the last chunk.
     """
     covered = sorted((i.start_unix_s - slack_s, i.end_unix_s + slack_s) for i in busy_intervals)

@@ -238,3 +238,15 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
     assert start is not None and start.kind == "runner_start" and start.port == 40123
     done = parse_line('time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"', 1.0)
     assert done is not None and done.kind == "runner_started" and done.duration_ms == 2310.0
+
+
+def test_a_direct_tasks_own_log_lines_find_its_record() -> None:
+    """The runner reader routes a direct task's progress lines (the prompt's size, which /slots does not tell while
+    the prompt is read) to that task's record: ``record_id`` names it, only while one unclaimed task has the id."""
+    clock = Clock()
+    d = tasks(clock)
+    assert d.record_id(7) is None  # no such task yet
+    log_lines(d, T0, *TASK_LINES)
+    rid = d.record_id(7)
+    assert rid is not None and rid.startswith("direct-")
+    assert d.record_id(8) is None
