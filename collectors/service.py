@@ -49,6 +49,7 @@ from collectors.metrics import (
     phase_windows,
     registry_for,
 )
+from collectors.ollama.discovery import ProcessWatch, ollama_local_port
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.poller import OllamaPoller
@@ -134,6 +135,7 @@ class CollectorService:
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
+        self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -230,7 +232,10 @@ class CollectorService:
             )
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
-        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
+        watch = ProcessWatch() if ollama_local_port(s.ollama_url) is not None else None  # a remote one's are not here
+        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock,
+                                   busy=self._ollama_busy, processes_changed=watch.runners_changed if watch else lambda: False,
+                                   **kwargs)  # fmt: skip
         poller, proxy = self.poller, self.proxy
         if s.ollama_journal is not None:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
@@ -298,8 +303,17 @@ class CollectorService:
 
     # -- recording -----------------------------------------------------------------------
 
+    def _ollama_busy(self) -> bool:
+        """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished
+        since the last call (its model's load shows in /api/ps after it), or a runner's slot processing."""
+        finished, self._finished_since_asked = self._finished_since_asked, False
+        running = self.proxy is not None and self.proxy.in_flight_count() > 0
+        runners = self.runners.runners.values() if self.runners is not None else ()
+        return finished or running or any(slot.is_processing for state in runners for slot in state.slots)
+
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request, on the loop: only enqueue."""
+        self._finished_since_asked = True
         if self.writer is not None:
             stamps = record.token_chunk_ns
             gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
