@@ -52,6 +52,7 @@ from collectors.metrics import (
 from collectors.ollama.discovery import ProcessWatch, ollama_local_port
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
+from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
 from collectors.ollama.runners import RunnerReader
@@ -510,7 +511,27 @@ class CollectorService:
             gpu_message=self.gpu_state.message,
             demo=s.demo,
             record_text=s.record_text,
+            **self._ollama_sources(),
         )
+
+    def _ollama_sources(self) -> dict[str, str | None]:
+        """For the sidebar: how the runners were found or why not, and why Ollama's log is not read (what to do)."""
+        found = self.runners.discovery if self.runners is not None else None
+        n = len(self.runners.runners) if self.runners is not None else 0
+        source, s = self._log_source, self.settings
+        local = ollama_local_port(s.ollama_url) is not None
+        return {
+            "runners_found": f"{n} runner{'s' if n != 1 else ''} found {found.found_by}" if found and found.found_by else None,
+            "runners_problem": found.problem if found is not None else None,
+            "log_problem": log_problem(
+                configured=source is not None,
+                source_problem=source.problem if source is not None else None,
+                log_file=s.ollama_log,
+                container=found is not None and found.container,
+                unit_installed=local and has_ollama_unit(),
+                journal_readable=can_read_journal(),
+            ),
+        }
 
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -134,6 +134,7 @@ class Discovery:
     runners: list[Runner]
     found_by: str | None = None  # FOUND_SAME_USER or FOUND_OTHER_USER (both, joined, when both held)
     problem: str | None = None
+    container: bool = False  # Ollama seems to run in a container (docker-proxy on its port, a runner out of reach)
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,8 @@ def decide(view: HostView, port: int) -> Discovery:
         head = f"{len(why_not)} runner(s) here, none of the Ollama on port {port}: " + "; ".join(why_not)
     else:
         head = "no runner process here (no model is loaded)"
-    return Discovery([], None, "; ".join([head, *hints]))
+    contained = forwarded is not None or any("network namespace" in why for why in why_not)
+    return Discovery([], None, "; ".join([head, *hints]), container=contained)
 
 
 def _ports_listening(proc: psutil.Process) -> frozenset[int] | None:

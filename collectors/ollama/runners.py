@@ -144,8 +144,7 @@ class RunnerReader:
         self._discover = discover
         self._digests = DigestCache()
         self.runners: dict[int, RunnerState] = {}  # by pid
-        self.discovery_problem: str | None = None
-        self.found_by: str | None = None  # how the runners were found (collectors.ollama.discovery.FOUND_*)
+        self.discovery: Discovery | None = None  # the last one: how the runners were found, or why none were
         self._next_discover_s = 0.0
         self._discovering = False
         self._tasks: dict[tuple[int, int], str] = {}  # (runner pid, task id) → request id
@@ -157,6 +156,10 @@ class RunnerReader:
         self.polls = 0
 
     # -- what others read ------------------------------------------------------------------
+
+    @property
+    def discovery_problem(self) -> str | None:
+        return self.discovery.problem if self.discovery is not None else None
 
     def drain(self) -> list[ProgressSample]:
         """The rows queued since the last call (the service writes them after the in-flight requests)."""
@@ -230,9 +233,9 @@ class RunnerReader:
             return
         finally:
             self._discovering = False
-        if found.problem != self.discovery_problem or found.found_by != self.found_by:
+        if self.discovery is None or (found.problem, found.found_by) != (self.discovery.problem, self.discovery.found_by):
             log.info("runners: %s", f"found {found.found_by}" if found.found_by else found.problem)
-        self.discovery_problem, self.found_by = found.problem, found.found_by
+        self.discovery = found
         kept: dict[int, RunnerState] = {}
         for runner, digest in zip(found.runners, digests, strict=True):
             old = self.runners.get(runner.pid)
