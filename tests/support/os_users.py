@@ -9,17 +9,27 @@ ones are built for that version); it never changes a permission. It fails, sayin
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.engine_process import require_llama_server
+from tests.support.sim_process import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60.0
 
 
 def require_root() -> None:
@@ -76,3 +86,36 @@ def popen_as(user: str, argv: list[str], env: dict[str, str], **kwargs: object) 
     entry = pwd.getpwnam(user)
     return subprocess.Popen(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], env=env, cwd="/",
                             **kwargs)  # type: ignore[call-overload]  # fmt: skip
+
+
+@contextlib.contextmanager
+def sim_as(user: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -m sim`` as ``user`` on a free port; (base URL, process) once it answers; stopped after."""
+    py, env = python_for(user)
+    port = free_port()
+    binary, _ = require_llama_server()
+    with tempfile.TemporaryFile() as log:
+        proc = popen_as(user, [*py, "-m", "sim", "--port", str(port), *args],
+                        dict(env, PHASEWATCH_LLAMA_SERVER=str(binary)), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"sim as {user} exited with {proc.returncode}: {log.read()[-2000:]!r}")
+                with (
+                    contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+                    urllib.request.urlopen(url + "/", timeout=1.0),
+                ):
+                    break
+                assert time.monotonic() < deadline, f"sim as {user} did not answer within {START_TIMEOUT_S} s"
+                time.sleep(0.1)
+            yield url, proc
+        finally:
+            proc.terminate()  # sim stops its llama-server child
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)

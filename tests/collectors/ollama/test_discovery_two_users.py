@@ -8,27 +8,22 @@ The test process (root) only creates the users, starts the processes as them and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from collectors.ollama.discovery import FOUND_OTHER_USER
 from tests.support.engine_process import MODEL, require_llama_server, words_prompt
-from tests.support.os_users import ensure_user, popen_as, python_for, require_root
-from tests.support.sim_process import free_port
+from tests.support.os_users import ensure_user, popen_as, python_for, require_root, sim_as
 
 pytestmark = pytest.mark.engine
 OLLAMA_USER, DESK_USER = "pw_ollama", "pw_desk"
-START_TIMEOUT_S = 60.0
 PROMPT_WORDS = 2500  # about as many tokens: prefill lasts about a second on two quiet cores, several readings
 # pw_desk reads the runner the way the collector does (discovery, then /slots), as fast as it can.
 WATCH = """
@@ -43,39 +38,6 @@ while True:
         print(json.dumps({"found_by": found.found_by, "pid": runner.pid, "problem": problem,
                           "slots": [s.__dict__ for s in slots or []]}), flush=True)
 """
-
-
-@contextlib.contextmanager
-def sim_as(user: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``python -m sim`` as ``user`` on a free port; (base URL, process) once it answers; stopped after."""
-    py, env = python_for(user)
-    port = free_port()
-    binary, _ = require_llama_server()
-    with tempfile.TemporaryFile() as log:
-        proc = popen_as(user, [*py, "-m", "sim", "--port", str(port), *args],
-                        dict(env, PHASEWATCH_LLAMA_SERVER=str(binary)), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"sim as {user} exited with {proc.returncode}: {log.read()[-2000:]!r}")
-                with (
-                    contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
-                    urllib.request.urlopen(url + "/", timeout=1.0),
-                ):
-                    break
-                assert time.monotonic() < deadline, f"sim as {user} did not answer within {START_TIMEOUT_S} s"
-                time.sleep(0.1)
-            yield url, proc
-        finally:
-            proc.terminate()  # sim stops its llama-server child
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
 
 
 def post(url: str, path: str, body: dict[str, Any], timeout_s: float = 300.0) -> Any:
