@@ -239,14 +239,14 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
     parent = view.procs.get(me.ppid) if me is not None else None
     if me is None or parent is None:
         return None, "its parent process cannot be read"
-    if parent.listens is not None:  # ours to ask
-        if port in parent.listens:
-            return FOUND_SAME_USER, None
-        return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on port {port}: another Ollama"
     if view.my_netns is not None and me.netns is not None and me.netns != view.my_netns:
         return None, (f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
                       f"port cannot be reached from here; run the collector in that namespace (docker run "
                       f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)")  # fmt: skip
+    if parent.listens is not None:  # ours to ask
+        if port in parent.listens:
+            return FOUND_SAME_USER, None
+        return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on port {port}: another Ollama"
     if view.listening is None:
         return None, f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
     if runner.port not in view.listening:

@@ -172,3 +172,11 @@ def test_an_unreadable_socket_table_is_said_with_what_to_do() -> None:
                   runners=[r for r in [runner_from_argv(200, "llama-server", _runner_argv())] if r])  # fmt: skip
     found = decide(hv, PORT)
     assert found.runners == [] and "/proc/net/tcp" in (found.problem or "") and "sudo -u" in (found.problem or "")
+
+
+def test_our_own_ollama_in_a_container_is_not_called_another_ollama() -> None:
+    # Rootless Podman: our own processes, but the runner's sockets are in the container's namespace.
+    mine = ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), listens=frozenset(), netns="net:[4026532777]")
+    inside = ProcInfo(200, 100, DESK_UID, "llama-server", _runner_argv(), netns="net:[4026532777]")
+    found = decide(view(mine, inside), PORT)
+    assert found.runners == [] and found.container and "another network namespace" in (found.problem or "")
