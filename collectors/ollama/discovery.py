@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 RUNNER_NAMES = ("llama-server",)
 SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
+MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
 _TCP_LISTEN = "0A"  # the st column of /proc/net/tcp for a listening socket
 
 FOUND_SAME_USER = "by process (same user)"
@@ -297,7 +298,9 @@ def decide(view: HostView, port: int) -> Discovery:
                      f"if Ollama runs as another user, run the collector as that user, or have /proc mounted with a "
                      f"gid= group you are in (mount -o remount,hidepid={view.hidepid},gid=GROUP /proc)")  # fmt: skip
     if why_not:
-        head = f"{len(why_not)} runner(s) here, none of the Ollama on port {port}: " + "; ".join(why_not)
+        more = len(why_not) - MAX_REASONS_SHOWN
+        shown = why_not[:MAX_REASONS_SHOWN] + ([f"and {more} more"] if more > 0 else [])
+        head = f"{len(why_not)} runner(s) here, none of the Ollama on port {port}: " + "; ".join(shown)
     else:
         head = "no runner process here (no model is loaded)"
     contained = forwarded is not None or any("network namespace" in why for why in why_not)
