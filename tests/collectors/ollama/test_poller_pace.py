@@ -93,7 +93,8 @@ async def _comes_back() -> None:
                     await wait_until(lambda: bool(sink.statuses) and sink.statuses[-1].up)
                     mark, polls = len(asked), len(sink.statuses)
                     await wait_until(lambda n=polls: len(sink.statuses) >= n + 3)  # three idle polls more
-                    assert "/api/version" not in asked[mark:] and asked[mark:].count("/api/ps") >= 3
+                    # (a poll's /api/ps may have been sent before the mark, its status read after it)
+                    assert "/api/version" not in asked[mark:] and asked[mark:].count("/api/ps") >= 2
                     assert all(s.up and s.version == "0.33.3" for s in sink.statuses[polls - 1 :])
                 await wait_until(lambda: not sink.statuses[-1].up)
         finally:
