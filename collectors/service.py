@@ -308,7 +308,7 @@ class CollectorService:
         """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished
         since the last call (its model's load shows in /api/ps after it), or a runner's slot processing."""
         finished, self._finished_since_asked = self._finished_since_asked, False
-        running = self.proxy is not None and self.proxy.in_flight_count() > 0
+        running = self.proxy is not None and bool(self.proxy.in_flight_heads())
         runners = self.runners.runners.values() if self.runners is not None else ()
         return finished or running or any(slot.is_processing for state in runners for slot in state.slots)
 
