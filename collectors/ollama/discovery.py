@@ -339,11 +339,15 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
     runners: list[Runner] = []
     my_uid = os.getuid() if hasattr(os, "getuid") else None
     others = False
+    pythons: list[tuple[psutil.Process, int | None]] = []  # possible sims: read only when another user's runner needs it
     for proc in psutil.process_iter(["name", "uids"]):
         uids = proc.info.get("uids")
         others = others or (uids is not None and uids.real != my_uid)
         name = str(proc.info.get("name") or "")
-        if name not in (*RUNNER_NAMES, "ollama", "docker-proxy") and not name.startswith("python"):  # python: sim
+        if name.startswith("python"):
+            pythons.append((proc, uids.real if uids is not None else None))
+            continue
+        if name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
             continue
         info = _info(proc, sockets=False)
         if info is None:
@@ -360,6 +364,11 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
                 info = _info(psutil.Process(ppid), sockets=True)
                 if info is not None:
                     procs[ppid] = info
+    # Another user's runner is judged against every Ollama server of its parent's user, sims included.
+    judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.listens is None}
+    for proc, uid in pythons:
+        if uid in judged_by_command_line and proc.pid not in procs and (info := _info(proc, sockets=False)):
+            procs[info.pid] = info
     return HostView(procs=procs, listening=listening_sockets(proc_root), my_netns=_netns("self"),
                     hidepid=proc_hidepid(proc_root), other_users_visible=others, runners=runners)  # fmt: skip
 
