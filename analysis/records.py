@@ -251,6 +251,9 @@ class CollectorInfo:
     gpu_message: str | None = None  # e.g. why no NVIDIA GPU was found
     demo: bool = False  # upstream is sim/, not a real Ollama
     record_text: bool = False
+    runners_found: str | None = None  # e.g. "1 runner found by process (same user)"; None: none found (yet)
+    runners_problem: str | None = None  # why no runner was found, with what to do
+    log_problem: str | None = None  # why Ollama's log is not read, with the command that fixes it
 
 
 class ProgressSource(StrEnum):

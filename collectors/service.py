@@ -59,8 +59,10 @@ from collectors.metrics import (
     phase_windows,
     registry_for,
 )
+from collectors.ollama.discovery import ProcessWatch, ollama_local_port
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
+from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
 from collectors.ollama.runners import RunnerReader
@@ -157,6 +159,7 @@ class CollectorService:
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
+        self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -256,7 +259,10 @@ class CollectorService:
             )
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
-        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock, **kwargs)
+        watch = ProcessWatch() if ollama_local_port(s.ollama_url) is not None else None  # a remote one's are not here
+        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock,
+                                   busy=self._ollama_busy, processes_changed=watch.runners_changed if watch else lambda: False,
+                                   **kwargs)  # fmt: skip
         poller, proxy = self.poller, self.proxy
         if s.ollama_journal is not None:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
@@ -324,9 +330,18 @@ class CollectorService:
 
     # -- recording -----------------------------------------------------------------------
 
+    def _ollama_busy(self) -> bool:
+        """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished
+        since the last call (its model's load shows in /api/ps after it), or a runner's slot processing."""
+        finished, self._finished_since_asked = self._finished_since_asked, False
+        running = self.proxy is not None and bool(self.proxy.in_flight_heads())
+        runners = self.runners.runners.values() if self.runners is not None else ()
+        return finished or running or any(slot.is_processing for state in runners for slot in state.slots)
+
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:
         only enqueue."""
+        self._finished_since_asked = True
         if not record.direct and self.runners is not None:
             self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
@@ -538,7 +553,27 @@ class CollectorService:
             gpu_message=self.gpu_state.message,
             demo=s.demo,
             record_text=s.record_text,
+            **self._ollama_sources(),
         )
+
+    def _ollama_sources(self) -> dict[str, str | None]:
+        """For the sidebar: how the runners were found or why not, and why Ollama's log is not read (what to do)."""
+        found = self.runners.discovery if self.runners is not None else None
+        n = len(self.runners.runners) if self.runners is not None else 0
+        source, s = self._log_source, self.settings
+        local = ollama_local_port(s.ollama_url) is not None
+        return {
+            "runners_found": f"{n} runner{'s' if n != 1 else ''} found {found.found_by}" if found and found.found_by else None,
+            "runners_problem": found.problem if found is not None else None,
+            "log_problem": log_problem(
+                configured=source is not None,
+                source_problem=source.problem if source is not None else None,
+                log_file=s.ollama_log,
+                container=found is not None and found.container,
+                unit_installed=local and has_ollama_unit(),
+                journal_readable=can_read_journal(),
+            ),
+        }
 
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()

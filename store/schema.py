@@ -408,9 +408,18 @@ def _v9(conn: sqlite3.Connection) -> None:
         raise StoreError(f"v9 left the store inconsistent: {'; '.join(problems[:3])}")
 
 
+# v10: how the collector found Ollama's runners (or why it did not) and why Ollama's log is not read, for the
+# sidebar: each says what to do. NULL: nothing to say.
+_V10 = """
+ALTER TABLE collector_heartbeat ADD COLUMN runners_found TEXT;
+ALTER TABLE collector_heartbeat ADD COLUMN runners_problem TEXT;
+ALTER TABLE collector_heartbeat ADD COLUMN log_problem TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7), _script(_V8), _v9,
+    _script(_V10),
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
+    if found["found_by"]:
+        print(f"runners of {url} found {found['found_by']}")
     if found["problem"]:
         print(found["problem"])
     for r in found["runners"]:
@@ -40,7 +42,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  slot {s['slot_id']}: processing={s['is_processing']} ctx {s['ctx_tokens']}/{s['n_ctx']} "
                   f"prompt read {s['processed_tokens']} cached {s['cached_tokens']} decoded {s['decoded_tokens']}")  # fmt: skip
     return 0
-
 
 
 if __name__ == "__main__":

@@ -3,22 +3,35 @@
 Ollama >= 0.30 starts ``llama-server --model PATH --port N --host 127.0.0.1 ...`` per loaded GGUF model;
 older ones ``ollama runner --model PATH --port N``. The Ollama server is the process listening on the
 watched port (only when that address is this machine's); its runners are its children. The search starts
-from the runners (few processes carry those names) and asks only their parents what they listen on, which
-needs no privilege for one's own processes (a system-wide socket list does on macOS). Which loaded model
-a runner serves: Ollama's blob files are named ``sha256-<digest>``; any other file is hashed once.
+from the runners (few processes carry those names) and looks at their parents, in one of two ways:
 
-Every failure (a remote Ollama, a process of another user, one that exits meanwhile) gives fewer runners,
-never an exception.
+* **by process (same user)**: the parent is ours to ask what it listens on (``net_connections``);
+* **by command line + listening sockets (Ollama runs as another user)**, the official Linux install: another
+  user's sockets cannot be listed per process, but every user can read a process's command line, parent and
+  owner (``/proc/PID/{cmdline,stat,status}``) and the system-wide socket table (``/proc/net/tcp{,6}``: port,
+  state and the owner's uid). A runner is adopted when its own port listens here (same network namespace),
+  its parent is an Ollama server by its command line (``ollama serve``, or ``python -m sim``) whose uid owns
+  the socket on the watched port, and no other Ollama server of that uid could be the one on that port.
+
+Never a runner of another Ollama: each test above that fails says why, and ``Discovery.problem`` says it with
+what to do (another network namespace such as Docker, ``hidepid`` on ``/proc``, a remote Ollama). Which
+loaded model a runner serves: Ollama's blob files are named ``sha256-<digest>``; any other file is hashed once.
+
+Every failure (a process that exits meanwhile, a file that cannot be read) gives fewer runners, never an
+exception. ``ProcessWatch`` tells from the process table alone (no HTTP) when a runner appears or goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import logging
+import os
+import pwd
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -27,7 +40,13 @@ import psutil
 log = logging.getLogger(__name__)
 
 RUNNER_NAMES = ("llama-server",)
+SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
+MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
+_TCP_LISTEN = "0A"  # the st column of /proc/net/tcp for a listening socket
+
+FOUND_SAME_USER = "by process (same user)"
+FOUND_OTHER_USER = "by command line + listening sockets (Ollama runs as another user)"
 
 
 @dataclass(frozen=True)
@@ -65,15 +84,6 @@ def ollama_local_port(ollama_url: str) -> int | None:
         return None
 
 
-def listens_on(proc: psutil.Process, port: int) -> bool:
-    """Whether ``proc`` listens on this TCP port (False when it cannot be asked)."""
-    try:
-        conns = proc.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return False
-    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
-
-
 def _option(argv: Sequence[str], *names: str) -> str | None:
     """The value of ``--name VALUE`` or ``--name=VALUE`` (the last one wins, as in llama.cpp's parser)."""
     value = None
@@ -90,14 +100,6 @@ def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
     except ValueError:
-        return None
-
-
-def runner_of(proc: psutil.Process) -> Runner | None:
-    """A Runner when ``proc`` is one (by name and command line), else None."""
-    try:
-        return runner_from_argv(proc.pid, proc.name(), proc.cmdline())
-    except (psutil.Error, OSError):
         return None
 
 
@@ -126,34 +128,283 @@ def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
     )
 
 
-def discover(ollama_url: str) -> tuple[list[Runner], str | None]:
-    """The runners of the Ollama at ``ollama_url``, and why there are none when that is known."""
+@dataclass(frozen=True)
+class Discovery:
+    """The runners found, how they were found, and why none were when that is known (with what to do)."""
+
+    runners: list[Runner]
+    found_by: str | None = None  # FOUND_SAME_USER or FOUND_OTHER_USER (both, joined, when both held)
+    problem: str | None = None
+    container: bool = False  # Ollama seems to run in a container (docker-proxy on its port, a runner out of reach)
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """What this user can read of one process."""
+
+    pid: int
+    ppid: int
+    uid: int | None
+    name: str
+    argv: tuple[str, ...]
+    listens: frozenset[int] | None = None  # TCP ports it listens on; None: not ours to see (another user's)
+    netns: str | None = None  # /proc/PID/ns/net's link, e.g. "net:[4026531840]"; None: not ours to see
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What this user can see of this machine: the processes that matter and the system-wide listening sockets."""
+
+    procs: dict[int, ProcInfo]  # runners, their parents, Ollama servers, docker-proxy
+    listening: dict[int, frozenset[int]] | None  # port → uids owning a socket listening on it; None: unreadable
+    my_netns: str | None = None
+    hidepid: str | None = None  # /proc's hidepid= mount option when set ("1", "2", "invisible", "noaccess", ...)
+    other_users_visible: bool = True  # whether any process of another user could be read at all
+    runners: list[Runner] = field(default_factory=list)
+
+
+def listening_sockets(proc_root: Path = Path("/proc")) -> dict[int, frozenset[int]] | None:
+    """Port → uids owning a TCP socket listening on it, from ``net/tcp`` and ``net/tcp6`` (readable by every
+    user, for this network namespace); None where neither can be read (not Linux, or forbidden)."""
+    owners: dict[int, set[int]] = {}
+    read_any = False
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc_root / "net" / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        read_any = True
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 8 or cols[3] != _TCP_LISTEN:
+                continue
+            try:
+                port, uid = int(cols[1].rsplit(":", 1)[1], 16), int(cols[7])
+            except (ValueError, IndexError):
+                continue
+            owners.setdefault(port, set()).add(uid)
+    return {port: frozenset(uids) for port, uids in owners.items()} if read_any else None
+
+
+def proc_hidepid(proc_root: Path = Path("/proc")) -> str | None:
+    """The ``hidepid=`` option /proc is mounted with (None when absent, or 0/off)."""
+    try:
+        lines = (proc_root / "self" / "mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, super_fields = left.split(), right.split()
+        if len(fields) > 4 and fields[4] == "/proc" and super_fields[:1] == ["proc"]:
+            for opt in (super_fields[2] if len(super_fields) > 2 else "").split(","):
+                if opt.startswith("hidepid=") and opt[8:] not in ("0", "off"):
+                    return opt[8:]
+    return None
+
+
+def server_port(p: ProcInfo) -> tuple[bool, int | None]:
+    """(whether ``p`` is an Ollama server by its command line, the port its command line gives when it does).
+    ``ollama serve`` takes its address from $OLLAMA_HOST, which another user cannot read."""
+    exe = Path(p.argv[0]).name if p.argv else ""
+    if (p.name == "ollama" or exe == "ollama") and p.argv[1:2] == ("serve",):
+        return True, None
+    if any(a == "-m" and b == "sim" for a, b in zip(p.argv, p.argv[1:], strict=False)):
+        return True, _int_or_none(_option(p.argv, "--port")) or SIM_DEFAULT_PORT
+    return False, None
+
+
+def docker_forwarded(view: HostView, port: int) -> str | None:
+    """Where docker-proxy forwards the watched port to ("172.17.0.2:11434"), when it does."""
+    for p in view.procs.values():
+        if p.name == "docker-proxy" and _option(p.argv, "-host-port") == str(port):
+            return f"{_option(p.argv, '-container-ip') or '?'}:{_option(p.argv, '-container-port') or '?'}"
+    return None
+
+
+def _user(uid: int | None) -> str:
+    if uid is None:
+        return "an unknown user"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _as_user(uid: int | None) -> str:
+    return f"run the collector as {_user(uid)} (sudo -u {_user(uid)} ...) or as root"
+
+
+def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str | None]:
+    """(how it was found, None) when ``runner`` belongs to the Ollama on ``port``; else (None, why not)."""
+    me = view.procs.get(runner.pid)
+    parent = view.procs.get(me.ppid) if me is not None else None
+    if me is None or parent is None:
+        return None, "its parent process cannot be read"
+    if view.my_netns is not None and me.netns is not None and me.netns != view.my_netns:
+        return None, (f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
+                      f"port cannot be reached from here; run the collector in that namespace (docker run "
+                      f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)")  # fmt: skip
+    if parent.listens is not None:  # ours to ask
+        if port in parent.listens:
+            return FOUND_SAME_USER, None
+        return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on port {port}: another Ollama"
+    if view.listening is None:
+        return None, f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
+    if runner.port not in view.listening:
+        return None, (f"its port {runner.port} does not listen in this network namespace (a container such as "
+                      f"Docker?): run the collector in Ollama's network namespace")  # fmt: skip
+    owners = view.listening.get(port, frozenset())
+    if not owners:
+        return None, f"nothing listens on port {port} in this network namespace"
+    is_server, its_port = server_port(parent)
+    if not is_server:
+        return None, f"its parent (pid {parent.pid}, {parent.name}) is not an Ollama server (ollama serve)"
+    if its_port is not None and its_port != port:
+        return None, f"its parent (pid {parent.pid}) serves port {its_port}: another Ollama"
+    if parent.uid not in owners:
+        return None, (f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but port {port} is held by "
+                      f"{', '.join(sorted(_user(u) for u in owners))}: another Ollama")  # fmt: skip
+    rivals = [p for p in view.procs.values() if p.pid != parent.pid and p.uid == parent.uid
+              and server_port(p)[0] and server_port(p)[1] in (None, port)]  # fmt: skip
+    if rivals:
+        return None, (f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
+                      f"which one listens on port {port}; {_as_user(parent.uid)}")  # fmt: skip
+    return FOUND_OTHER_USER, None
+
+
+def decide(view: HostView, port: int) -> Discovery:
+    """The runners of the Ollama listening on ``port``, judged from ``view`` alone."""
+    found: list[Runner] = []
+    ways: list[str] = []
+    why_not: list[str] = []
+    for runner in view.runners:
+        how, why = _judge(view, runner, port)
+        if how is not None:
+            found.append(runner)
+            if how not in ways:
+                ways.append(how)
+        else:
+            why_not.append(f"pid {runner.pid}: {why}")
+    if found:
+        return Discovery(found, " and ".join(ways))
+    hints: list[str] = []
+    forwarded = docker_forwarded(view, port)
+    if forwarded is not None:
+        hints.append(f"port {port} is forwarded by docker-proxy to a container ({forwarded}): Ollama runs in another "
+                     f"network namespace, whose runners cannot be reached from here; run the collector in the "
+                     f"container's network (docker run --network container:NAME ...)")  # fmt: skip
+    if view.hidepid is not None and not view.other_users_visible:
+        hints.append(f"/proc is mounted with hidepid={view.hidepid}: other users' processes are hidden from this one; "
+                     f"if Ollama runs as another user, run the collector as that user, or have /proc mounted with a "
+                     f"gid= group you are in (mount -o remount,hidepid={view.hidepid},gid=GROUP /proc)")  # fmt: skip
+    if why_not:
+        more = len(why_not) - MAX_REASONS_SHOWN
+        shown = why_not[:MAX_REASONS_SHOWN] + ([f"and {more} more"] if more > 0 else [])
+        head = f"{len(why_not)} runner(s) here, none of the Ollama on port {port}: " + "; ".join(shown)
+    else:
+        head = "no runner process here (no model is loaded)"
+    contained = forwarded is not None or any("network namespace" in why for why in why_not)
+    return Discovery([], None, "; ".join([head, *hints]), container=contained)
+
+
+def _ports_listening(proc: psutil.Process) -> frozenset[int] | None:
+    try:
+        conns = proc.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None  # another user's process (or gone)
+    return frozenset(c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr)
+
+
+def _netns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _info(proc: psutil.Process, *, sockets: bool) -> ProcInfo | None:
+    try:
+        with proc.oneshot():
+            uids = proc.uids()
+            return ProcInfo(pid=proc.pid, ppid=proc.ppid(), uid=uids.real, name=proc.name(),
+                            argv=tuple(proc.cmdline()), listens=_ports_listening(proc) if sockets else None,
+                            netns=_netns(proc.pid))  # fmt: skip
+    except (psutil.Error, OSError):
+        return None
+
+
+def look(proc_root: Path = Path("/proc")) -> HostView:
+    """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets."""
+    procs: dict[int, ProcInfo] = {}
+    runners: list[Runner] = []
+    my_uid = os.getuid() if hasattr(os, "getuid") else None
+    others = False
+    pythons: list[tuple[psutil.Process, int | None]] = []  # possible sims: read only when another user's runner needs it
+    for proc in psutil.process_iter(["name", "uids"]):
+        uids = proc.info.get("uids")
+        others = others or (uids is not None and uids.real != my_uid)
+        name = str(proc.info.get("name") or "")
+        if name.startswith("python"):
+            pythons.append((proc, uids.real if uids is not None else None))
+            continue
+        if name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
+            continue
+        info = _info(proc, sockets=False)
+        if info is None:
+            continue
+        procs[info.pid] = info
+        runner = runner_from_argv(info.pid, info.name, info.argv)
+        if runner is not None:
+            runners.append(runner)
+    for runner in runners:  # their parents, asked what they listen on (answered for our own processes only)
+        ppid = procs[runner.pid].ppid
+        parent = procs.get(ppid)
+        if parent is None or parent.listens is None:
+            with contextlib.suppress(psutil.Error, OSError):
+                info = _info(psutil.Process(ppid), sockets=True)
+                if info is not None:
+                    procs[ppid] = info
+    # Another user's runner is judged against every Ollama server of its parent's user, sims included.
+    judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.listens is None}
+    for proc, uid in pythons:
+        if uid in judged_by_command_line and proc.pid not in procs and (info := _info(proc, sockets=False)):
+            procs[info.pid] = info
+    return HostView(procs=procs, listening=listening_sockets(proc_root), my_netns=_netns("self"),
+                    hidepid=proc_hidepid(proc_root), other_users_visible=others, runners=runners)  # fmt: skip
+
+
+def discover(ollama_url: str) -> Discovery:
+    """The runners of the Ollama at ``ollama_url``, how they were found, or why none were."""
     port = ollama_local_port(ollama_url)
     if port is None:
-        return [], f"{ollama_url} is not on this machine: its runners cannot be read"
-    found: list[Runner] = []
-    parents: dict[int, bool] = {}  # pid → listens on the watched port
-    seen = 0
-    for proc in psutil.process_iter(["name"]):
-        if proc.info.get("name") not in (*RUNNER_NAMES, "ollama"):
-            continue
-        runner = runner_of(proc)
-        if runner is None:
-            continue
-        seen += 1
-        try:
-            ppid = proc.ppid()
-            if ppid not in parents:
-                parents[ppid] = listens_on(psutil.Process(ppid), port)
-        except (psutil.Error, OSError):
-            continue
-        if parents[ppid]:
-            found.append(runner)
-    if found:
-        return found, None
-    if seen:
-        return [], f"{seen} runner(s) here, none a child of the process listening on port {port} (or not ours to see)"
-    return [], "no runner process here (no model is loaded)"
+        return Discovery([], None, (f"{ollama_url} is not on this machine: its runners cannot be read from here "
+                                    f"(live progress falls back to estimates); run a collector on that machine to "
+                                    f"read them"))  # fmt: skip
+    return decide(look(), port)
+
+
+class ProcessWatch:
+    """Whether a runner process appeared or went since the last call, from the process table alone (no HTTP):
+    the names of new processes only are read, so a call costs a directory listing (``/proc``) and little more."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+        self._runners: frozenset[int] | None = None
+
+    def runners_changed(self) -> bool:
+        """True when the set of runner (and ``ollama``) processes differs from the last call's (not on the first)."""
+        pids = set(psutil.pids())
+        for pid in self._names.keys() - pids:
+            del self._names[pid]
+        for pid in pids - self._names.keys():
+            try:
+                self._names[pid] = psutil.Process(pid).name()
+            except (psutil.Error, OSError):
+                self._names[pid] = ""
+        now = frozenset(pid for pid, name in self._names.items() if name in (*RUNNER_NAMES, "ollama"))
+        changed = self._runners is not None and now != self._runners
+        self._runners = now
+        return changed
 
 
 class DigestCache:

@@ -24,6 +24,7 @@ Anything else is counted as unknown and skipped: format drift never stops the co
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -217,6 +218,9 @@ class LogTail:
             st = os.stat(self.path)
         except OSError as exc:
             self.problem = f"cannot read {self.path}: {exc.strerror or exc}"
+            return []
+        if not os.access(self.path, os.R_OK):  # said now, not once the file grows (it may stay quiet for hours)
+            self.problem = f"cannot read {self.path}: {os.strerror(errno.EACCES)}"
             return []
         if self._inode != st.st_ino or st.st_size < self._offset:  # first read, rotated, or truncated
             first = self._inode is None

@@ -1,5 +1,11 @@
-"""Ollama poller: ``/api/version`` and ``/api/ps`` every interval, ``/api/tags`` every ``TAGS_INTERVAL_S``,
+"""Ollama poller: ``/api/version`` at start and after Ollama comes back; ``/api/ps`` every interval while
+something runs (``busy``) or when a runner process appears or goes (``processes_changed``: the process table,
+no HTTP), else every ``IDLE_PS_INTERVAL_S``; ``/api/tags`` every ``TAGS_INTERVAL_S`` (with a poll);
 ``/api/show`` once per digest (loaded models first, then installed ones, ``SHOWS_PER_POLL`` at most per poll).
+
+Each request is a line in Ollama's own log (its access log, in the journal the user reads when something goes
+wrong): polling both every second wrote ~7,300 lines an hour while idle; now ~180
+(``bench/ollama_log_lines.py``).
 
 When Ollama is down the poller records it, backs off (interval → ×2 … up to 30 s) and
 recovers by itself. Nothing escapes ``run()``: a poll that fails in any way is a "down"
@@ -32,6 +38,7 @@ REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
 TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
 SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
+IDLE_PS_INTERVAL_S = 30.0  # /api/ps this often while nothing runs and no runner process appears or goes
 # What Ollama answers is held and stored within these, whatever it sends (a hostile or broken upstream):
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # one answer's body; /api/tags of 5,000 models is about 2.5 MB
 MAX_MODELS = 5_000  # models read from one /api/ps or /api/tags answer (the rest skipped)
@@ -227,6 +234,9 @@ class OllamaPoller:
         interval_s: float = 1.0,
         max_backoff_s: float = MAX_BACKOFF_S,
         tags_interval_s: float = TAGS_INTERVAL_S,
+        idle_interval_s: float = IDLE_PS_INTERVAL_S,
+        busy: Callable[[], bool] = lambda: False,
+        processes_changed: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -243,6 +253,11 @@ class OllamaPoller:
         self.tags_interval_s = tags_interval_s
         self.shows_per_poll = SHOWS_PER_POLL
         self._tags_due_at = 0.0  # time.monotonic() of the next /api/tags: at once
+        self.idle_interval_s = max(idle_interval_s, interval_s)
+        self._busy = busy  # something runs (a request in flight, a runner's slot processing): /api/ps every interval
+        self._processes_changed = processes_changed  # a runner process appeared or went since the last call
+        self._version: str | None = None  # the last /api/version read; asked again only after Ollama was down
+        self._shows_pending = False  # /api/show answers still to read (capped per poll): poll at the busy pace meanwhile
 
     async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -272,12 +287,15 @@ class OllamaPoller:
     async def poll_once(self) -> bool:
         """One poll; True when Ollama answered. Never raises (except cancellation)."""
         ts = self._clock()
+        was_up = self.state.status is not None and self.state.status.up
         try:
-            version_body = await self._get_json("GET", "/api/version")
-            version = version_body.get("version") if isinstance(version_body, dict) else None
-            if not isinstance(version, str):
-                raise PollError('/api/version did not return {"version": ...}: is this Ollama?')
-            version = version[:MAX_FIELD_CHARS]
+            version = self._version if was_up else None
+            if version is None:  # at start and after Ollama was down (it may have been upgraded meanwhile)
+                version_body = await self._get_json("GET", "/api/version")
+                version = version_body.get("version") if isinstance(version_body, dict) else None
+                if not isinstance(version, str):
+                    raise PollError('/api/version did not return {"version": ...}: is this Ollama?')
+                version = version[:MAX_FIELD_CHARS]
             models = parse_ps(await self._get_json("GET", "/api/ps"), ts)
         except PollError as exc:
             self._record_down(ts, str(exc))
@@ -287,8 +305,9 @@ class OllamaPoller:
             self._record_down(ts, f"poll failed: {type(exc).__name__}: {exc}")
             return False
 
+        self._version = version
         status = OllamaStatus(ts_unix_s=ts, up=True, base_url=self.base_url, version=version)
-        if self.state.status is None or not self.state.status.up:
+        if not was_up:
             log.info("Ollama %s is up (version %s)", self.base_url, version)
             self._tags_due_at = 0.0  # back up: read what is installed at once (models may have changed meanwhile)
         self.state.status = status
@@ -331,8 +350,10 @@ class OllamaPoller:
         """``/api/show`` of each (name, digest) not yet stored, in order, ``shows_per_poll`` at most."""
         now = time.monotonic()
         asked = 0
+        self._shows_pending = False
         for name, digest in models:
             if asked >= self.shows_per_poll:
+                self._shows_pending = True
                 return  # the rest next poll
             if not digest or digest in self._shown or self._show_retry_at.get(digest, 0.0) > now:
                 continue
@@ -354,6 +375,21 @@ class OllamaPoller:
             self._shown.add(digest)
             self._show_retry_at.pop(digest, None)
 
+    def due(self, since_last_s: float) -> bool:
+        """Whether to poll now, ``since_last_s`` after the last poll: always while Ollama is down or not yet read
+        (paced by ``next_delay_s``); while it is up, when something runs, a runner process appeared or went, models'
+        /api/show answers are still to read (once per digest, a few per poll), or ``idle_interval_s`` has passed
+        (half an interval early: ticks drift)."""
+        if self.state.status is None or not self.state.status.up:
+            return True
+        try:
+            changed = self._processes_changed()  # asked on every tick: it compares with the last call
+            idle_due = since_last_s + self.interval_s / 2 >= self.idle_interval_s
+            return changed or self._shows_pending or self._busy() or idle_due
+        except Exception:  # a bug there must not stop the poller: poll, as before pacing
+            log.exception("could not tell whether to poll Ollama now")
+            return True
+
     def next_delay_s(self) -> float:
         """The interval while Ollama answers; doubling from it up to ``max_backoff_s`` while it does not."""
         failures = self.state.consecutive_failures
@@ -363,9 +399,12 @@ class OllamaPoller:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set."""
+        last_poll = -math.inf
         while not stop.is_set():
             started = time.monotonic()
-            await self.poll_once()
+            if self.due(started - last_poll):
+                last_poll = started
+                await self.poll_once()
             delay = self.next_delay_s() - (time.monotonic() - started)
             if delay > 0:
                 with contextlib.suppress(TimeoutError):

@@ -39,7 +39,7 @@ import aiohttp
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord
 from collectors.ollama.direct import DirectTasks, RunnerRef
-from collectors.ollama.discovery import DigestCache, Runner, discover
+from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover
 from collectors.ollama.log import LogEvent, LogSource, LogTail
 from collectors.ollama.slots import SlotReading, SlotsFormatError, parse_slots
 
@@ -135,7 +135,7 @@ class RunnerReader:
         busy_interval_s: float = BUSY_INTERVAL_S,
         idle_interval_s: float = IDLE_INTERVAL_S,
         discover_every_s: float = DISCOVER_EVERY_S,
-        discover: Callable[[str], tuple[list[Runner], str | None]] = discover,
+        discover: Callable[[str], Discovery] = discover,
     ) -> None:
         self.ollama_url = ollama_url
         self._session = session
@@ -148,7 +148,7 @@ class RunnerReader:
         self._discover = discover
         self._digests = DigestCache()
         self.runners: dict[int, RunnerState] = {}  # by pid
-        self.discovery_problem: str | None = None
+        self.discovery: Discovery | None = None  # the last one: how the runners were found, or why none were
         self._next_discover_s = 0.0
         self._discovering = False
         self._tasks: dict[tuple[int, int], str] = {}  # (runner pid, task id) → request id
@@ -161,6 +161,10 @@ class RunnerReader:
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
 
     # -- what others read ------------------------------------------------------------------
+
+    @property
+    def discovery_problem(self) -> str | None:
+        return self.discovery.problem if self.discovery is not None else None
 
     def drain(self) -> list[ProgressSample]:
         """The rows queued since the last call (the service writes them after the in-flight requests)."""
@@ -242,9 +246,9 @@ class RunnerReader:
 
     async def _rediscover(self) -> None:
         try:
-            found, problem = await asyncio.to_thread(self._discover, self.ollama_url)
+            found = await asyncio.to_thread(self._discover, self.ollama_url)
             digests = await asyncio.to_thread(
-                lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found]
+                lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found.runners]
             )
         except Exception:
             self.errors += 1
@@ -252,9 +256,11 @@ class RunnerReader:
             return
         finally:
             self._discovering = False
-        self.discovery_problem = problem
+        if self.discovery is None or (found.problem, found.found_by) != (self.discovery.problem, self.discovery.found_by):
+            log.info("runners: %s", f"found {found.found_by}" if found.found_by else found.problem)
+        self.discovery = found
         kept: dict[int, RunnerState] = {}
-        for runner, digest in zip(found, digests, strict=True):
+        for runner, digest in zip(found.runners, digests, strict=True):
             old = self.runners.get(runner.pid)
             kept[runner.pid] = old if old is not None and old.runner == runner else RunnerState(runner, digest=digest)
         gone = set(self.runners) - set(kept)
@@ -474,7 +480,7 @@ def read_once(ollama_url: str) -> dict[str, Any]:
     """Discover the runners, match their models through /api/ps and read each one's /slots once."""
     from collectors.ollama.poller import PollError, parse_ps
 
-    runners, problem = discover(ollama_url)
+    found = discover(ollama_url)
     models: list[LoadedModel] = []
     ps_problem = None
     try:
@@ -486,7 +492,7 @@ def read_once(ollama_url: str) -> dict[str, Any]:
         ps_problem = f"/api/ps: {exc}"
     digests = DigestCache()
     out = []
-    for runner in runners:
+    for runner in found.runners:
         digest = digests.digest(runner.model_path) if runner.model_path else None
         state = RunnerState(runner, digest=digest, model=_model_of(digest, models))
         try:
@@ -495,4 +501,5 @@ def read_once(ollama_url: str) -> dict[str, Any]:
         except OSError as exc:
             state.problem = f"cannot read /slots: {exc}"
         out.append(state.as_json())
-    return {"ollama": ollama_url, "problem": problem, "ps_problem": ps_problem, "runners": out}
+    return {"ollama": ollama_url, "found_by": found.found_by, "problem": found.problem, "ps_problem": ps_problem,
+            "runners": out}  # fmt: skip

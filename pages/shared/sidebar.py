@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from analysis.records import GPU_SOURCE_NAMES, GpuKind
+from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind
 from collectors.api import LaunchStatus
 from pages.shared import common, data, fmt
 from pages.shared.common import AppContext
@@ -40,6 +40,25 @@ def _status_fragment(ctx: AppContext) -> None:
     sources()
 
 
+def _ollama_sources(hb: CollectorInfo | None) -> None:
+    """How the collector found Ollama's runners (or exactly why not), and why Ollama's log is not read: each with
+    what to do. The collector's texts are plain: escaped, with their `commands` kept as code."""
+    if hb is None:
+        return
+    if hb.runners_found:
+        st.caption(f"Runners: {md_escape(hb.runners_found)}")
+    elif hb.runners_problem:
+        st.caption(f"Runners: none read. {_with_code(hb.runners_problem)}")
+    if hb.log_problem:
+        st.caption(f"Ollama's log: :orange[not read]. {_with_code(hb.log_problem)}")
+
+
+def _with_code(text: str) -> str:
+    """Markdown of a collector's text: escaped, except its `backquoted commands`, shown as code."""
+    parts = text.split("`")
+    return "".join(f"`{p}`" if i % 2 else md_escape(p) for i, p in enumerate(parts))
+
+
 def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> None:
     st.subheader("Sources")
     # Ollama
@@ -54,6 +73,7 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         since = status.ollama_down_since_unix_s
         st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
         st.text(status.ollama.base_url)
+    _ollama_sources(status.heartbeat)
     # Proxy
     listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
     st.markdown("**Proxy** · point your clients at it:")

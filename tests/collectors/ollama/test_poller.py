@@ -160,7 +160,8 @@ async def _down_up_down_up() -> None:
     sink = RecordingSink()
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as session:
-        poller = OllamaPoller(f"http://127.0.0.1:{port}", session, sink, interval_s=0.1, max_backoff_s=0.4)
+        # /api/ps every interval even while idle: this test is about down and up (the pace: test_poller_pace.py).
+        poller = OllamaPoller(f"http://127.0.0.1:{port}", session, sink, interval_s=0.1, max_backoff_s=0.4, idle_interval_s=0.1)
         task = asyncio.create_task(poller.run(stop))
         try:
             # Nobody listens yet: recorded as down, with the reason, and the loop keeps going.

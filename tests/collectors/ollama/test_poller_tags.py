@@ -186,7 +186,7 @@ async def _tags_interval(sim: SimProcess, tmp_path: Path) -> None:
     try:
         async with aiohttp.ClientSession() as session:
             sink = StoreSink(writer)
-            poller = OllamaPoller(sim.base_url, session, sink, interval_s=0.05, tags_interval_s=1.5)
+            poller = OllamaPoller(sim.base_url, session, sink, interval_s=0.05, tags_interval_s=1.5, idle_interval_s=0.05)
             stop = asyncio.Event()
             task = asyncio.create_task(poller.run(stop))
             t0 = time.monotonic()

@@ -89,7 +89,8 @@ def stream_completion(base_url: str, prompt: str, n_predict: int) -> dict[str, A
 
 
 def test_discovery_and_cli_find_the_child(setup: Setup) -> None:
-    runners, problem = discover(setup.ollama.base_url)
+    found = discover(setup.ollama.base_url)
+    runners, problem = found.runners, found.problem
     assert problem is None
     assert [(r.pid, r.port, r.model_path, r.n_ctx, r.n_parallel) for r in runners] == [
         (setup.runner.proc.pid, setup.runner.port, str(setup.gguf), CTX, 1)

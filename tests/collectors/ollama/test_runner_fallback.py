@@ -31,13 +31,15 @@ def model_file(tmp_path: Path) -> Path:
 
 def test_discovery_finds_a_child_named_llama_server(model_file: Path) -> None:
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner("404", model_file) as child:
-        runners, problem = discover(ollama.base_url)
+        found = discover(ollama.base_url)
+    runners, problem = found.runners, found.problem
     assert problem is None
     assert [(r.pid, r.port, r.model_path) for r in runners] == [(child.proc.pid, child.port, str(model_file))]
 
 
 def test_remote_ollama_has_no_runner_to_read() -> None:
-    runners, problem = discover("http://192.0.2.1:11434")
+    found = discover("http://192.0.2.1:11434")
+    runners, problem = found.runners, found.problem
     assert runners == [] and problem is not None and "not on this machine" in problem
 
 

@@ -1,0 +1,70 @@
+"""Why Ollama's log is not read, and the command that fixes it, for the sidebar.
+
+Ollama's log gives each generation's exact timings; without it, recording goes on from the runners' /slots.
+Where it lives depends on the install: the systemd unit ``ollama`` writes to the journal (readable by root and
+the ``systemd-journal`` and ``adm`` groups), a container to ``docker logs``, anything else to a file the user
+names with ``--ollama-log``.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+OLLAMA_UNIT = "ollama"
+UNIT_DIRS = (Path("/etc/systemd/system"), Path("/lib/systemd/system"), Path("/usr/lib/systemd/system"))
+JOURNAL_GROUPS = ("systemd-journal", "adm", "wheel")  # journald lets these read the system journal
+MEANWHILE = "recording goes on from the runners' /slots meanwhile"
+
+
+def has_ollama_unit(unit_dirs: Iterable[Path] = UNIT_DIRS) -> bool:
+    """Whether Ollama is installed as a systemd unit here (its install script writes ollama.service)."""
+    return any((d / f"{OLLAMA_UNIT}.service").is_file() for d in unit_dirs)
+
+
+def can_read_journal() -> bool:
+    """Whether this user may read the system journal: root, or a member of one of ``JOURNAL_GROUPS``."""
+    if os.geteuid() == 0:
+        return True
+    mine = set(os.getgroups()) | {os.getegid()}
+    for name in JOURNAL_GROUPS:
+        try:
+            if grp.getgrnam(name).gr_gid in mine:
+                return True
+        except KeyError:
+            continue
+    return False
+
+
+def log_problem(
+    *,
+    configured: bool,
+    source_problem: str | None,
+    log_file: Path | None,
+    container: bool,
+    unit_installed: bool,
+    journal_readable: bool,
+) -> str | None:
+    """Why Ollama's log is not read, with what to do; None when it is read, or nothing better can be said.
+
+    ``configured``: --ollama-log (``log_file``) or --ollama-journal was given (``source_problem``: why it cannot
+    be read now; the journal's own texts already say what to do).
+    """
+    if configured:
+        if source_problem and log_file is not None and "ermission denied" in source_problem:
+            return f"{source_problem}: let this user read it (`sudo chmod o+r {log_file}`); {MEANWHILE}"
+        return f"{source_problem}; {MEANWHILE}" if source_problem else None
+    if container:
+        return ("Ollama runs in a container: its log is `docker logs CONTAINER`. To have it read, copy it to a file "
+                "(`docker logs -f CONTAINER > ~/ollama.log 2>&1 &`) and start the collector with "
+                f"`--ollama-log ~/ollama.log`; {MEANWHILE}")  # fmt: skip
+    if unit_installed and not journal_readable:
+        return ("Ollama's log is in the system journal (unit ollama), which this user cannot read: "
+                "`sudo usermod -aG systemd-journal $USER`, log in again, then start the collector with "
+                f"`--ollama-journal ollama`; {MEANWHILE}")  # fmt: skip
+    if unit_installed:
+        return (f"Ollama's log (the journal of unit ollama) is not read: start the collector with "
+                f"`--ollama-journal ollama`; {MEANWHILE}")  # fmt: skip
+    return None
