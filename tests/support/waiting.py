@@ -37,7 +37,7 @@ def wait_until(
         time.sleep(interval_s)
 
 
-async def wait_until_async(check: Callable[[], object], timeout_s: float = 30.0, what: str = "the condition") -> Any:
+async def wait_until_async(check: Callable[..., object], timeout_s: float = 30.0, what: str = "the condition") -> Any:
     """``wait_until`` for a test running in an event loop: sleeps with ``asyncio.sleep``, so the loop runs on."""
     deadline = time.monotonic() + timeout_s
     while not (result := check()):

@@ -11,8 +11,10 @@ import time
 import aiohttp
 
 from collectors.ollama.poller import OllamaPoller
-from tests.collectors.ollama.test_poller import RecordingSink, sim_on, wait_until
-from tests.support.sim_process import SimProcess, free_port, start_sim
+from tests.support.poller_sink import RecordingSink, sim_on
+from tests.support.ports import free_port
+from tests.support.sim_process import SimProcess, start_sim
+from tests.support.waiting import wait_until_async
 
 INTERVAL_S = 0.05  # the poller's tick: unpaced, /api/version and /api/ps 20 times a second each
 IDLE_S = 1.0
@@ -43,7 +45,7 @@ async def _pace(sim: SimProcess) -> None:
                               busy=lambda: busy, processes_changed=processes_changed)  # fmt: skip
         task = asyncio.create_task(poller.run(stop))
         try:
-            await wait_until(lambda: bool(sink.statuses) and sink.statuses[-1].up)
+            await wait_until_async(lambda: bool(sink.statuses) and sink.statuses[-1].up)
             t0, ps0 = time.monotonic(), count(sim, "/api/ps")
             await asyncio.sleep(3.0)
             idle_ps = count(sim, "/api/ps") - ps0
@@ -60,7 +62,7 @@ async def _pace(sim: SimProcess) -> None:
             await asyncio.sleep(0.3)  # the last busy poll done
             ps2 = count(sim, "/api/ps")
             changed = True  # a runner process appeared: one /api/ps at once, not at the idle pace
-            await wait_until(lambda: count(sim, "/api/ps") > ps2, timeout_s=IDLE_S * 0.8)
+            await wait_until_async(lambda: count(sim, "/api/ps") > ps2, timeout_s=IDLE_S * 0.8)
             assert count(sim, "/api/version") == 1  # only at start: Ollama never went away
         finally:
             stop.set()
@@ -90,13 +92,13 @@ async def _comes_back() -> None:
         try:
             for _ in range(2):
                 with sim_on(port):
-                    await wait_until(lambda: bool(sink.statuses) and sink.statuses[-1].up)
+                    await wait_until_async(lambda: bool(sink.statuses) and sink.statuses[-1].up)
                     mark, polls = len(asked), len(sink.statuses)
-                    await wait_until(lambda n=polls: len(sink.statuses) >= n + 3)  # three idle polls more
+                    await wait_until_async(lambda n=polls: len(sink.statuses) >= n + 3)  # three idle polls more
                     # (a poll's /api/ps may have been sent before the mark, its status read after it)
                     assert "/api/version" not in asked[mark:] and asked[mark:].count("/api/ps") >= 2
                     assert all(s.up and s.version == "0.33.3" for s in sink.statuses[polls - 1 :])
-                await wait_until(lambda: not sink.statuses[-1].up)
+                await wait_until_async(lambda: not sink.statuses[-1].up)
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
