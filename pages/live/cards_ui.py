@@ -187,23 +187,20 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
 
 
 def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
+    # Names from clients and Ollama, cut (fmt.label) and escaped: literal, and short whatever arrives.
+    model = fmt.md_escape(fmt.label(card.model or "unknown model"))
+    waits_for = fmt.md_escape(fmt.label(card.waits_for or "", fmt.SENTENCE_MAX_CHARS))
     with st.container(border=True, key=f"card_{card.request_id}"):
         st.markdown(
-            f"**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
-            f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · {fmt.seconds(card.elapsed_s)}"
+            f"**{model}** · {fmt.md_escape(fmt.label(card.client))} · {fmt.md_escape(fmt.label(card.endpoint))} — "
+            f"**{PHASE_WORDS.get(card.phase, card.phase)}** · {fmt.seconds(card.elapsed_s)}"
         )
         if card.phase == "queued":
-            st.caption(f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}.")
+            st.caption(f"Position {card.queue_position} in the queue, waiting for {waits_for or 'a slot'}.")
         elif card.phase == "loading":
-            wait = (
-                f" Position {card.queue_position}, waiting for {fmt.md_escape(card.waits_for or '')}."
-                if card.queue_position
-                else ""
-            )
+            wait = f" Position {card.queue_position}, waiting for {waits_for}." if card.queue_position else ""
             last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
-            st.caption(
-                f"Ollama is loading {fmt.md_escape(card.model)} into memory: {fmt.seconds(card.elapsed_s)} so far.{last}{wait}"
-            )
+            st.caption(f"Ollama is loading {model} into memory: {fmt.seconds(card.elapsed_s)} so far.{last}{wait}")
         elif card.phase == "waiting":
             st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
         elif card.phase == "prefill" and card.prefill is not None:
@@ -240,6 +237,7 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
         elif card.phase == "finished":
             bar = phase_bar(card.phase_s)
             words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
-            st.markdown(f"{bar}  \n{fmt.md_escape(card.outcome or '')} · {card.tokens_so_far:,} tokens · {words}")
+            outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
+            st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
             st.page_link(REQUESTS_PAGE, label="Details in Requests", icon=":material/receipt_long:",
                          query_params={"request": card.request_id})  # fmt: skip

@@ -43,8 +43,7 @@ def how_to_make_requests(model: str | None) -> None:
     who = f"for {fmt.md_escape(model)} " if model else ""
     st.info(
         f"**No requests {who}recorded yet.** Point a client at Phasewatch's proxy and send a few prompts of "
-        "different lengths; each one becomes a point on the charts below"
-        + ", or run an experiment on the Lab page.",
+        "different lengths; each one becomes a point on the charts below" + ", or run an experiment on the Lab page.",
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
@@ -89,13 +88,13 @@ def preview(db: Path) -> None:
         fits = f" that fits the GPU's {w.gb(choices.memory_bytes)}" if choices.memory_bytes else ""
         model = st.selectbox(
             "Model", names, index=names.index(choices.default) if choices.default in by_name else 0,
-            key="why_preview_model", format_func=lambda n: _installed_label(by_name[n]),
+            key="why_preview_model", format_func=lambda n: fmt.label(_installed_label(by_name[n]), fmt.SENTENCE_MAX_CHARS),
             help=f"The models Ollama has installed (ollama list), newest first; it starts on the largest{fits}.",
         )  # fmt: skip
         why = build_why(db, model, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, None))
         read = f", read {fmt.clock(why.facts_read_at_unix_s)}" if why is not None and why.facts_read_at_unix_s is not None else ""
         caption = (
-            f"Ceilings for {model}, installed but not loaded: its facts come from Ollama's own description of it "
+            f"Ceilings for {fmt.label(model)}, installed but not loaded: its facts come from Ollama's own description of it "
             f"(/api/show{read}). The lines below come from the ceilings alone; your requests become the points."
         )
     if why is None:
@@ -223,7 +222,9 @@ if not models:
     preview(ctx.db_path)
     st.stop()
 
-model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")
+model = st.selectbox(
+    "Model", models, format_func=fmt.label, key="why_model", help="Models with recorded requests, newest first, then loaded ones."
+)
 why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip())
 if why is None:
     common.no_store_state(ctx)
