@@ -3,11 +3,12 @@
     .venv/bin/python bench/long_name_cost.py [--name-mb 1] [--text-mb 30] [--measure-s 15] [--compare DIR]
 
 Fills a store with the page fixture (about 20 requests over 10 minutes, one still decoding, so the Live page
-refreshes every second) plus one request whose model is named ``--name-mb`` MB long, with ``--text-mb`` MB of
-prompt and as much reply recorded. For this checkout (and ``--compare DIR``, e.g. a worktree of main, after it):
-starts ``streamlit run app.py`` on that store, opens the Live tab in headless Chromium and measures the server
+refreshes every second) plus one request whose model is named ``--name-mb`` MB long (and loaded), with
+``--text-mb`` MB of prompt and as much reply recorded. For this checkout (and ``--compare DIR``, e.g. a worktree
+of main, after it): starts ``streamlit run app.py`` on that store, opens the Live tab in headless Chromium and measures the server
 process's CPU time (user + system, psutil) over ``--measure-s`` and its peak RSS; then times opening Requests on
-the long request (``?request=``) until the page settles. Screenshots go to $TMPDIR/phasewatch-long-name-shots.
+the long request (``?request=``) until the page settles. A thread writes GPU and host samples and the
+heartbeat each second meanwhile, as a collector would. Screenshots go to artifacts/ (``$PHASEWATCH_ARTIFACTS``).
 Issue 25 #7's target: the Live tab with a 1 MB name costs what it does without one (≤ 15% of a core here).
 """
 
@@ -27,17 +28,17 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.pages_fixture import Shape, build_fixture_store, make_request
-from store.ops import PutRequest
+from analysis.records import HostSample, LoadedModel
+from bench.pages_fixture import GIB, Shape, build_fixture_store, gpu_sample, make_request, status_rows
+from store.ops import PutGpuSamples, PutHostSample, PutLoadedModels, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.e2e.support import CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS, wait_ready, wait_until
+from tests.e2e.support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS, screenshot, wait_ready, wait_until
 from tests.support.sim_process import free_port
 
 LIVE_TARGET_PCT = 15.0
 SETTLE_S = 5.0
 LONG_ID = "long-name-request"
-SHOTS = Path(tempfile.gettempdir()) / "phasewatch-long-name-shots"
 
 
 def fill(data_dir: Path, name_mb: float, text_mb: float) -> None:
@@ -49,8 +50,30 @@ def fill(data_dir: Path, name_mb: float, text_mb: float) -> None:
     w = StoreWriter(db_path(data_dir))
     try:
         w.write(PutRequest(long))
+        # Loaded too (issue 25 #7: a 10 MB loaded name hung the browser tab).
+        w.write(PutLoadedModels(now - 1, [LoadedModel(now - 1, long.model, long.model, "c" * 64, 2 * GIB, 2 * GIB, 8192,
+                                                      now + 3600, "3.2B", "Q4_K_M", "llama")]))  # fmt: skip
     finally:
         w.close()
+
+
+class Sampler(threading.Thread):
+    """Writes what a collector would each second (GPU and host samples, its heartbeat), so the page stays live."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.data_dir, self.stop = data_dir, threading.Event()
+
+    def run(self) -> None:
+        w = StoreWriter(db_path(self.data_dir))
+        try:
+            while not self.stop.wait(1.0):
+                now = time.time()
+                w.write(PutGpuSamples([gpu_sample(now, 40.0)]))
+                w.write(PutHostSample(HostSample(now, 25.0, int(12 * GIB), int(32 * GIB), 8.0, int(1.5 * GIB))))
+                status_rows(w, now, self.data_dir)
+        finally:
+            w.close()
 
 
 class PeakRss(threading.Thread):
@@ -82,6 +105,8 @@ def measure(app_dir: Path, args: argparse.Namespace, shot: str) -> tuple[float, 
         cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    sampler = Sampler(data_dir)
+    sampler.start()
     server = psutil.Process(app.pid)
     rss = PeakRss(server)
     rss.start()
@@ -99,21 +124,28 @@ def measure(app_dir: Path, args: argparse.Namespace, shot: str) -> tuple[float, 
             time.sleep(measure_s)
             t1 = server.cpu_times()
             pct = 100 * ((t1.user - t0.user) + (t1.system - t0.system)) / (time.monotonic() - w0)
-            page.screenshot(path=str(SHOTS / f"{shot}_live.png"))
+            try:
+                screenshot(page, f"long_name_{shot}_live")  # once every chart is drawn (up to 20 s)
+            except Exception as exc:  # a tab too busy to draw is a result, said as such
+                print(f"  no Live screenshot (the tab did not draw): {type(exc).__name__}", flush=True)
             opened_s: float | None = None
-            started = time.monotonic()
+            started, cpu0 = time.monotonic(), server.cpu_times()
             try:
                 page.goto(f"{url}/requests?request={LONG_ID}", timeout=120_000)
                 page.get_by_text("Prompt and reply text").first.wait_for(timeout=120_000)
                 wait_ready(page)
                 opened_s = time.monotonic() - started
-                page.screenshot(path=str(SHOTS / f"{shot}_requests.png"), full_page=True)
+                cpu1 = server.cpu_times()
+                print(f"  {shot}: Requests opened in {opened_s:.1f} s, "
+                      f"{(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system):.1f} s of it server CPU", flush=True)  # fmt: skip
+                screenshot(page, f"long_name_{shot}_requests")
             except Exception as exc:  # a page that never settles is a result, said as such
                 print(f"  Requests did not settle: {type(exc).__name__}", flush=True)
             browser.close()
         return pct, rss.peak, opened_s
     finally:
         rss.stop.set()
+        sampler.stop.set()
         app.terminate()
         try:
             app.wait(10)
@@ -128,7 +160,6 @@ def main() -> None:
     ap.add_argument("--measure-s", type=float, default=15.0)
     ap.add_argument("--compare", type=Path, help="another checkout to measure after this one (e.g. a worktree of main)")
     args = ap.parse_args()
-    SHOTS.mkdir(parents=True, exist_ok=True)
     checkouts = [("this", Path(__file__).resolve().parents[1])]
     if args.compare:
         checkouts.append(("compare", args.compare.resolve()))
@@ -142,7 +173,7 @@ def main() -> None:
     for label, _, pct, peak, opened in results:
         opened_text = "never" if opened is None else f"{opened:.1f} s"
         print(f"  {label:<9} {pct:>10.1f}% {'≤ 15%':>7} {pct / LIVE_TARGET_PCT:>6.2f} {peak / 1e9:>7.2f} GB {opened_text:>18}")
-    print(f"  (screenshots: {SHOTS}/*_live.png, *_requests.png)")
+    print(f"  (screenshots: {ARTIFACTS}/long_name_*_live.png, long_name_*_requests.png)")
 
 
 if __name__ == "__main__":
