@@ -25,10 +25,10 @@ if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the serv
 
     # NoFraming first (outermost), so that HostGuard's 403s say "no framing" too.
     app = st.App(__file__, middleware=[Middleware(NoFraming), Middleware(HostGuard)])
-    # Streamlit treats a pages/ folder as legacy pages until some session first runs st.navigation: the first
-    # visit after the server starts listed every helper module in pages/ (fmt, live view...) as a clickable
-    # page. Say from the start what st.navigation says on its first run; a Streamlit without this flag loses
-    # only that (tests/e2e/test_deep_link.py).
+    # Streamlit runs a folder named pages/ beside the main script as a legacy multipage app until some session
+    # first runs st.navigation: a deep link (/why) as the server's first visit then showed "Page not found"
+    # before app.py's navigation took over. Say from the start what st.navigation says on its first run; a
+    # Streamlit without this flag loses only that (tests/e2e/test_deep_link.py).
     with contextlib.suppress(ImportError):
         from streamlit.runtime.pages_manager import PagesManager
 

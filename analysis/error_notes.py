@@ -21,6 +21,11 @@ def http_error_note(status: int | None, body_head: bytes, *, keep_text: bool) ->
     return f"{note}: {message}" if message else note
 
 
+def stream_error_note(error: str, *, keep_text: bool) -> str:
+    """The ``error`` note of an ``{"error": ...}`` line mid-stream (status 200): cut like an HTTP error's message."""
+    return f"Ollama reported an error mid-stream: {error if keep_text else _cut(error)}"
+
+
 def malformed_note(count: int, problems: list[str], *, keep_text: bool) -> str:
     """The ``error`` note of ``count`` malformed chunks; each problem reads ``kind: excerpt``."""
     kinds = problems if keep_text else [p.partition(": ")[0] for p in problems]
@@ -38,4 +43,9 @@ def _server_message(body: bytes) -> str | None:
         error = error.get("message")
     if not isinstance(error, str) or not error:
         return None
-    return error if len(error) <= ERROR_MESSAGE_CHARS else error[: ERROR_MESSAGE_CHARS - 1] + "…"
+    return _cut(error)
+
+
+def _cut(message: str) -> str:
+    """A server's message as kept with text recording off: at most ERROR_MESSAGE_CHARS, "…" marking a cut."""
+    return message if len(message) <= ERROR_MESSAGE_CHARS else message[: ERROR_MESSAGE_CHARS - 1] + "…"

@@ -8,7 +8,7 @@ prefix is read first and every other key is looked up under it.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,13 @@ FILE_TYPES: dict[int, str] = {
 
 HIGH_PRECISION_QUANTS = frozenset({"F32", "F16", "BF16", "Q8_0", "Q8_1", "Q8_K"})
 
+# Architectures whose layers alternate sliding-window and full attention: n where n − 1 of every n layers slide
+# (llama.cpp's load_swa_pattern per architecture, unless the GGUF gives attention.sliding_window_pattern).
+SWA_PATTERNS: dict[str, int] = {
+    "gemma2": 2, "gemma3": 6, "gemma-embedding": 6, "gemma3n": 5, "gpt-oss": 2, "cohere2": 4, "llama4": 4,
+    "olmo2": 4, "exaone4": 4,
+}  # fmt: skip
+
 
 class ModelFactsError(ValueError):
     """The /api/show JSON lacks a key the roofline needs (the message names it)."""
@@ -56,11 +63,15 @@ class ModelFacts:
     weights_bytes_estimated: bool  # True when no size was given and bits-per-weight filled in
     experts: int | None = None
     experts_used: int | None = None
+    sliding_window: int | None = None  # tokens a sliding-window layer attends over (None: every layer sees all)
+    swa_layers: int = 0  # layers that attend over the sliding window only (the rest see the whole context)
+    ffn_length: int | None = None  # feed_forward_length: the FFN's inner width (its activations fill the compute buffer)
+    kv_bytes_per_element: float = KV_BYTES_PER_ELEMENT_F16  # the KV cache type's (f16 unless a what-if says otherwise)
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """F16 K and V cache bytes one token of context occupies, all layers."""
-        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * KV_BYTES_PER_ELEMENT_F16
+        """K and V cache bytes one token of context occupies, all layers (f16 unless the facts say otherwise)."""
+        return self.layers * self.kv_heads * (self.head_dim + self.value_head_dim) * self.kv_bytes_per_element
 
     @property
     def high_precision(self) -> bool:
@@ -130,6 +141,60 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
 
     layers = _positive_int(info, k("block_count"))
     hidden = _positive_int(info, k("embedding_length"))
+    heads, kv_heads, head_dim, value_head_dim = _attention_shape(info, k, hidden)
+    ctx = _number(info, k("context_length"), required=False)
+    quant = _quantization(show, info)
+    total_params = _number(info, "general.parameter_count")
+    assert total_params is not None
+    if total_params <= 0:
+        raise ModelFactsError("/api/show model_info 'general.parameter_count' must be positive")
+    experts = _number(info, k("expert_count"), required=False)
+    experts_used = _number(info, k("expert_used_count"), required=False)
+    window, swa_layers = _sliding_window(info, k, arch, layers)
+    ffn = _number(info, k("feed_forward_length"), required=False)
+    active_params = _active_params(info, k, total_params, layers, hidden)
+    total_weight_bytes, estimated = _weight_bytes(size_bytes, total_params, quant)
+    weights_bytes = total_weight_bytes * active_params / total_params
+
+    return ModelFacts(
+        architecture=arch,
+        params=active_params,
+        total_params=total_params,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        value_head_dim=value_head_dim,
+        context_length=int(ctx) if ctx else None,
+        quantization=quant,
+        weights_bytes=weights_bytes,
+        weights_bytes_estimated=estimated,
+        experts=int(experts) if experts else None,
+        experts_used=int(experts_used) if experts_used else None,
+        sliding_window=window,
+        swa_layers=swa_layers,
+        ffn_length=int(ffn) if ffn and ffn > 0 else None,
+    )
+
+
+def is_embedding_model(family: str | None, capabilities: Collection[str]) -> bool:
+    """An embedding model (BERT family, or Ollama says it embeds and does not complete): it reads a prompt and
+    writes nothing, so the prefill-against-decode story does not apply to it."""
+    caps = {c.lower() for c in capabilities}
+    return (family or "").lower().endswith("bert") or ("embedding" in caps and "completion" not in caps)
+
+
+# Before Ollama has told us about any model: a typical 8B model at Q4_K_M (Llama 3.1 8B's shape and GGUF size).
+TYPICAL_MODEL_NAME = "a typical 8B model (Q4_K_M)"
+TYPICAL_8B_Q4_K_M = ModelFacts(
+    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
+)  # fmt: skip
+
+
+def _attention_shape(info: Mapping[str, Any], k: Callable[[str], str], hidden: int) -> tuple[int, float, int, int]:
+    """Heads, KV heads, key and value head dimensions (llama.cpp's defaults where a key is absent)."""
     heads_f = _number(info, k("attention.head_count"))
     assert heads_f is not None
     if heads_f <= 0:
@@ -152,8 +217,11 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
             f"/api/show model_info gives a head dimension of {head_dim} (key) / {value_head_dim} (value); "
             f"check {k('attention.key_length')!r}, {k('embedding_length')!r} and {k('attention.head_count')!r}"
         )
-    ctx = _number(info, k("context_length"), required=False)
+    return heads, kv_heads, head_dim, value_head_dim
 
+
+def _quantization(show: Mapping[str, Any], info: Mapping[str, Any]) -> str | None:
+    """The quantization Ollama names in ``details``, else the GGUF's ``general.file_type``; upper case."""
     details = show.get("details") if isinstance(show.get("details"), Mapping) else {}
     assert isinstance(details, Mapping)
     quant = details.get("quantization_level") or None
@@ -161,70 +229,47 @@ def model_facts_from_show(show: Mapping[str, Any], size_bytes: int | None) -> Mo
         ft = info.get("general.file_type")
         if isinstance(ft, int | float) and not isinstance(ft, bool) and math.isfinite(ft):
             quant = FILE_TYPES.get(int(ft))
-    quant = str(quant).upper() if quant else None
+    return str(quant).upper() if quant else None
 
-    total_params = _number(info, "general.parameter_count")
-    assert total_params is not None
-    if total_params <= 0:
-        raise ModelFactsError("/api/show model_info 'general.parameter_count' must be positive")
 
-    # Mixture of experts: only expert_used_count of expert_count FFNs run per token.
+def _active_params(info: Mapping[str, Any], k: Callable[[str], str], total_params: float, layers: int, hidden: int) -> float:
+    """Parameters read per token: mixture of experts runs only expert_used_count of expert_count FFNs."""
     experts = _number(info, k("expert_count"), required=False)
     experts_used = _number(info, k("expert_used_count"), required=False)
-    active_params = total_params
-    if experts and experts_used and experts > experts_used:
-        ffn = _number(info, k("expert_feed_forward_length"), required=False) or _number(
-            info, k("feed_forward_length"), required=False
-        )
-        if ffn:
-            # Three matrices (gate, up, down) of d × ffn per expert per layer.
-            idle = layers * (experts - experts_used) * 3.0 * hidden * ffn
-            active_params = max(total_params - idle, total_params * experts_used / experts)
-        else:
-            active_params = total_params * experts_used / experts
+    if not (experts and experts_used and experts > experts_used):
+        return total_params
+    ffn = _number(info, k("expert_feed_forward_length"), required=False)
+    ffn = ffn or _number(info, k("feed_forward_length"), required=False)
+    if not ffn:
+        return total_params * experts_used / experts
+    # Three matrices (gate, up, down) of d × ffn per expert per layer.
+    idle = layers * (experts - experts_used) * 3.0 * hidden * ffn
+    return max(total_params - idle, total_params * experts_used / experts)
 
+
+def _weight_bytes(size_bytes: int | None, total_params: float, quant: str | None) -> tuple[float, bool]:
+    """All weights' bytes: the GGUF's size where known, else parameters × the quantization's bits per weight
+    (and True: estimated)."""
     if size_bytes is not None and size_bytes > 0:
-        total_weight_bytes = float(size_bytes)
-        estimated = False
-    else:
-        bpw = BITS_PER_WEIGHT.get(quant or "")
-        if bpw is None:
-            raise ModelFactsError(
-                f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
-            )
-        total_weight_bytes = total_params * bpw / 8.0
-        estimated = True
-    weights_bytes = total_weight_bytes * active_params / total_params
-
-    return ModelFacts(
-        architecture=arch,
-        params=active_params,
-        total_params=total_params,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        value_head_dim=value_head_dim,
-        context_length=int(ctx) if ctx else None,
-        quantization=quant,
-        weights_bytes=weights_bytes,
-        weights_bytes_estimated=estimated,
-        experts=int(experts) if experts else None,
-        experts_used=int(experts_used) if experts_used else None,
-    )
+        return float(size_bytes), False
+    bpw = BITS_PER_WEIGHT.get(quant or "")
+    if bpw is None:
+        raise ModelFactsError(
+            f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"
+        )
+    return total_params * bpw / 8.0, True
 
 
-def is_embedding_model(family: str | None, capabilities: Collection[str]) -> bool:
-    """An embedding model (BERT family, or Ollama says it embeds and does not complete): it reads a prompt and
-    writes nothing, so the prefill-against-decode story does not apply to it."""
-    caps = {c.lower() for c in capabilities}
-    return (family or "").lower().endswith("bert") or ("embedding" in caps and "completion" not in caps)
-
-
-# Before Ollama has told us about any model: a typical 8B model at Q4_K_M (Llama 3.1 8B's shape and GGUF size).
-TYPICAL_MODEL_NAME = "a typical 8B model (Q4_K_M)"
-TYPICAL_8B_Q4_K_M = ModelFacts(
-    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
-)  # fmt: skip
+def _sliding_window(info: Mapping[str, Any], k: Callable[[str], str], arch: str, layers: int) -> tuple[int | None, int]:
+    """The sliding window and how many layers use it: n − 1 of every n layers, n from the GGUF or the
+    architecture (llama.cpp's set_swa_pattern); (None, 0) for a model whose every layer sees the whole context."""
+    window = _number(info, k("attention.sliding_window"), required=False)
+    if not window or window <= 0:
+        return None, 0
+    given = info.get(k("attention.sliding_window_pattern"))
+    if isinstance(given, list) and given and all(isinstance(v, bool) for v in given):
+        return int(window), sum(given)  # one flag per layer (the GGUF's own pattern)
+    n = given if isinstance(given, int) and not isinstance(given, bool) and given >= 1 else SWA_PATTERNS.get(arch)
+    if n is None:
+        return None, 0
+    return int(window), sum(1 for il in range(layers) if il % n < n - 1)

@@ -85,6 +85,7 @@ class Flag(StrEnum):
     INVALID_METRICS = "invalid_metrics"
     CLAMPED = "clamped"
     NO_SERVER_TIMINGS = "no_server_timings"
+    INVALID_TEXT = "invalid_text"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -107,6 +108,10 @@ FLAG_CODES: dict[Flag, str] = {
     Flag.CLAMPED: "an integer did not fit in 64 bits and was stored clamped to the nearest one that does",
     Flag.NO_SERVER_TIMINGS: (
         "the reply carries no durations: load, queue and prefill are unknown; what is known comes from the stream"
+    ),
+    Flag.INVALID_TEXT: (
+        "text that was not valid Unicode (a lone UTF-16 surrogate, as a client cutting a string mid-emoji sends) "
+        "was stored with U+FFFD in its place"
     ),
 }
 
@@ -292,6 +297,14 @@ def _split_server(m: FinalMetrics, flags: _Flags, *, kind: RequestKind = Request
     out.update(load_s=_s(load_ns), prefill_s=_s(prefill_ns), decode_s=_s(decode_ns))
     out.update(load_source=PhaseSource.OLLAMA, prefill_source=PhaseSource.OLLAMA, decode_source=PhaseSource.OLLAMA)
 
+    _split_queue(m, load_ns, prefill_ns, decode_ns, out, flags)
+    _prefill_rate(prompt, cached, prefill_ns, out, flags)
+    _decode_rate(output, decode_ns, out, flags)
+    return out
+
+
+def _split_queue(m: FinalMetrics, load_ns: int, prefill_ns: int, decode_ns: int, out: dict[str, Any], flags: _Flags) -> None:
+    """Queue (waiting for a slot, templating): what total_duration leaves after load, prefill and decode."""
     if m.total_duration_ns is None:
         flags.add(Flag.MISSING_TOTAL, "total_duration is absent, so queue time is unknown")
         out["server_ttft_s"] = _s(load_ns + prefill_ns)
@@ -307,35 +320,40 @@ def _split_server(m: FinalMetrics, flags: _Flags, *, kind: RequestKind = Request
                 f"total_duration = {m.total_duration_ns / 1e6:.1f} ms",
             )
 
-    # Prefill: cache-aware when the server reports cached tokens.
-    if prompt is not None and prompt > 0:
-        if cached is not None and cached > prompt:
-            flags.add(Flag.CACHED_EXCEEDS_PROMPT, f"{cached} cached tokens but only {prompt} prompt tokens")
-        elif cached is not None and cached > 0:
-            flags.add(
-                Flag.CACHE_HIT,
-                f"{cached} of {prompt} prompt tokens came from the KV cache; only {prompt - cached} were computed, "
-                "so Ollama's count/duration overstates prefill speed",
-            )
-        elif cached is None:
-            flags.add(
-                Flag.CACHE_UNKNOWN,
-                "the final chunk has no prompt_eval_cached_count, so how many of the "
-                f"{prompt} prompt tokens came from the KV cache is unknown; the prefill rate counts them all",
-            )
-        if prefill_ns > 0:
-            out["ollama_prefill_tok_s"] = prompt / (prefill_ns / NS_PER_S)
-            if cached is None or cached <= prompt:
-                out["prefill_tok_s"] = (prompt - (cached or 0)) / (prefill_ns / NS_PER_S)
-                if out["prefill_tok_s"] > IMPLAUSIBLE_PREFILL_TOK_S:
-                    flags.add(
-                        Flag.IMPLAUSIBLE_PREFILL_RATE,
-                        f"{out['prefill_tok_s']:.0f} prompt tokens/s over {prefill_ns / 1e3:.0f} µs",
-                    )
-        elif prompt - (cached or 0) > 0:
-            flags.add(Flag.NO_PREFILL_DURATION, f"{prompt} prompt tokens but no prompt_eval_duration")
 
-    # Decode: n tokens over n − 1 intervals.
+def _prefill_rate(prompt: int | None, cached: int | None, prefill_ns: int, out: dict[str, Any], flags: _Flags) -> None:
+    """Prefill tok/s, cache-aware when the server reports cached tokens; Ollama's own formula beside it."""
+    if prompt is None or prompt <= 0:
+        return
+    if cached is not None and cached > prompt:
+        flags.add(Flag.CACHED_EXCEEDS_PROMPT, f"{cached} cached tokens but only {prompt} prompt tokens")
+    elif cached is not None and cached > 0:
+        flags.add(
+            Flag.CACHE_HIT,
+            f"{cached} of {prompt} prompt tokens came from the KV cache; only {prompt - cached} were computed, "
+            "so Ollama's count/duration overstates prefill speed",
+        )
+    elif cached is None:
+        flags.add(
+            Flag.CACHE_UNKNOWN,
+            "the final chunk has no prompt_eval_cached_count, so how many of the "
+            f"{prompt} prompt tokens came from the KV cache is unknown; the prefill rate counts them all",
+        )
+    if prefill_ns > 0:
+        out["ollama_prefill_tok_s"] = prompt / (prefill_ns / NS_PER_S)
+        if cached is None or cached <= prompt:
+            out["prefill_tok_s"] = (prompt - (cached or 0)) / (prefill_ns / NS_PER_S)
+            if out["prefill_tok_s"] > IMPLAUSIBLE_PREFILL_TOK_S:
+                flags.add(
+                    Flag.IMPLAUSIBLE_PREFILL_RATE,
+                    f"{out['prefill_tok_s']:.0f} prompt tokens/s over {prefill_ns / 1e3:.0f} µs",
+                )
+    elif prompt - (cached or 0) > 0:
+        flags.add(Flag.NO_PREFILL_DURATION, f"{prompt} prompt tokens but no prompt_eval_duration")
+
+
+def _decode_rate(output: int | None, decode_ns: int, out: dict[str, Any], flags: _Flags) -> None:
+    """Decode tok/s: n tokens over n − 1 intervals (eval_duration spans first to last token)."""
     if not output:
         flags.add(Flag.NO_OUTPUT, "the reply has no output tokens")
     if output is not None and output > 0 and decode_ns > 0:
@@ -349,7 +367,6 @@ def _split_server(m: FinalMetrics, flags: _Flags, *, kind: RequestKind = Request
                 Flag.IMPLAUSIBLE_DECODE_RATE,
                 f"{out['decode_tok_s']:.0f} output tokens/s over {decode_ns / 1e3:.0f} µs",
             )
-    return out
 
 
 def _src(value: object, source: PhaseSource = PhaseSource.OLLAMA) -> PhaseSource | None:

@@ -412,17 +412,24 @@ class SimEngine:
 
     # --- loading -------------------------------------------------------------
     def _memory_plan(self, model: ModelFacts, num_ctx: int, num_gpu: int = -1) -> tuple[int, int]:
-        """(size, size_vram) for a runner: weights + KV for all slots + compute buffers; the rest offloaded.
+        """(size, size_vram) for a runner: weights + KV for all slots + compute buffers; whole layers on the GPU.
 
-        ``num_gpu`` (Ollama's option: layers to put on the GPU, -1 = as many as fit) caps the VRAM share.
+        Like Ollama, the compute buffers go to the GPU first, then as many whole layers (weights and KV) as
+        fit; the rest run from system memory. ``num_gpu`` (Ollama's option: layers on the GPU, -1 = as many
+        as fit) caps the layers; 0 keeps everything in system memory.
         """
         kv = int(model.kv_bytes_per_token * num_ctx * self.num_parallel)
         size = model.size_bytes + kv + GRAPH_BYTES
         used = sum(r.size_vram_bytes for r in self.runners.values())
         free = max(self.profile.vram_bytes - used, 0)
-        if num_gpu >= 0:
-            free = min(free, int(size * min(num_gpu, model.block_count) / model.block_count))
-        return size, min(size, free)
+        per_layer = (model.size_bytes + kv) / model.block_count
+        layers = int((free - GRAPH_BYTES) // per_layer) if free > GRAPH_BYTES else 0
+        layers = min(layers, model.block_count) if num_gpu < 0 else min(layers, num_gpu, model.block_count)
+        if layers <= 0:
+            return size, 0
+        if layers == model.block_count:
+            return size, size
+        return size, GRAPH_BYTES + int(layers * per_layer)
 
     def _free_memory_for(self, size: int) -> None:
         """Evict idle runners, least recently used first, until ``size`` fits or none is idle."""

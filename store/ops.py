@@ -227,15 +227,19 @@ class RederivePhases(Op[int]):
 _REDERIVE_UPDATE = f"UPDATE requests SET {', '.join(f'{n} = :{n}' for n in REQUESTS.column_names if n != 'id')} WHERE id = :id"
 
 
+# Flags the row, not the split, sets: a row read back holds the changed values and gives no reason to set them again.
+_STORED_VALUE_FLAGS = (Flag.CLAMPED, Flag.INVALID_TEXT)
+
+
 def _rederive(conn: sqlite3.Connection, values: Sequence[Any]) -> None:
-    """Split one stored row again (its columns, then its token gaps), keeping its write time and any clamp."""
+    """Split one stored row again (its columns, then its token gaps), keeping its write time and any clamp or repair."""
     old = REQUESTS.from_values(values[:-1])
     rec = record_of(old, values[-1])
     new = request_row(rec, _split(conn, rec), old.updated_at_unix_s, PHASES_VERSION)
-    if Flag.CLAMPED in old.flags and Flag.CLAMPED not in new.flags:  # the stored values are the clamped ones
-        clamped = Flag.CLAMPED.value
-        text = {**new.flag_text, clamped: old.flag_text.get(clamped, "")}
-        new = replace(new, flags=(*new.flags, clamped), flag_text=text)
+    for flag in _STORED_VALUE_FLAGS:  # the stored values are the clamped or repaired ones: the flag stays
+        if flag in old.flags and flag not in new.flags:
+            text = {**new.flag_text, flag.value: old.flag_text.get(flag.value, "")}
+            new = replace(new, flags=(*new.flags, flag.value), flag_text=text)
     conn.execute(_REDERIVE_UPDATE, REQUESTS.params(new))
 
 

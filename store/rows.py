@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from array import array
 from collections.abc import Sequence
@@ -74,13 +75,46 @@ def _clamped(row: RequestRow) -> RequestRow:
     return replace(row, **changed, flags=flags, flag_text=text)
 
 
+_TEXT_COLUMNS = tuple(f.name for f in fields(RequestRow) if f.type in ("str", "str | None"))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(value: str) -> str:
+    """``value`` as valid Unicode: surrogate pairs joined, each lone UTF-16 surrogate replaced by U+FFFD.
+
+    JSON's ``\\ud83d`` escape (a JavaScript client cutting a string mid-emoji) decodes to a lone surrogate,
+    which UTF-8, and so SQLite, cannot hold: the whole row would be refused.
+    """
+    if value.isascii() or _SURROGATE.search(value) is None:  # isascii is O(1): most text stops there
+        return value
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _valid(row: RequestRow) -> RequestRow:
+    """The row with every text made valid Unicode (``valid_text``) and flagged ``invalid_text`` (naming the fields)."""
+    changed: dict[str, Any] = {}
+    for name in _TEXT_COLUMNS:
+        value = getattr(row, name)
+        if isinstance(value, str) and (valid := valid_text(value)) is not value:
+            changed[name] = valid
+    text = {code: valid_text(sentence) for code, sentence in row.flag_text.items()}
+    fixed = [*changed, *(["flag_text"] if text != row.flag_text else [])]
+    if not fixed:
+        return row
+    flag = str(Flag.INVALID_TEXT)
+    text[flag] = f"lone UTF-16 surrogates stored as U+FFFD in: {', '.join(fixed)}"
+    flags = row.flags if flag in row.flags else (*row.flags, flag)
+    return replace(row, **changed, flags=flags, flag_text=text)
+
+
 def request_row(rec: RequestRecord, phases: Phases, now_unix_s: float, phases_version: int) -> RequestRow:
     """One ``requests`` row: the record's fields, its metrics flattened, and its derived phases.
 
     Integers beyond SQLite's 64 bits (a client's ``num_ctx``, an upstream ``eval_count``) are clamped
-    and the row flagged ``clamped``: the request is kept, never refused.
+    and the row flagged ``clamped``; text that is not valid Unicode (a lone surrogate in a model name, a
+    prompt, a reply) is repaired and the row flagged ``invalid_text``: the request is kept, never refused.
     """
-    return _clamped(_request_row(rec, phases, now_unix_s, phases_version))
+    return _valid(_clamped(_request_row(rec, phases, now_unix_s, phases_version)))
 
 
 def _request_row(rec: RequestRecord, phases: Phases, now_unix_s: float, phases_version: int) -> RequestRow:

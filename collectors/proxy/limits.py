@@ -22,8 +22,8 @@ class Limits:
     max_pipelined: int = 16  # requests parsed on one connection ahead of their answers
     max_pipelined_bytes: int = 1 << 20  # body bytes held for a request not yet sent upstream
     max_line_bytes: int = 16 << 20  # one upstream NDJSON line, SSE event or JSON body kept for parsing
-    # A line, event or body longer than this is parsed in a worker process, off the event loop: the stdlib
-    # decoder holds the GIL for ~1 s per 16 MB (an embeddings reply), and every other stream would stall.
+    # A response line, event or body, or a request body (images), longer than this is parsed in a worker process:
+    # the stdlib decoder holds the GIL for ~1 s per 16 MB (an embeddings reply), and every other stream would stall.
     big_body_bytes: int = 256 << 10
     max_big_bodies_waiting: int = 4  # large bodies queued for (or in) the worker; beyond it, recorded unparsed
     big_parse_timeout_s: float = 30.0  # from queueing a large body to its result; beyond it, recorded unparsed

@@ -10,8 +10,9 @@ per-chunk hot path only takes a timestamp, appends ``(t_ns, bytes)`` and writes:
 with many streams waking in the same tick (a batching server) the cost per chunk
 multiplies, so parsing happens later, in small slices that yield to the event
 loop (a background pump, ``in_flight()``, and a finaliser per request). A chunk
-too large to decode in one slice (a 16 MB embeddings reply) is decoded in a worker
-process instead (``collectors.proxy.big_bodies``).
+too large to decode in one slice (a 16 MB embeddings reply), and a request body over
+the same bound (a vision request's images), are decoded in a worker process instead
+(``collectors.proxy.big_bodies``; the body's facts: ``collectors.proxy.request_facts``).
 
 Privacy: no header is ever recorded (so no ``Authorization`` or cookie), the
 relay keeps no state between clients, and prompt/response text is recorded only
@@ -24,9 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -36,12 +35,13 @@ from aiohttp import web
 from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
-from analysis.error_notes import http_error_note, malformed_note
+from analysis.error_notes import http_error_note, malformed_note, stream_error_note
 from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.proxy.access import HostPolicy, OriginPolicy
-from collectors.proxy.big_bodies import BigBodyDecoder
+from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
 from collectors.proxy.limits import Limits
 from collectors.proxy.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
+from collectors.proxy.request_facts import describe_body, describe_request, head_facts
 
 log = logging.getLogger(__name__)
 
@@ -54,171 +54,6 @@ _PLAIN = Exchange()  # what unrecorded requests report to: nothing
 
 LocalHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _keep_alive_text(value: object) -> str | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, str | int | float):
-        return str(value)
-    return json.dumps(value)[:100]
-
-
-def _message_contents(messages: object) -> list[str]:
-    """The text content of each chat message (OpenAI content parts joined)."""
-    out = []
-    for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(content, str):
-            out.append(content)
-    return out
-
-
-def prompt_chars(obj: dict[str, Any]) -> int | None:
-    """Characters of the prompt a generation body carries (messages' content, or prompt plus system); None
-    when it names none. Only the count: the Live page estimates prefill from it, with or without --record-text."""
-    if "messages" in obj:
-        return sum(len(c) for c in _message_contents(obj["messages"])) if isinstance(obj["messages"], list) else None
-    prompt = obj.get("prompt")
-    if isinstance(prompt, list):  # /v1/completions accepts a list of prompts
-        prompt = "".join(p for p in prompt if isinstance(p, str))
-    if not isinstance(prompt, str):
-        return None
-    system = obj.get("system")
-    return len(prompt) + (len(system) if isinstance(system, str) else 0)
-
-
-def _message_text(messages: object) -> str:
-    """Chat messages as plain "role: content" lines (OpenAI content parts included)."""
-    lines = []
-    for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(content, str):
-            lines.append(f"{message.get('role', '')}: {content}")
-    return "\n".join(lines)
-
-
-_MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.){0,4096}")')
-
-
-def _label(value: str, max_chars: int) -> str:
-    """A name kept in a record, cut to ``max_chars`` (marked with "…" when cut)."""
-    return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
-
-
-def _model_from_start(body: bytes) -> str:
-    """The model named near the start of a body too large to keep whole (clients put it first)."""
-    match = _MODEL_FIELD.search(body, 0, 1 << 16)
-    if match is None:
-        return ""
-    try:
-        model = json.loads(match.group(1))
-    except ValueError:
-        return ""
-    return model if isinstance(model, str) else ""
-
-
-def _unloads(keep_alive: object) -> bool:
-    """``keep_alive`` says 0: Ollama unloads the model (0, 0.0, "0", "0s", "0m", ...)."""
-    if isinstance(keep_alive, bool):
-        return False
-    if isinstance(keep_alive, int | float):
-        return keep_alive == 0
-    return isinstance(keep_alive, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ns|us|µs|ms|s|m|h)?\s*", keep_alive) is not None
-
-
-def _request_kind(endpoint: str, obj: dict[str, Any]) -> RequestKind:
-    """What the body asks for: an empty native prompt only loads (or, with keep_alive 0, unloads) the model."""
-    if endpoint in EMBED_ENDPOINTS:
-        return RequestKind.EMBED
-    if endpoint == "/api/chat":
-        empty = not obj.get("messages")
-    elif endpoint == "/api/generate":
-        empty = not obj.get("prompt")
-    else:
-        return RequestKind.GENERATE
-    model = obj.get("model")
-    if not empty or not isinstance(model, str) or not model:  # no model: Ollama refuses it, nothing loads
-        return RequestKind.GENERATE
-    return RequestKind.UNLOAD if _unloads(obj.get("keep_alive")) else RequestKind.LOAD
-
-
-def _batch_size(endpoint: str, obj: dict[str, Any]) -> int | None:
-    """How many inputs an embed request carries (a list of token ids is one input)."""
-    value = obj.get("prompt") if endpoint == "/api/embeddings" else obj.get("input")
-    if isinstance(value, str):
-        return 1
-    if isinstance(value, list):
-        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return 1
-        return len(value)
-    return None
-
-
-def describe_request(
-    endpoint: str, body: bytes, *, record_text: bool, truncated: bool = False, max_label_chars: int = 256
-) -> dict[str, Any]:
-    """RequestRecord fields that follow from a generation request body.
-
-    Bad JSON is Ollama's to answer (it says 400); we record what we can. A ``truncated``
-    body (over the kept-body bound) gives only the model named at its start.
-    """
-    try:
-        obj = json.loads(body) if body and not truncated else ({} if not body else None)
-    except (ValueError, RecursionError):
-        obj = None
-    if not isinstance(obj, dict):
-        model = _model_from_start(body) if truncated else ""
-        stream = endpoint.startswith("/api/") and endpoint not in EMBED_ENDPOINTS
-        return {"model": _label(model, max_label_chars), "stream": stream}
-    native = endpoint.startswith("/api/")
-    stream_value = obj.get("stream")
-    kind = _request_kind(endpoint, obj)
-    # Ollama's native API streams unless told not to; the OpenAI one only when asked; embeddings never.
-    stream = stream_value is not False if native else stream_value is True
-    if kind is RequestKind.EMBED:
-        stream = False
-    options = obj.get("options") if isinstance(obj.get("options"), dict) else {}
-    assert isinstance(options, dict)
-    num_predict = _int_or_none(options.get("num_predict"))
-    if not native:
-        num_predict = _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
-    model_value = obj.get("model")
-    fields: dict[str, Any] = {
-        "model": _label(model_value, max_label_chars) if isinstance(model_value, str) else "",
-        "stream": stream,
-        "num_ctx": _int_or_none(options.get("num_ctx")),
-        "num_predict": num_predict,
-        "keep_alive": _keep_alive_text(obj.get("keep_alive")),
-        "kind": kind,
-    }
-    if kind is RequestKind.EMBED:
-        fields["batch_size"] = _batch_size(endpoint, obj)
-    if (chars := prompt_chars(obj)) is not None:
-        fields["prompt_chars"] = chars
-    if record_text:
-        if "messages" in obj:
-            fields["prompt_text"] = _message_text(obj["messages"])
-        elif isinstance(obj.get("prompt"), str):
-            fields["prompt_text"] = obj["prompt"]
-        elif isinstance(obj.get("prompt"), list):
-            fields["prompt_text"] = "\n".join(p for p in obj["prompt"] if isinstance(p, str))
-        elif kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
-            inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
-            fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
-    return fields
 
 
 class _Exchange(Exchange):
@@ -237,17 +72,29 @@ class _Exchange(Exchange):
         self.failure: str | None = None  # set when the exchange broke (not when the body says so)
         self.failure_outcome: Outcome | None = None
         self.decoding = asyncio.Lock()  # one coroutine at a time hands the parser's deferred chunk to the worker
+        self.body_facts: asyncio.Task[None] | None = None  # a large request body being described in the worker
+        self.body_note: str | None = None  # why the request body's facts are missing (the worker did not parse it)
 
     # -- relay hooks ------------------------------------------------------------------------------
 
     def request_body(self, body: bytes, truncated: bool) -> None:
-        facts = describe_request(
-            self.record.endpoint,
-            body,
-            record_text=self.proxy.record_text,
-            truncated=truncated,
-            max_label_chars=self.proxy.limits.max_label_chars,
-        )
+        limits = self.proxy.limits
+        if truncated or len(body) <= limits.big_body_bytes:
+            facts = describe_request(
+                self.record.endpoint,
+                body,
+                record_text=self.proxy.record_text,
+                truncated=truncated,
+                max_label_chars=limits.max_label_chars,
+            )
+            self.apply_facts(facts)
+            return
+        # Decoding tens of MB (a vision request's images) would stall every other client: the worker does it.
+        # Until it answers, the model named at the start stands in (the Live page shows the request meanwhile).
+        self.apply_facts(head_facts(self.record.endpoint, body, max_label_chars=limits.max_label_chars))
+        self.body_facts = self.proxy.spawn_body_facts(self, body)
+
+    def apply_facts(self, facts: dict[str, Any]) -> None:
         for name, value in facts.items():
             setattr(self.record, name, value)
 
@@ -430,9 +277,6 @@ class RecordingProxy:
         """The running requests as parsed so far, without parsing pending reads or copying: cheap, read-only use."""
         return [ex.record for ex in self._live.values()]
 
-    def in_flight_count(self) -> int:
-        return len(self._live)
-
     def add_local_route(self, method: str, path: str, handler: LocalHandler) -> None:
         """Serve ``path`` (under /phasewatch/) here instead of forwarding it."""
         if not path.startswith(LOCAL_PREFIX):
@@ -549,6 +393,21 @@ class RecordingProxy:
         self._finalisers.add(task)
         task.add_done_callback(self._finalisers.discard)
 
+    def spawn_body_facts(self, ex: _Exchange, body: bytes) -> asyncio.Task[None]:
+        """Describe a large request body in the worker process; the finaliser waits for it."""
+
+        async def describe() -> None:
+            try:
+                facts = await self._big_bodies.call(
+                    describe_body, body, ex.record.endpoint, self.record_text, self.limits.max_label_chars
+                )
+            except NotParsed as why:
+                ex.body_note = f"request body not parsed ({why}), {len(body)} bytes: only the model named at its start kept"
+                return
+            ex.apply_facts(facts)
+
+        return asyncio.get_running_loop().create_task(describe(), name="proxy-request-body")
+
     def spawn_finaliser(self, ex: _Exchange) -> None:
         task = asyncio.get_running_loop().create_task(self._finalise(ex))
         self._finalisers.add(task)
@@ -557,6 +416,8 @@ class RecordingProxy:
     async def _finalise(self, ex: _Exchange) -> None:
         """Parse what is left, settle the outcome, hand the record over exactly once."""
         try:
+            if ex.body_facts is not None:
+                await ex.body_facts
             await self._parse_pending(ex)
             if ex.parser is not None:
                 ex.parser.end()  # a JSON body (or a last unterminated line) is complete only now
@@ -605,7 +466,7 @@ class RecordingProxy:
             notes.append(http_error_note(record.status_code, ex.body_head, keep_text=self.record_text))
         elif summary is not None and summary.error is not None:
             record.outcome = Outcome.UPSTREAM_FAILED
-            notes.append(f"Ollama reported an error mid-stream: {summary.error}")
+            notes.append(stream_error_note(summary.error, keep_text=self.record_text))
         elif ex.failure_outcome is Outcome.CANCELLED and record.final_chunk_ns is not None:
             record.outcome = Outcome.OK  # everything arrived; the client left while we closed
         elif ex.failure_outcome is not None:
@@ -616,6 +477,8 @@ class RecordingProxy:
             notes.append("the response ended without a final chunk")
         else:
             record.outcome = Outcome.OK
+        if ex.body_note is not None:
+            notes.append(ex.body_note)
         if summary is not None and summary.malformed_count:
             notes.append(malformed_note(summary.malformed_count, summary.problems, keep_text=self.record_text))
         record.error = "\n".join(n for n in notes if n)[: ERROR_BODY_CHARS * 2] or None

@@ -21,7 +21,6 @@ from store.queries import StoreState, store_state
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
 DEFAULT_WINDOW = "5 min"
 _CTX_KEY = "pw_ctx"
-_APP_RAN_KEY = "pw_app_ran"
 DEMO_KEY = "pw_demo"
 DEMO_ENGINE_KEY = "pw_demo_engine"  # the demo runs the real llama.cpp engine rather than the simulator
 ENGINE_DEMO_LABEL = "real llama.cpp engine running Gemma 3 270M on this CPU (no GPU)"
@@ -60,7 +59,6 @@ def app_context() -> AppContext:
     new tab or a reload shows the demo that runs. Only with ``PHASEWATCH_COLLECTOR=off``, where
     the app may start nothing, does a session remember its own demo switch.
     """
-    st.session_state[_APP_RAN_KEY] = True
     settings = resolve_settings()
     demo, demo_engine = server_demo(settings)
     if not demo and settings.start_collector and settings.demo_at_start:
@@ -114,30 +112,12 @@ def set_view(window_s: float, paused: bool) -> AppContext:
     return ctx
 
 
-def _hand_deep_link_to_app() -> None:
-    """Make a page opened by its own URL run through app.py.
-
-    Streamlit treats a folder named ``pages/`` beside the main script as a legacy
-    multipage app until ``st.navigation`` has run once in the server; a deep link
-    (``/why``) that arrives first would run this page alone, without the sidebar or
-    the collector. Switch the legacy mode off and rerun: Streamlit then runs app.py,
-    whose navigation resolves the same URL to this same page.
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if _APP_RAN_KEY not in st.session_state:  # app.py sets it before any page of its navigation runs
-        PagesManager.uses_pages_directory = False
-        st.session_state[_APP_RAN_KEY] = False  # hand over once, never loop
-        st.rerun()
-
-
 def context() -> AppContext:
     """The context app.py resolved for this run, brought up to date with the sidebar's widgets.
 
     Rebuilt when the demo switch changed since it was stored (a page can run without app.py
     running first: AppTest's reruns under st.navigation do that).
     """
-    _hand_deep_link_to_app()
     ctx: AppContext | None = st.session_state.get(_CTX_KEY)
     switched = ctx is not None and (
         ctx.demo != bool(st.session_state.get(DEMO_KEY, ctx.demo))

@@ -214,13 +214,6 @@ def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> Req
     return RequestContext(samples, None if info is None else info.show, loaded)
 
 
-def latest_request_ids(db: Path, since_unix_s: float, limit: int = 1) -> list[str]:
-    with _open(db) as conn:
-        if conn is None:
-            return []
-        return [r.id for r in queries.recent_requests(conn, since_unix_s, limit=limit)]
-
-
 @dataclass
 class CardsSnapshot:
     """What the Live page's cards and "now" strip read: running requests with their progress readings, the

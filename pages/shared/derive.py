@@ -7,7 +7,6 @@ benchmark can call it with fixed values.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -52,16 +51,6 @@ class Interval:
     @property
     def duration_s(self) -> float:
         return self.end_unix_s - self.start_unix_s
-
-
-def request_end_ns(record: RequestRecord) -> int:
-    """Last moment we know the request was alive (monotonic ns)."""
-    candidates = [record.closed_ns, record.final_chunk_ns]
-    if record.token_chunk_ns:
-        candidates.append(record.token_chunk_ns[-1])
-    candidates.extend([record.first_byte_ns, record.forwarded_ns])
-    known = [c for c in candidates if c is not None]
-    return max(known) if known else record.received_ns
 
 
 def live_phase(record: RequestRecord, loaded_model_names: Iterable[str]) -> str:
@@ -178,11 +167,6 @@ def unexplained_gpu_activity(
     if run_start is not None and last_t - run_start >= min_duration_s:
         found.append(Interval(run_start, last_t))
     return found
-
-
-def token_gaps_ms(token_chunk_ns: Sequence[int]) -> list[float]:
-    """Milliseconds between consecutive content chunks."""
-    return [(b - a) / 1e6 for a, b in itertools.pairwise(token_chunk_ns)]
 
 
 def stall_threshold_ms(gaps_ms: Sequence[float]) -> float | None:

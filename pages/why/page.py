@@ -15,11 +15,13 @@ from analysis import wording as w
 from analysis.ceilings import MIN_CALIBRATION_SAMPLES, MIN_RATE_TOKENS
 from analysis.diagnose import Severity
 from analysis.hardware import BY_KEY
+from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
 from collectors import api
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
+from pages.why import whatif
 from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
 
 LAB_PAGE = "pages/lab/page.py"
@@ -112,13 +114,27 @@ def preview(db: Path) -> None:
 
 
 def show_why(m: WhyModel) -> None:
-    hw = m.hardware
+    _show_sources(m)
+    if m.requests_total == 0:
+        how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
+    _show_medians(m)
+    _show_charts(m)
+    if m.requests_total == 0:
+        lab_link()
+    _show_explanation(m)
+    _show_diagnoses(m)
+    _show_energy(m)
+    _show_whatif(m)
+
+
+def _show_sources(m: WhyModel) -> None:
+    """Where the hardware and model figures come from, and what is simulated or missing."""
     if m.simulated:
         st.info(
             "**Simulated data:** this GPU and these requests come from the demo's simulator, not from your hardware.",
             icon=":material/science:",
         )
-    st.caption(fmt.md_escape(hardware_line(hw)))
+    st.caption(fmt.md_escape(hardware_line(m.hardware)))
     line = facts_line(m)
     if line:
         st.caption(fmt.md_escape(line))
@@ -127,9 +143,8 @@ def show_why(m: WhyModel) -> None:
     if m.facts_error:
         st.info(fmt.md_escape(m.facts_error), icon=":material/info:")
 
-    if m.requests_total == 0:
-        how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
 
+def _show_medians(m: WhyModel) -> None:
     short = f"Readings timed over fewer than {MIN_RATE_TOKENS} tokens, and readings above their ceiling, are left out."
     c = st.columns(4)
     c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s),
@@ -142,6 +157,8 @@ def show_why(m: WhyModel) -> None:
                 help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
                 "(the medians of the expected line at each of them).")  # fmt: skip
 
+
+def _show_charts(m: WhyModel) -> None:
     st.plotly_chart(m.prefill_fig, key="why_prefill", config={"displaylogo": False})
     if m.prefill_note:
         st.caption(m.prefill_note)
@@ -166,9 +183,9 @@ def show_why(m: WhyModel) -> None:
         f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from every stored request of this "
         "model; one point per request."
     )
-    if m.requests_total == 0:
-        lab_link()
 
+
+def _show_explanation(m: WhyModel) -> None:
     if m.sentences:
         st.subheader("Why prefill is so much faster than decode")
         text(m.sentences[0])
@@ -183,6 +200,8 @@ def show_why(m: WhyModel) -> None:
         for sentence in more:
             text(sentence)
 
+
+def _show_diagnoses(m: WhyModel) -> None:
     st.subheader("What held requests back")
     window = fmt.seconds(ctx.window_s)
     if not m.diagnosed_requests:
@@ -197,14 +216,81 @@ def show_why(m: WhyModel) -> None:
                 head = f"{mark} **{g.requests:,} of {m.diagnosed_requests:,}** · {fmt.md_escape(g.what)}"
                 st.markdown(f"{head}  \n{fmt.md_escape(g.latest)}")
 
-    if m.energy_sentence:
-        st.subheader("Energy per token")
-        e = m.energy
-        assert e is not None
-        e1, e2 = st.columns(2)
-        e1.metric("Per prompt token", f"{w.num(e.j_per_prompt_token or 0)} J")
-        e2.metric("Per output token", f"{w.num(e.j_per_output_token or 0)} J")
-        text(m.energy_sentence)
+
+def _show_energy(m: WhyModel) -> None:
+    e = m.energy
+    if not m.energy_sentence or e is None:
+        return
+    st.subheader("Energy per token")
+    e1, e2 = st.columns(2)
+    # Unknown is shown as unknown, never as 0 J.
+    e1.metric("Per prompt token", "—" if e.j_per_prompt_token is None else f"{w.num(e.j_per_prompt_token)} J")
+    e2.metric("Per output token", "—" if e.j_per_output_token is None else f"{w.num(e.j_per_output_token)} J")
+    text(m.energy_sentence)
+
+
+def _show_whatif(m: WhyModel) -> None:
+    """Other settings, predicted before trying them: memory, fit, rates, and the changes worth making."""
+    st.subheader("What if")
+    if m.hardware.spec is None or m.facts is None:
+        st.caption("Predictions need this GPU's and this model's figures (see above).")
+        return
+    force = whatif.in_force(m)
+    st.caption(fmt.md_escape("Settings in force: " + "; ".join(f"{k} {v}" for k, v in force.sources.items())
+               + f". GPU memory for it: {force.free_vram_source}."))  # fmt: skip
+    key = f"whatif_{m.model}"
+    c = st.columns(5)
+    ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
+    num_ctx = c[0].selectbox("num_ctx", ctx_choices, index=ctx_choices.index(force.settings.num_ctx), key=key + "_ctx",
+                             format_func=lambda n: f"{n:,}", help="Context per request (Ollama's num_ctx)")  # fmt: skip
+    kv_type = c[1].selectbox("KV cache type", ["f16", "q8_0", "q4_0"], key=key + "_kv", help="OLLAMA_KV_CACHE_TYPE")
+    flash = c[2].toggle("Flash attention", value=True, key=key + "_fa", help="OLLAMA_FLASH_ATTENTION")
+    parallel = int(c[3].number_input("num_parallel", 1, 16, force.settings.num_parallel, key=key + "_np",
+                                     help="Requests served at once (OLLAMA_NUM_PARALLEL)"))  # fmt: skip
+    quants = whatif.quant_choices(force.quantization)
+    now_q = (force.quantization or quants[0]).upper()
+    quant = c[4].selectbox("Quantization", quants, index=quants.index(now_q) if now_q in quants else 0, key=key + "_q")
+    if kv_type in KV_TYPES_NEEDING_FLASH_ATTN and not flash:
+        st.warning(f"A {kv_type} KV cache needs flash attention: Ollama turns it back to f16 without it.")
+        kv_type = "f16"
+    kv_type = kv_type if kv_type in KV_TYPE_BYTES else "f16"
+    picked = RunnerSettings(num_ctx, parallel, kv_type, flash, force.settings.ubatch_tokens)
+    try:
+        result = whatif.build_whatif(m, picked, quant)
+    except (SettingsError, ValueError) as e:
+        st.error(fmt.md_escape(str(e)))
+        return
+    if result is None:
+        return
+    p, mem = result.picked, result.picked.memory
+    work = result.workload
+    if mem.fits is None:
+        fit = "runs in system memory"
+    elif mem.fits:
+        fit = "fits in GPU memory"
+    else:
+        on_gpu = f"{mem.layers_on_gpu} of {mem.layers} layers on the GPU"
+        fit = f"does not fit: {w.gb(mem.spill_bytes)} spill to system memory ({on_gpu})"
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Memory", w.gb(mem.total_bytes), help=fit)
+    m2.metric("Prefill, tok/s", w.num(p.prefill_tok_s), help=f"For your median prompt, {work.prompt_tokens:,} tokens")
+    m3.metric("Decode, tok/s", w.num(p.decode_tok_s), help=f"At your median context, {work.context_tokens:,} tokens")
+    prompts = f"{work.prompt_tokens:,} and {work.prompt_p90_tokens:,} tokens"
+    m4.metric("First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}",
+              help=f"Reading your median and p90 prompts ({prompts})")  # fmt: skip
+    m5.metric(f"{parallel} at once, tok/s", w.num(p.concurrent_tok_s), help="All streams together")
+    text(f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
+         f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
+         f"decode {w.num(result.now.decode_tok_s)} tok/s.")  # fmt: skip
+    st.plotly_chart(whatif.memory_figure(result), key="why_whatif_memory", config={"displaylogo": False})
+    st.caption("Rates from the same ceiling model as the charts above, at the share of it your requests reach.")
+    if result.suggestions:
+        st.markdown("**Changes predicted to help** (each alone, from the settings in force):")
+        with st.container(key="why_suggestions"):
+            for sug in result.suggestions[:5]:
+                text(f"• {sug.sentence}")
+    else:
+        st.caption("No single change of these settings is predicted to help by more than 10%.")
 
 
 ctx = common.context()

@@ -44,7 +44,9 @@ from analysis.phases import Phases
 from analysis.records import (
     UNIFIED_MEMORY_KINDS,
     UNIFIED_MEMORY_NOTE,
+    CollectorInfo,
     GpuSample,
+    HostBandwidth,
     InstalledModel,
     LoadedModel,
     Outcome,
@@ -65,6 +67,8 @@ from analysis.story import (
 )
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
+from store.queries import StoredRequest
+from store.tables import ModelInfoRow, RequestSummary
 
 POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
@@ -126,6 +130,8 @@ class WhyModel:
     embed: EmbedStory | None = None
     embed_sentence: str | None = None
     facts_read_at_unix_s: float | None = None  # when the collector stored the /api/show the facts come from
+    gpu_mem_total_bytes: int | None = None  # the latest GPU sample's memory (the what-if's free memory)
+    gpu_mem_used_bytes: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -267,6 +273,212 @@ def _interference_on(victims: Sequence[RequestRecord], pairs: Sequence[tuple[Req
     return out
 
 
+@dataclass
+class _StoreReads:
+    """What one Why view reads from the store, in one read-only connection."""
+
+    gpus: list[GpuSample]
+    beat: CollectorInfo | None
+    info: ModelInfoRow | None
+    loaded: LoadedModel | None
+    measured_bw: HostBandwidth | None
+    rows: list[RequestSummary]  # every stored request of the model (rates), newest first
+    recent: list[StoredRequest]  # requests of the window, with token times and stored phases
+    mine: list[RequestRecord]  # the model's finished requests of the window, to diagnose
+    samples_by_id: dict[str, list[GpuSample]]
+
+
+def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
+    gpus = _latest_gpus(conn, now)
+    rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+    # Their phases as stored at write time (re-derived by the collector when the split changes).
+    recent = [s for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
+              if s.record.metrics is not None]  # fmt: skip
+    mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
+    samples_by_id: dict[str, list[GpuSample]] = {}
+    if gpus:
+        for rec in mine:
+            end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
+            samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
+    return _StoreReads(
+        gpus=gpus,
+        beat=queries.latest_heartbeat(conn),
+        info=queries.model_info(conn, model),
+        loaded=queries.loaded_model(conn, model),
+        measured_bw=queries.latest_host_bandwidth(conn),
+        rows=rows,
+        recent=recent,
+        mine=mine,
+        samples_by_id=samples_by_id,
+    )
+
+
+def _hardware(
+    reads: _StoreReads, apple_chip: tuple[str, int | None] | None, picked: HardwareSpec | None
+) -> tuple[Hardware, float, list[str]]:
+    """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
+    loaded, gpus = reads.loaded, reads.gpus
+    frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    need_host = not gpus or frac < 1.0
+
+    def host_bw() -> float | None:
+        return None if reads.measured_bw is None else reads.measured_bw.bandwidth_bytes_s
+
+    hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
+                          host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
+    if picked is not None:
+        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
+        hw = Hardware(kind, picked.name, picked,
+                      picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))  # fmt: skip
+    if hw.kind == "cpu":
+        frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
+    elif frac < 1.0:
+        hw = replace(hw, host_bandwidth_bytes_s=host_bw())
+    notes = list(hw.notes)
+    if gpus and reads.beat is not None and reads.beat.gpu_state in UNIFIED_MEMORY_KINDS:
+        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
+    return hw, frac, notes
+
+
+@dataclass
+class _Facts:
+    facts: ModelFacts | None
+    error: str | None
+    read_at_unix_s: float | None
+    notes: list[str]
+
+
+def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _Facts:
+    """The model's facts: the picked ones (preview), else its stored /api/show; why not, when neither."""
+    info = reads.info
+    facts: ModelFacts | None = None
+    error: str | None = None
+    read_at: float | None = None
+    if picked is not None:
+        facts = picked
+    elif info is None:
+        error = (
+            f"No model facts for {model} yet: they appear once the collector has asked Ollama about it (/api/show), "
+            "soon after Ollama lists it as installed or loads it."
+        )
+    else:
+        try:
+            facts = model_facts_from_show(info.show, None)
+            read_at = info.updated_at_unix_s
+        except ModelFactsError as e:
+            error = f"Ollama's description of {model} cannot be read for ceilings: {e}."
+    notes = []
+    if facts is not None and facts.weights_bytes_estimated:
+        notes.append(
+            f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
+            f"{facts.quantization or 'the'} quantization's bits per weight."
+        )
+    if reads.loaded is None and facts is not None and picked is None:
+        notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
+    return _Facts(facts, error, read_at, notes)
+
+
+def _ubatch(loaded: LoadedModel | None) -> tuple[int, str]:
+    """Ollama's micro-batch for the loaded context, and where that figure comes from."""
+    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
+    if loaded is not None and loaded.context_length:
+        return ubatch, f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
+    return ubatch, "llama.cpp's default"
+
+
+@dataclass
+class _Curves:
+    """The measured points and the ceiling/expected lines of both charts (and the story when there are ceilings)."""
+
+    story: Story | None
+    embeds: EmbedStory | None
+    prefill_r: list[Reading]
+    decode_r: list[Reading]
+    embed_r: list[Reading]
+    pre_curve: list[CurvePoint] = field(default_factory=list)
+    dec_curve: list[CurvePoint] = field(default_factory=list)
+    full_curve: list[CurvePoint] = field(default_factory=list)
+
+
+def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> _Curves:
+    samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
+                          r.decode_tok_s) for r in rows if r.kind is not RequestKind.EMBED]  # fmt: skip
+    # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
+    embed_samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None)
+                     for r in rows if r.kind is RequestKind.EMBED]  # fmt: skip
+    spec = hw.spec
+    if spec is None or facts is None:
+        prefill_r, decode_r = plain_readings(samples)
+        return _Curves(None, None, prefill_r, decode_r, plain_readings(embed_samples)[0])
+    start = CeilingModel(spec, facts, starting_efficiencies(spec, facts.quantization), frac, hw.host_bandwidth_bytes_s,
+                         hw.bandwidth_bytes_s, ubatch)  # fmt: skip
+    story = build_story(start, samples)
+    embeds = embed_story(story.model, embed_samples)
+    out = _Curves(story, embeds, story.prefill, story.decode, embeds.readings if embeds is not None else [])
+    prompt_lengths = [r.tokens for r in (*out.prefill_r, *out.embed_r)]
+    context_lengths = [r.tokens for r in out.decode_r]
+    max_prompt = max([*prompt_lengths, facts.context_length or 8192])
+    max_ctx = max([*context_lengths, facts.context_length or 8192])
+    min_prompt = max(min([*prompt_lengths, 16]), 1)
+    min_ctx = max(min([*context_lengths, 16]), 1)
+    # The stated prompt length and context are points of the lines, so the sentences' ceilings are on the chart.
+    stated = {story.typical_prompt_tokens} | ({embeds.typical_prompt_tokens} if embeds is not None else set())
+    pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), *stated})
+    ctx_tokens = sorted({*curve_tokens(max_ctx, CURVE_POINTS, min_ctx), story.typical_context_tokens})
+    out.pre_curve = story.model.prefill_curve(pre_tokens)
+    out.dec_curve = story.model.decode_curve(ctx_tokens)
+    if frac < 1.0:
+        out.full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
+    return out
+
+
+def _interference_sentences(
+    model: str, events: Sequence[Interference], pairs: Sequence[tuple[RequestRecord, Phases]]
+) -> list[str]:
+    by_id = {r.id: r for r, _ in pairs}
+    out = []
+    for i in events[:3]:
+        agg = by_id.get(i.aggressor_id)
+        agg_label = f"a request to {agg.model}" if agg is not None and agg.model != model else "another request"
+        out.append(describe(i, f"a {model} reply", agg_label))
+    return out
+
+
+def _diagnose(
+    reads: _StoreReads, hw: Hardware, facts: ModelFacts | None, eff: Efficiencies | None, ubatch: int
+) -> tuple[list[tuple[RequestRecord, list[Any]]], PhaseEnergy | None]:
+    """Each finished request of the window diagnosed, and the energy its phases used where GPU samples exist."""
+    phases = {s.record.id: s.phases for s in reads.recent}
+    diagnosed = []
+    energies: list[PhaseEnergy] = []
+    for rec in reads.mine:
+        ph = phases[rec.id]
+        gpu_s = reads.samples_by_id.get(rec.id, [])
+        ds = diagnose_request(rec, ph, gpu_samples=gpu_s, loaded=reads.loaded if hw.kind != "cpu" else None, facts=facts,
+                              spec=hw.spec, host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, efficiencies=eff,
+                              bandwidth_bytes_s=hw.bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
+        diagnosed.append((rec, ds))
+        if gpu_s:
+            used = energy_for_request(rec, ph, gpu_s)
+            if used is not None:
+                energies.append(used)
+    return diagnosed, _aggregate_energy(energies)
+
+
+def _rate_sentences(
+    story: Story, rows: Sequence[RequestSummary], hw: Hardware, model: str, ubatch_source: str, events: list[Interference]
+) -> list[str]:
+    # Replies that thought: thinking is decode work, and the first answer token comes after it.
+    gens = [r for r in rows if r.kind is RequestKind.GENERATE]
+    thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
+               for r in gens if r.thinking_tokens]  # fmt: skip
+    return explain_rates(
+        story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
+        model_name=model, ubatch_source=ubatch_source, interference=events,
+        thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
+    )  # fmt: skip
+
+
 def build_why(
     db: Path,
     model: str,
@@ -290,185 +502,56 @@ def build_why(
     with _open(db) as conn:
         if conn is None:
             return None
-        gpus = _latest_gpus(conn, now)
-        beat = queries.latest_heartbeat(conn)
-        info = queries.model_info(conn, model)
-        show = None if info is None else info.show
-        loaded = queries.loaded_model(conn, model)
-        measured_bw = queries.latest_host_bandwidth(conn)
-        rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
-        # Their phases as stored at write time (re-derived by the collector when the split changes).
-        recent = [s for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
-                  if s.record.metrics is not None]  # fmt: skip
-        phases = {s.record.id: s.phases for s in recent}
-        mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
-        samples_by_id: dict[str, list[GpuSample]] = {}
-        if gpus:
-            for rec in mine:
-                end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
-                samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
-
-    frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
-    need_host = not gpus or frac < 1.0
-
-    def host_bw() -> float | None:
-        return None if measured_bw is None else measured_bw.bandwidth_bytes_s
-
-    hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
-                          host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
-    if preview is not None and preview[0] is not None:
-        picked = preview[0]
-        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
-        hw = Hardware(kind, picked.name, picked,
-                      picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))  # fmt: skip
-    if hw.kind == "cpu":
-        frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
-    elif frac < 1.0:
-        hw = replace(hw, host_bandwidth_bytes_s=host_bw())
-    notes = list(hw.notes)
-    if gpus and beat is not None and beat.gpu_state in UNIFIED_MEMORY_KINDS:
-        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
-
-    facts: ModelFacts | None = None
-    facts_error: str | None = None
-    facts_read_at: float | None = None
-    if preview is not None and preview[1] is not None:
-        facts = preview[1]
-    elif show is None:
-        facts_error = (
-            f"No model facts for {model} yet: they appear once the collector has asked Ollama about it (/api/show), "
-            "soon after Ollama lists it as installed or loads it."
-        )
-    else:
-        try:
-            facts = model_facts_from_show(show, None)
-            facts_read_at = None if info is None else info.updated_at_unix_s
-        except ModelFactsError as e:
-            facts_error = f"Ollama's description of {model} cannot be read for ceilings: {e}."
-    if facts is not None and facts.weights_bytes_estimated:
-        notes.append(
-            f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
-            f"{facts.quantization or 'the'} quantization's bits per weight."
-        )
-    if loaded is None and facts is not None and (preview is None or preview[1] is None):
-        notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
-
-    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
-    ubatch_source = (
-        f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
-        if loaded is not None and loaded.context_length
-        else "llama.cpp's default"
-    )
-    samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
-                          r.decode_tok_s) for r in rows if r.kind is not RequestKind.EMBED]  # fmt: skip
-    # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
-    embed_samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None)
-                     for r in rows if r.kind is RequestKind.EMBED]  # fmt: skip
-    embeds: EmbedStory | None = None
-    embed_r: list[Reading] = []
-    spec = hw.spec
-    story: Story | None = None
-    pre_curve: list[CurvePoint] = []
-    dec_curve: list[CurvePoint] = []
-    full_curve: list[CurvePoint] = []
-    host = hw.host_bandwidth_bytes_s
-    if spec is not None and facts is not None:
-        start = CeilingModel(spec, facts, starting_efficiencies(spec, facts.quantization), frac, host, hw.bandwidth_bytes_s,
-                             ubatch)  # fmt: skip
-        story = build_story(start, samples)
-        prefill_r, decode_r = story.prefill, story.decode
-        embeds = embed_story(story.model, embed_samples)
-        embed_r = embeds.readings if embeds is not None else []
-        prompt_lengths = [r.tokens for r in (*prefill_r, *embed_r)]
-        context_lengths = [r.tokens for r in decode_r]
-        max_prompt = max([*prompt_lengths, facts.context_length or 8192])
-        max_ctx = max([*context_lengths, facts.context_length or 8192])
-        min_prompt = max(min([*prompt_lengths, 16]), 1)
-        min_ctx = max(min([*context_lengths, 16]), 1)
-        # The stated prompt length and context are points of the lines, so the sentences' ceilings are on the chart.
-        stated = {story.typical_prompt_tokens} | ({embeds.typical_prompt_tokens} if embeds is not None else set())
-        pre_tokens = sorted({*curve_tokens(max_prompt, CURVE_POINTS, min_prompt), *stated})
-        ctx_tokens = sorted({*curve_tokens(max_ctx, CURVE_POINTS, min_ctx), story.typical_context_tokens})
-        pre_curve = story.model.prefill_curve(pre_tokens)
-        dec_curve = story.model.decode_curve(ctx_tokens)
-        if frac < 1.0:
-            full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
-    else:
-        prefill_r, decode_r = plain_readings(samples)
-        embed_r = plain_readings(embed_samples)[0]
+        reads = _read_store(conn, model, now, window_s)
+    picked_hw, picked_facts = preview if preview is not None else (None, None)
+    hw, frac, notes = _hardware(reads, apple_chip, picked_hw)
+    facts = _model_facts(model, reads, picked_facts)
+    notes += facts.notes
+    ubatch, ubatch_source = _ubatch(reads.loaded)
+    curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
+    story = curves.story
     eff = story.model.efficiencies if story is not None else None
-
-    pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in recent]
-    events = _interference_on(mine, pairs)
-    by_id = {r.id: r for r, _ in pairs}
-    interference_sentences = []
-    for i in events[:3]:
-        agg = by_id.get(i.aggressor_id)
-        agg_label = f"a request to {agg.model}" if agg is not None and agg.model != model else "another request"
-        interference_sentences.append(describe(i, f"a {model} reply", agg_label))
-
-    diagnosed = []
-    energies: list[PhaseEnergy] = []
-    for rec in mine:
-        ph = phases[rec.id]
-        gpu_s = samples_by_id.get(rec.id, [])
-        ds = diagnose_request(rec, ph, gpu_samples=gpu_s, loaded=loaded if hw.kind != "cpu" else None, facts=facts, spec=spec,
-                              host_bandwidth_bytes_s=host, efficiencies=eff, bandwidth_bytes_s=hw.bandwidth_bytes_s,
-                              ubatch_tokens=ubatch)  # fmt: skip
-        diagnosed.append((rec, ds))
-        if gpu_s:
-            used = energy_for_request(rec, ph, gpu_s)
-            if used is not None:
-                energies.append(used)
-    energy = _aggregate_energy(energies)
-
-    sentences: list[str] = []
-    if story is not None:
-        # Replies that thought: thinking is decode work, and the first answer token comes after it.
-        gens = [r for r in rows if r.kind is RequestKind.GENERATE]
-        thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
-                   for r in gens if r.thinking_tokens]  # fmt: skip
-        sentences = explain_rates(
-            story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
-            model_name=model, ubatch_source=ubatch_source, interference=events,
-            thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
-        )  # fmt: skip
-    hw_label = hw.label
+    pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in reads.recent]
+    events = _interference_on(reads.mine, pairs)
+    diagnosed, energy = _diagnose(reads, hw, facts.facts, eff, ubatch)
+    embeds = curves.embeds
     return WhyModel(
         model=model,
         hardware=hw,
-        facts=facts,
-        facts_error=facts_error,
-        loaded=loaded,
+        facts=facts.facts,
+        facts_error=facts.error,
+        loaded=reads.loaded,
         vram_fraction=frac,
-        prefill_points=prefill_r,
-        decode_points=decode_r,
-        requests_total=len(rows),
+        prefill_points=curves.prefill_r,
+        decode_points=curves.decode_r,
+        requests_total=len(reads.rows),
         efficiencies=eff,
         ceilings=story.ceilings if story is not None else None,
         typical_prompt_tokens=story.typical_prompt_tokens if story is not None else DEFAULT_PROMPT_TOKENS,
         typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
-        prefill_median_tok_s=counted_median(prefill_r),
-        decode_median_tok_s=counted_median(decode_r),
-        prefill_fig=prefill_figure(prefill_r, pre_curve, eff, model, hw_label, ubatch, embed=embed_r),
-        decode_fig=decode_figure(decode_r, dec_curve, full_curve, eff, model, hw_label),
+        prefill_median_tok_s=counted_median(curves.prefill_r),
+        decode_median_tok_s=counted_median(curves.decode_r),
+        prefill_fig=prefill_figure(curves.prefill_r, curves.pre_curve, eff, model, hw.label, ubatch, embed=curves.embed_r),
+        decode_fig=decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hw.label),
         story=story,
         ubatch_tokens=ubatch,
-        prefill_note=flagged_note("prefill", prefill_r),
-        decode_note=flagged_note("decode", decode_r),
-        sentences=sentences,
+        prefill_note=flagged_note("prefill", curves.prefill_r),
+        decode_note=flagged_note("decode", curves.decode_r),
+        sentences=_rate_sentences(story, reads.rows, hw, model, ubatch_source, events) if story is not None else [],
         interference=events,
-        interference_sentences=interference_sentences,
+        interference_sentences=_interference_sentences(model, events, pairs),
         diagnoses=_group(diagnosed),
         diagnosed_requests=len(diagnosed),
         energy=energy,
         energy_sentence=explain_energy(energy) if energy is not None else None,
-        window_requests=len(mine),
+        window_requests=len(reads.mine),
         notes=notes,
-        embed_points=embed_r,
+        embed_points=curves.embed_r,
         embed=embeds,
         embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
-        facts_read_at_unix_s=facts_read_at,
+        facts_read_at_unix_s=facts.read_at_unix_s,
+        gpu_mem_total_bytes=reads.gpus[0].mem_total_bytes if reads.gpus else None,
+        gpu_mem_used_bytes=reads.gpus[0].mem_used_bytes if reads.gpus else None,
     )
 
 

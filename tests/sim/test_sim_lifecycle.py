@@ -9,8 +9,10 @@ import time
 from typing import Any
 
 import ollama
+import pytest
 
 from sim.catalog import BY_NAME
+from sim.engine import GRAPH_BYTES
 from sim.profiles import PROFILES
 from tests.support.sim_process import SimProcess, http_json, start_sim, truth, truth_by_id
 
@@ -167,7 +169,9 @@ def test_num_gpu_zero_runs_on_the_cpu_and_reloads() -> None:
         assert half.done
         row = client.ps().models[0]
         assert row.size is not None and row.size_vram is not None
-        assert abs(row.size_vram / row.size - 0.5) < 0.01
+        # 14 of 28 whole layers, plus the compute buffers, which go to the GPU first (as in Ollama).
+        per_layer = (row.size - GRAPH_BYTES) / 28
+        assert row.size_vram == pytest.approx(GRAPH_BYTES + 14 * per_layer, rel=0.001)
 
 
 def test_truth_query_by_id_and_time() -> None:

@@ -1,4 +1,4 @@
-"""Large chunks decoded off the event loop: the number-array dropping, deferred parsing, the worker and its bounds.
+"""Large chunks and request bodies decoded off the event loop: number arrays dropped, deferred parsing, the worker, its bounds.
 
 The worker is a real process (``concurrent.futures``, spawn); its failures here are real ones: a worker
 that exits mid-parse, one that takes too long, more large bodies than may wait.
@@ -7,6 +7,7 @@ that exits mid-parse, one that takes too long, more large bodies than may wait.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import time
@@ -29,7 +30,9 @@ from analysis.chunks import (
 )
 from collectors.proxy.big_bodies import BigBodyDecoder
 from collectors.proxy.limits import Limits
+from collectors.proxy.request_facts import describe_request
 from tests.support.proxy_thread import run_proxy
+from tests.support.scripted_upstream import ScriptedUpstream, start_scripted_upstream
 from tests.support.sim_process import SimProcess, start_sim
 
 N = MIN_DROPPED_NUMBERS
@@ -237,3 +240,47 @@ def _post(url: str, body: bytes) -> tuple[int, bytes]:
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as r:
         return r.status, r.read()
+
+
+# -- large request bodies ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedUpstream]:
+    with start_scripted_upstream() as u:  # never decodes a body: any size is answered at once
+        yield u
+
+
+def _vision_body(image_bytes: int = 600_000) -> bytes:
+    image = base64.b64encode(os.urandom(image_bytes)).decode()
+    return json.dumps({"model": "llava", "messages": [{"role": "user", "content": "what is this?", "images": [image]}],
+                       "stream": False, "options": {"num_ctx": 4096}, "keep_alive": "10m"}).encode()  # fmt: skip
+
+
+def test_a_large_request_body_is_described_in_the_worker(scripted: ScriptedUpstream) -> None:
+    body = _vision_body()
+    assert len(body) > Limits().big_body_bytes
+    with run_proxy(scripted.base_url, record_text=True) as proxy:
+        status, _ = _post(proxy.base_url + "/api/chat", body)
+        assert status == 200
+        (record,) = proxy.wait_records(1)
+        assert proxy.proxy._big_bodies._pool is not None  # the worker was started for it
+    facts = describe_request("/api/chat", body, record_text=True)
+    assert {name: getattr(record, name) for name in facts} == facts  # what decoding it here would have given
+    assert record.model == "llava" and record.stream is False and record.num_ctx == 4096 and record.keep_alive == "10m"
+    assert record.prompt_text == "user: what is this?" and record.prompt_chars == len("what is this?")  # no image kept
+    assert record.error is None and record.outcome == "ok"
+
+
+def test_a_request_body_the_worker_cannot_take_keeps_its_record_and_model(scripted: ScriptedUpstream) -> None:
+    body = _vision_body()
+    with run_proxy(scripted.base_url) as proxy:
+        proxy.proxy._big_bodies = BigBodyDecoder(replace(proxy.proxy.limits, max_big_bodies_waiting=0))
+        status, _ = _post(proxy.base_url + "/api/chat", body)
+        assert status == 200
+        (record,) = proxy.wait_records(1)
+    assert record.model == "llava" and record.outcome == "ok"  # the model named at its start; the reply parsed
+    assert record.num_ctx is None and record.prompt_chars is None  # unknown, never 0
+    assert record.error is not None and record.error.startswith(
+        f"request body not parsed (0 large bodies already waiting to be parsed (max_big_bodies_waiting)), {len(body)} bytes"
+    )

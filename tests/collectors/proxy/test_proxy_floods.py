@@ -62,7 +62,7 @@ def proxy_process(
         [
             sys.executable,
             "-m",
-            "collectors.proxy.recording",
+            "collectors.proxy",
             "--upstream",
             f"http://127.0.0.1:{upstream_port}",
             "--listen",

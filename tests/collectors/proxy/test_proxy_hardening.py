@@ -22,7 +22,8 @@ from analysis.chunks import NdjsonSplitter, StreamFormat, new_splitter, split_ch
 from collectors.config import SettingsError, load_limits, load_settings
 from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.limits import Limits
-from collectors.proxy.recording import RECORD_ID_HEADER, describe_request
+from collectors.proxy.recording import RECORD_ID_HEADER
+from collectors.proxy.request_facts import describe_request
 from tests.support.proxy_thread import ProxyThread, run_proxy
 from tests.support.raw_http import exchange
 from tests.support.recording_upstream import RecordingUpstream, recording_upstream

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.records import RequestKind
-from collectors.proxy.recording import RecordingProxy, describe_request
+from collectors.proxy.recording import RecordingProxy
+from collectors.proxy.request_facts import describe_request
 
 
 def body(**fields: object) -> bytes:

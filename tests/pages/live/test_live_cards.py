@@ -12,7 +12,7 @@ import pytest
 
 from analysis.records import FinalMetrics, Outcome, ProgressSample, ProgressSource, RequestRecord
 from collectors.ollama.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
-from collectors.proxy.recording import describe_request
+from collectors.proxy.request_facts import describe_request
 from pages.live.cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
 from pages.live.cards_ui import estimate_note, phase_bar, sparkline_svg
 from pages.shared.data import load_cards
