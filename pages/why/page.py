@@ -6,6 +6,7 @@ carry model and GPU names, so they go through ``st.text`` or escaped Markdown, n
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -37,12 +38,12 @@ def _num(value: float | None) -> str:
 
 
 def text(sentence: str) -> None:
-    """A sentence with names in it, as literal text in the page's normal font."""
-    st.markdown(fmt.md_escape(sentence))
+    """A sentence with names in it, as literal text in the page's normal font; cut if a name made it long."""
+    st.markdown(fmt.md_escape(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS)))
 
 
 def how_to_make_requests(model: str | None) -> None:
-    who = f"for {fmt.md_escape(model)} " if model else ""
+    who = f"for {fmt.md_escape(fmt.label(model))} " if model else ""
     st.info(
         f"**No requests {who}recorded yet.** Point a client at Phasewatch's proxy and send a few prompts of "
         "different lengths; each one becomes a point on the charts below" + ", or run an experiment on the Lab page.",
@@ -238,7 +239,7 @@ def _show_whatif(m: WhyModel) -> None:
     force = whatif.in_force(m)
     st.caption(fmt.md_escape("Settings in force: " + "; ".join(f"{k} {v}" for k, v in force.sources.items())
                + f". GPU memory for it: {force.free_vram_source}."))  # fmt: skip
-    key = f"whatif_{m.model}"
+    key = f"whatif_{hashlib.sha256(m.model.encode('utf-8', 'replace')).hexdigest()[:16]}"  # the name can be any length
     c = st.columns(5)
     ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
     num_ctx = c[0].selectbox("num_ctx", ctx_choices, index=ctx_choices.index(force.settings.num_ctx), key=key + "_ctx",

@@ -80,7 +80,7 @@ def _run(page: str | None = None, **state: Any) -> AppTest:
 
 @pytest.mark.parametrize("page", [None, "pages/requests/page.py", "pages/why/page.py", "pages/lab/page.py"])
 def test_a_1_mb_name_costs_each_page_what_a_short_one_does(long_store: str, page: str | None) -> None:
-    at = _run(page)
+    at = _run(page, why_model=LONG_NAME, lab_model=LONG_NAME)  # the long name picked where a page offers models
     size = sent_bytes(at)
     assert size < PAGE_MAX_BYTES, f"{page or 'Live'} sends {size:,} bytes with one 1 MB model name stored"
     # Each name shown is cut: no element holds more than a cut name's share of it.
