@@ -156,7 +156,7 @@ def test_every_answer_forbids_framing(app_url: str) -> None:
         for path in ("/static/no-such-file.js", "/_stcore/no-such-route"):  # Streamlit's fallbacks and 404s
             status, headers, _ = _response(app_url, "GET", path, host)
             assert _frames_refused(headers), (host, path, status)
-    for host, expected in ((f"127.0.0.1:{port}", b" 101 "), (f"evil.example:{port}", b" 403 ")):
+    for host, status_line in ((f"127.0.0.1:{port}", b" 101 "), (f"evil.example:{port}", b" 403 ")):
         head = _websocket_head(app_url, host).lower()
-        assert expected in head.split(b"\r\n")[0], head
+        assert status_line in head.split(b"\r\n")[0], head
         assert b"\r\nx-frame-options: deny" in head and b"\r\ncontent-security-policy: frame-ancestors 'none'" in head
