@@ -21,7 +21,8 @@ MB = 1e6
 UNKNOWN = "—"
 # What a page draws from a text field that comes from elsewhere (issue 25 #7: one 1 MB model name, copied into
 # every chart bar and table cell, cost the Live tab 12 s of server CPU per 15 s and hung the browser tab):
-LABEL_MAX_CHARS = 60  # a name (model, client, GPU) in a chart, table, card or menu: cut in the middle beyond this
+LABEL_MAX_CHARS = 100  # a name (model, client, GPU) in a chart, table, card or menu: cut in the middle beyond this
+# (Hugging Face model names run to ~80 characters: they stay whole)
 SENTENCE_MAX_CHARS = 600  # a sentence of ours that quotes such names (diagnoses, flags)
 TEXT_MAX_CHARS = 20_000  # a prompt, reply or error shown on a page: its start, the whole as a download
 ELLIPSIS = "…"
