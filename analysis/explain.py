@@ -27,6 +27,8 @@ BATCH_EXAMPLE_STREAMS = 4
 
 def _where_time_went(record: RequestRecord, p: Phases) -> str:
     total = p.total_s if p.total_s is not None else p.client_s
+    if total is None and record.direct:  # no access line fitted it, and no proxy saw it: its phases are all there is
+        total = sum(v for v in (p.load_s, p.queue_s, p.prefill_s, p.decode_s) if v is not None) or None
     if total is None or total <= 0 or (p.load_s is None and p.prefill_s is None and p.decode_s is None):
         seen = f"{p.token_chunks} token chunks" if p.token_chunks else "no tokens"
         took = f" in {w.secs(p.client_s)}" if p.client_s is not None else ""

@@ -421,7 +421,7 @@ def split_record(rec: RequestRecord) -> Phases:
     """
     flags = _Flags()
     kind = RequestKind(rec.kind)
-    openai = rec.endpoint.startswith("/v1/")
+    openai = (rec.endpoint or "").startswith("/v1/") and not rec.direct  # a direct record's figures are the runner's
     m = rec.metrics
     values: dict[str, Any] = {}
     if m is not None:
@@ -465,7 +465,24 @@ def split_record(rec: RequestRecord) -> Phases:
         _decode_from_stream(chunks, values, flags)
     if kind is RequestKind.GENERATE and rec.stream:
         _split_thinking(rec, chunks, values)
+    if rec.direct:
+        _as_direct(rec, values)
     return _result(values, flags)
+
+
+def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
+    """A generation seen from the runner: its figures are the runner's (its log, else /slots readings), not a
+    reply's; it has no client side (no proxy saw it), so nothing is measured there."""
+    source = PhaseSource.LOG if rec.runner_source == PhaseSource.LOG else PhaseSource.SLOTS
+    for key in ("prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source"):
+        if values.get(key) is not None:
+            values[key] = source
+    if rec.metrics is not None and rec.metrics.load_duration_ns is None and source is PhaseSource.SLOTS:
+        values.update(load_s=None, load_source=None)  # /slots does not tell whether a load came first: not known
+    elif values.get("load_source") is not None:
+        values["load_source"] = PhaseSource.LOG  # the log tells each load ("llama-server started in X seconds"), or none
+    for key in ("transport_s", "ttft_s", "client_s"):
+        values.pop(key, None)
 
 
 def _split_usage(m: FinalMetrics, kind: RequestKind) -> dict[str, Any]:
@@ -486,7 +503,7 @@ def _place_server(rec: RequestRecord, m: FinalMetrics, values: dict[str, Any], f
     assert rec.final_chunk_ns is not None
     total_ns = m.total_duration_ns
     client_ns = rec.final_chunk_ns - rec.received_ns
-    if total_ns is not None:
+    if total_ns is not None and not rec.direct:  # a direct record has no client side to compare with
         transport_ns = client_ns - total_ns
         values["transport_s"] = transport_ns / NS_PER_S
         if transport_ns < -CLOCK_SLACK_NS:

@@ -21,6 +21,13 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # the client went away before the final chunk
 
 
+class SeenFrom(StrEnum):
+    """Where a request record comes from (stored as ``requests.seen_from``)."""
+
+    PROXY = "proxy"  # the recording proxy saw the request and its reply
+    RUNNER = "runner"  # "direct": a client talked to Ollama itself; the runner's task (its /slots, Ollama's log) was seen
+
+
 class GpuKind(StrEnum):
     """What the collector's GPU side samples (stored as ``heartbeat.gpu_state``)."""
 
@@ -79,14 +86,21 @@ class FinalMetrics:
 
 @dataclass
 class RequestRecord:
-    """One generation, embedding, load or unload request seen by the recording proxy."""
+    """One generation, embedding, load or unload request seen by the recording proxy, or one generation a
+    client sent Ollama directly, seen from its runner (``seen_from`` RUNNER: see ``collectors.ollama.direct``).
 
-    id: str  # uuid4 hex, assigned by the proxy
-    started_at_unix_s: float  # wall clock when the request arrived
-    client_addr: str
-    endpoint: str  # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", or an embed route
+    A direct record has no proxy clock: its stamps are placed on the collector's monotonic clock from the
+    runner's readings, ``metrics`` holds the runner's own figures (Ollama's log, else /slots readings), and
+    what the runner does not tell (the route, the client, streamed or not) is None, never guessed.
+    """
+
+    id: str  # uuid4 hex, assigned by the proxy (direct: "runner-" + the runner's port, pid and task id)
+    started_at_unix_s: float  # wall clock when the request arrived (direct: when its task began)
+    client_addr: str | None  # None: not known (a direct record without an unambiguous access line)
+    # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", or an embed route; None: not known
+    endpoint: str | None
     model: str
-    stream: bool
+    stream: bool | None  # None: not known (direct)
     kind: RequestKind = RequestKind.GENERATE
     batch_size: int | None = None  # embed: how many inputs the request carried
     num_ctx: int | None = None
@@ -115,6 +129,20 @@ class RequestRecord:
     # Only with --record-text.
     prompt_text: str | None = None
     response_text: str | None = None
+    # Direct records (seen_from RUNNER). The runner's task, and how exact the figures are: each bound is the most
+    # the value can be off (a /slots poll interval, a batch), so 5e-6 s for the log's timings printed to 0.01 ms.
+    seen_from: SeenFrom = SeenFrom.PROXY
+    runner_port: int | None = None
+    runner_task_id: int | None = None  # llama-server's id_task (/slots) = "task N" (its log)
+    runner_source: str | None = None  # where the figures come from: "log" (exact) or "slots" (bounded)
+    ends_bound_s: float | None = None  # start and end times: each within this of the truth
+    prefill_bound_s: float | None = None
+    decode_bound_s: float | None = None
+    output_tokens_bound: int | None = None  # 0: counted exactly
+
+    @property
+    def direct(self) -> bool:
+        return self.seen_from == SeenFrom.RUNNER
 
     def wall_s(self, t_ns: int) -> float:
         """Convert a monotonic timestamp of this request to wall-clock seconds."""

@@ -46,7 +46,7 @@ _SOURCES: dict[ProgressSource, PhaseSource] = {ProgressSource.SLOTS: PhaseSource
 
 def wants_readings(rec: RequestRecord) -> bool:
     """Whether the runner's readings can add anything to this record (a finished /v1 generation)."""
-    return rec.endpoint.startswith("/v1/") and RequestKind(rec.kind) is RequestKind.GENERATE
+    return (rec.endpoint or "").startswith("/v1/") and RequestKind(rec.kind) is RequestKind.GENERATE
 
 
 def _read_rows(readings: Sequence[ProgressSample]) -> tuple[PhaseSource, list[ProgressSample]] | None:

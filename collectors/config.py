@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import grp
 import ipaddress
 import os
+import pwd
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -507,9 +510,13 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
 
 
 def prepare_data_dir(data_dir: Path) -> None:
-    """Create the data folder and check it is writable; SettingsError otherwise."""
+    """Create the data folder (private: 0700) and check it is ours and writable only by us; SettingsError otherwise.
+
+    A folder another user owns or can write lets that user put a symbolic link where the collector creates a
+    file (the lock, the store), and so make it overwrite any file our user can write.
+    """
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise SettingsError(
             f"--data/PHASEWATCH_DATA {str(data_dir)!r} cannot be created ({exc.strerror}); choose a folder you can write"
@@ -518,3 +525,46 @@ def prepare_data_dir(data_dir: Path) -> None:
         raise SettingsError(f"--data/PHASEWATCH_DATA {str(data_dir)!r} is not a folder; choose a folder")
     if not os.access(data_dir, os.W_OK | os.X_OK):
         raise SettingsError(f"--data/PHASEWATCH_DATA {str(data_dir)!r} is not writable; choose a folder you can write")
+    if (unsafe := _not_private(data_dir)) is not None:
+        raise SettingsError(f"--data/PHASEWATCH_DATA {str(data_dir)!r} {unsafe}")
+
+
+def _not_private(folder: Path) -> str | None:
+    """Why another local user could replace the files in ``folder`` (None: only we can)."""
+    st = folder.stat()
+    me = os.geteuid()
+    mode = f"mode {stat.S_IMODE(st.st_mode):o}"
+    own = f"choose a folder of your own (the default is {default_data_dir()})"
+    if st.st_uid != me:
+        owner, runner = _user_name(st.st_uid), _user_name(me)
+        return f"belongs to {owner!r}, not to {runner!r} who runs the collector; that user could make it overwrite files: {own}"
+    if st.st_mode & stat.S_IWOTH:
+        return f"can be written by every user on this machine ({mode}): run `chmod go-w {folder}`, or {own}"
+    if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, me):
+        group = _group_name(st.st_gid)
+        return f"can be written by the group {group}, which has other users ({mode}): run `chmod g-w {folder}`, or {own}"
+    return None
+
+
+def _group_has_others(gid: int, uid: int) -> bool:
+    """Whether users other than ``uid`` belong to group ``gid`` (a user's private group has none)."""
+    try:
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return True  # unknown: assume so
+    me = _user_name(uid)
+    return gid != os.getegid() or any(member != me for member in group.gr_mem)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return repr(grp.getgrgid(gid).gr_name)
+    except KeyError:
+        return f"gid {gid}"

@@ -2,17 +2,21 @@
 
 ``python -m collectors.demo --data DIR`` starts ``python -m sim`` on a free loopback
 port with a realistic GPU profile, a collector (``--demo``) in front of it on another
-free port, and then plays users with the official ``ollama`` client through the
-proxy, so that every chart fills with real recorded data:
+free port, and then plays users with the official ``ollama`` client, so that every
+chart fills with real recorded data from the first minute:
 
-- one person chatting, with streamed replies and a conversation that grows;
-- a long document to summarise every minute or so (a long prefill that the chat feels);
+- one person chatting through the proxy, with streamed replies and a conversation that grows;
+- a long document (8k-32k tokens) to summarise from the first seconds on, then every 45 s or so: on the
+  demo's GPU (an RTX 3090) reading it takes 1-5 s, so its prefill card with its progress, and the stall it
+  causes in the other streams (they share the model's batches), show without waiting;
 - now and then a second model, loaded cold and unloaded again.
 
 ``--engine llama-cpp`` runs the real llama.cpp runner instead (``python -m sim --engine
 llama-server``: llama.cpp's server as Ollama starts it, Gemma 3 270M on this CPU, no GPU) with
-traffic a CPU keeps up with: one user sending short raw completions (it is a base model, so
-``/api/generate``, not chat).
+traffic a CPU keeps up with: one user sending short raw completions through the proxy (it is a base model, so
+``/api/generate``, not chat), and one sending them to the engine directly, as a client that was never re-pointed
+does: the collector records its generations from the runner (``llama-server``'s ``/slots`` and the log), marked
+"direct". (The simulated engine has no runner process to read, so the simulator demo has no direct user.)
 
 It holds ``DIR/demo.lock`` while it runs (read by the app through ``read_demo_lock``)
 and stops its children when it stops (``--stop`` asks a running one to; ``--exit-with-parent``
@@ -43,14 +47,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.lock import LockInfo, read_lock
+from collectors.lock import LockInfo, open_no_follow, read_lock
 from collectors.stopping import follow_parent
 
 DEMO_LOCK = "demo.lock"
 CHAT_MODEL = "llama3.2:latest"
 SECOND_MODEL = "llama3.1:8b"
-DEFAULT_HARDWARE = "rtx-4090"
-DOCUMENT_EVERY_S = 60.0
+DEFAULT_HARDWARE = "rtx-3090"  # 24 GB (a 32k context by default), and prefill slow enough to watch a long prompt read
+DOCUMENT_EVERY_S = 45.0
+FIRST_DOCUMENT_AFTER_S = 8.0  # the chat streams by then, so the document's prefill stalls it in the first minute
+DOCUMENT_TOKENS = (8_000, 32_000)  # sim counts one token per word
+CHAT_WAIT_MAX_S = 20.0  # a document waits at most this long for the chat's reply to be streaming
+DIRECT_FIRST_AFTER_S = 3.0  # the real-engine demo's direct user
 COLD_LOAD_EVERY_S = 150.0
 
 ENGINES = ("sim", "llama-cpp")
@@ -97,8 +105,8 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
     """The running demo of ``data_dir``, or None. Opens no socket and never blocks."""
     path = Path(data_dir) / DEMO_LOCK
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # none, or a symbolic link (ELOOP), which is no demo's lock
         return None
     try:
         try:
@@ -210,6 +218,7 @@ class Traffic:
         self._client = ollama.Client(host=proxy_url, timeout=120, headers=client_auth_headers())
         self._stop = stop
         self._rng = random.Random(seed)
+        self._chatting = threading.Event()  # the chat user's reply is streaming
         self.sent = 0
         self.failed = 0
 
@@ -227,10 +236,14 @@ class Traffic:
         stream = self._client.chat(
             model=CHAT_MODEL, messages=messages, stream=True, options={"num_predict": self._rng.randint(40, 220)}
         )
-        for part in stream:
-            if self._stop.is_set():
-                break
-            reply.append(part.message.content or "")
+        try:
+            for part in stream:
+                self._chatting.set()
+                if self._stop.is_set():
+                    break
+                reply.append(part.message.content or "")
+        finally:
+            self._chatting.clear()
         messages.append({"role": "assistant", "content": "".join(reply)})
 
     def _summarise(self, document: str) -> None:
@@ -260,10 +273,13 @@ class Traffic:
             self._stop.wait(self._rng.uniform(3.0, 9.0))
 
     def document_reader(self) -> None:
-        self._stop.wait(20.0)
+        self._stop.wait(FIRST_DOCUMENT_AFTER_S)
         vocabulary = ("report", "quarter", "revenue", "growth", "team", "plan", "risk", "data")
         while not self._stop.is_set():
-            document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(1500, 4000)))
+            document = " ".join(self._rng.choice(vocabulary) for _ in range(self._rng.randint(*DOCUMENT_TOKENS)))
+            # Sent while the chat's reply streams (else soon anyway): its prefill shares the model's batches with
+            # that reply, which stalls for as long as the document is read.
+            self._chatting.wait(CHAT_WAIT_MAX_S)
             self._guard("document", self._summarise, document)
             self._stop.wait(DOCUMENT_EVERY_S * self._rng.uniform(0.8, 1.2))
 
@@ -284,43 +300,52 @@ class Traffic:
 
 
 class EngineTraffic:
-    """One user sending short raw completions: what a CPU running the real engine keeps up with."""
+    """What a CPU running the real engine keeps up with: one user sending short raw completions through the proxy,
+    and one sending them to the engine directly (``direct_url``), recorded from its runner."""
 
-    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1) -> None:
+    def __init__(self, proxy_url: str, stop: threading.Event, seed: int = 1, direct_url: str | None = None) -> None:
         import ollama
 
         from collectors.config import client_auth_headers
 
-        self._client = ollama.Client(host=proxy_url, timeout=180, headers=client_auth_headers())
+        self._clients = {"proxied": ollama.Client(host=proxy_url, timeout=180, headers=client_auth_headers())}
+        if direct_url is not None:
+            self._clients["direct"] = ollama.Client(host=direct_url, timeout=180)
         self._stop = stop
-        self._rng = random.Random(seed)
+        self._seed = seed
         self.sent = 0
         self.failed = 0
 
-    def _complete(self) -> None:
+    def _complete(self, client: Any, rng: random.Random) -> None:
         # Greedy, no repeat penalty: the cheapest sampling over Gemma's 262k-token vocabulary.
-        options = {"num_predict": self._rng.randint(16, 48), "temperature": 0, "repeat_penalty": 1.0}
-        stream = self._client.generate(
-            model=ENGINE_MODEL, prompt=self._rng.choice(ENGINE_OPENINGS), raw=True, stream=True, options=options
-        )
+        options = {"num_predict": rng.randint(16, 48), "temperature": 0, "repeat_penalty": 1.0}
+        stream = client.generate(model=ENGINE_MODEL, prompt=rng.choice(ENGINE_OPENINGS), raw=True, stream=True, options=options)
         for _ in stream:
             if self._stop.is_set():
                 break
 
-    def user(self) -> None:
+    def user(self, name: str, first_after_s: float) -> None:
+        client = self._clients[name]
+        rng = random.Random(f"{self._seed}-{name}")  # each user its own choices
+        self._stop.wait(first_after_s)
         while not self._stop.is_set():
             try:
-                self._complete()
+                self._complete(client, rng)
                 self.sent += 1
             except Exception as exc:  # shrug and try again later
                 self.failed += 1
-                print(f"demo traffic: completion failed: {exc}", file=sys.stderr, flush=True)
-            self._stop.wait(self._rng.uniform(4.0, 10.0))
+                print(f"demo traffic: {name} completion failed: {exc}", file=sys.stderr, flush=True)
+            self._stop.wait(rng.uniform(4.0, 10.0))
 
     def start(self) -> list[threading.Thread]:
-        thread = threading.Thread(target=self.user, name="demo-engine-user", daemon=True)
-        thread.start()
-        return [thread]
+        first_after_s = {"proxied": 0.0, "direct": DIRECT_FIRST_AFTER_S}
+        threads = [
+            threading.Thread(target=self.user, args=(name, first_after_s[name]), name=f"demo-engine-{name}", daemon=True)
+            for name in self._clients
+        ]
+        for t in threads:
+            t.start()
+        return threads
 
 
 class DemoLock:
@@ -331,7 +356,7 @@ class DemoLock:
         self._fd: int | None = None
 
     def acquire(self, info: DemoInfo) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -385,15 +410,20 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         children.append(sim)
         wait_for(lambda: _http_ok(f"{sim_url}/api/version"), ENGINE_START_TIMEOUT_S if real else 30, "simulator", sim)
         # The real engine has no virtual GPU to sample (/sim/gpu): its collector samples this machine like a real one.
+        # The real engine's runner writes Ollama's log to sim's output: the collector reads it (direct records exact).
+        mode = ["--ollama-log", str(data_dir / "sim.log")] if real else ["--demo"]
         collector_argv = [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
-                          "--data", str(data_dir)] + ([] if real else ["--demo"])  # fmt: skip
+                          "--data", str(data_dir), *mode]  # fmt: skip
         collector = _start(collector_argv, data_dir / "collector.log")
         children.append(collector)
         info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
         upstream = f"real llama.cpp engine ({ENGINE_MODEL} on this CPU)" if real else f"simulator ({hardware})"
         print(f"demo: {upstream} {sim_url}, proxy {info.listen}, data {data_dir}", flush=True)
         if traffic:
-            (EngineTraffic if real else Traffic)(f"http://{info.listen}", stop).start()
+            if real:
+                EngineTraffic(f"http://{info.listen}", stop, direct_url=sim_url).start()
+            else:
+                Traffic(f"http://{info.listen}", stop).start()
         while not stop.wait(1.0):
             for child in children:
                 if child.poll() is not None:

@@ -49,6 +49,22 @@ class LockHeldError(RuntimeError):
         )
 
 
+class UnsafeFileError(RuntimeError):
+    """A file the collector writes is a symbolic link (someone could aim it at any of our files)."""
+
+
+def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a symbolic link at ``path`` (``O_NOFOLLOW``): UnsafeFileError instead."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UnsafeFileError(
+            f"{path} is a symbolic link, which the collector never writes through; delete it (check who made it) and start again"
+        ) from None
+
+
 def lock_path(data_dir: Path | str) -> Path:
     return Path(data_dir) / LOCK_NAME
 
@@ -100,8 +116,12 @@ def read_lock(data_dir: Path | str) -> LockInfo | None:
     path = lock_path(data_dir)
     unknown = LockInfo(None, "", "", 0.0, str(data_dir))
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
+        return unknown if _folder_held(data_dir) else None
+    except OSError as exc:  # ELOOP: a symbolic link, not our lock file
+        if exc.errno != errno.ELOOP:
+            raise
         return unknown if _folder_held(data_dir) else None
     try:
         if not _held_by_other(fd):
@@ -149,14 +169,15 @@ class CollectorLock:
         return self._fd is not None
 
     def acquire(self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5) -> LockInfo:
-        """Take the lock and write our details; LockHeldError if another process has it."""
+        """Take the lock and write our details; LockHeldError if another process has it, UnsafeFileError if the
+        lock file is a symbolic link."""
         # Both fds are O_CLOEXEC by default: children don't inherit the locks.
         dir_fd = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY)
         fd = -1
         try:
             if not _flock_exclusive(dir_fd, retry_s):
                 raise LockHeldError(self.path, read_lock(self._data_dir))
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
             if not _flock_exclusive(fd, retry_s):
                 raise LockHeldError(self.path, read_lock(self._data_dir))
         except BaseException:

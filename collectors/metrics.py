@@ -220,9 +220,18 @@ def _thinking_s(row: RequestRow) -> float | None:
     return row.thinking_s
 
 
+def source_label(row: RequestRow) -> str:
+    """``proxy``, or for a direct record where its figures come from (``log``, ``slots``)."""
+    return str(row.runner_source or "slots") if row.direct else "proxy"
+
+
 @dataclass
 class RequestStats:
-    """Finished requests, counted by endpoint, model and outcome, and observed into per-host histograms.
+    """Finished requests, counted by endpoint, model, outcome and source, and observed into per-host histograms.
+
+    Source: ``proxy`` for a request the proxy relayed; for one a client sent Ollama directly (recorded from the
+    runner), where its figures come from: ``log`` (the runner's own timings) or ``slots`` (/slots readings,
+    bounded). A direct record's endpoint is "" where no access line told it.
 
     Models and endpoints pass through ``LabelSet``s, so the counters stay bounded whatever clients send.
     ``server_address``/``server_port`` label the histograms with the upstream Ollama.
@@ -230,7 +239,7 @@ class RequestStats:
 
     server_address: str = ""
     server_port: str = ""
-    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    counts: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     models: LabelSet = field(default_factory=LabelSet)
     endpoints: LabelSet = field(default_factory=LabelSet)
     histograms: dict[tuple[str, tuple[str, ...]], Histogram] = field(default_factory=dict)
@@ -265,9 +274,9 @@ class RequestStats:
         """
         model = self.models.admit(row.model)
         outcome = Outcome(row.outcome).value
-        key = (self.endpoints.admit(row.endpoint), model, outcome)
+        key = (self.endpoints.admit(row.endpoint) if row.endpoint is not None else "", model, outcome, source_label(row))
         self.counts[key] = self.counts.get(key, 0) + 1
-        base = (OPERATIONS.get(row.endpoint, OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
+        base = (OPERATIONS.get(row.endpoint or "", OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
         error_type = "" if row.outcome == Outcome.OK else outcome
         self._observe("gen_ai_server_time_to_first_token_seconds", row.ttft_s, base)
         if row.decode_tok_s:
@@ -306,7 +315,7 @@ class RequestStats:
         ratio = self.ceiling_ratio_of(row)
         if ratio is None:
             return False
-        base = (OPERATIONS.get(row.endpoint, OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
+        base = (OPERATIONS.get(row.endpoint or "", OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
         self._observe("phasewatch_request_decode_ceiling_ratio", ratio, base)
         return True
 
@@ -350,7 +359,10 @@ class MetricsSnapshot:
     in_flight_by_phase: dict[str, int] = field(default_factory=dict)  # running generations: load, prefill, decode
     store_pending: int = 0
     store_failing: bool | None = None  # the last write failed (it is retried); None: no store
-    store_dropped: int | None = None  # records SQLite refused
+    store_dropped: int | None = None  # records SQLite refused, or shed for the backlog's caps
+    store_shed: int | None = None  # records shed, oldest first, because the backlog passed its byte cap
+    store_queued_bytes: int | None = None  # memory held by the records waiting
+    store_reopened: int | None = None  # times the store file was found deleted or replaced, and a fresh one opened
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
@@ -456,10 +468,14 @@ def _per_model(name: str, help_text: str, values: dict[str, int] | dict[str, flo
 
 
 def _stats_families(stats: RequestStats) -> Iterator[Metric]:
-    requests = CounterMetricFamily("phasewatch_requests", "Finished generation requests seen by the proxy, by outcome.",
-                                   labels=["endpoint", "model", "outcome"])  # fmt: skip
-    for (endpoint, model, outcome), n in sorted(stats.counts.items()):
-        requests.add_metric([endpoint, model, outcome], n)
+    requests = CounterMetricFamily(
+        "phasewatch_requests",
+        "Finished generation requests, by outcome and source: proxy (relayed by the proxy), or sent to Ollama "
+        "directly and recorded from its runner with figures from its log (exact) or its /slots (bounded).",
+        labels=["endpoint", "model", "outcome", "source"],
+    )
+    for (endpoint, model, outcome, source), n in sorted(stats.counts.items()):
+        requests.add_metric([endpoint, model, outcome, source], n)
     yield requests
     yield _per_model("phasewatch_prompt_tokens", "Prompt tokens of finished requests (prompt_eval_count).", stats.prompt_tokens)
     yield _per_model("phasewatch_prompt_cached_tokens", "Prompt tokens served from the KV cache (where Ollama reports "
@@ -546,6 +562,17 @@ class PhasewatchCollector(Collector):
         if snap.store_dropped is not None:
             yield CounterMetricFamily("phasewatch_store_dropped_records", "Records the store refused and dropped.",
                                       value=snap.store_dropped)  # fmt: skip
+        if snap.store_shed is not None:
+            yield CounterMetricFamily("phasewatch_store_shed_records",
+                                      "Records shed, oldest first, because those waiting for the store passed its byte cap.",
+                                      value=snap.store_shed)  # fmt: skip
+        if snap.store_queued_bytes is not None:
+            yield GaugeMetricFamily("phasewatch_store_pending_bytes", "Memory held by the records waiting for the store.",
+                                    value=snap.store_queued_bytes)  # fmt: skip
+        if snap.store_reopened is not None:
+            yield CounterMetricFamily("phasewatch_store_reopened",
+                                      "Times the store file was found deleted or replaced and recording went on in a fresh file.",
+                                      value=snap.store_reopened)  # fmt: skip
 
 
 def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:

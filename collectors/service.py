@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -31,7 +32,16 @@ from analysis.ceilings import ceilings_for_request, vram_fraction
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
-from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind, GpuSample, HostBandwidth, HostSample, RequestRecord
+from analysis.records import (
+    GPU_SOURCE_NAMES,
+    CollectorInfo,
+    GpuKind,
+    GpuSample,
+    HostBandwidth,
+    HostSample,
+    Outcome,
+    RequestRecord,
+)
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu.report import GpuState, SimGpuSource
@@ -39,7 +49,7 @@ from collectors.gpu.state import GpuSampler
 from collectors.host.bandwidth import measure_host_bandwidth, same_machine
 from collectors.host.sampler import HostSampler, OllamaProcesses
 from collectors.lab.ingest import LabIngester
-from collectors.lock import CollectorLock
+from collectors.lock import CollectorLock, UnsafeFileError
 from collectors.metrics import (
     CONTENT_TYPE,
     LabelSet,
@@ -59,6 +69,7 @@ from store import queries
 from store.ops import (
     REDERIVE_BATCH,
     ApplyRetention,
+    DeleteDirect,
     MarkInterrupted,
     PutExperiment,
     PutGpuSamples,
@@ -79,11 +90,21 @@ RETENTION_EVERY_S = 300.0  # ages; the size bound is also checked after each com
 INTERRUPTED_REASON = "the collector stopped before this request ended"
 WRITER_CLOSE_TIMEOUT_S = 10.0
 GPU_HISTORY_TICKS = 600  # GPU samples kept for energy by phase (10 min at the default interval)
-ENERGY_PENDING_MAX = 10_000  # finished requests waiting for the GPU sample after their end
+ENERGY_PENDING_MAX = 10_000  # finished requests' phase windows waiting for the GPU sample after their end
 # Finished requests whose decode ceiling is not known yet (the model's /api/show is read after it loads, often
 # after the first request on a cold model ended): retried each tick for this long, at most this many.
 CEILING_PENDING_MAX = 1_000
 CEILING_PENDING_S = 60.0
+
+
+PhaseWindow = tuple[str, float, float]  # (phase, start, end) in wall-clock seconds, as metrics.phase_windows gives
+
+
+def _without_text(row: RequestRow) -> RequestRow:
+    """The row without its prompt and reply (what the decode ceiling needs is the numbers)."""
+    if row.prompt_text is None and row.response_text is None:
+        return row
+    return dataclasses.replace(row, prompt_text=None, response_text=None)
 
 
 class StoreOpenError(RuntimeError):
@@ -130,7 +151,9 @@ class CollectorService:
         self.in_flight_by_phase: dict[str, int] = {}
         self.energy_j_by_phase: dict[str, float] = {}
         self._gpu_history: collections.deque[list[GpuSample]] = collections.deque(maxlen=GPU_HISTORY_TICKS)
-        self._energy_pending: list[RequestRow] = []  # finished requests whose phases' energy is not counted yet
+        # Finished requests whose phases' energy is not counted yet: their windows only (never the row, whose
+        # text may be large), and only while a GPU source exists (nothing else ever drains them).
+        self._energy_pending: collections.deque[list[PhaseWindow]] = collections.deque(maxlen=ENERGY_PENDING_MAX)
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
@@ -161,7 +184,10 @@ class CollectorService:
         s = self.settings
         prepare_data_dir(s.data_dir)
         # listen="" until the proxy is up: readers take a non-empty address to mean "ready".
-        self.lock.acquire(listen="", ollama_url=s.ollama_url, demo=s.demo)
+        try:
+            self.lock.acquire(listen="", ollama_url=s.ollama_url, demo=s.demo)
+        except UnsafeFileError as exc:
+            raise SettingsError(str(exc)) from None
         try:
             await self._start_locked()
         except BaseException:
@@ -299,7 +325,10 @@ class CollectorService:
     # -- recording -----------------------------------------------------------------------
 
     def _on_record(self, record: RequestRecord) -> None:
-        """Called by the proxy once per finished request, on the loop: only enqueue."""
+        """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:
+        only enqueue."""
+        if not record.direct and self.runners is not None:
+            self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
             stamps = record.token_chunk_ns
             gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
@@ -315,12 +344,18 @@ class CollectorService:
     def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
         try:
             self.stats.observe(row, token_gaps_s or ())
+            if not self._has_gpu_source():
+                return  # neither list can ever be drained: no energy, no ceiling without a GPU
             if row.decode_tok_s and self.stats.ceiling_ratio_of(row) is None:
-                self._ceiling_pending.append((time.monotonic(), row))
-            if phase_windows(row):
-                self._energy_pending.append(row)
+                # Without its text: up to CEILING_PENDING_MAX rows wait, and with --record-text each may hold MBs.
+                self._ceiling_pending.append((time.monotonic(), _without_text(row)))
+            if windows := phase_windows(row):
+                self._energy_pending.append(windows)
         except Exception:  # statistics must never cost a record
             log.exception("metrics could not count request %s", row.id)
+
+    def _has_gpu_source(self) -> bool:
+        return self._gpu is not None or self._sim_source is not None
 
     def _submit_experiment(self, *args: Any, **kwargs: Any) -> None:
         """The Lab ingester's sink: one run document as a ``PutExperiment`` (same arguments)."""
@@ -382,7 +417,15 @@ class CollectorService:
         if host is not None:
             writer.submit(PutHostSample(host))
         self.latest_gpus, self.latest_host = gpus, host
+        direct, retracted = self.runners.drain_direct() if self.runners is not None else ([], [])
         progress = self.runners.drain() if self.runners is not None else []  # before the snapshot: their requests are in it
+        if retracted:
+            writer.submit(DeleteDirect(tuple(retracted)))
+        for rec in direct:  # generations sent to Ollama directly, seen from its runner; before their progress rows
+            if rec.outcome == Outcome.IN_FLIGHT:
+                writer.submit(PutRequest(rec))
+            else:
+                self._on_record(rec)
         running = await self.proxy.in_flight_sliced() if self.proxy is not None else []
         for rec in running:  # the Live page shows generations while they run
             writer.submit(PutRequest(rec))
@@ -430,16 +473,15 @@ class CollectorService:
         samples = [s for tick in self._gpu_history for s in tick]
         latest_s = max(s.ts_unix_s for s in self._gpu_history[-1])
         oldest_s = min(s.ts_unix_s for s in self._gpu_history[0])
-        waiting: list[RequestRow] = []
-        for row in self._energy_pending:
-            windows = phase_windows(row)
+        waiting: collections.deque[list[PhaseWindow]] = collections.deque(maxlen=ENERGY_PENDING_MAX)
+        for windows in self._energy_pending:
             if any(t1 > latest_s for _, _, t1 in windows):
-                waiting.append(row)  # the sample after its end is not in yet
+                waiting.append(windows)  # the sample after its end is not in yet
                 continue
             for phase, t0, t1 in windows:
                 if t0 >= oldest_s and (e := energy_between(samples, t0, t1)) is not None:
                     self.energy_j_by_phase[phase] = self.energy_j_by_phase.get(phase, 0.0) + e.joules
-        self._energy_pending = waiting[-ENERGY_PENDING_MAX:]
+        self._energy_pending = waiting
 
     def _retry_ceiling_ratios(self) -> None:
         """Observe the ceiling ratios that became known (the model's /api/show arrived); drop those too old."""
@@ -536,6 +578,9 @@ class CollectorService:
             store_pending=self.writer.pending_count if self.writer else 0,
             store_failing=None if self.writer is None else self.writer.last_error is not None,
             store_dropped=None if self.writer is None else self.writer.dropped_count,
+            store_shed=None if self.writer is None else self.writer.shed_count,
+            store_queued_bytes=None if self.writer is None else self.writer.queued_bytes,
+            store_reopened=None if self.writer is None else self.writer.reopened_count,
             loads=self.loads,
             unloads=self.unloads,
             energy_j_by_phase=self.energy_j_by_phase,

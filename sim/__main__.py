@@ -8,9 +8,11 @@ import contextlib
 import dataclasses
 import signal
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
+from sim import ollama_log
 from sim.catalog import MODELS
 from sim.engine import SimEngine
 from sim.faults import Faults
@@ -65,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--llama-server", default=None, metavar="PATH",
                     help="with --engine llama-server: the binary (default: $PHASEWATCH_LLAMA_SERVER, the one "
                     "scripts/build_llama_server.sh builds, or llama-server on PATH)")
+    ap.add_argument("--log-file", default=None, metavar="PATH", type=Path,
+                    help="also append Ollama's log (access lines, load lines, the runner's output) to this file; "
+                    "it always goes to stdout, as from a service")
     args = ap.parse_args(argv)
     if args.engine != "sim" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
@@ -82,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    if args.log_file is not None:
+        ollama_log.open_file(args.log_file)
     faults = Faults()
     profile = PROFILES[args.hardware]
     if args.disk_gbs:
@@ -127,6 +134,7 @@ async def serve(args: argparse.Namespace) -> None:
     finally:
         await runner.cleanup()
         print("sim: stopped", file=sys.stderr, flush=True)
+        ollama_log.close_file()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Coroutine
@@ -41,6 +40,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sim import ollama_log
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
 from sim.gguf_model import (
@@ -158,7 +158,10 @@ class _Runner:
         return self.proc.pid if self.proc is not None else 0
 
     async def start(self, session: aiohttp.ClientSession) -> None:
-        """Start the child and wait until it answers ``/health`` with 200 (model loaded, warmed up)."""
+        """Start the child and wait until it answers ``/health`` with 200 (model loaded, warmed up); say both in
+        Ollama's log as Ollama does (``starting llama-server cmd=…``, ``llama-server started in X seconds``)."""
+        started_s = time.monotonic()
+        ollama_log.slog("starting llama-server", source="llama_server.go:431", cmd=" ".join(self.argv))
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent,
@@ -173,6 +176,8 @@ class _Runner:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 async with session.get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:
+                        took_s = time.monotonic() - started_s
+                        ollama_log.slog(f"llama-server started in {took_s:.2f} seconds", source="llama_server.go:1362")
                         return
             if time.monotonic() > deadline:
                 await self.stop()
@@ -190,7 +195,7 @@ class _Runner:
                 return
             text = line.decode("utf-8", errors="replace").rstrip("\n")
             self.log.append(text)
-            print(text, file=sys.stderr, flush=True)
+            ollama_log.line(text)
 
     def last_error(self) -> str:
         lines = [ln for ln in self.log if ln.strip()]

@@ -10,7 +10,6 @@ is written and ended, in ``sim.streaming``.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import answers, embed_api, openai_api, registry
+from sim import answers, embed_api, ollama_log, openai_api, registry
 from sim.backend import Backend, Done, EngineError, GenRequest
 from sim.catalog import ModelFacts
 from sim.faults import FaultError, Faults
@@ -50,7 +49,7 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """One GIN-style line per request on stderr, written when it completes."""
+    """Ollama's access line per request (``sim.ollama_log``), written when it completes."""
     start_ns = time.monotonic_ns()
     status = 500
     try:
@@ -62,11 +61,7 @@ async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse
         raise
     finally:
         elapsed_ns = time.monotonic_ns() - start_ns
-        stamp = time.strftime("%Y/%m/%d - %H:%M:%S")
-        dur = format_go_duration(elapsed_ns)
-        peer = request.remote or "-"
-        line = f'[GIN] {stamp} | {status:3d} | {dur:>13} | {peer:>15} | {request.method:<8} "{request.path}"'
-        print(line, file=sys.stderr, flush=True)
+        ollama_log.access(status, format_go_duration(elapsed_ns), request.remote or "-", request.method, request.path)
 
 
 # --- request parsing ----------------------------------------------------------------

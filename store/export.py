@@ -5,6 +5,11 @@ under exactly the keys of ``python -m analysis.phases``, plus what only the prox
 (id, model, endpoint, kind, stream, outcome, client timings, thinking apart from the answer) and where each
 phase's value came from (``*_source``: ollama, usage, stream, counted, slots, log, estimate; empty where the
 value is not known — an unknown value is empty, never 0).
+
+``seen_from``: ``proxy``, or ``runner`` for a generation a client sent Ollama directly, recorded from its
+runner: ``runner_source`` says whether its figures are the runner's own timings from Ollama's log (exact) or
+readings of its /slots, and the ``*_bound`` columns how far each value can be off; its route, client and
+``stream`` are empty where they are not known.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ EXPORT_KEYS: tuple[str, ...] = (
     "thinking_tokens", "thinking_s", "thinking_tok_s", "answer_tokens", "answer_s", "answer_tok_s",
     "load_source", "queue_source", "prefill_source", "decode_source", "prompt_tokens_source", "output_tokens_source",
     "thinking_source",
+    "seen_from", "runner_source", "runner_port", "runner_task_id", "ends_bound_s", "prefill_bound_s", "decode_bound_s",
+    "output_tokens_bound",
 )  # fmt: skip
 
 # OWASP ASVS (5.3 / 1.2.10) on CSV injection: a text cell starting with one of these is escaped with a leading "'".
@@ -81,6 +88,14 @@ def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator
             "status": rec.outcome.value,
             "status_code": rec.status_code,
             "error": rec.error,
+            "seen_from": str(rec.seen_from),
+            "runner_source": rec.runner_source,
+            "runner_port": rec.runner_port,
+            "runner_task_id": rec.runner_task_id,
+            "ends_bound_s": rec.ends_bound_s,
+            "prefill_bound_s": rec.prefill_bound_s,
+            "decode_bound_s": rec.decode_bound_s,
+            "output_tokens_bound": rec.output_tokens_bound,
         }
         for key in EXPORT_KEYS:
             if key not in out:

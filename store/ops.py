@@ -12,6 +12,7 @@ import copy
 import json
 import math
 import sqlite3
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
@@ -29,6 +30,7 @@ from analysis.records import (
     ProgressSample,
     ProgressSource,
     RequestRecord,
+    SeenFrom,
 )
 from analysis.runner_fill import split_with_readings, wants_readings
 from store.rows import encode_token_times, record_of, request_row
@@ -61,6 +63,7 @@ T = TypeVar("T")
 DAY_S = 86_400.0
 # /api/show keys that are long, user-facing text and carry no architecture facts.
 SHOW_KEYS_DROPPED = ("license", "modelfile", "template")
+INT_IN_LIST_BYTES = 40  # a list slot (8) and the int object (32) of a nanosecond time
 OP_BYTES = 512  # a row with its index entries, about; the text and token times of a request come on top
 # Prompt sizes the server itself counted (Ollama's prompt_eval_count, the /v1 usage block).
 EXACT_PROMPT_SOURCES = (PhaseSource.OLLAMA, PhaseSource.USAGE)
@@ -119,6 +122,11 @@ class Op(Generic[T]):
         """About how many bytes it adds to the store (what a batch's size is counted in)."""
         return OP_BYTES
 
+    @property
+    def held_bytes(self) -> int:
+        """About how much memory it holds while it waits (what the writer's backlog is bounded in)."""
+        return self.size_bytes
+
     def apply(self, tx: Tx) -> T:
         raise NotImplementedError
 
@@ -171,6 +179,13 @@ class PutRequest(Op[RequestRow | None]):
         texts = (rec.prompt_text, rec.response_text, rec.error, rec.model)
         return OP_BYTES + sum(len(t) for t in texts if t) + 8 * len(rec.token_chunk_ns)
 
+    @property
+    def held_bytes(self) -> int:
+        rec = self.record
+        texts = (rec.prompt_text, rec.response_text, rec.error, rec.model)
+        # A str's own size (1-4 bytes a character); a token time is a list slot and an int object.
+        return OP_BYTES + sum(sys.getsizeof(t) for t in texts if t) + INT_IN_LIST_BYTES * len(rec.token_chunk_ns)
+
     def apply(self, tx: Tx) -> RequestRow | None:
         rec = self.record
         row = request_row(rec, _split(tx.conn, rec), tx.now_unix_s, PHASES_VERSION)
@@ -185,6 +200,21 @@ class PutRequest(Op[RequestRow | None]):
             tx.conn.execute("UPDATE progress_samples SET prompt_tokens = ? WHERE request_id = ? AND source <> ?",
                             (row.prompt_tokens, rec.id, ProgressSource.ESTIMATE.value))  # fmt: skip
         return row
+
+
+@dataclass(frozen=True)
+class DeleteDirect(Op[int]):
+    """Direct rows written while their runner task ran, found to be a proxied request's after all (it showed up,
+    or its figures matched): deleted, with their readings. Only rows seen from the runner. Returns how many."""
+
+    ids: tuple[str, ...]
+
+    def apply(self, tx: Tx) -> int:
+        deleted = 0
+        for rid in self.ids:
+            cur = tx.conn.execute("DELETE FROM requests WHERE id = ? AND seen_from = ?", (rid, SeenFrom.RUNNER.value))
+            deleted += cur.rowcount
+        return deleted
 
 
 @dataclass(frozen=True)
@@ -443,55 +473,97 @@ class PutExperiment(Op[None]):
 
 @dataclass(frozen=True)
 class ApplyRetention(Op[RetentionResult]):
-    """Delete rows past their age, then the oldest rows while the store is over ``max_bytes``."""
+    """Delete rows past their age, then the oldest rows while the store is over ``max_bytes``; then give the
+    freed pages back to the file system (the hourly pass, and at start)."""
 
     now_unix_s: float
     vacuum_after: ClassVar[bool] = True
 
     def apply(self, tx: Tx) -> RetentionResult:
-        conn = tx.conn
-        policy = tx.retention
+        conn, policy = tx.conn, tx.retention
         result = RetentionResult(used_bytes_before=tx.used_bytes())
-        deleted = result.deleted
-
-        def count(table: str, n: int) -> None:
-            deleted[table] = deleted.get(table, 0) + n
-
-        def delete_samples_before(cutoff: float) -> None:
-            for table in ("gpu_samples", "host_samples", "loaded_models", "ps_snapshots", "ollama_events"):
-                count(table, conn.execute(f"DELETE FROM {table} WHERE ts_unix_s < ?", (cutoff,)).rowcount)
-            for table in ("gpu_minutes", "host_minutes"):  # minutes wholly before the cutoff
-                count(table, conn.execute(f"DELETE FROM {table} WHERE minute_unix_s + ? <= ?", (ROLLUP_S, cutoff)).rowcount)
-
-        def delete_requests_before(cutoff: float) -> None:
-            # request_tokens go with their rows (ON DELETE CASCADE).
-            count("requests", conn.execute("DELETE FROM requests WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
-            count("experiments", conn.execute("DELETE FROM experiments WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
-
-        delete_samples_before(self.now_unix_s - policy.samples_max_age_s)
-        delete_requests_before(self.now_unix_s - policy.requests_max_age_s)
-
-        # Size bound: oldest samples first, then oldest requests, a tenth of the time span at a time.
+        _delete_samples_before(conn, self.now_unix_s - policy.samples_max_age_s, result.deleted)
+        _delete_requests_before(conn, self.now_unix_s - policy.requests_max_age_s, result.deleted)
+        # model_info of models no longer installed, and host bandwidth measurements, age like requests.
+        cutoff = self.now_unix_s - policy.requests_max_age_s
+        _count(result.deleted, "model_info", conn.execute(
+            f"DELETE FROM model_info WHERE updated_at_unix_s < ? AND {_NOT_INSTALLED}", (cutoff,)).rowcount)  # fmt: skip
+        _count(result.deleted, "host_bandwidth", conn.execute(
+            "DELETE FROM host_bandwidth WHERE measured_unix_s < ? AND measured_unix_s < "
+            "(SELECT MAX(measured_unix_s) FROM host_bandwidth)", (cutoff,)).rowcount)  # fmt: skip
         over = tx.used_bytes() > policy.max_bytes
-        target_bytes = int(policy.max_bytes * policy.shed_to_fraction) if over else policy.max_bytes
-        for _ in range(200):
-            if tx.used_bytes() <= target_bytes:
-                break
-            span = conn.execute(
-                "SELECT MIN(t), MAX(t) FROM (SELECT MIN(ts_unix_s) AS t FROM gpu_samples UNION ALL "
-                "SELECT MAX(ts_unix_s) FROM gpu_samples UNION ALL SELECT MIN(ts_unix_s) FROM host_samples UNION ALL "
-                "SELECT MAX(ts_unix_s) FROM host_samples UNION ALL SELECT MIN(ts_unix_s) FROM ps_snapshots UNION ALL "
-                "SELECT MAX(ts_unix_s) FROM ps_snapshots)"
-            ).fetchone()
-            if span[0] is not None:
-                delete_samples_before(_next_cutoff(span[0], span[1]))
-                continue
-            span = conn.execute("SELECT MIN(started_at_unix_s), MAX(started_at_unix_s) FROM requests").fetchone()
-            if span[0] is None:
-                break
-            delete_requests_before(_next_cutoff(span[0], span[1]))
+        _shed_to(tx, int(policy.max_bytes * policy.shed_to_fraction) if over else policy.max_bytes, result.deleted)
         result.used_bytes_after = tx.used_bytes()
         return result
+
+
+@dataclass(frozen=True)
+class ShedToBound(Op[RetentionResult]):
+    """The size bound alone, after a commit took the store near it: the oldest rows go until the data takes
+    ``shed_to_fraction`` of ``max_bytes``. Freed pages stay in the file for the next rows (no vacuum: giving them
+    back only for the file to grow again cost every commit a vacuum under a flood)."""
+
+    now_unix_s: float
+
+    def apply(self, tx: Tx) -> RetentionResult:
+        result = RetentionResult(used_bytes_before=tx.used_bytes())
+        _shed_to(tx, int(tx.retention.max_bytes * tx.retention.shed_to_fraction), result.deleted)
+        result.used_bytes_after = tx.used_bytes()
+        return result
+
+
+KEEP_NEWEST_REQUESTS = 100  # the size bound never sheds these: a store full of metadata keeps its latest requests
+_NOT_INSTALLED = (
+    "digest NOT IN (SELECT digest FROM installed_models) AND digest NOT IN (SELECT digest FROM loaded_models "
+    "WHERE ts_unix_s = (SELECT MAX(ts_unix_s) FROM ps_snapshots))"
+)
+SAMPLE_TABLES = ("gpu_samples", "host_samples", "loaded_models", "ps_snapshots", "ollama_events")
+
+
+def _count(deleted: dict[str, int], table: str, n: int) -> None:
+    deleted[table] = deleted.get(table, 0) + n
+
+
+def _delete_samples_before(conn: sqlite3.Connection, cutoff: float, deleted: dict[str, int]) -> None:
+    for table in SAMPLE_TABLES:
+        _count(deleted, table, conn.execute(f"DELETE FROM {table} WHERE ts_unix_s < ?", (cutoff,)).rowcount)
+    for table in ("gpu_minutes", "host_minutes"):  # minutes wholly before the cutoff
+        _count(deleted, table, conn.execute(f"DELETE FROM {table} WHERE minute_unix_s + ? <= ?", (ROLLUP_S, cutoff)).rowcount)
+
+
+def _delete_requests_before(conn: sqlite3.Connection, cutoff: float, deleted: dict[str, int]) -> None:
+    # request_tokens and progress_samples go with their rows (ON DELETE CASCADE).
+    _count(deleted, "requests", conn.execute("DELETE FROM requests WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
+    _count(deleted, "experiments", conn.execute("DELETE FROM experiments WHERE started_at_unix_s < ?", (cutoff,)).rowcount)
+
+
+def _shed_to(tx: Tx, target_bytes: int, deleted: dict[str, int]) -> None:
+    """Size bound: oldest samples first, then the /api/show answers of models no longer installed, then the oldest
+    requests (a tenth of the time span at a time), never the newest ``KEEP_NEWEST_REQUESTS``."""
+    conn = tx.conn
+    for _ in range(200):
+        if tx.used_bytes() <= target_bytes:
+            return
+        span = conn.execute(
+            "SELECT MIN(t), MAX(t) FROM (SELECT MIN(ts_unix_s) AS t FROM gpu_samples UNION ALL "
+            "SELECT MAX(ts_unix_s) FROM gpu_samples UNION ALL SELECT MIN(ts_unix_s) FROM host_samples UNION ALL "
+            "SELECT MAX(ts_unix_s) FROM host_samples UNION ALL SELECT MIN(ts_unix_s) FROM ps_snapshots UNION ALL "
+            "SELECT MAX(ts_unix_s) FROM ps_snapshots)"
+        ).fetchone()
+        if span[0] is not None:
+            _delete_samples_before(conn, _next_cutoff(span[0], span[1]), deleted)
+            continue
+        if (n := conn.execute(f"DELETE FROM model_info WHERE {_NOT_INSTALLED}").rowcount) > 0:
+            _count(deleted, "model_info", n)
+            continue
+        span = conn.execute("SELECT MIN(started_at_unix_s), MAX(started_at_unix_s) FROM requests").fetchone()
+        newest = conn.execute(
+            "SELECT started_at_unix_s FROM requests ORDER BY started_at_unix_s DESC LIMIT 1 OFFSET ?",
+            (KEEP_NEWEST_REQUESTS - 1,),
+        ).fetchone()
+        if span[0] is None or newest is None or span[0] >= newest[0]:
+            return  # only the newest requests are left: what is over the bound is not theirs to pay for
+        _delete_requests_before(conn, min(_next_cutoff(span[0], span[1]), newest[0]), deleted)
 
 
 def _next_cutoff(t_min: float, t_max: float) -> float:

@@ -334,16 +334,25 @@ def requests_in_window(
     return [_stored(r) for r in reversed(rows)]
 
 
+# A direct record timed from /slots readings alone enters the rate charts and medians only when both its prefill
+# and its decode time are known this closely (their bounds over their values): a poll interval over a short
+# prefill would be a guess. Proxied records and direct ones timed by the runner's log are exact.
+RATE_BOUND_MAX_FRACTION = 0.05
+
+
 def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: int = 5000) -> list[RequestSummary]:
-    """Each finished request of a model with final metrics, newest first (the Why page's rate charts)."""
+    """Each finished request of a model with final metrics, newest first (the Why page's rate charts): proxied,
+    and direct ones with exact figures (or bounded within RATE_BOUND_MAX_FRACTION)."""
     return [
         REQUEST_SUMMARIES.from_values(r)
         for r in _rows(
             conn,
             f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests "
             "WHERE model = ? AND started_at_unix_s >= ? AND outcome = 'ok' AND has_metrics = 1 "
+            "AND (seen_from = 'proxy' OR runner_source = 'log' OR (prefill_bound_s <= ? * prefill_s "
+            "AND decode_bound_s <= ? * decode_s)) "
             "ORDER BY started_at_unix_s DESC LIMIT ?",
-            (model, since_unix_s, int(limit)),
+            (model, since_unix_s, RATE_BOUND_MAX_FRACTION, RATE_BOUND_MAX_FRACTION, int(limit)),
         )
     ]
 
@@ -488,6 +497,17 @@ def latest_loaded_models(conn: sqlite3.Connection) -> list[LoadedModel]:
         (),
     )
     return [LOADED_MODELS.from_values(r) for r in rows]
+
+
+def loaded_since(conn: sqlite3.Connection, since_unix_s: float) -> dict[str, float]:
+    """Each model /api/ps listed since ``since_unix_s`` → the first snapshot that listed it (both spellings)."""
+    out: dict[str, float] = {}
+    for name, model, first in _rows(
+        conn, "SELECT name, model, MIN(ts_unix_s) FROM loaded_models WHERE ts_unix_s >= ? GROUP BY name, model", (since_unix_s,)
+    ):
+        for key in (name, model):
+            out[key] = min(out.get(key, first), first)
+    return out
 
 
 def installed_models(conn: sqlite3.Connection) -> list[InstalledModel]:

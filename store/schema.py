@@ -366,9 +366,51 @@ CREATE TABLE installed_models (
 );
 """
 
+# v9: generations clients sent Ollama directly, recorded from its runner (seen_from 'runner'; 'proxy' for every
+# older row): the runner's port and task, where the figures came from (log or slots) and how far each can be off.
+# What a direct record cannot know (route, client address, streamed or not) is NULL, so those three columns lose
+# NOT NULL: a change of the stored schema text alone (no row changes; SQLite's documented way for dropping a
+# NOT NULL constraint), checked by PRAGMA integrity_check before it commits.
+_V9 = """
+ALTER TABLE requests ADD COLUMN seen_from TEXT NOT NULL DEFAULT 'proxy';
+ALTER TABLE requests ADD COLUMN runner_port INTEGER;
+ALTER TABLE requests ADD COLUMN runner_task_id INTEGER;
+ALTER TABLE requests ADD COLUMN runner_source TEXT;
+ALTER TABLE requests ADD COLUMN ends_bound_s REAL;
+ALTER TABLE requests ADD COLUMN prefill_bound_s REAL;
+ALTER TABLE requests ADD COLUMN decode_bound_s REAL;
+ALTER TABLE requests ADD COLUMN output_tokens_bound INTEGER;
+CREATE INDEX requests_seen_from_started ON requests(seen_from, started_at_unix_s);
+"""
+_NULLABLE_V9 = (
+    ("client_addr TEXT NOT NULL, endpoint TEXT NOT NULL, model TEXT NOT NULL, stream INTEGER NOT NULL,",
+     "client_addr TEXT, endpoint TEXT, model TEXT NOT NULL, stream INTEGER,"),
+)  # fmt: skip
+
+
+def _v9(conn: sqlite3.Connection) -> None:
+    for statement in _statements(_V9):
+        conn.execute(statement)
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'requests'").fetchone()
+    for old, new in _NULLABLE_V9:
+        if old not in sql:
+            raise StoreError("the requests table is not as v1 created it: cannot make its route columns nullable")
+        sql = sql.replace(old, new)
+    (schema_version_before,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'requests'", (sql,))
+        conn.execute(f"PRAGMA schema_version = {int(schema_version_before) + 1}")  # other connections re-read it
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
+    problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    if problems != ["ok"]:
+        raise StoreError(f"v9 left the store inconsistent: {'; '.join(problems[:3])}")
+
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7), _script(_V8),
+    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7), _script(_V8), _v9,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 

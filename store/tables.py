@@ -33,6 +33,7 @@ from analysis.records import (
     Outcome,
     ProgressSample,
     RequestKind,
+    SeenFrom,
 )
 
 SqlValue = int | float | str | bytes | None
@@ -190,10 +191,10 @@ class RequestSummary:
     started_at_unix_s: float
     ended_at_unix_s: float | None  # final chunk, else close
     updated_at_unix_s: float  # wall clock of the last write of this row
-    client_addr: str
-    endpoint: str
+    client_addr: str | None  # None: not known (a direct record, v9)
+    endpoint: str | None
     model: str
-    stream: bool
+    stream: bool | None
     num_ctx: int | None
     num_predict: int | None
     keep_alive: str | None
@@ -245,6 +246,19 @@ class RequestSummary:
     prompt_tokens_source: PhaseSource | None
     output_tokens_source: PhaseSource | None
     thinking_source: PhaseSource | None
+    # v9: proxied, or sent to Ollama directly and seen from its runner; for a direct record, where its figures
+    # come from (log: the runner's own timings; slots: readings of /slots) and how far each can be off.
+    seen_from: SeenFrom
+    runner_source: PhaseSource | None
+    ends_bound_s: float | None
+    prefill_bound_s: float | None
+    decode_bound_s: float | None
+    output_tokens_bound: int | None
+
+    @property
+    def direct(self) -> bool:
+        """Sent to Ollama directly (not through the proxy): recorded from the runner."""
+        return self.seen_from == SeenFrom.RUNNER
 
     @property
     def computed_prompt_tokens(self) -> int | None:
@@ -295,6 +309,8 @@ class RequestRow(RequestSummary):
     last_thinking_ns: int | None
     first_answer_ns: int | None
     prompt_chars: int | None  # the prompt's characters, counted by the proxy (None: unknown, or an older row)
+    runner_port: int | None  # v9, direct records: the runner's port and its task (id_task, "task N" in the log)
+    runner_task_id: int | None
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ checked against the size bound (``RetentionPolicy.max_bytes``) and the oldest ro
 
 from __future__ import annotations
 
+import collections
+import errno
 import logging
 import os
-import queue
 import sqlite3
 import threading
 import time
@@ -21,20 +22,21 @@ from typing import Any, TypeVar
 
 from store.ops import (
     DAY_S,
-    ApplyRetention,
     Op,
     PutGpuSamples,
     PutHeartbeat,
     PutHostSample,
     PutLoadedModels,
     PutOllamaStatus,
+    PutProgress,
     PutRequest,
     RetentionPolicy,
     RetentionResult,
+    ShedToBound,
     Tx,
     drop_superseded,
 )
-from store.schema import connect_writer
+from store.schema import StoreError, connect_writer
 
 __all__ = ["DAY_S", "BackgroundWriter", "RetentionPolicy", "RetentionResult", "StoreWriter"]
 
@@ -51,8 +53,33 @@ MIN_BATCH_BYTES = 16 * 1024
 # and requests kept before the oldest requests are (a request is far more than a sample, so only past this).
 MAX_BACKLOG_RECORDS = 200_000
 MAX_BACKLOG_REQUESTS = 200_000
+# Records waiting in memory, by what they hold (Op.held_bytes): past this the oldest are shed, the newest kept,
+# whether the store refuses writes or only takes them slower than they come (--record-text at the size bound).
+# The queue and a batch held for a retry are each held within it.
+MAX_BACKLOG_BYTES = 128 * 1024 * 1024
 SAMPLE_OPS: tuple[type[Op[Any]], ...] = (PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutHeartbeat)
+SHEDDABLE_OPS: tuple[type[Op[Any]], ...] = (*SAMPLE_OPS, PutRequest, PutProgress)  # records, not upkeep
 SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
+SHED_AT_FRACTION = 0.9  # shed once data and -wal pass this share of the bound: a batch then still fits below it
+COMPACT_MIN_GAP_S = 30.0  # giving free pages back when the files are over the bound anyway: at most this often
+SHED_LOG_EVERY_S = 10.0  # the backlog's shedding is logged at most this often (with the totals)
+
+
+def create_no_follow(path: Path) -> None:
+    """Create the store's files (and its -wal, -shm) ourselves, never through a symbolic link.
+
+    SQLite follows a link at the store's path (and writes its -wal beside the target): whoever could place one
+    would make the collector overwrite any file it can write. ``O_NOFOLLOW`` refuses it; StoreError says so.
+    """
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreError(f"{p} is a symbolic link, which the collector never writes through; delete it "
+                                 "(check who made it) and start again") from None  # fmt: skip
+            raise
+        os.close(fd)
 
 
 class StoreWriter:
@@ -72,11 +99,16 @@ class StoreWriter:
         self.path = Path(path)
         self.retention = retention or RetentionPolicy()
         self._clock = clock
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_no_follow(self.path)
         self._conn = connect_writer(self.path, busy_timeout_ms=busy_timeout_ms)
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)  # the file opened: a path replaced or deleted later differs
         self._page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
         # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
         # checkpoint (it never shrinks by itself), both scaled to the bound.
         wal_bytes = max(WAL_MIN_BYTES, min(WAL_MAX_BYTES, self.retention.max_bytes // 4))
+        self._wal_limit_bytes = wal_bytes
         self._conn.execute(f"PRAGMA journal_size_limit = {int(wal_bytes)}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint = {max(16, wal_bytes // self._page_size)}")
 
@@ -108,11 +140,26 @@ class StoreWriter:
     def file_bytes(self) -> int:
         """Bytes on disk: the main file (free pages included) and its -wal."""
         pages = int(self._conn.execute("PRAGMA page_count").fetchone()[0])
+        return pages * self._page_size + self._wal_bytes()
+
+    def data_bytes(self) -> int:
+        """Bytes that hold data (free pages excluded) and the -wal, counted at its size limit at least (it grows
+        back to that between checkpoints): what shedding keeps within the bound, so the file needs no vacuum."""
+        return self.used_bytes() + max(self._wal_bytes(), self._wal_limit_bytes)
+
+    def _wal_bytes(self) -> int:
         try:
-            wal = os.stat(f"{self.path}-wal").st_size
+            return os.stat(f"{self.path}-wal").st_size
         except FileNotFoundError:
-            wal = 0
-        return pages * self._page_size + wal
+            return 0
+
+    def gone(self) -> str | None:
+        """Why the store's path no longer names the file this writer has open (deleted, replaced); None if it does."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        return None if (st.st_dev, st.st_ino) == self._identity else "replaced by another file"
 
     def over_bound(self) -> bool:
         """True when the files on disk hold more than ``retention.max_bytes``."""
@@ -137,6 +184,10 @@ class StoreWriter:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
             log.warning("giving free space back after retention failed: %s", exc)
+
+    def checkpoint(self) -> None:
+        """Copy the -wal into the main file and cut it back to nothing (waits for readers up to the busy timeout)."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
         try:
@@ -177,7 +228,12 @@ class _Flush(Op[None]):
     """Queue marker: write what is gathered now (never applied)."""
 
 
+class _Empty:
+    """What ``_get`` returns when the queue stayed empty."""
+
+
 _FLUSH = _Flush()
+_EMPTY = _Empty()
 Item = Op[Any] | None  # None: the stop marker
 
 
@@ -190,6 +246,9 @@ class BackgroundWriter:
     ``OperationalError`` (disk full, locked), the batch stays in memory and is retried with backoff
     (a full disk: its leading part that fits commits); ``last_error`` and ``pending_count`` say so,
     and the backlog is held within ``max_backlog_records``/``max_backlog_requests`` (oldest samples first).
+    Whatever the store does, the records waiting are held within ``max_backlog_bytes``: past it the oldest are
+    shed (``shed_count``, ``shed_note``, logged). A store file deleted or replaced under the writer is noticed
+    before the next batch and recording goes on in a fresh file at the same path (``reopened_count``, ``reopen_note``).
     """
 
     def __init__(
@@ -201,33 +260,47 @@ class BackgroundWriter:
         max_batch_ops: int = MAX_BATCH_OPS,
         max_backlog_records: int = MAX_BACKLOG_RECORDS,
         max_backlog_requests: int = MAX_BACKLOG_REQUESTS,
+        max_backlog_bytes: int = MAX_BACKLOG_BYTES,
         busy_timeout_ms: int = 1000,
         max_backoff_s: float = 5.0,
     ) -> None:
         # Opened here, so that an unusable store fails the caller at once.
-        self._writer = StoreWriter(path, retention=retention, busy_timeout_ms=busy_timeout_ms)
+        self._path = Path(path)
+        self._retention = retention
+        self._busy_timeout_ms = busy_timeout_ms
+        self._writer: StoreWriter | None = StoreWriter(path, retention=retention, busy_timeout_ms=busy_timeout_ms)
         self._batch_interval_s = batch_interval_s
         self._max_batch_ops = max(1, max_batch_ops)
         self._max_backlog_records = max_backlog_records
         self._max_backlog_requests = max_backlog_requests
+        self._max_backlog_bytes = max_backlog_bytes
         self._backlog_dropped: dict[str, int] = {}  # operation kind → records dropped for the backlog cap
         self._dropped_note = ""
         # A batch is also cut by size: one transaction of it may not take the store far past its bound.
-        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._writer.retention.max_bytes // 32))
+        self._bound_bytes = self._writer.retention.max_bytes
+        self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._bound_bytes // 32))
         self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
+        self._compacted_at = time.monotonic()
+        self._checked_at = 0.0  # when the files were last found over the bound and the -wal checkpointed
         self._max_backoff_s = max_backoff_s
-        self._queue: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        self._queue: collections.deque[Item] = collections.deque()
+        self._queued_bytes = 0  # held_bytes of the operations in _queue
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
+        self._arrived = threading.Condition(self._lock)
         self._submitted = 0
         self._committed = 0
         self._dropped = 0
+        self._shed: dict[str, int] = {}  # operation kind → records shed for the backlog's byte cap
+        self._shed_logged_at = 0.0
         self._batches = 0
         self._closing = False
         self._give_up_at: float | None = None
         self._wake = threading.Event()
         self._hard_limit: tuple[bool, int | None] = (False, None)
         self.last_error: str | None = None
+        self.reopened_count = 0  # times the store file was found deleted or replaced, and a fresh one opened
+        self.reopen_note: str | None = None  # what happened the last time (None: never)
         self._on_done: dict[int, Callable[[Any], None]] = {}  # id(op) → called with its result after the commit
         self._thread = threading.Thread(target=self._run, name="phasewatch-store-writer", daemon=True)
         self._thread.start()
@@ -238,7 +311,7 @@ class BackgroundWriter:
         """Queue an operation for the next batch; never blocks on disk.
 
         ``on_done`` is called on the writer's thread with the operation's result once it is committed
-        (never for a request upsert that a later one of the same request replaced).
+        (never for a request upsert that a later one of the same request replaced, nor for a record shed).
         """
         with self._lock:
             if self._closing:
@@ -246,7 +319,58 @@ class BackgroundWriter:
             self._submitted += op.weight
             if on_done is not None:
                 self._on_done[id(op)] = on_done
-        self._queue.put(op)
+            self._queue.append(op)
+            self._queued_bytes += op.held_bytes
+            shed = self._shed_queue_locked() if self._queued_bytes > self._max_backlog_bytes else {}
+            self._arrived.notify()
+        if shed:
+            self._say_shed(shed)
+
+    def _put(self, item: Item) -> None:
+        """A marker (flush, stop) at the queue's end."""
+        with self._lock:
+            self._queue.append(item)
+            self._arrived.notify()
+
+    def _get(self, timeout_s: float | None) -> Item | _Empty:
+        """The queue's oldest item; waits up to ``timeout_s`` (None: for ever, 0: not at all)."""
+        with self._lock:
+            if not self._queue and timeout_s != 0:
+                self._arrived.wait_for(lambda: bool(self._queue), timeout_s)
+            if not self._queue:
+                return _EMPTY
+            item = self._queue.popleft()
+            if item is not None and item is not _FLUSH:
+                self._queued_bytes -= item.held_bytes
+            return item
+
+    def _shed_queue_locked(self) -> dict[str, int]:
+        """With the lock held: shed the queue's oldest records until it holds ``max_backlog_bytes`` at most."""
+        kept: collections.deque[Item] = collections.deque()
+        shed: dict[str, int] = {}
+        while self._queue and self._queued_bytes > self._max_backlog_bytes:
+            item = self._queue.popleft()
+            if isinstance(item, SHEDDABLE_OPS):
+                self._queued_bytes -= item.held_bytes
+                self._count_shed_locked(item, shed)
+            else:
+                kept.append(item)  # markers and upkeep (retention, migrations' re-derives) always stay
+        self._queue.extendleft(reversed(kept))
+        return shed
+
+    def _count_shed_locked(self, op: Op[Any], shed: dict[str, int]) -> None:
+        self._on_done.pop(id(op), None)
+        kind = type(op).__name__
+        shed[kind] = shed.get(kind, 0) + op.weight
+        self._shed[kind] = self._shed.get(kind, 0) + op.weight
+        self._dropped += op.weight
+        self._done.notify_all()
+
+    def _say_shed(self, shed: dict[str, int]) -> None:
+        now = time.monotonic()
+        if now - self._shed_logged_at >= SHED_LOG_EVERY_S:
+            self._shed_logged_at = now
+            log.error("%s (now: %s)", self.shed_note, ", ".join(f"{n} {k}" for k, n in sorted(shed.items())))
 
     def _forget(self, ops: Sequence[Op[Any]]) -> None:
         """Superseded operations are never applied: their callbacks go."""
@@ -279,6 +403,12 @@ class BackgroundWriter:
             return self._submitted - self._committed - self._dropped
 
     @property
+    def queued_bytes(self) -> int:
+        """Memory held by the records waiting in the queue (``Op.held_bytes``)."""
+        with self._lock:
+            return self._queued_bytes
+
+    @property
     def committed_batches(self) -> int:
         """Transactions committed so far (each holds one batch)."""
         with self._lock:
@@ -286,17 +416,35 @@ class BackgroundWriter:
 
     @property
     def dropped_count(self) -> int:
-        """Records SQLite refused as invalid (not for lack of space); each is logged."""
+        """Records not written: refused by SQLite (each logged), or shed for a backlog cap."""
         with self._lock:
             return self._dropped
 
+    @property
+    def shed_count(self) -> int:
+        """Records shed, the oldest first, because the records waiting passed ``max_backlog_bytes``."""
+        with self._lock:
+            return sum(self._shed.values())
+
+    @property
+    def shed_note(self) -> str | None:
+        """What the byte cap shed so far, in words (None: nothing)."""
+        with self._lock:
+            shed = dict(self._shed)
+        if not shed:
+            return None
+        said = ", ".join(f"{n} {kind}" for kind, n in sorted(shed.items()))
+        return (f"the store took records slower than they came: over {self._max_backlog_bytes // 2**20} MiB waiting, "
+                f"the oldest were shed ({said})")  # fmt: skip
+
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Wait until everything submitted before this call is committed. False on timeout."""
+        """Wait until everything submitted before this call is committed (or shed). False on timeout."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             target = self._submitted
             if self._committed + self._dropped < target:
-                self._queue.put(_FLUSH)
+                self._queue.append(_FLUSH)
+                self._arrived.notify()
                 self._wake.set()
             while self._committed + self._dropped < target:
                 left = deadline - time.monotonic()
@@ -311,7 +459,8 @@ class BackgroundWriter:
             if not self._closing:
                 self._closing = True
                 self._give_up_at = time.monotonic() + timeout_s
-                self._queue.put(None)
+                self._queue.append(None)
+                self._arrived.notify()
         self._wake.set()
         self._thread.join(timeout_s + 5.0)
         drained = self.pending_count == 0
@@ -328,7 +477,7 @@ class BackgroundWriter:
         try:
             while True:
                 if not batch and not stop:
-                    item = self._queue.get()  # idle: block until there is work
+                    item = self._get(None)  # idle: block until there is work
                     stop = self._take(item, batch)
                 # Gather what arrives within one batch interval; a flush or close ends the wait early, and a full
                 # batch (ops or bytes) goes at once, so that little waits in memory for a kill to lose.
@@ -337,9 +486,8 @@ class BackgroundWriter:
                 size_bytes = sum(op.size_bytes for op in batch)
                 while len(batch) < self._max_batch_ops and size_bytes < self._max_batch_bytes:
                     left = 0.0 if hurry else deadline - time.monotonic()
-                    try:
-                        item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                    except queue.Empty:
+                    item = self._get(max(left, 0.0))
+                    if item is _EMPTY:
                         break
                     if item is _FLUSH:
                         hurry = True
@@ -363,32 +511,30 @@ class BackgroundWriter:
                 if stop:
                     return
         finally:
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
             with self._lock:
                 self._done.notify_all()
 
     def _hold_backlog(self, batch: list[Op[Any]]) -> bool:
         """While the store refuses writes: everything queued joins the batch (tried, then split, as one),
         kept within the named caps. Past ``max_backlog_records`` the oldest samples go; requests go only past
-        ``max_backlog_requests``. What goes is counted as dropped and said in ``last_error``. True for the stop marker.
+        ``max_backlog_requests``; past ``max_backlog_bytes`` the oldest records of any kind. What goes is counted
+        as dropped and said in ``last_error``. True for the stop marker.
         """
         stop = False
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        while (item := self._get(0)) is not _EMPTY:
             stop = self._take(item, batch) or stop
         dropped: dict[str, int] = {}
 
-        def drop_oldest(kinds: tuple[type[Op[Any]], ...], excess: int) -> None:
+        def drop_oldest(kinds: tuple[type[Op[Any]], ...], excess: int, measure: Callable[[Op[Any]], int]) -> None:
             gone: list[Op[Any]] = []
             for op in batch:
                 if excess <= 0:
                     break
                 if isinstance(op, kinds):
                     gone.append(op)
-                    excess -= op.weight
+                    excess -= measure(op)
             gone_ids = {id(op) for op in gone}
             batch[:] = [op for op in batch if id(op) not in gone_ids]
             self._forget(gone)
@@ -398,8 +544,12 @@ class BackgroundWriter:
                 self._dropped += sum(op.weight for op in gone)
                 self._done.notify_all()
 
-        drop_oldest(SAMPLE_OPS, sum(op.weight for op in batch) - self._max_backlog_records)
-        drop_oldest((PutRequest,), sum(1 for op in batch if isinstance(op, PutRequest)) - self._max_backlog_requests)
+        def weight(op: Op[Any]) -> int:
+            return op.weight
+
+        drop_oldest(SAMPLE_OPS, sum(op.weight for op in batch) - self._max_backlog_records, weight)
+        drop_oldest((PutRequest,), sum(1 for op in batch if isinstance(op, PutRequest)) - self._max_backlog_requests, weight)
+        drop_oldest(SHEDDABLE_OPS, sum(op.held_bytes for op in batch) - self._max_backlog_bytes, lambda op: op.held_bytes)
         if dropped:
             for kind, n in dropped.items():
                 self._backlog_dropped[kind] = self._backlog_dropped.get(kind, 0) + n
@@ -410,13 +560,36 @@ class BackgroundWriter:
         return stop
 
     @staticmethod
-    def _take(item: Item, batch: list[Op[Any]]) -> bool:
+    def _take(item: Item | _Empty, batch: list[Op[Any]]) -> bool:
         """Add a queue item to the batch; True for the stop marker."""
         if item is None:
             return True
-        if item is not _FLUSH:
+        if item is not _FLUSH and isinstance(item, Op):
             batch.append(item)
         return False
+
+    def _store(self) -> StoreWriter:
+        """The open store, after checking its path still names it: a file deleted or replaced under the collector
+        (a cleanup script, a restore) would take every later commit with it. Then: a fresh file, the backlog kept."""
+        writer = self._writer
+        why = None if writer is None else writer.gone()
+        if writer is not None and why is None:
+            return writer
+        if writer is not None:
+            self._writer = None
+            self.reopened_count += 1
+            self.reopen_note = f"the store file {self._path} was {why} while the collector ran; recording goes on in a fresh file"
+            log.error("%s", self.reopen_note)
+            writer.close()
+            # The -wal and -shm at the path are the old file's (SQLite keeps them when its file was renamed over):
+            # a fresh or restored file opened beside them would replay the old pages into itself.
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self._path}{suffix}").unlink(missing_ok=True)
+        # StoreError/sqlite3 errors: the batch waits (retried like a locked store) until the path is usable again.
+        self._writer = StoreWriter(self._path, retention=self._retention, busy_timeout_ms=self._busy_timeout_ms)
+        with self._lock:  # a cap set on the old file holds for the new one
+            self._hard_limit = (self._hard_limit[1] is not None or self._hard_limit[0], self._hard_limit[1])
+        return self._writer
 
     def _write(self, batch: list[Op[Any]]) -> bool:
         """One transaction for the batch. True when it is committed (or its bad records were dropped).
@@ -424,12 +597,18 @@ class BackgroundWriter:
         On a full disk, the batch is split: its leading half (then a quarter, …) is tried alone, so that
         what fits commits; the rest stays in ``batch`` for the retry.
         """
+        try:
+            store = self._store()
+        except (StoreError, OSError, sqlite3.Error) as exc:
+            self.last_error = f"the store cannot be opened again: {exc}: {self.pending_count} records waiting"
+            log.warning("%s", self.last_error)
+            return False
         with self._lock:
             set_limit, limit = self._hard_limit
             self._hard_limit = (False, limit)
         try:
             if set_limit:
-                self._writer.set_hard_limit_bytes(limit)
+                store.set_hard_limit_bytes(limit)
             self._commit(batch)
         except sqlite3.OperationalError as exc:
             # Disk full, locked, I/O: keep the batch, retry later. Progress rows that a later row of the
@@ -457,7 +636,7 @@ class BackgroundWriter:
     def _commit(self, ops: Sequence[Op[Any]]) -> None:
         """Apply ``ops`` in one transaction and count them as committed; raises what SQLite raises."""
         applied = drop_superseded(ops)
-        results = self._writer.apply(applied)
+        results = self._store().apply(applied)
         kept_ids = {id(op) for op in applied}  # by identity: == on a request op compares whole records
         self._forget([op for op in ops if id(op) not in kept_ids])
         self.last_error = None  # before the count: a flush that returns sees no stale error
@@ -483,25 +662,36 @@ class BackgroundWriter:
             n = min(n, len(batch))
 
     def _keep_bound(self, applied: Sequence[Op[Any]]) -> None:
-        """After a commit: when the files outgrew the bound, shed the oldest rows now (not at the next hourly pass)."""
+        """After a commit: once data and -wal near the bound, shed the oldest rows now (not at the next hourly
+        pass), keeping the freed pages for the next rows; give pages back only when the files are over the bound
+        anyway, and at most every ``COMPACT_MIN_GAP_S``."""
         stuck_at = self._shed_stuck_at
         if any(op.vacuum_after for op in applied) or (stuck_at is not None and time.monotonic() - stuck_at < SHED_MIN_GAP_S):
             return
+        store = self._store()
+        shed_at = int(self._bound_bytes * SHED_AT_FRACTION)
         try:
-            if not self._writer.over_bound():
-                return
-            result = self._writer.write(ApplyRetention(time.time()))
-            self._shed_stuck_at = time.monotonic() if self._writer.over_bound() else None
+            if store.data_bytes() > shed_at:
+                result = store.write(ShedToBound(time.time()))
+                self._shed_stuck_at = time.monotonic() if store.data_bytes() > shed_at else None
+                if result.deleted.get("requests"):
+                    log.info("store near its size bound: deleted the %d oldest requests", result.deleted["requests"])
+            # Over the bound anyway (a reader held the -wal, a store over it at start): the -wal back to nothing,
+            # cheap beside a vacuum, then a vacuum at most every COMPACT_MIN_GAP_S.
+            now = time.monotonic()
+            if now - self._checked_at >= SHED_MIN_GAP_S and store.over_bound():
+                self._checked_at = now
+                store.checkpoint()
+                if now - self._compacted_at >= COMPACT_MIN_GAP_S and store.over_bound():
+                    self._compacted_at = now
+                    store.compact()
         except sqlite3.Error as exc:  # the next commit checks again
             log.warning("size check failed: %s", exc)
-            return
-        if result.deleted.get("requests"):
-            log.info("store over its size bound: deleted the %d oldest requests", result.deleted["requests"])
 
     def _write_one_by_one(self, batch: list[Op[Any]]) -> bool:
         for i, op in enumerate(batch):
             try:
-                results = self._writer.apply([op])
+                results = self._store().apply([op])
             except sqlite3.OperationalError as exc:
                 self.last_error = f"{exc}: records waiting"
                 del batch[:i]  # those before i are committed; keep the rest for the retry

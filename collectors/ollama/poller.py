@@ -9,8 +9,11 @@ reading, never an exception.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +32,23 @@ REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
 TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
 SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
+# What Ollama answers is held and stored within these, whatever it sends (a hostile or broken upstream):
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # one answer's body; /api/tags of 5,000 models is about 2.5 MB
+MAX_MODELS = 5_000  # models read from one /api/ps or /api/tags answer (the rest skipped)
+MAX_NAME_CHARS = 512  # a model's name or tag (Ollama's longest are registry paths, well under 300)
+MAX_FIELD_CHARS = 128  # digests, details (family, quantization, parameter size), capabilities, architecture
+MAX_LIST_ITEMS = 1_024  # a per-layer list in model_info (models have a few hundred layers at most)
+MAX_CAPABILITIES = 32
+SHOWS_HELD = 256  # /api/show answers held in memory for /metrics' decode ceiling (the latest asked; all are stored)
+MAX_SIZE_BYTES = 2**63 - 1  # SQLite's largest integer: a size past it is not a size (unknown)
+# The /api/show fields Phasewatch uses (analysis.model_facts, the Why page): the rest is never kept.
+SHOW_GENERAL_KEYS = ("general.architecture", "general.parameter_count", "general.file_type")
+SHOW_ARCH_KEYS = (
+    "block_count", "embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "context_length", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "feed_forward_length", "attention.sliding_window", "attention.sliding_window_pattern",
+)  # fmt: skip
+SHOW_DETAIL_KEYS = ("family", "families", "format", "parameter_size", "quantization_level", "parent_model")
 
 
 class PollerSink(Protocol):
@@ -52,11 +72,65 @@ def parse_time(value: object) -> float | None:
 
 
 def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer SQLite can store (|value| < 2^63); anything else is unknown."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -MAX_SIZE_BYTES <= value <= MAX_SIZE_BYTES:
+        return None
+    return value
 
 
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _str_or_none(value: object, max_chars: int = MAX_FIELD_CHARS) -> str | None:
+    """A non-empty string, cut to ``max_chars``."""
+    return value[:max_chars] if isinstance(value, str) and value else None
+
+
+def _name_or_none(value: object) -> str | None:
+    return _str_or_none(value, MAX_NAME_CHARS)
+
+
+def _kept_value(value: object) -> object:
+    """A model_info value as Phasewatch uses it: a finite number, a flag, a short string, a list of numbers or flags
+    (one per layer, capped)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return _int_or_none(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value[:MAX_FIELD_CHARS]
+    if isinstance(value, list):
+        return [v for v in value[:MAX_LIST_ITEMS] if isinstance(v, int | float) and _kept_value(v) is not None]  # bool is an int
+    return None
+
+
+def _short_strings(value: object) -> tuple[str, ...]:
+    """A list of strings (capabilities, families), capped in count and length; anything else: none."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:MAX_FIELD_CHARS] for v in value[:MAX_CAPABILITIES] if isinstance(v, str))
+
+
+def slim_show(show: dict[str, Any]) -> dict[str, Any]:
+    """An /api/show answer cut to the fields Phasewatch uses (``analysis.model_facts``, capabilities for the Why
+    page), each capped: what is held in memory and stored, whatever Ollama sent."""
+    raw_info = show.get("model_info", show.get("modelinfo"))
+    info = raw_info if isinstance(raw_info, dict) else {}
+    arch = _str_or_none(info.get("general.architecture"))
+    keys = [*SHOW_GENERAL_KEYS, *(f"{arch}.{k}" for k in SHOW_ARCH_KEYS)] if arch else list(SHOW_GENERAL_KEYS)
+    kept_info = {k: v for k in keys if k in info and (v := _kept_value(info[k])) is not None}
+    raw_details = show.get("details")
+    details: dict[str, Any] = {}
+    if isinstance(raw_details, dict):
+        for k in SHOW_DETAIL_KEYS:
+            v = raw_details.get(k)
+            if isinstance(v, list):
+                details[k] = list(_short_strings(v))
+            elif (text := _str_or_none(v)) is not None:
+                details[k] = text
+    slim: dict[str, Any] = {"model_info": kept_info, "details": details}
+    if isinstance(show.get("capabilities"), list):
+        slim["capabilities"] = list(_short_strings(show["capabilities"]))
+    return slim
 
 
 def parse_ps(body: object, ts_unix_s: float) -> list[LoadedModel]:
@@ -64,21 +138,21 @@ def parse_ps(body: object, ts_unix_s: float) -> list[LoadedModel]:
     if not isinstance(body, dict) or not isinstance(body.get("models"), list | None):
         raise PollError('/api/ps did not return {"models": [...]}')
     models: list[LoadedModel] = []
-    for item in body.get("models") or []:
+    for item in (body.get("models") or [])[:MAX_MODELS]:
         if not isinstance(item, dict):
             raise PollError("/api/ps listed a model that is not a JSON object")
         raw_details = item.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        name = _str_or_none(item.get("name")) or _str_or_none(item.get("model")) or ""
+        name = _name_or_none(item.get("name")) or _name_or_none(item.get("model")) or ""
         models.append(
             LoadedModel(
                 ts_unix_s=ts_unix_s,
                 name=name,
-                model=_str_or_none(item.get("model")) or name,
+                model=_name_or_none(item.get("model")) or name,
                 digest=_str_or_none(item.get("digest")) or "",
-                size_bytes=_int_or_none(item.get("size")) or 0,
-                size_vram_bytes=_int_or_none(item.get("size_vram")) or 0,  # omitted when 0: all in system RAM
-                context_length=_int_or_none(item.get("context_length")),
+                size_bytes=_size_or_zero(item.get("size")),
+                size_vram_bytes=_size_or_zero(item.get("size_vram")),  # omitted when 0: all in system RAM
+                context_length=_size_or_none(item.get("context_length")),
                 expires_at_unix_s=parse_time(item.get("expires_at")),
                 parameter_size=_str_or_none(details.get("parameter_size")),
                 quantization_level=_str_or_none(details.get("quantization_level")),
@@ -93,32 +167,38 @@ def _size_or_none(value: object) -> int | None:
     return size if size is not None and size > 0 else None  # a model is never 0 bytes: unknown
 
 
+def _size_or_zero(value: object) -> int:
+    """/api/ps sizes: omitted means 0 there; negative or past SQLite's integers (2^63) is no size either."""
+    size = _int_or_none(value)
+    return size if size is not None and size > 0 else 0
+
+
 def parse_tags(body: object, ts_unix_s: float) -> tuple[list[InstalledModel], int]:
     """``GET /api/tags`` → the installed models and how many entries were skipped (not an object, no name,
     a name listed twice); PollError on a shape that is not /api/tags."""
     if not isinstance(body, dict) or "models" not in body or not isinstance(body["models"], list | None):
         raise PollError('/api/tags did not return {"models": [...]}')
     models: dict[str, InstalledModel] = {}
-    skipped = 0
-    for item in body.get("models") or []:
-        name = (_str_or_none(item.get("name")) or _str_or_none(item.get("model"))) if isinstance(item, dict) else None
+    listed = body.get("models") or []
+    skipped = max(0, len(listed) - MAX_MODELS)
+    for item in listed[:MAX_MODELS]:
+        name = (_name_or_none(item.get("name")) or _name_or_none(item.get("model"))) if isinstance(item, dict) else None
         if not isinstance(item, dict) or name is None or name in models:
             skipped += 1
             continue
         raw_details = item.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        caps = item.get("capabilities")
         models[name] = InstalledModel(
             ts_unix_s=ts_unix_s,
             name=name,
-            model=_str_or_none(item.get("model")) or name,
+            model=_name_or_none(item.get("model")) or name,
             digest=_str_or_none(item.get("digest")) or "",
             size_bytes=_size_or_none(item.get("size")),
             parameter_size=_str_or_none(details.get("parameter_size")),
             quantization_level=_str_or_none(details.get("quantization_level")),
             family=_str_or_none(details.get("family")),
             modified_at_unix_s=parse_time(item.get("modified_at")),
-            capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
+            capabilities=_short_strings(item.get("capabilities")),
         )
     return list(models.values()), skipped
 
@@ -157,7 +237,8 @@ class OllamaPoller:
         self._clock = clock
         self.state = PollerState()
         self._shown: set[str] = set()  # digests whose /api/show is stored
-        self.shows: dict[str, dict[str, Any]] = {}  # model name → its /api/show, for /metrics' decode ceiling
+        # model name → its /api/show (slimmed), for /metrics' decode ceiling; the SHOWS_HELD latest
+        self.shows: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self._show_retry_at: dict[str, float] = {}
         self.tags_interval_s = tags_interval_s
         self.shows_per_poll = SHOWS_PER_POLL
@@ -170,7 +251,13 @@ class OllamaPoller:
                 if resp.status != 200:
                     text = (await resp.text(errors="replace"))[:300]
                     raise PollError(f"{path} answered HTTP {resp.status}: {text.strip()}")
-                return await resp.json(content_type=None)
+                chunks, size = [], 0
+                async for chunk in resp.content.iter_any():
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise PollError(f"{path} answered more than {MAX_ANSWER_BYTES // 2**20} MiB; not read")
+                    chunks.append(chunk)
+                return json.loads(b"".join(chunks))
         except PollError:
             raise
         except TimeoutError:
@@ -190,6 +277,7 @@ class OllamaPoller:
             version = version_body.get("version") if isinstance(version_body, dict) else None
             if not isinstance(version, str):
                 raise PollError('/api/version did not return {"version": ...}: is this Ollama?')
+            version = version[:MAX_FIELD_CHARS]
             models = parse_ps(await self._get_json("GET", "/api/ps"), ts)
         except PollError as exc:
             self._record_down(ts, str(exc))
@@ -257,8 +345,12 @@ class OllamaPoller:
                 log.warning("could not read /api/show for %s: %s", name, exc)
                 self._show_retry_at[digest] = now + SHOW_RETRY_S
                 continue
+            show = slim_show(show)
             self._sink.submit(PutModelInfo(digest, name, show))
             self.shows[name] = show
+            self.shows.move_to_end(name)
+            while len(self.shows) > SHOWS_HELD:
+                self.shows.popitem(last=False)
             self._shown.add(digest)
             self._show_retry_at.pop(digest, None)
 

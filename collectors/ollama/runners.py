@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ import aiohttp
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord
+from collectors.ollama.direct import DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Runner, discover
 from collectors.ollama.log import LogEvent, LogSource, LogTail
 from collectors.ollama.slots import SlotReading, SlotsFormatError, parse_slots
@@ -45,11 +46,14 @@ from collectors.ollama.slots import SlotReading, SlotsFormatError, parse_slots
 log = logging.getLogger(__name__)
 
 BUSY_INTERVAL_S = 0.25  # 4 Hz while a request to the runner's model runs
-IDLE_INTERVAL_S = 10.0
+# No proxied request to its model: still once a second, so a generation a client sends Ollama directly is seen
+# starting (collectors.ollama.direct); 4 Hz again while the runner has a slot busy.
+IDLE_INTERVAL_S = 1.0
 RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
 DISCOVER_EVERY_S = 10.0
 STREAMED_DECODE_INTERVAL_S = 1.0  # see the module doc
 REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
+REDISCOVER_LOADED_S = 3.0  # a model in /api/ps with no runner found (just loaded, or a remote Ollama): this often
 SLOTS_TIMEOUT_S = 2.0
 # Readings kept per in-flight request, to give them the prompt's size once it is known (or raised: a
 # reading racing the last batch can read it low, and the next one corrects it). A prefill reading is new only
@@ -154,6 +158,7 @@ class RunnerReader:
         self._log_problem: str | None = None  # as last said in the collector's log
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.polls = 0
+        self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
 
     # -- what others read ------------------------------------------------------------------
 
@@ -161,6 +166,15 @@ class RunnerReader:
         """The rows queued since the last call (the service writes them after the in-flight requests)."""
         out, self._queue = self._queue, []
         return out
+
+    def drain_direct(self) -> tuple[list[RequestRecord], list[str]]:
+        """Direct generations to write (in flight, then finished) and ids of direct rows to delete (a proxied
+        request's after all); the service writes them before ``drain()``'s rows, which may belong to them."""
+        return self.direct.drain()
+
+    def proxied_finished(self, rec: RequestRecord) -> None:
+        """The service tells each finished proxied request: it may account for a runner task (never recorded twice)."""
+        self.direct.proxied_finished(rec)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The runners and their slots now (counts only), for debugging."""
@@ -191,20 +205,26 @@ class RunnerReader:
     def _step(self, pending: set[asyncio.Task[None]]) -> None:
         now = time.monotonic()
         requests = list(self._in_flight())
-        live_ids = {r.id for r in requests}
+        live_ids = {r.id for r in requests} | self.direct.active_ids()
         for rid in [rid for rid in self._tracks if rid not in live_ids]:
             del self._tracks[rid]
         self._tasks = {k: v for k, v in self._tasks.items() if v in live_ids}
-        busy_models = {r.model for r in requests}
-        uncovered = any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in busy_models)
-        due = now >= self._next_discover_s or (
-            uncovered and now >= self._next_discover_s - self.discover_every_s + REDISCOVER_BUSY_S
+        models = self._loaded_models()
+
+        def uncovered(names: Iterable[str]) -> bool:
+            return any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in names)
+
+        since_s = now - (self._next_discover_s - self.discover_every_s)  # since the last round began
+        due = (
+            now >= self._next_discover_s
+            or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests}))
+            # a model loaded without a runner found: a direct client's generation may be running on it
+            or (since_s >= REDISCOVER_LOADED_S and uncovered({m.name for m in models}))
         )
         if due and not self._discovering:
             self._discovering = True
             self._next_discover_s = now + self.discover_every_s
             self._spawn(pending, self._rediscover())
-        models = self._loaded_models()
         for state in self.runners.values():
             if state.model is None:
                 state.model = _model_of(state.digest, models)
@@ -216,6 +236,9 @@ class RunnerReader:
                 self._spawn(pending, self._poll(state, requests, interval_s))
         if self._log is not None:
             self._read_log(requests)
+        self.direct.log_readable = self._log is not None and self._log.problem is None
+        self.direct.adopt_log_only(self._runner_of_task)
+        self.direct.step()
 
     async def _rediscover(self) -> None:
         try:
@@ -237,6 +260,8 @@ class RunnerReader:
         gone = set(self.runners) - set(kept)
         if gone or set(kept) - set(self.runners):
             log.info("runners: %s", ", ".join(f"pid {r.runner.pid} port {r.runner.port}" for r in kept.values()) or "none")
+        for pid in gone:
+            self.direct.runner_gone(pid)
         self.runners = kept
         self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
 
@@ -246,7 +271,8 @@ class RunnerReader:
         stream their tokens through the proxy; idle when none runs."""
         mine = [r for r in requests if state.model is not None and same_model(r.model, state.model)]
         if not mine:
-            return self.idle_interval_s
+            busy = any(s.is_processing for s in state.slots)  # a direct client's generation: read it as closely
+            return self.busy_interval_s if busy else self.idle_interval_s
         for r in mine:
             track = self._tracks.get(r.id)
             if not r.stream or r.first_token_ns is None or track is None or not track.exact:
@@ -311,6 +337,11 @@ class RunnerReader:
             rid = self._tasks.get((pid, slot.task_id or 0)) if slot.task_id is not None else None
             if rid is not None and slot.processed_tokens is not None:
                 self._add(rid, slot, ts)
+        claims = {task: rid for (p, task), rid in self._tasks.items() if p == pid}
+        ref = RunnerRef(pid, state.runner.port, state.model)
+        for rid, slot in self.direct.slots_read(ref, readings, ts, claims):
+            if slot.processed_tokens is not None:
+                self._add(rid, slot, ts)
 
     def _track(self, rid: str) -> _Track:
         track = self._tracks.get(rid)
@@ -368,9 +399,21 @@ class RunnerReader:
                 log.info("Ollama's log: reading it")
         if not events:
             return
+        if any(e.kind in ("runner_start", "runner_started") for e in events):
+            self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
+        self.direct.log_events(events, self._runner_of_task)
         prefilling = [r for r in requests if r.first_token_ns is None]
         by_task = {task: rid for (_pid, task), rid in self._tasks.items()}
         for event in events:
+            if event.kind not in ("progress", "done", "prompt_eval", "eval"):
+                continue  # a task's start and end, access and load lines: the direct records' (above)
+            if event.task_id is not None and event.task_id not in by_task and self.direct.unclaimed(event.task_id):
+                # A direct client's task: not a proxied request's line, but its own record's (the prompt's size,
+                # which /slots does not tell while the prompt is read).
+                direct_id = self.direct.record_id(event.task_id)
+                if direct_id is not None:
+                    self._add_log(direct_id, event)
+                continue
             rid = by_task.get(event.task_id) if event.task_id is not None and len(self.runners) <= 1 else None
             if rid is None:
                 running = prefilling if event.kind in ("progress", "done") else requests
@@ -378,6 +421,20 @@ class RunnerReader:
                     continue  # no request id in the line: join only when one request can be meant
                 rid = running[0].id
             self._add_log(rid, event)
+
+    def _runner_of_task(self, task_id: int) -> RunnerRef | None:
+        """The runner a log line's task id belongs to: the only runner, else the one whose slots showed that task."""
+        newest = self.direct.newest_port
+        if newest is not None and all(state.runner.port != newest for state in self.runners.values()):
+            return None  # a runner Ollama just started, not found yet: its lines wait for it
+        if len(self.runners) == 1:
+            state = next(iter(self.runners.values()))
+            return RunnerRef(state.runner.pid, state.runner.port, state.model) if state.model is not None else None
+        for (pid, task), _rid in self._tasks.items():
+            if task == task_id and pid in self.runners:
+                state = self.runners[pid]
+                return RunnerRef(pid, state.runner.port, state.model)
+        return self.direct.known_runner_of(task_id)
 
     def _add_log(self, rid: str, event: LogEvent) -> None:
         track = self._track(rid)

@@ -19,6 +19,9 @@ FD_RESERVE = 64  # descriptors kept for the store, the samplers and the local ro
 class Limits:
     max_head_bytes: int = 64 * 1024  # one request head (request line and headers): 431 beyond
     max_kept_body_bytes: int = 32 << 20  # request body kept to record its facts; the rest is forwarded unkept
+    # Kept bytes of all request bodies still arriving, together: beyond it, what arrives is forwarded unkept (its
+    # record says truncated), so a crowd of slow bodies cannot pin max_kept_body_bytes each.
+    max_kept_bodies_bytes: int = 256 << 20
     max_pipelined: int = 16  # requests parsed on one connection ahead of their answers
     max_pipelined_bytes: int = 1 << 20  # body bytes held for a request not yet sent upstream
     max_line_bytes: int = 16 << 20  # one upstream NDJSON line, SSE event or JSON body kept for parsing
@@ -30,12 +33,19 @@ class Limits:
     max_unparsed_bytes: int = 8 << 20  # response bytes recorded but not yet parsed before reading pauses
     max_label_chars: int = 256  # a model name kept in a record
     max_connections: int = 1024  # client connections in all (also held under the fd limit)
-    max_connections_per_client: int = 512  # client connections from one address
+    max_connections_per_client: int = 512  # client connections from one address...
+    max_client_share: float = 0.5  # ...and at most this share of the cap, so other addresses always find room
     head_timeout_s: float = 30.0  # from a head's first byte to its end
-    body_timeout_s: float = 60.0  # a request body with no byte arriving
-    # ...or arriving slower than this on average: it gets body_timeout_s plus 1 s per this many bytes (Apache's
-    # mod_reqtimeout MinRate), so a 2 GB body trickled a byte at a time cannot hold a connection for ever.
+    # A request body with no byte arriving for this long ends (408); it is also the body's grace before its rate
+    # counts.
+    body_timeout_s: float = 60.0
+    # After that grace, every body_rate_window_s must bring min_body_rate_bps on average (408 otherwise). What came
+    # before buys no time, so a body cannot be trickled for hours after a fast start.
     min_body_rate_bps: int = 1024
+    body_rate_window_s: float = 10.0
+    # At the connection bound, with no idle connection to close, a connection whose only request's body has been
+    # arriving for this long may be cut to make room, the oldest first (its record says evicted).
+    slow_body_s: float = 5.0
     idle_timeout_s: float = 120.0  # a connection with no request and no byte
 
     def connection_cap(self, fd_soft_limit: int) -> int:

@@ -81,7 +81,7 @@ class _Exchange(Exchange):
         limits = self.proxy.limits
         if truncated or len(body) <= limits.big_body_bytes:
             facts = describe_request(
-                self.record.endpoint,
+                self.record.endpoint or "",  # always set for a proxied request
                 body,
                 record_text=self.proxy.record_text,
                 truncated=truncated,
@@ -91,7 +91,7 @@ class _Exchange(Exchange):
             return
         # Decoding tens of MB (a vision request's images) would stall every other client: the worker does it.
         # Until it answers, the model named at the start stands in (the Live page shows the request meanwhile).
-        self.apply_facts(head_facts(self.record.endpoint, body, max_label_chars=limits.max_label_chars))
+        self.apply_facts(head_facts(self.record.endpoint or "", body, max_label_chars=limits.max_label_chars))
         self.body_facts = self.proxy.spawn_body_facts(self, body)
 
     def apply_facts(self, facts: dict[str, Any]) -> None:
@@ -129,6 +129,8 @@ class _Exchange(Exchange):
         elif kind == Failure.CLIENT_GONE:
             reason = "client disconnected" if responded else "client disconnected before the response began"
             self.failure, self.failure_outcome = detail or reason, Outcome.CANCELLED
+        elif kind in (Failure.EVICTED, Failure.INTERNAL):  # cut by the proxy itself: never Ollama's failure
+            self.failure, self.failure_outcome = detail, Outcome.CANCELLED
         else:  # unreachable, no answer, cut: Ollama's side failed
             self.failure, self.failure_outcome = detail, Outcome.UPSTREAM_FAILED
 
@@ -399,7 +401,7 @@ class RecordingProxy:
         async def describe() -> None:
             try:
                 facts = await self._big_bodies.call(
-                    describe_body, body, ex.record.endpoint, self.record_text, self.limits.max_label_chars
+                    describe_body, body, ex.record.endpoint or "", self.record_text, self.limits.max_label_chars
                 )
             except NotParsed as why:
                 ex.body_note = f"request body not parsed ({why}), {len(body)} bytes: only the model named at its start kept"

@@ -10,6 +10,11 @@ the read that brought it: one timestamp, one append, one write.
 What a request means (which ones are recorded, what the record holds, the error
 texts) is the caller's: ``Relay`` asks ``route`` where each request goes and
 reports to the ``Exchange`` it gets back.
+
+Whose fault: bytes llhttp refuses are the client's (400) or Ollama's (502); an
+exception raised by our own code (``route``, an ``Exchange`` hook, the relay) is
+ours: logged with its traceback, answered 500 if no response began (else that
+connection is cut), and every other connection goes on.
 """
 
 from __future__ import annotations
@@ -17,19 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, IntEnum, StrEnum
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
 
 from collectors.proxy.limits import Limits, fd_soft_limit
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_IDLE_UPSTREAMS = 64  # kept-alive connections to Ollama waiting for the next client connection
@@ -57,6 +65,29 @@ class _StopParsing(Exception):
     """Raised inside a parser callback to stop llhttp at this point of the bytes."""
 
 
+def _parser_problem(exc: Exception) -> Exception | None:
+    """What ``feed_data`` raised, sorted: what was wrong with the bytes, or None for a deliberate stop.
+
+    httptools turns an exception raised in a callback into ``HttpParserCallbackError`` with the original
+    as its ``__context__``. Ours are told apart here: ``_StopParsing`` is a deliberate stop (None), an
+    ``HttpParserError`` raised by a callback is the bytes' fault (returned), and anything else is a bug in
+    our own code (route, a recording hook): raised as itself, with its traceback, never blamed on the bytes.
+    A protocol upgrade is returned as ``HttpParserUpgrade``.
+    """
+    if isinstance(exc, httptools.HttpParserCallbackError):
+        cause = exc.__context__
+        if isinstance(cause, _StopParsing):
+            return None
+        if cause is None:
+            return exc
+        if isinstance(cause, httptools.HttpParserError):  # a callback found the bytes wrong: its words, not llhttp's
+            return cause
+        raise cause from None
+    if isinstance(exc, (httptools.HttpParserError, httptools.HttpParserUpgrade)):
+        return exc
+    raise exc
+
+
 class Failure(StrEnum):
     """Why an exchange ended early (the caller turns these into outcomes and texts)."""
 
@@ -65,6 +96,46 @@ class Failure(StrEnum):
     CUT = "cut"  # the response body ended early: the client's is cut the same way
     CLIENT_GONE = "client gone"  # the client closed its connection: the upstream one is dropped too
     STOPPED = "stopped"  # the relay stopped with this request running
+    INTERNAL = "internal error"  # our own code raised (logged with its traceback): the client got a 500 or a cut
+    EVICTED = "evicted"  # its body arrived too slowly while the relay was at its connection bound
+
+
+class Stage(IntEnum):
+    """Where one request is, from its head to the end of its response; it only moves forward."""
+
+    QUEUED = 1  # parsed, waiting behind the active request (or not yet started)
+    FORWARDED = 2  # going upstream (connecting first when needed)
+    RESPONDED = 3  # a response head went to the client
+    DONE = 4  # its exchange ended (complete or failed)
+
+
+class ClientState(Enum):
+    """What one client connection's parser is doing."""
+
+    BETWEEN = 1  # between request heads (a request may be in flight)
+    HEAD = 2  # a request head has begun and not ended
+    STOPPED = 3  # parses no more (refused, broken, evicted, failed): answers what is queued, then closes
+
+
+class UpstreamState(Enum):
+    """One connection to Ollama, through its requests: CONNECTING, then (WAITING, HEAD, BODY, ENDED, IDLE)
+    per request, until ABORTED (by us) or CLOSED (by the other end or the loop)."""
+
+    CONNECTING = 1
+    WAITING = 2  # the request went out; no byte of its response yet
+    HEAD = 3  # response head bytes arriving (interim 1xx answers included)
+    BODY = 4  # the final head went to the client; its body follows
+    ENDED = 5  # the response is complete; finished once the parser has returned
+    IDLE = 6  # open, kept alive for the next request
+    ABORTED = 7
+    CLOSED = 8
+
+
+# The members read for every streamed chunk or body piece, by plain names: reading a member off its Enum class costs
+# ~0.1 µs in Python 3.11 (a descriptor), a module global a tenth of that.
+_FORWARDED, _RESPONDED, _DONE = Stage.FORWARDED, Stage.RESPONDED, Stage.DONE
+_WAITING, _HEAD, _ENDED = UpstreamState.WAITING, UpstreamState.HEAD, UpstreamState.ENDED
+_ABORTED, _CLOSED = UpstreamState.ABORTED, UpstreamState.CLOSED
 
 
 class Exchange:
@@ -224,13 +295,86 @@ class _Request:
     pending_bytes: int = 0
     body_started_ns: int = 0  # when the head ended (moved on by the time reading was paused)
     body_bytes: int = 0
+    window_started_ns: int = 0  # the body's current rate window (moved on like body_started_ns)
+    window_start_bytes: int = 0  # body_bytes when that window began
     kept_body: list[bytes] = field(default_factory=list)  # the body's start, for request_body()
     kept_bytes: int = 0
     kept_truncated: bool = False
     body_complete: bool = False
-    started: bool = False  # forwarding began
-    responded: bool = False  # a response head went to the client
-    finished: bool = False
+    stage: Stage = Stage.QUEUED
+
+    @property
+    def started(self) -> bool:  # forwarding began
+        return self.stage >= _FORWARDED
+
+    @property
+    def responded(self) -> bool:  # a response head went to the client (or none ever will)
+        return self.stage >= _RESPONDED
+
+    @property
+    def finished(self) -> bool:
+        return self.stage is _DONE
+
+
+class _FlowControl:
+    """When the two sides of one client connection read: every pause and resume of either transport is
+    decided here (as in uvicorn's flow_control.py), from the flags the events below set.
+
+    The client is read while there is room for what it sends: its connection still parses, Ollama takes
+    the request body as fast as it comes, and nothing waits beyond the pipelining bounds. Ollama is read
+    while the client takes the response as fast as it comes and the recording keeps up with it.
+    """
+
+    __slots__ = ("backlogged", "client", "client_full", "client_paused", "paused_at_ns", "upstream_full")
+
+    def __init__(self, client: _ClientSide) -> None:
+        self.client = client
+        self.upstream_full = False  # Ollama reads the request body slower than the client sends it
+        self.client_full = False  # the client reads the response slower than Ollama sends it
+        self.backlogged = False  # over Limits.max_unparsed_bytes of response went to the recording unparsed
+        self.client_paused = False
+        self.paused_at_ns = 0
+
+    def update_client(self) -> None:
+        c = self.client
+        bound = c.limits.max_pipelined_bytes
+        pause = (
+            c.state is ClientState.STOPPED
+            or self.upstream_full
+            or len(c.requests) > 1  # a pipelined request waits: read no further until it is answered
+            or c.queued_bytes > bound
+            or (bool(c.requests) and c.requests[0].pending_bytes > bound)
+        )
+        transport = c.transport
+        if pause == self.client_paused or transport is None or transport.is_closing():
+            return
+        self.client_paused = pause
+        now_ns = time.monotonic_ns()
+        if pause:
+            self.paused_at_ns = now_ns
+            transport.pause_reading()
+        else:
+            c.read_ns = now_ns  # a body's silence counts from here
+            if c._parsing is not None:  # and its time, less the pause
+                c._parsing.body_started_ns += now_ns - self.paused_at_ns
+                c._parsing.window_started_ns += now_ns - self.paused_at_ns
+            transport.resume_reading()
+
+    def update_upstream(self, up: _UpstreamSide) -> None:
+        reading = not (self.client_full or self.backlogged)
+        if up.transport is None or reading == up.reading or up.state is _ABORTED or up.state is _CLOSED:
+            return
+        up.reading = reading
+        if reading:
+            up.transport.resume_reading()
+        else:
+            up.transport.pause_reading()
+
+
+_INTERNAL_ERROR = (
+    "internal error in Phasewatch's proxy: a bug on our side, not in the request or in Ollama; "
+    "the collector's log has the details"
+)
 
 
 class _ClientSide(asyncio.Protocol):
@@ -247,22 +391,18 @@ class _ClientSide(asyncio.Protocol):
         self.requests: deque[_Request] = deque()  # [0] is active; the rest were pipelined behind it
         self.upstream: _UpstreamSide | None = None
         self.queued_bytes = 0
-        self.upstream_blocked = False  # Ollama reads the body slower than the client sends it
-        self.admitted = False
+        self.flow = _FlowControl(self)
+        # STOPPED (a refusal, a broken request, too many pipelined, our own error): answer what is
+        # queued, then ``_final_answer`` (if any), then close.
+        self.state = ClientState.BETWEEN
         # Request head being parsed.
         self._url: list[bytes] = []
         self._headers: Headers = []
         self._head_bytes = 0
-        self._head_open = False  # a head has begun and not ended
         self._head_started_ns = 0
         self._head_seen = 0  # bytes read since the read in which the head began
         self._parsing: _Request | None = None  # headers in, body not complete
-        # Parsing stopped for good (a refusal, a broken request, too many pipelined): answer what
-        # is queued, then ``_final_answer`` (if any), then close.
-        self._stopped = False
         self._final_answer = b""
-        self._reading_paused = False
-        self._paused_at_ns = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
@@ -274,20 +414,27 @@ class _ClientSide(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.read_ns = time.monotonic_ns()
-        if self._stopped:
+        if self.state is ClientState.STOPPED:
             return
-        if self._head_open:  # llhttp builds a header value with +=: bound the head before feeding more
-            self._head_seen += len(data)
-            if self._head_seen > self.limits.max_head_bytes:
-                self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
-                return
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._stop(501, b"Not Implemented", "protocol upgrades are not relayed")
-        except httptools.HttpParserError as exc:
-            if not self._stopped:  # not one of our own stops
-                self._stop(400, b"Bad Request", f"malformed HTTP request: {exc}")
+            if self.state is ClientState.HEAD:  # llhttp builds a header value with +=: bound the head first
+                self._head_seen += len(data)
+                if self._head_seen > self.limits.max_head_bytes:
+                    self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
+                    return
+            try:
+                self.parser.feed_data(data)
+                return
+            except Exception as exc:
+                problem = _parser_problem(exc)
+            if problem is None or self.state is ClientState.STOPPED:  # stopped on purpose
+                return
+            if isinstance(problem, httptools.HttpParserUpgrade):
+                self._stop(501, b"Not Implemented", "protocol upgrades are not relayed")
+            else:
+                self._stop(400, b"Bad Request", f"malformed HTTP request: {problem}")
+        except Exception as exc:  # our own code (route, a hook) raised: never the client's fault
+            self.fail_internal(exc)
 
     def eof_received(self) -> bool:
         # Like Go's net/http (Ollama), a client that half-closes is treated as gone.
@@ -298,9 +445,7 @@ class _ClientSide(asyncio.Protocol):
         kind = Failure.STOPPED if self.relay.stopping else Failure.CLIENT_GONE
         for req in self.requests:  # the active one, and any pipelined behind it
             if not req.finished:
-                req.finished = True
-                req.exchange.failed(kind, "", req.responded)
-                req.exchange.ended(time.monotonic_ns())
+                self._end(req, kind, "")
         self.requests.clear()
         if self.upstream is not None and self.upstream.reusable_for(self.upstream.target):
             self.relay.put_idle(self.upstream)  # the next client connection skips the connect
@@ -308,12 +453,14 @@ class _ClientSide(asyncio.Protocol):
         self._drop_upstream()
 
     def pause_writing(self) -> None:  # the client reads slower than Ollama writes
+        self.flow.client_full = True
         if self.upstream is not None:
-            self.upstream.pause()
+            self.flow.update_upstream(self.upstream)
 
     def resume_writing(self) -> None:
+        self.flow.client_full = False
         if self.upstream is not None:
-            self.upstream.resume()
+            self.flow.update_upstream(self.upstream)
 
     # -- httptools callbacks -----------------------------------------------------------------------
 
@@ -323,14 +470,14 @@ class _ClientSide(asyncio.Protocol):
             self._stop(0, b"", "")
             raise _StopParsing
         self._url, self._headers, self._head_bytes = [], [], 0
-        self._head_open, self._head_started_ns, self._head_seen = True, self.read_ns, 0
+        self.state, self._head_started_ns, self._head_seen = ClientState.HEAD, self.read_ns, 0
 
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._head_open:
+        if self.state is not ClientState.HEAD:
             return  # a chunked body's trailer fields: not forwarded (our own chunked framing ends without any)
         self._headers.append((name, value))
         self._count_head(len(name) + len(value))
@@ -342,7 +489,7 @@ class _ClientSide(asyncio.Protocol):
             raise _StopParsing
 
     def on_headers_complete(self) -> None:
-        self._head_open = False
+        self.state = ClientState.BETWEEN
         url = b"".join(self._url)
         try:
             if self.parser.should_upgrade():
@@ -379,13 +526,13 @@ class _ClientSide(asyncio.Protocol):
             exchange=exchange,
             drop=drop,
         )
-        req.body_started_ns = self.read_ns
+        req.body_started_ns = req.window_started_ns = self.read_ns
         self._parsing = req
         self.requests.append(req)
         if len(self.requests) == 1:
             self._start(req)
         else:
-            self._update_reading()  # a pipelined request waits: read no further until it is answered
+            self.flow.update_client()
 
     def on_body(self, piece: bytes) -> None:
         req = self._parsing
@@ -393,12 +540,14 @@ class _ClientSide(asyncio.Protocol):
             return  # the rest of a body already answered (the connection closes after that answer)
         req.body_bytes += len(piece)
         if req.exchange.keep_request_body and not req.kept_truncated:
-            room = self.limits.max_kept_body_bytes - req.kept_bytes
+            # Bounded per body and for all bodies still arriving together: a crowd of slow bodies pins no more.
+            room = min(self.limits.max_kept_body_bytes - req.kept_bytes, self.relay.kept_room())
             if len(piece) > room:
                 req.kept_truncated = True
             kept = piece[:room] if len(piece) > room else piece
             req.kept_body.append(kept)
             req.kept_bytes += len(kept)
+            self.relay.kept_bytes += len(kept)
         if self.upstream is not None and self.upstream.sending(req):
             self.upstream.write(_chunk(piece) if req.chunked_in else piece)
         else:
@@ -407,7 +556,7 @@ class _ClientSide(asyncio.Protocol):
             if req is not self.requests[0]:  # queued behind the active one
                 self.queued_bytes += len(piece)
             if req.pending_bytes > self.limits.max_pipelined_bytes:
-                self._update_reading()
+                self.flow.update_client()
 
     def on_message_complete(self) -> None:
         req = self._parsing
@@ -416,8 +565,9 @@ class _ClientSide(asyncio.Protocol):
             return
         req.body_complete = True
         if req.exchange.keep_request_body:
-            req.exchange.request_body(b"".join(req.kept_body), req.kept_truncated)
-            req.kept_body = []
+            body = b"".join(req.kept_body)
+            self._release_kept(req)
+            req.exchange.request_body(body, req.kept_truncated)
         if req.chunked_in and self.upstream is not None and self.upstream.sending(req):
             self.upstream.write(b"0\r\n\r\n")
 
@@ -425,11 +575,11 @@ class _ClientSide(asyncio.Protocol):
 
     def _start(self, req: _Request) -> None:
         """Make ``req`` the active request: answer Expect, forward it."""
-        self._update_reading()
+        self.flow.update_client()
         if req.expect_continue and self.transport is not None:
             # Answered here (as aiohttp's server would); the upstream gets the body without asking.
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        req.started = True
+        req.stage = Stage.FORWARDED
         req.exchange.forwarded(time.monotonic_ns())
         up = self.upstream
         if up is not None and up.reusable_for(req.target):
@@ -465,7 +615,7 @@ class _ClientSide(asyncio.Protocol):
         req.pending_bytes = 0
         if req.body_complete and req.chunked_in:
             body += b"0\r\n\r\n"
-        self._update_reading()
+        self.flow.update_client()
         return body
 
     def write(self, data: bytes) -> None:
@@ -474,7 +624,7 @@ class _ClientSide(asyncio.Protocol):
 
     def response_done(self, req: _Request) -> None:
         """The active request's response is complete: end the exchange, start the next one."""
-        req.finished = True
+        req.stage = Stage.DONE
         req.exchange.ended(time.monotonic_ns())
         if self.requests and self.requests[0] is req:
             self.requests.popleft()
@@ -487,10 +637,10 @@ class _ClientSide(asyncio.Protocol):
             self.queued_bytes = 0
             self._start(self.requests[0])
             return
-        if self._stopped or self.relay.stopping:
+        if self.state is ClientState.STOPPED or self.relay.stopping:
             self._finish_stopped()
             return
-        self._update_reading()
+        self.flow.update_client()
 
     def respond_error(self, req: _Request, status: int, reason: bytes, kind: str, message: str) -> None:
         """Answer the active request ourselves (Ollama did not) and end its exchange as failed."""
@@ -499,30 +649,41 @@ class _ClientSide(asyncio.Protocol):
         extra = req.exchange.answered_here(status)
         close = not req.keep_alive or not req.body_complete
         self.write(_json_response(status, reason, message, extra, close))
-        req.responded = True
+        req.stage = Stage.RESPONDED
         req.exchange.failed(kind, message, False)
         self.response_done(req)
 
+    def _end(self, req: _Request, kind: str, detail: str) -> None:
+        """End ``req``'s exchange as failed (``kind``: a ``Failure``); it must not be finished yet."""
+        responded = req.responded
+        req.stage = Stage.DONE
+        self._release_kept(req)
+        try:
+            req.exchange.failed(kind, detail, responded)
+        finally:  # ended() comes exactly once, whatever failed() did
+            req.exchange.ended(time.monotonic_ns())
+
+    def _release_kept(self, req: _Request) -> None:
+        self.relay.kept_bytes -= req.kept_bytes
+        req.kept_body, req.kept_bytes = [], 0
+
     def _stop(self, status: int, reason: bytes, message: str) -> None:
         """Parse no more of this connection: answer what is queued, then ``status`` (0: nothing), then close."""
-        if self._stopped:
+        if self.state is ClientState.STOPPED:
             return
-        self._stopped = True
-        self._head_open = False
+        self.state = ClientState.STOPPED
         if status:
             self._final_answer = _json_response(status, reason, message, [], close=True)
         req, self._parsing = self._parsing, None
         if req is not None and not req.finished:  # its body broke off (or timed out) midway
-            req.finished = True
             if req.started:  # the upstream request cannot be completed
                 self._drop_upstream()
-            req.exchange.failed(Failure.CLIENT_GONE, f"the client's request broke off: {message}", req.responded)
-            req.exchange.ended(time.monotonic_ns())
-            if req in self.requests:
-                self.requests.remove(req)
             if req.responded:  # the client already has part of an answer: nothing more can follow
                 self._final_answer = b""
-        self._update_reading()
+            self._end(req, Failure.CLIENT_GONE, f"the client's request broke off: {message}")
+            if req in self.requests:
+                self.requests.remove(req)
+        self.flow.update_client()
         if not self.requests:
             self._finish_stopped()
 
@@ -532,52 +693,97 @@ class _ClientSide(asyncio.Protocol):
         self._final_answer = b""
         self._close()
 
-    def _update_reading(self) -> None:
-        """Read from the client only while there is room for what it sends."""
-        lim = self.limits
-        pause = (
-            self._stopped
-            or self.upstream_blocked
-            or len(self.requests) > 1
-            or self.queued_bytes > lim.max_pipelined_bytes
-            or (bool(self.requests) and self.requests[0].pending_bytes > lim.max_pipelined_bytes)
-        )
-        if pause == self._reading_paused or self.transport is None or self.transport.is_closing():
-            return
-        self._reading_paused = pause
-        now_ns = time.monotonic_ns()
-        if pause:
-            self._paused_at_ns = now_ns
-            self.transport.pause_reading()
-        else:
-            self.read_ns = now_ns  # a body's silence counts from here
-            if self._parsing is not None:  # and its time, less the pause
-                self._parsing.body_started_ns += now_ns - self._paused_at_ns
-            self.transport.resume_reading()
+    def fail_internal(self, exc: BaseException) -> None:
+        """Our own code raised while serving this connection: log it with its traceback; answer 500 unless a
+        response began (then cut it), end every exchange on it, and close. Other connections go on."""
+        active = self.requests[0] if self.requests else None
+        what = f"{active.head.method} {active.head.path}" if active is not None else "a request head"
+        log.error("the proxy failed on %s from %s", what, self.client_addr or "an unknown address", exc_info=exc)
+        answer = active is None or not active.responded
+        self.state = ClientState.STOPPED
+        self._parsing = None
+        self._final_answer = b""
+        extra: Headers = []
+        for req in list(self.requests):
+            if req.finished:
+                continue
+            # The hooks that failed may fail again: logged, and every exchange still ends.
+            if req is active and answer:
+                try:
+                    extra = req.exchange.answered_here(500)
+                except Exception:
+                    log.exception("answered_here failed too for %s %s", req.head.method, req.head.path)
+            try:
+                self._end(req, Failure.INTERNAL, _INTERNAL_ERROR)
+            except Exception:
+                log.exception("ending the exchange of %s %s failed too", req.head.method, req.head.path)
+        self.requests.clear()
+        self._drop_upstream()
+        if answer and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_json_response(500, b"Internal Server Error", _INTERNAL_ERROR, extra, close=True))
+        self._close()
 
     def check_timeouts(self, now_ns: int) -> None:
         """Called every so often: end a head, body or idle connection that took too long."""
         if self.transport is None or self.transport.is_closing():
             return
         lim = self.limits
-        if self._stopped:
+        if self.state is ClientState.STOPPED:
             return
-        if self._head_open:
+        if self.state is ClientState.HEAD:
             if now_ns - self._head_started_ns > lim.head_timeout_s * 1e9:
                 self._stop(408, b"Request Timeout", f"request head not complete within {lim.head_timeout_s:g} s")
-        elif self._parsing is not None and not self._reading_paused:
+        elif self._parsing is not None and not self.flow.client_paused:
             req = self._parsing
-            allowed_s = lim.body_timeout_s + req.body_bytes / lim.min_body_rate_bps
             if now_ns - self.read_ns > lim.body_timeout_s * 1e9:
                 self._stop(408, b"Request Timeout", f"no request body byte for {lim.body_timeout_s:g} s")
-            elif now_ns - req.body_started_ns > allowed_s * 1e9:
+            elif not self._body_keeps_its_rate(req, now_ns):
                 self._stop(408, b"Request Timeout", f"request body slower than {lim.min_body_rate_bps} bytes/s")
         elif not self.requests and now_ns - max(self.read_ns, self.waiting_since_ns) > lim.idle_timeout_s * 1e9:
             self._close()
 
+    def _body_keeps_its_rate(self, req: _Request, now_ns: int) -> bool:
+        """Past its grace (``body_timeout_s`` from the head's end), every window of ``body_rate_window_s``
+        must bring ``min_body_rate_bps``: what came before buys no time (unlike Apache's MinRate)."""
+        lim = self.limits
+        window_ns = now_ns - req.window_started_ns
+        if window_ns < lim.body_rate_window_s * 1e9:
+            return True
+        brought = req.body_bytes - req.window_start_bytes
+        if now_ns - req.body_started_ns >= lim.body_timeout_s * 1e9 and brought < lim.min_body_rate_bps * window_ns / 1e9:
+            return False
+        req.window_started_ns, req.window_start_bytes = now_ns, req.body_bytes
+        return True
+
     def evictable(self) -> bool:
         """Nothing in flight: an idle keep-alive connection or a head still arriving."""
         return not self.requests and self.transport is not None and not self.transport.is_closing()
+
+    def slow_body_since_ns(self, now_ns: int) -> int | None:
+        """When the body of this connection's only request began arriving, if that is over
+        ``Limits.slow_body_s`` ago and no answer began: such a connection may be cut to make room."""
+        req = self._parsing
+        if (
+            req is None
+            or len(self.requests) != 1
+            or self.requests[0] is not req
+            or req.responded
+            or self.flow.client_paused  # waiting on Ollama (or the pipeline), not slow by its own doing
+            or self.transport is None
+            or self.transport.is_closing()
+            or now_ns - req.body_started_ns < self.limits.slow_body_s * 1e9
+        ):
+            return None
+        return req.body_started_ns
+
+    def evict(self) -> None:
+        """Cut this connection now to make room for a new one; a body still arriving fails as evicted."""
+        req = self._parsing
+        if req is not None and not req.finished:
+            self._parsing = None
+            self._end(req, Failure.EVICTED, "the request body was still arriving, slowly, when the proxy needed room")
+            self.requests.clear()
+        self.stop(now=True)
 
     def _drop_upstream(self) -> None:
         if self.upstream is not None:
@@ -605,27 +811,22 @@ class _UpstreamSide(asyncio.Protocol):
         self.client = client
         self.target = target
         self.transport: asyncio.Transport | None = None
-        self.connected = False
-        self.idle = False
+        self.state = UpstreamState.CONNECTING
+        self.reading = True  # the transport reads (``_FlowControl`` decides)
         self.parser = httptools.HttpResponseParser(self)
         self.req: _Request | None = None
         self.read_ns = 0
-        self.first_byte_pending = False
         self.first_byte_ns = 0
         self._status_reason = b""
         self._headers: Headers = []
+        # How the current response is framed, once its head is in.
         self._chunked_out = False
         self._close_delimited = False
         self._keep_alive = True
-        self._ended = False  # the response to ``req`` is complete: handled once the parser returns
-        self._head_seen = -1  # bytes read while the response head is incomplete; -1 once it is in
+        self._head_seen = 0  # bytes read while the response head is incomplete
         self._on_body: Callable[[tuple[int, bytes]], None] | None = None
         self._unparsed = 0  # body bytes given to _on_body since the exchange last caught up
         self._max_unparsed = client.limits.max_unparsed_bytes
-        self._paused = False  # the client reads slower than Ollama writes
-        self._backlogged = False  # the recording has not caught up with what it was given
-        self._reading = True
-        self._aborted = False
 
     async def connect(self, req: _Request) -> None:
         loop = asyncio.get_running_loop()
@@ -641,7 +842,7 @@ class _UpstreamSide(asyncio.Protocol):
                 timeout=CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            if self._aborted or req.finished:
+            if self.state is UpstreamState.ABORTED or req.finished:
                 return
             reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
             if self.client.upstream is self:
@@ -656,25 +857,31 @@ class _UpstreamSide(asyncio.Protocol):
                     f"Ollama is not reachable at {self.target.name} ({reason}). "
                     "Start it (`ollama serve`), or point Phasewatch at it with --ollama URL or OLLAMA_HOST."
                 )
-            self.client.respond_error(req, 502, b"Bad Gateway", Failure.UNREACHABLE, message)
+            self._guarded(self.client.respond_error, req, 502, b"Bad Gateway", Failure.UNREACHABLE, message)
             return
-        if self._aborted or req.finished:
+        if self.state is UpstreamState.ABORTED or req.finished:
             self.abort()
             return
-        self.send(req)
+        self._guarded(self.send, req)
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        """Run ``step`` outside a protocol callback (a task): an exception of ours fails the client connection."""
+        try:
+            step(*args)
+        except Exception as exc:
+            self.abort()
+            self.client.fail_internal(exc)
 
     def send(self, req: _Request) -> None:
         """Send ``req`` (head and whatever body is in) on this open, idle connection."""
         self.req = req
-        self.idle = False
-        self._ended = False
+        self.state = UpstreamState.WAITING
         self._head_seen = 0
-        self.first_byte_pending = True
         self.parser = httptools.HttpResponseParser(self)
         self._on_body = req.exchange.on_body
         self._unparsed = 0
-        self._backlogged = False
-        self._apply_reading()
+        self.client.flow.backlogged = False
+        self.client.flow.update_upstream(self)
         self.write(self.client.request_head_for_upstream(req) + self.client.pending_request_bytes(req))
 
     def write(self, data: bytes) -> None:
@@ -683,37 +890,19 @@ class _UpstreamSide(asyncio.Protocol):
 
     def sending(self, req: _Request) -> bool:
         """``req``'s head went out on this connection, so its body may follow."""
-        return self.req is req and self.connected and not self._aborted
+        return self.req is req and self.state is not _ABORTED and self.state is not _CLOSED
 
     def reusable_for(self, target: Target) -> bool:
-        return self.connected and self.idle and not self._aborted and self.target == target
-
-    def pause(self) -> None:
-        self._paused = True
-        self._apply_reading()
-
-    def resume(self) -> None:
-        self._paused = False
-        self._apply_reading()
+        return self.state is UpstreamState.IDLE and self.target == target
 
     def _caught_up(self) -> None:
         self._unparsed = 0
-        self._backlogged = False
-        self._apply_reading()
-
-    def _apply_reading(self) -> None:
-        reading = not (self._paused or self._backlogged)
-        if self.transport is None or reading == self._reading or self._aborted:
-            return
-        self._reading = reading
-        if reading:
-            self.transport.resume_reading()
-        else:
-            self.transport.pause_reading()
+        self.client.flow.backlogged = False
+        self.client.flow.update_upstream(self)
 
     def abort(self) -> None:
         """Drop the connection now (Ollama sees the client leave and cancels the request)."""
-        self._aborted = True
+        self.state = UpstreamState.ABORTED
         if self.transport is not None:
             self.transport.abort()
 
@@ -721,61 +910,74 @@ class _UpstreamSide(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.connected = True
+        if self.state is UpstreamState.CONNECTING:
+            self.state = UpstreamState.WAITING  # the request goes out next
 
     def data_received(self, data: bytes) -> None:
         self.read_ns = time.monotonic_ns()
         if self.req is None:  # bytes on an idle connection answer nothing we sent
             self.abort()
             return
-        if self._head_seen >= 0:  # bound the head before llhttp builds its header values with +=
-            self._head_seen += len(data)
-            if self._head_seen > self.client.limits.max_head_bytes + len(data):
-                self._broken(f"Ollama sent a response head over {self.client.limits.max_head_bytes} bytes")
-                return
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._broken("Ollama switched protocols, which the relay does not do")
-            return
-        except httptools.HttpParserError as exc:
-            if not self._ended:
-                self._broken(f"Ollama sent a malformed HTTP response: {exc}")
-                return
-            self._keep_alive = False  # bytes beyond the end of the response: this connection is never reused
-        if self._ended:  # completed here, after the parser let go, so no later byte is read as the next answer
-            self._ended = False
-            self._complete()
+            state = self.state
+            if state is _WAITING or state is _HEAD:  # bound the head before llhttp builds its header values with +=
+                self._head_seen += len(data)
+                if self._head_seen > self.client.limits.max_head_bytes + len(data):
+                    self._broken(f"Ollama sent a response head over {self.client.limits.max_head_bytes} bytes")
+                    return
+            try:
+                self.parser.feed_data(data)
+                problem = None
+            except Exception as exc:
+                problem = _parser_problem(exc)
+            if problem is not None:
+                if isinstance(problem, httptools.HttpParserUpgrade):
+                    self._broken("Ollama switched protocols, which the relay does not do")
+                    return
+                if self.state is not _ENDED:
+                    self._broken(f"Ollama sent a malformed HTTP response: {problem}")
+                    return
+                self._keep_alive = False  # bytes beyond the end of the response: this connection is never reused
+            if self.state is _ENDED:  # completed after the parser let go: no later byte is read as the next answer
+                self._complete()
+        except Exception as exc:  # our own code (a recording hook) raised: never Ollama's fault
+            self.abort()
+            self.client.fail_internal(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connected = False
+        aborted = self.state is UpstreamState.ABORTED
+        self.state = UpstreamState.ABORTED if aborted else UpstreamState.CLOSED
         self.client.relay.forget_idle(self)
         if self.client.upstream is self:
             self.client.upstream = None
         req = self.req
-        if req is None or req.finished or self._aborted:
+        if req is None or req.finished or aborted:
             return
-        if req.responded and self._close_delimited:
-            self._complete()  # the end of a body without length or chunks is the close itself
-            return
-        self._broken(f"connection closed ({exc})" if exc else "connection closed")
+        try:
+            if req.responded and self._close_delimited:
+                self._complete()  # the end of a body without length or chunks is the close itself
+                return
+            self._broken(f"connection closed ({exc})" if exc else "connection closed")
+        except Exception as error:  # a recording hook raised
+            self.client.fail_internal(error)
 
     def pause_writing(self) -> None:  # Ollama reads a large request body slower than the client sends it
-        self.client.upstream_blocked = True
-        self.client._update_reading()
+        self.client.flow.upstream_full = True
+        self.client.flow.update_client()
 
     def resume_writing(self) -> None:
-        self.client.upstream_blocked = False
-        self.client._update_reading()
+        self.client.flow.upstream_full = False
+        self.client.flow.update_client()
 
     # -- httptools callbacks -----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self._ended or self.req is None:
-            raise _StopParsing  # a second response to one request: stop before any of it reaches a client
+        if self.state is UpstreamState.ENDED or self.req is None:
+            self._keep_alive = False  # a second response to one request: this connection is never reused,
+            raise _StopParsing  # and none of it reaches a client
         self._status_reason, self._headers = b"", []
-        if self.first_byte_pending:
-            self.first_byte_pending = False
+        if self.state is UpstreamState.WAITING:  # its first byte
+            self.state = UpstreamState.HEAD
             self.first_byte_ns = self.read_ns
 
     def on_status(self, reason: bytes) -> None:
@@ -791,7 +993,7 @@ class _UpstreamSide(asyncio.Protocol):
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             return  # interim answers (we never send Expect upstream) are not passed on
-        self._head_seen = -1
+        self.state = UpstreamState.BODY
         self._keep_alive = self.parser.should_keep_alive()
         lengths: list[bytes] = []
         codings: list[bytes] = []
@@ -823,9 +1025,9 @@ class _UpstreamSide(asyncio.Protocol):
         if not req.keep_alive:
             headers.append((b"Connection", b"close"))
         self.client.write(_head_bytes(b"HTTP/1.1 %d %b" % (status, self._status_reason), headers))
-        req.responded = True
+        req.stage = Stage.RESPONDED
         if no_body:
-            self._ended = True
+            self.state = UpstreamState.ENDED
             if req.head.method == "HEAD":
                 # llhttp would read a HEAD response's Content-Length bytes as its body: stop it here, and
                 # since what follows cannot be told apart, never reuse this connection.
@@ -837,17 +1039,18 @@ class _UpstreamSide(asyncio.Protocol):
         if self._on_body is not None:
             self._on_body((self.read_ns, piece))
             self._unparsed += len(piece)
-            if self._unparsed > self._max_unparsed and not self._backlogged and self.req is not None:
-                self._backlogged = True  # a flood from upstream: read on once the recording caught up
-                self._apply_reading()
+            flow = self.client.flow
+            if self._unparsed > self._max_unparsed and not flow.backlogged and self.req is not None:
+                flow.backlogged = True  # a flood from upstream: read on once the recording caught up
+                flow.update_upstream(self)
                 self.req.exchange.backlog(self._caught_up)
         self.client.write(_chunk(piece) if self._chunked_out else piece)
 
     def on_message_complete(self) -> None:
         req = self.req
-        if req is None or req.finished or not req.responded:
-            return  # an interim 1xx answer
-        self._ended = True
+        if req is None or req.finished or not req.responded or self.state is not UpstreamState.BODY:
+            return  # an interim 1xx answer (or a connection already dropped)
+        self.state = UpstreamState.ENDED
 
     # -- endings -----------------------------------------------------------------------------------
 
@@ -858,7 +1061,7 @@ class _UpstreamSide(asyncio.Protocol):
         if self._chunked_out:
             self.client.write(b"0\r\n\r\n")
         self.req = None
-        self.idle = True
+        self.state = UpstreamState.IDLE
         if not self._keep_alive or not req.body_complete or self._close_delimited:
             # Ollama closes, answered before the whole request body went out, or sent more than one answer.
             self.abort()
@@ -874,15 +1077,28 @@ class _UpstreamSide(asyncio.Protocol):
             message = f"Ollama at {self.target.name} failed before answering: {detail}"
             self.client.respond_error(req, 502, b"Bad Gateway", Failure.NO_ANSWER, message)
             return
-        req.finished = True
-        req.exchange.failed(Failure.CUT, f"Ollama cut the response mid-way: {detail}", True)
-        req.exchange.ended(time.monotonic_ns())
+        self.client._end(req, Failure.CUT, f"Ollama cut the response mid-way: {detail}")
         self.client.requests.clear()
         self.client._close()  # flushes what was relayed, never writes the end of the body
 
 
 def _unquote(path: bytes) -> str:
     return unquote_to_bytes(path).decode("utf-8", "replace")
+
+
+def _victim(crowd: set[_ClientSide]) -> _ClientSide | None:
+    """Whom to cut for a new connection: the longest-waiting idle one, else the oldest slow body, else none."""
+    waiting = [c for c in crowd if c.evictable()]
+    if waiting:
+        return min(waiting, key=lambda c: c.waiting_since_ns)
+    now_ns = time.monotonic_ns()
+    oldest: _ClientSide | None = None
+    oldest_ns = now_ns
+    for c in crowd:
+        since_ns = c.slow_body_since_ns(now_ns)
+        if since_ns is not None and since_ns <= oldest_ns:
+            oldest, oldest_ns = c, since_ns
+    return oldest
 
 
 class Relay:
@@ -894,6 +1110,7 @@ class Relay:
         self.clients: set[_ClientSide] = set()
         self.by_addr: dict[str, set[_ClientSide]] = {}
         self.max_clients = self.limits.connection_cap(fd_soft_limit())
+        self.kept_bytes = 0  # request body bytes kept for recording, of all bodies still arriving
         self.stopping = False
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -909,24 +1126,32 @@ class Relay:
 
     # -- connection bounds --------------------------------------------------------------------------
 
+    def per_client_cap(self) -> int:
+        """Connections one address may hold: never the whole cap, so other addresses always find room."""
+        share = int(self.max_clients * self.limits.max_client_share)
+        return max(1, min(self.limits.max_connections_per_client, share))
+
+    def kept_room(self) -> int:
+        """Bytes more that bodies still arriving may keep for recording, all together."""
+        return max(0, self.limits.max_kept_bodies_bytes - self.kept_bytes)
+
     def admit(self, client: _ClientSide) -> None:
-        """Take a new client connection; at a bound, make room by closing the longest-waiting idle one."""
+        """Take a new client connection; at a bound, make room by closing the longest-waiting idle one, or
+        else the one whose request body has been arriving the longest (``Limits.slow_body_s`` at least)."""
         same_addr = self.by_addr.setdefault(client.client_addr, set())
-        for crowd, cap in ((same_addr, self.limits.max_connections_per_client), (self.clients, self.max_clients)):
+        for crowd, cap in ((same_addr, self.per_client_cap()), (self.clients, self.max_clients)):
             if len(crowd) >= cap:
-                waiting = [c for c in crowd if c.evictable()]
-                if not waiting:  # every connection has a request running: this one cannot be served
-                    client._stopped = True
+                victim = _victim(crowd)
+                if victim is None:  # every connection has a request running: this one cannot be served
+                    client.state = ClientState.STOPPED
                     assert client.transport is not None
                     client.transport.write(
                         _json_response(503, b"Service Unavailable", "too many connections; try again", [], close=True)
                     )
                     client.transport.close()
                     return
-                victim = min(waiting, key=lambda c: c.waiting_since_ns)
                 self.forget(victim)
-                victim.stop(now=True)
-        client.admitted = True
+                victim.evict()
         self.clients.add(client)
         same_addr.add(client)
 
@@ -940,12 +1165,16 @@ class Relay:
 
     async def _watch_timeouts(self) -> None:
         lim = self.limits
-        interval_s = min(1.0, max(0.05, min(lim.head_timeout_s, lim.body_timeout_s, lim.idle_timeout_s) / 4))
+        shortest_s = min(lim.head_timeout_s, lim.body_timeout_s, lim.body_rate_window_s, lim.idle_timeout_s)
+        interval_s = min(1.0, max(0.05, shortest_s / 4))
         while True:
             await asyncio.sleep(interval_s)
             now_ns = time.monotonic_ns()
             for client in list(self.clients):
-                client.check_timeouts(now_ns)
+                try:
+                    client.check_timeouts(now_ns)
+                except Exception as exc:  # a hook raised as a request timed out: that connection fails, not this watch
+                    client.fail_internal(exc)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

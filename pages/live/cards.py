@@ -1,26 +1,30 @@
 """The Live page's cards and "now" strip, from records and progress readings (pure: no Streamlit, no I/O, no clock).
 
-One card per generation in flight, by phase: queued (position, what it waits for), loading (the model and how
-long so far), prefill (tokens read of the prompt, rate, ETA, marked "estimated" when the reading is the
-collector's estimate rather than the runner's), decoding (tokens so far, live tok/s with a sparkline against
-the decode ceiling, context used of n_ctx, the reply when text is recorded). A finished generation keeps its
+One card per generation in flight, by phase: queued for a free slot of its loaded model (position), waiting for
+another model to load first (Ollama loads one at a time), waiting for another model to finish so Ollama can unload
+it to make room, loading its own model (each with the time spent in that state), prefill (tokens read of the
+prompt, rate, ETA, marked "estimated" when the reading is the collector's estimate rather than the runner's),
+decoding (tokens so far, live tok/s with a sparkline against the decode ceiling, context used of n_ctx, the reply
+when text is recorded). A finished generation keeps its
 card for ``FINISHED_KEEP_S`` with its phase durations, then the card goes (its Requests detail stays).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
-from pages.shared.derive import live_tok_s
+from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
 
 FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
 SPARK_S = 20  # the sparkline's span: tok/s per second over the last this many seconds
 NOW_WINDOW_S = 60.0  # the "now" strip's share of GPU time: over the last minute
 RUNNER_SOURCES = (ProgressSource.SLOTS, ProgressSource.LOG)
+WAITING_PHASES = ("queued", "other_load", "unload_wait", "loading", "waiting")
 
 DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) → decode ceiling tok/s
 
@@ -47,7 +51,7 @@ class Card:
     model: str
     client: str
     endpoint: str
-    phase: str  # "queued", "loading", "prefill", "waiting", "decoding", "finished"
+    phase: str  # "queued", "other_load", "unload_wait", "loading", "prefill", "waiting", "decoding", "finished"
     elapsed_s: float
     queue_position: int | None = None  # 1 = next
     waits_for: str | None = None
@@ -64,6 +68,9 @@ class Card:
     phase_s: dict[str, float] = field(default_factory=dict)  # finished: queue/load/prefill/decode durations
     phase_started_unix_s: float | None = None  # running: when the phase now began (as far as known)
     prompt_chars: int | None = None  # the prompt's length as the proxy counted it
+    state_s: float | None = None  # waiting or loading: how long in this state (a load starts when the one before ended)
+    room_bytes: tuple[int, int] | None = None  # unload_wait: (what its model needs at least, what was free)
+    direct: bool = False  # sent to Ollama directly, seen from its runner: no client-side times, no token gaps
 
     @property
     def key(self) -> str:
@@ -78,6 +85,26 @@ class NowStrip:
     prefill_share: float | None  # of the GPU time spent in prefill or decode over the last minute
     decode_share: float | None
     waiting: int  # generations queued or loading
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What tells the waits for a load apart: when each loaded model first appeared in /api/ps (within a look-back
+    that covers the running requests), each installed model's file size, and the GPUs' free memory over time."""
+
+    loaded_since_unix_s: dict[str, float] = field(default_factory=dict)  # loaded model name → first listed
+    model_size_bytes: dict[str, int] = field(default_factory=dict)  # /api/tags: the GGUF's size, the least a load needs
+    vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), oldest first
+
+    def free_at(self, t_unix_s: float) -> int | None:
+        """Free GPU memory at ``t_unix_s``: the last reading before it, else the first one after (None: no reading)."""
+        before = [free for ts, free in self.vram_free_bytes if ts <= t_unix_s]
+        if before:
+            return before[-1]
+        return self.vram_free_bytes[0][1] if self.vram_free_bytes else None
+
+    def size_of(self, model: str) -> int | None:
+        return self.model_size_bytes.get(model) or self.model_size_bytes.get(f"{model}:latest")
 
 
 def preferred_progress(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
@@ -144,30 +171,46 @@ def in_flight_cards(
     loaded: dict[str, int | None],
     now_unix_s: float,
     decode_ceiling: DecodeCeiling = lambda _m, _c: None,
+    loads: LoadContext | None = None,
 ) -> list[Card]:
     """A card per running generation, oldest first. ``loaded``: loaded model name → its context length."""
+    loads = loads or LoadContext()
     cards: list[Card] = []
     # Queue: a token-less request with no reading, behind others of its model the runner is working on.
     runner_busy: dict[str, int] = {}
+    ready_unix_s: dict[str, float] = {}  # model → the first sign the runner works on it (a token, a reading)
     for rec in records:
-        if any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, [])) or rec.token_chunk_ns:
+        if _runner_read(rec, progress):
             runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
+            first = _runner_first_unix_s(rec, progress)
+            ready_unix_s[rec.model] = min(ready_unix_s.get(rec.model, first), first)
+    ordered = sorted(records, key=lambda r: r.started_at_unix_s)
+    # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
+    # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
+    needs_load = [r for r in ordered if not _loaded(r.model, loaded) and not runner_busy.get(r.model)]
+    head = needs_load[0] if needs_load else None
+    needs_load_ids = {r.id for r in needs_load}
     queued_seen: dict[str, int] = {}
     loading_seen: dict[str, int] = {}
-    for rec in sorted(records, key=lambda r: r.started_at_unix_s):
+    for rec in ordered:
         now_ns = rec.received_ns + int((now_unix_s - rec.started_at_unix_s) * 1e9)
         samples = progress.get(rec.id, [])
         base = Card(
             request_id=rec.id,
             model=rec.model,
-            client=rec.client_addr,
-            endpoint=rec.endpoint,
+            client=rec.client_addr or UNKNOWN_CLIENT,
+            endpoint=rec.endpoint or UNKNOWN_ROUTE,
             phase="waiting",
             elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
             n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
             reply_text=rec.response_text,
             prompt_chars=rec.prompt_chars,
+            direct=rec.direct,
         )
+        decoded = _decoded_readings(samples) if rec.direct else []
+        if decoded:
+            cards.append(_direct_decode_card(base, samples, decoded, now_unix_s, decode_ceiling))
+            continue
         if rec.token_chunk_ns:
             tokens = len(rec.token_chunk_ns)
             prompt = _last(samples, "prompt_tokens")
@@ -188,31 +231,133 @@ def in_flight_cards(
                 )
             )
             continue
-        if not _loaded(rec.model, loaded):
-            n = loading_seen.get(rec.model, 0)
-            loading_seen[rec.model] = n + 1
-            cards.append(
-                replace(
-                    base,
-                    phase="loading",
-                    queue_position=n + 1 if n else None,
-                    waits_for=f"{rec.model} to load into memory" if n else None,
-                )
-            )
+        if head is not None and rec.id in needs_load_ids:
+            ready = {m: min(t, ready_unix_s.get(m, t)) for m, t in loads.loaded_since_unix_s.items()}
+            ready = {**ready_unix_s, **ready}
+            cards.append(_load_card(base, rec, head, loaded, runner_busy, ready, loads, loading_seen, now_unix_s))
             continue
         view = prefill_view(samples)
+        if view is None and rec.direct:
+            cards.append(base)  # the runner took its task (that is how it was seen), no reading of it yet
+            continue
         if view is None:
             has_runner = runner_busy.get(rec.model, 0) > 0
             if has_runner:
                 n = queued_seen.get(rec.model, 0) + 1
                 queued_seen[rec.model] = n
-                cards.append(replace(base, phase="queued", queue_position=n, waits_for=f"a free slot of {rec.model}"))
+                slot = f"a free slot of {rec.model}"
+                cards.append(replace(base, phase="queued", queue_position=n, waits_for=slot, state_s=base.elapsed_s))
             else:
                 cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
             continue
         began = min(s.ts_unix_s for s in preferred_progress(samples))
         cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
+
+
+def _load_card(
+    base: Card,
+    rec: RequestRecord,
+    head: RequestRecord,
+    loaded: dict[str, int | None],
+    runner_busy: dict[str, int],
+    ready_unix_s: dict[str, float],
+    loads: LoadContext,
+    loading_seen: dict[str, int],
+    now_unix_s: float,
+) -> Card:
+    """A request whose model is not in memory: behind another model's load, waiting for room, or loading its own."""
+    if rec.model != head.model:
+        return replace(
+            base, phase="other_load", waits_for=f"{head.model} to load first (Ollama loads one model at a time)",
+            state_s=base.elapsed_s,
+        )  # fmt: skip
+    # Its own load began when it came, or when a load it waited behind ended: that model appeared in /api/ps, or
+    # the runner began on one of its requests (often before the next /api/ps poll).
+    others = [t for name, t in ready_unix_s.items() if not _same(name, rec.model) and t <= now_unix_s]
+    began = max([rec.started_at_unix_s, *others])
+    n = loading_seen.get(rec.model, 0)
+    loading_seen[rec.model] = n + 1
+    card = replace(base, phase="loading", phase_started_unix_s=began, state_s=max(0.0, now_unix_s - began),
+                   queue_position=n + 1 if n else None, waits_for=f"{rec.model} to load into memory" if n else None)  # fmt: skip
+    # No room: Ollama must unload another model first, and waits until that model's generations finish.
+    need, free = loads.size_of(rec.model), loads.free_at(began)
+    busy = sorted({name for name in loaded if runner_busy.get(name, 0) and not _same(name, rec.model)})
+    if need is not None and free is not None and need > free and busy:
+        return replace(
+            card, phase="unload_wait", queue_position=None, room_bytes=(need, free),
+            waits_for=f"{', '.join(busy)} to finish its generations, so Ollama can unload it to make room",
+        )  # fmt: skip
+    return card
+
+
+def _decoded_readings(samples: Sequence[ProgressSample]) -> list[tuple[float, int]]:
+    """(time, tokens written so far) from the runner's readings once it writes, oldest first."""
+    runner = sorted((s for s in samples if s.source in RUNNER_SOURCES), key=lambda s: s.ts_unix_s)
+    return [(s.ts_unix_s, s.decoded_tokens) for s in runner if s.decoded_tokens]
+
+
+def _direct_decode_card(
+    base: Card,
+    samples: Sequence[ProgressSample],
+    decoded: list[tuple[float, int]],
+    now_unix_s: float,
+    decode_ceiling: DecodeCeiling,
+) -> Card:
+    """A direct generation writing its reply, from the runner's token counts (no stream: no gaps between tokens)."""
+    tokens = decoded[-1][1]
+    ctx_used = _last(samples, "ctx_used_tokens")
+    return replace(
+        base,
+        phase="decoding",
+        tokens_so_far=tokens,
+        live_tok_s=_readings_rate(decoded, now_unix_s),
+        spark_tok_s=_readings_spark(decoded, now_unix_s),
+        decode_ceiling_tok_s=decode_ceiling(base.model, ctx_used if ctx_used is not None else tokens),
+        ctx_used_tokens=ctx_used,
+        n_ctx=base.n_ctx or _last(samples, "n_ctx"),
+        phase_started_unix_s=decoded[0][0],
+    )
+
+
+def _readings_rate(decoded: Sequence[tuple[float, int]], now_unix_s: float, lookback_s: float = 3.0) -> float | None:
+    """Tokens per second over the readings of the last ``lookback_s`` (from the first reading when younger)."""
+    recent = [r for r in decoded if r[0] >= now_unix_s - lookback_s]
+    earlier = [r for r in decoded if r[0] < now_unix_s - lookback_s]
+    first = earlier[-1] if earlier else decoded[0]
+    last = decoded[-1]
+    if not recent or last[0] <= first[0]:
+        return None if not earlier else 0.0  # no reading lately: nothing written that the runner told
+    return (last[1] - first[1]) / (last[0] - first[0])
+
+
+def _readings_spark(decoded: Sequence[tuple[float, int]], now_unix_s: float, span_s: int = SPARK_S) -> tuple[float, ...]:
+    """Tokens written in each of the last whole seconds, by the runner's count at each second's edges."""
+    times = [t for t, _n in decoded]
+
+    def count_at(t: float) -> int:
+        k = bisect.bisect_right(times, t)
+        return decoded[k - 1][1] if k else 0
+
+    seconds = min(span_s, max(1, int(now_unix_s - decoded[0][0])))
+    edges = [now_unix_s - k for k in range(seconds, -1, -1)]
+    return tuple(float(max(count_at(b) - count_at(a), 0)) for a, b in itertools.pairwise(edges))
+
+
+def _runner_read(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> bool:
+    """The runner is working on it (it wrote a token, the runner reported its progress, or the record comes from
+    the runner itself): its model is loaded."""
+    return rec.direct or bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
+
+
+def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> float:
+    readings = [s.ts_unix_s for s in progress.get(rec.id, []) if s.source in RUNNER_SOURCES]
+    token = [rec.wall_s(rec.token_chunk_ns[0])] if rec.token_chunk_ns else []
+    return min([*readings, *token, *([rec.started_at_unix_s] if rec.direct else [])])
+
+
+def _same(a: str, b: str) -> bool:
+    return a == b or a == f"{b}:latest" or b == f"{a}:latest"
 
 
 def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: float = FINISHED_KEEP_S) -> list[Card]:
@@ -230,14 +375,15 @@ def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: fl
             Card(
                 request_id=r.id,
                 model=r.model,
-                client=r.client_addr,
-                endpoint=r.endpoint,
+                client=r.client_addr or UNKNOWN_CLIENT,
+                endpoint=r.endpoint or UNKNOWN_ROUTE,
                 phase="finished",
                 elapsed_s=max(0.0, r.ended_at_unix_s - r.started_at_unix_s),
                 tokens_so_far=r.output_tokens if r.output_tokens is not None else r.tokens_so_far,
                 live_tok_s=r.decode_tok_s,
                 outcome=str(r.outcome),
                 phase_s=phases,
+                direct=r.direct,
                 prefill=None
                 if r.prompt_tokens is None
                 else PrefillView(r.computed_prompt_tokens or 0, r.computed_prompt_tokens, r.prefill_tok_s, 0.0, False, "final"),
@@ -272,7 +418,7 @@ def now_strip(
         decode_tok_s=sum(decode_rates) if decode_rates else (0.0 if not any(c.phase == "decoding" for c in running) else None),
         prefill_share=prefill_s / busy if busy > 0 else None,
         decode_share=decode_s / busy if busy > 0 else None,
-        waiting=sum(1 for c in running if c.phase in ("queued", "loading", "waiting")),
+        waiting=sum(1 for c in running if c.phase in WAITING_PHASES),
     )
 
 

@@ -15,19 +15,25 @@ import streamlit as st
 from analysis.accelerator import resolve_hardware
 from analysis.ceilings import ceilings_for, vram_fraction
 from analysis.model_facts import ModelFactsError, model_facts_from_show
-from pages.live.cards import Card, DecodeCeiling, NowStrip, finished_cards, in_flight_cards, now_strip
+from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.shared import data, fmt
 
 PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
 PHASE_WORDS = {
-    "queued": "queued",
-    "loading": "loading the model",
+    "queued": "waiting for a free slot",
+    "other_load": "waiting for another model to load",
+    "unload_wait": "waiting for another model to unload",
+    "loading": "loading its model",
     "waiting": "waiting for a slot or reading the prompt",
     "prefill": "reading the prompt (prefill)",
     "decoding": "writing the reply (decode)",
     "finished": "finished",
 }
 REQUESTS_PAGE = "pages/requests/page.py"
+DIRECT_NOTE = (
+    "Sent to Ollama directly, seen from its runner: the model, the prompt read, the tokens written and their rate. "
+    "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
+)
 SPARK_WIDTH_PX = 240
 
 
@@ -77,7 +83,8 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     if snap is None:
         return None
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
-    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap))
+    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
+    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     done = finished_cards(snap.recent, now_unix_s)
     strip = now_strip(running, snap.recent, now_unix_s)
     return CardsModel(
@@ -162,7 +169,11 @@ def show_strip(model: CardsModel) -> None:
 
 def show_cards(model: CardsModel) -> None:
     if not model.cards:
-        st.caption("No generation is running. Requests sent through the proxy get a card here while they run.")
+        st.caption(
+            "No generation is running. Each one gets a card here while it runs: those of clients that talk to Ollama "
+            "directly (seen from its runner, with no change to them), and those sent through the proxy, which adds the "
+            "client's own time to first token and every gap between tokens."
+        )
         return
     for card in model.cards:
         show_card(card, model.record_text, model.chars_measured.get(card.model), model.last_load_s.get(card.model))
@@ -186,23 +197,48 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
     return f" · estimated from {size}, at this model's usual prefill rate"
 
 
-def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
-    # Names from clients and Ollama, cut (fmt.label) and escaped: literal, and short whatever arrives.
-    model = fmt.md_escape(fmt.label(card.model or "unknown model"))
+def wait_caption(card: Card, last_load_s: float | None) -> str | None:
+    """What a waiting card says it waits for, with the time in that state (None: the card does not wait).
+
+    Names from clients and Ollama are cut (``fmt.label``) and escaped: literal, and short whatever arrives."""
+    so_far = f"{fmt.seconds(card.state_s)} so far"
+    model = fmt.md_escape(fmt.label(card.model))
     waits_for = fmt.md_escape(fmt.label(card.waits_for or "", fmt.SENTENCE_MAX_CHARS))
+    if card.phase == "queued":
+        return f"Position {card.queue_position} in the queue, waiting for {waits_for or 'a slot'}: {so_far}."
+    if card.phase == "other_load":
+        return f"Waiting for {waits_for or 'another model'}: {so_far}."
+    if card.phase == "unload_wait":
+        room = ""
+        if card.room_bytes is not None:
+            need, free = card.room_bytes
+            room = f" {model} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
+        return f"Waiting for {waits_for or 'another model'}: {so_far}.{room}"
+    if card.phase == "loading":
+        wait = f" Position {card.queue_position}, waiting for {waits_for}." if card.queue_position else ""
+        last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
+        if card.state_s is not None and card.elapsed_s - card.state_s >= 1.0:
+            so_far += f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
+        return f"Ollama is loading {model} into memory: {so_far}.{last}{wait}"
+    if card.phase == "waiting":
+        if card.direct:
+            return "The runner took it; no reading of its progress yet."
+        return "No token yet and no progress reading: it waits for a slot or reads its prompt."
+    return None
+
+
+def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
+    model = fmt.md_escape(fmt.label(card.model or "unknown model"))  # cut and escaped, as in wait_caption
     with st.container(border=True, key=f"card_{card.request_id}"):
+        direct = ":orange-badge[direct] " if card.direct else ""
         st.markdown(
-            f"**{model}** · {fmt.md_escape(fmt.label(card.client))} · {fmt.md_escape(fmt.label(card.endpoint))} — "
-            f"**{PHASE_WORDS.get(card.phase, card.phase)}** · {fmt.seconds(card.elapsed_s)}"
+            f"{direct}**{model}** · {fmt.md_escape(fmt.label(card.client))} · "
+            f"{fmt.md_escape(fmt.label(card.endpoint))} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
+            f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
-        if card.phase == "queued":
-            st.caption(f"Position {card.queue_position} in the queue, waiting for {waits_for or 'a slot'}.")
-        elif card.phase == "loading":
-            wait = f" Position {card.queue_position}, waiting for {waits_for}." if card.queue_position else ""
-            last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
-            st.caption(f"Ollama is loading {model} into memory: {fmt.seconds(card.elapsed_s)} so far.{last}{wait}")
-        elif card.phase == "waiting":
-            st.caption("No token yet and no progress reading: it waits for a slot or reads its prompt.")
+        waiting = wait_caption(card, last_load_s)
+        if waiting is not None:
+            st.caption(waiting)
         elif card.phase == "prefill" and card.prefill is not None:
             p = card.prefill
             of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
@@ -214,7 +250,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
         elif card.phase == "decoding":
             ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
             n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
-            line = f"{card.tokens_so_far:,} tokens so far · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
+            counted = " (the runner's count)" if card.direct else ""
+            line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
             if card.silent_s is not None:
                 line += f" · no token for {card.silent_s:.0f} s"
             st.markdown(line)
@@ -241,3 +278,5 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
             st.page_link(REQUESTS_PAGE, label="Details in Requests", icon=":material/receipt_long:",
                          query_params={"request": card.request_id})  # fmt: skip
+        if card.direct:
+            st.caption(DIRECT_NOTE)

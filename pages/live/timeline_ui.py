@@ -32,6 +32,7 @@ class LiveModel:
     requests_in_window: int
     notes: list[str] = field(default_factory=list)
     vram_used_bytes: int | None = None  # the latest GPU sample's memory in use (all GPUs)
+    direct_in_window: int = 0  # generations sent to Ollama directly (recorded from its runner) in the window
 
 
 def timeline_refresh_s(window_s: float) -> float:
@@ -105,6 +106,7 @@ def build_live(
         gpu_message=snap.gpu_message,
         requests_in_window=snap.requests_in_window,
         vram_used_bytes=snap.vram_used_bytes,
+        direct_in_window=snap.direct_in_window,
     )
 
 
@@ -142,13 +144,22 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
 def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     if refresh_s > 1:
         st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
+    if model.direct_in_window:
+        n = model.direct_in_window
+        st.caption(
+            f"{n:,} generation{'s' if n != 1 else ''} in this window came to Ollama directly, not through the proxy: "
+            "seen from its runner (the model, the prompt read, the tokens written, prefill and decode times). Pointing "
+            "a client at the proxy adds its own time to first token, every gap between tokens and its address:"
+        )
+        st.code(proxy_line, language="bash")
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]
         st.warning(
-            f"The GPU was busy for {fmt.seconds(total_s)} with no request through the proxy "
-            f"(last at {fmt.clock(last.start_unix_s)}–{fmt.clock(last.end_unix_s)}). A client is probably talking to "
-            "Ollama directly, bypassing the proxy, so its requests are not recorded. Point it at the proxy:",
+            f"The GPU was busy for {fmt.seconds(total_s)} with no generation recorded, neither through the proxy nor "
+            f"from Ollama's runner (last at {fmt.clock(last.start_unix_s)}–{fmt.clock(last.end_unix_s)}). Another "
+            "program used the GPU, or the runner could not be read (the sidebar says why). A client pointed at the "
+            "proxy is recorded whatever the runner shows:",
             icon=":material/visibility_off:",
         )
         st.code(proxy_line, language="bash")

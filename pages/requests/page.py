@@ -13,7 +13,9 @@ from pages.requests.view import (
     build_history,
     csv_bytes,
     display_frame,
+    linked_request,
     request_label,
+    seen_from,
 )
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
@@ -42,11 +44,22 @@ filters = (None if model == ANY else model, None if endpoint == ANY else endpoin
 history = first if filters == (None, None, None) else build_history(ctx.db_path, start, now, *filters)
 assert history is not None  # the store existed a moment ago; it is never deleted while the app runs
 
-if not history.rows:
+# A ?request= link (a Live card's "Details in Requests", or one pasted) opens that request whatever the window.
+link = linked_request(ctx.db_path, st.query_params.get("request"), [r.id for r in history.rows])
+if link is not None and link.label is None:
+    st.error(
+        f"No request with id “{fmt.md_escape(link.shown_id)}” in this store: the link is mistyped, or it comes from another "
+        "Phasewatch (or from the demo's data while real data is shown, or the other way round).",
+        icon=":material/link_off:",
+    )
+
+if not history.rows and not (link and link.label):
     st.info(
         "No requests in this window"
         + (" match these filters." if filters != (None, None, None) else ".")
-        + " Widen the time window in the sidebar, or send a prompt through the proxy:",
+        + " Widen the time window in the sidebar, or run a prompt with any client: one that talks to Ollama "
+        "directly is recorded from its runner with no change to it (marked direct); pointed at the proxy, its own "
+        "time to first token, every gap between its tokens and its address are recorded too:",
         icon=":material/search_off:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
@@ -78,11 +91,17 @@ picked_rows = table.selection.rows if table is not None else []
 if picked_rows and st.session_state.get("req_last_table_pick") != ids[picked_rows[0]]:
     st.session_state["req_last_table_pick"] = ids[picked_rows[0]]
     st.session_state["req_pick"] = ids[picked_rows[0]]
-linked = st.query_params.get("request")  # a Live card's "Details in Requests" link
-if linked in labels and st.session_state.get("req_linked") != linked:
-    st.session_state["req_linked"] = linked
-    st.session_state["req_pick"] = linked
-if st.session_state.get("req_pick") not in labels:
+if link is not None and link.label and not link.in_rows:
+    ids.insert(0, link.id)
+    labels[link.id] = link.label
+    st.info(
+        "Opened from a link: this request is outside the time window or filters above, so it is not in the table.",
+        icon=":material/link:",
+    )
+if link is not None and link.label is not None and st.session_state.get("req_linked") != link.id:
+    st.session_state["req_linked"] = link.id  # once per link: picking another request afterwards sticks
+    st.session_state["req_pick"] = link.id
+if ids and st.session_state.get("req_pick") not in labels:
     # Default: the newest finished request (an in-flight one has no phases yet).
     finished = [r.id for r in history.rows if r.outcome != "in_flight"]
     st.session_state["req_pick"] = finished[0] if finished else ids[0]
@@ -93,8 +112,10 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    where = f"from {fmt.label(rec.client_addr)} · {fmt.when(rec.started_at_unix_s)}"
-    st.text(f"{fmt.label(rec.model)} · {fmt.label(rec.endpoint)} · {rec.kind} · {where} · {rec.outcome.value}")
+    client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
+    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
+    st.text(f"{fmt.label(rec.model)} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")
     common.whole_text_on_demand("model name", rec.model, fmt.LABEL_MAX_CHARS, "req_model_whole")
     for sentence in d.sentences:
         st.text(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS))  # text, not Markdown: the sentences carry model names

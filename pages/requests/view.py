@@ -25,6 +25,7 @@ from store.export import CSV_LINE_END, csv_cell
 from store.tables import RequestSummary
 
 SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
+LINK_ID_SHOWN_CHARS = 40  # a request id is 32 hex characters; what a ?request= link carries is cut to this when shown
 
 # Columns of the history table, in order, with the names a user reads.
 HISTORY_COLUMNS = {
@@ -34,6 +35,7 @@ HISTORY_COLUMNS = {
     "kind": "kind",
     "stream": "streamed",
     "outcome": "outcome",
+    "seen": "seen from",
     "client": "client",
     "ttft_s": "first token (s)",
     "server_ttft_s": "first token, server side (s)",
@@ -179,6 +181,7 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
     frame["client"] = frame["client_addr"]
+    frame["seen"] = [seen_from(r) for r in rows]
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
     frame["flags"] = frame["flags"].map(lambda codes: ", ".join(codes) if isinstance(codes, tuple | list) else "")
@@ -200,6 +203,8 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
     def known(v: object) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v))
 
+    for col in ("endpoint", "client"):  # a direct record's route and client, where no access line told them
+        out[col] = [v if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in DURATION_COLUMNS:
         out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in COUNT_COLUMNS:
@@ -251,13 +256,15 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
     answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
     ollama: list[Span] = []
     points: list[tuple[str, int | None, int | None]] = []
-    if ph.load_source == PhaseSource.OLLAMA:
+    # Phases placed by durations: Ollama's, or for a direct record the runner's (its log, else /slots readings).
+    timed = {PhaseSource.OLLAMA, PhaseSource.LOG, PhaseSource.SLOTS} if rec.direct else {PhaseSource.OLLAMA}
+    if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
-        if ph.queue_source == PhaseSource.OLLAMA:
+        if ph.queue_source in timed:
             points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
-    if ph.prefill_source == PhaseSource.OLLAMA:
+    if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
-    if ph.decode_source == PhaseSource.OLLAMA:
+    if ph.decode_source in timed:
         if answer_ns is not None and ph.decode_start_ns is not None and ph.decode_start_ns < answer_ns:
             points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
         else:
@@ -266,6 +273,8 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
         if a is not None and b is not None and b > a:
             ollama.append(Span(label, rel(a), rel(b)))
     client: list[Span] = []
+    if rec.direct:
+        return ollama, client, None  # no proxy saw it: there is no client's view
     streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
     if answer_ns is not None:
         streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
@@ -442,6 +451,8 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses = explain(db, rec, ph)
+    direct = direct_sentence(rec)
+    sentences = [direct, *sentences] if direct else sentences
     return DetailModel(
         record=rec,
         phases=ph,
@@ -458,7 +469,69 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     )
 
 
+def seen_from(row: RequestSummary | RequestRecord) -> str:
+    """ "proxy", or for a generation a client sent Ollama directly, where its figures come from."""
+    if not row.direct:
+        return "proxy"
+    return "direct · Ollama's log (exact)" if row.runner_source == "log" else "direct · /slots readings (bounded)"
+
+
+def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
+    """For a direct record: what it was recorded from, each value's bound, and what only the proxy would add."""
+    if not row.direct:
+        return None
+    bounds = []
+    if row.runner_source == PhaseSource.LOG:
+        bounds.append("prefill and decode as the runner timed them, to 0.01 ms")
+    elif row.prefill_bound_s is not None:
+        bounds.append(f"prefill ± {fmt.seconds(row.prefill_bound_s)}")
+    if row.decode_bound_s is not None and row.runner_source != PhaseSource.LOG:
+        bounds.append(f"decode ± {fmt.seconds(row.decode_bound_s)}")
+    if row.output_tokens_bound:
+        bounds.append(f"output tokens ± {row.output_tokens_bound}")
+    if row.ends_bound_s is not None:
+        bounds.append(f"start and end ± {fmt.seconds(row.ends_bound_s)}")
+    source = "the runner's own timings in Ollama's log" if row.runner_source == "log" else "readings of the runner's /slots"
+    unknown = [name for name, value in (("route", row.endpoint), ("client address", row.client_addr)) if value is None]
+    text = f"Sent to Ollama directly (not through the proxy); recorded from {source}"
+    text += f" ({', '.join(bounds)})." if bounds else "."
+    if unknown:
+        text += f" Not known: {' and '.join(unknown)} (no access line fitted it alone)."
+    return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
+
+
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
-    return f"{fmt.when(row.started_at_unix_s)} · {fmt.label(row.model)} · {fmt.label(row.endpoint)} · {took} · {row.id[:8]}"
+    route = fmt.label(row.endpoint) if row.endpoint is not None else "direct" if row.direct else "route not known"
+    return f"{fmt.when(row.started_at_unix_s)} · {fmt.label(row.model)} · {route} · {took} · {row.id[:8]}"
+
+
+@dataclass(frozen=True)
+class LinkedRequest:
+    """The request a ``?request=`` link names, looked up whatever the time window and filters."""
+
+    id: str
+    label: str | None  # None: the store holds no request with this id
+    in_rows: bool  # already among the rows the table shows
+
+    @property
+    def shown_id(self) -> str:
+        """The id as the page may say it back (cut: a link is anyone's text)."""
+        cut = self.id[:LINK_ID_SHOWN_CHARS]
+        return cut + ("…" if len(self.id) > LINK_ID_SHOWN_CHARS else "")
+
+
+def linked_request(db: Path, linked: str | None, shown_ids: Sequence[str]) -> LinkedRequest | None:
+    """What a ``?request=`` link opens (None: no link). A request outside the window is loaded by its id."""
+    if not linked:
+        return None
+    if linked in shown_ids:
+        return LinkedRequest(linked, "", True)
+    stored = data.load_request(db, linked)
+    if stored is None:
+        return LinkedRequest(linked, None, False)
+    rec = stored.record
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "direct" if rec.direct else "route not known"
+    label = f"{fmt.when(rec.started_at_unix_s)} · {fmt.label(rec.model)} · {route} · {rec.outcome.value} · {rec.id[:8]} (linked)"
+    return LinkedRequest(linked, label, False)

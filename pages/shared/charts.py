@@ -209,7 +209,7 @@ def gpu_timeline_figure(
         fig.add_trace(
             go.Scatter(
                 x=xs, y=ys, mode="lines", fill="toself", fillcolor="rgba(255,112,67,0.3)", line={"width": 0},
-                name="GPU busy, no proxied request", hoverinfo="skip",
+                name="GPU busy, no recorded generation", hoverinfo="skip",
             ),
             row=1,
             col=1,

@@ -167,8 +167,9 @@ def demo_banner(ctx: AppContext, status: data.Status) -> None:
     """Say plainly when what a page shows comes from a demo, and whether its engine is real or simulated."""
     if ctx.demo and ctx.demo_engine:
         st.info(
-            f"**Demo mode — {ENGINE_DEMO_LABEL}.** A synthetic user sends short completions through the proxy, "
-            "recorded like real traffic; the model, its prefill and its decode are real. It is not your Ollama.",
+            f"**Demo mode — {ENGINE_DEMO_LABEL}.** Two synthetic users send short completions, one through the proxy "
+            "and one to the engine directly (recorded from its runner, marked direct), like real traffic; the model, "
+            "its prefill and its decode are real. It is not your Ollama.",
             icon=":material/memory:",
         )
         return
@@ -230,7 +231,9 @@ def no_store_state(ctx: AppContext) -> None:
     st.info(
         "**Nothing recorded yet.** The collector creates its store when it starts"
         + (" — it is starting now." if ctx.launch.state == LaunchStatus.STARTING else ".")
-        + " Then point your clients at the proxy and run a prompt:",
+        + " Then run a prompt with any client: one that talks to Ollama directly is seen from its runner, with no "
+        "change to it. Pointed at the proxy, a client's own time to first token, every gap between its tokens and "
+        "its address are recorded too:",
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")

@@ -80,6 +80,7 @@ class LiveSnapshot:
     gpu_state: str | None
     gpu_message: str | None
     vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
+    direct_in_window: int = 0  # of requests_in_window: sent to Ollama directly, recorded from its runner
 
 
 def bands_of(row: RequestSummary) -> list[Band]:
@@ -133,7 +134,7 @@ def load_live(
         heartbeat = queries.latest_heartbeat(conn)
     bands: list[Band] = []
     busy: list[Interval] = []
-    shown = 0
+    shown = direct = 0
     for row in rows:
         if row.outcome is Outcome.IN_FLIGHT:
             continue  # drawn below from the in-flight records, which are fresher
@@ -141,6 +142,7 @@ def load_live(
         if end < start:
             continue
         shown += row.started_at_unix_s >= start
+        direct += row.started_at_unix_s >= start and row.direct
         busy.append(Interval(row.started_at_unix_s, end))
         bands.extend(bands_of(row))
     for rec in in_flight if timeline else []:
@@ -157,6 +159,7 @@ def load_live(
         gpu_state=heartbeat.gpu_state if heartbeat else None,
         gpu_message=heartbeat.gpu_message if heartbeat else None,
         vram_used_bytes=vram_used,
+        direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
     )
 
 
@@ -229,6 +232,10 @@ class CardsSnapshot:
     requests_in_window: int
     chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
     last_load_s: dict[str, float] = field(default_factory=dict)  # model being loaded → how long its last load took
+    # What tells a wait for a load apart (read only while a running request's model is not loaded):
+    loaded_since: dict[str, float] = field(default_factory=dict)  # loaded model → first /api/ps listing it lately
+    model_size_bytes: dict[str, int] = field(default_factory=dict)  # installed model → its file's size
+    vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -258,11 +265,14 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             for model in {r.model for r in in_flight if not r.token_chunk_ns}
         }
         names = {n for m in loaded for n in (m.name, m.model)}
-        last_load = {
-            model: t
-            for model in {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
-            if (t := queries.last_load_s(conn, model)) is not None
-        }
+        not_loaded = {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
+        last_load = {model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None}
+        loaded_since: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        if not_loaded:  # some running request waits for a model: when others loaded, sizes, free memory
+            since = min(r.started_at_unix_s for r in in_flight)
+            loaded_since = queries.loaded_since(conn, max(since, now_unix_s - 600))
+            sizes = {k: m.size_bytes for m in queries.installed_models(conn) if m.size_bytes for k in (m.name, m.model)}
     return CardsSnapshot(
         in_flight=in_flight,
         progress=progress,
@@ -274,4 +284,16 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         requests_in_window=in_window,
         chars_measured=chars_measured,
         last_load_s=last_load,
+        loaded_since=loaded_since,
+        model_size_bytes=sizes,
+        vram_free_bytes=_free_vram(gpus) if not_loaded else (),
     )
+
+
+def _free_vram(samples: list[GpuSample]) -> tuple[tuple[float, int], ...]:
+    """(time, free memory summed over the GPUs read at that time), oldest first; readings without memory skipped."""
+    by_ts: dict[float, int] = {}
+    for s in samples:
+        if s.mem_total_bytes is not None and s.mem_used_bytes is not None:
+            by_ts[s.ts_unix_s] = by_ts.get(s.ts_unix_s, 0) + max(s.mem_total_bytes - s.mem_used_bytes, 0)
+    return tuple(sorted(by_ts.items()))

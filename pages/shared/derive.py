@@ -13,6 +13,10 @@ from statistics import median
 
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
 
+# What a generation sent to Ollama directly shows where the runner does not tell (no access line fitted it).
+UNKNOWN_CLIENT = "direct client (address not known)"
+UNKNOWN_ROUTE = "route not known"
+
 # Colours and order of the phases, shared by every chart.
 PHASE_ORDER = ("queue", "load", "prefill", "decode")
 
@@ -94,8 +98,8 @@ def in_flight_view(record: RequestRecord, now_unix_s: float, loaded_model_names:
     return InFlightView(
         request_id=record.id,
         model=record.model,
-        client_addr=record.client_addr,
-        endpoint=record.endpoint,
+        client_addr=record.client_addr or UNKNOWN_CLIENT,
+        endpoint=record.endpoint or UNKNOWN_ROUTE,
         phase=phase,
         elapsed_s=max(0.0, now_unix_s - record.started_at_unix_s),
         tokens_so_far=len(record.token_chunk_ns),
@@ -133,9 +137,10 @@ def unexplained_gpu_activity(
     slack_s: float = 1.5,
     min_duration_s: float = 2.0,
 ) -> list[Interval]:
-    """Stretches where a GPU was busy while no proxied request ran: a client that bypasses the proxy.
+    """Stretches where a GPU was busy while no recorded request ran (proxied, or direct from the runner): another
+    program, or a client whose generations the runner did not show.
 
-    ``busy_intervals`` are the proxied requests' lifetimes; ``slack_s`` widens them because
+    ``busy_intervals`` are the recorded requests' lifetimes; ``slack_s`` widens them because
     samples arrive once a second and a model keeps the GPU busy briefly after the last chunk.
     """
     covered = sorted((i.start_unix_s - slack_s, i.end_unix_s + slack_s) for i in busy_intervals)

@@ -45,8 +45,9 @@ def text(sentence: str) -> None:
 def how_to_make_requests(model: str | None) -> None:
     who = f"for {fmt.md_escape(fmt.label(model))} " if model else ""
     st.info(
-        f"**No requests {who}recorded yet.** Point a client at Phasewatch's proxy and send a few prompts of "
-        "different lengths; each one becomes a point on the charts below" + ", or run an experiment on the Lab page.",
+        f"**No requests {who}recorded yet.** Send a few prompts of different lengths with any client (one that talks "
+        "to Ollama directly is recorded from its runner, with no change to it; pointed at the proxy, its client-side "
+        "times are recorded too); each one becomes a point on the charts below, or run an experiment on the Lab page.",
         icon=":material/hourglass_empty:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")

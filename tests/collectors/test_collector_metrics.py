@@ -6,13 +6,23 @@ import asyncio
 import math
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from analysis.phases import split_record
-from analysis.records import FinalMetrics, GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome, RequestRecord
+from analysis.records import (
+    FinalMetrics,
+    GpuSample,
+    HostSample,
+    LoadedModel,
+    OllamaStatus,
+    Outcome,
+    RequestRecord,
+    SeenFrom,
+)
 from collectors.config import load_settings
 from collectors.metrics import (
     LABEL_CUT_MARKER,
@@ -81,12 +91,25 @@ def _stored(*args: Any, **kwargs: Any) -> RequestRow:
     return request_row(rec, split_record(rec), 1.0, PHASES_VERSION)
 
 
+def test_direct_records_are_counted_by_source_and_their_unknown_route_is_an_empty_label() -> None:
+    stats = RequestStats()
+    stats.observe(_stored(100, 11, 1000))
+    for source in ("log", "log", "slots"):
+        rec = replace(_record(100, 11, 1000), id=f"d-{source}", endpoint=None, client_addr=None, stream=None,
+                      seen_from=SeenFrom.RUNNER, runner_source=source, token_chunk_ns=[])  # fmt: skip
+        stats.observe(request_row(rec, split_record(rec), 1.0, PHASES_VERSION))
+    text = render(MetricsSnapshot(stats=stats))
+    assert 'phasewatch_requests_total{endpoint="/api/chat",model="llama3.2",outcome="ok",source="proxy"} 1.0' in text
+    assert 'phasewatch_requests_total{endpoint="",model="llama3.2",outcome="ok",source="log"} 2.0' in text
+    assert 'phasewatch_requests_total{endpoint="",model="llama3.2",outcome="ok",source="slots"} 1.0' in text
+
+
 def test_stats_count_outcomes_and_observe_histograms() -> None:
     stats = RequestStats()
     stats.observe(_stored(100, 11, 1000), token_gaps_s=[0.1] * 10)  # 10 intervals in 1 s: 10 tok/s
     stats.observe(_stored(300, 41, 2000))  # 40 intervals in 2 s: 20 tok/s
     stats.observe(_stored(50, 0, 0, outcome=Outcome.UPSTREAM_FAILED))
-    assert stats.counts == {("/api/chat", "llama3.2", "ok"): 2, ("/api/chat", "llama3.2", "upstream_failed"): 1}
+    assert stats.counts == {("/api/chat", "llama3.2", "ok", "proxy"): 2, ("/api/chat", "llama3.2", "upstream_failed", "proxy"): 1}
     ttft = stats.histogram("gen_ai_server_time_to_first_token_seconds")
     assert ttft.count == 3 and math.isclose(ttft.total, 0.45)
     decode = stats.histogram("phasewatch_request_decode_tokens_per_second")
@@ -150,7 +173,7 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     assert m[("phasewatch_model_loaded_bytes", (("memory", "ram"), ("model", "llama3.2:latest")))] == 1 << 30
     assert m[("phasewatch_model_vram_ratio", (("model", "llama3.2:latest"),))] == 2 / 3
     assert m[("phasewatch_model_context_tokens", (("model", "llama3.2:latest"),))] == 4096
-    ok = (("endpoint", "/api/chat"), ("model", 'we"ird\\model'), ("outcome", "ok"))
+    ok = (("endpoint", "/api/chat"), ("model", 'we"ird\\model'), ("outcome", "ok"), ("source", "proxy"))
     assert m[("phasewatch_requests_total", ok)] == 1
     assert m[("phasewatch_requests_running", (("phase", "decode"),))] == 2
     host = (("gen_ai_operation_name", "chat"), ("gen_ai_provider_name", "ollama"), ("server_address", "127.0.0.1"),
@@ -192,10 +215,11 @@ def test_label_values_are_bounded_in_length_and_number() -> None:
     assert held_bytes < 1 << 20, held_bytes  # the names themselves are 100 MB
     assert len(text.encode()) < EXPOSITION_MAX_BYTES, len(text)
     m = parse_exposition(text)
-    assert m[("phasewatch_requests_total", (("endpoint", OTHER_LABEL), ("model", OTHER_LABEL), ("outcome", "ok")))] == 1900
+    other = (("endpoint", OTHER_LABEL), ("model", OTHER_LABEL), ("outcome", "ok"), ("source", "proxy"))
+    assert m[("phasewatch_requests_total", other)] == 1900
     first = names[0][: LABEL_MAX_CHARS - len(LABEL_CUT_MARKER)] + LABEL_CUT_MARKER
     assert len(first) == LABEL_MAX_CHARS
-    first_labels = (("endpoint", bound_label("/api/" + names[0])), ("model", first), ("outcome", "ok"))
+    first_labels = (("endpoint", bound_label("/api/" + names[0])), ("model", first), ("outcome", "ok"), ("source", "proxy"))
     assert m[("phasewatch_requests_total", first_labels)] == 1
     assert sum(v for (name, _), v in m.items() if name == "phasewatch_requests_total") == 2000  # nothing lost, only merged
 

@@ -82,10 +82,10 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
     figs = figures(at)
     gpu = next(f for f in figs if "RTX 4090" in title_of(f))
     assert {"GPU busy (% of time)", "VRAM used", "power draw", "SM clock", "decode", "prefill", "in flight"} <= trace_names(gpu)
-    assert "GPU busy, no proxied request" in trace_names(gpu)
+    assert "GPU busy, no recorded generation" in trace_names(gpu)
     assert gpu["layout"]["xaxis4"]["type"] == "date"
-    # The client bypassing the proxy is named, with the line that fixes it.
-    assert any("bypassing the proxy" in w.value for w in at.warning)
+    # GPU time no recorded generation explains is named, with the line that records a client whatever the runner shows.
+    assert any("no generation recorded, neither through the proxy nor from Ollama's runner" in w.value for w in at.warning)
     assert "OLLAMA_HOST=127.0.0.1:11435" in [c.value for c in at.code]
 
     models = next(d.value for d in at.dataframe if "context length" in d.value.columns)

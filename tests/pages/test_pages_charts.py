@@ -67,7 +67,7 @@ def test_gpu_timeline_leaves_out_unsupported_sensors_and_marks_bypass() -> None:
     samples = [gpu(T0 + i, 90.0, power_w=None, power_limit_w=None) for i in range(30)]
     fig = charts.gpu_timeline_figure(samples, [], T0, T0 + 30, unexplained=[Interval(T0 + 5, T0 + 20)])
     assert "power draw" not in names(fig)
-    busy = next(t for t in fig.data if t.name == "GPU busy, no proxied request")
+    busy = next(t for t in fig.data if t.name == "GPU busy, no recorded generation")
     assert busy.fill == "toself" and list(busy.y[:4]) == [0, 100, 100, 0]  # one shaded stretch over utilization
 
 

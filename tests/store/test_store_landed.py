@@ -82,7 +82,7 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
             if rec.outcome is not Outcome.IN_FLIGHT:  # derived again by this version's split
                 assert stored.phases_version == PHASES_VERSION and stored.phases == split_record(rec), rec.id
                 same = ("prefill_tok_s", "decode_tok_s", "queue_s", "prompt_tokens", "cached_tokens", "output_tokens")
-                if rec.endpoint.startswith("/v1/"):  # v2 of the split times decode from the stream, counts the chunks
+                if (rec.endpoint or "").startswith("/v1/"):  # v2 of the split times decode from the stream, counts the chunks
                     ph = stored.phases
                     decode = (ph.decode_s, ph.decode_source, ph.output_tokens, ph.output_tokens_source)
                     assert decode == (pytest.approx(0.161), "stream", 8, "counted")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -54,14 +55,24 @@ def _env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def start_proxy_process(upstream: str, folder: Path, env: dict[str, str] | None = None) -> Iterator[ProxyProcess]:
-    """``env``: extra variables for the proxy (``PHASEWATCH_<LIMIT>`` settings)."""
+def start_proxy_process(
+    upstream: str, folder: Path, env: dict[str, str] | None = None, fd_limit: int | None = None
+) -> Iterator[ProxyProcess]:
+    """``env``: extra variables for the proxy (``PHASEWATCH_<LIMIT>`` settings); ``fd_limit``: its open-file limit,
+    soft and hard (as ``ulimit -n`` in its shell)."""
     port = free_port()
     cmd = [sys.executable, "-m", "collectors.proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}", "--print-records"]
     records_path = folder / "records.jsonl"
     # A file, not a pipe: a pipe nobody reads until the end would fill up and stall the proxy's loop.
     with records_path.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.DEVNULL, env=_env() | (env or {}))
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            env=_env() | (env or {}),
+            preexec_fn=None if fd_limit is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit)),
+        )
     proxy = ProxyProcess(f"http://127.0.0.1:{port}", proc, records_path)
     try:
         deadline = time.monotonic() + 30

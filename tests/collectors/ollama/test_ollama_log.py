@@ -41,8 +41,11 @@ def test_captured_llama_server_output() -> None:
     assert all(s is not None and abs(s - 3601) / 3601 < 0.04 for s in sizes), sizes  # the fraction is printed to 2 places
     timing = {e.kind: (e.duration_ms, e.tokens) for e in events if e.kind in ("prompt_eval", "eval", "total")}
     assert timing == {"prompt_eval": (87418.10, 3601), "eval": (5700.10, 4), "total": (93118.20, 3605)}
+    # The task's start, its prompt's size and its end: what a direct generation's record is made of.
+    task = [(e.kind, e.tokens) for e in events if e.kind in ("launch", "new_prompt", "release")]
+    assert task == [("launch", 0), ("release", 3604)], task  # this build logs no "new prompt" line at this verbosity
     assert all(e.read_unix_s == 100.0 for e in events), "stamped on read: the lines carry no time of their own"
-    assert len(lines) - len(events) == 16
+    assert len(lines) - len(events) == 14
 
 
 @pytest.mark.parametrize("log", SIM_LOGS, ids=lambda p: p.stem)
@@ -67,7 +70,7 @@ def test_sim_engine_logs_add_up_to_their_timings(log: Path) -> None:
 def test_older_formats() -> None:
     events = [parse_line(line, 1.0) for line in OLDER]
     kinds = [(e.kind, e.tokens) if e else None for e in events]
-    assert kinds == [("progress", 512), ("progress", 4002), ("done", 4002), None, None,
+    assert kinds == [("progress", 512), ("progress", 4002), ("done", 4002), ("release", 4010), None,
                      ("prompt_eval", 4002), ("eval", 16), ("total", 4018)]  # fmt: skip
     first = events[0]
     assert first is not None and first.prompt_size_tokens == 4002 and first.task_id == 0
@@ -112,7 +115,9 @@ def test_mutated_lines_never_fatal(data: st.DataObject) -> None:
     line = _mutate(data.draw(st.sampled_from(lines)), data)
     event = parse_line(line, 5.0)
     if event is not None:
-        assert event.tokens >= 0 and event.kind in ("progress", "done", "prompt_eval", "eval", "total")
+        kinds = ("progress", "done", "prompt_eval", "eval", "total", "launch", "new_prompt", "release", "access",
+                 "runner_start", "runner_started")  # fmt: skip
+        assert event.tokens >= 0 and event.kind in kinds
         assert event.prompt_size_tokens is None or event.prompt_size_tokens >= 0
 
 

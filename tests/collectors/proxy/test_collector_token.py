@@ -94,4 +94,4 @@ async def _token_cases(sim_url: str, data: Path) -> None:
         await service.stop()
     assert sum(service.stats.counts.values()) == 1
     assert _stored_requests(data) == 1  # the refused ones left no row
-    assert 'phasewatch_requests_total{endpoint="/api/generate",model="llama3.2:latest",outcome="ok"} 1.0' in text
+    assert 'phasewatch_requests_total{endpoint="/api/generate",model="llama3.2:latest",outcome="ok",source="proxy"} 1.0' in text

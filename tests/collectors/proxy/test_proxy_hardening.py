@@ -349,6 +349,7 @@ def tight(upstream: RecordingUpstream) -> Iterator[ProxyThread]:
         max_connections_per_client=8,
         head_timeout_s=0.5,
         body_timeout_s=0.5,
+        body_rate_window_s=0.5,
         idle_timeout_s=0.5,
     )
     p = ProxyThread(f"http://127.0.0.1:{upstream.port}")

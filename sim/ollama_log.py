@@ -1,0 +1,77 @@
+"""Ollama's log as sim writes it: what ``ollama serve`` writes, on stdout and, with ``--log-file``, to a file.
+
+A service (systemd, ``ollama serve > ollama.log 2>&1``) keeps one stream of lines; the collector's log and
+journal readers (``collectors.ollama.log``, ``collectors.ollama.journal``) read that stream, so sim writes the
+same lines, in the same formats:
+
+* Ollama's access line per HTTP request, when it ends (gin)::
+
+      [GIN] 2026/06/12 - 22:48:16 | 200 |     36.33s |       127.0.0.1 | POST     "/api/chat"
+
+* Ollama's own lines (slog's text format) at each load::
+
+      time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="…"
+      time=2026-06-12T22:48:16.430+02:00 level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"
+
+* with ``--engine llama-server``, every line the runner writes, as it writes them (Ollama starts it with
+  ``--log-verbosity 4 --no-log-prefix --no-log-timestamps``, so they carry no time and no request id).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+_lock = threading.Lock()
+_file: TextIO | None = None
+
+
+def open_file(path: Path) -> None:
+    """Also append every line to ``path`` (created if missing), line by line, as a service's log file."""
+    global _file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock:
+        _file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - open for the process's life
+
+
+def close_file() -> None:
+    global _file
+    with _lock:
+        if _file is not None:
+            _file.close()
+            _file = None
+
+
+def line(text: str) -> None:
+    """One line of the log, on stdout and in the log file."""
+    with _lock:
+        print(text, file=sys.stdout, flush=True)
+        if _file is not None:
+            _file.write(text + "\n")
+
+
+def _quote(value: str) -> str:
+    """slog's text format: a value with spaces, quotes or '=' is quoted, Go-style."""
+    if value and not any(c in value for c in ' "=\\') and value.isprintable():
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def slog(msg: str, *, source: str, level: str = "INFO", **attrs: object) -> None:
+    """One of Ollama's own lines (Go's slog text handler)."""
+    now = datetime.now().astimezone()
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}" + now.strftime("%z")
+    stamp = stamp[:-2] + ":" + stamp[-2:]  # Go's RFC 3339 offset: +02:00
+    parts = [f"time={stamp}", f"level={level}", f"source={source}", f"msg={_quote(msg)}"]
+    parts += [f"{key}={_quote(str(value))}" for key, value in attrs.items()]
+    line(" ".join(parts))
+
+
+def access(status: int, duration: str, client: str, method: str, path: str) -> None:
+    """Ollama's access line for one HTTP request, written when it ends (local time, to the second)."""
+    stamp = time.strftime("%Y/%m/%d - %H:%M:%S")
+    line(f'[GIN] {stamp} | {status:3d} | {duration:>13} | {client:>15} | {method:<8} "{path}"')
