@@ -6,7 +6,8 @@ the pages through ``st.navigation``. Pages only read the store.
 
 This file plays two parts. ``streamlit run`` first imports it as a module (``__name__ == "app"``)
 and finds ``app``, an ``st.App`` that serves this same file behind ``HostGuard`` (foreign Host
-names get 403: see ``pages/shared/host_guard.py``); every page run then executes it as ``__main__``.
+names get 403: see ``pages/shared/host_guard.py``) and forbids framing on every answer (clickjacking:
+``pages/shared/frame_guard.py``); every page run then executes it as ``__main__``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import streamlit as st
 if __name__ != "__main__":  # imported by `streamlit run` (or uvicorn): the server, not a page run
     from starlette.middleware import Middleware
 
+    from pages.shared.frame_guard import NoFraming
     from pages.shared.host_guard import HostGuard
 
-    app = st.App(__file__, middleware=[Middleware(HostGuard)])
+    # NoFraming first (outermost), so that HostGuard's 403s say "no framing" too.
+    app = st.App(__file__, middleware=[Middleware(NoFraming), Middleware(HostGuard)])
     # Streamlit runs a folder named pages/ beside the main script as a legacy multipage app until some session
     # first runs st.navigation: a deep link (/why) as the server's first visit then showed "Page not found"
     # before app.py's navigation took over. Say from the start what st.navigation says on its first run; a

@@ -39,8 +39,12 @@ EXPORT_KEYS: tuple[str, ...] = (
     "output_tokens_bound",
 )  # fmt: skip
 
-# OWASP's rule for CSV injection: a text cell starting with one of these is a formula to a spreadsheet.
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# OWASP ASVS (5.3 / 1.2.10) on CSV injection: a text cell starting with one of these is escaped with a leading "'".
+# NUL is on its list: LibreOffice Calc drops a leading NUL on import and then runs "\x00=1+1" as a formula.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\x00")
+# A formula sign after leading whitespace or control characters (spaces, NUL, LF, no-break space...): a
+# spreadsheet that trims or drops those on import sees the formula, so such a cell is escaped too.
+_FORMULA_AFTER_BLANKS = re.compile(r"[\s\x00-\x1f\x7f]*[=+\-@]")
 # RFC 4180's line end; with CR in it the csv module also quotes a cell that holds a lone CR.
 CSV_LINE_END = "\r\n"
 
@@ -111,10 +115,11 @@ def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
 def csv_cell(value: Any) -> Any:
     """A value made safe for a spreadsheet: text that would start a formula gets a leading ``'``.
 
-    Only text is touched: numbers (negative ones too) stay numbers. Used by the export and by the
-    Requests page's download, so both escape alike.
+    That is text starting with one of ``FORMULA_PREFIXES``, or with ``=``, ``+``, ``-`` or ``@`` after leading
+    whitespace or control characters. Only text is touched: numbers (negative ones too) stay numbers. Used
+    by the export and by the Requests page's download, so both escape alike.
     """
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+    if isinstance(value, str) and (value.startswith(FORMULA_PREFIXES) or _FORMULA_AFTER_BLANKS.match(value)):
         return "'" + value
     return value
 

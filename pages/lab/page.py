@@ -79,7 +79,9 @@ with st.container(border=True, key="lab_new"):
     spec = EXPERIMENTS[exp_name]
     models = view.known_models(ctx.db_path)
     if models:
-        model = c2.selectbox("Model", models, key="lab_model", help="Models loaded now or seen in recent requests.")
+        model = c2.selectbox(
+            "Model", models, format_func=fmt.label, key="lab_model", help="Models loaded now or seen in recent requests."
+        )
     else:
         model = c2.text_input(
             "Model", key="lab_model_text", placeholder="e.g. llama3.2", help="No model recorded yet: type its name."
@@ -149,7 +151,7 @@ def progress_panel(run_id: str) -> None:
         return
     with st.container(border=True, key="lab_progress"):
         st.markdown(f"**Running: {EXPERIMENTS[doc.name].title}**")
-        st.text(f"model {doc.model} · through {doc.ollama_url}")  # text: names come from users
+        st.text(f"model {fmt.label(doc.model)} · through {fmt.label(doc.ollama_url)}")  # text: names come from users
         st.progress(doc.progress.fraction, text=f"{doc.progress.done}/{doc.progress.total or '?'} · {doc.progress.message}")
         stop_help = "Stops its requests at once; keeps what it measured."
         if st.button("Cancel", key="lab_cancel", icon=":material/stop:", help=stop_help):
@@ -225,7 +227,7 @@ table = pd.DataFrame(
         {
             "started": pd.Timestamp(r.started_at_unix_s, unit="s", tz="UTC").tz_convert(None),
             "experiment": EXPERIMENTS[r.name].title if r.name in EXPERIMENTS else r.name,
-            "model": r.model,
+            "model": fmt.label(r.model),
             "state": "interrupted" if api.interrupted(r) else r.state,
             "points": len(r.points),
             "conclusion": r.conclusion,

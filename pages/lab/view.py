@@ -97,7 +97,7 @@ def load_runs(data_dir: Path, db: Path) -> list[ExperimentResult]:
 def run_label(r: ExperimentResult, interrupted: bool = False) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at_unix_s))
     state = "interrupted" if interrupted else r.state
-    return f"{when} · {r.name} · {r.model} · {state}"
+    return f"{when} · {r.name} · {fmt.label(r.model)} · {state}"
 
 
 def is_running(r: ExperimentResult) -> bool:

@@ -198,25 +198,28 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
 
 
 def wait_caption(card: Card, last_load_s: float | None) -> str | None:
-    """What a waiting card says it waits for, with the time in that state (None: the card does not wait)."""
+    """What a waiting card says it waits for, with the time in that state (None: the card does not wait).
+
+    Names from clients and Ollama are cut (``fmt.label``) and escaped: literal, and short whatever arrives."""
     so_far = f"{fmt.seconds(card.state_s)} so far"
+    model = fmt.md_escape(fmt.label(card.model))
+    waits_for = fmt.md_escape(fmt.label(card.waits_for or "", fmt.SENTENCE_MAX_CHARS))
     if card.phase == "queued":
-        return f"Position {card.queue_position} in the queue, waiting for {fmt.md_escape(card.waits_for or 'a slot')}: {so_far}."
+        return f"Position {card.queue_position} in the queue, waiting for {waits_for or 'a slot'}: {so_far}."
     if card.phase == "other_load":
-        return f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {so_far}."
+        return f"Waiting for {waits_for or 'another model'}: {so_far}."
     if card.phase == "unload_wait":
         room = ""
         if card.room_bytes is not None:
             need, free = card.room_bytes
-            room = f" {fmt.md_escape(card.model)} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
-        return f"Waiting for {fmt.md_escape(card.waits_for or 'another model')}: {so_far}.{room}"
+            room = f" {model} needs at least {fmt.gb(need)}; {fmt.gb(free)} was free."
+        return f"Waiting for {waits_for or 'another model'}: {so_far}.{room}"
     if card.phase == "loading":
-        behind = fmt.md_escape(card.waits_for or "")
-        wait = f" Position {card.queue_position}, waiting for {behind}." if card.queue_position else ""
+        wait = f" Position {card.queue_position}, waiting for {waits_for}." if card.queue_position else ""
         last = f" Its last load took {fmt.seconds(last_load_s)}." if last_load_s is not None else ""
         if card.state_s is not None and card.elapsed_s - card.state_s >= 1.0:
             so_far += f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
-        return f"Ollama is loading {fmt.md_escape(card.model)} into memory: {so_far}.{last}{wait}"
+        return f"Ollama is loading {model} into memory: {so_far}.{last}{wait}"
     if card.phase == "waiting":
         if card.direct:
             return "The runner took it; no reading of its progress yet."
@@ -225,11 +228,12 @@ def wait_caption(card: Card, last_load_s: float | None) -> str | None:
 
 
 def show_card(card: Card, record_text: bool, chars_measured: bool | None = None, last_load_s: float | None = None) -> None:
+    model = fmt.md_escape(fmt.label(card.model or "unknown model"))  # cut and escaped, as in wait_caption
     with st.container(border=True, key=f"card_{card.request_id}"):
         direct = ":orange-badge[direct] " if card.direct else ""
         st.markdown(
-            f"{direct}**{fmt.md_escape(card.model or 'unknown model')}** · {fmt.md_escape(card.client)} · "
-            f"{fmt.md_escape(card.endpoint)} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
+            f"{direct}**{model}** · {fmt.md_escape(fmt.label(card.client))} · "
+            f"{fmt.md_escape(fmt.label(card.endpoint))} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
         waiting = wait_caption(card, last_load_s)
@@ -270,7 +274,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
         elif card.phase == "finished":
             bar = phase_bar(card.phase_s)
             words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
-            st.markdown(f"{bar}  \n{fmt.md_escape(card.outcome or '')} · {card.tokens_so_far:,} tokens · {words}")
+            outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
+            st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
             st.page_link(REQUESTS_PAGE, label="Details in Requests", icon=":material/receipt_long:",
                          query_params={"request": card.request_id})  # fmt: skip
         if card.direct:

@@ -78,14 +78,14 @@ def build_live(
     models_table = pd.DataFrame(
         [
             {
-                "model": m.name,
+                "model": fmt.label(m.name),  # cut: a name from Ollama can be any length
                 "size": fmt.gb(m.size_bytes),
                 "in VRAM": fmt.gb(m.size_vram_bytes),
                 "in system memory": fmt.gb(max(m.size_bytes - m.size_vram_bytes, 0)),
                 "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
                 "context length": m.context_length,
                 "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
-                "quantization": m.quantization_level,
+                "quantization": fmt.label(m.quantization_level) if m.quantization_level else m.quantization_level,
             }
             for m in snap.loaded
         ]

@@ -36,8 +36,9 @@ if first is None:
     st.stop()
 
 f1, f2, f3 = st.columns(3)
-model = f1.selectbox("Model", [ANY, *first.options.models], key="req_model")
-endpoint = f2.selectbox("Endpoint", [ANY, *first.options.endpoints], key="req_endpoint")
+# Names from clients are cut in the menus (fmt.label); the value picked stays whole.
+model = f1.selectbox("Model", [ANY, *first.options.models], format_func=fmt.label, key="req_model")
+endpoint = f2.selectbox("Endpoint", [ANY, *first.options.endpoints], format_func=fmt.label, key="req_endpoint")
 outcome = f3.selectbox("Outcome", [ANY, *first.options.outcomes], key="req_outcome")
 filters = (None if model == ANY else model, None if endpoint == ANY else endpoint, None if outcome == ANY else outcome)
 history = first if filters == (None, None, None) else build_history(ctx.db_path, start, now, *filters)
@@ -111,12 +112,13 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    client = rec.client_addr if rec.client_addr is not None else "a client not known"
+    client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
     where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
-    route = rec.endpoint if rec.endpoint is not None else "route not known"
-    st.text(f"{rec.model} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
+    st.text(f"{fmt.label(rec.model)} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")
+    common.whole_text_on_demand("model name", rec.model, fmt.LABEL_MAX_CHARS, "req_model_whole")
     for sentence in d.sentences:
-        st.text(sentence)  # text, not Markdown: the sentences carry model names
+        st.text(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS))  # text, not Markdown: the sentences carry model names
     c = st.columns(len(d.headlines))
     for col, h in zip(c, d.headlines, strict=True):
         col.metric(h.label, h.value, help=h.help)
@@ -135,18 +137,20 @@ def show_detail(d: DetailModel) -> None:
         # A static table wraps its cells, so "why they differ" is read whole.
         st.table(d.rates.set_index("phase"))
     for diagnosis in d.diagnoses:
-        st.text(f"• {diagnosis.sentence}")
+        st.text(f"• {fmt.label(diagnosis.sentence, fmt.SENTENCE_MAX_CHARS)}")
     for text in d.flags:
-        st.warning(fmt.md_escape(text), icon=":material/warning:")
+        st.warning(fmt.md_escape(fmt.label(text, fmt.SENTENCE_MAX_CHARS)), icon=":material/warning:")
     if rec.error:
         st.markdown("**Error**")
-        st.code(rec.error, language=None, wrap_lines=True)
+        st.code(fmt.excerpt(rec.error), language=None, wrap_lines=True)
+        common.whole_text_on_demand("error", rec.error, fmt.TEXT_MAX_CHARS, "req_error_whole")
     if rec.prompt_text is not None or rec.response_text is not None:
         with st.expander("Prompt and reply text (recorded because text recording is on)", expanded=True):
-            st.markdown("**Prompt**")
-            st.code(rec.prompt_text or "", language=None, wrap_lines=True)
-            st.markdown("**Reply**")
-            st.code(rec.response_text or "", language=None, wrap_lines=True)
+            # Their start only: a 30 MB reply drawn whole took the page 25 s; the whole text is a download.
+            for what, text in (("prompt", rec.prompt_text or ""), ("reply", rec.response_text or "")):
+                st.markdown(f"**{what.capitalize()}**")
+                st.code(fmt.excerpt(text), language=None, wrap_lines=True)
+                common.whole_text_on_demand(what, text, fmt.TEXT_MAX_CHARS, f"req_{what}_whole")
 
 
 if detail is None:

@@ -104,24 +104,34 @@ def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]
         parts.append((kind, label, symbol, ok_rows, ok_y, False))
         parts.append((kind, label, symbol + "-open", apart_rows, apart_y, True))
     lo, hi = (min(kept) / 1.5, max(kept) * 1.5) if kept else (None, None)
+    # A trace per series and model (the model's name once, in ``meta``; never copied per point: issue 25 #7).
+    group_names, group_of = charts.model_groups([r.model for r in rows])
+    group_by_id = {r.id: g for r, g in zip(rows, group_of, strict=True)}
     for kind, label, symbol, part_rows, ys, apart in parts:
         if apart and not part_rows:
             continue
-        shown = [min(max(y, lo), hi) if lo is not None and hi is not None else y for y in ys]
-        fig.add_trace(
-            go.Scatter(
-                x=charts.local_times([r.started_at_unix_s for r in part_rows]),
-                y=np.asarray(shown, dtype=np.float64),
-                mode="markers",
-                name=f"{label}, set apart (hollow)" if apart else label,
-                marker={"symbol": symbol, "size": 7, "color": charts.PHASE_COLOURS[kind]},
-                text=[charts.plain(r.model) for r in part_rows],
-                customdata=np.asarray(
-                    [[charts.plain(r.model), y, _timed_tokens(r, kind)] for r, y in zip(part_rows, ys, strict=True)], dtype=object
-                ).reshape(-1, 3),
-                hovertemplate="%{customdata[0]}: %{customdata[1]:,.0f} tok/s over %{customdata[2]:,} tokens<extra></extra>",
+        series = f"{label}, set apart (hollow)" if apart else label
+        for g, group_name in enumerate(group_names):
+            picked = [i for i, r in enumerate(part_rows) if group_by_id[r.id] == g]
+            if not picked and (apart or g > 0):
+                continue  # an empty trace only where the series would otherwise miss from the legend
+            shown = [min(max(ys[i], lo), hi) if lo is not None and hi is not None else ys[i] for i in picked]
+            fig.add_trace(
+                go.Scatter(
+                    x=charts.local_times([part_rows[i].started_at_unix_s for i in picked]),
+                    y=np.asarray(shown, dtype=np.float64),
+                    mode="markers",
+                    name=series,
+                    legendgroup=series,
+                    showlegend=not any(t.legendgroup == series for t in fig.data),
+                    marker={"symbol": symbol, "size": 7, "color": charts.PHASE_COLOURS[kind]},
+                    meta=charts.plain(group_name),
+                    customdata=np.asarray([[ys[i], _timed_tokens(part_rows[i], kind)] for i in picked], dtype=np.float64).reshape(
+                        -1, 2
+                    ),
+                    hovertemplate="%{meta}: %{customdata[0]:,.0f} tok/s over %{customdata[1]:,} tokens<extra></extra>",
+                )
             )
-        )
     fig.update_xaxes(title_text="local time")
     y_axis: dict[str, object] = {"title_text": "tokens per second (log scale)", "type": "log", "dtick": 1, "tickformat": ",.0f"}
     if lo is not None and hi is not None:
@@ -201,6 +211,8 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
         out[col] = [fmt.count(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in RATE_COLUMNS:
         out[col] = [f"{float(v):,.1f}" if known(v) else fmt.UNKNOWN for v in out[col]]
+    for col in ("model", "endpoint", "client"):  # from clients: cut (the detail below offers the whole name)
+        out[col] = [fmt.label(v) if isinstance(v, str) else v for v in out[col]]
     return out.rename(columns={c: c.removesuffix(" (s)") for c in DURATION_COLUMNS})
 
 
@@ -436,7 +448,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
     ollama, client, ttft_ms = waterfall_spans(rec, ph)
-    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {rec.model}")
+    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses = explain(db, rec, ph)
     direct = direct_sentence(rec)
@@ -458,7 +470,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
 
 
 def seen_from(row: RequestSummary | RequestRecord) -> str:
-    """"proxy", or for a generation a client sent Ollama directly, where its figures come from."""
+    """ "proxy", or for a generation a client sent Ollama directly, where its figures come from."""
     if not row.direct:
         return "proxy"
     return "direct · Ollama's log (exact)" if row.runner_source == "log" else "direct · /slots readings (bounded)"
@@ -491,8 +503,8 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
-    route = row.endpoint if row.endpoint is not None else "direct" if row.direct else "route not known"
-    return f"{fmt.when(row.started_at_unix_s)} · {row.model} · {route} · {took} · {row.id[:8]}"
+    route = fmt.label(row.endpoint) if row.endpoint is not None else "direct" if row.direct else "route not known"
+    return f"{fmt.when(row.started_at_unix_s)} · {fmt.label(row.model)} · {route} · {took} · {row.id[:8]}"
 
 
 @dataclass(frozen=True)
@@ -520,6 +532,6 @@ def linked_request(db: Path, linked: str | None, shown_ids: Sequence[str]) -> Li
     if stored is None:
         return LinkedRequest(linked, None, False)
     rec = stored.record
-    route = rec.endpoint if rec.endpoint is not None else "direct" if rec.direct else "route not known"
-    label = f"{fmt.when(rec.started_at_unix_s)} · {rec.model} · {route} · {rec.outcome.value} · {rec.id[:8]} (linked)"
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "direct" if rec.direct else "route not known"
+    label = f"{fmt.when(rec.started_at_unix_s)} · {fmt.label(rec.model)} · {route} · {rec.outcome.value} · {rec.id[:8]} (linked)"
     return LinkedRequest(linked, label, False)

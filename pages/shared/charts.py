@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.records import GpuSample, HostSample, LoadedModel
+from pages.shared import fmt
 from pages.shared.derive import PHASE_ORDER, Band, Interval, stall_threshold_ms
 
 PHASE_COLOURS = {
@@ -222,7 +223,7 @@ def gpu_timeline_figure(
     fig.update_yaxes(title_text="W", rangemode="tozero", row=3, col=1, secondary_y=False)
     fig.update_yaxes(title_text="MHz", rangemode="tozero", row=3, col=1, secondary_y=True, showgrid=False)
     fig.update_yaxes(title_text="lane", row=4, col=1)
-    _base_layout(fig, title or f"GPU {index}: {name}", 980, f"gpu-{index}")
+    _base_layout(fig, title or f"GPU {index}: {fmt.label(name)}", 980, f"gpu-{index}")
     # Each panel's legend beside it, its top at the panel's top (row 1 is at the top of the paper).
     tops = [1.0]
     for h in heights[:-1]:
@@ -244,22 +245,51 @@ def phase_bands_figure(bands: Sequence[Band], window_start_unix_s: float, window
     return fig
 
 
+MAX_MODEL_GROUPS = 8  # models drawn apart in one chart (a trace each per phase); the rest share "other models"
+OTHER_MODELS = "other models"
+
+
+def model_groups(models: Sequence[str], max_groups: int = MAX_MODEL_GROUPS) -> tuple[list[str], list[int]]:
+    """The label of each model group (``fmt.labels``: cut, kept apart) and each item's group index.
+
+    The ``max_groups - 1`` models with the most items get a group each, the rest one shared group, so a chart
+    holds a bounded number of traces and names whatever arrives. A chart then names each group once, in its
+    traces (``meta``, ``name``), never once per bar or point: a long name copied into every bar is what
+    made one 1 MB model name cost seconds per refresh (issue 25 #7).
+    """
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[m] = counts.get(m, 0) + 1
+    ranked = sorted(counts, key=lambda m: -counts[m])  # stable: ties keep first-seen order
+    own = ranked if len(ranked) <= max_groups else ranked[: max_groups - 1]
+    names = fmt.labels(own) + ([] if len(own) == len(ranked) else [f"{len(ranked) - len(own):,} {OTHER_MODELS}"])
+    index = {m: i for i, m in enumerate(own)}
+    return names, [index.get(m, len(own)) for m in models]
+
+
 def _add_band_traces(
     fig: go.Figure, bands: Sequence[Band], row: int | None, min_ms: float = 0.0, legend: str | None = None
 ) -> None:
-    """One bar trace per phase; a phase shorter than ``min_ms`` is drawn ``min_ms`` wide (its hover says how long)."""
-    by_phase: dict[str, list[Band]] = {p: [] for p in PHASE_ORDER}
-    for b in bands:
-        by_phase.setdefault(b.phase, []).append(b)
+    """One bar trace per phase and model; a phase shorter than ``min_ms`` is drawn ``min_ms`` wide (its hover says
+    how long). Each trace carries its model's name once (``meta``, in the hover); a phase's traces share one
+    legend entry."""
+    group_names, group_of = model_groups([b.model for b in bands])
+    by_trace: dict[tuple[str, int], list[Band]] = {}
+    for phase in PHASE_ORDER:  # legend in phase order
+        for g in range(len(group_names)):
+            by_trace[(phase, g)] = []
+    for b, g in zip(bands, group_of, strict=True):
+        by_trace.setdefault((b.phase, g), []).append(b)
     lanes = sorted({b.lane for b in bands})
-    for phase, items in by_phase.items():
+    in_legend: set[str] = set()
+    for (phase, g), items in by_trace.items():
         if not items:
             continue
         starts = local_times([b.start_unix_s for b in items])
         durations_ms = np.array([max(b.end_unix_s - b.start_unix_s, 0.0) * 1000 for b in items])
         # Flat numpy arrays throughout: Plotly validates Python lists element by element, which is slow.
         hover = [
-            f"{plain(b.model)} · request {b.request_id[:8]}<br>{phase}: {d:,.0f} ms<br><i>lane {b.lane + 1}: {LANE_HELP}</i>"
+            f"request {plain(b.request_id[:8])}<br>{phase}: {d:,.0f} ms · lane {b.lane + 1}"
             for b, d in zip(items, durations_ms, strict=True)
         ]
         fig.add_trace(
@@ -269,14 +299,17 @@ def _add_band_traces(
                 x=np.maximum(durations_ms, min_ms),
                 y=np.array([f"lane {b.lane + 1}" for b in items]),
                 name=phase,
+                legendgroup=phase,
+                showlegend=phase not in in_legend,
                 marker={"color": PHASE_COLOURS.get(phase, "#bdbdbd")},
-                customdata=np.array([plain(b.model) for b in items]),
+                meta=plain(group_names[g]),
                 hovertext=np.array(hover),
-                hovertemplate="%{hovertext}<extra></extra>",
+                hovertemplate=f"%{{meta}} · %{{hovertext}}<br><i>{LANE_HELP}</i><extra></extra>",
                 **({} if legend is None else {"legend": legend}),
             ),
             **({} if row is None else {"row": row, "col": 1}),
         )
+        in_legend.add(phase)
     fig.update_layout(barmode="overlay")
     if lanes:
         order = {"categoryorder": "array", "categoryarray": [f"lane {n + 1}" for n in reversed(lanes)]}
@@ -365,7 +398,7 @@ def token_gaps_figure(token_chunk_ns: Sequence[int], received_ns: int, title: st
 
 def loaded_models_figure(models: Sequence[LoadedModel]) -> go.Figure:
     """Each loaded model's size split into VRAM and system memory, in GB (10^9 bytes, as ``ollama ps``)."""
-    names = [plain(m.name) for m in models]
+    names = [plain(n) for n in fmt.labels([m.name for m in models])]  # categories: each name once, cut
     vram = [m.size_vram_bytes / GB for m in models]
     system = [max(m.size_bytes - m.size_vram_bytes, 0) / GB for m in models]
     fig = go.Figure(

@@ -19,6 +19,13 @@ WORD_JOINER = "\u2060"
 GB = 1e9
 MB = 1e6
 UNKNOWN = "—"
+# What a page draws from a text field that comes from elsewhere (issue 25 #7: one 1 MB model name, copied into
+# every chart bar and table cell, cost the Live tab 12 s of server CPU per 15 s and hung the browser tab):
+LABEL_MAX_CHARS = 100  # a name (model, client, GPU) in a chart, table, card or menu: cut in the middle beyond this
+# (Hugging Face model names run to ~80 characters: they stay whole)
+SENTENCE_MAX_CHARS = 600  # a sentence of ours that quotes such names (diagnoses, flags)
+TEXT_MAX_CHARS = 20_000  # a prompt, reply or error shown on a page: its start, the whole as a download
+ELLIPSIS = "…"
 
 
 def ms(duration_ns: int | float | None) -> str:
@@ -87,6 +94,39 @@ def clock(ts_unix_s: float) -> str:
 def when(ts_unix_s: float) -> str:
     """Date and time of day in the machine's local time zone."""
     return datetime.fromtimestamp(ts_unix_s).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def label(name: str, max_chars: int = LABEL_MAX_CHARS) -> str:
+    """A name as drawn on a page: whole up to ``max_chars`` characters, else its start and end around "…".
+
+    The end stays because it is what tells names apart (``llama3.1:8b`` and ``llama3.1:70b``).
+    """
+    if len(name) <= max_chars:
+        return name
+    tail = max_chars // 3
+    return name[: max_chars - tail - 1] + ELLIPSIS + name[-tail:]
+
+
+def labels(names: list[str], max_chars: int = LABEL_MAX_CHARS) -> list[str]:
+    """``label`` of each name, kept apart: a chart category shared by two names cut alike would merge their bars."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for name in names:
+        shown = label(name, max_chars)
+        n = 1
+        while shown in seen:  # two long names cut alike: number the later one
+            n += 1
+            shown = f"{label(name, max_chars - len(str(n)) - 3)} ({n})"
+        seen.add(shown)
+        out.append(shown)
+    return out
+
+
+def excerpt(text: str, max_chars: int = TEXT_MAX_CHARS) -> str:
+    """The start of a long text (prompt, reply, error) as a page shows it, saying how much more there is."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n{ELLIPSIS} ({len(text) - max_chars:,} more characters: download the whole text)"
 
 
 def md_escape(text: str) -> str:

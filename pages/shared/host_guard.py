@@ -11,7 +11,7 @@ still carry ``Host: evil.example:8501``, so the dashboard refuses every Host out
 
 Streamlit's own ``server.allowedHosts`` checks only the WebSocket, so this is an ASGI middleware in
 front of all of it: pages, static files, ``/_stcore/*`` and the WebSocket (refused before the upgrade:
-HTTP 403). ``app.py`` installs it through ``st.App``.
+HTTP 403, with the same text where the server lets the app answer the upgrade itself). ``app.py`` installs it through ``st.App``.
 """
 
 from __future__ import annotations
@@ -86,10 +86,14 @@ class HostGuard:
         host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
         if host_allowed(host, self.names):
             await self.app(scope, receive, send)
-        elif scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})  # before the accept: the server answers 403
-        else:
-            body = f"Host {host!r} is not allowed here; add its name to {ALLOWED_HOSTS_ENV} to use it.\n".encode()
-            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+            return
+        body = f"Host {host!r} is not allowed here; add its name to {ALLOWED_HOSTS_ENV} to use it.\n".encode()
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+        if scope["type"] == "http":
             await send({"type": "http.response.start", "status": 403, "headers": headers})
             await send({"type": "http.response.body", "body": body})
+        elif "websocket.http.response" in scope.get("extensions", {}):  # our own 403, headers included
+            await send({"type": "websocket.http.response.start", "status": 403, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008})  # before the accept: the server answers 403

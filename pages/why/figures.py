@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from analysis import wording as w
 from analysis.ceilings import MIN_RATE_TOKENS, CurvePoint, Efficiencies
 from analysis.story import Reading, Status
+from pages.shared import fmt
 from pages.shared.charts import plain
 
 MEASURED_COLOUR = "#1e88e5"
@@ -144,9 +145,10 @@ def rate_figure(
 
 def prefill_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str,
                    hw_label: str, ubatch_tokens: int, *, embed: Sequence[Reading] = ()) -> go.Figure:  # fmt: skip
+    what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
     return rate_figure(
         "prefill", readings, curve, eff,
-        f"Prefill: prompt tokens/s against prompt length<br><sup>{plain(model)} on {plain(hw_label)}, "
+        f"Prefill: prompt tokens/s against prompt length<br><sup>{what}, "
         f"micro-batch {ubatch_tokens:,} tokens</sup>",
         "prompt length (tokens computed, cache hits excluded; log scale)",
         ceiling_name="ceiling (memory, then compute)", embed=embed,
@@ -156,9 +158,10 @@ def prefill_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], eff
 def decode_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], full_gpu_curve: Sequence[CurvePoint],
                   eff: Efficiencies | None, model: str, hw_label: str) -> go.Figure:  # fmt: skip
     blended = " blended with system memory" if full_gpu_curve else ""
+    what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
     return rate_figure(
         "decode", readings, curve, eff,
-        f"Decode: output tokens/s against context length<br><sup>{plain(model)} on {plain(hw_label)}</sup>",
+        f"Decode: output tokens/s against context length<br><sup>{what}</sup>",
         "context length (prompt + half the reply, tokens; log scale)",
         ceiling_name=f"ceiling (memory bandwidth{blended})", full_gpu_curve=full_gpu_curve,
     )  # fmt: skip

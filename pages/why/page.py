@@ -6,6 +6,7 @@ carry model and GPU names, so they go through ``st.text`` or escaped Markdown, n
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -37,12 +38,12 @@ def _num(value: float | None) -> str:
 
 
 def text(sentence: str) -> None:
-    """A sentence with names in it, as literal text in the page's normal font."""
-    st.markdown(fmt.md_escape(sentence))
+    """A sentence with names in it, as literal text in the page's normal font; cut if a name made it long."""
+    st.markdown(fmt.md_escape(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS)))
 
 
 def how_to_make_requests(model: str | None) -> None:
-    who = f"for {fmt.md_escape(model)} " if model else ""
+    who = f"for {fmt.md_escape(fmt.label(model))} " if model else ""
     st.info(
         f"**No requests {who}recorded yet.** Send a few prompts of different lengths with any client (one that talks "
         "to Ollama directly is recorded from its runner, with no change to it; pointed at the proxy, its client-side "
@@ -91,13 +92,13 @@ def preview(db: Path) -> None:
         fits = f" that fits the GPU's {w.gb(choices.memory_bytes)}" if choices.memory_bytes else ""
         model = st.selectbox(
             "Model", names, index=names.index(choices.default) if choices.default in by_name else 0,
-            key="why_preview_model", format_func=lambda n: _installed_label(by_name[n]),
+            key="why_preview_model", format_func=lambda n: fmt.label(_installed_label(by_name[n]), fmt.SENTENCE_MAX_CHARS),
             help=f"The models Ollama has installed (ollama list), newest first; it starts on the largest{fits}.",
         )  # fmt: skip
         why = build_why(db, model, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, None))
         read = f", read {fmt.clock(why.facts_read_at_unix_s)}" if why is not None and why.facts_read_at_unix_s is not None else ""
         caption = (
-            f"Ceilings for {model}, installed but not loaded: its facts come from Ollama's own description of it "
+            f"Ceilings for {fmt.label(model)}, installed but not loaded: its facts come from Ollama's own description of it "
             f"(/api/show{read}). The lines below come from the ceilings alone; your requests become the points."
         )
     if why is None:
@@ -239,7 +240,7 @@ def _show_whatif(m: WhyModel) -> None:
     force = whatif.in_force(m)
     st.caption(fmt.md_escape("Settings in force: " + "; ".join(f"{k} {v}" for k, v in force.sources.items())
                + f". GPU memory for it: {force.free_vram_source}."))  # fmt: skip
-    key = f"whatif_{m.model}"
+    key = f"whatif_{hashlib.sha256(m.model.encode('utf-8', 'replace')).hexdigest()[:16]}"  # the name can be any length
     c = st.columns(5)
     ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
     num_ctx = c[0].selectbox("num_ctx", ctx_choices, index=ctx_choices.index(force.settings.num_ctx), key=key + "_ctx",
@@ -309,7 +310,9 @@ if not models:
     preview(ctx.db_path)
     st.stop()
 
-model = st.selectbox("Model", models, key="why_model", help="Models with recorded requests, newest first, then loaded ones.")
+model = st.selectbox(
+    "Model", models, format_func=fmt.label, key="why_model", help="Models with recorded requests, newest first, then loaded ones."
+)
 why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip())
 if why is None:
     common.no_store_state(ctx)

@@ -65,6 +65,7 @@ from analysis.story import (
     embed_story,
     plain_readings,
 )
+from pages.shared import fmt
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
@@ -358,7 +359,8 @@ def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _
         facts = picked
     elif info is None:
         error = (
-            f"No model facts for {model} yet: they appear once the collector has asked Ollama about it (/api/show), "
+            f"No model facts for {fmt.label(model)} yet: they appear once the collector has asked Ollama about it "
+            "(/api/show), "
             "soon after Ollama lists it as installed or loads it."
         )
     else:
@@ -366,7 +368,7 @@ def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _
             facts = model_facts_from_show(info.show, None)
             read_at = info.updated_at_unix_s
         except ModelFactsError as e:
-            error = f"Ollama's description of {model} cannot be read for ceilings: {e}."
+            error = f"Ollama's description of {fmt.label(model)} cannot be read for ceilings: {e}."
     notes = []
     if facts is not None and facts.weights_bytes_estimated:
         notes.append(
@@ -374,7 +376,7 @@ def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _
             f"{facts.quantization or 'the'} quantization's bits per weight."
         )
     if reads.loaded is None and facts is not None and picked is None:
-        notes.append(f"{model} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
+        notes.append(f"{fmt.label(model)} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
     return _Facts(facts, error, read_at, notes)
 
 
@@ -440,7 +442,7 @@ def _interference_sentences(
     for i in events[:3]:
         agg = by_id.get(i.aggressor_id)
         agg_label = f"a request to {agg.model}" if agg is not None and agg.model != model else "another request"
-        out.append(describe(i, f"a {model} reply", agg_label))
+        out.append(describe(i, f"a {fmt.label(model)} reply", agg_label))
     return out
 
 
@@ -590,7 +592,7 @@ def facts_line(m: WhyModel) -> str | None:
         return None
     moe = f" ({f.experts_used} of {f.experts} experts per token)" if f.experts and f.experts_used else ""
     parts = [
-        f"{m.model}: {f.architecture}",
+        f"{fmt.label(m.model)}: {f.architecture}",
         f"{f.params / 1e9:.2f} B parameters per token{moe}",
         f"{f.layers} layers",
         f"hidden size {f.hidden:,}",

@@ -121,22 +121,25 @@ def metric(page: Page, label: str) -> str | None:
 
 
 def live_snapshot(page: Page) -> tuple[str | None, list[str]]:
-    """One consistent look at the Live page: the "Generations in flight" metric and the in-flight bands' models."""
+    """One consistent look at the Live page: the "Generations in flight" metric and the in-flight bands' models (one
+    per bar: each trace names its model once, in ``meta``)."""
     value, models = page.evaluate("""() => {
         const m = Array.from(document.querySelectorAll('[data-testid="stMetric"]'))
             .find(m => m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim() === 'Generations in flight');
         const models = Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
-            .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => Array.from(t.customdata || [])));
+            .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight')
+                .flatMap(t => Array(t.y?.length ?? 0).fill(t.meta)));
         return [m ? m.querySelector('[data-testid="stMetricValue"]').innerText.trim() : null, models];
     }""")
     return value, list(models)
 
 
 def in_flight_bands(page: Page) -> list[str]:
-    """Models of the "in flight" bands drawn under the GPU timeline (read from Plotly's own data)."""
+    """Models of the "in flight" bands drawn under the GPU timeline, one per bar (read from Plotly's own data: each
+    trace's ``meta``)."""
     return list(
         page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
-        .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => Array.from(t.customdata || [])))""")
+        .flatMap(gd => (gd.data || []).filter(t => t.name === 'in flight').flatMap(t => Array(t.y?.length ?? 0).fill(t.meta)))""")
     )
 
 

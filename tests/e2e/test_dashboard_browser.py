@@ -130,9 +130,9 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     history_models = wait_until(
         lambda: page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
             .filter(gd => ((gd.layout.title || {}).text || '').includes('Rates of the requests'))
-            .flatMap(gd => gd.data.flatMap(t => t.text || []))"""),
+            .flatMap(gd => gd.data.flatMap(t => Array(t.x?.length ?? 0).fill(t.meta)))"""),
         30, "the history chart",
-    )  # fmt: skip
+    )  # fmt: skip  (each trace names its model once, in meta)
     assert set(history_models) == {r.model for r in rows}  # every request's rates, counted or drawn apart
     for row in rows:
         pick_request(page, row.id)

@@ -47,7 +47,9 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def _answer(url: str, method: str, path: str, host: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+def _response(
+    url: str, method: str, path: str, host: str, headers: dict[str, str] | None = None
+) -> tuple[int, http.client.HTTPMessage, bytes]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
     try:
@@ -57,9 +59,14 @@ def _answer(url: str, method: str, path: str, host: str, headers: dict[str, str]
             conn.putheader(name, value)
         conn.endheaders()
         resp = conn.getresponse()
-        return resp.status, resp.read()
+        return resp.status, resp.headers, resp.read()
     finally:
         conn.close()
+
+
+def _answer(url: str, method: str, path: str, host: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    status, _, body = _response(url, method, path, host, headers)
+    return status, body
 
 
 def _status(url: str, method: str, path: str, host: str) -> int:
@@ -68,6 +75,11 @@ def _status(url: str, method: str, path: str, host: str) -> int:
 
 def _websocket_status(url: str, host: str) -> int:
     """The status line's code of a WebSocket upgrade to Streamlit's ``/_stcore/stream``."""
+    return int(_websocket_head(url, host).split(b" ", 2)[1])
+
+
+def _websocket_head(url: str, host: str) -> bytes:
+    """The status line and headers of the answer to a WebSocket upgrade to Streamlit's ``/_stcore/stream``."""
     parts = urlsplit(url)
     key = base64.b64encode(os.urandom(16)).decode()
     request = (f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -76,12 +88,12 @@ def _websocket_status(url: str, host: str) -> int:
     with socket.create_connection((parts.hostname, parts.port), timeout=20) as s:
         s.sendall(request.encode())
         head = b""
-        while b"\r\n" not in head:
+        while b"\r\n\r\n" not in head:
             data = s.recv(4096)
             if not data:
                 break
             head += data
-    return int(head.split(b" ", 2)[1])
+    return head.split(b"\r\n\r\n")[0]
 
 
 def _static_path(url: str, host: str) -> str:
@@ -124,3 +136,27 @@ def test_xsrf_protection_stays_on(app_url: str) -> None:
     host = f"127.0.0.1:{urlsplit(app_url).port}"
     status, body = _answer(app_url, "PUT", "/_stcore/upload_file/session/file", host, {"Content-Length": "0"})
     assert (status, body) == (403, b"XSRF token missing or invalid")
+
+
+def _frames_refused(headers: http.client.HTTPMessage) -> bool:
+    """Both forms of "no page may frame this" (issue 25 #8, clickjacking), each exactly once."""
+    return headers.get_all("X-Frame-Options") == ["DENY"] and headers.get_all("Content-Security-Policy") == [
+        "frame-ancestors 'none'"
+    ]
+
+
+def test_every_answer_forbids_framing(app_url: str) -> None:
+    """Pages, static files, /_stcore/*, fallbacks, the guard's 403s and both WebSocket answers forbid framing."""
+    port = urlsplit(app_url).port
+    static = _static_path(app_url, f"127.0.0.1:{port}")
+    for host, expected in ((f"127.0.0.1:{port}", 200), (f"evil.example:{port}", 403)):
+        for path in [*ROUTES, "/requests", static]:
+            status, headers, _ = _response(app_url, "GET", path, host)
+            assert status == expected and _frames_refused(headers), (host, path, status, headers.items())
+        for path in ("/static/no-such-file.js", "/_stcore/no-such-route"):  # Streamlit's fallbacks and 404s
+            status, headers, _ = _response(app_url, "GET", path, host)
+            assert _frames_refused(headers), (host, path, status)
+    for host, status_line in ((f"127.0.0.1:{port}", b" 101 "), (f"evil.example:{port}", b" 403 ")):
+        head = _websocket_head(app_url, host).lower()
+        assert status_line in head.split(b"\r\n")[0], head
+        assert b"\r\nx-frame-options: deny" in head and b"\r\ncontent-security-policy: frame-ancestors 'none'" in head

@@ -59,7 +59,7 @@ def test_gpu_timeline_has_titles_units_legend_and_bands() -> None:
     # The two overlapping requests sit in two lanes; durations are in ms on the date axis.
     assert sorted(decode.y) == ["lane 1", "lane 2"]
     assert sorted(decode.x) == pytest.approx([9000.0, 10000.0])
-    assert "lane: one row of this chart" in decode.hovertext[0]
+    assert "lane: one row of this chart" in decode.hovertemplate and "lane 1" in decode.hovertext[0]
     json.loads(fig.to_json())  # serialisable as the browser receives it
 
 

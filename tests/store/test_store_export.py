@@ -149,3 +149,28 @@ def test_export_reads_a_wal_store_on_read_only_media(
     assert [r["id"] for r in rows] == ["a", "b", "c"]
     a = split_record(make_record("a", T0))
     assert rows[0]["decode_tok_s"] == pytest.approx(a.decode_tok_s) and rows[2]["status"] == "in_flight"
+
+
+# Issue 25 #9: ASVS lists NUL too (LibreOffice Calc drops a leading NUL and runs "\x00=1+1" as 2), and a formula
+# sign after leading whitespace or control characters is still a formula to a spreadsheet that trims them.
+HIDDEN_FORMULAS = ["\x00=1+1", '\x00=HYPERLINK("http://x","c")', "\x00", "\x00\x00@x", " =1+1", "\n+1", "\u00a0-1+2",
+                   "\x00 \t@SUM(A1)", "\x0b=1"]  # fmt: skip
+
+
+def test_csv_cell_escapes_a_leading_nul_and_formulas_after_blanks() -> None:
+    for text in HIDDEN_FORMULAS:
+        assert csv_cell(text) == "'" + text, repr(text)
+    for text in ("a\x00=1", "llama3.2 =x", " llama", "1-2"):  # a formula sign later on is text
+        assert csv_cell(text) == text, repr(text)
+
+
+def test_csv_export_escapes_nul_and_blank_led_formulas_from_the_store(tmp_path: Path) -> None:
+    w = StoreWriter(db_path(tmp_path))
+    w.apply([PutRequest(make_record(f"n{i}", T0 + i, model=m)) for i, m in enumerate(HIDDEN_FORMULAS)])
+    w.close()
+    out = tmp_path / "out.csv"
+    proc = _export("--data", str(tmp_path), "--format", "csv", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model"] for r in rows] == ["'" + m for m in HIDDEN_FORMULAS]

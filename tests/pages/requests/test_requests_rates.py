@@ -26,7 +26,8 @@ def test_flagged_and_tiny_rates_stay_visible_but_set_no_range(tmp_path: Path) ->
     counted = [r.prefill_tok_s for r in PLAIN[:6]] + [r.decode_tok_s for r in PLAIN[:6] if r.decode_tok_s]
     assert 10**hi < 2 * max(counted) and 10**lo > min(counted) / 2  # the counted rates alone set the range
     apart = next(t for t in fig["data"] if t["name"] == "prefill (prompt) tok/s, set apart (hollow)")
-    hover = sorted(float(c[1]) for c in apart["customdata"])
+    # customdata: (rate, tokens) per point; the model's name is the trace's (meta), not copied per point.
+    hover = sorted(float(c[0]) for t in h.figure.data if t.name == apart["name"] for c in t.customdata)
     assert hover == sorted([TINY.prefill_tok_s, ABSURD.prefill_tok_s])  # their real values, in the hover
     assert all(math.log10(y) <= hi + 1e-9 for y in values(apart["y"]))  # drawn at the edge, inside the range
     assert "1 rate timed over fewer than 32 tokens" in h.figure_note and "1 rate beyond any hardware" in h.figure_note
