@@ -251,10 +251,16 @@ class CeilingModel:
 def _model_at(m: CeilingModel, prompt_tokens: int, context_tokens: int) -> Ceilings:
     # Cached: a page asks for the same lengths again and again (one reading per request, then the lines).
     return ceilings_for(
-        m.spec, m.facts, context_tokens=context_tokens, prompt_tokens=prompt_tokens, vram_fraction=m.vram_fraction,
-        host_bandwidth_bytes_s=m.host_bandwidth_bytes_s, efficiencies=m.efficiencies, bandwidth_bytes_s=m.bandwidth_bytes_s,
+        m.spec,
+        m.facts,
+        context_tokens=context_tokens,
+        prompt_tokens=prompt_tokens,
+        vram_fraction=m.vram_fraction,
+        host_bandwidth_bytes_s=m.host_bandwidth_bytes_s,
+        efficiencies=m.efficiencies,
+        bandwidth_bytes_s=m.bandwidth_bytes_s,
         ubatch_tokens=m.ubatch_tokens,
-    )  # fmt: skip
+    )
 
 
 def ollama_num_batch(num_ctx: int | None) -> int:
@@ -413,9 +419,17 @@ def prefill_curve(
     compute-bound, and attention work per token grows with the prompt."""
     out = []
     for p in prompt_tokens:
-        c = ceilings_for(spec, facts, context_tokens=p, prompt_tokens=p, vram_fraction=vram_fraction,
-                         host_bandwidth_bytes_s=host_bandwidth_bytes_s, efficiencies=efficiencies,
-                         bandwidth_bytes_s=bandwidth_bytes_s, ubatch_tokens=ubatch_tokens)  # fmt: skip
+        c = ceilings_for(
+            spec,
+            facts,
+            context_tokens=p,
+            prompt_tokens=p,
+            vram_fraction=vram_fraction,
+            host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+            efficiencies=efficiencies,
+            bandwidth_bytes_s=bandwidth_bytes_s,
+            ubatch_tokens=ubatch_tokens,
+        )
         out.append(CurvePoint(p, c.prefill_ceiling_tok_s, c.prefill_expected_tok_s))
     return out
 
@@ -454,8 +468,13 @@ MIN_DECODE_INTERVALS_FOR_CALIBRATION = MIN_RATE_TOKENS
 MIN_PROMPT_TOKENS_FOR_CALIBRATION = MIN_RATE_TOKENS
 
 
-def calibration_points(decode_tok_s: float | None, output_tokens: int | None, prefill_tok_s: float | None,
-                       computed_prompt_tokens: int | None, c: Ceilings) -> list[CalibrationPoint]:  # fmt: skip
+def calibration_points(
+    decode_tok_s: float | None,
+    output_tokens: int | None,
+    prefill_tok_s: float | None,
+    computed_prompt_tokens: int | None,
+    c: Ceilings,
+) -> list[CalibrationPoint]:
     """The calibration points one measured request gives (none when it is too short to time well).
 
     ``computed_prompt_tokens`` excludes cache hits, whose inflated rate would mislead.

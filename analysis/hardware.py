@@ -62,9 +62,20 @@ def _nv(
     note: str = "",
 ) -> HardwareSpec:
     return HardwareSpec(
-        key, name, "nvidia", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, 0.70, 0.82, 0.45, derived,
-        laptop=laptop, aliases=aliases, note=note,
-    )  # fmt: skip
+        key,
+        name,
+        "nvidia",
+        mem_gib * GIB,
+        bw_gbs * GB,
+        tflops * TFLOPS,
+        0.70,
+        0.82,
+        0.45,
+        derived,
+        laptop=laptop,
+        aliases=aliases,
+        note=note,
+    )
 
 
 def _apple(
@@ -79,9 +90,18 @@ def _amd(key: str, name: str, mem_gib: float, bw_gbs: float, tflops: float, deri
     # No AMD efficiencies are published (docs/physics.md §5); these are our starting guess (ROCm/Vulkan llama.cpp
     # reaches a little less of the ceiling than CUDA). calibrate() replaces them with the user's own.
     return HardwareSpec(
-        key, name, "amd", mem_gib * GIB, bw_gbs * GB, tflops * TFLOPS, 0.65, 0.75, 0.35, derived,
+        key,
+        name,
+        "amd",
+        mem_gib * GIB,
+        bw_gbs * GB,
+        tflops * TFLOPS,
+        0.65,
+        0.75,
+        0.35,
+        derived,
         note="efficiency factors are a starting guess",
-    )  # fmt: skip
+    )
 
 
 SPECS: tuple[HardwareSpec, ...] = (
@@ -236,10 +256,28 @@ def spec_by_key(key: str) -> HardwareSpec:
 
 # Words that vendors and drivers add or drop without changing the part.
 _NOISE = frozenset(
-    {"nvidia", "geforce", "amd", "radeon", "apple", "tesla", "quadro", "graphics", "gpu", "generation",
-     "edition", "workstation", "r", "tm", "with", "design", "card", "the",
-     "simulated"}
-)  # fmt: skip
+    {
+        "nvidia",
+        "geforce",
+        "amd",
+        "radeon",
+        "apple",
+        "tesla",
+        "quadro",
+        "graphics",
+        "gpu",
+        "generation",
+        "edition",
+        "workstation",
+        "r",
+        "tm",
+        "with",
+        "design",
+        "card",
+        "the",
+        "simulated",
+    }
+)
 # Form factor and memory-type words: they pick between rows of one part (H100 SXM vs PCIe).
 _QUALIFIER = re.compile(r"^(sxm\d?|pcie|hbm\d?e?|oem|lhr)$")
 _MEM_TOKEN = re.compile(r"^(\d+)gb$")

@@ -22,9 +22,16 @@ from analysis.model_facts import ModelFacts
 
 # Bytes per K or V element by llama.cpp cache type (block size and bytes per block from ggml's block structs).
 KV_TYPE_BYTES: dict[str, float] = {
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32,
-    "q4_0": 18 / 32, "iq4_nl": 18 / 32,
-}  # fmt: skip
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
 # A quantized V cache needs flash attention in llama.cpp ("V cache quantization requires flash_attn").
 KV_TYPES_NEEDING_FLASH_ATTN = frozenset(KV_TYPE_BYTES) - {"f32", "f16", "bf16"}
 CELL_PADDING = 256  # llama.cpp pads the context and the sliding-window cache to this many cells

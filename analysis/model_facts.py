@@ -16,30 +16,85 @@ from analysis.roofline import KV_BYTES_PER_ELEMENT_F16
 
 # Whole-model bits per weight (docs/physics.md §9, Llama-3.1-8B figures; block figure where no whole-model one).
 BITS_PER_WEIGHT: dict[str, float] = {
-    "F32": 32.0, "F16": 16.0005, "BF16": 16.0005, "Q8_0": 8.5008, "Q6_K": 6.5633,
-    "Q5_K_M": 5.7036, "Q5_K_S": 5.5704, "Q5_0": 5.5, "Q5_1": 6.0, "Q4_K_M": 4.8944, "Q4_K_S": 4.6672,
-    "Q4_0": 4.63, "Q4_1": 5.0, "Q3_K_L": 4.2979, "Q3_K_M": 3.91, "Q3_K_S": 3.6429, "Q2_K": 3.1593,
-    "IQ4_NL": 4.6818, "IQ4_XS": 4.4597, "IQ3_S": 3.6606, "IQ3_XXS": 3.2548, "IQ2_S": 2.7403,
-    "IQ2_XS": 2.5882, "IQ2_XXS": 2.3824, "IQ1_M": 2.1460, "IQ1_S": 2.0042, "MXFP4": 4.25,
-}  # fmt: skip
+    "F32": 32.0,
+    "F16": 16.0005,
+    "BF16": 16.0005,
+    "Q8_0": 8.5008,
+    "Q6_K": 6.5633,
+    "Q5_K_M": 5.7036,
+    "Q5_K_S": 5.5704,
+    "Q5_0": 5.5,
+    "Q5_1": 6.0,
+    "Q4_K_M": 4.8944,
+    "Q4_K_S": 4.6672,
+    "Q4_0": 4.63,
+    "Q4_1": 5.0,
+    "Q3_K_L": 4.2979,
+    "Q3_K_M": 3.91,
+    "Q3_K_S": 3.6429,
+    "Q2_K": 3.1593,
+    "IQ4_NL": 4.6818,
+    "IQ4_XS": 4.4597,
+    "IQ3_S": 3.6606,
+    "IQ3_XXS": 3.2548,
+    "IQ2_S": 2.7403,
+    "IQ2_XS": 2.5882,
+    "IQ2_XXS": 2.3824,
+    "IQ1_M": 2.1460,
+    "IQ1_S": 2.0042,
+    "MXFP4": 4.25,
+}
 
 # GGUF general.file_type (llama.cpp's llama_ftype) to Ollama's quantization names.
 FILE_TYPES: dict[int, str] = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M",
-    18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S",
-    25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M",
-    32: "BF16", 38: "MXFP4",
-}  # fmt: skip
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    38: "MXFP4",
+}
 
 HIGH_PRECISION_QUANTS = frozenset({"F32", "F16", "BF16", "Q8_0", "Q8_1", "Q8_K"})
 
 # Architectures whose layers alternate sliding-window and full attention: n where n − 1 of every n layers slide
 # (llama.cpp's load_swa_pattern per architecture, unless the GGUF gives attention.sliding_window_pattern).
 SWA_PATTERNS: dict[str, int] = {
-    "gemma2": 2, "gemma3": 6, "gemma-embedding": 6, "gemma3n": 5, "gpt-oss": 2, "cohere2": 4, "llama4": 4,
-    "olmo2": 4, "exaone4": 4,
-}  # fmt: skip
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma-embedding": 6,
+    "gemma3n": 5,
+    "gpt-oss": 2,
+    "cohere2": 4,
+    "llama4": 4,
+    "olmo2": 4,
+    "exaone4": 4,
+}
 
 
 class ModelFactsError(ValueError):
@@ -188,9 +243,20 @@ def is_embedding_model(family: str | None, capabilities: Collection[str]) -> boo
 # Before Ollama has told us about any model: a typical 8B model at Q4_K_M (Llama 3.1 8B's shape and GGUF size).
 TYPICAL_MODEL_NAME = "a typical 8B model (Q4_K_M)"
 TYPICAL_8B_Q4_K_M = ModelFacts(
-    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
-)  # fmt: skip
+    architecture="llama",
+    params=8.03e9,
+    total_params=8.03e9,
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    value_head_dim=128,
+    context_length=131072,
+    quantization="Q4_K_M",
+    weights_bytes=4.92e9,
+    weights_bytes_estimated=False,
+)
 
 
 def _attention_shape(info: Mapping[str, Any], k: Callable[[str], str], hidden: int) -> tuple[int, float, int, int]:

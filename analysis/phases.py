@@ -599,11 +599,22 @@ def _split_thinking(rec: RequestRecord, chunks: list[int], values: dict[str, Any
 # ---------------------------------------------------------------- command line
 
 CLI_KEYS = (
-    "total_s", "load_s", "prefill_s", "decode_s", "queue_s",
-    "prompt_tokens", "cached_tokens", "output_tokens",
-    "prefill_tok_s", "decode_tok_s", "ollama_prefill_tok_s", "ollama_decode_tok_s",
-    "done_reason", "flags", "flag_text",
-)  # fmt: skip
+    "total_s",
+    "load_s",
+    "prefill_s",
+    "decode_s",
+    "queue_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "ollama_prefill_tok_s",
+    "ollama_decode_tok_s",
+    "done_reason",
+    "flags",
+    "flag_text",
+)
 
 
 def parse_final_json(text: str) -> Phases:

@@ -32,8 +32,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dim", type=int, required=True)
     p.add_argument("--context", type=int, default=0, help="context tokens a decode step attends over")
     p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length for prefill")
-    p.add_argument("--num-batch", type=int, default=None,
-                   help="micro-batch the runner uses (default: Ollama's for --num-ctx, else 512)")  # fmt: skip
+    p.add_argument(
+        "--num-batch", type=int, default=None, help="micro-batch the runner uses (default: Ollama's for --num-ctx, else 512)"
+    )
     p.add_argument("--num-ctx", type=int, default=None, help="context the model is loaded with (picks Ollama's num_batch)")
     p.add_argument("--quant", default=None, help="quantization, e.g. Q4_K_M or F16 (picks the decode efficiency)")
     p.add_argument("--vram-fraction", type=float, default=1.0, help="size_vram / size when partly offloaded")
@@ -53,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         if spec is None and (args.bandwidth_gbs is None or args.tflops is None):
             near = close_matches(args.gpu)
             hint = f"; close matches: {', '.join(near)}" if near else "; no close matches in the table"
-            print(f"error: unknown GPU {args.gpu!r}{hint}. Give --bandwidth-gbs and --tflops to use your own numbers.",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"error: unknown GPU {args.gpu!r}{hint}. Give --bandwidth-gbs and --tflops to use your own numbers.",
+                file=sys.stderr,
+            )
             return 2
     elif args.bandwidth_gbs is None or args.tflops is None:
         parser.error("give --gpu, or both --bandwidth-gbs and --tflops")
@@ -93,14 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     label = spec.name if spec else "given numbers"
-    print(f"{label}: {c.bandwidth_bytes_s / 1e9:.0f} GB/s, {c.peak_flops / 1e12:.1f} TFLOP/s "
-          f"(ridge point {c.ridge_point_flop_per_byte:.0f} FLOP/byte)")  # fmt: skip
-    print(f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
-          f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context")  # fmt: skip
+    print(
+        f"{label}: {c.bandwidth_bytes_s / 1e9:.0f} GB/s, {c.peak_flops / 1e12:.1f} TFLOP/s "
+        f"(ridge point {c.ridge_point_flop_per_byte:.0f} FLOP/byte)"
+    )
+    print(
+        f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
+        f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context"
+    )
     compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
     bound = f"compute-bound, η {eff.eta_compute:.2f}" if compute_bound else f"memory-bound, η {eff.eta_bw:.2f}"
-    print(f"prefill: ceiling {c.prefill_ceiling_tok_s:8.1f} tok/s, expected {c.prefill_expected_tok_s:8.1f} "
-          f"({bound}) for a {c.prompt_tokens}-token prompt, micro-batch {c.ubatch_tokens}")  # fmt: skip
+    print(
+        f"prefill: ceiling {c.prefill_ceiling_tok_s:8.1f} tok/s, expected {c.prefill_expected_tok_s:8.1f} "
+        f"({bound}) for a {c.prompt_tokens}-token prompt, micro-batch {c.ubatch_tokens}"
+    )
     print(f"expected prefill/decode ratio: {c.expected_ratio:.0f}× (at these prompt and context lengths)")
     return 0
 

@@ -130,30 +130,62 @@ def _candidates(now: Prediction, workload: Workload) -> list[_Candidate]:
     need = max(workload.longest_prompt_tokens * 2, MIN_NUM_CTX)  # room for the longest prompt and a reply as long
     smaller = s.num_ctx // 2
     while smaller >= need and smaller >= MIN_NUM_CTX:
-        out.append((f"num_ctx {s.num_ctx:,} → {smaller:,}", replace(s, num_ctx=smaller), None,
-                    f"prompt and reply together at most {smaller:,} tokens (your longest prompt: "
-                    f"{workload.longest_prompt_tokens:,})",
-                    f"Set it per model with `PARAMETER num_ctx {smaller}` in a Modelfile, per request with "
-                    f'`"options": {{"num_ctx": {smaller}}}`, or for all with `OLLAMA_CONTEXT_LENGTH={smaller}`.'))  # fmt: skip
+        out.append(
+            (
+                f"num_ctx {s.num_ctx:,} → {smaller:,}",
+                replace(s, num_ctx=smaller),
+                None,
+                f"prompt and reply together at most {smaller:,} tokens (your longest prompt: {workload.longest_prompt_tokens:,})",
+                f"Set it per model with `PARAMETER num_ctx {smaller}` in a Modelfile, per request with "
+                f'`"options": {{"num_ctx": {smaller}}}`, or for all with `OLLAMA_CONTEXT_LENGTH={smaller}`.',
+            )
+        )
         smaller //= 2
     for kv in ("q8_0", "q4_0"):
         if KV_TYPE_BYTES[kv] < KV_TYPE_BYTES[s.kv_type]:
             fa = " OLLAMA_FLASH_ATTENTION=1" if kv in KV_TYPES_NEEDING_FLASH_ATTN and not s.flash_attn else ""
-            out.append((f"KV cache {s.kv_type} → {kv}", replace(s, kv_type=kv, flash_attn=True), None,
-                        "the cache is quantized: a small loss of quality, more at q4_0",
-                        f"Set `OLLAMA_KV_CACHE_TYPE={kv}`{fa} in Ollama's environment and restart it."))  # fmt: skip
+            out.append(
+                (
+                    f"KV cache {s.kv_type} → {kv}",
+                    replace(s, kv_type=kv, flash_attn=True),
+                    None,
+                    "the cache is quantized: a small loss of quality, more at q4_0",
+                    f"Set `OLLAMA_KV_CACHE_TYPE={kv}`{fa} in Ollama's environment and restart it.",
+                )
+            )
     if not s.flash_attn:
-        out.append(("flash attention on", replace(s, flash_attn=True), None, "none expected on current GPUs",
-                    "Set `OLLAMA_FLASH_ATTENTION=1` in Ollama's environment and restart it."))  # fmt: skip
+        out.append(
+            (
+                "flash attention on",
+                replace(s, flash_attn=True),
+                None,
+                "none expected on current GPUs",
+                "Set `OLLAMA_FLASH_ATTENTION=1` in Ollama's environment and restart it.",
+            )
+        )
     if s.num_parallel > 1:
-        out.append((f"num_parallel {s.num_parallel} → 1", replace(s, num_parallel=1), None,
-                    "one request at a time: others wait for it", "Set `OLLAMA_NUM_PARALLEL=1` and restart Ollama."))  # fmt: skip
+        out.append(
+            (
+                f"num_parallel {s.num_parallel} → 1",
+                replace(s, num_parallel=1),
+                None,
+                "one request at a time: others wait for it",
+                "Set `OLLAMA_NUM_PARALLEL=1` and restart Ollama.",
+            )
+        )
     quant = (now.quantization or "").upper()
     if quant in QUANT_LADDER and QUANT_LADDER.index(quant) + 1 < len(QUANT_LADDER):
         lower = QUANT_LADDER[QUANT_LADDER.index(quant) + 1]
         pull = f"`ollama pull <model>:<tag>-{lower.lower()}` where the library has one"
-        out.append((f"quantization {quant} → {lower}", s, lower, "fewer bits per weight: some loss of quality",
-                    f"Pull a {lower} tag of the model ({pull})."))  # fmt: skip
+        out.append(
+            (
+                f"quantization {quant} → {lower}",
+                s,
+                lower,
+                "fewer bits per weight: some loss of quality",
+                f"Pull a {lower} tag of the model ({pull}).",
+            )
+        )
     return out
 
 
@@ -171,9 +203,17 @@ def suggest(
     """Single changes predicted to speed decode or the first token by more than MIN_GAIN, best first."""
     found: list[Suggestion] = []
     for change, settings, quant, cost, how in _candidates(now, workload):
-        p = predict(facts, spec, settings, workload, free_vram_bytes=free_vram_bytes, efficiencies=efficiencies,
-                    host_bandwidth_bytes_s=host_bandwidth_bytes_s, bandwidth_bytes_s=bandwidth_bytes_s,
-                    quant=quant or now.quantization)  # fmt: skip
+        p = predict(
+            facts,
+            spec,
+            settings,
+            workload,
+            free_vram_bytes=free_vram_bytes,
+            efficiencies=efficiencies,
+            host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+            bandwidth_bytes_s=bandwidth_bytes_s,
+            quant=quant or now.quantization,
+        )
         decode_gain = p.decode_tok_s / now.decode_tok_s
         ttft_gain = now.ttft_s() / p.ttft_s()
         if max(decode_gain, ttft_gain) <= 1.0 + MIN_GAIN:
@@ -247,9 +287,18 @@ def _as_json(p: Prediction, suggestions: list[Suggestion]) -> dict[str, Any]:
         "ttft_s": p.ttft_s(),
         "ttft_p90_s": p.ttft_s(p90=True),
         "concurrent_tok_s": p.concurrent_tok_s,
-        "suggestions": [{"change": s.change, "gain": s.gain, "sentence": s.sentence, "decode_tok_s": s.prediction.decode_tok_s,
-                         "fits": s.prediction.memory.fits, "how": s.how} for s in suggestions],
-    }  # fmt: skip
+        "suggestions": [
+            {
+                "change": s.change,
+                "gain": s.gain,
+                "sentence": s.sentence,
+                "decode_tok_s": s.prediction.decode_tok_s,
+                "fits": s.prediction.memory.fits,
+                "how": s.how,
+            }
+            for s in suggestions
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,12 +309,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown GPU {args.gpu!r}" + (f"; close matches: {', '.join(near)}" if near else ""), file=sys.stderr)
         return 2
     facts = ModelFacts(
-        architecture="given", params=args.params, total_params=args.params, layers=args.layers, hidden=args.hidden,
-        heads=args.heads or max(args.hidden // args.head_dim, 1), kv_heads=args.kv_heads, head_dim=args.head_dim,
-        value_head_dim=args.head_dim, context_length=None, quantization=args.quant.upper() if args.quant else None,
-        weights_bytes=args.weights_bytes, weights_bytes_estimated=False, sliding_window=args.sliding_window,
-        swa_layers=args.swa_layers if args.sliding_window else 0, ffn_length=args.ffn,
-    )  # fmt: skip
+        architecture="given",
+        params=args.params,
+        total_params=args.params,
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads or max(args.hidden // args.head_dim, 1),
+        kv_heads=args.kv_heads,
+        head_dim=args.head_dim,
+        value_head_dim=args.head_dim,
+        context_length=None,
+        quantization=args.quant.upper() if args.quant else None,
+        weights_bytes=args.weights_bytes,
+        weights_bytes_estimated=False,
+        sliding_window=args.sliding_window,
+        swa_layers=args.swa_layers if args.sliding_window else 0,
+        ffn_length=args.ffn,
+    )
     settings = RunnerSettings(args.num_ctx, args.num_parallel, args.kv_type, args.flash_attn == "on", args.num_batch)
     prompt = args.prompt_tokens
     p90 = args.prompt_p90_tokens or 4 * prompt
@@ -278,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     vram = args.vram_gb * 1e9 if args.vram_gb is not None else spec.memory_bytes
     host = args.host_bandwidth_gbs * 1e9 if args.host_bandwidth_gbs else None
     try:
-        now = predict(facts, spec, settings, work, free_vram_bytes=vram, efficiencies=eff, host_bandwidth_bytes_s=host,
-                      quant=args.as_quant)  # fmt: skip
+        now = predict(
+            facts, spec, settings, work, free_vram_bytes=vram, efficiencies=eff, host_bandwidth_bytes_s=host, quant=args.as_quant
+        )
         found = suggest(now, facts, spec, work, free_vram_bytes=vram, efficiencies=eff, host_bandwidth_bytes_s=host)
     except (ValueError, SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -290,11 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     m = now.memory
     fit = "fits" if m.fits else f"does not fit: {w.gb(m.spill_bytes)} spills to system memory"
     parts = f"weights {w.gb(m.weights_bytes)} + KV cache {w.gb(m.kv_bytes)} + compute {w.gb(m.compute_bytes)}"
-    print(f"{spec.name}, {w.gb(vram)} free: {parts} = {w.gb(m.total_bytes)}: {fit} "
-          f"({m.layers_on_gpu} of {m.layers} layers on the GPU)")  # fmt: skip
-    print(f"prefill {w.num(now.prefill_tok_s)} tok/s at {prompt:,} tokens; decode {w.num(now.decode_tok_s)} tok/s at "
-          f"{work.context_tokens:,}; first token in {now.ttft_s():.2f} s (p90 prompt {now.ttft_s(p90=True):.2f} s); "
-          f"{w.num(now.concurrent_tok_s)} tok/s over {settings.num_parallel} stream(s)")  # fmt: skip
+    print(
+        f"{spec.name}, {w.gb(vram)} free: {parts} = {w.gb(m.total_bytes)}: {fit} "
+        f"({m.layers_on_gpu} of {m.layers} layers on the GPU)"
+    )
+    print(
+        f"prefill {w.num(now.prefill_tok_s)} tok/s at {prompt:,} tokens; decode {w.num(now.decode_tok_s)} tok/s at "
+        f"{work.context_tokens:,}; first token in {now.ttft_s():.2f} s (p90 prompt {now.ttft_s(p90=True):.2f} s); "
+        f"{w.num(now.concurrent_tok_s)} tok/s over {settings.num_parallel} stream(s)"
+    )
     for s in found:
         print(f"- {s.sentence}")
     return 0

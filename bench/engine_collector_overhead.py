@@ -47,8 +47,19 @@ def collector(upstream: str, interval_s: float) -> Iterator[tuple[str, psutil.Pr
     """A collector process in front of ``upstream``; yields (its proxy URL, the process)."""
     with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
         data = Path(tmp)
-        cmd = [sys.executable, "-m", "collectors", "--ollama", upstream, "--listen", "127.0.0.1:0", "--data", tmp,
-               "--interval", f"{interval_s:g}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--ollama",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            tmp,
+            "--interval",
+            f"{interval_s:g}",
+        ]
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
@@ -108,8 +119,10 @@ def main() -> int:
     with start_sim("--engine", "llama-server", "--gguf", args.gguf, "--threads", str(args.threads)) as engine:
         generate(engine.base_url, prompt, 8)  # load and warm up
         engine_proc = psutil.Process(http_json(engine, "GET", "/sim/engine")[1]["runner"]["pid"])  # the child computes
-        print(f"{MODEL} on llama-server, {args.threads} threads, {args.tokens} tokens per run, {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.1f} at start")
+        print(
+            f"{MODEL} on llama-server, {args.threads} threads, {args.tokens} tokens per run, {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f} at start"
+        )
         for rep in range(args.reps):
             order = ["direct", "collector"] if rep % 2 == 0 else ["collector", "direct"]
             got: dict[str, float] = {}
@@ -127,8 +140,11 @@ def main() -> int:
                         collector_wall_s += time.monotonic() - w0
                 runs[mode].append(got[mode])
             pairs.append(100.0 * (1.0 - got["collector"] / got["direct"]))
-            print(f"  rep {rep + 1}: direct {got['direct']:6.2f} tok/s   through collector {got['collector']:6.2f} tok/s   "
-                  f"cost {pairs[-1]:+5.2f}%", flush=True)
+            print(
+                f"  rep {rep + 1}: direct {got['direct']:6.2f} tok/s   through collector {got['collector']:6.2f} tok/s   "
+                f"cost {pairs[-1]:+5.2f}%",
+                flush=True,
+            )
 
         # Beside it: what Ollama's default sampling (repeat penalty, top-k/top-p over 262k tokens) costs against greedy.
         sampling: list[tuple[str, float]] = []
@@ -140,11 +156,15 @@ def main() -> int:
     med_coll = statistics.median(runs["collector"])
     cost_pct = 100.0 * (1.0 - med_coll / med_direct)
     spread = statistics.pstdev(runs["direct"]) / statistics.mean(runs["direct"]) * 100.0
-    print(f"median decode: direct {med_direct:.2f} tok/s, with the collector {med_coll:.2f} tok/s "
-          f"(run-to-run spread of direct runs ±{spread:.1f}%)")
+    print(
+        f"median decode: direct {med_direct:.2f} tok/s, with the collector {med_coll:.2f} tok/s "
+        f"(run-to-run spread of direct runs ±{spread:.1f}%)"
+    )
     print(f"paired cost per rep: median {statistics.median(pairs):+.2f}%, mean {statistics.mean(pairs):+.2f}%")
-    print(f"collector process CPU while a run streamed: {100.0 * collector_cpu_s / collector_wall_s:.2f}% of one core, "
-          f"{100.0 * collector_cpu_s / engine_cpu_s:.2f}% of the engine's CPU time (a bound that other load does not blur)")
+    print(
+        f"collector process CPU while a run streamed: {100.0 * collector_cpu_s / collector_wall_s:.2f}% of one core, "
+        f"{100.0 * collector_cpu_s / engine_cpu_s:.2f}% of the engine's CPU time (a bound that other load does not blur)"
+    )
     for label, tok_s in sampling:
         print(f"decode with {label}: {tok_s:.2f} tok/s")
     if spread > TARGET_PCT:

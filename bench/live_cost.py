@@ -52,8 +52,12 @@ def cpu_pct(proc: psutil.Process, seconds: float) -> float:
 def stream_forever(proxy: str, stop: threading.Event, seed: int) -> None:
     """One client: long streamed generations, one after another, until ``stop``."""
     while not stop.is_set():
-        body = {"model": MODEL, "prompt": f"Tell a long story number {seed}.", "stream": True,
-                "options": {"num_predict": 4000, "seed": seed}}  # fmt: skip
+        body = {
+            "model": MODEL,
+            "prompt": f"Tell a long story number {seed}.",
+            "stream": True,
+            "options": {"num_predict": 4000, "seed": seed},
+        }
         req = urllib.request.Request(f"http://{proxy}/api/generate", data=json.dumps(body).encode(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
@@ -75,16 +79,34 @@ def main() -> None:
         proxy = f"127.0.0.1:{free_port()}"
         collector = subprocess.Popen(
             [python, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir), "--demo"],
-            cwd=app_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            cwd=app_dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
         env.update(PHASEWATCH_DATA=str(data_dir), OLLAMA_HOST=sim.base_url, PHASEWATCH_LISTEN=proxy, PHASEWATCH_COLLECTOR="off")
         app = subprocess.Popen(
-            [python, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-            cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                python,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+                "--browser.gatherUsageStats",
+                "false",
+            ],
+            cwd=app_dir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_until(lambda: urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200, 60, "Streamlit")

@@ -45,14 +45,29 @@ def fill(data_dir: Path, name_mb: float, text_mb: float) -> None:
     now = time.time()
     build_fixture_store(data_dir, now)
     text = "t" * int(text_mb * 1e6) if text_mb else None
-    long = make_request(now - 50, now - 600, model="m" * int(name_mb * 1e6) + ":latest", shape=Shape(output_tokens=40),
-                        prompt_text=text, response_text=text, request_id=LONG_ID)  # fmt: skip
+    long = make_request(
+        now - 50,
+        now - 600,
+        model="m" * int(name_mb * 1e6) + ":latest",
+        shape=Shape(output_tokens=40),
+        prompt_text=text,
+        response_text=text,
+        request_id=LONG_ID,
+    )
     w = StoreWriter(db_path(data_dir))
     try:
         w.write(PutRequest(long))
         # Loaded too (issue 25 #7: a 10 MB loaded name hung the browser tab).
-        w.write(PutLoadedModels(now - 1, [LoadedModel(now - 1, long.model, long.model, "c" * 64, 2 * GIB, 2 * GIB, 8192,
-                                                      now + 3600, "3.2B", "Q4_K_M", "llama")]))  # fmt: skip
+        w.write(
+            PutLoadedModels(
+                now - 1,
+                [
+                    LoadedModel(
+                        now - 1, long.model, long.model, "c" * 64, 2 * GIB, 2 * GIB, 8192, now + 3600, "3.2B", "Q4_K_M", "llama"
+                    )
+                ],
+            )
+        )
     finally:
         w.close()
 
@@ -100,10 +115,26 @@ def measure(app_dir: Path, args: argparse.Namespace, shot: str) -> tuple[float, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_DATA=str(data_dir), PHASEWATCH_COLLECTOR="off")
     app = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=app_dir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     sampler = Sampler(data_dir)
     sampler.start()
@@ -136,8 +167,11 @@ def measure(app_dir: Path, args: argparse.Namespace, shot: str) -> tuple[float, 
                 wait_ready(page)
                 opened_s = time.monotonic() - started
                 cpu1 = server.cpu_times()
-                print(f"  {shot}: Requests opened in {opened_s:.1f} s, "
-                      f"{(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system):.1f} s of it server CPU", flush=True)  # fmt: skip
+                print(
+                    f"  {shot}: Requests opened in {opened_s:.1f} s, "
+                    f"{(cpu1.user - cpu0.user) + (cpu1.system - cpu0.system):.1f} s of it server CPU",
+                    flush=True,
+                )
                 screenshot(page, f"long_name_{shot}_requests")
             except Exception as exc:  # a page that never settles is a result, said as such
                 print(f"  Requests did not settle: {type(exc).__name__}", flush=True)
@@ -167,8 +201,10 @@ def main() -> None:
     for label, app_dir in checkouts:
         print(f"{label}: {app_dir}", flush=True)
         results.append((label, app_dir, *measure(app_dir, args, label)))
-    print(f"\nOne request named {args.name_mb:g} MB among ~20, {args.text_mb:g} MB prompt + reply; Live tab open "
-          f"{args.measure_s:.0f} s:")  # fmt: skip
+    print(
+        f"\nOne request named {args.name_mb:g} MB among ~20, {args.text_mb:g} MB prompt + reply; Live tab open "
+        f"{args.measure_s:.0f} s:"
+    )
     print(f"  {'checkout':<9} {'server CPU':>11} {'target':>7} {'ratio':>6} {'peak RSS':>9} {'Requests opens in':>18}")
     for label, _, pct, peak, opened in results:
         opened_text = "never" if opened is None else f"{opened:.1f} s"

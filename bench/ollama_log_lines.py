@@ -41,8 +41,17 @@ def main() -> int:
     with start_sim() as sim, tempfile.TemporaryDirectory() as data:
         status, body = http_json(sim, "POST", "/api/generate", {"model": "qwen2.5:0.5b", "keep_alive": -1})
         assert status == 200, body
-        cmd = [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", f"127.0.0.1:{free_port()}",
-               "--data", data]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--ollama",
+            sim.base_url,
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--data",
+            data,
+        ]
         collector = subprocess.Popen(cmd, cwd=args.repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(args.warmup)
@@ -54,8 +63,10 @@ def main() -> int:
             collector.terminate()
             collector.wait(timeout=30)
     per_hour = len(lines) / args.seconds * 3600
-    print(f"collector from {args.repo}: {len(lines)} access lines in {args.seconds:g} s idle "
-          f"= {per_hour:,.0f} per hour ({per_hour * 24:,.0f} per day)")  # fmt: skip
+    print(
+        f"collector from {args.repo}: {len(lines)} access lines in {args.seconds:g} s idle "
+        f"= {per_hour:,.0f} per hour ({per_hour * 24:,.0f} per day)"
+    )
     for path, n in collections.Counter(lines).most_common():
         print(f"  {n:6d}  {path}")
     return 0

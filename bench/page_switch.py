@@ -74,8 +74,21 @@ def start_app(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_DATA=str(data_dir), PHASEWATCH_COLLECTOR="off", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -111,8 +124,9 @@ def main() -> int:
     times: dict[str, list[tuple[float | None, float | None]]] = {title: [] for title in FIRST_CONTENT}
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
-                                                                          "--disable-dev-shm-usage"])  # fmt: skip
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+            )
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             # The window is picked on Lab: on Live, a change made while a fragment redraws can be lost (seen here).
             page.goto(url + "/lab")

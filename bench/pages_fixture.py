@@ -124,11 +124,23 @@ def make_request(
 
 def gpu_sample(ts: float, util: float, index: int = 0, name: str = "NVIDIA GeForce RTX 4090") -> GpuSample:
     return GpuSample(
-        ts_unix_s=ts, index=index, name=name, uuid=f"GPU-{index}", util_gpu_pct=util, util_mem_pct=util * 0.6,
-        mem_used_bytes=int(6 * GIB + util * 0.01 * GIB), mem_total_bytes=24 * GIB, power_w=60 + 3.5 * util,
-        power_limit_w=450.0, sm_clock_mhz=2520 if util > 5 else 210, sm_clock_max_mhz=2790, mem_clock_mhz=10501,
-        mem_clock_max_mhz=10501, ollama_mem_bytes=int(5 * GIB), temperature_c=45 + util / 4,
-    )  # fmt: skip
+        ts_unix_s=ts,
+        index=index,
+        name=name,
+        uuid=f"GPU-{index}",
+        util_gpu_pct=util,
+        util_mem_pct=util * 0.6,
+        mem_used_bytes=int(6 * GIB + util * 0.01 * GIB),
+        mem_total_bytes=24 * GIB,
+        power_w=60 + 3.5 * util,
+        power_limit_w=450.0,
+        sm_clock_mhz=2520 if util > 5 else 210,
+        sm_clock_max_mhz=2790,
+        mem_clock_mhz=10501,
+        mem_clock_max_mhz=10501,
+        ollama_mem_bytes=int(5 * GIB),
+        temperature_c=45 + util / 4,
+    )
 
 
 def _busy(requests: Iterable[RequestRecord]) -> list[tuple[float, float]]:
@@ -140,17 +152,26 @@ def _busy(requests: Iterable[RequestRecord]) -> list[tuple[float, float]]:
 
 
 def status_rows(w: StoreWriter, now: float, data_dir: Path, up: bool = True, gpu_state: str = "nvml", demo: bool = False) -> None:
-    w.write(PutOllamaStatus(
-        OllamaStatus(now - 1, up, "http://127.0.0.1:11434", "0.33.0" if up else None, None if up else "connection refused")
-    ))
-    w.write(PutHeartbeat(
-        CollectorInfo(
-            ts_unix_s=now - 0.5, pid=4242, listen="127.0.0.1:11435", ollama_url="http://127.0.0.1:11434",
-            data_dir=str(data_dir), gpu_state=gpu_state,
-            gpu_message=None if gpu_state != "none" else "NVML: driver not loaded (libnvidia-ml.so.1 not found)",
-            demo=demo, record_text=True,
+    w.write(
+        PutOllamaStatus(
+            OllamaStatus(now - 1, up, "http://127.0.0.1:11434", "0.33.0" if up else None, None if up else "connection refused")
         )
-    ))  # fmt: skip
+    )
+    w.write(
+        PutHeartbeat(
+            CollectorInfo(
+                ts_unix_s=now - 0.5,
+                pid=4242,
+                listen="127.0.0.1:11435",
+                ollama_url="http://127.0.0.1:11434",
+                data_dir=str(data_dir),
+                gpu_state=gpu_state,
+                gpu_message=None if gpu_state != "none" else "NVML: driver not loaded (libnvidia-ml.so.1 not found)",
+                demo=demo,
+                record_text=True,
+            )
+        )
+    )
 
 
 @dataclass
@@ -172,16 +193,30 @@ def build_fixture_store(data_dir: Path, now: float, n_gpus: int = 1, seed: int =
     finished: list[RequestRecord] = []
     t = t0 + 5
     while t < now - 30:
-        shape = Shape(prompt_tokens=rng.randint(50, 3000), output_tokens=rng.randint(20, 200),
-                      prefill_ms=rng.uniform(20, 300), decode_ms=rng.uniform(500, 4000))  # fmt: skip
+        shape = Shape(
+            prompt_tokens=rng.randint(50, 3000),
+            output_tokens=rng.randint(20, 200),
+            prefill_ms=rng.uniform(20, 300),
+            decode_ms=rng.uniform(500, 4000),
+        )
         finished.append(make_request(t, t0, shape=shape, endpoint=rng.choice(["/api/chat", "/api/generate"])))
         t += rng.uniform(15, 40)
     cold = make_request(now - 200, t0, model="llama3.1:8b", shape=Shape(load_ms=2300, output_tokens=30, decode_ms=300))
     stalled = make_request(now - 120, t0, shape=Shape(output_tokens=80, decode_ms=1600), stall_at=40, stall_ms=700)
-    xss = make_request(now - 60, t0, shape=Shape(prompt_tokens=25, output_tokens=30, decode_ms=600),
-                       prompt_text=XSS_PROMPT, response_text=XSS_REPLY)  # fmt: skip
-    failed = make_request(now - 45, t0, outcome=Outcome.UPSTREAM_FAILED, error='{"error":"<b>model runner has stopped</b>"}',
-                          shape=Shape(output_tokens=5, decode_ms=100))  # fmt: skip
+    xss = make_request(
+        now - 60,
+        t0,
+        shape=Shape(prompt_tokens=25, output_tokens=30, decode_ms=600),
+        prompt_text=XSS_PROMPT,
+        response_text=XSS_REPLY,
+    )
+    failed = make_request(
+        now - 45,
+        t0,
+        outcome=Outcome.UPSTREAM_FAILED,
+        error='{"error":"<b>model runner has stopped</b>"}',
+        shape=Shape(output_tokens=5, decode_ms=100),
+    )
     in_flight = make_request(now - 2, t0, shape=Shape(output_tokens=400, decode_ms=8000), in_flight_tokens=50)
     finished += [cold, stalled, xss, failed]
     busy = _busy([*finished, in_flight])
@@ -198,15 +233,39 @@ def build_fixture_store(data_dir: Path, now: float, n_gpus: int = 1, seed: int =
             util = 95.0 if any(a <= ts <= b for a, b in busy) or bypass[0] <= ts <= bypass[1] else 1.0
             w.write(PutGpuSamples([gpu_sample(ts, util, i) for i in range(n_gpus)]))
             w.write(PutHostSample(HostSample(ts, 20.0 + util / 10, int(12 * GIB), int(32 * GIB), util / 5, int(1.5 * GIB))))
-        w.write(PutLoadedModels(
-            now - 1,
-            [
-                LoadedModel(now - 1, "llama3.2:latest", "llama3.2:latest", "a" * 64, int(2.6 * GIB), int(2.6 * GIB), 8192,
-                            now + 240, "3.2B", "Q4_K_M", "llama"),
-                LoadedModel(now - 1, "llama3.1:70b", "llama3.1:70b", "b" * 64, int(42 * GIB), int(21 * GIB), 4096,
-                            now + 90, "70.6B", "Q4_K_M", "llama"),
-            ],
-        ))  # fmt: skip
+        w.write(
+            PutLoadedModels(
+                now - 1,
+                [
+                    LoadedModel(
+                        now - 1,
+                        "llama3.2:latest",
+                        "llama3.2:latest",
+                        "a" * 64,
+                        int(2.6 * GIB),
+                        int(2.6 * GIB),
+                        8192,
+                        now + 240,
+                        "3.2B",
+                        "Q4_K_M",
+                        "llama",
+                    ),
+                    LoadedModel(
+                        now - 1,
+                        "llama3.1:70b",
+                        "llama3.1:70b",
+                        "b" * 64,
+                        int(42 * GIB),
+                        int(21 * GIB),
+                        4096,
+                        now + 90,
+                        "70.6B",
+                        "Q4_K_M",
+                        "llama",
+                    ),
+                ],
+            )
+        )
         status_rows(w, now, data_dir)
     finally:
         w.close()

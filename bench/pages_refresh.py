@@ -59,8 +59,12 @@ def fill(data_dir: Path, n_requests: int, now: float) -> None:
         step = DAY_S / n_requests
         batch = []
         for i in range(n_requests):
-            shape = Shape(prompt_tokens=rng.randint(20, 3000), output_tokens=rng.randint(5, 60),
-                          prefill_ms=rng.uniform(10, 200), decode_ms=rng.uniform(100, 600))  # fmt: skip
+            shape = Shape(
+                prompt_tokens=rng.randint(20, 3000),
+                output_tokens=rng.randint(5, 60),
+                prefill_ms=rng.uniform(10, 200),
+                decode_ms=rng.uniform(100, 600),
+            )
             batch.append(make_request(t0 + i * step, t0, model=rng.choice(["llama3.2:latest", "llama3.1:8b"]), shape=shape))
             if len(batch) == 5000:
                 w.apply([PutRequest(r) for r in batch])
@@ -87,8 +91,10 @@ def timed(fn: Callable[[], object], reps: int) -> tuple[float, float]:
 
 
 def line(what: str, median_s: float, worst_s: float, target_s: float) -> None:
-    print(f"  {what:<52} {median_s * 1000:8.1f} ms  (worst {worst_s * 1000:7.1f})  target {target_s * 1000:5.0f} ms"
-          f"  ratio {median_s / target_s:5.2f}")  # fmt: skip
+    print(
+        f"  {what:<52} {median_s * 1000:8.1f} ms  (worst {worst_s * 1000:7.1f})  target {target_s * 1000:5.0f} ms"
+        f"  ratio {median_s / target_s:5.2f}"
+    )
 
 
 def main() -> int:
@@ -120,8 +126,14 @@ def main() -> int:
     def live(window_s: float, part: str) -> Callable[[], object]:
         def run() -> object:
             every = part == "all"
-            m = build_live(db, now, window_s, flight=every or part == "flight", timeline=every or part == "timeline",
-                           context=every or part == "context")  # fmt: skip
+            m = build_live(
+                db,
+                now,
+                window_s,
+                flight=every or part == "flight",
+                timeline=every or part == "timeline",
+                context=every or part == "context",
+            )
             assert m is not None
             figs = [f for _, f in m.gpu_figures] + [m.bands_figure, m.models_figure, m.host_figure]
             return [f.to_json() for f in figs if f is not None]  # what Streamlit serialises for the browser

@@ -104,10 +104,10 @@ class Run:
 
 
 def one_run(base_url: str, path: str, prompt: str, tokens: int, window_s: float, hz: float) -> Run:
-    body = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": True, "ignore_eos": True,
-            "stream": True}  # fmt: skip
-    req = urllib.request.Request(base_url + "/completion", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    body = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": True, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(
+        base_url + "/completion", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     ctx = mp.get_context("fork")  # started before the generation: its start-up costs no window anything
     t0, stop, out = ctx.Value("d", 0.0), ctx.Event(), ctx.Queue()
     poller = ctx.Process(target=poll_schedule, args=(base_url + path, window_s, hz, t0, stop, out))
@@ -208,17 +208,22 @@ def main() -> None:
     latencies_s: list[float] = []
     with start_llama_server(args.gguf, ctx=8192, threads=args.threads) as runner:
         with urllib.request.urlopen(
-            urllib.request.Request(runner.base_url + "/completion", headers={"Content-Type": "application/json"},
-                                   data=json.dumps({"prompt": prompt, "n_predict": 1, "cache_prompt": True}).encode()),
+            urllib.request.Request(
+                runner.base_url + "/completion",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps({"prompt": prompt, "n_predict": 1, "cache_prompt": True}).encode(),
+            ),
             timeout=1200,
-        ) as resp:  # fmt: skip
+        ) as resp:
             warm = json.loads(resp.read())["timings"]
         with urllib.request.urlopen(runner.base_url + "/slots", timeout=5) as resp:
             slots_bytes = len(resp.read())
-        print(f"Gemma 3 270M on llama-server, {args.threads} threads, {psutil.cpu_count()} cores, load average "
-              f"{psutil.getloadavg()[0]:.1f}; cached prompt {warm['prompt_n']} tokens (a /slots answer is "
-              f"{slots_bytes / 1e3:.1f} kB); {args.tokens} tokens per generation, {args.endpoint} at {args.hz:g} Hz in every "
-              f"other {args.window_s:g} s window")  # fmt: skip
+        print(
+            f"Gemma 3 270M on llama-server, {args.threads} threads, {psutil.cpu_count()} cores, load average "
+            f"{psutil.getloadavg()[0]:.1f}; cached prompt {warm['prompt_n']} tokens (a /slots answer is "
+            f"{slots_bytes / 1e3:.1f} kB); {args.tokens} tokens per generation, {args.endpoint} at {args.hz:g} Hz in every "
+            f"other {args.window_s:g} s window"
+        )
         for i in range(args.reps):
             run = one_run(runner.base_url, args.endpoint, prompt, args.tokens, args.window_s, args.hz)
             run_gaps, run_stalls, run_polled_s = gaps_of(run, i, args.window_s)
@@ -238,18 +243,29 @@ def main() -> None:
     report(gaps, ratios, n_polls / polled_s, latencies_s, errors, stalls, args)
 
 
-def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s: list[float], errors: int, stalls: list[Gap],
-           args: argparse.Namespace) -> None:  # fmt: skip
+def report(
+    gaps: list[Gap],
+    ratios: list[float],
+    polls_per_s: float,
+    latencies_s: list[float],
+    errors: int,
+    stalls: list[Gap],
+    args: argparse.Namespace,
+) -> None:
     rng = random.Random(1)
     mean_ratio = statistics.fmean(ratios)
     lo, hi = interval(ratios, statistics.fmean, rng)
     w_cost, w_lo, w_hi = (100 * (x - 1) for x in (mean_ratio, lo, hi))
     in_polled = sum(polled(g.window) for g in stalls)
-    print(f"\n{len(stalls)} stalls over {STALL_FACTOR:g}× the median gap left out of {len(stalls) + len(gaps)} gaps: "
-          f"{in_polled} in polled windows, {len(stalls) - in_polled} in unpolled ones (polls that caused stalls "
-          "would show here)")  # fmt: skip
-    print(f"windows: time per token polled / unpolled, mean of {len(ratios)} pairs {mean_ratio:.4f}: "
-          f"cost {w_cost:+.2f}% (95% interval {w_lo:+.2f}% to {w_hi:+.2f}%)")  # fmt: skip
+    print(
+        f"\n{len(stalls)} stalls over {STALL_FACTOR:g}× the median gap left out of {len(stalls) + len(gaps)} gaps: "
+        f"{in_polled} in polled windows, {len(stalls) - in_polled} in unpolled ones (polls that caused stalls "
+        "would show here)"
+    )
+    print(
+        f"windows: time per token polled / unpolled, mean of {len(ratios)} pairs {mean_ratio:.4f}: "
+        f"cost {w_cost:+.2f}% (95% interval {w_lo:+.2f}% to {w_hi:+.2f}%)"
+    )
     cost = per_poll_cost_pct(gaps)
     # Resample whole windows, so gaps that share a moment's load stay together.
     windows: dict[tuple[int, int], list[Gap]] = {}
@@ -259,11 +275,15 @@ def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s
     p_lo, p_hi = interval(list(windows.values()), lambda sample: per_poll_cost_pct([g for w in sample for g in w]), rng)
     hit = [g.length_s for g in gaps if polled(g.window) and g.overlapped]
     clean = [g.length_s for g in gaps if polled(g.window) and not g.overlapped]
-    print(f"per poll: gaps a poll overlapped {1e3 * statistics.fmean(hit):.2f} ms ({len(hit)}) vs the other gaps of "
-          f"polled windows {1e3 * statistics.fmean(clean):.2f} ms ({len(clean)}), {polls_per_s:.2f} polls per s: "
-          f"cost {cost:+.2f}% (95% interval {p_lo:+.2f}% to {p_hi:+.2f}%)")  # fmt: skip
-    print(f"{args.endpoint} request to parsed answer: median {1e3 * statistics.median(latencies_s):.2f} ms, "
-          f"max {1e3 * max(latencies_s):.2f} ms ({len(latencies_s)} polls, {errors} errors)")  # fmt: skip
+    print(
+        f"per poll: gaps a poll overlapped {1e3 * statistics.fmean(hit):.2f} ms ({len(hit)}) vs the other gaps of "
+        f"polled windows {1e3 * statistics.fmean(clean):.2f} ms ({len(clean)}), {polls_per_s:.2f} polls per s: "
+        f"cost {cost:+.2f}% (95% interval {p_lo:+.2f}% to {p_hi:+.2f}%)"
+    )
+    print(
+        f"{args.endpoint} request to parsed answer: median {1e3 * statistics.median(latencies_s):.2f} ms, "
+        f"max {1e3 * max(latencies_s):.2f} ms ({len(latencies_s)} polls, {errors} errors)"
+    )
     # The per-poll measure is the precise one (and leans high); the windows one, unbiased but noisy, checks that
     # it misses no cost spread beyond the gaps the polls overlapped: its lower end must not pass the per-poll top.
     if max(p_lo, w_lo) > TARGET_PCT:
@@ -272,8 +292,10 @@ def report(gaps: list[Gap], ratios: list[float], polls_per_s: float, latencies_s
         verdict = "UNDER TARGET (per-poll interval under it, windows consistent with it)"
     else:
         verdict = "INCONCLUSIVE (more --reps, or a quieter machine)"
-    print(f"polling {args.endpoint} at {args.hz:g} Hz costs {cost:+.2f}% (per poll), {w_cost:+.2f}% (windows) of decode "
-          f"speed (target < {TARGET_PCT:g}%): {verdict}")  # fmt: skip
+    print(
+        f"polling {args.endpoint} at {args.hz:g} Hz costs {cost:+.2f}% (per poll), {w_cost:+.2f}% (windows) of decode "
+        f"speed (target < {TARGET_PCT:g}%): {verdict}"
+    )
 
 
 if __name__ == "__main__":

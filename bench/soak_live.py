@@ -155,22 +155,28 @@ def _mb(n: int | None) -> str:
 
 
 def print_header() -> None:
-    print(f"{'t':>7} {'streamlit':>9} {'Δ':>7} {'collector':>9} {'sim':>7} {'demo':>7} {'chromium':>8} {'thr':>4} "
-          f"{'requests':>8}  updated   lag[s]", flush=True)  # fmt: skip
+    print(
+        f"{'t':>7} {'streamlit':>9} {'Δ':>7} {'collector':>9} {'sim':>7} {'demo':>7} {'chromium':>8} {'thr':>4} "
+        f"{'requests':>8}  updated   lag[s]",
+        flush=True,
+    )
     print(f"{'[min]':>7} {'[MB]':>9} {'[MB]':>7} {'[MB]':>9} {'[MB]':>7} {'[MB]':>7} {'[MB]':>8}", flush=True)
 
 
 def print_row(s: Sample, base_bytes: int | None) -> None:
     delta = (
-        f"{(s.streamlit_rss_bytes - base_bytes) / MB:+7.1f}" if s.streamlit_rss_bytes is not None and base_bytes is not None
+        f"{(s.streamlit_rss_bytes - base_bytes) / MB:+7.1f}"
+        if s.streamlit_rss_bytes is not None and base_bytes is not None
         else "      -"
-    )  # fmt: skip
+    )
     thr = "-" if s.streamlit_threads is None else str(s.streamlit_threads)
     req = "-" if s.requests is None else str(s.requests)
     lag = "-" if s.lag_s is None else f"{s.lag_s:5.1f}"
-    print(f"{s.t_s / 60:7.2f} {_mb(s.streamlit_rss_bytes):>9} {delta} {_mb(s.collector_rss_bytes):>9} {_mb(s.sim_rss_bytes)} "
-          f"{_mb(s.demo_rss_bytes)} {_mb(s.chromium_rss_bytes):>8} {thr:>4} {req:>8}  {s.updated or '-':8}  {lag}",
-          flush=True)  # fmt: skip
+    print(
+        f"{s.t_s / 60:7.2f} {_mb(s.streamlit_rss_bytes):>9} {delta} {_mb(s.collector_rss_bytes):>9} {_mb(s.sim_rss_bytes)} "
+        f"{_mb(s.demo_rss_bytes)} {_mb(s.chromium_rss_bytes):>8} {thr:>4} {req:>8}  {s.updated or '-':8}  {lag}",
+        flush=True,
+    )
 
 
 def slope_mb_per_h(points: list[tuple[float, int]]) -> float | None:
@@ -192,8 +198,21 @@ def streamlit_app(data_dir: Path, log_path: Path) -> Iterator[tuple[str, subproc
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_DEMO="1", PHASEWATCH_DATA=str(data_dir), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     with open(log_path, "wb") as log:
         # Own process group: a Ctrl-C in the terminal reaches only this script, which then stops things in order.
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -209,8 +228,9 @@ def streamlit_app(data_dir: Path, log_path: Path) -> Iterator[tuple[str, subproc
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _quiet(healthy):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Streamlit server did not answer /_stcore/health: "
-                                   + log_path.read_text(errors="replace")[-2000:])  # fmt: skip
+                raise RuntimeError(
+                    "the Streamlit server did not answer /_stcore/health: " + log_path.read_text(errors="replace")[-2000:]
+                )
             time.sleep(0.25)
         yield url, proc
     finally:
@@ -305,15 +325,18 @@ def soak(args: argparse.Namespace) -> int:
                     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
                     page.goto(url + ("/" if args.page == "live" else "/requests"), timeout=UI_TIMEOUT_MS)
                     wait_ready(page)
-                    demo = wait_until(lambda: (d := read_demo_lock(demo_dir)) is not None and d.pid > 0 and d,
-                                      START_TIMEOUT_S, "the demo")  # fmt: skip
+                    demo = wait_until(
+                        lambda: (d := read_demo_lock(demo_dir)) is not None and d.pid > 0 and d, START_TIMEOUT_S, "the demo"
+                    )
                     wait_until(lambda: read_lock(demo_dir) is not None, START_TIMEOUT_S, "the demo's collector")
                     if args.pause:
                         page.get_by_text("Pause live updates").click()
                         wait_ready(page)
-                    print(f"demo pid {demo.pid}, simulator {demo.sim_url}; soaking {args.minutes:g} min, "
-                          f"sample every {args.sample_s:g} s, page {args.page}{' (paused)' if args.pause else ''}",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"demo pid {demo.pid}, simulator {demo.sim_url}; soaking {args.minutes:g} min, "
+                        f"sample every {args.sample_s:g} s, page {args.page}{' (paused)' if args.pause else ''}",
+                        flush=True,
+                    )
                     print_header()
                     server = psutil.Process(proc.pid)
                     t0 = time.monotonic()
@@ -392,8 +415,14 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
     print(f"samples {path}", flush=True)
 
 
-def summarise(args: argparse.Namespace, samples: list[Sample], first: str | None, second: str | None,
-              page_errors: list[str], left: list[psutil.Process]) -> bool:  # fmt: skip
+def summarise(
+    args: argparse.Namespace,
+    samples: list[Sample],
+    first: str | None,
+    second: str | None,
+    page_errors: list[str],
+    left: list[psutil.Process],
+) -> bool:
     print("\n== summary ==")
     rss = [(s.t_s, s.streamlit_rss_bytes) for s in samples if s.streamlit_rss_bytes is not None]
     if len(rss) < 2:
@@ -408,33 +437,49 @@ def summarise(args: argparse.Namespace, samples: list[Sample], first: str | None
     fit = slope_mb_per_h([(t, v) for t, v in rss if t >= t_w])
     peak_mb = max(v for _, v in rss) / MB
     print(f"streamlit server RSS at {t_w / 60:.1f} min (after warm-up): {v_w / MB:.1f} MB")
-    print(f"streamlit server RSS at the end ({t_e / 60:.1f} min):     {v_e / MB:.1f} MB (peak {peak_mb:.1f} MB, "
-          f"first sample {rss[0][1] / MB:.1f} MB)")  # fmt: skip
-    print(f"growth after warm-up: {growth_mb:+.1f} MB over {(t_e - t_w) / 60:.1f} min = {per_h:+.1f} MB/h by end points"
-          + ("" if fit is None else f", {fit:+.1f} MB/h by least squares"))  # fmt: skip
+    print(
+        f"streamlit server RSS at the end ({t_e / 60:.1f} min):     {v_e / MB:.1f} MB (peak {peak_mb:.1f} MB, "
+        f"first sample {rss[0][1] / MB:.1f} MB)"
+    )
+    print(
+        f"growth after warm-up: {growth_mb:+.1f} MB over {(t_e - t_w) / 60:.1f} min = {per_h:+.1f} MB/h by end points"
+        + ("" if fit is None else f", {fit:+.1f} MB/h by least squares")
+    )
     under = growth_mb < args.target_mb
     print(f"target: growth under {args.target_mb:g} MB over the soak -> {'PASS' if under else 'FAIL'}")
-    for label, get in (("collector", lambda s: s.collector_rss_bytes), ("sim", lambda s: s.sim_rss_bytes),
-                       ("demo driver", lambda s: s.demo_rss_bytes), ("chromium", lambda s: s.chromium_rss_bytes)):  # fmt: skip
+    for label, get in (
+        ("collector", lambda s: s.collector_rss_bytes),
+        ("sim", lambda s: s.sim_rss_bytes),
+        ("demo driver", lambda s: s.demo_rss_bytes),
+        ("chromium", lambda s: s.chromium_rss_bytes),
+    ):
         vals = [(s.t_s, get(s)) for s in samples if get(s) is not None and s.t_s >= t_w]
         if vals:
             print(f"{label:>12} RSS: {vals[0][1] / MB:.1f} -> {vals[-1][1] / MB:.1f} MB ({(vals[-1][1] - vals[0][1]) / MB:+.1f})")
     reqs = [s.requests for s in samples if s.requests is not None]
-    print(f"requests recorded by the demo: {reqs[-1] if reqs else 'none'}"
-          + (f" ({reqs[-1] - reqs[0]} during the soak)" if reqs else ""))  # fmt: skip
+    print(
+        f"requests recorded by the demo: {reqs[-1] if reqs else 'none'}"
+        + (f" ({reqs[-1] - reqs[0]} during the soak)" if reqs else "")
+    )
     last_min = {s.updated for s in samples if s.t_s >= samples[-1].t_s - 60 and s.updated}
     following = args.page != "live" or args.pause or (len(last_min) > 1 and first is not None and first != second)
     if args.page == "live" and not args.pause:
-        print(f"page still updating at the end: {'yes' if following else 'NO'} ({len(last_min)} distinct "
-              f"'{UPDATED_LABEL}' values in the last minute; {first} -> {second} over 3 s)")  # fmt: skip
+        print(
+            f"page still updating at the end: {'yes' if following else 'NO'} ({len(last_min)} distinct "
+            f"'{UPDATED_LABEL}' values in the last minute; {first} -> {second} over 3 s)"
+        )
     lags = sorted(s.lag_s for s in samples if s.lag_s is not None and s.t_s >= t_w)
     if lags:
-        print(f"'{UPDATED_LABEL}' clock behind the wall clock: median {lags[len(lags) // 2]:.1f} s, max {lags[-1]:.1f} s "
-              "(the 1 s fragment's round trip on this machine)")  # fmt: skip
+        print(
+            f"'{UPDATED_LABEL}' clock behind the wall clock: median {lags[len(lags) // 2]:.1f} s, max {lags[-1]:.1f} s "
+            "(the 1 s fragment's round trip on this machine)"
+        )
     if page_errors:
         print(f"JavaScript errors in the page: {len(page_errors)}; first: {page_errors[0][:300]}")
-    print(f"processes left with the soak's data folder after shutdown: {len(left)}"
-          + ("" if not left else " (terminated them: " + ", ".join(str(p.pid) for p in left) + ")"))  # fmt: skip
+    print(
+        f"processes left with the soak's data folder after shutdown: {len(left)}"
+        + ("" if not left else " (terminated them: " + ", ".join(str(p.pid) for p in left) + ")")
+    )
     return under and following and not page_errors
 
 

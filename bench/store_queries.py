@@ -49,16 +49,33 @@ def make_request(i: int, started: float, rng: random.Random, model: str) -> Requ
     end = chunks[-1] + MS
     prompt = rng.randint(20, 4000)
     return RequestRecord(
-        id=f"{i:032x}", started_at_unix_s=started, client_addr="127.0.0.1:40000", endpoint="/api/chat", model=model,
-        stream=True, num_ctx=8192, received_ns=received, forwarded_ns=received + MS, first_byte_ns=first,
-        first_token_ns=first, token_chunk_ns=chunks, final_chunk_ns=end, closed_ns=end + MS, status_code=200,
+        id=f"{i:032x}",
+        started_at_unix_s=started,
+        client_addr="127.0.0.1:40000",
+        endpoint="/api/chat",
+        model=model,
+        stream=True,
+        num_ctx=8192,
+        received_ns=received,
+        forwarded_ns=received + MS,
+        first_byte_ns=first,
+        first_token_ns=first,
+        token_chunk_ns=chunks,
+        final_chunk_ns=end,
+        closed_ns=end + MS,
+        status_code=200,
         outcome=Outcome.OK,
         metrics=FinalMetrics(
-            total_duration_ns=end - received - MS, load_duration_ns=3 * MS, prompt_eval_count=prompt,
-            prompt_eval_cached_count=0, prompt_eval_duration_ns=first - received - 5 * MS, eval_count=n,
-            eval_duration_ns=(n - 1) * gap, done_reason="stop",
+            total_duration_ns=end - received - MS,
+            load_duration_ns=3 * MS,
+            prompt_eval_count=prompt,
+            prompt_eval_cached_count=0,
+            prompt_eval_duration_ns=first - received - 5 * MS,
+            eval_count=n,
+            eval_duration_ns=(n - 1) * gap,
+            done_reason="stop",
         ),
-    )  # fmt: skip
+    )
 
 
 def fill(path: Path, now: float, hours: float, n_requests: int, n_gpus: int) -> dict[str, float]:
@@ -70,9 +87,24 @@ def fill(path: Path, now: float, hours: float, n_requests: int, n_gpus: int) -> 
     batch: list[GpuSample] = []
     for i in range(n_s):
         ts = t_start + i
-        batch += [GpuSample(ts, g, "NVIDIA GeForce RTX 4090", f"GPU-{g}", util_gpu_pct=rng.uniform(0, 100), util_mem_pct=40.0,
-                            mem_used_bytes=20 * 2**30, mem_total_bytes=24 * 2**30, power_w=300.0, power_limit_w=450.0,
-                            sm_clock_mhz=2500, mem_clock_mhz=10501, temperature_c=60.0) for g in range(n_gpus)]  # fmt: skip
+        batch += [
+            GpuSample(
+                ts,
+                g,
+                "NVIDIA GeForce RTX 4090",
+                f"GPU-{g}",
+                util_gpu_pct=rng.uniform(0, 100),
+                util_mem_pct=40.0,
+                mem_used_bytes=20 * 2**30,
+                mem_total_bytes=24 * 2**30,
+                power_w=300.0,
+                power_limit_w=450.0,
+                sm_clock_mhz=2500,
+                mem_clock_mhz=10501,
+                temperature_c=60.0,
+            )
+            for g in range(n_gpus)
+        ]
         if len(batch) >= 3600:
             w.write(PutGpuSamples(batch))
             batch = []
@@ -155,9 +187,11 @@ def main() -> int:
         path = db_path(data)
         if not path.exists():
             f = fill(path, now, args.hours, args.requests, args.gpus)
-            print(f"fill: {f['n_samples']:.0f} GPU samples in {f['samples_s']:.1f} s; "
-                  f"{args.requests} requests in {f['requests_s']:.1f} s ({args.requests / f['requests_s']:.0f} requests/s, "
-                  f"split + upsert + token times); file {path.stat().st_size / 2**20:.0f} MiB")  # fmt: skip
+            print(
+                f"fill: {f['n_samples']:.0f} GPU samples in {f['samples_s']:.1f} s; "
+                f"{args.requests} requests in {f['requests_s']:.1f} s ({args.requests / f['requests_s']:.0f} requests/s, "
+                f"split + upsert + token times); file {path.stat().st_size / 2**20:.0f} MiB"
+            )
         else:
             now = queries.open_readonly(path).execute("SELECT MAX(ts_unix_s) FROM gpu_samples").fetchone()[0] + 1
         conn = queries.open_readonly(path)
@@ -182,8 +216,10 @@ def main() -> int:
         print(f"{'query':<{width}}  {'wall':>8}     {'CPU':>8}")
         for name, ms in rows:
             print(f"{name:<{width}}  {ms:8.2f} ms  {CPU_MS[name]:8.2f} ms")
-        print(f"worst live refresh: {live:.1f} ms = {live / 150:.2f} × the 150 ms budget "
-              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs while measuring)")  # fmt: skip
+        print(
+            f"worst live refresh: {live:.1f} ms = {live / 150:.2f} × the 150 ms budget "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs while measuring)"
+        )
     return 0
 
 

@@ -31,18 +31,32 @@ from analysis.whatif import Workload, predict  # noqa: E402
 BINARY = REPO / ".cache" / "llama-server" / "bin" / "llama-server"
 GGUF = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 GEMMA = ModelFacts(
-    architecture="gemma3", params=2.68e8, total_params=2.68e8, layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256,
-    value_head_dim=256, context_length=32768, quantization="Q4_K_M", weights_bytes=253e6, weights_bytes_estimated=False,
-    sliding_window=512, swa_layers=15, ffn_length=2048,
-)  # fmt: skip
+    architecture="gemma3",
+    params=2.68e8,
+    total_params=2.68e8,
+    layers=18,
+    hidden=640,
+    heads=4,
+    kv_heads=1,
+    head_dim=256,
+    value_head_dim=256,
+    context_length=32768,
+    quantization="Q4_K_M",
+    weights_bytes=253e6,
+    weights_bytes_estimated=False,
+    sliding_window=512,
+    swa_layers=15,
+    ffn_length=2048,
+)
 SHORT, LONG = 256, 2048  # prompt tokens (prefill), and the contexts decode runs at
 DECODE_TOKENS = 64
 NUM_CTX = 4096
 
 
 def _post(port: int, body: dict[str, object]) -> dict[str, float]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=600) as r:
         timings: dict[str, float] = json.loads(r.read())["timings"]
     return timings
@@ -52,10 +66,29 @@ def _measure(flash: bool, threads: int, reps: int) -> dict[str, float]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(BINARY), "--model", str(GGUF), "--port", str(port), "--host", "127.0.0.1", "--no-webui",
-                             "--offline", "-c", str(NUM_CTX), "-np", "1", "-t", str(threads),
-                             "--flash-attn", "on" if flash else "off"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            str(BINARY),
+            "--model",
+            str(GGUF),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--no-webui",
+            "--offline",
+            "-c",
+            str(NUM_CTX),
+            "-np",
+            "1",
+            "-t",
+            str(threads),
+            "--flash-attn",
+            "on" if flash else "off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:

@@ -119,9 +119,12 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
         try:
             raw = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
             return DemoInfo(
-                int(raw["pid"]), str(raw["sim_url"]), str(raw["hardware"]), float(raw["started_at_unix_s"]),
+                int(raw["pid"]),
+                str(raw["sim_url"]),
+                str(raw["hardware"]),
+                float(raw["started_at_unix_s"]),
                 str(raw.get("engine", "sim")),
-            )  # fmt: skip
+            )
         except (ValueError, KeyError, TypeError):
             return DemoInfo(0, "", "", 0.0)  # held, details not written yet
     finally:
@@ -387,8 +390,21 @@ def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
 def _upstream_argv(engine: str, port: int, hardware: str, num_parallel: int, gguf: Path | None) -> list[str]:
     if engine == "llama-cpp":
         assert gguf is not None
-        return [sys.executable, "-m", "sim", "--port", str(port), "--engine", "llama-server", "--gguf", str(gguf),
-                "--model-name", ENGINE_MODEL, "--threads", str(ENGINE_THREADS)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "sim",
+            "--port",
+            str(port),
+            "--engine",
+            "llama-server",
+            "--gguf",
+            str(gguf),
+            "--model-name",
+            ENGINE_MODEL,
+            "--threads",
+            str(ENGINE_THREADS),
+        ]
     return [sys.executable, "-m", "sim", "--port", str(port), "--hardware", hardware, "--num-parallel", str(num_parallel)]
 
 
@@ -412,8 +428,18 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         # The real engine has no virtual GPU to sample (/sim/gpu): its collector samples this machine like a real one.
         # The real engine's runner writes Ollama's log to sim's output: the collector reads it (direct records exact).
         mode = ["--ollama-log", str(data_dir / "sim.log")] if real else ["--demo"]
-        collector_argv = [sys.executable, "-m", "collectors", "--ollama", sim_url, "--listen", f"127.0.0.1:{free_port()}",
-                          "--data", str(data_dir), *mode]  # fmt: skip
+        collector_argv = [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--ollama",
+            sim_url,
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--data",
+            str(data_dir),
+            *mode,
+        ]
         collector = _start(collector_argv, data_dir / "collector.log")
         children.append(collector)
         info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
@@ -442,12 +468,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", required=True, type=Path, help="data folder for the demo's store (apart from real data)")
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help=f"simulated GPU profile (default {DEFAULT_HARDWARE})")
     parser.add_argument("--num-parallel", type=int, default=2, help="slots per model in the simulator (default 2)")
-    parser.add_argument("--engine", choices=ENGINES, default="sim",
-                        help="sim: simulated GPU (default); llama-cpp: llama.cpp's llama-server (Gemma 3 270M, CPU)")  # fmt: skip
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="sim",
+        help="sim: simulated GPU (default); llama-cpp: llama.cpp's llama-server (Gemma 3 270M, CPU)",
+    )
     parser.add_argument("--no-traffic", action="store_true", help="start the simulator and collector only")
     parser.add_argument("--stop", action="store_true", help="stop the demo that runs for --data (it stops its children)")
-    parser.add_argument("--exit-with-parent", action="store_true",
-                        help="stop when the process that started this one exits (how the dashboard starts the demo)")  # fmt: skip
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one exits (how the dashboard starts the demo)",
+    )
     args = parser.parse_args(argv)
     if args.stop:
         if stop_demo(args.data.expanduser()):

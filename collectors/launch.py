@@ -116,8 +116,18 @@ def ensure_collector(data_dir: Path, ollama_url: str, listen: str, allowed: bool
         state = _child_state(key, log_path, "the collector")
         if state is not None:
             return state
-        argv = [sys.executable, "-m", "collectors", "--ollama", ollama_url, "--listen", listen, "--data", str(data_dir),
-                "--exit-with-parent"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--ollama",
+            ollama_url,
+            "--listen",
+            listen,
+            "--data",
+            str(data_dir),
+            "--exit-with-parent",
+        ]
         child = _spawn(key, argv, log_path)
     return LaunchState(LaunchStatus.STARTING, f"started the collector (process {child.pid})", child.pid)
 

@@ -45,18 +45,88 @@ OTHER_LABEL = "other"
 # minutes to prefill, and a model load from a slow disk as long. Past the last advisory bound the series
 # goes on roughly doubling (15, 30, 60 s, … 10 min for TTFT; up to ~22 min for whole requests).
 TTFT_BUCKETS_S = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,  # OTel advisory
-    15.0, 30.0, 60.0, 120.0, 300.0, 600.0,  # Phasewatch: long home prompts
-)  # fmt: skip
-TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,  # OTel advisory
-                  5.0, 10.0)  # fmt: skip
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,  # OTel advisory
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,  # Phasewatch: long home prompts
+)
+TPOT_BUCKETS_S = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,  # OTel advisory
+    5.0,
+    10.0,
+)
 DURATION_BUCKETS_S = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,  # OTel advisory
-    163.84, 327.68, 655.36, 1310.72,  # Phasewatch: minutes-long generations on home hardware
-)  # fmt: skip
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,  # OTel advisory
+    163.84,
+    327.68,
+    655.36,
+    1310.72,  # Phasewatch: minutes-long generations on home hardware
+)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel advisory, to 1 M tokens
-ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-                 2.5, 5.0, 10.0)  # fmt: skip  # vLLM's inter-token latency buckets, to 10 s
+ITL_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)  # vLLM's inter-token latency buckets, to 10 s
 RATE_BUCKETS_TOK_S = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000, 20000, 50000)
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5)
 
@@ -181,29 +251,50 @@ HISTOGRAMS: dict[str, HistogramSpec] = {
             tuple(float(b) for b in TOKEN_BUCKETS),
             (*_BASE, "gen_ai_token_type"),
         ),
-        HistogramSpec("phasewatch_request_load_time_seconds", "Model load time of a request (Ollama's load_duration).",
-                      DURATION_BUCKETS_S),
-        HistogramSpec("phasewatch_request_queue_time_seconds",
-                      "Time a request waited for a slot: total_duration - load - prefill - decode.", DURATION_BUCKETS_S),
-        HistogramSpec("phasewatch_request_prefill_time_seconds", "Prompt evaluation time (prompt_eval_duration).",
-                      TTFT_BUCKETS_S),
-        HistogramSpec("phasewatch_request_decode_time_seconds", "Generation time after the first token (eval_duration).",
-                      DURATION_BUCKETS_S),
-        HistogramSpec("phasewatch_request_thinking_time_seconds",
-                      "Time a thinking model spent reasoning before its answer.", DURATION_BUCKETS_S),
-        HistogramSpec("phasewatch_request_time_to_first_answer_token_seconds",
-                      "Thinking replies: request received to the first answer token (after the thinking), as the "
-                      "client saw it.", TTFT_BUCKETS_S),
-        HistogramSpec("phasewatch_request_prefill_tokens_per_second",
-                      "Prefill rate of computed (not cached) prompt tokens.", RATE_BUCKETS_TOK_S),
-        HistogramSpec("phasewatch_request_decode_tokens_per_second", "Decode rate, (eval_count - 1) / eval_duration.",
-                      RATE_BUCKETS_TOK_S),
-        HistogramSpec("phasewatch_inter_token_latency_seconds",
-                      "Gap between successive token chunks as the proxy received them.", ITL_BUCKETS_S),
-        HistogramSpec("phasewatch_request_decode_ceiling_ratio",
-                      "Decode rate as a fraction of its memory-bandwidth ceiling for this GPU and model.", RATIO_BUCKETS),
+        HistogramSpec(
+            "phasewatch_request_load_time_seconds", "Model load time of a request (Ollama's load_duration).", DURATION_BUCKETS_S
+        ),
+        HistogramSpec(
+            "phasewatch_request_queue_time_seconds",
+            "Time a request waited for a slot: total_duration - load - prefill - decode.",
+            DURATION_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_prefill_time_seconds", "Prompt evaluation time (prompt_eval_duration).", TTFT_BUCKETS_S
+        ),
+        HistogramSpec(
+            "phasewatch_request_decode_time_seconds", "Generation time after the first token (eval_duration).", DURATION_BUCKETS_S
+        ),
+        HistogramSpec(
+            "phasewatch_request_thinking_time_seconds",
+            "Time a thinking model spent reasoning before its answer.",
+            DURATION_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_time_to_first_answer_token_seconds",
+            "Thinking replies: request received to the first answer token (after the thinking), as the client saw it.",
+            TTFT_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_prefill_tokens_per_second",
+            "Prefill rate of computed (not cached) prompt tokens.",
+            RATE_BUCKETS_TOK_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_decode_tokens_per_second", "Decode rate, (eval_count - 1) / eval_duration.", RATE_BUCKETS_TOK_S
+        ),
+        HistogramSpec(
+            "phasewatch_inter_token_latency_seconds",
+            "Gap between successive token chunks as the proxy received them.",
+            ITL_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_decode_ceiling_ratio",
+            "Decode rate as a fraction of its memory-bandwidth ceiling for this GPU and model.",
+            RATIO_BUCKETS,
+        ),
     )
-}  # fmt: skip
+}
 
 PHASES = ("load", "queue", "prefill", "decode")
 # The thinking time of a row; None (a reply that did not think, or not kept apart): unknown, not observed.
@@ -284,8 +375,9 @@ class RequestStats:
         self._observe("gen_ai_server_request_duration_seconds", row.total_s, base, error_type)
         self._observe("gen_ai_client_operation_duration_seconds", row.client_s, base, error_type)
         if row.first_byte_ns is not None:
-            self._observe("gen_ai_client_operation_time_to_first_chunk_seconds",
-                          (row.first_byte_ns - row.received_ns) / 1e9, base)  # fmt: skip
+            self._observe(
+                "gen_ai_client_operation_time_to_first_chunk_seconds", (row.first_byte_ns - row.received_ns) / 1e9, base
+            )
         self._observe("gen_ai_client_token_usage", row.prompt_tokens, base, "input")
         self._observe("gen_ai_client_token_usage", row.output_tokens, base, "output")
         for phase in PHASES:
@@ -299,8 +391,12 @@ class RequestStats:
         for gap_s in token_gaps_s:
             self._observe("phasewatch_inter_token_latency_seconds", gap_s, base)
 
-        for counter, value in ((self.prompt_tokens, row.prompt_tokens), (self.cached_tokens, row.cached_tokens),
-                               (self.output_tokens, row.output_tokens), (self.thinking_tokens, row.thinking_tokens)):  # fmt: skip
+        for counter, value in (
+            (self.prompt_tokens, row.prompt_tokens),
+            (self.cached_tokens, row.cached_tokens),
+            (self.output_tokens, row.output_tokens),
+            (self.thinking_tokens, row.thinking_tokens),
+        ):
             if value is not None and value >= 0:
                 counter[model] = counter.get(model, 0) + value
         if row.decode_tok_s and row.output_tokens:
@@ -333,8 +429,11 @@ class RequestStats:
 
 def phase_windows(row: RequestRow) -> list[tuple[str, float, float]]:
     """(phase, start, end) in wall-clock seconds for the load, prefill and decode a stored row knows."""
-    edges = (("load", row.load_start_unix_s, row.prefill_start_unix_s), ("prefill", row.prefill_start_unix_s,
-             row.decode_start_unix_s), ("decode", row.decode_start_unix_s, row.decode_end_unix_s))  # fmt: skip
+    edges = (
+        ("load", row.load_start_unix_s, row.prefill_start_unix_s),
+        ("prefill", row.prefill_start_unix_s, row.decode_start_unix_s),
+        ("decode", row.decode_start_unix_s, row.decode_end_unix_s),
+    )
     return [(phase, t0, t1) for phase, t0, t1 in edges if t0 is not None and t1 is not None and t1 > t0]
 
 
@@ -408,8 +507,11 @@ def _gpu_families(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
             if value is not None:  # a reading the source did not give is absent, not zero
                 fam.add_metric(lab, value * scale)
         yield fam
-    throttle = GaugeMetricFamily("phasewatch_gpu_throttled", "1 while the GPU's clocks are held down for this reason "
-                                 "(NVML clocks-event reasons).", labels=[*_GPU_LABELS, "reason"])  # fmt: skip
+    throttle = GaugeMetricFamily(
+        "phasewatch_gpu_throttled",
+        "1 while the GPU's clocks are held down for this reason (NVML clocks-event reasons).",
+        labels=[*_GPU_LABELS, "reason"],
+    )
     for g, lab in zip(gpus, labels, strict=True):
         if g.throttle_reasons is not None:
             for reason, bit in THROTTLE_REASONS.items():
@@ -442,13 +544,19 @@ def _host_families(host: HostSample | None) -> Iterator[Metric]:
 
 
 def _model_families(models: Sequence[LoadedModel]) -> Iterator[Metric]:
-    loaded = GaugeMetricFamily("phasewatch_model_loaded_bytes", "Memory a loaded model holds (/api/ps), by where: "
-                               "vram (GPU memory) or ram (system memory: partly offloaded).",
-                               labels=["model", "memory"])  # fmt: skip
-    context = GaugeMetricFamily("phasewatch_model_context_tokens", "Context length a loaded model was loaded with.",
-                                labels=["model"])  # fmt: skip
-    vram_ratio = GaugeMetricFamily("phasewatch_model_vram_ratio", "Share of a loaded model held in GPU memory "
-                                   "(1: all of it; below 1: partly in system memory).", labels=["model"])  # fmt: skip
+    loaded = GaugeMetricFamily(
+        "phasewatch_model_loaded_bytes",
+        "Memory a loaded model holds (/api/ps), by where: vram (GPU memory) or ram (system memory: partly offloaded).",
+        labels=["model", "memory"],
+    )
+    context = GaugeMetricFamily(
+        "phasewatch_model_context_tokens", "Context length a loaded model was loaded with.", labels=["model"]
+    )
+    vram_ratio = GaugeMetricFamily(
+        "phasewatch_model_vram_ratio",
+        "Share of a loaded model held in GPU memory (1: all of it; below 1: partly in system memory).",
+        labels=["model"],
+    )
     for m in models[:LABEL_VALUES_MAX]:
         name = bound_label(m.name)
         loaded.add_metric([name, "vram"], m.size_vram_bytes)
@@ -478,15 +586,28 @@ def _stats_families(stats: RequestStats) -> Iterator[Metric]:
         requests.add_metric([endpoint, model, outcome, source], n)
     yield requests
     yield _per_model("phasewatch_prompt_tokens", "Prompt tokens of finished requests (prompt_eval_count).", stats.prompt_tokens)
-    yield _per_model("phasewatch_prompt_cached_tokens", "Prompt tokens served from the KV cache (where Ollama reports "
-                     "it).", stats.cached_tokens)  # fmt: skip
+    yield _per_model(
+        "phasewatch_prompt_cached_tokens",
+        "Prompt tokens served from the KV cache (where Ollama reports it).",
+        stats.cached_tokens,
+    )
     yield _per_model("phasewatch_generation_tokens", "Output tokens of finished requests (eval_count).", stats.output_tokens)
-    yield _per_model("phasewatch_decode_tokens", "Decode intervals of rated requests (eval_count - 1): divided by "
-                     'phasewatch_phase_seconds_total{phase="decode"}, the decode rate.', stats.decode_tokens)  # fmt: skip
-    yield _per_model("phasewatch_thinking_tokens", "Thinking tokens of thinking replies (part of the output tokens; "
-                     "they cost decode time like any other).", stats.thinking_tokens)  # fmt: skip
-    phases = CounterMetricFamily("phasewatch_phase_seconds", "Time finished requests spent in each phase "
-                                 "(load, queue, prefill, decode), per model.", labels=["model", "phase"])  # fmt: skip
+    yield _per_model(
+        "phasewatch_decode_tokens",
+        "Decode intervals of rated requests (eval_count - 1): divided by "
+        'phasewatch_phase_seconds_total{phase="decode"}, the decode rate.',
+        stats.decode_tokens,
+    )
+    yield _per_model(
+        "phasewatch_thinking_tokens",
+        "Thinking tokens of thinking replies (part of the output tokens; they cost decode time like any other).",
+        stats.thinking_tokens,
+    )
+    phases = CounterMetricFamily(
+        "phasewatch_phase_seconds",
+        "Time finished requests spent in each phase (load, queue, prefill, decode), per model.",
+        labels=["model", "phase"],
+    )
     for (model, phase), seconds in sorted(stats.phase_s.items()):
         phases.add_metric([model, phase], seconds)
     yield phases
@@ -518,8 +639,9 @@ class PhasewatchCollector(Collector):
                 info.add_metric([bound_label(snap.ollama.version)], 1)
                 yield info
             if snap.ollama.up:  # the list is known only while Ollama answers
-                yield GaugeMetricFamily("phasewatch_ollama_loaded_models", "Models loaded in Ollama (/api/ps).",
-                                        value=len(snap.loaded_models))  # fmt: skip
+                yield GaugeMetricFamily(
+                    "phasewatch_ollama_loaded_models", "Models loaded in Ollama (/api/ps).", value=len(snap.loaded_models)
+                )
         yield from _model_families(snap.loaded_models)
         loads = CounterMetricFamily("phasewatch_model_loads", "Times a model appeared in /api/ps.", labels=["model"])
         unloads = CounterMetricFamily("phasewatch_model_unloads", "Times a model left /api/ps.", labels=["model"])
@@ -528,51 +650,73 @@ class PhasewatchCollector(Collector):
                 fam.add_metric([model], n)
             yield fam
         if snap.gpu_source is not None:
-            src = GaugeMetricFamily("phasewatch_gpu_source_info", "Where the GPU readings come from, as a label.",
-                                    labels=["source"])  # fmt: skip
+            src = GaugeMetricFamily(
+                "phasewatch_gpu_source_info", "Where the GPU readings come from, as a label.", labels=["source"]
+            )
             src.add_metric([snap.gpu_source], 1)
             yield src
         yield from _gpu_families(snap.gpus)
         yield from _host_families(snap.host)
-        energy = CounterMetricFamily("phasewatch_energy_joules", "GPU energy (all GPUs, idle draw included) over the "
-                                     "load, prefill and decode of finished requests; requests running at the same "
-                                     "time share it, each counting it.", labels=["phase"])  # fmt: skip
+        energy = CounterMetricFamily(
+            "phasewatch_energy_joules",
+            "GPU energy (all GPUs, idle draw included) over the "
+            "load, prefill and decode of finished requests; requests running at the same "
+            "time share it, each counting it.",
+            labels=["phase"],
+        )
         for phase, joules in sorted(snap.energy_j_by_phase.items()):
             energy.add_metric([phase], joules)
         yield energy
         yield from _stats_families(snap.stats)
-        running = GaugeMetricFamily("phasewatch_requests_running", "Generations running now, by phase (prefill "
-                                    "includes the wait for a slot).", labels=["phase"])  # fmt: skip
+        running = GaugeMetricFamily(
+            "phasewatch_requests_running",
+            "Generations running now, by phase (prefill includes the wait for a slot).",
+            labels=["phase"],
+        )
         for phase in ("load", "prefill", "decode"):
             running.add_metric([phase], snap.in_flight_by_phase.get(phase, 0))
         yield running
-        slots = GaugeMetricFamily("phasewatch_slot_context_tokens", "Context tokens a runner slot holds now.",
-                                  labels=["model", "slot"])  # fmt: skip
-        slots_max = GaugeMetricFamily("phasewatch_slot_context_max_tokens", "Context size of a runner slot.",
-                                      labels=["model", "slot"])  # fmt: skip
+        slots = GaugeMetricFamily(
+            "phasewatch_slot_context_tokens", "Context tokens a runner slot holds now.", labels=["model", "slot"]
+        )
+        slots_max = GaugeMetricFamily(
+            "phasewatch_slot_context_max_tokens", "Context size of a runner slot.", labels=["model", "slot"]
+        )
         for s in snap.slots:
             slots.add_metric([bound_label(s.model), str(s.slot)], s.context_tokens)
             slots_max.add_metric([bound_label(s.model), str(s.slot)], s.context_max_tokens)
         yield from (slots, slots_max)
-        yield GaugeMetricFamily("phasewatch_store_pending_records", "Records waiting to be written to the store.",
-                                value=snap.store_pending)  # fmt: skip
+        yield GaugeMetricFamily(
+            "phasewatch_store_pending_records", "Records waiting to be written to the store.", value=snap.store_pending
+        )
         if snap.store_failing is not None:
-            yield GaugeMetricFamily("phasewatch_store_write_failing", "1 while the last store write failed (retried).",
-                                    value=1 if snap.store_failing else 0)  # fmt: skip
+            yield GaugeMetricFamily(
+                "phasewatch_store_write_failing",
+                "1 while the last store write failed (retried).",
+                value=1 if snap.store_failing else 0,
+            )
         if snap.store_dropped is not None:
-            yield CounterMetricFamily("phasewatch_store_dropped_records", "Records the store refused and dropped.",
-                                      value=snap.store_dropped)  # fmt: skip
+            yield CounterMetricFamily(
+                "phasewatch_store_dropped_records", "Records the store refused and dropped.", value=snap.store_dropped
+            )
         if snap.store_shed is not None:
-            yield CounterMetricFamily("phasewatch_store_shed_records",
-                                      "Records shed, oldest first, because those waiting for the store passed its byte cap.",
-                                      value=snap.store_shed)  # fmt: skip
+            yield CounterMetricFamily(
+                "phasewatch_store_shed_records",
+                "Records shed, oldest first, because those waiting for the store passed its byte cap.",
+                value=snap.store_shed,
+            )
         if snap.store_queued_bytes is not None:
-            yield GaugeMetricFamily("phasewatch_store_pending_bytes", "Memory held by the records waiting for the store.",
-                                    value=snap.store_queued_bytes)  # fmt: skip
+            yield GaugeMetricFamily(
+                "phasewatch_store_pending_bytes",
+                "Memory held by the records waiting for the store.",
+                value=snap.store_queued_bytes,
+            )
         if snap.store_reopened is not None:
-            yield CounterMetricFamily("phasewatch_store_reopened",
-                                      "Times the store file was found deleted or replaced and recording went on in a fresh file.",
-                                      value=snap.store_reopened)  # fmt: skip
+            yield CounterMetricFamily(
+                "phasewatch_store_reopened",
+                "Times the store file was found deleted or replaced and recording went on in a fresh file.",
+                value=snap.store_reopened,
+            )
 
 
 def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:

@@ -260,9 +260,16 @@ class CollectorService:
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
         watch = ProcessWatch() if ollama_local_port(s.ollama_url) is not None else None  # a remote one's are not here
-        self.poller = OllamaPoller(s.ollama_url, self._session, self.writer, interval_s=s.interval_s, clock=self._clock,
-                                   busy=self._ollama_busy, processes_changed=watch.runners_changed if watch else lambda: False,
-                                   **kwargs)  # fmt: skip
+        self.poller = OllamaPoller(
+            s.ollama_url,
+            self._session,
+            self.writer,
+            interval_s=s.interval_s,
+            clock=self._clock,
+            busy=self._ollama_busy,
+            processes_changed=watch.runners_changed if watch else lambda: False,
+            **kwargs,
+        )
         poller, proxy = self.poller, self.proxy
         if s.ollama_journal is not None:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
@@ -522,8 +529,9 @@ class CollectorService:
             return None
         loaded = next((m for m in poller.state.models if m.name == row.model), None)
         frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
-        c = ceilings_for_request(spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens,
-                                 vram_fraction=frac)  # fmt: skip
+        c = ceilings_for_request(
+            spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens, vram_fraction=frac
+        )
         return row.decode_tok_s / c.decode_ceiling_tok_s if c.decode_ceiling_tok_s > 0 else None
 
     async def _estimate_progress(self, running: list[RequestRecord]) -> None:

@@ -46,9 +46,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     meta = {
-        "num_batch": args.batch, "num_ctx": args.ctx, "num_predict": args.predict,
+        "num_batch": args.batch,
+        "num_ctx": args.ctx,
+        "num_predict": args.predict,
         "runner_argv_flags": "--log-verbosity 4 --no-log-prefix --no-log-timestamps (as Ollama)",
-        "timings": record["timings"], "stop_type": record["stop_type"],
+        "timings": record["timings"],
+        "stop_type": record["stop_type"],
         "reported": {k: getattr(final, k) for k in ("prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration")},
     }
     args.out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -45,6 +45,7 @@ if command -v npm >/dev/null 2>&1; then
 fi
 
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .   # one formatting, decided by ruff (no per-line exceptions)
 .venv/bin/lint-imports   # the layers and no import cycles: contracts in pyproject.toml
 .venv/bin/mypy
 set +e

@@ -45,31 +45,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=11434, help="port (default 11434)")
-    ap.add_argument("--hardware", default=DEFAULT_PROFILE, choices=list(PROFILES), metavar="NAME",
-                    help=f"hardware profile (default {DEFAULT_PROFILE}; listed below)")
+    ap.add_argument(
+        "--hardware",
+        default=DEFAULT_PROFILE,
+        choices=list(PROFILES),
+        metavar="NAME",
+        help=f"hardware profile (default {DEFAULT_PROFILE}; listed below)",
+    )
     ap.add_argument("--num-parallel", type=int, default=1, metavar="N", help="slots per model (OLLAMA_NUM_PARALLEL, default 1)")
-    ap.add_argument("--max-queue", type=int, default=512, metavar="N",
-                    help="pending loads before 503 (OLLAMA_MAX_QUEUE, default 512)")
+    ap.add_argument(
+        "--max-queue", type=int, default=512, metavar="N", help="pending loads before 503 (OLLAMA_MAX_QUEUE, default 512)"
+    )
     ap.add_argument("--keep-alive", default="5m", metavar="DURATION", help="default keep-alive (OLLAMA_KEEP_ALIVE, default 5m)")
-    ap.add_argument("--ollama-version", default="0.33.3", metavar="V",
-                    help="version to report; >= 0.33.3 adds prompt_eval_cached_count")
-    ap.add_argument("--disk-gbs", type=float, default=None, metavar="GB/S",
-                    help="override the profile's load speed (e.g. a warm page cache), GB/s")
+    ap.add_argument(
+        "--ollama-version", default="0.33.3", metavar="V", help="version to report; >= 0.33.3 adds prompt_eval_cached_count"
+    )
+    ap.add_argument(
+        "--disk-gbs",
+        type=float,
+        default=None,
+        metavar="GB/S",
+        help="override the profile's load speed (e.g. a warm page cache), GB/s",
+    )
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
-    ap.add_argument("--engine", default="sim", choices=["sim", "llama-server"],
-                    help="sim: the roofline model (default); llama-server: a real GGUF run by llama.cpp's llama-server "
-                    "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py)")
-    ap.add_argument("--gguf", default=None, metavar="PATH",
-                    help="with a real engine: the model file (python scripts/get_gemma.py writes one)")
-    ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME",
-                    help="with a real engine: the name it is served as")
+    ap.add_argument(
+        "--engine",
+        default="sim",
+        choices=["sim", "llama-server"],
+        help="sim: the roofline model (default); llama-server: a real GGUF run by llama.cpp's llama-server "
+        "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py)",
+    )
+    ap.add_argument(
+        "--gguf", default=None, metavar="PATH", help="with a real engine: the model file (python scripts/get_gemma.py writes one)"
+    )
+    ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME", help="with a real engine: the name it is served as")
     ap.add_argument("--threads", type=int, default=2, metavar="N", help="with a real engine: CPU threads (default 2)")
-    ap.add_argument("--llama-server", default=None, metavar="PATH",
-                    help="with --engine llama-server: the binary (default: $PHASEWATCH_LLAMA_SERVER, the one "
-                    "scripts/build_llama_server.sh builds, or llama-server on PATH)")
-    ap.add_argument("--log-file", default=None, metavar="PATH", type=Path,
-                    help="also append Ollama's log (access lines, load lines, the runner's output) to this file; "
-                    "it always goes to stdout, as from a service")
+    ap.add_argument(
+        "--llama-server",
+        default=None,
+        metavar="PATH",
+        help="with --engine llama-server: the binary (default: $PHASEWATCH_LLAMA_SERVER, the one "
+        "scripts/build_llama_server.sh builds, or llama-server on PATH)",
+    )
+    ap.add_argument(
+        "--log-file",
+        default=None,
+        metavar="PATH",
+        type=Path,
+        help="also append Ollama's log (access lines, load lines, the runner's output) to this file; "
+        "it always goes to stdout, as from a service",
+    )
     args = ap.parse_args(argv)
     if args.engine != "sim" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
@@ -105,9 +130,15 @@ async def serve(args: argparse.Namespace) -> None:
         from sim.llama_server_engine import LlamaServerEngine, add_engine_routes
 
         try:
-            child = LlamaServerEngine(args.gguf, model_name=args.model_name, binary=args.llama_server,
-                                      n_threads=args.threads, num_parallel=args.num_parallel,
-                                      max_queue=args.max_queue, default_keep_alive_ns=args.keep_alive_ns)
+            child = LlamaServerEngine(
+                args.gguf,
+                model_name=args.model_name,
+                binary=args.llama_server,
+                n_threads=args.threads,
+                num_parallel=args.num_parallel,
+                max_queue=args.max_queue,
+                default_keep_alive_ns=args.keep_alive_ns,
+            )
         except EngineUnavailable as e:
             print(f"sim: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
@@ -121,8 +152,12 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
-    print(f"sim: listening on http://{args.host}:{args.port} (hardware {args.hardware}, "
-          f"num_parallel {args.num_parallel}, version {args.ollama_version})", file=sys.stderr, flush=True)
+    print(
+        f"sim: listening on http://{args.host}:{args.port} (hardware {args.hardware}, "
+        f"num_parallel {args.num_parallel}, version {args.ollama_version})",
+        file=sys.stderr,
+        flush=True,
+    )
     # SIGTERM (service managers, tests) and SIGINT stop it cleanly: open streams end, models unload.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

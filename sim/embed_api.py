@@ -174,9 +174,7 @@ async def v1_embeddings(request: web.Request) -> web.Response:
     res.metrics()
     b64 = body.get("encoding_format") == "base64"
     data = [
-        {"object": "embedding",
-         "embedding": base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() if b64 else v,
-         "index": i}
+        {"object": "embedding", "embedding": base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() if b64 else v, "index": i}
         for i, v in enumerate(res.vectors)
     ]
     n = res.done.prompt_eval_count

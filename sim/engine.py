@@ -609,8 +609,9 @@ class SimEngine:
             req.truth.slot_acquired_ns = time.monotonic_ns()
             gen = GenRequest(model=req.model, prompt_ids=ids, truth=req.truth)
             done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            job = _Job(gen, slot, ids, 0, 0, "stop", iter(()), embed=True, done=done,
-                       input_lengths=[len(one) for one in req.inputs])
+            job = _Job(
+                gen, slot, ids, 0, 0, "stop", iter(()), embed=True, done=done, input_lengths=[len(one) for one in req.inputs]
+            )
             runner.submit(job)
             end_ns = await done
             assert job.prefill_start_ns is not None
@@ -637,8 +638,7 @@ class SimEngine:
 
     def loaded(self) -> list[LoadedInfo]:
         return [
-            LoadedInfo(r.model, r.size_bytes, r.size_vram_bytes, r.num_ctx, r.expires_at_unix_s)
-            for r in self.runners.values()
+            LoadedInfo(r.model, r.size_bytes, r.size_vram_bytes, r.num_ctx, r.expires_at_unix_s) for r in self.runners.values()
         ]
 
     def gpu_state(self) -> dict[str, Any] | None:

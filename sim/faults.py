@@ -22,9 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 GENERATION_KEYS = (
-    "cut_after_tokens", "cut_inside_token_after_tokens", "malformed_after_tokens", "error_after_tokens",
-    "raise_after_tokens", "stall_ms", "stall_after_tokens",
-)  # fmt: skip
+    "cut_after_tokens",
+    "cut_inside_token_after_tokens",
+    "malformed_after_tokens",
+    "error_after_tokens",
+    "raise_after_tokens",
+    "stall_ms",
+    "stall_after_tokens",
+)
 ALL_KEYS = ("fail_next_load", *GENERATION_KEYS)
 
 

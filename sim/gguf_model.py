@@ -31,14 +31,40 @@ DEFAULT_NUM_BATCH = 512  # Ollama's automatic num_batch for contexts up to 4K (-
 QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 # llama_ftype values (llama.h) -> Ollama's quantization_level.
 FILE_TYPE_NAMES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-    19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 28: "IQ4_XS", 32: "BF16",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    28: "IQ4_XS",
+    32: "BF16",
 }
 # Ollama's sampling defaults (api/types.go DefaultOptions).
 OLLAMA_DEFAULT_SAMPLING: dict[str, float] = {
-    "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.1,
-    "presence_penalty": 0.0, "frequency_penalty": 0.0,
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.9,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.1,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
 }
 SHOW_ARRAY_MAX = 5  # /api/show sends longer arrays empty unless "verbose"
 

@@ -134,11 +134,30 @@ class _Runner:
         self.port = free_loopback_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.argv = [
-            str(engine.binary), "--model", engine.model.path, "--port", str(self.port), "--host", "127.0.0.1",
-            "--no-webui", "--offline", "-c", str(num_ctx * engine.num_parallel), "-np", str(engine.num_parallel),
-            "-b", str(num_batch), "-ub", str(num_batch), "--threads", str(engine.n_threads),
+            str(engine.binary),
+            "--model",
+            engine.model.path,
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            "--no-webui",
+            "--offline",
+            "-c",
+            str(num_ctx * engine.num_parallel),
+            "-np",
+            str(engine.num_parallel),
+            "-b",
+            str(num_batch),
+            "-ub",
+            str(num_batch),
+            "--threads",
+            str(engine.n_threads),
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
-            "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps",
+            "--log-verbosity",
+            "4",
+            "--no-log-prefix",
+            "--no-log-timestamps",
         ]
         self.proc: asyncio.subprocess.Process | None = None
         self.keep_alive_ns = engine.default_keep_alive_ns
@@ -163,8 +182,11 @@ class _Runner:
         started_s = time.monotonic()
         ollama_log.slog("starting llama-server", source="llama_server.go:431", cmd=" ".join(self.argv))
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent,
+            *self.argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._pumps = [asyncio.create_task(self._pump(s)) for s in (self.proc.stdout, self.proc.stderr)]
@@ -358,12 +380,21 @@ class LlamaServerEngine:
         s = ollama_sampling(req.options)
         seed = req.options.get("seed")
         return {
-            "prompt": prompt_ids, "stream": True, "cache_prompt": True, "n_predict": n_predict,
-            "temperature": s["temperature"], "top_k": int(s["top_k"]), "top_p": s["top_p"], "min_p": s["min_p"],
-            "typical_p": s["typical_p"], "repeat_penalty": s["repeat_penalty"],
-            "presence_penalty": s["presence_penalty"], "frequency_penalty": s["frequency_penalty"],
+            "prompt": prompt_ids,
+            "stream": True,
+            "cache_prompt": True,
+            "n_predict": n_predict,
+            "temperature": s["temperature"],
+            "top_k": int(s["top_k"]),
+            "top_p": s["top_p"],
+            "min_p": s["min_p"],
+            "typical_p": s["typical_p"],
+            "repeat_penalty": s["repeat_penalty"],
+            "presence_penalty": s["presence_penalty"],
+            "frequency_penalty": s["frequency_penalty"],
             "seed": int(seed) if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else -1,
-            "stop": stop_strings(req), "return_tokens": True,
+            "stop": stop_strings(req),
+            "return_tokens": True,
         }
 
     async def generate(self, req: GenRequest) -> AsyncGenerator[Event, None]:
@@ -392,7 +423,7 @@ class LlamaServerEngine:
         except aiohttp.ClientError as exc:
             raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
         if len(prompt_ids) >= runner.num_ctx:  # Ollama truncates from the front to fit num_ctx
-            prompt_ids = prompt_ids[-(runner.num_ctx - 1):]
+            prompt_ids = prompt_ids[-(runner.num_ctx - 1) :]
         truth.prompt_tokens = record.prompt_tokens = len(prompt_ids)
         body = self._completion_body(req, prompt_ids, runner)
         sampled: list[int] = []
@@ -491,8 +522,15 @@ class LlamaServerEngine:
         r = self.runner
         if r is None:
             return None
-        return {"pid": r.pid, "port": r.port, "base_url": r.base_url, "argv": r.argv, "num_ctx": r.num_ctx,
-                "num_batch": r.num_batch, "num_parallel": self.num_parallel}
+        return {
+            "pid": r.pid,
+            "port": r.port,
+            "base_url": r.base_url,
+            "argv": r.argv,
+            "num_ctx": r.num_ctx,
+            "num_batch": r.num_batch,
+            "num_parallel": self.num_parallel,
+        }
 
     async def close(self) -> None:
         if self.runner is not None:
@@ -512,11 +550,17 @@ ENGINE_KEY = web.AppKey("llama_server_engine", LlamaServerEngine)
 
 async def _get_engine_log(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    return web.json_response({
-        "engine": "llama-server", "binary": str(engine.binary), "model": engine.model.name,
-        "gguf": engine.model.path, "n_threads": engine.n_threads, "runner": engine.runner_state(),
-        "requests": [r.to_json() for r in engine.records],
-    })
+    return web.json_response(
+        {
+            "engine": "llama-server",
+            "binary": str(engine.binary),
+            "model": engine.model.name,
+            "gguf": engine.model.path,
+            "n_threads": engine.n_threads,
+            "runner": engine.runner_state(),
+            "requests": [r.to_json() for r in engine.records],
+        }
+    )
 
 
 async def _delete_engine_log(request: web.Request) -> web.Response:

@@ -60,8 +60,14 @@ class OpenAiFormat:
     tool_calls: list[dict[str, Any]] | None = None
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.oai_id, "object": obj, "created": self.created_unix_s, "model": self.model_str,
-                "system_fingerprint": "fp_ollama", "choices": choices}
+        return {
+            "id": self.oai_id,
+            "object": obj,
+            "created": self.created_unix_s,
+            "model": self.model_str,
+            "system_fingerprint": "fp_ollama",
+            "choices": choices,
+        }
 
     def _chunk(self, text: str, finish: str | None, reasoning: str = "") -> dict[str, Any]:
         if self.chat:
@@ -72,8 +78,11 @@ class OpenAiFormat:
 
     def _usage(self, done: Done) -> dict[str, int]:
         self.truth.reported = {"prompt_eval_count": done.prompt_eval_count, "eval_count": done.eval_count}
-        return {"prompt_tokens": done.prompt_eval_count, "completion_tokens": done.eval_count,
-                "total_tokens": done.prompt_eval_count + done.eval_count}
+        return {
+            "prompt_tokens": done.prompt_eval_count,
+            "completion_tokens": done.eval_count,
+            "total_tokens": done.prompt_eval_count + done.eval_count,
+        }
 
     def token(self, text: str, thinking: bool) -> bytes:
         if thinking and not self.chat:
@@ -192,10 +201,15 @@ class _OpenAiGeneration:
             tool_calls = [{"id": answers.call_id(seed), "index": 0, "type": "function", "function": fn}]
             pieces = answers.pieces(dumps(call).decode())
         req = GenRequest(
-            model=model, prompt_ids=prompt_ids, truth=self.truth,
+            model=model,
+            prompt_ids=prompt_ids,
+            truth=self.truth,
             num_predict=int(max_tokens) if isinstance(max_tokens, int) else -1,
-            seed=seed, faults=self.request.app[FAULTS_KEY].take_generation(),
-            prompt_text=None if self.chat else prompt, messages=messages if self.chat else None, raw=True,
+            seed=seed,
+            faults=self.request.app[FAULTS_KEY].take_generation(),
+            prompt_text=None if self.chat else prompt,
+            messages=messages if self.chat else None,
+            raw=True,
             options=opts | ({"temperature": body["temperature"]} if isinstance(body.get("temperature"), int | float) else {}),
             think=think,
             answer_pieces=pieces,

@@ -59,17 +59,58 @@ class SimProfile:
         return 4096
 
 
-def _nv(key: str, disk: float, host_bw: float, pcie: float, idle_w: float, max_w: float,
-        sm: tuple[int, int, int], mem: tuple[int, int, int], bus: int) -> SimProfile:
-    return SimProfile(spec_by_key(key), disk * GB, host_bw * GB, 1.0e12, pcie * GB, 0.0005, 0.97, idle_w, max_w,
-                      sm[0], sm[1], sm[2], mem[0], mem[1], mem[2], bus)
+def _nv(
+    key: str,
+    disk: float,
+    host_bw: float,
+    pcie: float,
+    idle_w: float,
+    max_w: float,
+    sm: tuple[int, int, int],
+    mem: tuple[int, int, int],
+    bus: int,
+) -> SimProfile:
+    return SimProfile(
+        spec_by_key(key),
+        disk * GB,
+        host_bw * GB,
+        1.0e12,
+        pcie * GB,
+        0.0005,
+        0.97,
+        idle_w,
+        max_w,
+        sm[0],
+        sm[1],
+        sm[2],
+        mem[0],
+        mem[1],
+        mem[2],
+        bus,
+    )
 
 
 def _apple(key: str, disk: float, max_w: float, sm_mhz: int, mem_mhz: int, bus: int) -> SimProfile:
     # Unified memory: offloaded layers read the same RAM, only slower through the CPU.
     spec = spec_by_key(key)
-    return SimProfile(spec, disk * GB, spec.bandwidth_bytes_s * 0.5, 1.0e12, spec.bandwidth_bytes_s * 0.5, 0.001,
-                      0.75, 3.0, max_w, 389, sm_mhz, sm_mhz, mem_mhz, mem_mhz, mem_mhz, bus)
+    return SimProfile(
+        spec,
+        disk * GB,
+        spec.bandwidth_bytes_s * 0.5,
+        1.0e12,
+        spec.bandwidth_bytes_s * 0.5,
+        0.001,
+        0.75,
+        3.0,
+        max_w,
+        389,
+        sm_mhz,
+        sm_mhz,
+        mem_mhz,
+        mem_mhz,
+        mem_mhz,
+        bus,
+    )
 
 
 PROFILES: dict[str, SimProfile] = {
@@ -83,8 +124,9 @@ PROFILES: dict[str, SimProfile] = {
         _apple("m2-ultra", 7.0, 90, 1398, 3125, 1024),
         _apple("m3-max", 7.0, 60, 1398, 3125, 512),
         # A desktop without a GPU: everything runs on the CPU from RAM.
-        SimProfile(spec_by_key("cpu"), 3.5 * GB, 80 * GB, 1.0e12, 80 * GB, 0.001, 0.0, 20, 125,
-                   800, 4500, 5200, 2500, 2500, 2500, 128),
+        SimProfile(
+            spec_by_key("cpu"), 3.5 * GB, 80 * GB, 1.0e12, 80 * GB, 0.001, 0.0, 20, 125, 800, 4500, 5200, 2500, 2500, 2500, 128
+        ),
     )
 }
 

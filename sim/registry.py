@@ -102,8 +102,12 @@ def _store(request: web.Request) -> ModelStore:
 
 def _layers(model: ModelFacts) -> list[tuple[str, int]]:
     """(digest, bytes) of a model's blobs: weights, template, license, params."""
-    parts = [("model", model.size_bytes), ("template", len(model.template.encode()) or 1),
-             ("license", len(model.license.encode()) or 1), ("params", 30 + 20 * len(model.stop))]
+    parts = [
+        ("model", model.size_bytes),
+        ("template", len(model.template.encode()) or 1),
+        ("license", len(model.license.encode()) or 1),
+        ("params", 30 + 20 * len(model.stop)),
+    ]
     return [(hashlib.sha256(f"{model.digest}:{kind}".encode()).hexdigest(), size) for kind, size in parts]
 
 
@@ -315,4 +319,3 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/api/delete", delete)
     r.add_get("/v1/models", v1_models)
     r.add_get("/v1/models/{model:.+}", v1_model)
-

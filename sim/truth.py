@@ -57,11 +57,21 @@ class TruthRecord:
         # Thinking spans its tokens' intervals: first token sampled -> first answer token sampled;
         # the answer the rest, so thinking_ns + answer_ns = eval_duration.
         no_thinking = self.thinking_tokens == 0
-        d["thinking_ns"] = 0 if no_thinking else (first_answer - first if first_answer is not None and first is not None
-                                                  else (last - first if last is not None and first is not None else None))
+        d["thinking_ns"] = (
+            0
+            if no_thinking
+            else (
+                first_answer - first
+                if first_answer is not None and first is not None
+                else (last - first if last is not None and first is not None else None)
+            )
+        )
         d["answer_ns"] = last - first_answer if first_answer is not None and last is not None else None
-        d["embed_prefill_ns"] = (self.prefill_end_ns - self.prefill_start_ns
-                                 if self.kind == "embed" and self.prefill_end_ns and self.prefill_start_ns else None)
+        d["embed_prefill_ns"] = (
+            self.prefill_end_ns - self.prefill_start_ns
+            if self.kind == "embed" and self.prefill_end_ns and self.prefill_start_ns
+            else None
+        )
         return d
 
 

@@ -19,9 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", help="one row per recorded request with its phases and rates")
     export.add_argument(
-        "--data", metavar="DIR", default=os.environ.get("PHASEWATCH_DATA"),
+        "--data",
+        metavar="DIR",
+        default=os.environ.get("PHASEWATCH_DATA"),
         help="data folder holding phasewatch.sqlite3 (default $PHASEWATCH_DATA)",
-    )  # fmt: skip
+    )
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--since", help="Unix seconds, ISO 8601 time (UTC by default), or an age: 30m, 24h, 7d")
     export.add_argument("--out", metavar="FILE", help="write here instead of standard output")

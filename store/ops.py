@@ -197,8 +197,10 @@ class PutRequest(Op[RequestRow | None]):
         if exact and row.outcome != Outcome.IN_FLIGHT:
             # The runner's readings sized the prompt from a log fraction, or not at all when decoding ended between
             # two polls: the server's own count is exact.
-            tx.conn.execute("UPDATE progress_samples SET prompt_tokens = ? WHERE request_id = ? AND source <> ?",
-                            (row.prompt_tokens, rec.id, ProgressSource.ESTIMATE.value))  # fmt: skip
+            tx.conn.execute(
+                "UPDATE progress_samples SET prompt_tokens = ? WHERE request_id = ? AND source <> ?",
+                (row.prompt_tokens, rec.id, ProgressSource.ESTIMATE.value),
+            )
         return row
 
 
@@ -486,11 +488,20 @@ class ApplyRetention(Op[RetentionResult]):
         _delete_requests_before(conn, self.now_unix_s - policy.requests_max_age_s, result.deleted)
         # model_info of models no longer installed, and host bandwidth measurements, age like requests.
         cutoff = self.now_unix_s - policy.requests_max_age_s
-        _count(result.deleted, "model_info", conn.execute(
-            f"DELETE FROM model_info WHERE updated_at_unix_s < ? AND {_NOT_INSTALLED}", (cutoff,)).rowcount)  # fmt: skip
-        _count(result.deleted, "host_bandwidth", conn.execute(
-            "DELETE FROM host_bandwidth WHERE measured_unix_s < ? AND measured_unix_s < "
-            "(SELECT MAX(measured_unix_s) FROM host_bandwidth)", (cutoff,)).rowcount)  # fmt: skip
+        _count(
+            result.deleted,
+            "model_info",
+            conn.execute(f"DELETE FROM model_info WHERE updated_at_unix_s < ? AND {_NOT_INSTALLED}", (cutoff,)).rowcount,
+        )
+        _count(
+            result.deleted,
+            "host_bandwidth",
+            conn.execute(
+                "DELETE FROM host_bandwidth WHERE measured_unix_s < ? AND measured_unix_s < "
+                "(SELECT MAX(measured_unix_s) FROM host_bandwidth)",
+                (cutoff,),
+            ).rowcount,
+        )
         over = tx.used_bytes() > policy.max_bytes
         _shed_to(tx, int(policy.max_bytes * policy.shed_to_fraction) if over else policy.max_bytes, result.deleted)
         result.used_bytes_after = tx.used_bytes()

@@ -308,22 +308,28 @@ def requests_in_window(
     # reading every row of a busy day first took seconds. Requests that started inside the window come
     # first, newest first, straight off the start-time index; when they fill ``limit``, any request that
     # started before t0 is older than all of them and would be cut anyway.
-    picked = [r[0] for r in _rows(
-        conn,
-        "SELECT rowid FROM requests WHERE started_at_unix_s BETWEEN :t0 AND :t1 "
-        "AND (ended_at_unix_s >= :t0 OR outcome = 'in_flight') ORDER BY started_at_unix_s DESC LIMIT :limit",
-        args,
-    )]  # fmt: skip
+    picked = [
+        r[0]
+        for r in _rows(
+            conn,
+            "SELECT rowid FROM requests WHERE started_at_unix_s BETWEEN :t0 AND :t1 "
+            "AND (ended_at_unix_s >= :t0 OR outcome = 'in_flight') ORDER BY started_at_unix_s DESC LIMIT :limit",
+            args,
+        )
+    ]
     if len(picked) < limit:
         # Two index range scans: finished requests that ended after t0, and those still in flight.
-        picked = [r[0] for r in _rows(
-            conn,
-            "SELECT rowid FROM ("
-            "SELECT rowid, started_at_unix_s FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
-            "UNION ALL SELECT rowid, started_at_unix_s FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1"
-            ") ORDER BY started_at_unix_s DESC LIMIT :limit",
-            args,
-        )]  # fmt: skip
+        picked = [
+            r[0]
+            for r in _rows(
+                conn,
+                "SELECT rowid FROM ("
+                "SELECT rowid, started_at_unix_s FROM requests WHERE ended_at_unix_s >= :t0 AND started_at_unix_s <= :t1 "
+                "UNION ALL SELECT rowid, started_at_unix_s FROM requests WHERE outcome = 'in_flight' AND started_at_unix_s <= :t1"
+                ") ORDER BY started_at_unix_s DESC LIMIT :limit",
+                args,
+            )
+        ]
     if not picked:
         return []
     rows = _rows(

@@ -159,13 +159,27 @@ CREATE INDEX requests_ended ON requests(ended_at_unix_s);
 # the peak for memory, limits, counters and states (pstate: the highest number = the lowest
 # performance state seen; throttle_reasons: the largest mask, SQLite has no bitwise-OR aggregate).
 GPU_MEAN_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "power_w", "temperature_c", "sm_clock_mhz", "mem_clock_mhz",
-    "pcie_tx_bytes_s", "pcie_rx_bytes_s",
-)  # fmt: skip
+    "util_gpu_pct",
+    "util_mem_pct",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "pcie_tx_bytes_s",
+    "pcie_rx_bytes_s",
+)
 GPU_PEAK_FIELDS = (
-    "mem_used_bytes", "mem_total_bytes", "power_limit_w", "energy_j", "sm_clock_max_mhz", "mem_clock_max_mhz",
-    "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes",
-)  # fmt: skip
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_limit_w",
+    "energy_j",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+    "mem_bus_width_bits",
+    "pstate",
+    "throttle_reasons",
+    "ollama_mem_bytes",
+)
 HOST_MEAN_FIELDS = ("cpu_pct", "ollama_cpu_pct", "disk_read_bytes_s")
 HOST_PEAK_FIELDS = ("mem_used_bytes", "mem_total_bytes", "ollama_rss_bytes")
 ROLLUP_S = 60  # one rollup row per minute (per GPU)
@@ -199,8 +213,9 @@ CREATE TABLE host_minutes (
 """
 
 
-def rollup_upsert_sql(table: str, keys: tuple[str, ...], mean_fields: tuple[str, ...], peak_fields: tuple[str, ...],
-                      extra: tuple[str, ...] = ()) -> str:  # fmt: skip
+def rollup_upsert_sql(
+    table: str, keys: tuple[str, ...], mean_fields: tuple[str, ...], peak_fields: tuple[str, ...], extra: tuple[str, ...] = ()
+) -> str:
     """INSERT … ON CONFLICT that folds one sample (named parameters = sample fields) into its minute row."""
     cols = [*keys, *extra, "n", "ts_sum"]
     vals = [f":{k}" for k in (*keys, *extra)] + ["1", ":ts_unix_s"]
@@ -244,8 +259,7 @@ def _v3(conn: sqlite3.Connection) -> None:
             cols.append(f"{f}_peak")
             sel.append(f"MAX({f})")
         conn.execute(
-            f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} "
-            f"GROUP BY {', '.join([minute, *keys])}"
+            f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} GROUP BY {', '.join([minute, *keys])}"
         )
 
 
@@ -383,9 +397,11 @@ ALTER TABLE requests ADD COLUMN output_tokens_bound INTEGER;
 CREATE INDEX requests_seen_from_started ON requests(seen_from, started_at_unix_s);
 """
 _NULLABLE_V9 = (
-    ("client_addr TEXT NOT NULL, endpoint TEXT NOT NULL, model TEXT NOT NULL, stream INTEGER NOT NULL,",
-     "client_addr TEXT, endpoint TEXT, model TEXT NOT NULL, stream INTEGER,"),
-)  # fmt: skip
+    (
+        "client_addr TEXT NOT NULL, endpoint TEXT NOT NULL, model TEXT NOT NULL, stream INTEGER NOT NULL,",
+        "client_addr TEXT, endpoint TEXT, model TEXT NOT NULL, stream INTEGER,",
+    ),
+)
 
 
 def _v9(conn: sqlite3.Connection) -> None:
@@ -418,9 +434,17 @@ ALTER TABLE collector_heartbeat ADD COLUMN log_problem TEXT;
 
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _script(_V1), _script(_V2), _v3, _script(_V4), _script(_V5), _script(_V6), _script(_V7), _script(_V8), _v9,
+    _script(_V1),
+    _script(_V2),
+    _v3,
+    _script(_V4),
+    _script(_V5),
+    _script(_V6),
+    _script(_V7),
+    _script(_V8),
+    _v9,
     _script(_V10),
-]  # fmt: skip
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

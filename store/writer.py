@@ -76,8 +76,10 @@ def create_no_follow(path: Path) -> None:
             fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StoreError(f"{p} is a symbolic link, which the collector never writes through; delete it "
-                                 "(check who made it) and start again") from None  # fmt: skip
+                raise StoreError(
+                    f"{p} is a symbolic link, which the collector never writes through; delete it "
+                    "(check who made it) and start again"
+                ) from None
             raise
         os.close(fd)
 
@@ -434,8 +436,10 @@ class BackgroundWriter:
         if not shed:
             return None
         said = ", ".join(f"{n} {kind}" for kind, n in sorted(shed.items()))
-        return (f"the store took records slower than they came: over {self._max_backlog_bytes // 2**20} MiB waiting, "
-                f"the oldest were shed ({said})")  # fmt: skip
+        return (
+            f"the store took records slower than they came: over {self._max_backlog_bytes // 2**20} MiB waiting, "
+            f"the oldest were shed ({said})"
+        )
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Wait until everything submitted before this call is committed (or shed). False on timeout."""

@@ -110,8 +110,15 @@ def test_links_between_docs_resolve(doc: Path) -> None:
 def test_generated_outputs_cite_files_that_exist() -> None:
     spec = spec_by_key("rtx-4090")
     c = compute_ceilings(
-        bandwidth_bytes_s=spec.bandwidth_bytes_s, peak_flops=spec.fp16_flops, weights_bytes=4.92e9, params=8.03e9,
-        layers=32, hidden=4096, kv_bytes_per_tok=131072, context_tokens=512, prompt_tokens=512,
+        bandwidth_bytes_s=spec.bandwidth_bytes_s,
+        peak_flops=spec.fp16_flops,
+        weights_bytes=4.92e9,
+        params=8.03e9,
+        layers=32,
+        hidden=4096,
+        kv_bytes_per_tok=131072,
+        context_tokens=512,
+        prompt_tokens=512,
         efficiencies=starting_efficiencies(spec, "Q4_K_M"),
     )
     sources = [c.efficiencies.source_bw, c.efficiencies.source_compute]

@@ -50,9 +50,11 @@ def test_a_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     (pkg / "d.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     found = cycles(grimp.build_graph("cyclepkg", cache_dir=None))
-    assert found == ["cyclepkg.a -> cyclepkg.b -> cyclepkg.c -> cyclepkg.a",
-                     "cyclepkg.b -> cyclepkg.c -> cyclepkg.a -> cyclepkg.b",
-                     "cyclepkg.c -> cyclepkg.a -> cyclepkg.b -> cyclepkg.c"]  # fmt: skip
+    assert found == [
+        "cyclepkg.a -> cyclepkg.b -> cyclepkg.c -> cyclepkg.a",
+        "cyclepkg.b -> cyclepkg.c -> cyclepkg.a -> cyclepkg.b",
+        "cyclepkg.c -> cyclepkg.a -> cyclepkg.b -> cyclepkg.c",
+    ]
 
 
 def private_imports(root: Path, packages: tuple[str, ...]) -> set[str]:
@@ -73,8 +75,13 @@ def private_imports(root: Path, packages: tuple[str, ...]) -> set[str]:
                         if a.name.split(".")[0] in packages and a.asname:
                             aliases[a.asname] = a.name
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                        and node.attr.startswith("_") and not node.attr.startswith("__")):  # fmt: skip
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                ):
                     found.add(f"{path.relative_to(root)}: {aliases[node.value.id]}.{node.attr}")
     return found
 

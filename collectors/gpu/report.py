@@ -30,13 +30,28 @@ __all__ = ["NO_GPU_MEANING", "GpuState", "NvmlGpuSource", "SimGpuSource", "gpu_s
 
 _SIM_TEXT_FIELDS = ("name", "uuid")
 _SIM_INT_FIELDS = (
-    "index", "mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
-    "mem_clock_max_mhz", "mem_bus_width_bits", "pstate", "throttle_reasons", "ollama_mem_bytes",
-)  # fmt: skip
+    "index",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "mem_clock_max_mhz",
+    "mem_bus_width_bits",
+    "pstate",
+    "throttle_reasons",
+    "ollama_mem_bytes",
+)
 _SIM_FLOAT_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "power_w", "power_limit_w", "energy_j", "temperature_c",
-    "pcie_tx_bytes_s", "pcie_rx_bytes_s",
-)  # fmt: skip
+    "util_gpu_pct",
+    "util_mem_pct",
+    "power_w",
+    "power_limit_w",
+    "energy_j",
+    "temperature_c",
+    "pcie_tx_bytes_s",
+    "pcie_rx_bytes_s",
+)
 
 
 def _sim_gpu(item: object, position: int, ts_unix_s: float) -> GpuSample:

@@ -26,9 +26,7 @@ def _fmt_s(s: float) -> str:
 
 
 def prompt_length(points: list[Point]) -> tuple[dict[str, Any], str]:
-    pts = sorted(
-        (p for p in points if _num(p, "prefill_tok_s") and _num(p, "prompt_tokens")), key=lambda p: p["prompt_tokens"]
-    )
+    pts = sorted((p for p in points if _num(p, "prefill_tok_s") and _num(p, "prompt_tokens")), key=lambda p: p["prompt_tokens"])
     if len(pts) < 2:
         return {}, "Too few prompts finished to draw a curve."
     rates = [float(p["prefill_tok_s"]) for p in pts]
@@ -68,9 +66,7 @@ def prompt_length(points: list[Point]) -> tuple[dict[str, Any], str]:
 
 
 def context_depth(points: list[Point]) -> tuple[dict[str, Any], str]:
-    pts = sorted(
-        (p for p in points if _num(p, "decode_tok_s") and _num(p, "context_tokens")), key=lambda p: p["context_tokens"]
-    )
+    pts = sorted((p for p in points if _num(p, "decode_tok_s") and _num(p, "context_tokens")), key=lambda p: p["context_tokens"])
     if len(pts) < 2:
         return {}, "Too few turns finished to draw a curve."
     first, last = pts[0], pts[-1]

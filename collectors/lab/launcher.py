@@ -38,10 +38,23 @@ class RunHandle:
     log_path: Path  # the process's stderr
 
 
-def command(experiment: str, ollama_url: str, model: str, data_dir: Path, run_id: str,
-            params: dict[str, Any], num_ctx: int | None = None) -> list[str]:  # fmt: skip
-    argv = [sys.executable, "-m", "collectors.lab", experiment, "--ollama", ollama_url, "--model", model,
-            "--data", str(data_dir), "--run-id", run_id]  # fmt: skip
+def command(
+    experiment: str, ollama_url: str, model: str, data_dir: Path, run_id: str, params: dict[str, Any], num_ctx: int | None = None
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "collectors.lab",
+        experiment,
+        "--ollama",
+        ollama_url,
+        "--model",
+        model,
+        "--data",
+        str(data_dir),
+        "--run-id",
+        run_id,
+    ]
     for name, value in params.items():
         argv += ["--" + name.replace("_", "-"), str(value)]
     if num_ctx is not None:

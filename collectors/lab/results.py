@@ -19,6 +19,7 @@ from typing import Any
 SCHEMA = 1
 LAB_DIRNAME = "lab"
 
+
 class RunState(StrEnum):
     """States of a run document (stored as these strings in the file and the store)."""
 

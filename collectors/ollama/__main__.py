@@ -39,8 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if r["problem"]:
             print(f"  {r['problem']}")
         for s in r["slots"]:
-            print(f"  slot {s['slot_id']}: processing={s['is_processing']} ctx {s['ctx_tokens']}/{s['n_ctx']} "
-                  f"prompt read {s['processed_tokens']} cached {s['cached_tokens']} decoded {s['decoded_tokens']}")  # fmt: skip
+            print(
+                f"  slot {s['slot_id']}: processing={s['is_processing']} ctx {s['ctx_tokens']}/{s['n_ctx']} "
+                f"prompt read {s['processed_tokens']} cached {s['cached_tokens']} decoded {s['decoded_tokens']}"
+            )
     return 0
 
 

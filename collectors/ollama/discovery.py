@@ -241,9 +241,11 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
     if me is None or parent is None:
         return None, "its parent process cannot be read"
     if view.my_netns is not None and me.netns is not None and me.netns != view.my_netns:
-        return None, (f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
-                      f"port cannot be reached from here; run the collector in that namespace (docker run "
-                      f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)")  # fmt: skip
+        return None, (
+            f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
+            f"port cannot be reached from here; run the collector in that namespace (docker run "
+            f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)"
+        )
     if parent.listens is not None:  # ours to ask
         if port in parent.listens:
             return FOUND_SAME_USER, None
@@ -251,8 +253,10 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
     if view.listening is None:
         return None, f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
     if runner.port not in view.listening:
-        return None, (f"its port {runner.port} does not listen in this network namespace (a container such as "
-                      f"Docker?): run the collector in Ollama's network namespace")  # fmt: skip
+        return None, (
+            f"its port {runner.port} does not listen in this network namespace (a container such as "
+            f"Docker?): run the collector in Ollama's network namespace"
+        )
     owners = view.listening.get(port, frozenset())
     if not owners:
         return None, f"nothing listens on port {port} in this network namespace"
@@ -262,13 +266,20 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
     if its_port is not None and its_port != port:
         return None, f"its parent (pid {parent.pid}) serves port {its_port}: another Ollama"
     if parent.uid not in owners:
-        return None, (f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but port {port} is held by "
-                      f"{', '.join(sorted(_user(u) for u in owners))}: another Ollama")  # fmt: skip
-    rivals = [p for p in view.procs.values() if p.pid != parent.pid and p.uid == parent.uid
-              and server_port(p)[0] and server_port(p)[1] in (None, port)]  # fmt: skip
+        return None, (
+            f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but port {port} is held by "
+            f"{', '.join(sorted(_user(u) for u in owners))}: another Ollama"
+        )
+    rivals = [
+        p
+        for p in view.procs.values()
+        if p.pid != parent.pid and p.uid == parent.uid and server_port(p)[0] and server_port(p)[1] in (None, port)
+    ]
     if rivals:
-        return None, (f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
-                      f"which one listens on port {port}; {_as_user(parent.uid)}")  # fmt: skip
+        return None, (
+            f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
+            f"which one listens on port {port}; {_as_user(parent.uid)}"
+        )
     return FOUND_OTHER_USER, None
 
 
@@ -290,13 +301,17 @@ def decide(view: HostView, port: int) -> Discovery:
     hints: list[str] = []
     forwarded = docker_forwarded(view, port)
     if forwarded is not None:
-        hints.append(f"port {port} is forwarded by docker-proxy to a container ({forwarded}): Ollama runs in another "
-                     f"network namespace, whose runners cannot be reached from here; run the collector in the "
-                     f"container's network (docker run --network container:NAME ...)")  # fmt: skip
+        hints.append(
+            f"port {port} is forwarded by docker-proxy to a container ({forwarded}): Ollama runs in another "
+            f"network namespace, whose runners cannot be reached from here; run the collector in the "
+            f"container's network (docker run --network container:NAME ...)"
+        )
     if view.hidepid is not None and not view.other_users_visible:
-        hints.append(f"/proc is mounted with hidepid={view.hidepid}: other users' processes are hidden from this one; "
-                     f"if Ollama runs as another user, run the collector as that user, or have /proc mounted with a "
-                     f"gid= group you are in (mount -o remount,hidepid={view.hidepid},gid=GROUP /proc)")  # fmt: skip
+        hints.append(
+            f"/proc is mounted with hidepid={view.hidepid}: other users' processes are hidden from this one; "
+            f"if Ollama runs as another user, run the collector as that user, or have /proc mounted with a "
+            f"gid= group you are in (mount -o remount,hidepid={view.hidepid},gid=GROUP /proc)"
+        )
     if why_not:
         more = len(why_not) - MAX_REASONS_SHOWN
         shown = why_not[:MAX_REASONS_SHOWN] + ([f"and {more} more"] if more > 0 else [])
@@ -326,9 +341,15 @@ def _info(proc: psutil.Process, *, sockets: bool) -> ProcInfo | None:
     try:
         with proc.oneshot():
             uids = proc.uids()
-            return ProcInfo(pid=proc.pid, ppid=proc.ppid(), uid=uids.real, name=proc.name(),
-                            argv=tuple(proc.cmdline()), listens=_ports_listening(proc) if sockets else None,
-                            netns=_netns(proc.pid))  # fmt: skip
+            return ProcInfo(
+                pid=proc.pid,
+                ppid=proc.ppid(),
+                uid=uids.real,
+                name=proc.name(),
+                argv=tuple(proc.cmdline()),
+                listens=_ports_listening(proc) if sockets else None,
+                netns=_netns(proc.pid),
+            )
     except (psutil.Error, OSError):
         return None
 
@@ -369,17 +390,29 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
     for proc, uid in pythons:
         if uid in judged_by_command_line and proc.pid not in procs and (info := _info(proc, sockets=False)):
             procs[info.pid] = info
-    return HostView(procs=procs, listening=listening_sockets(proc_root), my_netns=_netns("self"),
-                    hidepid=proc_hidepid(proc_root), other_users_visible=others, runners=runners)  # fmt: skip
+    return HostView(
+        procs=procs,
+        listening=listening_sockets(proc_root),
+        my_netns=_netns("self"),
+        hidepid=proc_hidepid(proc_root),
+        other_users_visible=others,
+        runners=runners,
+    )
 
 
 def discover(ollama_url: str) -> Discovery:
     """The runners of the Ollama at ``ollama_url``, how they were found, or why none were."""
     port = ollama_local_port(ollama_url)
     if port is None:
-        return Discovery([], None, (f"{ollama_url} is not on this machine: its runners cannot be read from here "
-                                    f"(live progress falls back to estimates); run a collector on that machine to "
-                                    f"read them"))  # fmt: skip
+        return Discovery(
+            [],
+            None,
+            (
+                f"{ollama_url} is not on this machine: its runners cannot be read from here "
+                f"(live progress falls back to estimates); run a collector on that machine to "
+                f"read them"
+            ),
+        )
     return decide(look(), port)
 
 

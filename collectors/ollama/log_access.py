@@ -57,14 +57,20 @@ def log_problem(
             return f"{source_problem}: let this user read it (`sudo chmod o+r {log_file}`); {MEANWHILE}"
         return f"{source_problem}; {MEANWHILE}" if source_problem else None
     if container:
-        return ("Ollama runs in a container: its log is `docker logs CONTAINER`. To have it read, copy it to a file "
-                "(`docker logs -f CONTAINER > ~/ollama.log 2>&1 &`) and start the collector with "
-                f"`--ollama-log ~/ollama.log`; {MEANWHILE}")  # fmt: skip
+        return (
+            "Ollama runs in a container: its log is `docker logs CONTAINER`. To have it read, copy it to a file "
+            "(`docker logs -f CONTAINER > ~/ollama.log 2>&1 &`) and start the collector with "
+            f"`--ollama-log ~/ollama.log`; {MEANWHILE}"
+        )
     if unit_installed and not journal_readable:
-        return ("Ollama's log is in the system journal (unit ollama), which this user cannot read: "
-                "`sudo usermod -aG systemd-journal $USER`, log in again, then start the collector with "
-                f"`--ollama-journal ollama`; {MEANWHILE}")  # fmt: skip
+        return (
+            "Ollama's log is in the system journal (unit ollama), which this user cannot read: "
+            "`sudo usermod -aG systemd-journal $USER`, log in again, then start the collector with "
+            f"`--ollama-journal ollama`; {MEANWHILE}"
+        )
     if unit_installed:
-        return (f"Ollama's log (the journal of unit ollama) is not read: start the collector with "
-                f"`--ollama-journal ollama`; {MEANWHILE}")  # fmt: skip
+        return (
+            f"Ollama's log (the journal of unit ollama) is not read: start the collector with "
+            f"`--ollama-journal ollama`; {MEANWHILE}"
+        )
     return None

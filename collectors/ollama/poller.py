@@ -51,10 +51,20 @@ MAX_SIZE_BYTES = 2**63 - 1  # SQLite's largest integer: a size past it is not a 
 # The /api/show fields Phasewatch uses (analysis.model_facts, the Why page): the rest is never kept.
 SHOW_GENERAL_KEYS = ("general.architecture", "general.parameter_count", "general.file_type")
 SHOW_ARCH_KEYS = (
-    "block_count", "embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
-    "attention.value_length", "context_length", "expert_count", "expert_used_count", "expert_feed_forward_length",
-    "feed_forward_length", "attention.sliding_window", "attention.sliding_window_pattern",
-)  # fmt: skip
+    "block_count",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "context_length",
+    "expert_count",
+    "expert_used_count",
+    "expert_feed_forward_length",
+    "feed_forward_length",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+)
 SHOW_DETAIL_KEYS = ("family", "families", "format", "parameter_size", "quantization_level", "parent_model")
 
 
@@ -316,8 +326,9 @@ class OllamaPoller:
         self._sink.submit(PutOllamaStatus(status))
         self._sink.submit(PutLoadedModels(ts, models))
         await self._poll_tags(ts)
-        await self._show_new_models([(m.name, m.digest) for m in models]
-                                    + [(m.name, m.digest) for m in self.state.installed or []])  # fmt: skip
+        await self._show_new_models(
+            [(m.name, m.digest) for m in models] + [(m.name, m.digest) for m in self.state.installed or []]
+        )
         return True
 
     async def _poll_tags(self, ts: float) -> None:

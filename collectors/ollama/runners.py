@@ -335,8 +335,10 @@ class RunnerReader:
         mine = sorted((r for r in requests if same_model(r.model, state.model)), key=lambda r: (r.started_at_unix_s, r.id))
         taken = set(self._tasks.values())
         free = [r for r in mine if r.id not in taken and r.first_token_ns is None]
-        new = sorted((s for s in readings if s.is_processing and s.task_id is not None and (pid, s.task_id) not in self._tasks),
-                     key=lambda s: s.task_id or 0)  # fmt: skip
+        new = sorted(
+            (s for s in readings if s.is_processing and s.task_id is not None and (pid, s.task_id) not in self._tasks),
+            key=lambda s: s.task_id or 0,
+        )
         for slot, req in zip(new, free, strict=False):
             self._tasks[(pid, slot.task_id or 0)] = req.id
         for slot in readings:
@@ -449,14 +451,20 @@ class RunnerReader:
             self._sized(track, size, exact=False)  # a slots reading after decoding began replaces it with the exact size
         if event.kind in ("progress", "done", "prompt_eval"):
             self._queue.append(
-                ProgressSample(rid, event.read_unix_s, ProgressSource.LOG, event.tokens,
-                               prompt_tokens=event.tokens if event.kind == "done" else track.prompt_tokens)
-            )  # fmt: skip
+                ProgressSample(
+                    rid,
+                    event.read_unix_s,
+                    ProgressSource.LOG,
+                    event.tokens,
+                    prompt_tokens=event.tokens if event.kind == "done" else track.prompt_tokens,
+                )
+            )
         elif event.kind == "eval":
             self._queue.append(
-                ProgressSample(rid, event.read_unix_s, ProgressSource.LOG, 0, prompt_tokens=track.prompt_tokens,
-                               decoded_tokens=event.tokens)
-            )  # fmt: skip
+                ProgressSample(
+                    rid, event.read_unix_s, ProgressSource.LOG, 0, prompt_tokens=track.prompt_tokens, decoded_tokens=event.tokens
+                )
+            )
 
     @property
     def log_unknown_lines(self) -> int:
@@ -501,5 +509,4 @@ def read_once(ollama_url: str) -> dict[str, Any]:
         except OSError as exc:
             state.problem = f"cannot read /slots: {exc}"
         out.append(state.as_json())
-    return {"ollama": ollama_url, "found_by": found.found_by, "problem": found.problem, "ps_problem": ps_problem,
-            "runners": out}  # fmt: skip
+    return {"ollama": ollama_url, "found_by": found.found_by, "problem": found.problem, "ps_problem": ps_problem, "runners": out}

@@ -13,7 +13,6 @@ base_url = fleet.prometheus_url()
 if base_url is None:
     st.info(f"Set {fleet.PROMETHEUS_ENV} to your Prometheus's URL to see every host here (deploy/ has a config).")
 else:
-
     url: str = base_url
 
     @st.fragment(run_every=15)

@@ -12,8 +12,17 @@ from pages.shared import fleet, fmt
 from pages.shared.fleet import HostRow
 
 COLUMNS = (2.2, 2.2, 0.8, 1.6, 1.2, 1.4, 1.3, 1.6, 1.6)
-HEADERS = ("Host", "Model loaded", "In flight", "TTFT p50 / p95 (1 h)", "Decode (1 h)", "GPU busy / VRAM", "GPU power",
-           "Alerts firing", "Up to 15 min")  # fmt: skip
+HEADERS = (
+    "Host",
+    "Model loaded",
+    "In flight",
+    "TTFT p50 / p95 (1 h)",
+    "Decode (1 h)",
+    "GPU busy / VRAM",
+    "GPU power",
+    "Alerts firing",
+    "Up to 15 min",
+)
 
 
 def _utc(ts_unix_s: float) -> datetime:
@@ -22,12 +31,23 @@ def _utc(ts_unix_s: float) -> datetime:
 
 def sparkline(points: list[tuple[float, float]], color: str, start_s: float, now_s: float) -> go.Figure:
     """One figure over time, the x axis the same for every host (from ``start_s`` to now)."""
-    fig = go.Figure(go.Scatter(x=[_utc(t) for t, _ in points], y=[v for _, v in points], mode="lines",
-                               line={"width": 1.5, "color": color}, fill="tozeroy", hoverinfo="y"))  # fmt: skip
-    fig.update_layout(height=44, margin={"l": 0, "r": 0, "t": 0, "b": 0}, showlegend=False,
-                      xaxis={"visible": False, "type": "date",
-                             "range": [_utc(start_s), _utc(now_s)]},
-                      yaxis={"visible": False, "rangemode": "tozero"})  # fmt: skip
+    fig = go.Figure(
+        go.Scatter(
+            x=[_utc(t) for t, _ in points],
+            y=[v for _, v in points],
+            mode="lines",
+            line={"width": 1.5, "color": color},
+            fill="tozeroy",
+            hoverinfo="y",
+        )
+    )
+    fig.update_layout(
+        height=44,
+        margin={"l": 0, "r": 0, "t": 0, "b": 0},
+        showlegend=False,
+        xaxis={"visible": False, "type": "date", "range": [_utc(start_s), _utc(now_s)]},
+        yaxis={"visible": False, "rangemode": "tozero"},
+    )
     return fig
 
 
@@ -59,8 +79,11 @@ def show_rows(rows: list[HostRow], now_s: float) -> None:
                 if len(points) >= 2:
                     st.caption(name)
                     start_s = row.spark_start_s or now_s - fleet.SPARK_RANGE_S
-                    st.plotly_chart(sparkline(points, color, start_s, now_s), key=f"spark_{row.instance}_{name}",
-                                    config={"displayModeBar": False, "staticPlot": True})  # fmt: skip
+                    st.plotly_chart(
+                        sparkline(points, color, start_s, now_s),
+                        key=f"spark_{row.instance}_{name}",
+                        config={"displayModeBar": False, "staticPlot": True},
+                    )
 
 
 def show_hosts(base_url: str) -> None:
@@ -73,6 +96,5 @@ def show_hosts(base_url: str) -> None:
     if not rows:
         st.info(f"Prometheus at {base_url} scrapes no target of job `{fleet.JOB}` yet: see deploy/prometheus.yml.")
         return
-    st.caption(f"{len(rows)} hosts, from Prometheus at {base_url}. A host's name links to its own dashboard when it "
-               "answers.")  # fmt: skip
+    st.caption(f"{len(rows)} hosts, from Prometheus at {base_url}. A host's name links to its own dashboard when it answers.")
     show_rows(rows, now_s)

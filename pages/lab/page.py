@@ -73,9 +73,12 @@ with st.container(border=True, key="lab_new"):
     names = list(EXPERIMENTS)
     c1, c2 = st.columns(2)
     exp_name = c1.selectbox(
-        "Experiment", names, format_func=lambda n: EXPERIMENTS[n].title, key="lab_exp",
+        "Experiment",
+        names,
+        format_func=lambda n: EXPERIMENTS[n].title,
+        key="lab_exp",
         help="What each experiment answers is written under it.",
-    )  # fmt: skip
+    )
     spec = EXPERIMENTS[exp_name]
     models = view.known_models(ctx.db_path)
     if models:
@@ -97,9 +100,13 @@ with st.container(border=True, key="lab_new"):
             elif isinstance(default, float):
                 values[f.name] = st.number_input(label, min_value=0.1, value=default, help=help_text, key=key)
         num_ctx = st.number_input(
-            "context (num_ctx)", min_value=0, value=0, step=1024, key="lab_num_ctx",
+            "context (num_ctx)",
+            min_value=0,
+            value=0,
+            step=1024,
+            key="lab_num_ctx",
             help="0: whatever context the loaded model has. Another value makes Ollama reload the model with it.",
-        )  # fmt: skip
+        )
     try:
         params = make_params(exp_name, values)
     except ValueError as exc:
@@ -115,9 +122,12 @@ with st.container(border=True, key="lab_new"):
         )
     busy = running is not None or pending is not None
     clicked = st.button(
-        "Run experiment", type="primary", key="lab_run", disabled=busy or not model,
+        "Run experiment",
+        type="primary",
+        key="lab_run",
+        disabled=busy or not model,
         help="One experiment at a time: its timings would disturb each other." if busy else None,
-    )  # fmt: skip
+    )
     if clicked and model and not busy:
         try:
             handle = api.start_run(exp_name, proxy_url, model, ctx.data_dir, param_values, num_ctx or None)
@@ -197,14 +207,19 @@ picked_id = st.selectbox("Run", ids, format_func=labels.__getitem__, key=SELECTE
 picked = next(r for r in done if r.run_id == picked_id)
 same_kind = [r for r in done if r.name == picked.name and r.run_id != picked.run_id]
 compare_ids = st.multiselect(
-    "Compare with earlier runs of this experiment", [r.run_id for r in same_kind], format_func=labels.__getitem__,
+    "Compare with earlier runs of this experiment",
+    [r.run_id for r in same_kind],
+    format_func=labels.__getitem__,
     key=f"lab_compare_{picked.run_id}",
-)  # fmt: skip
+)
 shown = [picked, *[r for r in same_kind if r.run_id in compare_ids]]
 st.selectbox(
-    "Ceilings for", [AUTO, *BY_KEY], format_func=hardware_label, key=HW_KEY,
+    "Ceilings for",
+    [AUTO, *BY_KEY],
+    format_func=hardware_label,
+    key=HW_KEY,
     help="The hardware whose roofline ceilings are drawn with the measurements.",
-)  # fmt: skip
+)
 
 if picked.state == RunState.FAILED or api.interrupted(picked):
     st.error(fmt.md_escape(picked.error or "The run's process ended without a result."), icon=":material/error:")
@@ -236,6 +251,8 @@ table = pd.DataFrame(
     ]
 )
 st.dataframe(
-    table, hide_index=True, key="lab_history",
+    table,
+    hide_index=True,
+    key="lab_history",
     column_config={"started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")},
-)  # fmt: skip
+)

@@ -269,25 +269,36 @@ def _load_card(
     """A request whose model is not in memory: behind another model's load, waiting for room, or loading its own."""
     if rec.model != head.model:
         return replace(
-            base, phase="other_load", waits_for=f"{head.model} to load first (Ollama loads one model at a time)",
+            base,
+            phase="other_load",
+            waits_for=f"{head.model} to load first (Ollama loads one model at a time)",
             state_s=base.elapsed_s,
-        )  # fmt: skip
+        )
     # Its own load began when it came, or when a load it waited behind ended: that model appeared in /api/ps, or
     # the runner began on one of its requests (often before the next /api/ps poll).
     others = [t for name, t in ready_unix_s.items() if not _same(name, rec.model) and t <= now_unix_s]
     began = max([rec.started_at_unix_s, *others])
     n = loading_seen.get(rec.model, 0)
     loading_seen[rec.model] = n + 1
-    card = replace(base, phase="loading", phase_started_unix_s=began, state_s=max(0.0, now_unix_s - began),
-                   queue_position=n + 1 if n else None, waits_for=f"{rec.model} to load into memory" if n else None)  # fmt: skip
+    card = replace(
+        base,
+        phase="loading",
+        phase_started_unix_s=began,
+        state_s=max(0.0, now_unix_s - began),
+        queue_position=n + 1 if n else None,
+        waits_for=f"{rec.model} to load into memory" if n else None,
+    )
     # No room: Ollama must unload another model first, and waits until that model's generations finish.
     need, free = loads.size_of(rec.model), loads.free_at(began)
     busy = sorted({name for name in loaded if runner_busy.get(name, 0) and not _same(name, rec.model)})
     if need is not None and free is not None and need > free and busy:
         return replace(
-            card, phase="unload_wait", queue_position=None, room_bytes=(need, free),
+            card,
+            phase="unload_wait",
+            queue_position=None,
+            room_bytes=(need, free),
             waits_for=f"{', '.join(busy)} to finish its generations, so Ollama can unload it to make room",
-        )  # fmt: skip
+        )
     return card
 
 

@@ -71,8 +71,14 @@ def decode_ceiling_fn(snap: data.CardsSnapshot) -> DecodeCeiling:
             return None
         m = loaded.get(model) or loaded.get(f"{model}:latest")
         frac = vram_fraction(m.size_bytes, m.size_vram_bytes) if m else 1.0
-        c = ceilings_for(hw.spec, facts, context_tokens=context_tokens, prompt_tokens=context_tokens, vram_fraction=frac,
-                         bandwidth_bytes_s=hw.bandwidth_bytes_s)  # fmt: skip
+        c = ceilings_for(
+            hw.spec,
+            facts,
+            context_tokens=context_tokens,
+            prompt_tokens=context_tokens,
+            vram_fraction=frac,
+            bandwidth_bytes_s=hw.bandwidth_bytes_s,
+        )
         return c.decode_ceiling_tok_s
 
     return ceiling
@@ -276,7 +282,11 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
             outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
             st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
-            st.page_link(REQUESTS_PAGE, label="Details in Requests", icon=":material/receipt_long:",
-                         query_params={"request": card.request_id})  # fmt: skip
+            st.page_link(
+                REQUESTS_PAGE,
+                label="Details in Requests",
+                icon=":material/receipt_long:",
+                query_params={"request": card.request_id},
+            )
         if card.direct:
             st.caption(DIRECT_NOTE)

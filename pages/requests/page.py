@@ -72,13 +72,22 @@ if history.truncated:
     caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
 st.caption(caption)
 table = st.dataframe(
-    display_frame(history.frame), hide_index=True, key="req_table", on_select="rerun", selection_mode="single-row",
+    display_frame(history.frame),
+    hide_index=True,
+    key="req_table",
+    on_select="rerun",
+    selection_mode="single-row",
     column_config={"time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss")},
-)  # fmt: skip
+)
 st.download_button(
-    "Download CSV", data=lambda: csv_bytes(ctx.db_path, start, now, *filters), file_name="phasewatch-requests.csv",
-    mime="text/csv", key="req_csv", on_click="ignore", help="Every matching request: timings and counts, never text.",
-)  # fmt: skip
+    "Download CSV",
+    data=lambda: csv_bytes(ctx.db_path, start, now, *filters),
+    file_name="phasewatch-requests.csv",
+    mime="text/csv",
+    key="req_csv",
+    on_click="ignore",
+    help="Every matching request: timings and counts, never text.",
+)
 if history.figure is not None:
     st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})
     if history.figure_note:

@@ -138,10 +138,13 @@ def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]
         y_axis["range"] = [math.log10(lo), math.log10(hi)]
     fig.update_yaxes(**y_axis)
     fig.update_layout(
-        title={"text": "Rates of the requests shown"}, height=340, margin={"l": 70, "r": 20, "t": 70, "b": 40},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}, hovermode="closest",
+        title={"text": "Rates of the requests shown"},
+        height=340,
+        margin={"l": 70, "r": 20, "t": 70, "b": 40},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        hovermode="closest",
         uirevision="history",
-    )  # fmt: skip
+    )
     note = None
     if apart_n["too short"] or apart_n["impossible"]:
         bits = []
@@ -160,9 +163,13 @@ def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]
 
 
 def build_history(
-    db: Path, start_unix_s: float, end_unix_s: float, model: str | None = None, endpoint: str | None = None,
+    db: Path,
+    start_unix_s: float,
+    end_unix_s: float,
+    model: str | None = None,
+    endpoint: str | None = None,
     outcome: str | None = None,
-) -> HistoryModel | None:  # fmt: skip
+) -> HistoryModel | None:
     """The filtered history (None = any value); None when there is no store yet."""
     result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1)
     if result is None:
@@ -171,8 +178,9 @@ def build_history(
     truncated = len(rows) > SHOWN_ROWS
     rows = rows[:SHOWN_ROWS]
     figure, note = rates_figure(rows) if rows else (None, None)
-    return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure,
-                        figure_note=note)  # fmt: skip
+    return HistoryModel(
+        rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure, figure_note=note
+    )
 
 
 def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
@@ -190,8 +198,16 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
 
 
 # On the page (not in the CSV, whose numbers stay numbers): durations in ms below 1 s, integers, "—" when unknown.
-DURATION_COLUMNS = ("first token (s)", "first token, server side (s)", "first answer token (s)", "total seen by client (s)",
-                    "load (s)", "queue (s)", "prefill (s)", "decode (s)")  # fmt: skip
+DURATION_COLUMNS = (
+    "first token (s)",
+    "first token, server side (s)",
+    "first answer token (s)",
+    "total seen by client (s)",
+    "load (s)",
+    "queue (s)",
+    "prefill (s)",
+    "decode (s)",
+)
 COUNT_COLUMNS = ("prompt tokens", "cached tokens", "output tokens", "thinking tokens")
 RATE_COLUMNS = ("prefill tok/s", "decode tok/s")
 
@@ -222,8 +238,9 @@ def _local_tz() -> object:
     return datetime.now().astimezone().tzinfo
 
 
-def csv_bytes(db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None,
-              outcome: str | None) -> bytes:  # fmt: skip
+def csv_bytes(
+    db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None
+) -> bytes:
     """Every matching request as CSV (timings and counts only, never prompt or reply text)."""
     result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
     rows = result[0] if result else []
@@ -311,8 +328,11 @@ def sources_frame(ph: Phases) -> pd.DataFrame:
     """Each phase's value and where it came from; "—" where it is not known (never 0)."""
 
     def row(label: str, value: str, source: PhaseSource | None) -> dict[str, str]:
-        return {"phase": label, "value": value if source is not None else "—",
-                "from": SOURCE_NAMES.get(source, "—") if source is not None else "not known"}  # fmt: skip
+        return {
+            "phase": label,
+            "value": value if source is not None else "—",
+            "from": SOURCE_NAMES.get(source, "—") if source is not None else "not known",
+        }
 
     def count(n: int | None) -> str:
         return "—" if n is None else f"{n:,}"
@@ -349,12 +369,22 @@ def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
     elif rec.stream:
         out.append(Headline("First token", fmt.seconds(ph.ttft_s), "As the client saw it: request → first streamed token."))
     else:
-        out.append(Headline("First token (server side)", fmt.seconds(ph.server_ttft_s),
-                            "Not streamed: the client saw nothing before the whole reply. This is Ollama's queue + load + "
-                            "prefill from its durations, not a wait the client saw."))  # fmt: skip
+        out.append(
+            Headline(
+                "First token (server side)",
+                fmt.seconds(ph.server_ttft_s),
+                "Not streamed: the client saw nothing before the whole reply. This is Ollama's queue + load + "
+                "prefill from its durations, not a wait the client saw.",
+            )
+        )
     if ph.thinking_tokens:
-        out.append(Headline("First answer token", fmt.seconds(ph.ttfa_s),
-                            "After the model's thinking: the first token of the answer the person waits for."))  # fmt: skip
+        out.append(
+            Headline(
+                "First answer token",
+                fmt.seconds(ph.ttfa_s),
+                "After the model's thinking: the first token of the answer the person waits for.",
+            )
+        )
     out.append(Headline("Total (client)", fmt.seconds(ph.client_s)))
     out.append(Headline("Load", fmt.seconds(ph.load_s), _source_help(ph.load_source)))
     if rec.kind is RequestKind.GENERATE:
@@ -374,8 +404,10 @@ def thinking_frame(ph: Phases) -> pd.DataFrame:
     """A thinking model's decode, split: thinking tokens cost decode time like any other."""
     if not ph.thinking_tokens:
         return pd.DataFrame(columns=["part", "tokens", "time", "tok/s"])
-    parts = (("thinking", ph.thinking_tokens, ph.thinking_s, ph.thinking_tok_s),
-             ("answer", ph.answer_tokens, ph.answer_s, ph.answer_tok_s))  # fmt: skip
+    parts = (
+        ("thinking", ph.thinking_tokens, ph.thinking_s, ph.thinking_tok_s),
+        ("answer", ph.answer_tokens, ph.answer_s, ph.answer_tok_s),
+    )
     rows = [{"part": p, "tokens": n, "time": fmt.seconds(t), "tok/s": fmt.rate(r)} for p, n, t, r in parts]
     return pd.DataFrame(rows, columns=["part", "tokens", "time", "tok/s"])
 
@@ -384,10 +416,13 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     """Our rates beside Ollama's, and why they differ."""
     rows: list[dict[str, object]] = []
     if rec.kind is RequestKind.EMBED and ph.prompt_tokens:
-        why = ("Embeddings are prefill only: the prompt is evaluated, nothing is decoded. Prefill here is Ollama's "
-               "total minus its load (it sends no prompt_eval_duration).")  # fmt: skip
-        rows.append({"phase": "embedding (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": None,
-                     "why they differ": why})  # fmt: skip
+        why = (
+            "Embeddings are prefill only: the prompt is evaluated, nothing is decoded. Prefill here is Ollama's "
+            "total minus its load (it sends no prompt_eval_duration)."
+        )
+        rows.append(
+            {"phase": "embedding (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": None, "why they differ": why}
+        )
     elif ph.prompt_tokens:
         if ph.cached_tokens:
             computed = ph.prompt_tokens - ph.cached_tokens
@@ -399,8 +434,14 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
             why = "This Ollama does not report cached prompt tokens: if part of the prompt was cached, both numbers overstate."
         else:
             why = "Nothing came from the cache, so both count the same tokens."
-        rows.append({"phase": "prefill (prompt)", "ours (tok/s)": ph.prefill_tok_s, "Ollama's (tok/s)": ph.ollama_prefill_tok_s,
-                     "why they differ": why})  # fmt: skip
+        rows.append(
+            {
+                "phase": "prefill (prompt)",
+                "ours (tok/s)": ph.prefill_tok_s,
+                "Ollama's (tok/s)": ph.ollama_prefill_tok_s,
+                "why they differ": why,
+            }
+        )
     if ph.output_tokens:
         if ph.output_tokens == 1:
             why = "One token: no interval to time, so there is no real decode rate."
@@ -410,8 +451,14 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
                 f"{ph.output_tokens:,} tokens. Ollama divides by {ph.output_tokens:,}, so it reads "
                 f"{100 / (ph.output_tokens - 1):.1f}% high."
             )
-        rows.append({"phase": "decode (output)", "ours (tok/s)": ph.decode_tok_s, "Ollama's (tok/s)": ph.ollama_decode_tok_s,
-                     "why they differ": why})  # fmt: skip
+        rows.append(
+            {
+                "phase": "decode (output)",
+                "ours (tok/s)": ph.decode_tok_s,
+                "Ollama's (tok/s)": ph.ollama_decode_tok_s,
+                "why they differ": why,
+            }
+        )
     chunks = rec.token_chunk_ns
     if len(chunks) >= 2 and chunks[-1] > chunks[0]:
         seen = (len(chunks) - 1) / ((chunks[-1] - chunks[0]) / 1e9)

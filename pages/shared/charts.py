@@ -124,11 +124,16 @@ def _legends_at(fig: go.Figure, row_tops: Sequence[float]) -> None:
     fig.update_layout(
         {
             ("legend" if row == 1 else f"legend{row}"): {
-                "orientation": "v", "yanchor": "top", "y": top, "xanchor": "left", "x": 1.06, "bgcolor": "rgba(0,0,0,0)",
+                "orientation": "v",
+                "yanchor": "top",
+                "y": top,
+                "xanchor": "left",
+                "x": 1.06,
+                "bgcolor": "rgba(0,0,0,0)",
             }
             for row, top in enumerate(row_tops, start=1)
         }
-    )  # fmt: skip
+    )
 
 
 def min_band_ms(window_start_unix_s: float, window_end_unix_s: float) -> float:
@@ -191,12 +196,20 @@ def gpu_timeline_figure(
             continue  # a sensor this GPU does not report: leave it out rather than draw nothing
         fig.add_trace(
             go.Scatter(
-                x=x, y=y, name=label, mode="lines", line={"color": colour, "width": 1.5 if dash else 2, "dash": dash},
-                fill=fill, fillcolor=colour + "33" if fill else None, legend="legend" if row == 1 else f"legend{row}",
+                x=x,
+                y=y,
+                name=label,
+                mode="lines",
+                line={"color": colour, "width": 1.5 if dash else 2, "dash": dash},
+                fill=fill,
+                fillcolor=colour + "33" if fill else None,
+                legend="legend" if row == 1 else f"legend{row}",
                 hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{plain(EXPLAIN[key])}</i>",
             ),
-            row=row, col=1, secondary_y=secondary if row == 3 else None,
-        )  # fmt: skip
+            row=row,
+            col=1,
+            secondary_y=secondary if row == 3 else None,
+        )
     _add_band_traces(fig, bands, row=4, min_ms=min_band_ms(window_start_unix_s, window_end_unix_s), legend="legend4")
     if unexplained:
         # One filled trace for all stretches (shapes cost Plotly a layout validation each: hundreds make it crawl).
@@ -208,12 +221,18 @@ def gpu_timeline_figure(
             ys += [0.0, 100.0, 100.0, 0.0, None]
         fig.add_trace(
             go.Scatter(
-                x=xs, y=ys, mode="lines", fill="toself", fillcolor="rgba(255,112,67,0.3)", line={"width": 0},
-                name="GPU busy, no recorded generation", hoverinfo="skip",
+                x=xs,
+                y=ys,
+                mode="lines",
+                fill="toself",
+                fillcolor="rgba(255,112,67,0.3)",
+                line={"width": 0},
+                name="GPU busy, no recorded generation",
+                hoverinfo="skip",
             ),
             row=1,
             col=1,
-        )  # fmt: skip
+        )
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     # Explicit: the band row's x values are durations (ms on a date axis), which would make Plotly guess "linear".
     fig.update_xaxes(type="date", range=[x0, x1])
@@ -452,11 +471,18 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
             continue
         unit = "GB" if row == mem_row else "%"
         fig.add_trace(
-            go.Scatter(x=x, y=y, name=label, mode="lines", line={"color": colour, "dash": dash},
-                       legend="legend" if row == 1 else f"legend{row}",
-                       hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{hover[key]}</i>"),
-            row=row, col=1,
-        )  # fmt: skip
+            go.Scatter(
+                x=x,
+                y=y,
+                name=label,
+                mode="lines",
+                line={"color": colour, "dash": dash},
+                legend="legend" if row == 1 else f"legend{row}",
+                hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{hover[key]}</i>",
+            ),
+            row=row,
+            col=1,
+        )
     x0, x1 = local_times([window_start_unix_s, window_end_unix_s])
     fig.update_xaxes(range=[x0, x1])
     fig.update_xaxes(title_text="local time", row=rows, col=1)

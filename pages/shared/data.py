@@ -171,17 +171,27 @@ class HistoryOptions:
 
 
 def load_history(
-    db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None,
+    db: Path,
+    start_unix_s: float,
+    end_unix_s: float,
+    model: str | None,
+    endpoint: str | None,
+    outcome: str | None,
     limit: int | None,
-) -> tuple[list[RequestSummary], HistoryOptions] | None:  # fmt: skip
+) -> tuple[list[RequestSummary], HistoryOptions] | None:
     """Requests started in the window that match the filters (None = any), newest first."""
     with _open(db) as conn:
         if conn is None:
             return None
         rows = queries.recent_requests(
-            conn, start_unix_s, model=model, endpoint=endpoint, outcome=outcome,
-            limit=limit if limit is not None else 10_000_000, until_unix_s=end_unix_s,
-        )  # fmt: skip
+            conn,
+            start_unix_s,
+            model=model,
+            endpoint=endpoint,
+            outcome=outcome,
+            limit=limit if limit is not None else 10_000_000,
+            until_unix_s=end_unix_s,
+        )
         options = HistoryOptions(
             models=queries.request_models(conn, start_unix_s),
             endpoints=list(ENDPOINTS),

@@ -95,8 +95,7 @@ def query(base_url: str, expr: str) -> list[tuple[dict[str, str], float | None]]
 
 def query_range(base_url: str, expr: str, start_s: float, end_s: float, step_s: float) -> dict[str, list[tuple[float, float]]]:
     """A range query, by instance: [(unix s, value)], unknown points left out."""
-    data = _api(base_url, "query_range", {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
-                                           "step": f"{step_s:g}"})  # fmt: skip
+    data = _api(base_url, "query_range", {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"})
     out: dict[str, list[tuple[float, float]]] = {}
     for r in data.get("result", []):
         points = [(float(t), v) for t, text in r["values"] if (v := _number(text)) is not None]
@@ -158,8 +157,16 @@ def host_rows(base_url: str, now_s: float, *, check_links: bool = True) -> list[
         row = rows.get(labels.get("instance", ""))
         if row is not None and labels.get("model"):
             row.models.append(labels["model"])
-    for key in ("in_flight", "ttft_p50_s", "ttft_p95_s", "decode_tok_s", "gpu_busy_ratio", "vram_used_bytes",
-                "vram_total_bytes", "power_w"):  # fmt: skip
+    for key in (
+        "in_flight",
+        "ttft_p50_s",
+        "ttft_p95_s",
+        "decode_tok_s",
+        "gpu_busy_ratio",
+        "vram_used_bytes",
+        "vram_total_bytes",
+        "power_w",
+    ):
         for labels, value in query(base_url, EXPR[key]):
             row = rows.get(labels.get("instance", ""))
             if row is not None:

@@ -19,14 +19,23 @@ HEARTBEAT_STALE_S = 15.0
 def render(ctx: AppContext) -> AppContext:
     with st.sidebar:
         labels = list(common.WINDOWS_S)
-        window = st.selectbox("Time window", labels, index=labels.index(common.DEFAULT_WINDOW), key="pw_window",
-                              help="How far back the charts and the request list reach.")  # fmt: skip
+        window = st.selectbox(
+            "Time window",
+            labels,
+            index=labels.index(common.DEFAULT_WINDOW),
+            key="pw_window",
+            help="How far back the charts and the request list reach.",
+        )
         paused = st.toggle("Pause live updates", key="pw_paused", help="Freeze the Live page to read or zoom in peace.")
         ctx = common.set_view(common.WINDOWS_S[window or common.DEFAULT_WINDOW], paused)
         _status_fragment(ctx)
         if ctx.demo:
-            st.button("Leave demo", key="pw_leave_demo", on_click=common.leave_demo,
-                      help="Stop the demo (its users, collector and simulator) and go back to your own recordings.")  # fmt: skip
+            st.button(
+                "Leave demo",
+                key="pw_leave_demo",
+                on_click=common.leave_demo,
+                help="Stop the demo (its users, collector and simulator) and go back to your own recordings.",
+            )
     return ctx
 
 

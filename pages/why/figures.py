@@ -57,8 +57,13 @@ def _line(curve: Sequence[CurvePoint], attr: str, name: str, colour: str, dash: 
     )
 
 
-def _points(readings: Sequence[Reading], name: str, x_label: str, marker: dict[str, object], y: Sequence[float] | None = None,
-            ) -> go.Scatter:  # fmt: skip
+def _points(
+    readings: Sequence[Reading],
+    name: str,
+    x_label: str,
+    marker: dict[str, object],
+    y: Sequence[float] | None = None,
+) -> go.Scatter:
     # numpy arrays: Plotly validates a list element by element, an array at once (5,000 points: ~1 s vs ~ms).
     rates = [r.rate_tok_s for r in readings]
     return go.Scatter(
@@ -97,8 +102,9 @@ def rate_figure(
         fig.add_trace(_line(curve, "ceiling_tok_s", ceiling_name, CEILING_COLOUR, "dash", x_label))
         fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, kind), EXPECTED_COLOUR, "solid", x_label))
     if full_gpu_curve:
-        fig.add_trace(_line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot",
-                            x_label))  # fmt: skip
+        fig.add_trace(
+            _line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot", x_label)
+        )
     counted = [r for r in readings if r.status is Status.COUNTED]
     tiny = [r for r in readings if r.status is Status.TINY]
     # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
@@ -107,18 +113,37 @@ def rate_figure(
     fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
     top = y_top([*curve, *full_gpu_curve], [*readings, *embed])
     if embed_drawn:
-        fig.add_trace(_points(embed_drawn, EMBED_NAME, x_label, {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond",
-                                                                   "line": {"color": "white", "width": 1}},
-                              y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in embed_drawn]))  # fmt: skip
+        fig.add_trace(
+            _points(
+                embed_drawn,
+                EMBED_NAME,
+                x_label,
+                {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond", "line": {"color": "white", "width": 1}},
+                y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in embed_drawn],
+            )
+        )
     if top is None and tiny:
         top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
     if tiny:
-        fig.add_trace(_points(tiny, TINY_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"},
-                              y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in tiny]))  # fmt: skip
+        fig.add_trace(
+            _points(
+                tiny,
+                TINY_NAME,
+                x_label,
+                {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"},
+                y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in tiny],
+            )
+        )
     if impossible and top is not None:
-        fig.add_trace(_points(impossible, IMPOSSIBLE_NAME, x_label,
-                              {"color": IMPOSSIBLE_COLOUR, "size": 11, "symbol": "triangle-up"},
-                              y=[EDGE * top] * len(impossible)))  # fmt: skip
+        fig.add_trace(
+            _points(
+                impossible,
+                IMPOSSIBLE_NAME,
+                x_label,
+                {"color": IMPOSSIBLE_COLOUR, "size": 11, "symbol": "triangle-up"},
+                y=[EDGE * top] * len(impossible),
+            )
+        )
     fig.update_layout(
         title={"text": title},
         height=440,
@@ -143,28 +168,49 @@ def rate_figure(
     return fig
 
 
-def prefill_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], eff: Efficiencies | None, model: str,
-                   hw_label: str, ubatch_tokens: int, *, embed: Sequence[Reading] = ()) -> go.Figure:  # fmt: skip
+def prefill_figure(
+    readings: Sequence[Reading],
+    curve: Sequence[CurvePoint],
+    eff: Efficiencies | None,
+    model: str,
+    hw_label: str,
+    ubatch_tokens: int,
+    *,
+    embed: Sequence[Reading] = (),
+) -> go.Figure:
     what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
     return rate_figure(
-        "prefill", readings, curve, eff,
-        f"Prefill: prompt tokens/s against prompt length<br><sup>{what}, "
-        f"micro-batch {ubatch_tokens:,} tokens</sup>",
+        "prefill",
+        readings,
+        curve,
+        eff,
+        f"Prefill: prompt tokens/s against prompt length<br><sup>{what}, micro-batch {ubatch_tokens:,} tokens</sup>",
         "prompt length (tokens computed, cache hits excluded; log scale)",
-        ceiling_name="ceiling (memory, then compute)", embed=embed,
-    )  # fmt: skip
+        ceiling_name="ceiling (memory, then compute)",
+        embed=embed,
+    )
 
 
-def decode_figure(readings: Sequence[Reading], curve: Sequence[CurvePoint], full_gpu_curve: Sequence[CurvePoint],
-                  eff: Efficiencies | None, model: str, hw_label: str) -> go.Figure:  # fmt: skip
+def decode_figure(
+    readings: Sequence[Reading],
+    curve: Sequence[CurvePoint],
+    full_gpu_curve: Sequence[CurvePoint],
+    eff: Efficiencies | None,
+    model: str,
+    hw_label: str,
+) -> go.Figure:
     blended = " blended with system memory" if full_gpu_curve else ""
     what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
     return rate_figure(
-        "decode", readings, curve, eff,
+        "decode",
+        readings,
+        curve,
+        eff,
         f"Decode: output tokens/s against context length<br><sup>{what}</sup>",
         "context length (prompt + half the reply, tokens; log scale)",
-        ceiling_name=f"ceiling (memory bandwidth{blended})", full_gpu_curve=full_gpu_curve,
-    )  # fmt: skip
+        ceiling_name=f"ceiling (memory bandwidth{blended})",
+        full_gpu_curve=full_gpu_curve,
+    )
 
 
 def flagged_note(kind: str, readings: Sequence[Reading]) -> str | None:

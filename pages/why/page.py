@@ -69,18 +69,21 @@ def preview(db: Path) -> None:
     """Before any request: the physics for the detected GPU (or one picked) and an installed model (or a typical 8B)."""
     keys = list(BY_KEY)
     picked = st.selectbox(
-        "GPU", ["the one detected here", *keys], key="why_gpu",
+        "GPU",
+        ["the one detected here", *keys],
+        key="why_gpu",
         format_func=lambda k: k if k == "the one detected here" else f"{BY_KEY[k].name} ({k})",
         help="Pick a GPU from Phasewatch's hardware table to see its ceilings.",
-    )  # fmt: skip
+    )
     spec = BY_KEY.get(picked)
     choices = preview_choices(db, spec)
     if choices is None:
         common.no_store_state(ctx)
         st.stop()
     if not choices.offered:
-        why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(),
-                        preview=(spec, TYPICAL_8B_Q4_K_M))  # fmt: skip
+        why = build_why(
+            db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, TYPICAL_8B_Q4_K_M)
+        )
         what = "an installed model that writes text" if choices.embedding else "an installed model"
         caption = (
             f"Until Ollama lists {what}, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come "
@@ -91,10 +94,13 @@ def preview(db: Path) -> None:
         names = list(by_name)
         fits = f" that fits the GPU's {w.gb(choices.memory_bytes)}" if choices.memory_bytes else ""
         model = st.selectbox(
-            "Model", names, index=names.index(choices.default) if choices.default in by_name else 0,
-            key="why_preview_model", format_func=lambda n: fmt.label(_installed_label(by_name[n]), fmt.SENTENCE_MAX_CHARS),
+            "Model",
+            names,
+            index=names.index(choices.default) if choices.default in by_name else 0,
+            key="why_preview_model",
+            format_func=lambda n: fmt.label(_installed_label(by_name[n]), fmt.SENTENCE_MAX_CHARS),
             help=f"The models Ollama has installed (ollama list), newest first; it starts on the largest{fits}.",
-        )  # fmt: skip
+        )
         why = build_why(db, model, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, None))
         read = f", read {fmt.clock(why.facts_read_at_unix_s)}" if why is not None and why.facts_read_at_unix_s is not None else ""
         caption = (
@@ -149,15 +155,18 @@ def _show_sources(m: WhyModel) -> None:
 def _show_medians(m: WhyModel) -> None:
     short = f"Readings timed over fewer than {MIN_RATE_TOKENS} tokens, and readings above their ceiling, are left out."
     c = st.columns(4)
-    c[0].metric("Prefill, tok/s (median)", _num(m.prefill_median_tok_s),
-                help="Prompt tokens per second, cache hits excluded. " + short)  # fmt: skip
-    c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s),
-                help="(output tokens − 1) ÷ eval_duration. " + short)  # fmt: skip
+    c[0].metric(
+        "Prefill, tok/s (median)", _num(m.prefill_median_tok_s), help="Prompt tokens per second, cache hits excluded. " + short
+    )
+    c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration. " + short)
     c[2].metric("Prefill ÷ decode", w.times(m.ratio) if m.ratio else "—", help="How many times faster prompts are read.")
     expected = m.expected_ratio
-    c[3].metric("Expected ratio", w.times(expected) if expected else "—",
-                help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
-                "(the medians of the expected line at each of them).")  # fmt: skip
+    c[3].metric(
+        "Expected ratio",
+        w.times(expected) if expected else "—",
+        help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
+        "(the medians of the expected line at each of them).",
+    )
 
 
 def _show_charts(m: WhyModel) -> None:
@@ -171,10 +180,14 @@ def _show_charts(m: WhyModel) -> None:
         st.caption(m.decode_note)
     eff = m.efficiencies
     if eff is not None:
-        pending = "" if eff.decode_samples and eff.prefill_samples else (
-            f" A starting value gives way to the median of your own requests once {MIN_CALIBRATION_SAMPLES} of that kind are "
-            "long enough to time well."
-        )  # fmt: skip
+        pending = (
+            ""
+            if eff.decode_samples and eff.prefill_samples
+            else (
+                f" A starting value gives way to the median of your own requests once {MIN_CALIBRATION_SAMPLES} of that kind are "
+                "long enough to time well."
+            )
+        )
         st.caption(
             fmt.md_escape(
                 f"Expected lines: decode at {w.pct(eff.eta_bw)} of its ceiling ({eff.source_bw}), prefill at "
@@ -238,17 +251,36 @@ def _show_whatif(m: WhyModel) -> None:
         st.caption("Predictions need this GPU's and this model's figures (see above).")
         return
     force = whatif.in_force(m)
-    st.caption(fmt.md_escape("Settings in force: " + "; ".join(f"{k} {v}" for k, v in force.sources.items())
-               + f". GPU memory for it: {force.free_vram_source}."))  # fmt: skip
+    st.caption(
+        fmt.md_escape(
+            "Settings in force: "
+            + "; ".join(f"{k} {v}" for k, v in force.sources.items())
+            + f". GPU memory for it: {force.free_vram_source}."
+        )
+    )
     key = f"whatif_{hashlib.sha256(m.model.encode('utf-8', 'replace')).hexdigest()[:16]}"  # the name can be any length
     c = st.columns(5)
     ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
-    num_ctx = c[0].selectbox("num_ctx", ctx_choices, index=ctx_choices.index(force.settings.num_ctx), key=key + "_ctx",
-                             format_func=lambda n: f"{n:,}", help="Context per request (Ollama's num_ctx)")  # fmt: skip
+    num_ctx = c[0].selectbox(
+        "num_ctx",
+        ctx_choices,
+        index=ctx_choices.index(force.settings.num_ctx),
+        key=key + "_ctx",
+        format_func=lambda n: f"{n:,}",
+        help="Context per request (Ollama's num_ctx)",
+    )
     kv_type = c[1].selectbox("KV cache type", ["f16", "q8_0", "q4_0"], key=key + "_kv", help="OLLAMA_KV_CACHE_TYPE")
     flash = c[2].toggle("Flash attention", value=True, key=key + "_fa", help="OLLAMA_FLASH_ATTENTION")
-    parallel = int(c[3].number_input("num_parallel", 1, 16, force.settings.num_parallel, key=key + "_np",
-                                     help="Requests served at once (OLLAMA_NUM_PARALLEL)"))  # fmt: skip
+    parallel = int(
+        c[3].number_input(
+            "num_parallel",
+            1,
+            16,
+            force.settings.num_parallel,
+            key=key + "_np",
+            help="Requests served at once (OLLAMA_NUM_PARALLEL)",
+        )
+    )
     quants = whatif.quant_choices(force.quantization)
     now_q = (force.quantization or quants[0]).upper()
     quant = c[4].selectbox("Quantization", quants, index=quants.index(now_q) if now_q in quants else 0, key=key + "_q")
@@ -278,12 +310,15 @@ def _show_whatif(m: WhyModel) -> None:
     m2.metric("Prefill, tok/s", w.num(p.prefill_tok_s), help=f"For your median prompt, {work.prompt_tokens:,} tokens")
     m3.metric("Decode, tok/s", w.num(p.decode_tok_s), help=f"At your median context, {work.context_tokens:,} tokens")
     prompts = f"{work.prompt_tokens:,} and {work.prompt_p90_tokens:,} tokens"
-    m4.metric("First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}",
-              help=f"Reading your median and p90 prompts ({prompts})")  # fmt: skip
+    m4.metric(
+        "First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}", help=f"Reading your median and p90 prompts ({prompts})"
+    )
     m5.metric(f"{parallel} at once, tok/s", w.num(p.concurrent_tok_s), help="All streams together")
-    text(f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
-         f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
-         f"decode {w.num(result.now.decode_tok_s)} tok/s.")  # fmt: skip
+    text(
+        f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
+        f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
+        f"decode {w.num(result.now.decode_tok_s)} tok/s."
+    )
     st.plotly_chart(whatif.memory_figure(result), key="why_whatif_memory", config={"displaylogo": False})
     st.caption("Rates from the same ceiling model as the charts above, at the share of it your requests reach.")
     if result.suggestions:

@@ -257,16 +257,22 @@ def _interference_on(victims: Sequence[RequestRecord], pairs: Sequence[tuple[Req
     the victims keep their token times and only prefills inside a victim's stream are
     offered, which keeps a busy window to milliseconds instead of minutes.
     """
-    windows = [(ph.prefill_start_ns, ph.decode_start_ns, rec, ph) for rec, ph in pairs
-               if ph.prefill_start_ns is not None and ph.decode_start_ns is not None]  # fmt: skip
+    windows = [
+        (ph.prefill_start_ns, ph.decode_start_ns, rec, ph)
+        for rec, ph in pairs
+        if ph.prefill_start_ns is not None and ph.decode_start_ns is not None
+    ]
     by_id = {rec.id: ph for rec, ph in pairs}
     out: list[Interference] = []
     for victim in victims:
         ts = victim.token_chunk_ns
         if len(ts) < 3 or victim.id not in by_id:
             continue
-        others = [(replace(rec, token_chunk_ns=[]), ph) for w0, w1, rec, ph in windows
-                  if rec.id != victim.id and w0 is not None and w1 is not None and w0 < ts[-1] and w1 > ts[0]]  # fmt: skip
+        others = [
+            (replace(rec, token_chunk_ns=[]), ph)
+            for w0, w1, rec, ph in windows
+            if rec.id != victim.id and w0 is not None and w1 is not None and w0 < ts[-1] and w1 > ts[0]
+        ]
         if others:
             found = find_interference([(victim, by_id[victim.id]), *others])
             out += [i for i in found if i.significant and i.victim_id == victim.id]
@@ -293,8 +299,11 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
     gpus = _latest_gpus(conn, now)
     rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
     # Their phases as stored at write time (re-derived by the collector when the split changes).
-    recent = [s for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
-              if s.record.metrics is not None]  # fmt: skip
+    recent = [
+        s
+        for s in queries.requests_in_window(conn, now - window_s, now, with_tokens=True, limit=RECENT_LIMIT)
+        if s.record.metrics is not None
+    ]
     mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
     samples_by_id: dict[str, list[GpuSample]] = {}
     if gpus:
@@ -325,12 +334,15 @@ def _hardware(
     def host_bw() -> float | None:
         return None if reads.measured_bw is None else reads.measured_bw.bandwidth_bytes_s
 
-    hw = resolve_hardware(gpus[0] if gpus else None, gpu_count=len(gpus), apple_chip=apple_chip,
-                          host_bandwidth=host_bw if need_host else lambda: None)  # fmt: skip
+    hw = resolve_hardware(
+        gpus[0] if gpus else None,
+        gpu_count=len(gpus),
+        apple_chip=apple_chip,
+        host_bandwidth=host_bw if need_host else lambda: None,
+    )
     if picked is not None:
         kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
-        hw = Hardware(kind, picked.name, picked,
-                      picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))  # fmt: skip
+        hw = Hardware(kind, picked.name, picked, picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))
     if hw.kind == "cpu":
         frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
     elif frac < 1.0:
@@ -403,17 +415,28 @@ class _Curves:
 
 
 def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> _Curves:
-    samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens,
-                          r.decode_tok_s) for r in rows if r.kind is not RequestKind.EMBED]  # fmt: skip
+    samples = [
+        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens, r.decode_tok_s)
+        for r in rows
+        if r.kind is not RequestKind.EMBED
+    ]
     # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
-    embed_samples = [RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None)
-                     for r in rows if r.kind is RequestKind.EMBED]  # fmt: skip
+    embed_samples = [
+        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None) for r in rows if r.kind is RequestKind.EMBED
+    ]
     spec = hw.spec
     if spec is None or facts is None:
         prefill_r, decode_r = plain_readings(samples)
         return _Curves(None, None, prefill_r, decode_r, plain_readings(embed_samples)[0])
-    start = CeilingModel(spec, facts, starting_efficiencies(spec, facts.quantization), frac, hw.host_bandwidth_bytes_s,
-                         hw.bandwidth_bytes_s, ubatch)  # fmt: skip
+    start = CeilingModel(
+        spec,
+        facts,
+        starting_efficiencies(spec, facts.quantization),
+        frac,
+        hw.host_bandwidth_bytes_s,
+        hw.bandwidth_bytes_s,
+        ubatch,
+    )
     story = build_story(start, samples)
     embeds = embed_story(story.model, embed_samples)
     out = _Curves(story, embeds, story.prefill, story.decode, embeds.readings if embeds is not None else [])
@@ -456,9 +479,18 @@ def _diagnose(
     for rec in reads.mine:
         ph = phases[rec.id]
         gpu_s = reads.samples_by_id.get(rec.id, [])
-        ds = diagnose_request(rec, ph, gpu_samples=gpu_s, loaded=reads.loaded if hw.kind != "cpu" else None, facts=facts,
-                              spec=hw.spec, host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, efficiencies=eff,
-                              bandwidth_bytes_s=hw.bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
+        ds = diagnose_request(
+            rec,
+            ph,
+            gpu_samples=gpu_s,
+            loaded=reads.loaded if hw.kind != "cpu" else None,
+            facts=facts,
+            spec=hw.spec,
+            host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
+            efficiencies=eff,
+            bandwidth_bytes_s=hw.bandwidth_bytes_s,
+            ubatch_tokens=ubatch,
+        )
         diagnosed.append((rec, ds))
         if gpu_s:
             used = energy_for_request(rec, ph, gpu_s)
@@ -472,13 +504,17 @@ def _rate_sentences(
 ) -> list[str]:
     # Replies that thought: thinking is decode work, and the first answer token comes after it.
     gens = [r for r in rows if r.kind is RequestKind.GENERATE]
-    thought = [ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s)
-               for r in gens if r.thinking_tokens]  # fmt: skip
+    thought = [
+        ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s) for r in gens if r.thinking_tokens
+    ]
     return explain_rates(
-        story, hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
-        model_name=model, ubatch_source=ubatch_source, interference=events,
+        story,
+        hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
+        model_name=model,
+        ubatch_source=ubatch_source,
+        interference=events,
         thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
-    )  # fmt: skip
+    )
 
 
 def build_why(

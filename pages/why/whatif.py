@@ -96,13 +96,29 @@ def build_whatif(m: WhyModel, picked: RunnerSettings, picked_quant: str | None) 
     spec = hw.spec
 
     def at(settings: RunnerSettings, quant: str | None) -> Prediction:
-        return predict(facts, spec, settings, work, free_vram_bytes=force.free_vram_bytes, efficiencies=m.efficiencies,
-                       host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, bandwidth_bytes_s=hw.bandwidth_bytes_s,
-                       quant=quant)  # fmt: skip
+        return predict(
+            facts,
+            spec,
+            settings,
+            work,
+            free_vram_bytes=force.free_vram_bytes,
+            efficiencies=m.efficiencies,
+            host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
+            bandwidth_bytes_s=hw.bandwidth_bytes_s,
+            quant=quant,
+        )
 
     now = at(force.settings, None)
-    found = suggest(now, facts, spec, work, free_vram_bytes=force.free_vram_bytes, efficiencies=m.efficiencies,
-                    host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, bandwidth_bytes_s=hw.bandwidth_bytes_s)  # fmt: skip
+    found = suggest(
+        now,
+        facts,
+        spec,
+        work,
+        free_vram_bytes=force.free_vram_bytes,
+        efficiencies=m.efficiencies,
+        host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
+        bandwidth_bytes_s=hw.bandwidth_bytes_s,
+    )
     return WhatIf(now, at(picked, picked_quant), found, work, force)
 
 
@@ -110,8 +126,11 @@ def memory_figure(w: WhatIf) -> go.Figure:
     """Stacked bars, in GB: what the model holds now and under the picked settings, against the free GPU memory."""
     fig = go.Figure()
     rows = [("now", w.now), ("picked", w.picked)]
-    parts = (("weights", "weights_bytes", "#4c78a8"), ("KV cache", "kv_bytes", "#f58518"),
-             ("compute and output buffers", None, "#9d755d"))  # fmt: skip
+    parts = (
+        ("weights", "weights_bytes", "#4c78a8"),
+        ("KV cache", "kv_bytes", "#f58518"),
+        ("compute and output buffers", None, "#9d755d"),
+    )
     for label, attr, color in parts:
         xs = []
         for _, p in rows:
@@ -119,8 +138,19 @@ def memory_figure(w: WhatIf) -> go.Figure:
             xs.append((getattr(mem, attr) if attr else mem.compute_bytes + mem.output_bytes) / 1e9)
         fig.add_bar(y=[r for r, _ in rows], x=xs, name=label, orientation="h", marker_color=color)
     if w.in_force.free_vram_bytes is not None:
-        fig.add_vline(x=w.in_force.free_vram_bytes / 1e9, line_dash="dash", line_color="#e45756",
-                      annotation_text="GPU memory free for it", annotation_position="top")  # fmt: skip
-    fig.update_layout(barmode="stack", title="Memory the model needs (GB)", xaxis_title="GB", height=230,
-                      legend={"orientation": "h", "y": -0.35}, margin={"t": 50, "b": 10})  # fmt: skip
+        fig.add_vline(
+            x=w.in_force.free_vram_bytes / 1e9,
+            line_dash="dash",
+            line_color="#e45756",
+            annotation_text="GPU memory free for it",
+            annotation_position="top",
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="Memory the model needs (GB)",
+        xaxis_title="GB",
+        height=230,
+        legend={"orientation": "h", "y": -0.35},
+        margin={"t": 50, "b": 10},
+    )
     return fig

@@ -192,8 +192,26 @@ def test_compute_ceilings_rejects_nonsense() -> None:
 # ---------------------------------------------------------------------------------------------
 # Command line
 
-ARGS = ["--weights-bytes", str(4.58 * GIB), "--params", "8.03e9", "--layers", "32", "--hidden", "4096",
-        "--kv-heads", "8", "--head-dim", "128", "--context", "512", "--prompt-tokens", "512", "--quant", "Q4_K_M"]  # fmt: skip
+ARGS = [
+    "--weights-bytes",
+    str(4.58 * GIB),
+    "--params",
+    "8.03e9",
+    "--layers",
+    "32",
+    "--hidden",
+    "4096",
+    "--kv-heads",
+    "8",
+    "--head-dim",
+    "128",
+    "--context",
+    "512",
+    "--prompt-tokens",
+    "512",
+    "--quant",
+    "Q4_K_M",
+]
 
 
 def test_cli_json_in_a_real_process() -> None:
@@ -205,8 +223,14 @@ def test_cli_json_in_a_real_process() -> None:
         check=True,
     )
     data = json.loads(out.stdout)
-    for key in ("bandwidth_bytes_s", "peak_flops", "decode_ceiling_tok_s", "decode_expected_tok_s",
-                "prefill_ceiling_tok_s", "prefill_expected_tok_s"):  # fmt: skip
+    for key in (
+        "bandwidth_bytes_s",
+        "peak_flops",
+        "decode_ceiling_tok_s",
+        "decode_expected_tok_s",
+        "prefill_ceiling_tok_s",
+        "prefill_expected_tok_s",
+    ):
         assert isinstance(data[key], float), key
     assert data["bandwidth_bytes_s"] == 936e9
     assert data["gpu_key"] == "rtx-3090"

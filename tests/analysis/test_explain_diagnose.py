@@ -17,9 +17,18 @@ def gpu_samples(rec: RequestRecord, **fields: object) -> list[GpuSample]:
     """Samples every 20 ms across the request, busy, with the given overrides."""
     end = rec.wall_s(rec.final_chunk_ns or rec.received_ns)
     base = GpuSample(
-        ts_unix_s=T0_UNIX, index=0, name=SPEC.name, uuid="GPU-1", util_gpu_pct=95.0, power_w=250.0, power_limit_w=350.0,
-        mem_clock_mhz=9751, mem_clock_max_mhz=9751, mem_bus_width_bits=384, pstate=2,
-    )  # fmt: skip
+        ts_unix_s=T0_UNIX,
+        index=0,
+        name=SPEC.name,
+        uuid="GPU-1",
+        util_gpu_pct=95.0,
+        power_w=250.0,
+        power_limit_w=350.0,
+        mem_clock_mhz=9751,
+        mem_clock_max_mhz=9751,
+        mem_bus_width_bits=384,
+        pstate=2,
+    )
     out = []
     t = T0_UNIX
     while t <= end:
@@ -43,8 +52,16 @@ def test_clean_request_is_silent() -> None:
 
 
 def test_every_code_is_documented() -> None:
-    for code in ("partial_offload", "memory_clock_low", "power_capped", "cache_hit", "one_token_reply", "ttft_load",
-                 "ttft_prompt", "ttft_queue"):  # fmt: skip
+    for code in (
+        "partial_offload",
+        "memory_clock_low",
+        "power_capped",
+        "cache_hit",
+        "one_token_reply",
+        "ttft_load",
+        "ttft_prompt",
+        "ttft_queue",
+    ):
         assert code in CODES
 
 

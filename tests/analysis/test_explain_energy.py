@@ -14,8 +14,9 @@ T0 = 1_800_000_000.0
 MS = 1_000_000
 
 
-def samples(watts: float = 300.0, start: float = T0 - 1, end: float = T0 + 3, step: float = 0.1, index: int = 0,
-            counter: bool = True) -> list[GpuSample]:  # fmt: skip
+def samples(
+    watts: float = 300.0, start: float = T0 - 1, end: float = T0 + 3, step: float = 0.1, index: int = 0, counter: bool = True
+) -> list[GpuSample]:
     out = []
     n = round((end - start) / step)
     for k in range(n + 1):
@@ -35,10 +36,25 @@ def samples(watts: float = 300.0, start: float = T0 - 1, end: float = T0 + 3, st
 
 def request() -> tuple[RequestRecord, Phases]:
     # Prefill 0.5 s from T0, decode 1.0 s after it; 1000 prompt tokens (200 cached), 101 output tokens.
-    rec = RequestRecord(id="r", started_at_unix_s=T0, client_addr="127.0.0.1", endpoint="/api/generate", model="m",
-                        stream=True, received_ns=0, final_chunk_ns=1500 * MS, outcome=Outcome.OK)  # fmt: skip
-    ph = Phases(prefill_start_ns=0, decode_start_ns=500 * MS, decode_end_ns=1500 * MS, prompt_tokens=1000,
-                cached_tokens=200, output_tokens=101)  # fmt: skip
+    rec = RequestRecord(
+        id="r",
+        started_at_unix_s=T0,
+        client_addr="127.0.0.1",
+        endpoint="/api/generate",
+        model="m",
+        stream=True,
+        received_ns=0,
+        final_chunk_ns=1500 * MS,
+        outcome=Outcome.OK,
+    )
+    ph = Phases(
+        prefill_start_ns=0,
+        decode_start_ns=500 * MS,
+        decode_end_ns=1500 * MS,
+        prompt_tokens=1000,
+        cached_tokens=200,
+        output_tokens=101,
+    )
     return rec, ph
 
 

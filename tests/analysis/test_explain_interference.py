@@ -13,10 +13,17 @@ MS = 1_000_000
 
 def record(rid: str, tokens: list[int], model: str = "llama3.1:8b") -> RequestRecord:
     return RequestRecord(
-        id=rid, started_at_unix_s=1.8e9, client_addr="127.0.0.1", endpoint="/api/chat", model=model, stream=True,
-        received_ns=tokens[0] - 100 * MS if tokens else 0, token_chunk_ns=tokens,
-        final_chunk_ns=tokens[-1] if tokens else None, outcome=Outcome.OK,
-    )  # fmt: skip
+        id=rid,
+        started_at_unix_s=1.8e9,
+        client_addr="127.0.0.1",
+        endpoint="/api/chat",
+        model=model,
+        stream=True,
+        received_ns=tokens[0] - 100 * MS if tokens else 0,
+        token_chunk_ns=tokens,
+        final_chunk_ns=tokens[-1] if tokens else None,
+        outcome=Outcome.OK,
+    )
 
 
 def victim_tokens(window: tuple[int, int], normal_ms: float = 10, slow_ms: float = 50, n: int = 100) -> list[int]:

@@ -22,9 +22,24 @@ from analysis.hardware import (
 
 # Keys sim/ and earlier code rely on must stay.
 ORIGINAL_KEYS = [
-    "rtx-3060", "rtx-3070", "rtx-3080", "rtx-3090", "rtx-4060-ti-16gb", "rtx-4070", "rtx-4080", "rtx-4090",
-    "rtx-5090", "a100-80gb", "h100-sxm", "h200", "m1", "m1-max", "m2-ultra", "m3-max", "cpu",
-]  # fmt: skip
+    "rtx-3060",
+    "rtx-3070",
+    "rtx-3080",
+    "rtx-3090",
+    "rtx-4060-ti-16gb",
+    "rtx-4070",
+    "rtx-4080",
+    "rtx-4090",
+    "rtx-5090",
+    "a100-80gb",
+    "h100-sxm",
+    "h200",
+    "m1",
+    "m1-max",
+    "m2-ultra",
+    "m3-max",
+    "cpu",
+]
 
 
 def test_original_keys_kept() -> None:
@@ -44,11 +59,21 @@ def test_keys_unique_and_values_sane() -> None:
 
 def test_physics_section_5_values() -> None:
     expected = {  # key: (GB/s, dense FP16 TFLOPS) from datasheets (docs/physics.md §8)
-        "rtx-3090": (936, 142), "rtx-4090": (1008, 330), "rtx-a6000": (768, 154.8), "l40s": (864, 362),
-        "a100-40gb": (1555, 312), "a100-80gb": (2039, 312), "h100-sxm": (3350, 989), "h100-pcie": (2000, 756),
-        "h200": (4800, 989), "rx-7900-xtx": (960, 122.8), "m2-ultra": (800, 27.2), "m4-max": (546, 18),
-        "m4-max-32c": (410, 14.4), "m3-max-30c": (300, 12),
-    }  # fmt: skip
+        "rtx-3090": (936, 142),
+        "rtx-4090": (1008, 330),
+        "rtx-a6000": (768, 154.8),
+        "l40s": (864, 362),
+        "a100-40gb": (1555, 312),
+        "a100-80gb": (2039, 312),
+        "h100-sxm": (3350, 989),
+        "h100-pcie": (2000, 756),
+        "h200": (4800, 989),
+        "rx-7900-xtx": (960, 122.8),
+        "m2-ultra": (800, 27.2),
+        "m4-max": (546, 18),
+        "m4-max-32c": (410, 14.4),
+        "m3-max-30c": (300, 12),
+    }
     for key, (bw, tf) in expected.items():
         s = spec_by_key(key)
         assert s.bandwidth_bytes_s == pytest.approx(bw * GB), key
@@ -57,8 +82,21 @@ def test_physics_section_5_values() -> None:
 
 def test_table_covers_the_families() -> None:
     keys = set(BY_KEY)
-    for series in ("rtx-2080-ti", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-a6000", "rtx-6000-ada", "v100-sxm2-32gb",
-                   "a100-80gb", "h100-sxm", "h200", "l40s", "rx-7900-xtx", "cpu"):  # fmt: skip
+    for series in (
+        "rtx-2080-ti",
+        "rtx-3090",
+        "rtx-4090",
+        "rtx-5090",
+        "rtx-a6000",
+        "rtx-6000-ada",
+        "v100-sxm2-32gb",
+        "a100-80gb",
+        "h100-sxm",
+        "h200",
+        "l40s",
+        "rx-7900-xtx",
+        "cpu",
+    ):
         assert series in keys
     for gen in "1234":
         for tier in ("", "-pro", "-max"):

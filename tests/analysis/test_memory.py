@@ -18,14 +18,38 @@ from tests.support.engine_process import require_llama_server
 MiB = 1024 * 1024
 # Gemma 3 270M as its GGUF describes it (llama-server's print_info): 18 layers, 15 of them sliding over 512 tokens.
 GEMMA = ModelFacts(
-    architecture="gemma3", params=2.68e8, total_params=2.68e8, layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256,
-    value_head_dim=256, context_length=32768, quantization="Q4_K_M", weights_bytes=253e6, weights_bytes_estimated=False,
-    sliding_window=512, swa_layers=15, ffn_length=2048,
-)  # fmt: skip
+    architecture="gemma3",
+    params=2.68e8,
+    total_params=2.68e8,
+    layers=18,
+    hidden=640,
+    heads=4,
+    kv_heads=1,
+    head_dim=256,
+    value_head_dim=256,
+    context_length=32768,
+    quantization="Q4_K_M",
+    weights_bytes=253e6,
+    weights_bytes_estimated=False,
+    sliding_window=512,
+    swa_layers=15,
+    ffn_length=2048,
+)
 LLAMA_8B = ModelFacts(
-    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
-)  # fmt: skip
+    architecture="llama",
+    params=8.03e9,
+    total_params=8.03e9,
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    value_head_dim=128,
+    context_length=131072,
+    quantization="Q4_K_M",
+    weights_bytes=4.92e9,
+    weights_bytes_estimated=False,
+)
 
 
 def test_full_attention_kv_is_two_times_layers_heads_dim_cells_bytes() -> None:
@@ -80,11 +104,17 @@ def test_fit_counts_whole_layers_and_spill_is_the_rest() -> None:
 
 def test_show_gives_the_window_and_pattern() -> None:
     info: dict[str, object] = {
-            "general.architecture": "gemma3", "general.parameter_count": 268098176, "gemma3.block_count": 18,
-            "gemma3.embedding_length": 640, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
-            "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256, "gemma3.feed_forward_length": 2048,
-            "gemma3.attention.sliding_window": 512,
-    }  # fmt: skip
+        "general.architecture": "gemma3",
+        "general.parameter_count": 268098176,
+        "gemma3.block_count": 18,
+        "gemma3.embedding_length": 640,
+        "gemma3.attention.head_count": 4,
+        "gemma3.attention.head_count_kv": 1,
+        "gemma3.attention.key_length": 256,
+        "gemma3.attention.value_length": 256,
+        "gemma3.feed_forward_length": 2048,
+        "gemma3.attention.sliding_window": 512,
+    }
     show = {"model_info": info, "details": {"quantization_level": "Q4_K_M"}}
     f = model_facts_from_show(show, 253_000_000)
     assert (f.sliding_window, f.swa_layers, f.ffn_length) == (512, 15, 2048)
@@ -104,11 +134,37 @@ def _llama_server_memory(binary: Path, gguf: Path, s: RunnerSettings, log: Path)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    args = [str(binary), "--model", str(gguf), "--port", str(port), "--host", "127.0.0.1", "--no-webui", "--offline",
-            "-c", str(s.num_ctx * s.num_parallel), "-np", str(s.num_parallel), "-b", str(s.ubatch_tokens),
-            "-ub", str(s.ubatch_tokens), "--cache-type-k", s.kv_type, "--cache-type-v", s.kv_type,
-            "--flash-attn", "on" if s.flash_attn else "off", "-t", "1",
-            "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps"]  # fmt: skip
+    args = [
+        str(binary),
+        "--model",
+        str(gguf),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        str(s.num_ctx * s.num_parallel),
+        "-np",
+        str(s.num_parallel),
+        "-b",
+        str(s.ubatch_tokens),
+        "-ub",
+        str(s.ubatch_tokens),
+        "--cache-type-k",
+        s.kv_type,
+        "--cache-type-v",
+        s.kv_type,
+        "--flash-attn",
+        "on" if s.flash_attn else "off",
+        "-t",
+        "1",
+        "--log-verbosity",
+        "4",
+        "--no-log-prefix",
+        "--no-log-timestamps",
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         try:

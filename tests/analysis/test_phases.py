@@ -201,8 +201,13 @@ def test_record_places_phases_on_the_proxy_clock() -> None:
 def test_record_with_phases_longer_than_the_request_is_flagged() -> None:
     ms = 1_000_000
     received = 1_000_000_000
-    metrics = FinalMetrics(total_duration_ns=900 * ms, prompt_eval_count=10, prompt_eval_duration_ns=700 * ms,
-                           eval_count=3, eval_duration_ns=150 * ms)  # fmt: skip
+    metrics = FinalMetrics(
+        total_duration_ns=900 * ms,
+        prompt_eval_count=10,
+        prompt_eval_duration_ns=700 * ms,
+        eval_count=3,
+        eval_duration_ns=150 * ms,
+    )
     rec = _record(final_chunk_ns=received + 500 * ms, outcome=Outcome.OK, metrics=metrics)
     p = split_record(rec)
     assert "negative_transport" in p.flags  # Ollama says 900 ms, the proxy saw 500 ms
@@ -242,9 +247,20 @@ def test_cli_prints_the_required_keys() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     required = {
-        "total_s", "load_s", "prefill_s", "decode_s", "queue_s", "prompt_tokens", "cached_tokens", "output_tokens",
-        "prefill_tok_s", "decode_tok_s", "ollama_prefill_tok_s", "ollama_decode_tok_s", "flags",
-    }  # fmt: skip
+        "total_s",
+        "load_s",
+        "prefill_s",
+        "decode_s",
+        "queue_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "output_tokens",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "ollama_prefill_tok_s",
+        "ollama_decode_tok_s",
+        "flags",
+    }
     assert required <= set(out)
     assert out["queue_s"] == pytest.approx(0.005809792)
     assert out["decode_tok_s"] == pytest.approx(258 / 4.23271)
@@ -291,7 +307,16 @@ def test_openai_endpoint_without_timings_says_why() -> None:
 def test_every_flag_is_one_enum_member_with_a_meaning() -> None:
     """Flags come from one enum, each has a meaning, and a stored code reads back as its member."""
     assert set(FLAG_CODES) == set(Flag) and all(FLAG_CODES.values())
-    p = split_response({"done": True, "total_duration": 10, "load_duration": 0, "prompt_eval_count": 10,
-                        "prompt_eval_duration": 100, "eval_count": 1, "eval_duration": 0})  # fmt: skip
+    p = split_response(
+        {
+            "done": True,
+            "total_duration": 10,
+            "load_duration": 0,
+            "prompt_eval_count": 10,
+            "prompt_eval_duration": 100,
+            "eval_count": 1,
+            "eval_duration": 0,
+        }
+    )
     assert p.flags and all(isinstance(code, Flag) for code in p.flags)
     assert [Flag(json_code) for json_code in json.loads(json.dumps(p.flags))] == p.flags

@@ -19,9 +19,14 @@ from analysis.phases import (
 from analysis.records import FinalMetrics, Outcome, RequestRecord
 
 METRIC_KEYS = [
-    "total_duration", "load_duration", "prompt_eval_count", "prompt_eval_cached_count",
-    "prompt_eval_duration", "eval_count", "eval_duration",
-]  # fmt: skip
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_cached_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+]
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
 json_values = st.recursive(
@@ -119,10 +124,21 @@ def test_split_record_never_raises(
     outcome: Outcome,
 ) -> None:
     rec = RequestRecord(
-        id="x", started_at_unix_s=0.0, client_addr="", endpoint="/api/generate", model="m", stream=True,
-        received_ns=received, forwarded_ns=forwarded, first_token_ns=first_token, token_chunk_ns=chunks,
-        final_chunk_ns=final, closed_ns=closed, outcome=outcome, metrics=m,
-    )  # fmt: skip
+        id="x",
+        started_at_unix_s=0.0,
+        client_addr="",
+        endpoint="/api/generate",
+        model="m",
+        stream=True,
+        received_ns=received,
+        forwarded_ns=forwarded,
+        first_token_ns=first_token,
+        token_chunk_ns=chunks,
+        final_chunk_ns=final,
+        closed_ns=closed,
+        outcome=outcome,
+        metrics=m,
+    )
     p = split_record(rec)
     assert p.token_chunks == len(chunks)
     assert all(code for code in p.flags) and set(p.flags) == set(p.flag_text)

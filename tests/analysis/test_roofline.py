@@ -36,9 +36,16 @@ def test_short_prompts_are_memory_bound_long_ones_compute_bound() -> None:
 
     def ceiling(prompt_tokens: int) -> float:
         return compute_ceilings(
-            bandwidth_bytes_s=spec.bandwidth_bytes_s, peak_flops=spec.fp16_flops, weights_bytes=4.92e9, params=8.03e9,
-            layers=32, hidden=4096, kv_bytes_per_tok=128 * 1024, context_tokens=prompt_tokens,
-            prompt_tokens=prompt_tokens, efficiencies=eff,
+            bandwidth_bytes_s=spec.bandwidth_bytes_s,
+            peak_flops=spec.fp16_flops,
+            weights_bytes=4.92e9,
+            params=8.03e9,
+            layers=32,
+            hidden=4096,
+            kv_bytes_per_tok=128 * 1024,
+            context_tokens=prompt_tokens,
+            prompt_tokens=prompt_tokens,
+            efficiencies=eff,
         ).prefill_ceiling_tok_s
 
     assert ceiling(8) == pytest.approx(936e9 * 8 / 4.92e9)  # one weight pass for 8 tokens

@@ -22,10 +22,19 @@ def _rec(**kw: object) -> RequestRecord:
     """A streamed /v1 chat: forwarded at 1 ms, first token at 1,001 ms, 5 chunks 20 ms apart."""
     chunks = [T0 + (1001 + 20 * i) * MS for i in range(5)]
     base: dict[str, object] = dict(
-        id="v1", started_at_unix_s=START_S, client_addr="127.0.0.1:1", endpoint="/v1/chat/completions", model="m",
-        stream=True, received_ns=T0, forwarded_ns=T0 + MS, first_token_ns=chunks[0], token_chunk_ns=chunks,
-        final_chunk_ns=chunks[-1], outcome=Outcome.OK,
-    )  # fmt: skip
+        id="v1",
+        started_at_unix_s=START_S,
+        client_addr="127.0.0.1:1",
+        endpoint="/v1/chat/completions",
+        model="m",
+        stream=True,
+        received_ns=T0,
+        forwarded_ns=T0 + MS,
+        first_token_ns=chunks[0],
+        token_chunk_ns=chunks,
+        final_chunk_ns=chunks[-1],
+        outcome=Outcome.OK,
+    )
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]
 

@@ -17,15 +17,37 @@ from tests.support.paths import REPO
 
 RTX_4090 = BY_KEY["rtx-4090"]
 LLAMA_8B = ModelFacts(
-    architecture="llama", params=8.03e9, total_params=8.03e9, layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-    value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=4.92e9, weights_bytes_estimated=False,
+    architecture="llama",
+    params=8.03e9,
+    total_params=8.03e9,
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    value_head_dim=128,
+    context_length=131072,
+    quantization="Q4_K_M",
+    weights_bytes=4.92e9,
+    weights_bytes_estimated=False,
     ffn_length=14336,
-)  # fmt: skip
+)
 LLAMA_70B = ModelFacts(
-    architecture="llama", params=70.55e9, total_params=70.55e9, layers=80, hidden=8192, heads=64, kv_heads=8,
-    head_dim=128, value_head_dim=128, context_length=131072, quantization="Q4_K_M", weights_bytes=42.52e9,
-    weights_bytes_estimated=False, ffn_length=28672,
-)  # fmt: skip
+    architecture="llama",
+    params=70.55e9,
+    total_params=70.55e9,
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    head_dim=128,
+    value_head_dim=128,
+    context_length=131072,
+    quantization="Q4_K_M",
+    weights_bytes=42.52e9,
+    weights_bytes_estimated=False,
+    ffn_length=28672,
+)
 WORK = Workload(prompt_tokens=1200, prompt_p90_tokens=3500, context_tokens=1500, longest_prompt_tokens=3900)
 FREE = RTX_4090.memory_bytes
 
@@ -81,15 +103,44 @@ def test_another_quantization_changes_weights_by_bits_per_weight() -> None:
 
 
 def test_the_command_line_names_kv_bytes_fit_and_spill() -> None:
-    args = ["--gpu", "rtx-4090", "--weights-bytes", "4.92e9", "--params", "8.03e9", "--layers", "32", "--hidden", "4096",
-            "--kv-heads", "8", "--head-dim", "128", "--quant", "Q4_K_M", "--num-ctx", "131072", "--num-parallel", "2",
-            "--kv-type", "f16", "--flash-attn", "on", "--json"]  # fmt: skip
+    args = [
+        "--gpu",
+        "rtx-4090",
+        "--weights-bytes",
+        "4.92e9",
+        "--params",
+        "8.03e9",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--quant",
+        "Q4_K_M",
+        "--num-ctx",
+        "131072",
+        "--num-parallel",
+        "2",
+        "--kv-type",
+        "f16",
+        "--flash-attn",
+        "on",
+        "--json",
+    ]
     out = subprocess.run([sys.executable, "-m", "analysis.whatif", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["kv_bytes"] == 2 * 32 * 8 * 128 * 2 * 262144
     assert got["fits"] is False and got["spill_bytes"] > 0
     assert got["decode_tok_s"] > 0 and got["suggestions"]
-    bad = subprocess.run([sys.executable, "-m", "analysis.whatif", *args[:-5], "--kv-type", "q8_0", "--flash-attn", "off"],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "analysis.whatif", *args[:-5], "--kv-type", "q8_0", "--flash-attn", "off"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "needs flash attention" in bad.stderr

@@ -55,8 +55,7 @@ def test_the_suggested_context_runs_at_the_predicted_rate() -> None:
         free, host = float(profile.vram_bytes), profile.host_bandwidth_bytes_s
         start = predict(facts, spec, now_settings, work, free_vram_bytes=free, host_bandwidth_bytes_s=host)
         # Calibrated as the Why page does: the measured share of the decode ceiling.
-        eff = replace(starting_efficiencies(spec, facts.quantization),
-                      eta_bw=spilled_rate / start.at_median.decode_ceiling_tok_s)  # fmt: skip
+        eff = replace(starting_efficiencies(spec, facts.quantization), eta_bw=spilled_rate / start.at_median.decode_ceiling_tok_s)
         now = predict(facts, spec, now_settings, work, free_vram_bytes=free, host_bandwidth_bytes_s=host, efficiencies=eff)
         assert now.memory.fits is False
         found = suggest(now, facts, spec, work, free_vram_bytes=free, host_bandwidth_bytes_s=host, efficiencies=eff)

@@ -24,8 +24,9 @@ def test_each_reading_is_judged_at_its_own_prompt_length() -> None:
     # 14 tokens at 151,691 tok/s: one read of 4.92 GB of weights per micro-batch allows 14 x 1,008 GB/s / 4.92 GB.
     short_ceiling = START.at(14, 14).prefill_ceiling_tok_s
     assert 2_500 < short_ceiling < 3_000
-    story = build_story(START, [_sample(0, 14, 151_691.0), _sample(1, 20, 2_000.0), _sample(2, 2_000, 8_000.0),
-                                _sample(3, 4_000, 80_000.0)])  # fmt: skip
+    story = build_story(
+        START, [_sample(0, 14, 151_691.0), _sample(1, 20, 2_000.0), _sample(2, 2_000, 8_000.0), _sample(3, 4_000, 80_000.0)]
+    )
     status = {r.request_id: r.status for r in story.prefill}
     assert status == {"r0": Status.IMPOSSIBLE, "r1": Status.TINY, "r2": Status.COUNTED, "r3": Status.IMPOSSIBLE}
     assert story.prefill_median_tok_s == 8_000.0  # only the reading that counts
@@ -33,9 +34,11 @@ def test_each_reading_is_judged_at_its_own_prompt_length() -> None:
 
 def test_too_short_replies_and_impossible_decodes_stay_out_of_the_median() -> None:
     ceiling = START.at(0, 1000).decode_ceiling_tok_s
-    samples = [_sample(0, 500, 8000.0, out=MIN_RATE_TOKENS, decode=150.0),  # 31 intervals: too short
-               _sample(1, 500, 8000.0, out=200, decode=3 * ceiling),
-               _sample(2, 500, 8000.0, out=200, decode=100.0)]  # fmt: skip
+    samples = [
+        _sample(0, 500, 8000.0, out=MIN_RATE_TOKENS, decode=150.0),  # 31 intervals: too short
+        _sample(1, 500, 8000.0, out=200, decode=3 * ceiling),
+        _sample(2, 500, 8000.0, out=200, decode=100.0),
+    ]
     story = build_story(START, samples)
     assert [r.status for r in story.decode] == [Status.TINY, Status.IMPOSSIBLE, Status.COUNTED]
     assert story.decode_median_tok_s == 100.0
@@ -76,16 +79,18 @@ def test_verdicts_follow_the_numbers() -> None:
 def test_a_difference_beyond_the_spread_gets_one_sentence() -> None:
     # Decode at a third of what is expected: the two ratios differ by about 3x.
     expected_decode = START.at(0, 1000).decode_expected_tok_s
-    story = build_story(START, [_sample(i, 2000, START.at(2000, 2000).prefill_expected_tok_s, decode=expected_decode / 3)
-                                for i in range(3)])  # fmt: skip
+    story = build_story(
+        START, [_sample(i, 2000, START.at(2000, 2000).prefill_expected_tok_s, decode=expected_decode / 3) for i in range(3)]
+    )
     assert story.ratios_differ
     lines = explain_rates(story, hardware_name="RTX 4090", model_name="m")
     differ = [s for s in lines if s.startswith("The two ratios differ")]
     assert (
         len(differ) == 1 and f"more than {w.times(RATIO_SPREAD)}" in differ[0] and "decode is the one to look into" in differ[0]
     )
-    calm = build_story(START, [_sample(i, 2000, START.at(2000, 2000).prefill_expected_tok_s, decode=expected_decode)
-                               for i in range(3)])  # fmt: skip
+    calm = build_story(
+        START, [_sample(i, 2000, START.at(2000, 2000).prefill_expected_tok_s, decode=expected_decode) for i in range(3)]
+    )
     assert not calm.ratios_differ
     assert not any(s.startswith("The two ratios differ") for s in explain_rates(calm, hardware_name="x", model_name="m"))
 
@@ -95,5 +100,7 @@ def test_ollamas_micro_batch_by_context() -> None:
     big_batch = CeilingModel(SPEC, FACTS, START.efficiencies, vram_fraction=0.1, ubatch_tokens=2048)
     # Mostly offloaded, prefill is memory-bound at 512: a 2,048-token micro-batch shares each weight read four times as
     # widely, until compute binds.
-    assert big_batch.at(4000, 4000).prefill_ceiling_tok_s > 2 * CeilingModel(
-        SPEC, FACTS, START.efficiencies, vram_fraction=0.1).at(4000, 4000).prefill_ceiling_tok_s  # fmt: skip
+    assert (
+        big_batch.at(4000, 4000).prefill_ceiling_tok_s
+        > 2 * CeilingModel(SPEC, FACTS, START.efficiencies, vram_fraction=0.1).at(4000, 4000).prefill_ceiling_tok_s
+    )

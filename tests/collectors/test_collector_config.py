@@ -124,10 +124,25 @@ def test_environment_and_options(tmp_path: Path) -> None:
     assert (s.ollama_url, str(s.listen), s.data_dir, s.record_text) == ("http://127.0.0.1:9999", "127.0.0.1:1234", tmp_path, True)
     assert (s.interval_s, s.samples_retention_days, s.requests_retention_days, s.max_db_bytes) == (2.5, 3, 10, 64 << 20)
     s = load_settings(
-        ["--ollama", "http://10.0.0.2:11434", "--listen", "[::1]:5", "--data", str(tmp_path / "x"), "--interval", "0.5",
-         "--demo", "--samples-days", "1", "--requests-days", "30", "--ollama-pids", "10,11"],
+        [
+            "--ollama",
+            "http://10.0.0.2:11434",
+            "--listen",
+            "[::1]:5",
+            "--data",
+            str(tmp_path / "x"),
+            "--interval",
+            "0.5",
+            "--demo",
+            "--samples-days",
+            "1",
+            "--requests-days",
+            "30",
+            "--ollama-pids",
+            "10,11",
+        ],
         env,
-    )  # fmt: skip
+    )
     assert s.ollama_url == "http://10.0.0.2:11434" and str(s.listen) == "[::1]:5"
     assert s.data_dir == tmp_path / "x" and s.interval_s == 0.5 and s.demo is True
     assert s.samples_retention_days == 1 and s.requests_retention_days == 30 and s.ollama_pids == (10, 11)

@@ -90,8 +90,9 @@ def _as_other_user(script: str, *args: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("making files as another user needs root (CI runs the tests as root)")
     other = pwd.getpwnam(OTHER_USER)
-    subprocess.run(["/bin/sh", "-c", script, *args], user=other.pw_uid, group=other.pw_gid, extra_groups=[],
-                   check=True, timeout=30, cwd="/")  # fmt: skip
+    subprocess.run(
+        ["/bin/sh", "-c", script, *args], user=other.pw_uid, group=other.pw_gid, extra_groups=[], check=True, timeout=30, cwd="/"
+    )
 
 
 PLANT = 'mkdir -m 777 "$0" && ln -s "$1" "$0/collector.lock"'  # sh: our Python may be out of the user's reach

@@ -95,8 +95,16 @@ def test_direct_records_are_counted_by_source_and_their_unknown_route_is_an_empt
     stats = RequestStats()
     stats.observe(_stored(100, 11, 1000))
     for source in ("log", "log", "slots"):
-        rec = replace(_record(100, 11, 1000), id=f"d-{source}", endpoint=None, client_addr=None, stream=None,
-                      seen_from=SeenFrom.RUNNER, runner_source=source, token_chunk_ns=[])  # fmt: skip
+        rec = replace(
+            _record(100, 11, 1000),
+            id=f"d-{source}",
+            endpoint=None,
+            client_addr=None,
+            stream=None,
+            seen_from=SeenFrom.RUNNER,
+            runner_source=source,
+            token_chunk_ns=[],
+        )
         stats.observe(request_row(rec, split_record(rec), 1.0, PHASES_VERSION))
     text = render(MetricsSnapshot(stats=stats))
     assert 'phasewatch_requests_total{endpoint="/api/chat",model="llama3.2",outcome="ok",source="proxy"} 1.0' in text
@@ -133,8 +141,18 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     stats.observe(_stored(100, 11, 1000, model='we"ird\\model'))
     snap = MetricsSnapshot(
         gpus=[
-            GpuSample(ts_unix_s=1, index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-a", util_gpu_pct=97, power_w=300.5,
-                      energy_j=1234.5, sm_clock_mhz=2520, ollama_mem_bytes=5 << 30, throttle_reasons=0x44),
+            GpuSample(
+                ts_unix_s=1,
+                index=0,
+                name="NVIDIA GeForce RTX 4090",
+                uuid="GPU-a",
+                util_gpu_pct=97,
+                power_w=300.5,
+                energy_j=1234.5,
+                sm_clock_mhz=2520,
+                ollama_mem_bytes=5 << 30,
+                throttle_reasons=0x44,
+            ),
             GpuSample(ts_unix_s=1, index=1, name="NVIDIA A100", uuid="GPU-b"),  # NVML gave nothing: no lines
         ],
         host=HostSample(ts_unix_s=1, cpu_pct=50, mem_used_bytes=4 << 30, mem_total_bytes=16 << 30, ollama_cpu_pct=150),
@@ -143,7 +161,7 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
         stats=stats,
         in_flight_by_phase={"decode": 2},
         store_pending=7,
-    )  # fmt: skip
+    )
     text = render(snap)
     assert text.endswith("\n")
     for line in text.splitlines():
@@ -162,8 +180,14 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     assert m[("phasewatch_gpu_sm_clock_hertz", gpu0)] == 2.52e9
     assert m[("phasewatch_gpu_energy_joules_total", gpu0)] == 1234.5
     throttled = {r: m[("phasewatch_gpu_throttled", (*gpu0[:2], ("reason", r), *gpu0[2:]))] for r in THROTTLE_REASONS}
-    assert throttled == {"sw_power_cap": 1, "hw_slowdown": 0, "sync_boost": 0, "sw_thermal": 0, "hw_thermal": 1,
-                         "hw_power_brake": 0}  # fmt: skip
+    assert throttled == {
+        "sw_power_cap": 1,
+        "hw_slowdown": 0,
+        "sync_boost": 0,
+        "sw_thermal": 0,
+        "hw_thermal": 1,
+        "hw_power_brake": 0,
+    }
     assert m[("phasewatch_gpu_ollama_memory_used_bytes", gpu0)] == 5 << 30
     assert not any(name.startswith("phasewatch_gpu") and ("uuid", "GPU-b") in labels for name, labels in m)
     assert m[("phasewatch_host_cpu_ratio", ())] == 0.5
@@ -176,8 +200,12 @@ def test_render_is_valid_exposition_and_reads_back() -> None:
     ok = (("endpoint", "/api/chat"), ("model", 'we"ird\\model'), ("outcome", "ok"), ("source", "proxy"))
     assert m[("phasewatch_requests_total", ok)] == 1
     assert m[("phasewatch_requests_running", (("phase", "decode"),))] == 2
-    host = (("gen_ai_operation_name", "chat"), ("gen_ai_provider_name", "ollama"), ("server_address", "127.0.0.1"),
-            ("server_port", "11434"))  # fmt: skip
+    host = (
+        ("gen_ai_operation_name", "chat"),
+        ("gen_ai_provider_name", "ollama"),
+        ("server_address", "127.0.0.1"),
+        ("server_port", "11434"),
+    )
     assert m[("gen_ai_server_time_to_first_token_seconds_bucket", (*host[:2], ("le", "0.1"), *host[2:]))] == 1
     assert m[("gen_ai_server_time_to_first_token_seconds_bucket", (*host[:2], ("le", "0.08"), *host[2:]))] == 0
     assert m[("gen_ai_server_time_to_first_token_seconds_count", host)] == 1

@@ -235,8 +235,13 @@ async def _lab_ingest(sim: SimProcess, data: Path) -> None:
     await service.start()
     try:
         run = ExperimentResult(
-            name="prompt-length", run_id="run-1", model=MODEL, ollama_url=f"http://{service.listen}",
-            parameters={"min_prompt_tokens": 64}, started_at_unix_s=time.time(), state=DONE,
+            name="prompt-length",
+            run_id="run-1",
+            model=MODEL,
+            ollama_url=f"http://{service.listen}",
+            parameters={"min_prompt_tokens": 64},
+            started_at_unix_s=time.time(),
+            state=DONE,
             points=[{"prompt_tokens": 64, "prefill_tok_s": 1234.5}],
         )
         write_result(lab_dir(data) / "run-1.json", run)

@@ -32,17 +32,21 @@ def exited(pid: int) -> bool:
 
 
 def collectors_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collectors", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "collectors", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 @pytest.mark.slow
 def test_stop_ends_the_collector_of_a_data_folder(tmp_path: Path) -> None:
     with start_sim() as sim:
         listen = f"127.0.0.1:{free_port()}"
-        proc = subprocess.Popen([sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", listen,
-                                 "--data", str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", listen, "--data", str(tmp_path)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             info = wait_until(lambda: (i := read_lock(tmp_path)) is not None and i.listen and i, START_S, "the collector's lock")
             assert info.pid == proc.pid

@@ -101,9 +101,11 @@ def test_recorded_phases_are_llama_servers(proxy: ProxyThread, engine: SimProces
         prefill_ref_s, decode_ref_s = t["prompt_ms"] / 1e3, t["predicted_ms"] / 1e3
         chunks = s.record.token_chunk_ns
         proxy_decode_s = (chunks[-1] - chunks[0]) / 1e9
-        print(f"\nprefill {p.prefill_s * 1e3:.2f} ms vs llama-server {t['prompt_ms']:.2f} ms ({t['prompt_n']} tokens, "
-              f"{t['cache_n']} cached); decode {p.decode_s * 1e3:.2f} ms vs {t['predicted_ms']:.2f} ms, "
-              f"proxy's chunk span {proxy_decode_s * 1e3:.2f} ms")
+        print(
+            f"\nprefill {p.prefill_s * 1e3:.2f} ms vs llama-server {t['prompt_ms']:.2f} ms ({t['prompt_n']} tokens, "
+            f"{t['cache_n']} cached); decode {p.decode_s * 1e3:.2f} ms vs {t['predicted_ms']:.2f} ms, "
+            f"proxy's chunk span {proxy_decode_s * 1e3:.2f} ms"
+        )
         # The proxy recorded llama-server's counts ...
         assert p.prompt_tokens == t["cache_n"] + t["prompt_n"] and p.cached_tokens == t["cache_n"]
         # ... its durations ...
@@ -198,14 +200,23 @@ def test_prefill_outruns_decode_within_the_cpu_ceilings(proxy: ProxyThread, engi
     ceilings = {}
     for label, bw in (("read", max(read_bw)), ("copy", max(copy_bw))):
         ceilings[label] = compute_ceilings(
-            bandwidth_bytes_s=bw, peak_flops=cpu_peak_flops(engine), weights_bytes=facts.weights_bytes,
-            params=prefill_params, layers=facts.layers, hidden=facts.hidden, kv_bytes_per_tok=facts.kv_bytes_per_token,
-            context_tokens=512 + 16, prompt_tokens=512, efficiencies=Efficiencies(1.0, 1.0),
+            bandwidth_bytes_s=bw,
+            peak_flops=cpu_peak_flops(engine),
+            weights_bytes=facts.weights_bytes,
+            params=prefill_params,
+            layers=facts.layers,
+            hidden=facts.hidden,
+            kv_bytes_per_tok=facts.kv_bytes_per_token,
+            context_tokens=512 + 16,
+            prompt_tokens=512,
+            efficiencies=Efficiencies(1.0, 1.0),
         )
     c = ceilings["read"]
-    print(f"CPU ceilings: prefill {c.prefill_ceiling_tok_s:.0f} tok/s ({c.peak_flops / 1e9:.0f} GFLOP/s), decode "
-          f"{c.decode_ceiling_tok_s:.1f} tok/s at the read bandwidth {max(read_bw) / 1e9:.1f} GB/s "
-          f"({ceilings['copy'].decode_ceiling_tok_s:.1f} tok/s at host_bandwidth's copy figure {max(copy_bw) / 1e9:.1f} GB/s)")
+    print(
+        f"CPU ceilings: prefill {c.prefill_ceiling_tok_s:.0f} tok/s ({c.peak_flops / 1e9:.0f} GFLOP/s), decode "
+        f"{c.decode_ceiling_tok_s:.1f} tok/s at the read bandwidth {max(read_bw) / 1e9:.1f} GB/s "
+        f"({ceilings['copy'].decode_ceiling_tok_s:.1f} tok/s at host_bandwidth's copy figure {max(copy_bw) / 1e9:.1f} GB/s)"
+    )
     assert prefill_tok_s <= c.prefill_ceiling_tok_s
     assert decode_tok_s <= c.decode_ceiling_tok_s
     # Decode is the memory-bound phase: its arithmetic intensity sits far below the CPU's ridge point.

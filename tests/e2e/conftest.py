@@ -30,13 +30,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         proxy = f"127.0.0.1:{free_port()}"
         with open(logs / "collector.log", "wb") as log:
             collector = subprocess.Popen(
-                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
-                 "--demo", "--record-text"],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors",
+                    "--ollama",
+                    sim.base_url,
+                    "--listen",
+                    proxy,
+                    "--data",
+                    str(data_dir),
+                    "--demo",
+                    "--record-text",
+                ],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
-            info = wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy and i, START_TIMEOUT_S,
-                              "the collector's lock")  # fmt: skip
+            info = wait_until(
+                lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy and i,
+                START_TIMEOUT_S,
+                "the collector's lock",
+            )
             wait_until(lambda: db_path(data_dir).exists(), START_TIMEOUT_S, "the store")
             env = {"OLLAMA_HOST": sim.base_url, "PHASEWATCH_LISTEN": proxy}
             with run_app(data_dir, logs / "app.log", env) as url:

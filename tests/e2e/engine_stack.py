@@ -54,10 +54,24 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))}
         with open(logs / "collector.log", "wb") as log:
             collector = subprocess.Popen(
-                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
-                 "--ollama-log", str(sim.log_path)],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors",
+                    "--ollama",
+                    sim.base_url,
+                    "--listen",
+                    proxy,
+                    "--data",
+                    str(data_dir),
+                    "--ollama-log",
+                    str(sim.log_path),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S, "the collector")
             wait_until(lambda: db_path(data_dir).exists(), START_TIMEOUT_S, "the store")

@@ -50,8 +50,21 @@ def run_app(data_dir: Path, log_path: Path, extra_env: dict[str, str]) -> Iterat
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_DATA=str(data_dir), PYTHONUNBUFFERED="1", **extra_env)
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

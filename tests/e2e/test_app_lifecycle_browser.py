@@ -40,8 +40,19 @@ def streamlit_app(data_dir: Path, log_path: Path, env_extra: dict[str, str]) -> 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_DATA=str(data_dir), PYTHONUNBUFFERED="1", **env_extra)
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -96,8 +107,9 @@ def test_demo_is_the_servers_and_leave_demo_ends_every_demo_process(browser: Bro
             wait_ready(page)
             # The app started a collector for real recordings; it finds Ollama down.
             page.get_by_role("button", name="Start demo", exact=True).wait_for(timeout=UI_TIMEOUT_MS)
-            real_collector = wait_until(lambda: (i := read_lock(data_dir)) is not None and i.pid, START_TIMEOUT_S,
-                                        "the app's collector")  # fmt: skip
+            real_collector = wait_until(
+                lambda: (i := read_lock(data_dir)) is not None and i.pid, START_TIMEOUT_S, "the app's collector"
+            )
             page.get_by_role("button", name="Start demo", exact=True).click()
             wait_until(lambda: says_demo(page), 60, "the demo banner after Start demo")
             demo = wait_until(lambda: (i := read_demo_lock(demo_dir)) is not None and i.pid and i, 60, "the demo's lock")
@@ -118,8 +130,11 @@ def test_demo_is_the_servers_and_leave_demo_ends_every_demo_process(browser: Bro
             deep = other.new_page()
             deep.goto(url + "/why")
             wait_ready(deep)
-            wait_until(lambda: deep.locator("h1").first.inner_text().strip() == "Why" and says_demo(deep), 60,
-                       "demo mode on a deep link to /why")  # fmt: skip
+            wait_until(
+                lambda: deep.locator("h1").first.inner_text().strip() == "Why" and says_demo(deep),
+                60,
+                "demo mode on a deep link to /why",
+            )
             screenshot(deep, "lifecycle-3-deep-link-why")
 
             # Every process of the demo, by pid: the demo itself, its simulator and its collector.

@@ -64,13 +64,21 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     calls: list[Callable[[], object]] = [
         # One model with two slots: the stall (above) holds its batch, the third request waits for a slot.
         # The first carries markup in its text, recorded with --record-text.
-        lambda: list(client.chat(model=MODEL, messages=[{"role": "user", "content": XSS_PROMPT}], stream=True,
-                                 options={"num_predict": 600})),
-        lambda: list(client.chat(model=MODEL, messages=[{"role": "user", "content": "Tell me a long story."}],
-                                 stream=True, options={"num_predict": 500})),
-        lambda: list(client.generate(model=MODEL, prompt=f"Summarise: {long_doc}", stream=True,
-                                     options={"num_predict": 400})),
-    ]  # fmt: skip
+        lambda: list(
+            client.chat(
+                model=MODEL, messages=[{"role": "user", "content": XSS_PROMPT}], stream=True, options={"num_predict": 600}
+            )
+        ),
+        lambda: list(
+            client.chat(
+                model=MODEL,
+                messages=[{"role": "user", "content": "Tell me a long story."}],
+                stream=True,
+                options={"num_predict": 500},
+            )
+        ),
+        lambda: list(client.generate(model=MODEL, prompt=f"Summarise: {long_doc}", stream=True, options={"num_predict": 400})),
+    ]
     failures: list[BaseException] = []
 
     def call(fn: Callable[[], object]) -> None:
@@ -102,8 +110,10 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
         wait_until(live_shows_them, 90, "the three requests on the Live page")
     except AssertionError as exc:
         screenshot(page, "live-FAILED")
-        raise AssertionError(f"{exc}; models seen in flight: {sorted(seen_models)}, most at once: {most_in_flight}; "
-                             f"bands: {in_flight_bands(page)}, metric readings: {readings[-40:]}") from None  # fmt: skip
+        raise AssertionError(
+            f"{exc}; models seen in flight: {sorted(seen_models)}, most at once: {most_in_flight}; "
+            f"bands: {in_flight_bands(page)}, metric readings: {readings[-40:]}"
+        ) from None
     screenshot(page, "live-in-flight")
 
     for t in threads:
@@ -116,8 +126,9 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     try:
         rows = wait_until(
             lambda: (r := [x for x in queries.recent_requests(conn, 0) if x.outcome == "ok"]) and len(r) >= 3 and r,
-            30, "three finished requests in the store",
-        )  # fmt: skip
+            30,
+            "three finished requests in the store",
+        )
     finally:
         conn.close()
     assert len(rows) == 3
@@ -131,8 +142,9 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
         lambda: page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
             .filter(gd => ((gd.layout.title || {}).text || '').includes('Rates of the requests'))
             .flatMap(gd => gd.data.flatMap(t => Array(t.x?.length ?? 0).fill(t.meta)))"""),
-        30, "the history chart",
-    )  # fmt: skip  (each trace names its model once, in meta)
+        30,
+        "the history chart",
+    )  # (each trace names its model once, in meta)
     assert set(history_models) == {r.model for r in rows}  # every request's rates, counted or drawn apart
     for row in rows:
         pick_request(page, row.id)
@@ -142,8 +154,11 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
             "Prefill": fmt.seconds(row.prefill_s),
             "Decode": fmt.seconds(row.decode_s),
         }
-        wait_until(lambda: all(metric(page, k) == v for k, v in expected.items()), 30,  # noqa: B023 - called at once
-                   f"the phase numbers of {row.id[:8]} ({expected})")  # fmt: skip
+        wait_until(
+            lambda: all(metric(page, k) == v for k, v in expected.items()),  # noqa: B023 - called at once, inside this iteration
+            30,
+            f"the phase numbers of {row.id[:8]} ({expected})",
+        )
         assert page.locator('[data-testid="stPlotlyChart"]').count() >= 3  # history, waterfall, gaps
     screenshot(page, "requests")
 
@@ -154,8 +169,11 @@ def test_three_requests_live_then_in_history(stack: Stack, page: Page) -> None:
     finally:
         conn.close()
     pick_request(page, xss_row.id)
-    wait_until(lambda: page.locator('[data-testid="stCode"]', has_text="<script>alert(1)</script>").count() >= 1, 30,
-               "the prompt shown as code")  # fmt: skip
+    wait_until(
+        lambda: page.locator('[data-testid="stCode"]', has_text="<script>alert(1)</script>").count() >= 1,
+        30,
+        "the prompt shown as code",
+    )
     code = page.locator('[data-testid="stCode"]', has_text="Repeat after me").first.inner_text()
     assert XSS_PROMPT in code
     no_injection(page)
@@ -206,8 +224,18 @@ def test_model_output_shows_as_text(tmp_path: Path, browser: Browser) -> None:
     w = StoreWriter(db_path(tmp_path))
     try:
         status_rows(w, now, tmp_path)
-        w.write(PutRequest(make_request(now - 5, now - 600, model="llama3.2:latest", shape=Shape(output_tokens=20, decode_ms=300),
-                                     prompt_text=XSS_PROMPT, response_text=XSS_REPLY)))  # fmt: skip
+        w.write(
+            PutRequest(
+                make_request(
+                    now - 5,
+                    now - 600,
+                    model="llama3.2:latest",
+                    shape=Shape(output_tokens=20, decode_ms=300),
+                    prompt_text=XSS_PROMPT,
+                    response_text=XSS_REPLY,
+                )
+            )
+        )
     finally:
         w.close()
     with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
@@ -251,11 +279,18 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                 wait_until(lambda: finished_requests(demo_dir) >= 2, 120, "two requests recorded by the demo")
                 assert not db_path(tmp_path).exists()  # nothing recorded into the real data folder
                 titles = wait_until(
-                    lambda: (t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-                        .map(gd => (gd.layout.title || {}).text || '')""")) and any("Simulated NVIDIA" in x for x in t)
-                    and any("Host" in x for x in t) and t,
-                    60, "the simulated GPU's timeline and the host chart (each part of the page refreshes at its own pace)",
-                )  # fmt: skip
+                    lambda: (
+                        (
+                            t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+                        .map(gd => (gd.layout.title || {}).text || '')""")
+                        )
+                        and any("Simulated NVIDIA" in x for x in t)
+                        and any("Host" in x for x in t)
+                        and t
+                    ),
+                    60,
+                    "the simulated GPU's timeline and the host chart (each part of the page refreshes at its own pace)",
+                )
                 assert any("Host" in t for t in titles)
                 screenshot(page, "demo-live")
                 page.goto(url + "/requests")

@@ -69,8 +69,10 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSta
         with open(logs / "collector.log", "wb") as log:
             collector = subprocess.Popen(
                 [sys.executable, "-m", "collectors", "--ollama", engine.base_url, "--listen", proxy, "--data", str(data_dir)],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S, "the collector")
             wait_until(lambda: db_path(data_dir).exists(), START_TIMEOUT_S, "the store")
@@ -97,8 +99,9 @@ def test_generation_on_the_real_engine_live_then_in_history(engine_stack: Engine
 
     def generate() -> None:
         try:
-            done.append(list(client.generate(model=MODEL, prompt=prompt, raw=True, stream=True,
-                                             options={**GREEDY, "num_predict": 64})))  # fmt: skip
+            done.append(
+                list(client.generate(model=MODEL, prompt=prompt, raw=True, stream=True, options={**GREEDY, "num_predict": 64}))
+            )
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
 
@@ -128,8 +131,9 @@ def test_generation_on_the_real_engine_live_then_in_history(engine_stack: Engine
     try:
         row = wait_until(
             lambda: next((r for r in queries.recent_requests(conn, 0) if r.outcome == "ok"), None),
-            30, "the finished request in the store",
-        )  # fmt: skip
+            30,
+            "the finished request in the store",
+        )
     finally:
         conn.close()
     assert row.model == MODEL

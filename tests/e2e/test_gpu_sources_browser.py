@@ -83,11 +83,15 @@ def gpu_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         with open(logs / "collector.log", "wb") as log:
             collector = subprocess.Popen(
                 [sys.executable, "-m", *module, "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir)],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**_base_env(), **env},
-            )  # fmt: skip
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**_base_env(), **env},
+            )
         try:
-            wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S,
-                       "the collector's lock")  # fmt: skip
+            wait_until(
+                lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S, "the collector's lock"
+            )
             wait_until(lambda: db_path(data_dir).exists(), START_TIMEOUT_S, "the store")
             app_env = {"OLLAMA_HOST": sim.base_url, "PHASEWATCH_LISTEN": proxy}
             with run_app(data_dir, logs / "app.log", app_env) as url:
@@ -142,9 +146,15 @@ def test_live_and_why_with_a_fake_gpu_source(gpu_stack: GpuStack, page: Page) ->
     wait_until(lambda: sidebar_line in sidebar.inner_text(), 30, "the sidebar naming the source")
     assert f"GPU 0 · {name}" in sidebar.inner_text()
     wait_until(lambda: page.locator('[data-testid="stPlotlyChart"]').count() >= 1, 30, "the GPU timeline")
-    wait_until(lambda: f"GPU 0: {name}" in page.evaluate("""() => Array.from(document.querySelectorAll(
-        '[data-testid="stPlotlyChart"] .js-plotly-plot')).map(gd => gd.layout.title && gd.layout.title.text).join('|')"""),
-        30, "the GPU chart titled with the card's name")  # fmt: skip
+    wait_until(
+        lambda: (
+            f"GPU 0: {name}"
+            in page.evaluate("""() => Array.from(document.querySelectorAll(
+        '[data-testid="stPlotlyChart"] .js-plotly-plot')).map(gd => gd.layout.title && gd.layout.title.text).join('|')""")
+        ),
+        30,
+        "the GPU chart titled with the card's name",
+    )
 
     def drawn_lines() -> dict[str, int]:
         traces = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot'))
@@ -154,8 +164,9 @@ def test_live_and_why_with_a_fake_gpu_source(gpu_stack: GpuStack, page: Page) ->
     # A refreshed chart is drawn anew: wait for one drawing that has the lines.
     lines = wait_until(
         lambda: (d := drawn_lines()).get("GPU busy (% of time)", 0) >= 2 and d.get("power draw", 0) >= 2 and d,
-        30, "the GPU chart's lines drawn",
-    )  # fmt: skip
+        30,
+        "the GPU chart's lines drawn",
+    )
     if gpu_stack.source == "amd":
         assert "memory clock" in lines and "VRAM used" in lines
     else:

@@ -61,10 +61,22 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         proxy = f"127.0.0.1:{free_port()}"
         with open(logs / "collector.log", "wb") as log:
             collector = subprocess.Popen(
-                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
-                 "--demo"],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors",
+                    "--ollama",
+                    sim.base_url,
+                    "--listen",
+                    proxy,
+                    "--data",
+                    str(data_dir),
+                    "--demo",
+                ],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S, "the collector")
             wait_until(lambda: db_path(data_dir).exists(), START_TIMEOUT_S, "the store")

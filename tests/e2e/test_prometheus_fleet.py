@@ -80,10 +80,17 @@ def _get(url: str, token: str | None = TOKEN) -> tuple[int, bytes]:
 
 
 def _generate(listen: str, i: int) -> None:
-    body = {"model": MODEL, "prompt": f"question {i}: " + "tell me about the sea " * (20 + 10 * i), "stream": True,
-            "options": {"num_predict": NUM_PREDICT, "seed": i}}  # fmt: skip
-    req = urllib.request.Request(f"http://{listen}/api/generate", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})  # fmt: skip
+    body = {
+        "model": MODEL,
+        "prompt": f"question {i}: " + "tell me about the sea " * (20 + 10 * i),
+        "stream": True,
+        "options": {"num_predict": NUM_PREDICT, "seed": i},
+    }
+    req = urllib.request.Request(
+        f"http://{listen}/api/generate",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         assert r.status == 200
         r.read()
@@ -94,9 +101,26 @@ def _start_collector(sim: SimProcess, data_dir: Path, log: Path) -> tuple[subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     env.update(PHASEWATCH_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", listen,
-                                 "--data", str(data_dir), "--demo", "--interval", "1"],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "collectors",
+                "--ollama",
+                sim.base_url,
+                "--listen",
+                listen,
+                "--data",
+                str(data_dir),
+                "--demo",
+                "--interval",
+                "1",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == listen, START_TIMEOUT_S, "the collector")
     return proc, listen
 
@@ -148,8 +172,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                             job.result()
                     for h in hosts:
                         h.sent = SENT[h.hardware]
-                    wait_until(lambda: _requests_by_host(prom) == {h.listen: float(h.sent) for h in hosts}, 60,
-                               "Prometheus to scrape every request")  # fmt: skip
+                    wait_until(
+                        lambda: _requests_by_host(prom) == {h.listen: float(h.sent) for h in hosts},
+                        60,
+                        "Prometheus to scrape every request",
+                    )
                     time.sleep(3)  # a few more scrapes after the last request: rate() windows see it end
                     yield Fleet(prom, hosts)
         finally:
@@ -174,14 +201,20 @@ def _bucket_index(value: float) -> int:
 
 def test_request_counts_equal_what_was_sent(fleet: Fleet) -> None:
     assert _requests_by_host(fleet.prom) == {h.listen: float(h.sent) for h in fleet.hosts}
-    by_host = {r["metric"]["host"]: float(r["value"][1]) for r in fleet.prom.query(
-        'sum by (host) (phasewatch_requests_total{outcome="ok",model="llama3.2:latest"})')}  # fmt: skip
+    by_host = {
+        r["metric"]["host"]: float(r["value"][1])
+        for r in fleet.prom.query('sum by (host) (phasewatch_requests_total{outcome="ok",model="llama3.2:latest"})')
+    }
     assert by_host == {"gpu-a": 7.0, "gpu-b": 5.0}
 
 
 def test_ttft_p50_within_one_bucket_of_sim_truth(fleet: Fleet) -> None:
-    result = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(
-        "histogram_quantile(0.5, sum by (instance, le) (gen_ai_server_time_to_first_token_seconds_bucket))")}  # fmt: skip
+    result = {
+        r["metric"]["instance"]: float(r["value"][1])
+        for r in fleet.prom.query(
+            "histogram_quantile(0.5, sum by (instance, le) (gen_ai_server_time_to_first_token_seconds_bucket))"
+        )
+    }
     for h in fleet.hosts:
         truth = [(t["token_written_ns"][0] - t["received_ns"]) / 1e9 for t in _truth(h.sim)]
         assert len(truth) == h.sent
@@ -191,8 +224,9 @@ def test_ttft_p50_within_one_bucket_of_sim_truth(fleet: Fleet) -> None:
 
 
 def test_decode_rate_per_host_within_5_percent_of_truth(fleet: Fleet) -> None:
-    expr = ('sum by (instance) (phasewatch_decode_tokens_total) / '
-            'sum by (instance) (phasewatch_phase_seconds_total{phase="decode"})')  # fmt: skip
+    expr = (
+        'sum by (instance) (phasewatch_decode_tokens_total) / sum by (instance) (phasewatch_phase_seconds_total{phase="decode"})'
+    )
     measured = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(expr)}
     rates = {}
     for h in fleet.hosts:
@@ -206,10 +240,16 @@ def test_decode_rate_per_host_within_5_percent_of_truth(fleet: Fleet) -> None:
 
 def test_decode_fraction_of_the_ceiling_per_host(fleet: Fleet) -> None:
     """The sim decodes at its profile's bandwidth efficiency (0.7 of the ceiling for Q4): p50 lands near it."""
-    ratios = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(
-        "histogram_quantile(0.5, sum by (instance, le) (phasewatch_request_decode_ceiling_ratio_bucket))")}  # fmt: skip
-    counts = {r["metric"]["instance"]: float(r["value"][1]) for r in fleet.prom.query(
-        "sum by (instance) (phasewatch_request_decode_ceiling_ratio_count)")}  # fmt: skip
+    ratios = {
+        r["metric"]["instance"]: float(r["value"][1])
+        for r in fleet.prom.query(
+            "histogram_quantile(0.5, sum by (instance, le) (phasewatch_request_decode_ceiling_ratio_bucket))"
+        )
+    }
+    counts = {
+        r["metric"]["instance"]: float(r["value"][1])
+        for r in fleet.prom.query("sum by (instance) (phasewatch_request_decode_ceiling_ratio_count)")
+    }
     for h in fleet.hosts:
         assert counts[h.listen] == h.sent
         assert 0.4 < ratios[h.listen] <= 1.0, (h.hardware, ratios[h.listen])
@@ -279,8 +319,9 @@ def test_hosts_page_shows_both_hosts(fleet: Fleet, browser: Browser, tmp_path: P
             link = page.locator("a", has_text="gpu-a")
             assert link.count() >= 1  # gpu-a's own dashboard answers: its name links there
             assert page.locator("a", has_text="gpu-b").count() == 0  # gpu-b's does not
-            page.wait_for_function("document.querySelectorAll('[data-testid=\"stPlotlyChart\"]').length >= 4",
-                                   timeout=60_000)  # two sparklines per host  # fmt: skip
+            page.wait_for_function(
+                "document.querySelectorAll('[data-testid=\"stPlotlyChart\"]').length >= 4", timeout=60_000
+            )  # two sparklines per host
             screenshot(page, "hosts")
 
             page.goto(url + "/")  # Live: this host (gpu-a) has an alert firing

@@ -55,9 +55,25 @@ def test_sidebar_says_how_another_users_runner_was_found_and_why_the_log_is_not_
             py, env = python_for(DESK_USER)
             proxy = f"127.0.0.1:{free_port()}"
             with open(tmp_path / "collector.log", "wb") as out:
-                collector = popen_as(DESK_USER, [*py, "-m", "collectors", "--ollama", url, "--listen", proxy, "--data",
-                                                 str(data), "--ollama-log", str(ollama_log)], env,
-                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+                collector = popen_as(
+                    DESK_USER,
+                    [
+                        *py,
+                        "-m",
+                        "collectors",
+                        "--ollama",
+                        url,
+                        "--listen",
+                        proxy,
+                        "--data",
+                        str(data),
+                        "--ollama-log",
+                        str(ollama_log),
+                    ],
+                    env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
             try:
                 found = wait_until(lambda: _runners_found(data), START_TIMEOUT_S * 2, "the heartbeat naming the runner")
                 assert found == f"1 runner found {FOUND_OTHER_USER}"

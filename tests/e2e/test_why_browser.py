@@ -55,9 +55,12 @@ def _send(stack: Stack) -> None:
 
     threads = [
         threading.Thread(target=stream_reply),
-        threading.Thread(target=lambda: list(client.generate(model=MODEL, prompt=long_prompt, stream=True,
-                                                             options={"num_predict": 20, "num_ctx": 8192}))),
-    ]  # fmt: skip
+        threading.Thread(
+            target=lambda: list(
+                client.generate(model=MODEL, prompt=long_prompt, stream=True, options={"num_predict": 20, "num_ctx": 8192})
+            )
+        ),
+    ]
     threads[0].start()
     # The long prompt must arrive while the reply streams (a fixed sleep can end before a busy machine starts it).
     assert streaming.wait(60)
@@ -136,8 +139,9 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
         assert "ceiling" in legend and "expected" in legend and "measured" in legend
 
     # The ratio sentence quotes the store's medians (requests long enough to time well).
-    prefill = [r.prefill_tok_s for r in rows
-               if r.prefill_tok_s and (r.prompt_tokens or 0) - (r.cached_tokens or 0) >= MIN_RATE_TOKENS]  # fmt: skip
+    prefill = [
+        r.prefill_tok_s for r in rows if r.prefill_tok_s and (r.prompt_tokens or 0) - (r.cached_tokens or 0) >= MIN_RATE_TOKENS
+    ]
     decode = [r.decode_tok_s for r in rows if r.decode_tok_s and (r.output_tokens or 0) - 1 >= MIN_RATE_TOKENS]
     pp, tg = statistics.median(prefill), statistics.median(decode)
     sentence = next(line for line in text.splitlines() if line.startswith("On your") and "faster than decode" in line)
@@ -220,10 +224,22 @@ def test_why_page_explains_installed_models_before_any_request(page: Page, tmp_p
         proxy = f"127.0.0.1:{free_port()}"
         with open(tmp_path / "collector.log", "wb") as log:
             collector = subprocess.Popen(
-                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
-                 "--demo"],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors",
+                    "--ollama",
+                    sim.base_url,
+                    "--listen",
+                    proxy,
+                    "--data",
+                    str(data_dir),
+                    "--demo",
+                ],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until(lambda: _installed_ready(data_dir), START_TIMEOUT_S, "the installed models and their /api/show")
             env = {"OLLAMA_HOST": sim.base_url, "PHASEWATCH_LISTEN": proxy}

@@ -33,8 +33,16 @@ def test_allowed_names_loopback_configured_and_setting() -> None:
     assert NAMES == ("localhost", "127.0.0.1", "::1", "dash.lan", "*.home.arpa")  # 0.0.0.0 names no host
     for ok in ("localhost:8501", "127.0.0.1", "[::1]:1", "dash.lan:8501", "DASH.LAN", "pc.home.arpa:8501"):
         assert host_allowed(ok, NAMES), ok
-    for bad in ("evil.example:8501", "evil.example", "127.0.0.1.evil.example", "localhost.evil.example", "home.arpa",
-                "0.0.0.0:8501", "127.0.0.2", None):  # fmt: skip
+    for bad in (
+        "evil.example:8501",
+        "evil.example",
+        "127.0.0.1.evil.example",
+        "localhost.evil.example",
+        "home.arpa",
+        "0.0.0.0:8501",
+        "127.0.0.2",
+        None,
+    ):
         assert not host_allowed(bad, NAMES), bad
     assert host_allowed("anything.example", ("*",))
     assert "192.168.1.5" in allowed_names(["192.168.1.5"], {})
@@ -82,9 +90,11 @@ def _websocket_head(url: str, host: str) -> bytes:
     """The status line and headers of the answer to a WebSocket upgrade to Streamlit's ``/_stcore/stream``."""
     parts = urlsplit(url)
     key = base64.b64encode(os.urandom(16)).decode()
-    request = (f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: streamlit\r\n"
-               f"Origin: http://{host}\r\n\r\n")  # fmt: skip
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: streamlit\r\n"
+        f"Origin: http://{host}\r\n\r\n"
+    )
     with socket.create_connection((parts.hostname, parts.port), timeout=20) as s:
         s.sendall(request.encode())
         head = b""

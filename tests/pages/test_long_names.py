@@ -42,13 +42,28 @@ def long_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     now = time.time()
     build_fixture_store(tmp_path, now)
     t0 = now - 600
-    long = make_request(now - 50, t0, model=LONG_NAME, shape=Shape(output_tokens=40, decode_ms=800),
-                        prompt_text=LONG_TEXT, response_text=LONG_TEXT, request_id="long-name-request")  # fmt: skip
+    long = make_request(
+        now - 50,
+        t0,
+        model=LONG_NAME,
+        shape=Shape(output_tokens=40, decode_ms=800),
+        prompt_text=LONG_TEXT,
+        response_text=LONG_TEXT,
+        request_id="long-name-request",
+    )
     w = StoreWriter(db_path(tmp_path))
     try:
         w.write(PutRequest(long))
-        w.write(PutLoadedModels(now - 1, [LoadedModel(now - 1, LONG_NAME, LONG_NAME, "c" * 64, 2 * GIB, 2 * GIB, 8192,
-                                                      now + 240, "3.2B", "Q4_K_M", "llama")]))  # fmt: skip
+        w.write(
+            PutLoadedModels(
+                now - 1,
+                [
+                    LoadedModel(
+                        now - 1, LONG_NAME, LONG_NAME, "c" * 64, 2 * GIB, 2 * GIB, 8192, now + 240, "3.2B", "Q4_K_M", "llama"
+                    )
+                ],
+            )
+        )
     finally:
         w.close()
     return long.id

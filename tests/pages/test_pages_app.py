@@ -151,8 +151,16 @@ def test_sidebar_names_the_gpu_source_and_live_says_unified_memory(
     w = StoreWriter(db_path(data_dir))
     try:
         status_rows(w, now, data_dir, gpu_state=gpu_state)
-        w.write(PutGpuSamples([GpuSample(now - 2 + i, 0, name, f"{gpu_state}-0", util_gpu_pct=50.0 + i, power_w=20.0,
-                                       ollama_mem_bytes=5 << 30) for i in range(2)]))  # fmt: skip
+        w.write(
+            PutGpuSamples(
+                [
+                    GpuSample(
+                        now - 2 + i, 0, name, f"{gpu_state}-0", util_gpu_pct=50.0 + i, power_w=20.0, ollama_mem_bytes=5 << 30
+                    )
+                    for i in range(2)
+                ]
+            )
+        )
     finally:
         w.close()
     at = run_app()

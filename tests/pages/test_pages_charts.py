@@ -18,10 +18,19 @@ T0 = 1_800_000_000.0  # a fixed wall clock
 
 def gpu(ts: float, util: float | None, **kw: object) -> GpuSample:
     base: dict[str, object] = dict(
-        ts_unix_s=ts, index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-1", util_gpu_pct=util, util_mem_pct=10.0,
-        mem_used_bytes=8 * 1024**3, mem_total_bytes=24 * 1024**3, power_w=250.0, power_limit_w=450.0,
-        sm_clock_mhz=2520, mem_clock_mhz=10501,
-    )  # fmt: skip
+        ts_unix_s=ts,
+        index=0,
+        name="NVIDIA GeForce RTX 4090",
+        uuid="GPU-1",
+        util_gpu_pct=util,
+        util_mem_pct=10.0,
+        mem_used_bytes=8 * 1024**3,
+        mem_total_bytes=24 * 1024**3,
+        power_w=250.0,
+        power_limit_w=450.0,
+        sm_clock_mhz=2520,
+        mem_clock_mhz=10501,
+    )
     base.update(kw)
     return GpuSample(**base)  # type: ignore[arg-type]
 

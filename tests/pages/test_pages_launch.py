@@ -94,8 +94,10 @@ def test_phasewatch_demo_engine_picks_the_real_engine_and_its_own_folder(tmp_pat
 def test_demo_cli_rejects_an_unknown_engine(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "collectors.demo", "--data", str(tmp_path), "--engine", "vllm"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--engine" in done.stderr and "llama-cpp" in done.stderr
     assert not (tmp_path / "demo.lock").exists()  # nothing started
 

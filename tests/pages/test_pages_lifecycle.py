@@ -46,8 +46,10 @@ def write_polls(data_dir: Path, polls: list[tuple[float, bool]]) -> None:
 
 def test_down_since_is_the_first_failed_poll_after_the_last_answer(data_dir: Path) -> None:
     now = time.time()
-    write_polls(data_dir, [(now - 900, False), (now - 600, True), (now - 300, True), (now - 120, False), (now - 60, False),
-                           (now - 1, False)])  # fmt: skip
+    write_polls(
+        data_dir,
+        [(now - 900, False), (now - 600, True), (now - 300, True), (now - 120, False), (now - 60, False), (now - 1, False)],
+    )
     with queries.open_reader(db_path(data_dir)) as conn:
         assert conn is not None
         assert queries.ollama_down_since(conn) == pytest.approx(now - 120)
@@ -58,9 +60,7 @@ def test_down_since_is_the_first_failed_poll_after_the_last_answer(data_dir: Pat
         assert queries.ollama_down_since(conn) is None  # up again
 
 
-def test_the_page_says_when_ollama_went_down_not_when_it_was_last_polled(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_page_says_when_ollama_went_down_not_when_it_was_last_polled(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
     now = time.time()
     write_polls(data_dir, [(now - 600, True), (now - 125, False), (now - 2, False)])
@@ -105,8 +105,9 @@ def test_a_running_demo_is_demo_mode_for_every_new_session(data_dir: Path) -> No
         ("corrupt", "not a readable SQLite store"),
     ],
 )
-def test_a_store_the_pages_cannot_read_is_said_in_words(data_dir: Path, monkeypatch: pytest.MonkeyPatch, make: str,
-                                                         words: str) -> None:  # fmt: skip
+def test_a_store_the_pages_cannot_read_is_said_in_words(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, make: str, words: str
+) -> None:
     """Not a traceback on every page: what happened, what to do, and the file left as it is."""
     import sqlite3
 

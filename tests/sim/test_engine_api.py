@@ -84,8 +84,15 @@ def test_child_is_started_as_ollama_starts_it(engine: SimProcess) -> None:
     assert child.ppid() == engine.proc.pid and child.name() == "llama-server"
     argv = child.cmdline()
     assert argv[0] == str(binary)
-    for flag, value in (("--model", str(gguf)), ("--port", str(runner["port"])), ("--host", "127.0.0.1"),
-                        ("-c", "4096"), ("-np", "1"), ("-b", "512"), ("-ub", "512")):
+    for flag, value in (
+        ("--model", str(gguf)),
+        ("--port", str(runner["port"])),
+        ("--host", "127.0.0.1"),
+        ("-c", "4096"),
+        ("-np", "1"),
+        ("-b", "512"),
+        ("-ub", "512"),
+    ):
         assert argv[argv.index(flag) + 1] == value, (flag, argv)
     assert "--no-webui" in argv and "--offline" in argv
     listening = [c.laddr for c in child.net_connections("tcp") if c.status == psutil.CONN_LISTEN]

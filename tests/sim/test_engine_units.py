@@ -48,16 +48,31 @@ def write_gguf(path: Path, kvs: bytes, n_kv: int, tensors: list[tuple[str, list[
 
 def test_gguf_header_is_read_with_its_types(tmp_path: Path) -> None:
     kvs = (
-        _gguf_string("general.architecture") + struct.pack("<I", 8) + _gguf_string("gemma3")
-        + _gguf_string("general.name") + struct.pack("<I", 8) + _gguf_string("Tiny")
-        + _gguf_string("gemma3.block_count") + struct.pack("<II", 4, 18)
-        + _gguf_string("gemma3.attention.layer_norm_rms_epsilon") + struct.pack("<If", 6, 1e-6)
-        + _gguf_string("tokenizer.ggml.add_bos_token") + struct.pack("<I?", 7, True)
-        + _gguf_string("general.tags") + struct.pack("<IIQ", 9, 8, 2) + _gguf_string("a") + _gguf_string("b")
-        + _gguf_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 7) + b"".join(_gguf_string(str(i)) for i in range(7))
-        + _gguf_string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 7) + struct.pack("<7f", *range(7))
-        + _gguf_string("general.file_type") + struct.pack("<II", 4, 15)
-    )  # fmt: skip
+        _gguf_string("general.architecture")
+        + struct.pack("<I", 8)
+        + _gguf_string("gemma3")
+        + _gguf_string("general.name")
+        + struct.pack("<I", 8)
+        + _gguf_string("Tiny")
+        + _gguf_string("gemma3.block_count")
+        + struct.pack("<II", 4, 18)
+        + _gguf_string("gemma3.attention.layer_norm_rms_epsilon")
+        + struct.pack("<If", 6, 1e-6)
+        + _gguf_string("tokenizer.ggml.add_bos_token")
+        + struct.pack("<I?", 7, True)
+        + _gguf_string("general.tags")
+        + struct.pack("<IIQ", 9, 8, 2)
+        + _gguf_string("a")
+        + _gguf_string("b")
+        + _gguf_string("tokenizer.ggml.tokens")
+        + struct.pack("<IIQ", 9, 8, 7)
+        + b"".join(_gguf_string(str(i)) for i in range(7))
+        + _gguf_string("tokenizer.ggml.scores")
+        + struct.pack("<IIQ", 9, 6, 7)
+        + struct.pack("<7f", *range(7))
+        + _gguf_string("general.file_type")
+        + struct.pack("<II", 4, 15)
+    )
     path = tmp_path / "tiny.gguf"
     write_gguf(path, kvs, 9, [("token_embd.weight", [640, 7]), ("blk.0.attn_q.weight", [640, 1024])])
     h = read_gguf_header(path)
@@ -125,9 +140,23 @@ def test_missing_gguf_is_a_clear_error(tmp_path: Path) -> None:
     fake_binary.write_text("#!/bin/sh\nexit 1\n")
     fake_binary.chmod(0o755)
     r = subprocess.run(
-        [sys.executable, "-m", "sim", "--engine", "llama-server", "--gguf", "/nonexistent/model.gguf", "--port", "0",
-         "--llama-server", str(fake_binary)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "--engine",
+            "llama-server",
+            "--gguf",
+            "/nonexistent/model.gguf",
+            "--port",
+            "0",
+            "--llama-server",
+            str(fake_binary),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 2 and "no GGUF file at /nonexistent/model.gguf" in r.stderr
     r = subprocess.run(
@@ -138,9 +167,23 @@ def test_missing_gguf_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_missing_llama_server_is_a_clear_error(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "sim", "--engine", "llama-server", "--gguf", "/nonexistent/model.gguf", "--port", "0",
-         "--llama-server", str(tmp_path / "llama-server")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "--engine",
+            "llama-server",
+            "--gguf",
+            "/nonexistent/model.gguf",
+            "--port",
+            "0",
+            "--llama-server",
+            str(tmp_path / "llama-server"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 2 and f"no executable llama-server at {tmp_path / 'llama-server'}" in r.stderr
 

@@ -52,8 +52,7 @@ def test_generate_non_streaming(client: ollama.Client) -> None:
 
 
 def test_chat_streaming_parts(client: ollama.Client) -> None:
-    parts = list(client.chat(model=SMALL, messages=[{"role": "user", "content": "hi"}], stream=True,
-                             options={"num_predict": 4}))
+    parts = list(client.chat(model=SMALL, messages=[{"role": "user", "content": "hi"}], stream=True, options={"num_predict": 4}))
     assert [p.done for p in parts] == [False] * 4 + [True]
     assert all(p.message.role == "assistant" for p in parts)
     assert all(p.eval_count is None and p.total_duration is None for p in parts[:-1])
@@ -112,8 +111,9 @@ def test_bad_bodies_and_routes(sim: SimProcess) -> None:
 def test_async_client_streams_chat(sim: SimProcess) -> None:
     async def run() -> list[ollama.ChatResponse]:
         client = ollama.AsyncClient(host=sim.base_url, timeout=30)
-        stream = await client.chat(model=SMALL, messages=[{"role": "user", "content": "hi"}], stream=True,
-                                   options={"num_predict": 3})
+        stream = await client.chat(
+            model=SMALL, messages=[{"role": "user", "content": "hi"}], stream=True, options={"num_predict": 3}
+        )
         return [part async for part in stream]
 
     parts = asyncio.run(run())

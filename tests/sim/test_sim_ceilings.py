@@ -45,8 +45,15 @@ def analysis_ceilings(
     profile: SimProfile, model: ModelFacts, *, context: int, prompt: int, vram: float, ubatch: int = DEFAULT_UBATCH_TOKENS
 ) -> Ceilings:
     """The app's ``ceilings_for``, with the micro-batch the request ran with (the Why page passes the loaded model's)."""
-    return ceilings_for(profile.spec, analysis_facts(model), context_tokens=context, prompt_tokens=prompt, vram_fraction=vram,
-                        host_bandwidth_bytes_s=profile.host_bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
+    return ceilings_for(
+        profile.spec,
+        analysis_facts(model),
+        context_tokens=context,
+        prompt_tokens=prompt,
+        vram_fraction=vram,
+        host_bandwidth_bytes_s=profile.host_bandwidth_bytes_s,
+        ubatch_tokens=ubatch,
+    )
 
 
 def fastest_prefill_s(model: ModelFacts, profile: SimProfile, vram: float, cached: int, prompt: int, batch: int) -> float:
@@ -95,8 +102,15 @@ def test_the_app_passes_ollamas_micro_batch_for_the_loaded_context() -> None:
     # What the Why page computes for a model loaded with 32K of context is the ceiling at sim's batch for it.
     profile, model = profile_by_key("rtx-3090"), BY_NAME["llama3.1:8b"]
     facts = analysis_facts(model)
-    start = CeilingModel(profile.spec, facts, starting_efficiencies(profile.spec, facts.quantization), 0.4,
-                         profile.host_bandwidth_bytes_s, None, ollama_num_batch(32768))  # fmt: skip
+    start = CeilingModel(
+        profile.spec,
+        facts,
+        starting_efficiencies(profile.spec, facts.quantization),
+        0.4,
+        profile.host_bandwidth_bytes_s,
+        None,
+        ollama_num_batch(32768),
+    )
     assert ollama_num_batch(32768) == timing.default_num_batch(32768) == 1024
     assert start.at(700, 900) == analysis_ceilings(profile, model, context=900, prompt=700, vram=0.4, ubatch=1024)
     for num_ctx in (2048, 4096, 4097, 32768, 32769, 131072):

@@ -55,8 +55,11 @@ def test_embed_a_batch_with_the_official_client(client: ollama.Client, sim: SimP
     assert r.total_duration and r.load_duration and r.total_duration >= r.load_duration
     rec = _last_truth(sim, "/api/embed")
     assert rec["kind"] == "embed" and rec["inputs"] == 3 and rec["status"] == 200
-    assert rec["reported"] == {"total_duration": r.total_duration, "load_duration": r.load_duration,
-                               "prompt_eval_count": r.prompt_eval_count}
+    assert rec["reported"] == {
+        "total_duration": r.total_duration,
+        "load_duration": r.load_duration,
+        "prompt_eval_count": r.prompt_eval_count,
+    }
     # The same text gives the same vector; another text another one.
     again = client.embed(model=EMBED, input=texts[2])
     assert again.embeddings[0] == r.embeddings[2] and again.embeddings[0] != r.embeddings[0]
@@ -109,7 +112,9 @@ def test_embed_input_forms_and_errors(sim: SimProcess) -> None:
     assert http_json(sim, "POST", "/api/embed", {"model": EMBED, "input": 5}) == (400, {"error": "invalid input type"})
     long_text = make_prompt(3000)
     assert http_json(sim, "POST", "/api/embed", {"model": EMBED, "input": long_text, "truncate": False}) == (
-        400, {"error": "input exceeds maximum context length"})
+        400,
+        {"error": "input exceeds maximum context length"},
+    )
     status, body = http_json(sim, "POST", "/api/embed", {"model": EMBED, "input": long_text})
     assert status == 200 and body["prompt_eval_count"] == BY_NAME["nomic-embed-text:latest"].context_length
     status, body = http_json(sim, "POST", "/api/embed", {"model": EMBED, "input": "x", "dimensions": 64})
@@ -118,9 +123,13 @@ def test_embed_input_forms_and_errors(sim: SimProcess) -> None:
     status, body = http_json(sim, "POST", "/api/embed", {"model": "qwen2.5:0.5b", "input": "x"})
     assert status == 200 and len(body["embeddings"][0]) == BY_NAME["qwen2.5:0.5b"].embedding_length
     assert http_json(sim, "POST", "/api/generate", {"model": EMBED, "prompt": "hi"}) == (
-        400, {"error": f'"{EMBED}" does not support generate'})
+        400,
+        {"error": f'"{EMBED}" does not support generate'},
+    )
     assert http_json(sim, "POST", "/api/chat", {"model": EMBED, "messages": [{"role": "user", "content": "hi"}]}) == (
-        400, {"error": f'"{EMBED}" does not support chat'})
+        400,
+        {"error": f'"{EMBED}" does not support chat'},
+    )
 
 
 def test_legacy_embeddings_route(client: ollama.Client, sim: SimProcess) -> None:
@@ -149,8 +158,12 @@ def test_openai_embeddings(sim: SimProcess) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
     missing = httpx.post(sim.base_url + "/v1/embeddings", json={"model": "nope", "input": "x"})
     assert missing.status_code == 404
-    assert missing.json()["error"] == {"message": "model 'nope' not found", "type": "not_found_error",
-                                       "param": None, "code": None}
+    assert missing.json()["error"] == {
+        "message": "model 'nope' not found",
+        "type": "not_found_error",
+        "param": None,
+        "code": None,
+    }
 
 
 def test_embed_shares_batch_steps_with_a_decoding_slot(sim: SimProcess) -> None:
@@ -160,8 +173,13 @@ def test_embed_shares_batch_steps_with_a_decoding_slot(sim: SimProcess) -> None:
     out: dict[str, object] = {}
 
     def generate() -> None:
-        out["gen"] = http_json(sim, "POST", "/api/generate",
-                               {"model": model, "prompt": "go", "stream": False, "options": {"num_predict": 400}}, timeout_s=60)
+        out["gen"] = http_json(
+            sim,
+            "POST",
+            "/api/generate",
+            {"model": model, "prompt": "go", "stream": False, "options": {"num_predict": 400}},
+            timeout_s=60,
+        )
 
     worker = threading.Thread(target=generate)
     worker.start()

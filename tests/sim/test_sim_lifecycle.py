@@ -96,8 +96,11 @@ def test_client_disconnect_frees_the_slot_at_once() -> None:
         # A long answer (~10 s at ~120 tok/s); read three lines, then hang up.
         sock = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
         body = json.dumps({"model": "llama3.1:8b", "prompt": "long one", "options": {"num_predict": 1200}}).encode()
-        sock.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        sock.sendall(
+            b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         buf = b""
         while buf.count(b"\n") < 12:  # headers plus a few chunk lines
             buf += sock.recv(4096)
@@ -121,8 +124,9 @@ def test_slot_waiter_that_leaves_is_not_served() -> None:
         time.sleep(0.1)
         waiter = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
         body = json.dumps({"model": "llama3.1:8b", "prompt": "b", "options": {"num_predict": 500}}).encode()
-        waiter.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
-                       + b"\r\n\r\n" + body)
+        waiter.sendall(
+            b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         time.sleep(0.1)
         waiter.close()  # leaves while waiting for the slot
         resp = conn.getresponse()

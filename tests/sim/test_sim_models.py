@@ -58,7 +58,9 @@ def test_copy_create_delete(client: ollama.Client, sim: SimProcess) -> None:
         client.copy("nope", "x")
     assert e.value.status_code == 404 and e.value.error == 'model "nope" not found'
     assert http_json(sim, "POST", "/api/copy", {"source": "qwen2.5:0.5b", "destination": ""}) == (
-        400, {"error": 'destination "" is invalid'})
+        400,
+        {"error": 'destination "" is invalid'},
+    )
 
     parts = list(client.create(model="my-model", from_="llama3.2", system="Be brief.", stream=True))
     assert parts[-1].status == "success" and parts[-2].status == "writing manifest"
@@ -67,11 +69,17 @@ def test_copy_create_delete(client: ollama.Client, sim: SimProcess) -> None:
     assert "my-model:latest" in _names(client)
     assert client.show("my-model").details.family == "llama"  # type: ignore[union-attr]
     assert http_json(sim, "POST", "/api/create", {"model": "x", "stream": False}) == (
-        400, {"error": "neither 'from' or 'files' was specified"})
+        400,
+        {"error": "neither 'from' or 'files' was specified"},
+    )
     assert http_json(sim, "POST", "/api/create", {"model": "x", "from": "nope", "stream": False}) == (
-        500, {"error": "pull model manifest: file does not exist"})
+        500,
+        {"error": "pull model manifest: file does not exist"},
+    )
     assert http_json(sim, "POST", "/api/create", {"model": "x", "from": "llama3.2", "quantize": "q4_K_M", "stream": False}) == (
-        500, {"error": "quantization is only supported for F16 and F32 models"})
+        500,
+        {"error": "quantization is only supported for F16 and F32 models"},
+    )
 
     assert client.delete("my-copy").status == "success"
     assert client.delete("my-model").status == "success"

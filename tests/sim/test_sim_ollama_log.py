@@ -28,8 +28,11 @@ def test_access_lines_go_to_stdout_and_the_log_file_and_parse(tmp_path: Path) ->
             time.sleep(0.05)
         file_lines = log_file.read_text().splitlines()
         stdout = sim.log()
-    generate = [e for line in file_lines if (e := parse_line(line, 0.0)) is not None and e.access is not None
-                and e.access.path == "/api/generate"]  # fmt: skip
+    generate = [
+        e
+        for line in file_lines
+        if (e := parse_line(line, 0.0)) is not None and e.access is not None and e.access.path == "/api/generate"
+    ]
     assert len(generate) == 1
     access = generate[0].access
     assert access is not None

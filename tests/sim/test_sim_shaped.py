@@ -17,9 +17,15 @@ WEATHER = {
     "function": {
         "name": "get_weather",
         "description": "Weather in a city",
-        "parameters": {"type": "object", "required": ["city"],
-                       "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                                      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}},
+        "parameters": {
+            "type": "object",
+            "required": ["city"],
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+        },
     },
 }
 ASK = [{"role": "user", "content": "weather in Paris?"}]
@@ -35,8 +41,14 @@ def client(sim: SimProcess) -> ollama.Client:
 def test_format_json_and_schema(client: ollama.Client) -> None:
     r = client.generate(model=MODEL, prompt="answer in JSON", format="json")
     assert isinstance(json.loads(r.response or ""), dict)
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                               "tags": {"type": "array", "items": {"type": "string"}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+    }
     c = client.chat(model=MODEL, messages=ASK, format=schema)
     value = json.loads(c.message.content or "")
     assert set(value) == {"name", "age", "tags"}
@@ -76,18 +88,27 @@ def test_tool_call_streamed(sim: SimProcess) -> None:
 
 def test_after_a_tool_result_the_model_answers(client: ollama.Client) -> None:
     call = {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
-    messages: list[dict[str, Any]] = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]},
-                                      {"role": "tool", "content": "18 degrees, sunny"}]
+    messages: list[dict[str, Any]] = [
+        *ASK,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "18 degrees, sunny"},
+    ]
     r = client.chat(model=MODEL, messages=messages, tools=[WEATHER])
     assert not r.message.tool_calls and r.message.content
 
 
 def test_tools_need_a_chat_model_and_a_function(sim: SimProcess) -> None:
     assert http_json(sim, "POST", "/api/chat", {"model": "nomic-embed-text", "messages": ASK, "tools": [WEATHER]}) == (
-        400, {"error": '"nomic-embed-text" does not support chat'})
+        400,
+        {"error": '"nomic-embed-text" does not support chat'},
+    )
     # A tool without a function name cannot be called: the model answers in words.
-    status, body = http_json(sim, "POST", "/api/chat", {"model": MODEL, "messages": ASK, "stream": False,
-                                                        "tools": [{"type": "function", "function": {}}]})
+    status, body = http_json(
+        sim,
+        "POST",
+        "/api/chat",
+        {"model": MODEL, "messages": ASK, "stream": False, "tools": [{"type": "function", "function": {}}]},
+    )
     assert status == 200 and body["message"]["content"] and "tool_calls" not in body["message"]
 
 
@@ -106,8 +127,15 @@ def test_openai_tool_calls_and_response_format(sim: SimProcess) -> None:
     assert events[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert events[1]["choices"][0]["finish_reason"] == "tool_calls"
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
-    shaped = httpx.post(url, json={"model": MODEL, "messages": ASK, "response_format": {
-        "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}, timeout=30).json()
+    shaped = httpx.post(
+        url,
+        json={
+            "model": MODEL,
+            "messages": ASK,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+        },
+        timeout=30,
+    ).json()
     assert isinstance(json.loads(shaped["choices"][0]["message"]["content"])["n"], int)
     obj = httpx.post(url, json={"model": MODEL, "messages": ASK, "response_format": {"type": "json_object"}}, timeout=30).json()
     assert isinstance(json.loads(obj["choices"][0]["message"]["content"]), dict)

@@ -70,7 +70,7 @@ def test_no_import_cycle_inside_sim() -> None:
     def visit(module: str, path: list[str]) -> None:
         for nxt in graph.get(module, []):
             if nxt in path:
-                cycles.append([*path[path.index(nxt):], nxt])
+                cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in done:
                 visit(nxt, [*path, nxt])
         done.add(module)

@@ -80,9 +80,13 @@ def test_think_false_and_num_predict(client: ollama.Client, sim: SimProcess) -> 
 def test_think_values_as_ollama_takes_them(sim: SimProcess) -> None:
     chat = {"messages": ASK, "stream": False}
     assert http_json(sim, "POST", "/api/chat", {"model": QWEN3, "think": "low", **chat}) == (
-        400, {"error": 'think value "low" is not supported for this model'})
+        400,
+        {"error": 'think value "low" is not supported for this model'},
+    )
     assert http_json(sim, "POST", "/api/chat", {"model": "llama3.2", "think": True, **chat}) == (
-        400, {"error": '"llama3.2" does not support thinking'})
+        400,
+        {"error": '"llama3.2" does not support thinking'},
+    )
     assert http_json(sim, "POST", "/api/chat", {"model": "llama3.2", "think": "high", **chat})[0] == 400
     status, body = http_json(sim, "POST", "/api/chat", {"model": "llama3.2", "think": False, **chat})
     assert status == 200 and "thinking" not in body["message"]
@@ -101,23 +105,26 @@ def test_think_values_as_ollama_takes_them(sim: SimProcess) -> None:
 
 
 def test_openai_chat_streams_reasoning(sim: SimProcess) -> None:
-    with httpx.stream("POST", sim.base_url + "/v1/chat/completions",
-                      json={"model": QWEN3, "messages": ASK, "stream": True}, timeout=60) as r:
+    with httpx.stream(
+        "POST", sim.base_url + "/v1/chat/completions", json={"model": QWEN3, "messages": ASK, "stream": True}, timeout=60
+    ) as r:
         rid = r.headers["X-Sim-Request-Id"]
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     deltas = [e["choices"][0]["delta"] for e in events if e["choices"] and e["choices"][0]["finish_reason"] is None]
     k = next(i for i, d in enumerate(deltas) if d["content"])
     assert k > 0 and all(d.get("reasoning") and d["content"] == "" for d in deltas[:k])
     assert truth_by_id(sim, rid)["thinking_tokens"] == k
-    off = httpx.post(sim.base_url + "/v1/chat/completions",
-                     json={"model": QWEN3, "messages": ASK, "reasoning_effort": "none"}, timeout=60).json()
+    off = httpx.post(
+        sim.base_url + "/v1/chat/completions", json={"model": QWEN3, "messages": ASK, "reasoning_effort": "none"}, timeout=60
+    ).json()
     assert "reasoning" not in off["choices"][0]["message"]
 
 
 def test_openai_completions_think_unseen(sim: SimProcess) -> None:
     """/v1/completions has no reasoning field: the thinking costs time but no chunk is written for it."""
-    with httpx.stream("POST", sim.base_url + "/v1/completions",
-                      json={"model": QWEN3, "prompt": "hello", "stream": True}, timeout=60) as r:
+    with httpx.stream(
+        "POST", sim.base_url + "/v1/completions", json={"model": QWEN3, "prompt": "hello", "stream": True}, timeout=60
+    ) as r:
         rid = r.headers["X-Sim-Request-Id"]
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     texts = [e["choices"][0]["text"] for e in events if e["choices"][0]["finish_reason"] is None]

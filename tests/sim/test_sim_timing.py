@@ -47,8 +47,9 @@ def generate(sim: SimProcess, body: dict[str, Any]) -> tuple[dict[str, Any], str
 )
 def test_physics_llama8b_prompt512(hardware: str, prefill_range: tuple[float, float], decode_range: tuple[float, float]) -> None:
     with start_sim("--hardware", hardware, "--disk-gbs", "20") as sim:
-        final, rid = generate(sim, {"model": LLAMA8B, "prompt": make_prompt(512, seed=1), "raw": True,
-                                    "options": {"num_predict": 40}})
+        final, rid = generate(
+            sim, {"model": LLAMA8B, "prompt": make_prompt(512, seed=1), "raw": True, "options": {"num_predict": 40}}
+        )
         assert final["prompt_eval_count"] == 512 and final["eval_count"] == 40
         # What was reported is what happened.
         rec = truth_by_id(sim, rid)
@@ -144,8 +145,9 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         results: dict[str, Any] = {}
 
         def stream_a() -> None:
-            for part in client.generate(model=LLAMA8B, prompt="short question", stream=True,
-                                        options={**opts, "num_predict": 260}):
+            for part in client.generate(
+                model=LLAMA8B, prompt="short question", stream=True, options={**opts, "num_predict": 260}
+            ):
                 parts.append(time.monotonic())
                 if len(parts) == 20:
                     started.set()
@@ -158,14 +160,18 @@ def test_long_prompt_interferes_with_a_running_stream() -> None:
         results["b"] = client.generate(model=LLAMA8B, prompt=long_prompt, raw=True, options={**opts, "num_predict": 1})
         a.join(30)
         assert "a" in results
-        recs = sorted((r for r in truth(sim) if r["endpoint"] == "/api/generate" and r["token_sampled_ns"]),
-                      key=lambda r: r["received_ns"])
+        recs = sorted(
+            (r for r in truth(sim) if r["endpoint"] == "/api/generate" and r["token_sampled_ns"]), key=lambda r: r["received_ns"]
+        )
         ta, tb = recs[-2], recs[-1]
         assert tb["prompt_tokens"] == 8000
         gaps_a = [y - x for x, y in zip(ta["token_written_ns"], ta["token_written_ns"][1:], strict=False)]
         before = [g for g, t in zip(gaps_a, ta["token_written_ns"][1:], strict=False) if t < tb["prefill_start_ns"]]
-        during = [g for g, t in zip(gaps_a, ta["token_written_ns"][1:], strict=False)
-                  if tb["prefill_start_ns"] < t <= tb["prefill_end_ns"]]
+        during = [
+            g
+            for g, t in zip(gaps_a, ta["token_written_ns"][1:], strict=False)
+            if tb["prefill_start_ns"] < t <= tb["prefill_end_ns"]
+        ]
         # One chunk of 1024 prompt tokens (num_batch for num_ctx > 4096) alongside one decode token.
         m, p = BY_NAME[LLAMA8B], PROFILES["rtx-4090"]
         chunk_s = timing.step_seconds(m, p, 1.0, timing.StepWork([40], [(3000, 1024)]))

@@ -105,8 +105,14 @@ def test_default_num_ctx_and_batch() -> None:
 
 @pytest.mark.parametrize(
     ("ns", "text"),
-    [(0, "0s"), (97, "97ns"), (830_000, "830µs"), (12_500_000, "12.5ms"), (1_234_567_891, "1.234567891s"),
-     (62_500_000_000, "1m2.5s")],
+    [
+        (0, "0s"),
+        (97, "97ns"),
+        (830_000, "830µs"),
+        (12_500_000, "12.5ms"),
+        (1_234_567_891, "1.234567891s"),
+        (62_500_000_000, "1m2.5s"),
+    ],
 )
 def test_go_duration_strings(ns: int, text: str) -> None:
     assert format_go_duration(ns) == text

@@ -16,8 +16,13 @@ from tests.support.sim_process import SimProcess, http_json, start_sim
 SMALL = "qwen2.5:0.5b"
 RFC3339NANO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 METRIC_KEYS = {
-    "total_duration", "load_duration", "prompt_eval_count", "prompt_eval_cached_count",
-    "prompt_eval_duration", "eval_count", "eval_duration",
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_cached_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
 }
 DURATION_KEYS = {"total_duration", "load_duration", "prompt_eval_duration", "eval_duration"}
 
@@ -88,8 +93,9 @@ def test_chat_stream_chunk_shapes(sim: SimProcess) -> None:
 
 
 def test_non_streaming_is_one_json_object(sim: SimProcess) -> None:
-    status, headers, raw = post_raw(sim, "/api/generate", {"model": SMALL, "prompt": "one two", "stream": False,
-                                                           "options": {"num_predict": 4}})
+    status, headers, raw = post_raw(
+        sim, "/api/generate", {"model": SMALL, "prompt": "one two", "stream": False, "options": {"num_predict": 4}}
+    )
     assert status == 200 and headers["content-type"] == "application/json; charset=utf-8"
     obj = json.loads(raw)
     check_final(obj)
@@ -107,8 +113,9 @@ def test_omit_when_zero_and_version_gating() -> None:
 
 
 def test_cached_count_present_even_when_zero(sim: SimProcess) -> None:
-    _, _, raw = post_raw(sim, "/api/generate", {"model": "llama3.2", "prompt": "fresh words here", "raw": True,
-                                                "options": {"num_predict": 2}})
+    _, _, raw = post_raw(
+        sim, "/api/generate", {"model": "llama3.2", "prompt": "fresh words here", "raw": True, "options": {"num_predict": 2}}
+    )
     final = ndjson(raw)[-1]
     assert final["model"] == "llama3.2"  # the request string is echoed, not "llama3.2:latest"
     assert final["prompt_eval_cached_count"] == 0
@@ -219,8 +226,13 @@ def sse_events(raw: bytes) -> list[str]:
 
 
 def test_openai_chat_sse_with_usage(sim: SimProcess) -> None:
-    body = {"model": SMALL, "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 4,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": SMALL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 4,
+        "stream_options": {"include_usage": True},
+    }
     status, headers, raw = post_raw(sim, "/v1/chat/completions", body)
     assert status == 200 and headers["content-type"] == "text/event-stream"
     events = sse_events(raw)
@@ -239,14 +251,16 @@ def test_openai_chat_sse_with_usage(sim: SimProcess) -> None:
 
 
 def test_openai_non_streaming_and_errors(sim: SimProcess) -> None:
-    status, obj = http_json(sim, "POST", "/v1/chat/completions",
-                            {"model": SMALL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3})
+    status, obj = http_json(
+        sim, "POST", "/v1/chat/completions", {"model": SMALL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3}
+    )
     assert status == 200 and obj["object"] == "chat.completion"
     assert obj["choices"][0]["message"]["role"] == "assistant" and obj["usage"]["completion_tokens"] == 3
     status, obj = http_json(sim, "POST", "/v1/completions", {"model": SMALL, "prompt": "one two three", "max_tokens": 2})
     assert status == 200 and obj["object"] == "text_completion" and obj["usage"]["prompt_tokens"] == 3
-    status, obj = http_json(sim, "POST", "/v1/chat/completions",
-                            {"model": "ghost", "messages": [{"role": "user", "content": "x"}]})
+    status, obj = http_json(
+        sim, "POST", "/v1/chat/completions", {"model": "ghost", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert status == 404
     assert obj["error"] == {"message": "model 'ghost' not found", "type": "not_found_error", "param": None, "code": None}
 

@@ -31,8 +31,13 @@ def test_a_flood_faster_than_the_store_keeps_the_backlog_within_its_bytes_and_th
     started = time.monotonic()
     try:
         for i in range(RECORDS):
-            rec = replace(base, id=f"r{i:05d}", started_at_unix_s=1_700_000_000.0 + i, prompt_text="p" * TEXT_CHARS,
-                          response_text="r" * TEXT_CHARS)  # fmt: skip
+            rec = replace(
+                base,
+                id=f"r{i:05d}",
+                started_at_unix_s=1_700_000_000.0 + i,
+                prompt_text="p" * TEXT_CHARS,
+                response_text="r" * TEXT_CHARS,
+            )
             bg.submit(PutRequest(rec))
             peak_waiting_bytes = max(peak_waiting_bytes, bg.pending_count * RECORD_BYTES)
         offered_s = time.monotonic() - started

@@ -21,14 +21,34 @@ from store.writer import StoreWriter
 
 def direct(rid: str, source: str, *, bound_s: float) -> RequestRecord:
     return RequestRecord(
-        id=rid, started_at_unix_s=1000.0, client_addr=None, endpoint=None, model="gemma3:270m", stream=None,
-        received_ns=10**12, forwarded_ns=10**12, first_token_ns=10**12 + 2 * 10**9, final_chunk_ns=10**12 + 5 * 10**9,
-        outcome=Outcome.OK, thinking_chunks=None,
-        metrics=FinalMetrics(prompt_eval_count=400, prompt_eval_cached_count=0, prompt_eval_duration_ns=2 * 10**9,
-                             eval_count=31, eval_duration_ns=3 * 10**9),
-        seen_from=SeenFrom.RUNNER, runner_port=39511, runner_task_id=12, runner_source=source,
-        ends_bound_s=bound_s, prefill_bound_s=bound_s, decode_bound_s=bound_s, output_tokens_bound=0,
-    )  # fmt: skip
+        id=rid,
+        started_at_unix_s=1000.0,
+        client_addr=None,
+        endpoint=None,
+        model="gemma3:270m",
+        stream=None,
+        received_ns=10**12,
+        forwarded_ns=10**12,
+        first_token_ns=10**12 + 2 * 10**9,
+        final_chunk_ns=10**12 + 5 * 10**9,
+        outcome=Outcome.OK,
+        thinking_chunks=None,
+        metrics=FinalMetrics(
+            prompt_eval_count=400,
+            prompt_eval_cached_count=0,
+            prompt_eval_duration_ns=2 * 10**9,
+            eval_count=31,
+            eval_duration_ns=3 * 10**9,
+        ),
+        seen_from=SeenFrom.RUNNER,
+        runner_port=39511,
+        runner_task_id=12,
+        runner_source=source,
+        ends_bound_s=bound_s,
+        prefill_bound_s=bound_s,
+        decode_bound_s=bound_s,
+        output_tokens_bound=0,
+    )
 
 
 def test_a_v8_store_migrates_to_v9_its_rows_proxied(tmp_path: Path) -> None:
@@ -81,8 +101,16 @@ def test_a_direct_record_round_trips_and_is_exported_and_charted(tmp_path: Path)
 
 def test_delete_direct_takes_back_only_rows_seen_from_the_runner(tmp_path: Path) -> None:
     path = db_path(tmp_path)
-    proxied = RequestRecord(id="p", started_at_unix_s=1000.0, client_addr="127.0.0.1", endpoint="/api/chat",
-                            model="gemma3:270m", stream=True, received_ns=0, outcome=Outcome.OK)  # fmt: skip
+    proxied = RequestRecord(
+        id="p",
+        started_at_unix_s=1000.0,
+        client_addr="127.0.0.1",
+        endpoint="/api/chat",
+        model="gemma3:270m",
+        stream=True,
+        received_ns=0,
+        outcome=Outcome.OK,
+    )
     w = StoreWriter(path)
     try:
         w.write(PutRequest(direct("d", "slots", bound_s=0.25)))

@@ -153,8 +153,17 @@ def test_export_reads_a_wal_store_on_read_only_media(
 
 # Issue 25 #9: ASVS lists NUL too (LibreOffice Calc drops a leading NUL and runs "\x00=1+1" as 2), and a formula
 # sign after leading whitespace or control characters is still a formula to a spreadsheet that trims them.
-HIDDEN_FORMULAS = ["\x00=1+1", '\x00=HYPERLINK("http://x","c")', "\x00", "\x00\x00@x", " =1+1", "\n+1", "\u00a0-1+2",
-                   "\x00 \t@SUM(A1)", "\x0b=1"]  # fmt: skip
+HIDDEN_FORMULAS = [
+    "\x00=1+1",
+    '\x00=HYPERLINK("http://x","c")',
+    "\x00",
+    "\x00\x00@x",
+    " =1+1",
+    "\n+1",
+    "\u00a0-1+2",
+    "\x00 \t@SUM(A1)",
+    "\x0b=1",
+]
 
 
 def test_csv_cell_escapes_a_leading_nul_and_formulas_after_blanks() -> None:

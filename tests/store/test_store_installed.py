@@ -59,8 +59,9 @@ def test_each_poll_replaces_the_list_and_unknown_stays_null(tmp_path: Path) -> N
             assert conn is not None
             # Newest first; a model without a time last. Unknown size is NULL, not 0.
             assert [(m.name, m.size_bytes, m.capabilities) for m in queries.installed_models(conn)] == [
-                ("old:1b", 10, ()), ("new:8b", None, ("embedding",)),
-            ]  # fmt: skip
+                ("old:1b", 10, ()),
+                ("new:8b", None, ("embedding",)),
+            ]
             assert conn.execute("SELECT COUNT(*) FROM installed_models WHERE size_bytes IS NULL").fetchone()[0] == 1
         w.write(PutInstalledModels([model("new:8b", DIGEST_B, 20, 3.0)]))  # old:1b was removed from Ollama
         w.write(PutModelInfo(DIGEST_B, "new:8b", {"model_info": {"general.architecture": "qwen2"}, "license": "long"}))

@@ -66,8 +66,15 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
         for rec, phases in expected:
             s = summaries[rec.id]
             got = (s.prefill_tok_s, s.decode_tok_s, s.ttft_s, s.queue_s, s.prompt_tokens, s.cached_tokens, list(s.flags))
-            assert got == (phases.prefill_tok_s, phases.decode_tok_s, phases.ttft_s, phases.queue_s, phases.prompt_tokens,
-                           phases.cached_tokens, phases.flags)  # fmt: skip
+            assert got == (
+                phases.prefill_tok_s,
+                phases.decode_tok_s,
+                phases.ttft_s,
+                phases.queue_s,
+                phases.prompt_tokens,
+                phases.cached_tokens,
+                phases.flags,
+            )
         assert queries.stale_phases_count(conn) == 5  # the finished ones; the running one is its writer's
 
     # What the collector does next, in the background: derive the older rows again.

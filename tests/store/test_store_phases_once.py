@@ -21,9 +21,11 @@ from tests.support.records import make_record
 
 # Every module that shows or counts a request's phases.
 READERS = [
-    "store/queries.py", "store/export.py", "collectors/metrics.py",
+    "store/queries.py",
+    "store/export.py",
+    "collectors/metrics.py",
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "pages").rglob("*.py"))),
-]  # fmt: skip
+]
 
 
 def _raw(path: Path, sql: str, *args: object) -> None:

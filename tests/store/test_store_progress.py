@@ -12,8 +12,16 @@ from store.writer import StoreWriter
 
 
 def _record(rid: str, started_unix_s: float) -> RequestRecord:
-    return RequestRecord(id=rid, started_at_unix_s=started_unix_s, client_addr="127.0.0.1", endpoint="/api/generate",
-                         model="llama3.2", stream=True, received_ns=1, outcome=Outcome.IN_FLIGHT)
+    return RequestRecord(
+        id=rid,
+        started_at_unix_s=started_unix_s,
+        client_addr="127.0.0.1",
+        endpoint="/api/generate",
+        model="llama3.2",
+        stream=True,
+        received_ns=1,
+        outcome=Outcome.IN_FLIGHT,
+    )
 
 
 def test_progress_round_trip_and_orphans_dropped(tmp_path: Path) -> None:

@@ -92,8 +92,16 @@ def test_in_flight_leaves_out_rows_nobody_updates(tmp_path: Path) -> None:
 
 
 def _gpu(ts: float, index: int, util: float) -> GpuSample:
-    return GpuSample(ts, index, f"GPU {index}", f"GPU-{index}", util_gpu_pct=util, mem_used_bytes=int(ts - T0) * 1000,
-                     power_w=100.0 + index, sm_clock_mhz=1500)  # fmt: skip
+    return GpuSample(
+        ts,
+        index,
+        f"GPU {index}",
+        f"GPU-{index}",
+        util_gpu_pct=util,
+        mem_used_bytes=int(ts - T0) * 1000,
+        power_w=100.0 + index,
+        sm_clock_mhz=1500,
+    )
 
 
 def test_long_windows_are_averaged_into_buckets_in_sql(writer: StoreWriter, conn: sqlite3.Connection) -> None:
@@ -196,8 +204,11 @@ def test_empty_store_answers_with_nothing(conn: sqlite3.Connection) -> None:
 
 def test_model_info_and_loaded_model_use_the_one_rule_for_names(writer: StoreWriter, conn: sqlite3.Connection) -> None:
     writer.write(PutModelInfo("d3" * 32, "localhost:5000/llama:latest", {"details": {"family": "llama"}}))
-    writer.write(PutLoadedModels(T0, [LoadedModel(T0, "localhost:5000/llama:latest", "localhost:5000/llama:latest",
-                                                  "d3" * 32, 1, 1, 2048, None)]))  # fmt: skip
+    writer.write(
+        PutLoadedModels(
+            T0, [LoadedModel(T0, "localhost:5000/llama:latest", "localhost:5000/llama:latest", "d3" * 32, 1, 1, 2048, None)]
+        )
+    )
     info = queries.model_info(conn, "localhost:5000/llama")  # a registry host with a port, no tag: :latest
     assert info is not None and info.digest == "d3" * 32
     assert queries.model_info(conn, "localhost:5000/llama:7b") is None

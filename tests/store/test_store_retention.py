@@ -25,8 +25,16 @@ def _gpu(ts: float) -> GpuSample:
 def _counts(path: Path) -> dict[str, int]:
     conn = sqlite3.connect(path)
     try:
-        tables = ("gpu_samples", "host_samples", "loaded_models", "ps_snapshots", "ollama_events", "requests",
-                  "request_tokens", "experiments")  # fmt: skip
+        tables = (
+            "gpu_samples",
+            "host_samples",
+            "loaded_models",
+            "ps_snapshots",
+            "ollama_events",
+            "requests",
+            "request_tokens",
+            "experiments",
+        )
         return {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables}
     finally:
         conn.close()
@@ -49,9 +57,15 @@ def test_rows_past_their_age_are_deleted(tmp_path: Path) -> None:
 
     assert result.deleted["gpu_samples"] == 1 and result.deleted["requests"] == 1
     assert _counts(path) == {
-        "gpu_samples": 1, "host_samples": 1, "loaded_models": 1, "ps_snapshots": 1, "ollama_events": 1,
-        "requests": 1, "request_tokens": 1, "experiments": 0,
-    }  # fmt: skip
+        "gpu_samples": 1,
+        "host_samples": 1,
+        "loaded_models": 1,
+        "ps_snapshots": 1,
+        "ollama_events": 1,
+        "requests": 1,
+        "request_tokens": 1,
+        "experiments": 0,
+    }
     conn = queries.open_readonly(path)
     assert [r.id for r in queries.recent_requests(conn, 0)] == ["kept"]
     assert [s.ts_unix_s for s in queries.gpu_samples(conn, 0, NOW)] == [new_s]

@@ -35,8 +35,10 @@ def _fill(w: StoreWriter, n_requests: int) -> None:
     w.apply([PutRequest(replace(make_record(f"r{i:05d}"), started_at_unix_s=NOW - 3600 + i)) for i in range(n_requests)])
     for i in range(MODELS):
         w.write(PutModelInfo(f"sha256:{i:04d}", f"m{i}:latest", {"model_info": {"x": "y" * SHOW_CHARS}}))
-    installed = [InstalledModel(NOW, f"m{i}:latest", f"m{i}:latest", f"sha256:{i:04d}", None, None, None, None, None)
-                 for i in range(INSTALLED)]  # fmt: skip
+    installed = [
+        InstalledModel(NOW, f"m{i}:latest", f"m{i}:latest", f"sha256:{i:04d}", None, None, None, None, None)
+        for i in range(INSTALLED)
+    ]
     w.write(PutInstalledModels(installed))
 
 

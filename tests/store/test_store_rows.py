@@ -50,15 +50,37 @@ def writer(tmp_path_factory: pytest.TempPathFactory) -> StoreWriter:
     text=st.none() | st.text(max_size=20),
 )
 def test_round_trip_through_the_store(
-    writer: StoreWriter, received: int, forwarded: int | None, first_token: int | None, chunks: list[int],
-    final: int | None, closed: int | None, m: FinalMetrics | None, outcome: Outcome, endpoint: str, text: str | None,
-) -> None:  # fmt: skip
+    writer: StoreWriter,
+    received: int,
+    forwarded: int | None,
+    first_token: int | None,
+    chunks: list[int],
+    final: int | None,
+    closed: int | None,
+    m: FinalMetrics | None,
+    outcome: Outcome,
+    endpoint: str,
+    text: str | None,
+) -> None:
     rec = RequestRecord(
-        id=f"r{next(_ids)}", started_at_unix_s=1_700_000_000.5, client_addr="127.0.0.1:1", endpoint=endpoint,
-        model="llama3.2", stream=True, num_ctx=None, received_ns=received, forwarded_ns=forwarded,
-        first_token_ns=first_token, token_chunk_ns=chunks, final_chunk_ns=final, closed_ns=closed, outcome=outcome,
-        metrics=m, prompt_text=text, response_text=text,
-    )  # fmt: skip
+        id=f"r{next(_ids)}",
+        started_at_unix_s=1_700_000_000.5,
+        client_addr="127.0.0.1:1",
+        endpoint=endpoint,
+        model="llama3.2",
+        stream=True,
+        num_ctx=None,
+        received_ns=received,
+        forwarded_ns=forwarded,
+        first_token_ns=first_token,
+        token_chunk_ns=chunks,
+        final_chunk_ns=final,
+        closed_ns=closed,
+        outcome=outcome,
+        metrics=m,
+        prompt_text=text,
+        response_text=text,
+    )
     writer.write(PutRequest(rec))
     with queries.open_reader(writer.path) as conn:
         assert conn is not None

@@ -55,8 +55,13 @@ def test_a_record_with_lone_surrogates_is_stored_repaired_and_flagged(tmp_path: 
     conn.close()
     assert set(rows) == {"before", "cut", "after"}  # nothing dropped
     assert rows["cut"] == (
-        "llama3.2\ufffd", "5m\ufffd", "why? \ufffd", "because \ufffd", "Ollama reported an error mid-stream: \ufffd", "stop\ufffd"
-    )  # fmt: skip
+        "llama3.2\ufffd",
+        "5m\ufffd",
+        "why? \ufffd",
+        "because \ufffd",
+        "Ollama reported an error mid-stream: \ufffd",
+        "stop\ufffd",
+    )
     reader = queries.open_readonly(path)
     stored = {s.record.id: s for s in queries.stored_requests(reader, 0)}
     reader.close()

@@ -132,17 +132,32 @@ def test_token_times_encoding_round_trips_with_negative_gaps() -> None:
 
 def test_samples_models_status_heartbeat_and_experiments_round_trip(store: StoreWriter) -> None:
     t = 1_700_000_000.0
-    gpu = GpuSample(t, 0, "NVIDIA GeForce RTX 4090", "GPU-1", util_gpu_pct=97.0, mem_used_bytes=20 * 2**30, power_w=350.5,
-                    pstate=0, simulated=True)  # fmt: skip
+    gpu = GpuSample(
+        t,
+        0,
+        "NVIDIA GeForce RTX 4090",
+        "GPU-1",
+        util_gpu_pct=97.0,
+        mem_used_bytes=20 * 2**30,
+        power_w=350.5,
+        pstate=0,
+        simulated=True,
+    )
     gpu2 = replace(gpu, index=1, uuid="GPU-2", util_gpu_pct=None)
     store.write(PutGpuSamples([gpu, gpu2]))
     host = HostSample(t, 12.5, 8 * 2**30, 64 * 2**30, ollama_cpu_pct=3.0, ollama_rss_bytes=2**30, disk_read_bytes_s=None)
     store.write(PutHostSample(host))
-    m = LoadedModel(t, "llama3.2:latest", "llama3.2:latest", "a" * 64, 3_600_000_000, 3_000_000_000, 4096, t + 300,
-                    "3.2B", "Q4_K_M", "llama")  # fmt: skip
+    m = LoadedModel(
+        t, "llama3.2:latest", "llama3.2:latest", "a" * 64, 3_600_000_000, 3_000_000_000, 4096, t + 300, "3.2B", "Q4_K_M", "llama"
+    )
     store.write(PutLoadedModels(t, [m]))
-    show = {"license": "long text", "modelfile": "FROM x", "template": "{{ .Prompt }}", "model_info": {"llama.block_count": 28},
-            "details": {"family": "llama"}}  # fmt: skip
+    show = {
+        "license": "long text",
+        "modelfile": "FROM x",
+        "template": "{{ .Prompt }}",
+        "model_info": {"llama.block_count": 28},
+        "details": {"family": "llama"},
+    }
     store.write(PutModelInfo("a" * 64, "llama3.2:latest", show))
     info = CollectorInfo(t, 1234, "127.0.0.1:11435", "http://127.0.0.1:11434", "/data", "simulated", "no NVIDIA GPU", demo=True)
     store.write(PutHeartbeat(info))

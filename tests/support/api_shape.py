@@ -18,15 +18,35 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AMDSMI_NAMES = (
-    "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles", "amdsmi_get_gpu_activity",
-    "amdsmi_get_gpu_vram_usage", "amdsmi_get_power_info", "amdsmi_get_clk_freq", "amdsmi_get_temp_metric",
-    "amdsmi_get_gpu_asic_info", "amdsmi_get_gpu_device_uuid",
-    "AmdSmiException", "AmdSmiLibraryException", "AmdSmiClkType", "AmdSmiTemperatureType", "AmdSmiTemperatureMetric",
-)  # fmt: skip
+    "amdsmi_init",
+    "amdsmi_shut_down",
+    "amdsmi_get_processor_handles",
+    "amdsmi_get_gpu_activity",
+    "amdsmi_get_gpu_vram_usage",
+    "amdsmi_get_power_info",
+    "amdsmi_get_clk_freq",
+    "amdsmi_get_temp_metric",
+    "amdsmi_get_gpu_asic_info",
+    "amdsmi_get_gpu_device_uuid",
+    "AmdSmiException",
+    "AmdSmiLibraryException",
+    "AmdSmiClkType",
+    "AmdSmiTemperatureType",
+    "AmdSmiTemperatureMetric",
+)
 MACMON_NAMES = (
-    "MacmonError", "InitializationFailedError", "SamplingFailedError", "Sampler", "soc_info", "Metrics", "GpuUsage",
-    "PowerMetrics", "MemoryMetrics", "TemperatureMetrics", "SocInfo",
-)  # fmt: skip
+    "MacmonError",
+    "InitializationFailedError",
+    "SamplingFailedError",
+    "Sampler",
+    "soc_info",
+    "Metrics",
+    "GpuUsage",
+    "PowerMetrics",
+    "MemoryMetrics",
+    "TemperatureMetrics",
+    "SocInfo",
+)
 
 
 def _params(fn: ast.FunctionDef) -> list[str]:
@@ -35,8 +55,15 @@ def _params(fn: ast.FunctionDef) -> list[str]:
 
 def _dict_keys(fn: ast.FunctionDef) -> list[str]:
     """String keys of dict displays built in the function (the keys its returned dicts carry)."""
-    return sorted({k.value for d in ast.walk(fn) if isinstance(d, ast.Dict) for k in d.keys
-                   if isinstance(k, ast.Constant) and isinstance(k.value, str)})  # fmt: skip
+    return sorted(
+        {
+            k.value
+            for d in ast.walk(fn)
+            if isinstance(d, ast.Dict)
+            for k in d.keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        }
+    )
 
 
 def shape_of_source(sources: Iterable[str], names: Iterable[str]) -> dict[str, Any]:

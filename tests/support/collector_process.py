@@ -102,8 +102,12 @@ def drive(
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at += per_client_interval_s
             prompt = f"request {worker}-{n} {PROMPT_PAD}"
-            body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": False,
-                    "options": {"num_predict": 2}}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": prompt}],
+                "stream": False,
+                "options": {"num_predict": 2},
+            }
             try:
                 async with session.post(base_url + "/api/chat", json=body) as r:
                     await r.read()

@@ -131,10 +131,18 @@ class FakeAmdSmi:
     def amdsmi_get_gpu_asic_info(self, processor_handle: Any) -> dict[str, Any]:
         g = self._gpu("amdsmi_get_gpu_asic_info", processor_handle)
         return {
-            "market_name": g.market_name, "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
-            "subvendor_id": "0x1002", "device_id": "0x744c", "rev_id": "0xc8", "asic_serial": "0x0000000000000000",
-            "oam_id": NA, "num_compute_units": 96, "target_graphics_version": "gfx1100", "subsystem_id": "0x0e3b",
-        }  # fmt: skip
+            "market_name": g.market_name,
+            "vendor_id": "0x1002",
+            "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
+            "subvendor_id": "0x1002",
+            "device_id": "0x744c",
+            "rev_id": "0xc8",
+            "asic_serial": "0x0000000000000000",
+            "oam_id": NA,
+            "num_compute_units": 96,
+            "target_graphics_version": "gfx1100",
+            "subsystem_id": "0x0e3b",
+        }
 
     def amdsmi_get_gpu_device_uuid(self, processor_handle: Any) -> str:
         return self._gpu("amdsmi_get_gpu_device_uuid", processor_handle).uuid
@@ -150,10 +158,14 @@ class FakeAmdSmi:
     def amdsmi_get_power_info(self, processor_handle: Any) -> dict[str, Any]:
         g = self._gpu("amdsmi_get_power_info", processor_handle)
         return {
-            "socket_power": g.socket_power_w, "current_socket_power": g.current_socket_power_w,
-            "average_socket_power": g.average_socket_power_w, "gfx_voltage": 1050, "soc_voltage": 850,
-            "mem_voltage": 1250, "power_limit": g.power_limit_w,
-        }  # fmt: skip
+            "socket_power": g.socket_power_w,
+            "current_socket_power": g.current_socket_power_w,
+            "average_socket_power": g.average_socket_power_w,
+            "gfx_voltage": 1050,
+            "soc_voltage": 850,
+            "mem_voltage": 1250,
+            "power_limit": g.power_limit_w,
+        }
 
     def amdsmi_get_clk_freq(self, processor_handle: Any, clk_type: AmdSmiClkType) -> dict[str, Any]:
         g = self._gpu("amdsmi_get_clk_freq", processor_handle)

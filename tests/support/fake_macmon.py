@@ -137,6 +137,16 @@ class FakeMacmon:
 
 # The module's classes, reachable as attributes like on the real module (set here: inside the class body
 # they would shadow the types its methods are annotated with).
-for _cls in (MacmonError, InvalidArgumentError, InitializationFailedError, SamplingFailedError, Metrics, GpuUsage,
-             PowerMetrics, MemoryMetrics, TemperatureMetrics, SocInfo):  # fmt: skip
+for _cls in (
+    MacmonError,
+    InvalidArgumentError,
+    InitializationFailedError,
+    SamplingFailedError,
+    Metrics,
+    GpuUsage,
+    PowerMetrics,
+    MemoryMetrics,
+    TemperatureMetrics,
+    SocInfo,
+):
     setattr(FakeMacmon, _cls.__name__, _cls)

@@ -59,8 +59,11 @@ def write_card(root: Path, card: FakeCard) -> Path:
         hwmon = device / "hwmon" / f"hwmon{card.number + 2}"
         hwmon.mkdir(parents=True)
         (hwmon / "name").write_text("amdgpu\n")
-        for name, value in (("power1_average", card.power_average_uw), ("power1_input", card.power_input_uw),
-                            ("power1_cap", card.power_cap_uw)):  # fmt: skip
+        for name, value in (
+            ("power1_average", card.power_average_uw),
+            ("power1_input", card.power_input_uw),
+            ("power1_cap", card.power_cap_uw),
+        ):
             if value is not None:
                 (hwmon / name).write_text(f"{value}\n")
         for n, (label, value) in enumerate(card.temps_mc.items(), start=1):

@@ -16,9 +16,18 @@ def record(
 ) -> RequestRecord:
     """A running request; ``tokens``: seconds after its arrival at which each content chunk came."""
     chunk_ns = [BASE_NS + int(t * NS) for t in tokens]
-    rec = RequestRecord(id=rid, started_at_unix_s=started, client_addr="127.0.0.1:5000", endpoint="/api/generate",
-                        model=model, stream=True, received_ns=BASE_NS, forwarded_ns=BASE_NS + NS // 100,
-                        token_chunk_ns=chunk_ns, first_token_ns=chunk_ns[0] if chunk_ns else None)  # fmt: skip
+    rec = RequestRecord(
+        id=rid,
+        started_at_unix_s=started,
+        client_addr="127.0.0.1:5000",
+        endpoint="/api/generate",
+        model=model,
+        stream=True,
+        received_ns=BASE_NS,
+        forwarded_ns=BASE_NS + NS // 100,
+        token_chunk_ns=chunk_ns,
+        first_token_ns=chunk_ns[0] if chunk_ns else None,
+    )
     for k, v in kw.items():
         setattr(rec, k, v)
     return rec

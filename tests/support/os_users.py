@@ -46,16 +46,29 @@ def ensure_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True, timeout=30)  # fmt: skip
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
         return pwd.getpwnam(name)
 
 
 def _works(user: str, argv: list[str], env: dict[str, str]) -> bool:
     probe = [*argv, "-c", "import sys, psutil, aiohttp, collectors.ollama.discovery; print(sys.version_info[:2])"]
     try:
-        out = subprocess.run(probe, user=user, group=pwd.getpwnam(user).pw_gid, extra_groups=[], env=env,
-                             cwd="/", capture_output=True, text=True, timeout=60)  # fmt: skip
+        out = subprocess.run(
+            probe,
+            user=user,
+            group=pwd.getpwnam(user).pw_gid,
+            extra_groups=[],
+            env=env,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0 and out.stdout.strip() == str(sys.version_info[:2])
@@ -84,8 +97,7 @@ def python_for(user: str) -> tuple[list[str], dict[str, str]]:
 def popen_as(user: str, argv: list[str], env: dict[str, str], **kwargs: object) -> subprocess.Popen[bytes]:
     """``argv`` as ``user`` (its own group, none of root's supplementary groups), from a folder anyone can enter."""
     entry = pwd.getpwnam(user)
-    return subprocess.Popen(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], env=env, cwd="/",
-                            **kwargs)  # type: ignore[call-overload]  # fmt: skip
+    return subprocess.Popen(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], env=env, cwd="/", **kwargs)  # type: ignore[call-overload]
 
 
 @contextlib.contextmanager
@@ -95,8 +107,13 @@ def sim_as(user: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]
     port = free_port()
     binary, _ = require_llama_server()
     with tempfile.TemporaryFile() as log:
-        proc = popen_as(user, [*py, "-m", "sim", "--port", str(port), *args],
-                        dict(env, PHASEWATCH_LLAMA_SERVER=str(binary)), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = popen_as(
+            user,
+            [*py, "-m", "sim", "--port", str(port), *args],
+            dict(env, PHASEWATCH_LLAMA_SERVER=str(binary)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + START_TIMEOUT_S

@@ -63,8 +63,13 @@ def start_prometheus(config_dir: Path) -> Iterator[Prometheus]:
     binary = require_tool("prometheus")
     port = free_port()
     log_path = config_dir / "prometheus.log"
-    cmd = [binary, f"--config.file={config_dir / 'prometheus.yml'}", f"--storage.tsdb.path={config_dir / 'data'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"]  # fmt: skip
+    cmd = [
+        binary,
+        f"--config.file={config_dir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={config_dir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=1h",
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=config_dir, stdout=log, stderr=subprocess.STDOUT)
     prom = Prometheus(f"http://127.0.0.1:{port}", proc, log_path)

@@ -17,9 +17,14 @@ from collectors.ollama.runners import RunnerReader
 
 def in_flight_record(rid: str, model: str, started_unix_s: float | None = None) -> RequestRecord:
     return RequestRecord(
-        id=rid, started_at_unix_s=started_unix_s or time.time(), client_addr="127.0.0.1", endpoint="/api/generate",
-        model=model, stream=True, received_ns=time.monotonic_ns(),
-    )  # fmt: skip
+        id=rid,
+        started_at_unix_s=started_unix_s or time.time(),
+        client_addr="127.0.0.1",
+        endpoint="/api/generate",
+        model=model,
+        stream=True,
+        received_ns=time.monotonic_ns(),
+    )
 
 
 def loaded(ps_models: list[dict[str, object]]) -> list[LoadedModel]:
@@ -49,8 +54,9 @@ async def run_reader(
     """Run the reader ``seconds`` (or until ``until`` says so, or ``linger_s`` after ``work``, run in a thread, returned),
     draining its rows every 0.1 s as the service does; ``on_drain`` sees the rows so far after each drain."""
     async with aiohttp.ClientSession(trust_env=False) as session:
-        reader = RunnerReader(ollama_url, session, in_flight=in_flight, loaded_models=lambda: models, log_path=log_path,
-                              discover_every_s=0.5)  # fmt: skip
+        reader = RunnerReader(
+            ollama_url, session, in_flight=in_flight, loaded_models=lambda: models, log_path=log_path, discover_every_s=0.5
+        )
         run = ReaderRun(reader)
         stop = asyncio.Event()
         task = asyncio.create_task(reader.run(stop))

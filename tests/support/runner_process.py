@@ -59,10 +59,15 @@ def file_sha256(path: Path) -> str:
 
 def ps_entry(name: str, digest: str, context_length: int = 4096) -> dict[str, Any]:
     return {
-        "name": name, "model": name, "size": 300_000_000, "digest": digest, "size_vram": 0,
-        "details": {"format": "gguf", "family": "gemma3"}, "expires_at": "2099-01-01T00:00:00Z",
+        "name": name,
+        "model": name,
+        "size": 300_000_000,
+        "digest": digest,
+        "size_vram": 0,
+        "details": {"format": "gguf", "family": "gemma3"},
+        "expires_at": "2099-01-01T00:00:00Z",
         "context_length": context_length,
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -170,8 +175,25 @@ def _child(argv: list[str], ready_path: str | None, timeout_s: float) -> Iterato
 def start_llama_server(gguf: Path, *, ctx: int = 8192, threads: int = 2) -> Iterator[Child]:
     """The real llama-server, as Ollama starts it (flags of llm/llama_server.go), as a child of this process."""
     binary = require_llama_server()
-    argv = [str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--no-webui", "--offline",
-            "-c", str(ctx), "-np", "1", "-b", str(BATCH), "-ub", str(BATCH), "-t", str(threads)]  # fmt: skip
+    argv = [
+        str(binary),
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        str(ctx),
+        "-np",
+        "1",
+        "-b",
+        str(BATCH),
+        "-ub",
+        str(BATCH),
+        "-t",
+        str(threads),
+    ]
     with _child(argv, "/health", START_TIMEOUT_S) as child:
         yield child
 

@@ -45,10 +45,18 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 def _final(tokens: int, done_reason: str = "stop") -> dict[str, Any]:
     return {
-        "model": MODEL, "created_at": "2026-01-01T00:00:00Z", "response": "", "done": True, "done_reason": done_reason,
-        "total_duration": 10_000_000, "load_duration": 1_000, "prompt_eval_count": 4, "prompt_eval_duration": 1_000_000,
-        "eval_count": tokens, "eval_duration": max(1, tokens) * int(STEP_S * 1e9),
-    }  # fmt: skip
+        "model": MODEL,
+        "created_at": "2026-01-01T00:00:00Z",
+        "response": "",
+        "done": True,
+        "done_reason": done_reason,
+        "total_duration": 10_000_000,
+        "load_duration": 1_000,
+        "prompt_eval_count": 4,
+        "prompt_eval_duration": 1_000_000,
+        "eval_count": tokens,
+        "eval_duration": max(1, tokens) * int(STEP_S * 1e9),
+    }
 
 
 def _token(text: str) -> dict[str, Any]:

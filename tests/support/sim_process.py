@@ -1,7 +1,7 @@
 """Start ``python -m sim`` on a free loopback port for a test, and stop it afterwards.
 
-    with start_sim("--hardware", "rtx-3090") as sim:
-        client = ollama.Client(host=sim.base_url)
+with start_sim("--hardware", "rtx-3090") as sim:
+    client = ollama.Client(host=sim.base_url)
 """
 
 from __future__ import annotations

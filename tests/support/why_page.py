@@ -70,8 +70,9 @@ class Req:
 
 
 def req_shape(prompt: int, prefill_ms: float, output: int, step_ms: float, cached: int = 0) -> Shape:
-    return Shape(prompt_tokens=prompt, prefill_ms=prefill_ms, output_tokens=output, decode_ms=(output - 1) * step_ms,
-                 cached_tokens=cached)  # fmt: skip
+    return Shape(
+        prompt_tokens=prompt, prefill_ms=prefill_ms, output_tokens=output, decode_ms=(output - 1) * step_ms, cached_tokens=cached
+    )
 
 
 # Prompts from 200 to 8,000 tokens, replies 40-200 tokens: rates near what a 4090 gives a 3B Q4 model.
@@ -94,8 +95,9 @@ ALL = [*PLAIN, VICTIM, AGGRESSOR]
 
 def write_requests(w_: StoreWriter, now: float, reqs: list[Req]) -> list[RequestRecord]:
     t0 = now - 600
-    recs = [make_request(now - r.offset_s, t0, model=r.model, shape=r.shape, stall_at=r.stall_at, stall_ms=r.stall_ms)
-            for r in reqs]  # fmt: skip
+    recs = [
+        make_request(now - r.offset_s, t0, model=r.model, shape=r.shape, stall_at=r.stall_at, stall_ms=r.stall_ms) for r in reqs
+    ]
     w_.apply([PutRequest(r) for r in recs])
     return recs
 
@@ -104,8 +106,15 @@ def gpu_with_energy(ts: float, util: float, energy_j: float) -> GpuSample:
     return replace(gpu_sample(ts, util), mem_bus_width_bits=384, energy_j=energy_j, mem_clock_mhz=10251)
 
 
-def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool = True, gpu: bool = True,
-                loaded: list[LoadedModel] | None = None) -> list[RequestRecord]:  # fmt: skip
+def build_store(
+    data_dir: Path,
+    now: float,
+    *,
+    reqs: list[Req] = ALL,
+    show: bool = True,
+    gpu: bool = True,
+    loaded: list[LoadedModel] | None = None,
+) -> list[RequestRecord]:
     w_ = StoreWriter(db_path(data_dir))
     try:
         # The collector's measurement of this machine's memory bandwidth, as it stores it.
@@ -124,8 +133,21 @@ def build_store(data_dir: Path, now: float, *, reqs: list[Req] = ALL, show: bool
             for name in (MODEL, BIG):
                 w_.write(PutModelInfo(BY_NAME[name].digest, name, show_json(name)))
         if loaded is None:
-            loaded = [LoadedModel(now - 1, MODEL, MODEL, BY_NAME[MODEL].digest, int(2.6 * GIB), int(2.6 * GIB), 8192,
-                                  now + 240, "3.2B", "Q4_K_M", "llama")]  # fmt: skip
+            loaded = [
+                LoadedModel(
+                    now - 1,
+                    MODEL,
+                    MODEL,
+                    BY_NAME[MODEL].digest,
+                    int(2.6 * GIB),
+                    int(2.6 * GIB),
+                    8192,
+                    now + 240,
+                    "3.2B",
+                    "Q4_K_M",
+                    "llama",
+                )
+            ]
         w_.write(PutLoadedModels(now - 1, loaded))
         status_rows(w_, now, data_dir, gpu_state="nvml" if gpu else "none")
     finally:
@@ -212,9 +234,20 @@ def embed_record(i: int, now: float, prompt: int, prefill_ms: float) -> RequestR
     load_ns = 2 * MS
     total_ns = load_ns + round(prefill_ms * MS)
     return RequestRecord(
-        id=f"embed{i}", started_at_unix_s=now - 50 + i, client_addr="127.0.0.1:1", endpoint=sorted(EMBED_ENDPOINTS)[0],
-        model=MODEL, stream=False, kind=RequestKind.EMBED, batch_size=8, received_ns=t0, forwarded_ns=t0 + MS,
-        first_byte_ns=t0 + MS + total_ns, final_chunk_ns=t0 + MS + total_ns, closed_ns=t0 + MS + total_ns,
-        status_code=200, outcome=Outcome.OK,
+        id=f"embed{i}",
+        started_at_unix_s=now - 50 + i,
+        client_addr="127.0.0.1:1",
+        endpoint=sorted(EMBED_ENDPOINTS)[0],
+        model=MODEL,
+        stream=False,
+        kind=RequestKind.EMBED,
+        batch_size=8,
+        received_ns=t0,
+        forwarded_ns=t0 + MS,
+        first_byte_ns=t0 + MS + total_ns,
+        final_chunk_ns=t0 + MS + total_ns,
+        closed_ns=t0 + MS + total_ns,
+        status_code=200,
+        outcome=Outcome.OK,
         metrics=FinalMetrics(total_duration_ns=total_ns, load_duration_ns=load_ns, prompt_eval_count=prompt),
-    )  # fmt: skip
+    )

@@ -55,8 +55,15 @@ def test_missing_files_are_none_not_zero(tmp_path: Path) -> None:
     s = _sampler(write_tree(tmp_path, card))
     (g,) = s.sample()
     assert g.util_gpu_pct == 87.0
-    for name in ("util_mem_pct", "mem_clock_mhz", "mem_clock_max_mhz", "sm_clock_mhz", "power_w", "power_limit_w",
-                 "temperature_c"):  # fmt: skip
+    for name in (
+        "util_mem_pct",
+        "mem_clock_mhz",
+        "mem_clock_max_mhz",
+        "sm_clock_mhz",
+        "power_w",
+        "power_limit_w",
+        "temperature_c",
+    ):
         assert getattr(g, name) is None, name
     assert s.unreadable == {}  # absent files are the driver's choice, not a fault
 
@@ -123,8 +130,15 @@ def test_no_card_is_a_state_with_the_path_tried(tmp_path: Path) -> None:
 def test_cli_json_reports_the_fake_card(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "sys")
     env = {**os.environ, "PHASEWATCH_SYSFS_ROOT": str(root)}
-    out = subprocess.run([sys.executable, "-m", "collectors.gpu", "--json"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "collectors.gpu", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     report = json.loads(out.stdout)
     assert report["source"] == "AMD (amdgpu sysfs)"
     assert report["state"] == {"kind": "amd-sysfs", "message": None}
@@ -137,8 +151,9 @@ def test_cli_json_reports_the_fake_card(tmp_path: Path) -> None:
 
 def test_cli_says_why_no_source_was_found(tmp_path: Path) -> None:
     env = {**os.environ, "PHASEWATCH_SYSFS_ROOT": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "collectors.gpu"], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "collectors.gpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     assert out.stdout.startswith("No GPU source found. Tried:")
     for source in ("NVIDIA (NVML):", "AMD (amdsmi):", "AMD (amdgpu sysfs): no AMD card exposes", "Apple Silicon (macmon):"):
         assert source in out.stdout

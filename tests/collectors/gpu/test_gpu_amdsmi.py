@@ -78,8 +78,12 @@ def test_every_field_in_our_units() -> None:
 
 
 def test_na_and_unsupported_are_none_not_zero() -> None:
-    gpu = FakeAmdGpu(umc_activity=NA, current_socket_power_w=NA, power_limit_w=NA,
-                     unsupported={"amdsmi_get_temp_metric", "amdsmi_get_clk_freq"})  # fmt: skip
+    gpu = FakeAmdGpu(
+        umc_activity=NA,
+        current_socket_power_w=NA,
+        power_limit_w=NA,
+        unsupported={"amdsmi_get_temp_metric", "amdsmi_get_clk_freq"},
+    )
     _, s = _open([gpu])
     (g,) = s.sample()
     assert g.util_gpu_pct == 93.0

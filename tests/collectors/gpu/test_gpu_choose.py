@@ -30,9 +30,14 @@ def _no_nvml() -> FakeNvml:
 
 def _choose(tmp_path: Path, **kwargs: Any) -> Any:
     args: dict[str, Any] = {
-        "nvml": _no_nvml, "amdsmi": _missing("amdsmi"), "macmon": _missing("macmon"), "ioreg": lambda: "",
-        "root": tmp_path, "system": "linux", "machine": "x86_64",
-    }  # fmt: skip
+        "nvml": _no_nvml,
+        "amdsmi": _missing("amdsmi"),
+        "macmon": _missing("macmon"),
+        "ioreg": lambda: "",
+        "root": tmp_path,
+        "system": "linux",
+        "machine": "x86_64",
+    }
     return choose_gpu_sampler(**{**args, **kwargs})
 
 

@@ -78,9 +78,7 @@ def test_outer_task_cancellation_also_closes_the_streams(sim: SimProcess) -> Non
     clear_truth(sim)
 
     async def go() -> int:
-        task = asyncio.create_task(
-            run_experiment("concurrency", sim.base_url, MODEL, {"max_streams": 2, "num_predict": 3000})
-        )
+        task = asyncio.create_task(run_experiment("concurrency", sim.base_url, MODEL, {"max_streams": 2, "num_predict": 3000}))
         deadline = time.monotonic() + 30
         while not any(len(r["token_sampled_ns"]) > 5 and r["done_ns"] is None for r in await asyncio.to_thread(truth, sim)):
             assert time.monotonic() < deadline

@@ -82,8 +82,9 @@ def test_parameter_of_another_experiment_is_rejected(sim: SimProcess) -> None:
 
 @pytest.mark.slow
 def test_bad_values_exit_2_before_anything_is_sent(sim: SimProcess) -> None:
-    p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--min-prompt-tokens", "900",
-            "--max-prompt-tokens", "100")  # fmt: skip
+    p = lab(
+        "prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--min-prompt-tokens", "900", "--max-prompt-tokens", "100"
+    )
     assert p.returncode == 2 and "larger than max_prompt_tokens" in p.stderr
     p = lab("prompt-length", "--ollama", sim.base_url, "--model", MODEL, "--timeout", "0")
     assert p.returncode == 2 and "must be positive" in p.stderr
@@ -102,10 +103,28 @@ def test_dry_run_prints_the_cost_and_sends_nothing(sim: SimProcess) -> None:
 def test_sigterm_cancels_keeps_partial_result_and_closes_streams(sim: SimProcess, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors.lab", "concurrency", "--ollama", sim.base_url, "--model", MODEL,
-         "--max-streams", "2", "--num-predict", "3000", "--out", str(out), "--json"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "collectors.lab",
+            "concurrency",
+            "--ollama",
+            sim.base_url,
+            "--model",
+            MODEL,
+            "--max-streams",
+            "2",
+            "--num-predict",
+            "3000",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # the document appears at once; wait until the first streams run
@@ -143,10 +162,23 @@ def test_progress_bar_on_a_terminal(sim: SimProcess) -> None:
     leader, follower = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "collectors.lab", "prompt-cache", "--ollama", sim.base_url, "--model", MODEL,
-             "--prefix-tokens", "256"],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=follower, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "collectors.lab",
+                "prompt-cache",
+                "--ollama",
+                sim.base_url,
+                "--model",
+                MODEL,
+                "--prefix-tokens",
+                "256",
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+        )
         os.close(follower)
         seen = b""
         deadline = time.monotonic() + 30

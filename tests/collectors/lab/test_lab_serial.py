@@ -29,9 +29,7 @@ def test_concurrency_detects_a_serial_server(sim: SimProcess) -> None:
 
 
 def test_interference_on_a_serial_server_reports_the_wait_not_a_stall(sim: SimProcess) -> None:
-    r = asyncio.run(
-        run_experiment("interference", sim.base_url, MODEL, {"long_prompt_tokens": 1024, "chat_max_tokens": 2000})
-    )
+    r = asyncio.run(run_experiment("interference", sim.base_url, MODEL, {"long_prompt_tokens": 1024, "chat_max_tokens": 2000}))
     assert r.state == DONE, r.error
     s = r.summary
     assert s["served_serially"] is True

@@ -42,12 +42,19 @@ def _sink(writer: StoreWriter) -> Callable[..., None]:
 
 def _doc(run_id: str, state: RunState = DONE) -> ExperimentResult:
     return ExperimentResult(
-        name="prompt-cache", run_id=run_id, model=MODEL, ollama_url="http://127.0.0.1:11435",
-        parameters={"prefix_tokens": 2048, "num_predict": 4}, started_at_unix_s=time.time(), state=state,
+        name="prompt-cache",
+        run_id=run_id,
+        model=MODEL,
+        ollama_url="http://127.0.0.1:11435",
+        parameters={"prefix_tokens": 2048, "num_predict": 4},
+        started_at_unix_s=time.time(),
+        state=state,
         points=[{"attempt": 1, "prefill_s": 0.5}, {"attempt": 2, "prefill_s": 0.01}],
-        summary={"saved_fraction": 0.98}, conclusion="saved", finished_at_unix_s=time.time() + 1,
+        summary={"saved_fraction": 0.98},
+        conclusion="saved",
+        finished_at_unix_s=time.time() + 1,
         model_facts={"layers": 24},
-    )  # fmt: skip
+    )
 
 
 def test_ingester_stores_each_new_or_changed_document_once(tmp_path: Path) -> None:
@@ -79,10 +86,25 @@ def test_ingester_stores_each_new_or_changed_document_once(tmp_path: Path) -> No
 def collector(data: Path, ollama_url: str) -> Iterator[subprocess.Popen[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0", "--interval", "0.2",
-         "--ollama", ollama_url],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--data",
+            str(data),
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "0.2",
+            "--ollama",
+            ollama_url,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while (info := read_lock(data)) is None or info.pid != proc.pid or not info.listen:
@@ -102,10 +124,29 @@ def test_cancel_through_the_proxy_leaves_the_store_consistent(tmp_path: Path) ->
         info = read_lock(tmp_path)
         assert info is not None
         run = subprocess.Popen(
-            [sys.executable, "-m", "collectors.lab", "concurrency", "--ollama", info.listen, "--model", MODEL,
-             "--max-streams", "2", "--num-predict", "3000", "--data", str(tmp_path), "--run-id", "cut1"],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "collectors.lab",
+                "concurrency",
+                "--ollama",
+                info.listen,
+                "--model",
+                MODEL,
+                "--max-streams",
+                "2",
+                "--num-predict",
+                "3000",
+                "--data",
+                str(tmp_path),
+                "--run-id",
+                "cut1",
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         doc_path = lab_dir(tmp_path) / "cut1.json"
         try:
             deadline = time.monotonic() + 30
@@ -121,8 +162,9 @@ def test_cancel_through_the_proxy_leaves_the_store_consistent(tmp_path: Path) ->
                 run.wait(timeout=5)
         assert run.returncode == 130, err
         cancelled = "SELECT COUNT(*) AS n FROM requests WHERE model = ? AND outcome = 'cancelled'"
-        wait_until(lambda: query(tmp_path, cancelled, MODEL)[0]["n"] == 1, 30, "the cancelled stream recorded",
-                   ignoring=(sqlite3.Error,))
+        wait_until(
+            lambda: query(tmp_path, cancelled, MODEL)[0]["n"] == 1, 30, "the cancelled stream recorded", ignoring=(sqlite3.Error,)
+        )
         coll.send_signal(signal.SIGTERM)
         coll.communicate(timeout=30)
         assert coll.returncode == 0

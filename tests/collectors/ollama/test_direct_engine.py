@@ -77,8 +77,18 @@ def collector(folder: Path, sim: SimProcess, *args: str) -> Iterator[Collector]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "PHASEWATCH_"))}
     err_path = folder / "collector.log"
     with open(err_path, "wb") as err:
-        cmd = [sys.executable, "-m", "collectors", "--data", str(folder / "data"), "--listen", "127.0.0.1:0",
-               "--ollama", sim.base_url, *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--data",
+            str(folder / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--ollama",
+            sim.base_url,
+            *args,
+        ]
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=err, stderr=err)
     c = Collector(folder / "data", proc, err_path)
     try:
@@ -149,8 +159,9 @@ def options(n_words: int) -> dict[str, Any]:
 
 
 def via_ollama_streamed(sim: SimProcess, words: int) -> None:
-    for _ in ollama.Client(host=sim.base_url).generate(model=MODEL, prompt=words_prompt(words, words), stream=True,
-                                                      options=options(words)):  # fmt: skip
+    for _ in ollama.Client(host=sim.base_url).generate(
+        model=MODEL, prompt=words_prompt(words, words), stream=True, options=options(words)
+    ):
         pass
 
 
@@ -161,8 +172,13 @@ def via_ollama_whole(sim: SimProcess, words: int) -> None:
 
 def via_openai(sim: SimProcess, words: int) -> None:
     client = openai.OpenAI(base_url=sim.base_url + "/v1", api_key="unused")
-    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": words_prompt(words, words)}],
-                                   max_tokens=NUM_PREDICT, temperature=0, seed=words)  # fmt: skip
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": words_prompt(words, words)}],
+        max_tokens=NUM_PREDICT,
+        temperature=0,
+        seed=words,
+    )
 
 
 def via_curl(sim: SimProcess, words: int) -> None:
@@ -172,8 +188,11 @@ def via_curl(sim: SimProcess, words: int) -> None:
 
 
 CLIENTS: list[tuple[str, Callable[[SimProcess, int], None]]] = [
-    ("ollama streamed", via_ollama_streamed), ("ollama whole", via_ollama_whole), ("openai /v1", via_openai), ("curl", via_curl),
-]  # fmt: skip
+    ("ollama streamed", via_ollama_streamed),
+    ("ollama whole", via_ollama_whole),
+    ("openai /v1", via_openai),
+    ("curl", via_curl),
+]
 
 
 def check_log_row(row: sqlite3.Row, engine: dict[str, Any]) -> None:
@@ -208,10 +227,12 @@ def check_both(w: Watch, since: float, since_ns: int, n: int) -> None:
         assert sorted(r["prompt_tokens"] for r in rows) == sorted(engine), [dict(r) for r in rows]
         for row in rows:
             t = engine[row["prompt_tokens"]]["timings"]
-            print(f"{row['runner_source']}: prompt {row['prompt_tokens']} (engine {t['cache_n'] + t['prompt_n']}), output "
-                  f"{row['output_tokens']}±{row['output_tokens_bound']} ({t['predicted_n']}), prefill {row['prefill_s']:.4f}"
-                  f"±{row['prefill_bound_s']:.3g} s ({t['prompt_ms'] / 1000:.4f}), decode {row['decode_s']:.4f}"
-                  f"±{row['decode_bound_s']:.3g} s ({t['predicted_ms'] / 1000:.4f}), route {row['endpoint']}")  # fmt: skip
+            print(
+                f"{row['runner_source']}: prompt {row['prompt_tokens']} (engine {t['cache_n'] + t['prompt_n']}), output "
+                f"{row['output_tokens']}±{row['output_tokens_bound']} ({t['predicted_n']}), prefill {row['prefill_s']:.4f}"
+                f"±{row['prefill_bound_s']:.3g} s ({t['prompt_ms'] / 1000:.4f}), decode {row['decode_s']:.4f}"
+                f"±{row['decode_bound_s']:.3g} s ({t['predicted_ms'] / 1000:.4f}), route {row['endpoint']}"
+            )
             check(row, engine[row["prompt_tokens"]])
             assert row["model"] == MODEL and row["stream"] is None
 

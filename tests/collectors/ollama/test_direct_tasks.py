@@ -30,8 +30,15 @@ def tasks(clock: Clock) -> DirectTasks:
     return DirectTasks(clock=clock, mono_ns=lambda: 10**12 + round((clock.now - T0) * 1e9))
 
 
-def slot(task: int | None, *, busy: bool, processed: int | None = None, cached: int | None = 0, decoded: int | None = None,
-         ctx: int | None = None) -> SlotReading:  # fmt: skip
+def slot(
+    task: int | None,
+    *,
+    busy: bool,
+    processed: int | None = None,
+    cached: int | None = 0,
+    decoded: int | None = None,
+    ctx: int | None = None,
+) -> SlotReading:
     return SlotReading(0, 2048, busy, task, ctx, processed, cached, decoded)
 
 
@@ -161,11 +168,23 @@ def test_a_proxied_request_that_ran_between_polls_is_not_recorded_again() -> Non
     clock.now += 26.0
     log_lines(d, clock.now, *TIMING_LINES)
     proxied = RequestRecord(
-        id="p1", started_at_unix_s=T0 - 0.1, client_addr="127.0.0.1", endpoint="/api/generate", model="gemma3:270m",
-        stream=True, received_ns=0, final_chunk_ns=round(26.2e9), outcome=Outcome.OK,
-        metrics=FinalMetrics(prompt_eval_count=136, prompt_eval_cached_count=36, prompt_eval_duration_ns=10_535_650_000,
-                             eval_count=24, eval_duration_ns=15_042_160_000),
-    )  # fmt: skip
+        id="p1",
+        started_at_unix_s=T0 - 0.1,
+        client_addr="127.0.0.1",
+        endpoint="/api/generate",
+        model="gemma3:270m",
+        stream=True,
+        received_ns=0,
+        final_chunk_ns=round(26.2e9),
+        outcome=Outcome.OK,
+        metrics=FinalMetrics(
+            prompt_eval_count=136,
+            prompt_eval_cached_count=36,
+            prompt_eval_duration_ns=10_535_650_000,
+            eval_count=24,
+            eval_duration_ns=15_042_160_000,
+        ),
+    )
     d.proxied_finished(proxied)
     clock.now += GRACE_S
     d.step()
@@ -214,8 +233,17 @@ def test_finished_proxied_requests_kept_to_match_are_bounded_and_slim() -> None:
     clock = Clock()
     d = tasks(clock)
     for i in range(MAX_FINISHED + 100):
-        rec = RequestRecord(id=f"p{i}", started_at_unix_s=T0, client_addr="c", endpoint="/api/chat", model="m", stream=True,
-                            received_ns=0, token_chunk_ns=list(range(50)), outcome=Outcome.OK)  # fmt: skip
+        rec = RequestRecord(
+            id=f"p{i}",
+            started_at_unix_s=T0,
+            client_addr="c",
+            endpoint="/api/chat",
+            model="m",
+            stream=True,
+            received_ns=0,
+            token_chunk_ns=list(range(50)),
+            outcome=Outcome.OK,
+        )
         d.proxied_finished(rec)
     assert len(d._finished) == MAX_FINISHED and d._finished[0][1].id == "p100"
     assert all(rec.token_chunk_ns == [] for _, rec in d._finished)
@@ -232,7 +260,7 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
     access = event.access
     assert (access.status, access.client, access.path) == (499, "::1", "/api/generate")
     assert access.latency_s == pytest.approx(0.0012)
-    for hostile in ('[GIN] 2026/13/45 - 99:99:99 | 200 | 1s | x | POST "/api/chat"', '[GIN] | 200 |', "[GIN] " + "x" * 100_000):
+    for hostile in ('[GIN] 2026/13/45 - 99:99:99 | 200 | 1s | x | POST "/api/chat"', "[GIN] | 200 |", "[GIN] " + "x" * 100_000):
         assert parse_line(hostile, 1.0) is None
     start = parse_line('time=x level=INFO msg="starting llama-server" cmd="/b/llama-server --model /m --port 40123 -np 2"', 1.0)
     assert start is not None and start.kind == "runner_start" and start.port == 40123

@@ -27,8 +27,10 @@ _TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->whe
 
 
 def _tcp_line(i: int, addr: str, port: int, state: str, uid: int) -> str:
-    return (f"{i:4}: {addr}:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000 "
-            f"{uid:5}        0 {12345 + i} 1 0000000000000000 100 0 0 10 0\n")  # fmt: skip
+    return (
+        f"{i:4}: {addr}:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000 "
+        f"{uid:5}        0 {12345 + i} 1 0000000000000000 100 0 0 10 0\n"
+    )
 
 
 def fake_proc(tmp_path: Path, *, tcp: list[str], tcp6: list[str] | None = None, mountinfo: str = "") -> Path:
@@ -70,8 +72,19 @@ def test_hidepid_is_read_from_the_proc_mount(tmp_path: Path) -> None:
 
 
 def _runner_argv(port: int = RUNNER_PORT) -> tuple[str, ...]:
-    return ("/usr/lib/ollama/llama-server", "--model", "/usr/share/ollama/.ollama/models/blobs/sha256-" + "a" * 64,
-            "--port", str(port), "--host", "127.0.0.1", "-c", "4096", "-np", "1")  # fmt: skip
+    return (
+        "/usr/lib/ollama/llama-server",
+        "--model",
+        "/usr/share/ollama/.ollama/models/blobs/sha256-" + "a" * 64,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "-c",
+        "4096",
+        "-np",
+        "1",
+    )
 
 
 def view(
@@ -151,9 +164,25 @@ def test_a_runner_in_another_network_namespace_is_explained() -> None:
 
 
 def test_docker_proxy_on_the_port_says_ollama_is_in_a_container() -> None:
-    proxy = ProcInfo(50, 1, 0, "docker-proxy", ("/usr/bin/docker-proxy", "-proto", "tcp", "-host-ip", "0.0.0.0",
-                                                 "-host-port", "11434", "-container-ip", "172.17.0.2",
-                                                 "-container-port", "11434"))  # fmt: skip
+    proxy = ProcInfo(
+        50,
+        1,
+        0,
+        "docker-proxy",
+        (
+            "/usr/bin/docker-proxy",
+            "-proto",
+            "tcp",
+            "-host-ip",
+            "0.0.0.0",
+            "-host-port",
+            "11434",
+            "-container-ip",
+            "172.17.0.2",
+            "-container-port",
+            "11434",
+        ),
+    )
     found = decide(view(proxy, listening={PORT: frozenset({0})}), PORT)
     assert found.runners == [] and "docker-proxy to a container (172.17.0.2:11434)" in (found.problem or "")
 
@@ -168,8 +197,12 @@ def test_hidepid_is_named_with_what_to_do() -> None:
 
 
 def test_an_unreadable_socket_table_is_said_with_what_to_do() -> None:
-    hv = HostView({100: serve(), 200: runner()}, None, my_netns=NETNS,
-                  runners=[r for r in [runner_from_argv(200, "llama-server", _runner_argv())] if r])  # fmt: skip
+    hv = HostView(
+        {100: serve(), 200: runner()},
+        None,
+        my_netns=NETNS,
+        runners=[r for r in [runner_from_argv(200, "llama-server", _runner_argv())] if r],
+    )
     found = decide(hv, PORT)
     assert found.runners == [] and "/proc/net/tcp" in (found.problem or "") and "sudo -u" in (found.problem or "")
 

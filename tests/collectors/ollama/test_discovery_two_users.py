@@ -48,8 +48,9 @@ def post(url: str, path: str, body: dict[str, Any], timeout_s: float = 300.0) ->
 
 def cli_as(user: str, url: str, *extra: str) -> str:
     py, env = python_for(user)
-    proc = popen_as(user, [*py, "-m", "collectors.ollama", "--ollama", url, *extra], env,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = popen_as(
+        user, [*py, "-m", "collectors.ollama", "--ollama", url, *extra], env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     return out.decode()
@@ -96,8 +97,16 @@ def test_another_users_runner_is_found_and_its_progress_read(users: None) -> Non
         reader.start()
         try:
             time.sleep(2.0)  # the watcher's interpreter starts
-            done = post(url, "/api/generate", {"model": MODEL, "prompt": words_prompt(PROMPT_WORDS, seed=24),
-                                               "stream": False, "options": {"num_predict": 4, "temperature": 0}})  # fmt: skip
+            done = post(
+                url,
+                "/api/generate",
+                {
+                    "model": MODEL,
+                    "prompt": words_prompt(PROMPT_WORDS, seed=24),
+                    "stream": False,
+                    "options": {"num_predict": 4, "temperature": 0},
+                },
+            )
         finally:
             watcher.terminate()
             watcher.wait(timeout=10)

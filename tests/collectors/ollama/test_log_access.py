@@ -16,8 +16,14 @@ def problem(
     unit_installed: bool = False,
     journal_readable: bool = True,
 ) -> str | None:
-    return log_problem(configured=configured, source_problem=source_problem, log_file=log_file, container=container,
-                       unit_installed=unit_installed, journal_readable=journal_readable)  # fmt: skip
+    return log_problem(
+        configured=configured,
+        source_problem=source_problem,
+        log_file=log_file,
+        container=container,
+        unit_installed=unit_installed,
+        journal_readable=journal_readable,
+    )
 
 
 def test_a_journal_this_user_cannot_read_gives_the_group_command() -> None:
@@ -37,8 +43,9 @@ def test_a_configured_source_says_its_own_problem_or_nothing() -> None:
     assert problem(configured=True, unit_installed=True) is None  # read: nothing to say
     journal = "journalctl -u ollama exited with status 1: ...; your user may not be allowed ..."
     assert problem(configured=True, source_problem=journal) == f"{journal}; {MEANWHILE}"
-    denied = problem(configured=True, source_problem="cannot read /var/log/ollama.log: Permission denied",
-                      log_file=Path("/var/log/ollama.log"))  # fmt: skip
+    denied = problem(
+        configured=True, source_problem="cannot read /var/log/ollama.log: Permission denied", log_file=Path("/var/log/ollama.log")
+    )
     assert denied is not None and "`sudo chmod o+r /var/log/ollama.log`" in denied
 
 

@@ -70,8 +70,16 @@ def test_sim_engine_logs_add_up_to_their_timings(log: Path) -> None:
 def test_older_formats() -> None:
     events = [parse_line(line, 1.0) for line in OLDER]
     kinds = [(e.kind, e.tokens) if e else None for e in events]
-    assert kinds == [("progress", 512), ("progress", 4002), ("done", 4002), ("release", 4010), None,
-                     ("prompt_eval", 4002), ("eval", 16), ("total", 4018)]  # fmt: skip
+    assert kinds == [
+        ("progress", 512),
+        ("progress", 4002),
+        ("done", 4002),
+        ("release", 4010),
+        None,
+        ("prompt_eval", 4002),
+        ("eval", 16),
+        ("total", 4018),
+    ]
     first = events[0]
     assert first is not None and first.prompt_size_tokens == 4002 and first.task_id == 0
     assert events[5] is not None and events[5].task_id is None, "a bare timing line parses without its slot prefix"
@@ -90,8 +98,15 @@ def test_drifted_lines() -> None:
         assert event is not None and event.kind == "progress" and event.tokens == tokens, line
     assert parse_line("prompt processing, n_tokens = 10, progress = 0.00", 1.0).prompt_size_tokens is None  # type: ignore[union-attr]
     assert parse_line("prompt processing, n_tokens = 10, progress = 7.5", 1.0).prompt_size_tokens is None  # type: ignore[union-attr]
-    for line in ["prompt processing, n_tokens = many, progress = 0.5", "prompt eval time = fast", "eval time = -3 ms / 2 tokens",
-                 "prompt processing progress", "", "\x00\xff", "time" * 10_000]:  # fmt: skip
+    for line in [
+        "prompt processing, n_tokens = many, progress = 0.5",
+        "prompt eval time = fast",
+        "eval time = -3 ms / 2 tokens",
+        "prompt processing progress",
+        "",
+        "\x00\xff",
+        "time" * 10_000,
+    ]:
         assert parse_line(line, 1.0) is None, line
 
 
@@ -116,8 +131,19 @@ def test_mutated_lines_never_fatal(data: st.DataObject) -> None:
     line = _mutate(data.draw(st.sampled_from(lines)), data)
     event = parse_line(line, 5.0)
     if event is not None:
-        kinds = ("progress", "done", "prompt_eval", "eval", "total", "launch", "new_prompt", "release", "access",
-                 "runner_start", "runner_started")  # fmt: skip
+        kinds = (
+            "progress",
+            "done",
+            "prompt_eval",
+            "eval",
+            "total",
+            "launch",
+            "new_prompt",
+            "release",
+            "access",
+            "runner_start",
+            "runner_started",
+        )
         assert event.tokens >= 0 and event.kind in kinds
         assert event.prompt_size_tokens is None or event.prompt_size_tokens >= 0
 

@@ -29,12 +29,18 @@ HUGE_NAME = "m" * 1_000_000
 
 def _model_info(i: int) -> dict[str, Any]:
     return {
-        "general.architecture": "llama", "general.parameter_count": 8_030_261_248, "general.file_type": 15,
-        "llama.block_count": 32, "llama.embedding_length": 4096, "llama.attention.head_count": 32,
-        "llama.attention.head_count_kv": 8, "llama.context_length": 131072,
+        "general.architecture": "llama",
+        "general.parameter_count": 8_030_261_248,
+        "general.file_type": 15,
+        "llama.block_count": 32,
+        "llama.embedding_length": 4096,
+        "llama.attention.head_count": 32,
+        "llama.attention.head_count_kv": 8,
+        "llama.context_length": 131072,
         "tokenizer.ggml.merges": "x" * JUNK_CHARS,  # what a verbose show carries: never used
-        "llama.rope.freq_base": 500000.0, f"junk.{i}": list(range(10_000)),
-    }  # fmt: skip
+        "llama.rope.freq_base": 500000.0,
+        f"junk.{i}": list(range(10_000)),
+    }
 
 
 def _app() -> web.Application:
@@ -42,13 +48,28 @@ def _app() -> web.Application:
         return web.json_response({"version": "0.33.3" + "v" * 1_000_000})
 
     async def ps(_: web.Request) -> web.Response:
-        model = {"name": HUGE_NAME, "model": HUGE_NAME, "digest": "d" * 100_000, "size": 2**64, "size_vram": 2**63,
-                 "context_length": 2**70, "details": {"family": "f" * 100_000, "quantization_level": "Q4_K_M"}}  # fmt: skip
+        model = {
+            "name": HUGE_NAME,
+            "model": HUGE_NAME,
+            "digest": "d" * 100_000,
+            "size": 2**64,
+            "size_vram": 2**63,
+            "context_length": 2**70,
+            "details": {"family": "f" * 100_000, "quantization_level": "Q4_K_M"},
+        }
         return web.json_response({"models": [model]})
 
     async def tags(_: web.Request) -> web.Response:
-        models: list[dict[str, Any]] = [{"name": f"m{i}:latest", "model": f"m{i}:latest", "digest": f"sha256:{i:064d}",
-                                         "size": 4_920_000_000, "capabilities": ["completion"]} for i in range(TAGS)]  # fmt: skip
+        models: list[dict[str, Any]] = [
+            {
+                "name": f"m{i}:latest",
+                "model": f"m{i}:latest",
+                "digest": f"sha256:{i:064d}",
+                "size": 4_920_000_000,
+                "capabilities": ["completion"],
+            }
+            for i in range(TAGS)
+        ]
         models[0]["capabilities"] = ["completion", *("c" * 1000 for _ in range(1000))]
         models.append({"name": "huge:latest", "model": "huge:latest", "digest": "sha256:huge", "size": 1})
         return web.json_response({"models": models})
@@ -58,9 +79,14 @@ def _app() -> web.Application:
         if name == "huge:latest":  # past the answer cap: not read at all
             return web.Response(body=b"[" + b"1," * (MAX_ANSWER_BYTES // 2) + b"1]", content_type="application/json")
         i = int(name[1:].split(":")[0]) if name.startswith("m") and name[1:2].isdigit() else 0
-        body = {"license": "L" * JUNK_CHARS, "modelfile": "M" * 1000, "details": {"family": "llama",
-                "quantization_level": "Q4_K_M", "parameter_size": "8.0B"}, "model_info": _model_info(i),
-                "capabilities": ["completion", "tools"], "tensors": [{"name": "t" * 100} for _ in range(1000)]}  # fmt: skip
+        body = {
+            "license": "L" * JUNK_CHARS,
+            "modelfile": "M" * 1000,
+            "details": {"family": "llama", "quantization_level": "Q4_K_M", "parameter_size": "8.0B"},
+            "model_info": _model_info(i),
+            "capabilities": ["completion", "tools"],
+            "tensors": [{"name": "t" * 100} for _ in range(1000)],
+        }
         return web.json_response(body)
 
     app = web.Application(client_max_size=64 * 1024**2)
@@ -129,8 +155,13 @@ def test_the_slimmed_show_gives_every_model_the_same_facts() -> None:
     """What slim_show keeps is all analysis.model_facts reads: the facts of each sim model (sliding windows, experts,
     per-layer lists included) are the same from the slimmed answer as from the whole one."""
     for model in MODELS:
-        show = {"details": model.details(), "model_info": model.model_info(), "capabilities": list(model.capabilities),
-                "license": model.license, "template": model.template}  # fmt: skip
+        show = {
+            "details": model.details(),
+            "model_info": model.model_info(),
+            "capabilities": list(model.capabilities),
+            "license": model.license,
+            "template": model.template,
+        }
         slim = slim_show(show)
         assert model_facts_from_show(slim, None) == model_facts_from_show(show, None), model.name
         assert slim["capabilities"] == list(model.capabilities)

@@ -41,8 +41,15 @@ async def _pace(sim: SimProcess) -> None:
     sink = RecordingSink()
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as session:
-        poller = OllamaPoller(sim.base_url, session, sink, interval_s=INTERVAL_S, idle_interval_s=IDLE_S,
-                              busy=lambda: busy, processes_changed=processes_changed)  # fmt: skip
+        poller = OllamaPoller(
+            sim.base_url,
+            session,
+            sink,
+            interval_s=INTERVAL_S,
+            idle_interval_s=IDLE_S,
+            busy=lambda: busy,
+            processes_changed=processes_changed,
+        )
         task = asyncio.create_task(poller.run(stop))
         try:
             await wait_until_async(lambda: bool(sink.statuses) and sink.statuses[-1].up)
@@ -86,8 +93,9 @@ async def _comes_back() -> None:
     trace = aiohttp.TraceConfig()
     trace.on_request_start.append(on_request_start)
     async with aiohttp.ClientSession(trace_configs=[trace]) as session:
-        poller = OllamaPoller(f"http://127.0.0.1:{port}", session, sink, interval_s=INTERVAL_S, max_backoff_s=0.2,
-                              idle_interval_s=0.2)  # fmt: skip
+        poller = OllamaPoller(
+            f"http://127.0.0.1:{port}", session, sink, interval_s=INTERVAL_S, max_backoff_s=0.2, idle_interval_s=0.2
+        )
         task = asyncio.create_task(poller.run(stop))
         try:
             for _ in range(2):

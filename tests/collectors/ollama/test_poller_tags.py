@@ -95,18 +95,27 @@ def test_parse_tags_reads_the_documented_example() -> None:
     (m,), skipped = parse_tags(TAGS_EXAMPLE, 7.0)
     assert skipped == 0
     assert (m.ts_unix_s, m.name, m.model, m.digest, m.size_bytes) == (
-        7.0, "llama3.2:latest", "llama3.2:latest", TAGS_EXAMPLE["models"][0]["digest"], 2019393189,
-    )  # fmt: skip
+        7.0,
+        "llama3.2:latest",
+        "llama3.2:latest",
+        TAGS_EXAMPLE["models"][0]["digest"],
+        2019393189,
+    )
     assert (m.parameter_size, m.quantization_level, m.family) == ("3.2B", "Q4_K_M", "llama")
     assert m.modified_at_unix_s == pytest.approx(1785600000.5)  # 16:00:00.5 UTC
     assert m.capabilities == ("completion", "tools")
 
 
 def test_parse_tags_skips_and_counts_bad_entries_and_never_stores_zero() -> None:
-    body = {"models": [
-        "not an object", {"size": 5}, {"name": "a:latest", "size": 0, "modified_at": "0001-01-01T00:00:00Z"},
-        {"name": "a:latest", "size": 9}, {"model": "b:1b", "size": True, "details": "x", "capabilities": "completion"},
-    ]}  # fmt: skip
+    body = {
+        "models": [
+            "not an object",
+            {"size": 5},
+            {"name": "a:latest", "size": 0, "modified_at": "0001-01-01T00:00:00Z"},
+            {"name": "a:latest", "size": 9},
+            {"model": "b:1b", "size": True, "details": "x", "capabilities": "completion"},
+        ]
+    }
     models, skipped = parse_tags(body, 0)
     assert skipped == 3  # not an object, no name, a name listed twice
     a, b = models

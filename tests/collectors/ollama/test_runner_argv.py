@@ -8,8 +8,23 @@ BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-" + "0f" * 32
 
 
 def test_llama_server_as_ollama_starts_it() -> None:
-    argv = ["/usr/lib/ollama/llama-server", "--model", BLOB, "--port", "40123", "--host", "127.0.0.1", "--no-webui",
-            "--offline", "-c", "8192", "-np", "4", "-b", "512"]  # fmt: skip
+    argv = [
+        "/usr/lib/ollama/llama-server",
+        "--model",
+        BLOB,
+        "--port",
+        "40123",
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        "8192",
+        "-np",
+        "4",
+        "-b",
+        "512",
+    ]
     assert runner_from_argv(7, "llama-server", argv) == Runner(7, 40123, BLOB, n_ctx=8192, n_parallel=4)
     equals = ["llama-server", f"--model={BLOB}", "--port=40124", "--ctx-size=4096", "--parallel", "1"]
     assert runner_from_argv(8, "llama-server", equals) == Runner(8, 40124, BLOB, n_ctx=4096, n_parallel=1)

@@ -89,8 +89,10 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
     slots = [s for s in rows if s.source is ProgressSource.SLOTS]
     before = [s for s in slots if s.ts_unix_s < out["first_token"] and s.processed_tokens > 0 and not s.decoded_tokens]
     processed = [s.processed_tokens for s in before]
-    print(f"\n/slots readings before the first token: {processed} of {prompt_size}; log rows: "
-          f"{[s.processed_tokens for s in rows if s.source is ProgressSource.LOG]}")  # fmt: skip
+    print(
+        f"\n/slots readings before the first token: {processed} of {prompt_size}; log rows: "
+        f"{[s.processed_tokens for s in rows if s.source is ProgressSource.LOG]}"
+    )
     assert len(processed) >= 3
     assert processed == sorted(set(processed)), "increasing"
     assert processed[-1] >= prompt_size - BATCH
@@ -102,6 +104,8 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
     assert at_quarter is not None, seen
     error = abs(at_quarter - end) / (end - started)
     marks = [(read, round(eta - started, 1) if eta else None) for read, eta in seen]
-    print(f"prefill {end - started:.1f} s; ETA read from the store at 25%: off by {error:.0%} of it; (read, ETA s) seen: "
-          f"{list(dict.fromkeys(marks))}")  # fmt: skip
+    print(
+        f"prefill {end - started:.1f} s; ETA read from the store at 25%: off by {error:.0%} of it; (read, ETA s) seen: "
+        f"{list(dict.fromkeys(marks))}"
+    )
     assert error <= ETA_TOLERANCE

@@ -52,6 +52,7 @@ class Setup:
 # (tokens read + cached) from a reading taken once decoding began.
 DECODE_TOKENS = 48
 
+
 def _gguf() -> Path:
     require_llama_server()
     path = gguf_path()
@@ -97,8 +98,12 @@ def test_discovery_and_cli_find_the_child(setup: Setup) -> None:
     ]
     out = subprocess.run(
         [sys.executable, "-m", "collectors.ollama", "--ollama", setup.ollama.base_url, "--json"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     [runner] = json.loads(out.stdout)["runners"]
     expected = (setup.runner.proc.pid, setup.runner.port, MODEL, None)
     assert (runner["pid"], runner["port"], runner["model"], runner["problem"]) == expected
@@ -119,10 +124,16 @@ def test_slots_progress_of_a_4000_token_prompt(setup: Setup) -> None:
 
     log_path = setup.runner.log_path  # llama-server's output: what Ollama writes into its log
     run = asyncio.run(
-        run_reader(setup.ollama.base_url, in_flight=lambda: [request], models=loaded(setup.ollama.models), seconds=500,
-                   log_path=log_path, work=lambda: stream_completion(setup.runner.base_url, prompt, DECODE_TOKENS),
-                   on_drain=watch)
-    )  # fmt: skip
+        run_reader(
+            setup.ollama.base_url,
+            in_flight=lambda: [request],
+            models=loaded(setup.ollama.models),
+            seconds=500,
+            log_path=log_path,
+            work=lambda: stream_completion(setup.runner.base_url, prompt, DECODE_TOKENS),
+            on_drain=watch,
+        )
+    )
     result = run.work_result
     assert isinstance(result, dict) and result["first_token"] is not None
     timings = result["final"]["timings"]
@@ -177,10 +188,17 @@ def test_runner_killed_mid_request(setup: Setup) -> None:
                 killed.append(time.time())
 
         run = asyncio.run(
-            run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=300,
-                       work=work, on_drain=kill_after_first, linger_s=30,
-                       until=lambda run: bool(killed) and runner.proc.pid not in run.reader.runners)
-        )  # fmt: skip
+            run_reader(
+                ollama.base_url,
+                in_flight=lambda: [request],
+                models=loaded(ollama.models),
+                seconds=300,
+                work=work,
+                on_drain=kill_after_first,
+                linger_s=30,
+                until=lambda run: bool(killed) and runner.proc.pid not in run.reader.runners,
+            )
+        )
     assert killed and not run.task_done_early and run.reader.errors == 0
     assert any(s.request_id == "doomed" and s.processed_tokens > 0 for s in run.samples)
     assert runner.proc.pid not in run.reader.runners, "rediscovery dropped the dead runner"

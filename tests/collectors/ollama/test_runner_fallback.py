@@ -45,9 +45,14 @@ def test_remote_ollama_has_no_runner_to_read() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "why"),
-    [("404", "HTTP 404"), ("501", "HTTP 501"), ("garbage", "not a list of slots"), ("html", "not a list of slots"),
-     ("closed", "cannot connect")],
-)  # fmt: skip
+    [
+        ("404", "HTTP 404"),
+        ("501", "HTTP 501"),
+        ("garbage", "not a list of slots"),
+        ("html", "not a list of slots"),
+        ("closed", "cannot connect"),
+    ],
+)
 def test_unreadable_runner_no_exception_no_reading(model_file: Path, mode: str, why: str) -> None:
     request = in_flight_record("r1", MODEL)
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner(mode, model_file) as child:
@@ -80,8 +85,12 @@ def test_cli_prints_runners_and_slots_counts_only(model_file: Path) -> None:
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner("exit", model_file) as child:
         out = subprocess.run(
             [sys.executable, "-m", "collectors.ollama", "--ollama", ollama.base_url, "--json"],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
     assert "SECRET" not in out.stdout
     found = json.loads(out.stdout)
     [runner] = found["runners"]

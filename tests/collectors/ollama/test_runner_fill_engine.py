@@ -29,9 +29,13 @@ PREFILL_TOLERANCE = 0.10  # of llama-server's prompt_ms
 def _chat(base_url: str, prompt: str) -> tuple[str, str]:
     """One streamed /v1 chat completion; (the proxy's record id, sim's request id)."""
     body = {
-        "model": MODEL, "stream": True, "max_tokens": 48, "temperature": 0, "seed": 7,
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 48,
+        "temperature": 0,
+        "seed": 7,
         "messages": [{"role": "user", "content": prompt}],
-    }  # fmt: skip
+    }
     with httpx.Client(timeout=600) as client, client.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         rid, sim_id = r.headers[RECORD_ID_HEADER], r.headers["X-Sim-Request-Id"]
@@ -71,12 +75,14 @@ def test_v1_prefill_from_slots(tmp_path: Path) -> None:
     timings = truth["timings"]
     prompt_ms = float(timings["prompt_ms"])
     engine_prompt = int(timings["prompt_n"]) + int(timings["cache_n"])
-    print(f"\nllama-server: {engine_prompt} prompt tokens ({timings['cache_n']} cached), prompt_ms {prompt_ms:.0f}; "
-          f"record: {ph.prompt_tokens} ({ph.prompt_tokens_source}), cached {ph.cached_tokens}, "
-          f"prefill {ph.prefill_s and round(ph.prefill_s * 1e3)} ms ({ph.prefill_source}), "
-          f"{ph.prefill_tok_s and round(ph.prefill_tok_s)} tok/s; flags {ph.flags}; readings "
-          f"{[(round(s.ts_unix_s - stored.record.started_at_unix_s, 2), s.processed_tokens, s.decoded_tokens) for s in rows]}; "
-          f"client TTFT {ph.ttft_s} s")  # fmt: skip
+    print(
+        f"\nllama-server: {engine_prompt} prompt tokens ({timings['cache_n']} cached), prompt_ms {prompt_ms:.0f}; "
+        f"record: {ph.prompt_tokens} ({ph.prompt_tokens_source}), cached {ph.cached_tokens}, "
+        f"prefill {ph.prefill_s and round(ph.prefill_s * 1e3)} ms ({ph.prefill_source}), "
+        f"{ph.prefill_tok_s and round(ph.prefill_tok_s)} tok/s; flags {ph.flags}; readings "
+        f"{[(round(s.ts_unix_s - stored.record.started_at_unix_s, 2), s.processed_tokens, s.decoded_tokens) for s in rows]}; "
+        f"client TTFT {ph.ttft_s} s"
+    )
     assert 1800 < engine_prompt < 2300
     assert (ph.prompt_tokens, ph.prompt_tokens_source) == (engine_prompt, PhaseSource.SLOTS)
     assert ph.cached_tokens == int(timings["cache_n"])

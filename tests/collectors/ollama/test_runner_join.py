@@ -66,8 +66,10 @@ def test_log_size_first_then_exact() -> None:
     r._add_log("a", event)
     rows = r.drain()
     assert [(s.source, s.prompt_tokens) for s in rows] == [
-        (ProgressSource.SLOTS, None), (ProgressSource.SLOTS, 1219), (ProgressSource.LOG, 1219)
-    ]  # fmt: skip
+        (ProgressSource.SLOTS, None),
+        (ProgressSource.SLOTS, 1219),
+        (ProgressSource.LOG, 1219),
+    ]
     r._join(state, [reading(0, 3, 1200, 1201, decoded=1)], [a], 3.0)
     assert [(s.ts_unix_s, s.prompt_tokens) for s in r.drain()] == [(1.0, 1200), (3.0, 1200)], "the exact size replaces it"
 

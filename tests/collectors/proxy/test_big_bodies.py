@@ -251,8 +251,15 @@ def scripted() -> Iterator[ScriptedUpstream]:
 
 def _vision_body(image_bytes: int = 600_000) -> bytes:
     image = base64.b64encode(os.urandom(image_bytes)).decode()
-    return json.dumps({"model": "llava", "messages": [{"role": "user", "content": "what is this?", "images": [image]}],
-                       "stream": False, "options": {"num_ctx": 4096}, "keep_alive": "10m"}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "model": "llava",
+            "messages": [{"role": "user", "content": "what is this?", "images": [image]}],
+            "stream": False,
+            "options": {"num_ctx": 4096},
+            "keep_alive": "10m",
+        }
+    ).encode()
 
 
 def test_a_large_request_body_is_described_in_the_worker(scripted: ScriptedUpstream) -> None:

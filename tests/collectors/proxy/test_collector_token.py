@@ -40,8 +40,12 @@ def test_the_collector_process_refuses_to_start(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASEWATCH_")}
     proc = subprocess.run(
         [sys.executable, "-m", "collectors", "--listen", "0.0.0.0:0", "--data", str(tmp_path)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "PHASEWATCH_TOKEN" in proc.stderr
     assert not db_path(tmp_path).exists()  # refused before opening anything
@@ -73,12 +77,21 @@ async def _token_cases(sim_url: str, data: Path) -> None:
     body = {"model": "llama3.2:latest", "prompt": "hi", "stream": False, "options": {"num_predict": 5}}
     try:
         async with aiohttp.ClientSession() as session:
-            for auth in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN},
-                         {"Authorization": "Basic " + TOKEN}):  # fmt: skip
+            for auth in (
+                {},
+                {"Authorization": "Bearer wrong-token-wrong-token"},
+                {"Authorization": TOKEN},
+                {"Authorization": "Basic " + TOKEN},
+            ):
                 async with session.post(f"{base}/api/generate", json=body, headers=auth) as resp:
                     assert resp.status == 401, auth
-                for method, path in (("GET", "/phasewatch/metrics"), ("GET", "/api/tags"), ("GET", "/api/ps"),
-                                     ("POST", "/api/chat"), ("POST", "/v1/chat/completions")):  # fmt: skip
+                for method, path in (
+                    ("GET", "/phasewatch/metrics"),
+                    ("GET", "/api/tags"),
+                    ("GET", "/api/ps"),
+                    ("POST", "/api/chat"),
+                    ("POST", "/v1/chat/completions"),
+                ):
                     async with session.request(method, base + path, headers=auth) as resp:
                         assert resp.status == 401, (method, path, auth)
             good = {"Authorization": f"Bearer {TOKEN}"}

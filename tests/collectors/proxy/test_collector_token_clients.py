@@ -64,10 +64,25 @@ def protected(sim: SimProcess, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``python -m collectors`` with PHASEWATCH_TOKEN set, in front of sim: (its URL, its data folder)."""
     data = tmp_path / "data"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", "127.0.0.1:0", "--data", str(data),
-         "--interval", "0.2"],
-        cwd=REPO_ROOT, env=_env(TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "collectors",
+            "--ollama",
+            sim.base_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(data),
+            "--interval",
+            "0.2",
+        ],
+        cwd=REPO_ROOT,
+        env=_env(TOKEN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: (i := read_lock(data)) is not None and i.pid == proc.pid and i.listen, 30, "the collector")
         info = read_lock(data)
@@ -81,8 +96,12 @@ def protected(sim: SimProcess, tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def _lab(proxy: str, token: str | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "collectors.lab", "cold-warm", "--ollama", proxy, "--model", MODEL, "--json"],
-        cwd=REPO_ROOT, env=_env(token), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=_env(token),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_client_headers_carry_the_token_only_when_set() -> None:
@@ -135,8 +154,12 @@ def test_the_demo_with_a_token_records_its_traffic(tmp_path: Path) -> None:
     data = tmp_path / "demo"
     proc = subprocess.Popen(
         [sys.executable, "-m", "collectors.demo", "--data", str(data)],
-        cwd=REPO_ROOT, env=_env(TOKEN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=_env(TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: _stored(data, "outcome = 'ok'") >= 1 or proc.poll() is not None, 90, "a recorded demo request")
         assert proc.poll() is None
@@ -151,16 +174,32 @@ def test_the_demo_with_a_token_records_its_traffic(tmp_path: Path) -> None:
 def test_standalone_proxy_needs_the_token_as_the_collector_does(sim: SimProcess) -> None:
     refused = subprocess.run(
         [sys.executable, "-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", "0.0.0.0:0"],
-        cwd=REPO_ROOT, env=_env(None), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "PHASEWATCH_TOKEN" in refused.stderr, refused.stderr
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", f"127.0.0.1:{port}",
-         "--print-records"],
-        cwd=REPO_ROOT, env=_env(TOKEN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "collectors.proxy",
+            "--upstream",
+            sim.base_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--print-records",
+        ],
+        cwd=REPO_ROOT,
+        env=_env(TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/api/generate"
     body = json.dumps({"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 3}}).encode()
     try:

@@ -34,10 +34,32 @@ RECORDED = [  # what the ollama client, curl and a chunked uploader sent
     b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\nGET /api/ps HTTP/1.1\r\nHost: localhost\r\n\r\n",
 ]
 TOKENS = [
-    b"\r\n", b"\n", b"\r", b" ", b"\t", b":", b",", b"0", b"1", b"9", b"-", b"+", b"\x00", b"chunked", b"identity",
-    b"Content-Length: ", b"Transfer-Encoding: ", b"Connection: ", b"keep-alive, Content-Length", b"Host: ",
-    b"\r\nTransfer-Encoding: chunked", b"\r\nContent-Length: 5", b"\r\n\r\n", b"0\r\n\r\n", b"GET / HTTP/1.1\r\n",
-]  # fmt: skip
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b" ",
+    b"\t",
+    b":",
+    b",",
+    b"0",
+    b"1",
+    b"9",
+    b"-",
+    b"+",
+    b"\x00",
+    b"chunked",
+    b"identity",
+    b"Content-Length: ",
+    b"Transfer-Encoding: ",
+    b"Connection: ",
+    b"keep-alive, Content-Length",
+    b"Host: ",
+    b"\r\nTransfer-Encoding: chunked",
+    b"\r\nContent-Length: 5",
+    b"\r\n\r\n",
+    b"0\r\n\r\n",
+    b"GET / HTTP/1.1\r\n",
+]
 
 
 @st.composite

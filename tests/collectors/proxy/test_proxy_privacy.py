@@ -93,8 +93,14 @@ def _stored_text(data: Path) -> str:
     finally:
         conn.close()
     for fmt in ("csv", "jsonl"):
-        proc = subprocess.run([sys.executable, "-m", "store", "export", "--data", str(data), "--format", fmt],
-                              capture_output=True, text=True, cwd=REPO, timeout=60, check=True)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "store", "export", "--data", str(data), "--format", fmt],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=True,
+        )
         cells.append(proc.stdout)
     return "\n".join(cells)
 

@@ -85,8 +85,13 @@ def test_openai_chat_streamed(sim: SimProcess, proxy: ProxyThread, include_usage
     unload(sim)
     client = _openai(proxy)
     extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if include_usage else {}
-    _rec, ph, t = call_recorded(sim, proxy, lambda: client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=NUM_PREDICT, stream=True, **extra))  # fmt: skip
+    _rec, ph, t = call_recorded(
+        sim,
+        proxy,
+        lambda: client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=NUM_PREDICT, stream=True, **extra
+        ),
+    )
     assert t["load_start_ns"] is not None  # sim loaded the model: still unknown here, not 0.0
     no_zero_for_unknown(ph)
     assert (ph.load_s, ph.queue_s, ph.prefill_s, ph.total_s) == (None, None, None, None)
@@ -190,11 +195,13 @@ def test_thinking_streamed(sim: SimProcess, proxy: ProxyThread, route: str) -> N
     opts = {"num_predict": 160, "seed": 7}
     calls: dict[str, Callable[[], Any]] = {
         "generate": lambda: client.generate(model=THINKER, prompt=PROMPT + route, stream=True, options=opts),
-        "chat": lambda: client.chat(model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], stream=True,
-                                    options=opts),
+        "chat": lambda: client.chat(
+            model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], stream=True, options=opts
+        ),
         "openai": lambda: _openai(proxy).chat.completions.create(
-            model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], max_tokens=160, seed=7, stream=True),
-    }  # fmt: skip
+            model=THINKER, messages=[{"role": "user", "content": PROMPT + route}], max_tokens=160, seed=7, stream=True
+        ),
+    }
     rec, ph, t = call_recorded(sim, proxy, calls[route])
     assert rec.thinking_chunks == t["thinking_tokens"]
     _check_thinking(ph, t)

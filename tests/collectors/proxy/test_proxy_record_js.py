@@ -40,8 +40,11 @@ def _js(node: str, proxy: ProxyThread, call: str) -> Iterator[object]:
     """Run one call of the JavaScript client (an empty iterator, for ``call_recorded``)."""
     proc = subprocess.run(
         [node, str(JS_DIR / "call.mjs"), proxy.base_url, call, MODEL, PROMPT + call, str(NUM_PREDICT)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     json.loads(proc.stdout)
     return iter(())

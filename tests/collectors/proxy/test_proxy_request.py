@@ -35,12 +35,23 @@ def test_stream_flag_defaults(endpoint: str, fields: dict[str, object], stream: 
 def test_cost_shaping_options() -> None:
     facts = describe_request(
         "/api/chat",
-        body(model="llama3.2", keep_alive=300, messages=[{"role": "user", "content": "hi"}],
-             options={"num_ctx": 8192, "num_predict": 64, "temperature": 0.1}),
+        body(
+            model="llama3.2",
+            keep_alive=300,
+            messages=[{"role": "user", "content": "hi"}],
+            options={"num_ctx": 8192, "num_predict": 64, "temperature": 0.1},
+        ),
         record_text=False,
-    )  # fmt: skip
-    assert facts == {"model": "llama3.2", "stream": True, "num_ctx": 8192, "num_predict": 64, "keep_alive": "300",
-                     "kind": RequestKind.GENERATE, "prompt_chars": 2}  # fmt: skip
+    )
+    assert facts == {
+        "model": "llama3.2",
+        "stream": True,
+        "num_ctx": 8192,
+        "num_predict": 64,
+        "keep_alive": "300",
+        "kind": RequestKind.GENERATE,
+        "prompt_chars": 2,
+    }
     assert describe_request("/api/generate", body(model="m", keep_alive="5m"), record_text=False)["keep_alive"] == "5m"
     assert describe_request("/api/generate", body(model="m", keep_alive=-1), record_text=False)["keep_alive"] == "-1"
     assert describe_request("/v1/completions", body(model="m", max_tokens=12), record_text=False)["num_predict"] == 12

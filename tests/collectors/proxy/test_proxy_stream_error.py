@@ -28,8 +28,12 @@ def upstream() -> Iterator[ScriptedUpstream]:
 @pytest.mark.parametrize("record_text", [False, True])
 def test_a_long_mid_stream_error_is_cut_like_an_http_error(upstream: ScriptedUpstream, record_text: bool) -> None:
     with run_proxy(upstream.base_url, record_text=record_text) as proxy:
-        r = httpx.post(proxy.base_url + "/api/generate", json={"model": "scripted", "prompt": "hi"},
-                       headers={REPLY_HEADER: f"error:{ERROR_CHARS}"}, timeout=30)  # fmt: skip
+        r = httpx.post(
+            proxy.base_url + "/api/generate",
+            json={"model": "scripted", "prompt": "hi"},
+            headers={REPLY_HEADER: f"error:{ERROR_CHARS}"},
+            timeout=30,
+        )
         assert r.status_code == 200 and r.content.endswith(b'"' + b"E" * ERROR_CHARS + b'"}\n')  # passed on whole
         rec = proxy.wait_record(r.headers[RECORD_ID_HEADER])
     assert rec.outcome == Outcome.UPSTREAM_FAILED and rec.error is not None

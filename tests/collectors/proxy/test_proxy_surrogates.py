@@ -30,11 +30,15 @@ MODEL = "qwen2.5:0.5b"
 # with the cut somewhere else.
 CLIENT_REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("/api/generate", {"model": f"{MODEL}{CUT}", "prompt": "hi", "stream": False}),  # in the model name
-    ("/api/generate", {"model": MODEL, "prompt": f"why is the sky blue? {CUT}", "keep_alive": f"5m{CUT}",
-                       "options": {"num_predict": 4}}),  # in keep_alive and the prompt
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": f"hi {CUT}"}]}],
-                              "max_tokens": 4}),  # in /v1 content parts
-]  # fmt: skip
+    (
+        "/api/generate",
+        {"model": MODEL, "prompt": f"why is the sky blue? {CUT}", "keep_alive": f"5m{CUT}", "options": {"num_predict": 4}},
+    ),  # in keep_alive and the prompt
+    (
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": f"hi {CUT}"}]}], "max_tokens": 4},
+    ),  # in /v1 content parts
+]
 
 
 async def _send(data: Path, upstream: str, requests: list[tuple[str, dict[str, Any], dict[str, str]]]) -> None:

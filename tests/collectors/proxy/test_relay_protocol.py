@@ -264,7 +264,7 @@ def test_a_hook_raising_mid_response_cuts_that_connection_only(caplog: pytest.Lo
 
         up.protocol._on_body = broken_append
         with caplog.at_level(logging.ERROR, logger=RELAY_LOGGER):
-            up.protocol.data_received(b'2\r\n1}\r\n0\r\n\r\n')
+            up.protocol.data_received(b"2\r\n1}\r\n0\r\n\r\n")
         reply = t.take()
         assert reply.startswith(b"HTTP/1.1 200 OK") and b"HTTP/1.1 500" not in reply  # the response had begun: cut
         assert not reply.endswith(b"0\r\n\r\n") and t.closed and up.aborted

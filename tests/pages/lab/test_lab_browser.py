@@ -71,16 +71,50 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     data.mkdir()
     env = _env(data)
     port = free_port()
-    with start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as sim, process(
-        [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0", "--interval", "0.5",
-         "--ollama", sim.base_url], env, tmp_path / "collector.log",
-    ) as coll, process(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        env, tmp_path / "streamlit.log",
-    ) as app:  # fmt: skip
-        wait_until(lambda: (info := read_lock(data)) is not None and info.pid == coll.pid and bool(info.listen),
-                   30, "the collector")
+    with (
+        start_sim("--hardware", "rtx-3090", "--num-parallel", "2") as sim,
+        process(
+            [
+                sys.executable,
+                "-m",
+                "collectors",
+                "--data",
+                str(data),
+                "--listen",
+                "127.0.0.1:0",
+                "--interval",
+                "0.5",
+                "--ollama",
+                sim.base_url,
+            ],
+            env,
+            tmp_path / "collector.log",
+        ) as coll,
+        process(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+            ],
+            env,
+            tmp_path / "streamlit.log",
+        ) as app,
+    ):
+        wait_until(
+            lambda: (info := read_lock(data)) is not None and info.pid == coll.pid and bool(info.listen), 30, "the collector"
+        )
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: healthy(url) or app.poll() is not None, 30, "streamlit")
         assert app.poll() is None, (tmp_path / "streamlit.log").read_text()
@@ -148,8 +182,10 @@ def test_lab_run_in_the_browser(stack: tuple[str, Path]) -> None:
     conn = sqlite3.connect(f"file:{db_path(data)}?mode=ro", uri=True)
     try:
         wait_until(
-            lambda: conn.execute("SELECT COUNT(*) FROM requests WHERE model = ? AND outcome = 'ok'", (MODEL,)).fetchone()[0]
-            >= 1 + len(run.points),
+            lambda: (
+                conn.execute("SELECT COUNT(*) FROM requests WHERE model = ? AND outcome = 'ok'", (MODEL,)).fetchone()[0]
+                >= 1 + len(run.points)
+            ),
             10,
             "the proxy's records",
         )

@@ -144,8 +144,13 @@ def test_cancel_from_the_page_stops_the_run_and_its_requests(data_dir: Path, sim
     rerun(at)
     button(at, "Run experiment").click()
     rerun(at)
-    wait_for(at, lambda a: any(b.label == "Cancel" for b in a.button) and any(
-        len(r["token_sampled_ns"]) > 20 and r["done_ns"] is None for r in truth(sim)))  # fmt: skip
+    wait_for(
+        at,
+        lambda a: (
+            any(b.label == "Cancel" for b in a.button)
+            and any(len(r["token_sampled_ns"]) > 20 and r["done_ns"] is None for r in truth(sim))
+        ),
+    )
     assert at.get("progress"), "a progress bar shows while it runs"
     t_cancel_ns = time.monotonic_ns()
     button(at, "Cancel").click()
@@ -161,9 +166,18 @@ def test_cancel_from_the_page_stops_the_run_and_its_requests(data_dir: Path, sim
 def _doc(run_id: str, started: float, scale: float, state: RunState = DONE, error: str | None = None) -> ExperimentResult:
     pts = [{"streams": n, "total_tok_s": scale * n * 0.9, "per_stream_tok_s": scale * (1 - 0.05 * n)} for n in (1, 2, 4)]
     return ExperimentResult(
-        "concurrency", run_id, MODEL, "http://127.0.0.1:1", {"max_streams": 4}, started, state=state, points=pts,
-        conclusion=f"conclusion of {run_id}", finished_at_unix_s=started + 5, error=error,
-    )  # fmt: skip
+        "concurrency",
+        run_id,
+        MODEL,
+        "http://127.0.0.1:1",
+        {"max_streams": 4},
+        started,
+        state=state,
+        points=pts,
+        conclusion=f"conclusion of {run_id}",
+        finished_at_unix_s=started + 5,
+        error=error,
+    )
 
 
 def test_past_runs_are_listed_and_comparable(data_dir: Path) -> None:

@@ -20,8 +20,9 @@ from store.writer import StoreWriter
 
 
 def _doc(run_id: str, started: float, state: RunState = DONE, pid: int | None = None) -> ExperimentResult:
-    return ExperimentResult("prompt-cache", run_id, "llama3.2:latest", "http://127.0.0.1:11435", {}, started,
-                            state=state, pid=pid)  # fmt: skip
+    return ExperimentResult(
+        "prompt-cache", run_id, "llama3.2:latest", "http://127.0.0.1:11435", {}, started, state=state, pid=pid
+    )
 
 
 def test_models_and_rates_come_from_the_store(tmp_path: Path) -> None:
@@ -70,18 +71,41 @@ def test_a_running_document_whose_process_is_gone_is_interrupted() -> None:
 
 def test_command_line_of_a_run() -> None:
     argv = launcher.command("concurrency", "http://127.0.0.1:11435", "m", Path("/d"), "abc", {"max_streams": 2}, 8192)
-    assert argv[1:] == ["-m", "collectors.lab", "concurrency", "--ollama", "http://127.0.0.1:11435", "--model", "m",
-                        "--data", "/d", "--run-id", "abc", "--max-streams", "2", "--num-ctx", "8192"]  # fmt: skip
+    assert argv[1:] == [
+        "-m",
+        "collectors.lab",
+        "concurrency",
+        "--ollama",
+        "http://127.0.0.1:11435",
+        "--model",
+        "m",
+        "--data",
+        "/d",
+        "--run-id",
+        "abc",
+        "--max-streams",
+        "2",
+        "--num-ctx",
+        "8192",
+    ]
 
 
 def test_points_table_has_human_names_and_the_units_convention() -> None:
-    frame = view.points_frame([
-        {"prompt_tokens": 512, "prefill_tok_s": 20123.4, "ttft_s": 0.034, "decode_tok_s": None, "size_bytes": 4.9e9},
-        {"prompt_tokens": 1024, "prefill_tok_s": 19000.0, "ttft_s": 3.2, "load_ms": 250.0},
-    ])  # fmt: skip
+    frame = view.points_frame(
+        [
+            {"prompt_tokens": 512, "prefill_tok_s": 20123.4, "ttft_s": 0.034, "decode_tok_s": None, "size_bytes": 4.9e9},
+            {"prompt_tokens": 1024, "prefill_tok_s": 19000.0, "ttft_s": 3.2, "load_ms": 250.0},
+        ]
+    )
     assert list(frame.columns) == ["prompt tokens", "prefill (tok/s)", "first token", "decode (tok/s)", "size", "load"]
     first, second = frame.iloc[0].to_dict(), frame.iloc[1].to_dict()
-    assert first == {"prompt tokens": "512", "prefill (tok/s)": "20,123", "first token": "34 ms", "decode (tok/s)": "—",
-                     "size": "4.90 GB", "load": "—"}  # fmt: skip
+    assert first == {
+        "prompt tokens": "512",
+        "prefill (tok/s)": "20,123",
+        "first token": "34 ms",
+        "decode (tok/s)": "—",
+        "size": "4.90 GB",
+        "load": "—",
+    }
     assert second["prompt tokens"] == "1,024" and second["first token"] == "3.20 s" and second["load"] == "250 ms"
     assert "None" not in frame.to_string() and not any("_" in c for c in frame.columns)

@@ -60,8 +60,10 @@ class Fixture:
 
 
 def _shapes(prompts: list[int], rate_tok_s: float, step_ms: float, offset0: float = 290.0, cached: int = 0) -> list[Req]:
-    return [Req(req_shape(p + cached, p / rate_tok_s * 1000, 60 + 10 * i, step_ms, cached=cached), offset0 - 12 * i)
-            for i, p in enumerate(prompts)]  # fmt: skip
+    return [
+        Req(req_shape(p + cached, p / rate_tok_s * 1000, 60 + 10 * i, step_ms, cached=cached), offset0 - 12 * i)
+        for i, p in enumerate(prompts)
+    ]
 
 
 def _half_loaded(now: float) -> list[LoadedModel]:
@@ -146,18 +148,32 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
     ubatch = ollama_num_batch(fx.loaded[0].context_length if fx.loaded else 8192)
 
     def ceil_at(p: int, c: int) -> Any:
-        return ceilings_for(SPEC, facts, context_tokens=c, prompt_tokens=p, vram_fraction=model.vram_fraction,
-                            host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s, efficiencies=eff,
-                            bandwidth_bytes_s=hw.bandwidth_bytes_s, ubatch_tokens=ubatch)  # fmt: skip
+        return ceilings_for(
+            SPEC,
+            facts,
+            context_tokens=c,
+            prompt_tokens=p,
+            vram_fraction=model.vram_fraction,
+            host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
+            efficiencies=eff,
+            bandwidth_bytes_s=hw.bandwidth_bytes_s,
+            ubatch_tokens=ubatch,
+        )
 
     # Which readings count: timed over enough tokens and under their own ceiling.
     def pre_ceiling(r: Req) -> float:
         return float(ceil_at(_computed(r), _computed(r)).prefill_ceiling_tok_s)
 
-    pre_ok = [r for r in fx.reqs
-              if _computed(r) >= MIN_RATE_TOKENS and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * pre_ceiling(r)]  # fmt: skip
-    dec_ok = [r for r in fx.reqs if r.decode_tok_s and r.shape.output_tokens - 1 >= MIN_RATE_TOKENS
-              and r.decode_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(0, _context(r)).decode_ceiling_tok_s]  # fmt: skip
+    pre_ok = [
+        r for r in fx.reqs if _computed(r) >= MIN_RATE_TOKENS and r.prefill_tok_s <= MAX_PLAUSIBLE_FRACTION * pre_ceiling(r)
+    ]
+    dec_ok = [
+        r
+        for r in fx.reqs
+        if r.decode_tok_s
+        and r.shape.output_tokens - 1 >= MIN_RATE_TOKENS
+        and r.decode_tok_s <= MAX_PLAUSIBLE_FRACTION * ceil_at(0, _context(r)).decode_ceiling_tok_s
+    ]
     impossible = [r for r in fx.reqs if r.prefill_tok_s > MAX_PLAUSIBLE_FRACTION * pre_ceiling(r)]
 
     if not fx.reqs:

@@ -48,10 +48,22 @@ def test_demo_why_headline_ratio_matches_the_expected_ratio(tmp_path: Path) -> N
         proxy = f"127.0.0.1:{free_port()}"
         with open(tmp_path / "collector.log", "wb") as log:
             collector = subprocess.Popen(
-                [sys.executable, "-m", "collectors", "--ollama", sim.base_url, "--listen", proxy, "--data", str(data_dir),
-                 "--demo"],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors",
+                    "--ollama",
+                    sim.base_url,
+                    "--listen",
+                    proxy,
+                    "--data",
+                    str(data_dir),
+                    "--demo",
+                ],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until(lambda: (i := read_lock(data_dir)) is not None and i.listen == proxy, START_TIMEOUT_S, "the collector")
             # The demo's users, their requests made one at a time (the demo's own timers wait tens of seconds).
@@ -78,11 +90,13 @@ def test_demo_why_headline_ratio_matches_the_expected_ratio(tmp_path: Path) -> N
     assert measured is not None and expected is not None
     story = why.story
     uncalibrated = build_story(replace(story.model, efficiencies=starting), samples, calibrate_on_samples=False)
-    print(f"demo headline: measured {measured:.1f}×, expected {expected:.1f}× (calibrated), "
-          f"{uncalibrated.expected_ratio:.1f}× with the starting efficiencies; "
-          f"{len(story.counted('prefill'))} prefill and {len(story.counted('decode'))} decode readings count; "
-          f"medians {story.prefill_median_tok_s} / {story.decode_median_tok_s}, starting expected "
-          f"{uncalibrated.expected_prefill_tok_s} / {uncalibrated.expected_decode_tok_s}")  # fmt: skip
+    print(
+        f"demo headline: measured {measured:.1f}×, expected {expected:.1f}× (calibrated), "
+        f"{uncalibrated.expected_ratio:.1f}× with the starting efficiencies; "
+        f"{len(story.counted('prefill'))} prefill and {len(story.counted('decode'))} decode readings count; "
+        f"medians {story.prefill_median_tok_s} / {story.decode_median_tok_s}, starting expected "
+        f"{uncalibrated.expected_prefill_tok_s} / {uncalibrated.expected_decode_tok_s}"
+    )
     assert 1 / RATIO_AGREEMENT <= measured / expected <= RATIO_AGREEMENT, (measured, expected, why.sentences[:2])
     # The headline sentence states both, for the same prompts and contexts.
     assert "prefill ran" in why.sentences[0] and "are expected here" in why.sentences[0]

@@ -45,8 +45,11 @@ def _store(data_dir: Path, now: float) -> None:
 
 def _stated(sentence: str) -> tuple[int, float, float]:
     """(prompt tokens, measured tok/s, ceiling tok/s) as the embed sentence states them."""
-    m = re.search(r"At ([\d,]+) prompt tokens \(their median\) they ran at ([\d,.]+) tok/s .*? the ([\d,.]+) tok/s prefill "
-                  r"ceiling there", sentence)  # fmt: skip
+    m = re.search(
+        r"At ([\d,]+) prompt tokens \(their median\) they ran at ([\d,.]+) tok/s .*? the ([\d,.]+) tok/s prefill "
+        r"ceiling there",
+        sentence,
+    )
     assert m is not None, sentence
     return int(m[1].replace(",", "")), float(m[2].replace(",", "")), float(m[3].replace(",", ""))
 

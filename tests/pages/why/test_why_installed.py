@@ -24,8 +24,18 @@ INSTALLED = ["llama3.1:8b", "gpt-oss:20b", "llama3.1:70b", "llama3.2:latest", "n
 
 def installed(name: str, ts: float, modified: float, caps: tuple[str, ...] | None = None) -> InstalledModel:
     m = BY_NAME[name]
-    return InstalledModel(ts, name, name, m.digest, m.size_bytes, m.parameter_size, m.quantization, m.family, modified,
-                          m.capabilities if caps is None else caps)  # fmt: skip
+    return InstalledModel(
+        ts,
+        name,
+        name,
+        m.digest,
+        m.size_bytes,
+        m.parameter_size,
+        m.quantization,
+        m.family,
+        modified,
+        m.capabilities if caps is None else caps,
+    )
 
 
 def build(data_dir: Path, now: float, *, shows: bool = True) -> None:
@@ -33,8 +43,9 @@ def build(data_dir: Path, now: float, *, shows: bool = True) -> None:
     try:
         w_.write(PutGpuSamples([gpu_sample(now - i, 2.0) for i in range(5)]))  # an RTX 4090: 24 GiB
         # Newest first as Ollama lists them; the embedding model without capabilities (older Ollama): its family tells.
-        w_.write(PutInstalledModels([installed(n, now, now - 100 * i, () if "embed" in n else None)
-                                     for i, n in enumerate(INSTALLED)]))  # fmt: skip
+        w_.write(
+            PutInstalledModels([installed(n, now, now - 100 * i, () if "embed" in n else None) for i, n in enumerate(INSTALLED)])
+        )
         if shows:
             for n in INSTALLED:
                 w_.write(PutModelInfo(BY_NAME[n].digest, n, show_json(n)))
@@ -123,8 +134,9 @@ def test_an_embedding_model_known_only_from_its_show_is_left_out(data_dir: Path)
     w_ = StoreWriter(db_path(data_dir))
     try:
         # Older Ollama: no capabilities in /api/tags, a family that does not say it; /api/show says "embedding".
-        emb = InstalledModel(now, "qwen3-embedding:0.6b", "qwen3-embedding:0.6b", "e" * 64, 639_000_000, "595.78M",
-                             "Q8_0", "qwen3", now, ())  # fmt: skip
+        emb = InstalledModel(
+            now, "qwen3-embedding:0.6b", "qwen3-embedding:0.6b", "e" * 64, 639_000_000, "595.78M", "Q8_0", "qwen3", now, ()
+        )
         w_.write(PutInstalledModels([emb, installed("llama3.2:latest", now, now - 10, ())]))
         w_.write(PutModelInfo("e" * 64, emb.name, {"capabilities": ["embedding"], "model_info": {}}))
     finally:
