@@ -25,29 +25,11 @@ sys.path.insert(0, str(REPO))
 
 from analysis.hardware import BY_KEY  # noqa: E402
 from analysis.memory import RunnerSettings  # noqa: E402
-from analysis.model_facts import ModelFacts  # noqa: E402
 from analysis.whatif import Workload, predict  # noqa: E402
+from tests.support.model_shapes import GEMMA_3_270M as GEMMA  # noqa: E402
 
 BINARY = REPO / ".cache" / "llama-server" / "bin" / "llama-server"
 GGUF = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
-GEMMA = ModelFacts(
-    architecture="gemma3",
-    params=2.68e8,
-    total_params=2.68e8,
-    layers=18,
-    hidden=640,
-    heads=4,
-    kv_heads=1,
-    head_dim=256,
-    value_head_dim=256,
-    context_length=32768,
-    quantization="Q4_K_M",
-    weights_bytes=253e6,
-    weights_bytes_estimated=False,
-    sliding_window=512,
-    swa_layers=15,
-    ffn_length=2048,
-)
 SHORT, LONG = 256, 2048  # prompt tokens (prefill), and the contexts decode runs at
 DECODE_TOKENS = 64
 NUM_CTX = 4096

@@ -12,44 +12,13 @@ from pathlib import Path
 import pytest
 
 from analysis.memory import CELL_PADDING, RunnerSettings, SettingsError, compute_buffer_bytes, kv_cache, plan_memory
-from analysis.model_facts import ModelFacts, model_facts_from_show
+from analysis.model_facts import TYPICAL_8B_Q4_K_M as LLAMA_8B
+from analysis.model_facts import model_facts_from_show
 from tests.support.engine_process import require_llama_server
+from tests.support.model_shapes import GEMMA_3_270M as GEMMA
 
 MiB = 1024 * 1024
 # Gemma 3 270M as its GGUF describes it (llama-server's print_info): 18 layers, 15 of them sliding over 512 tokens.
-GEMMA = ModelFacts(
-    architecture="gemma3",
-    params=2.68e8,
-    total_params=2.68e8,
-    layers=18,
-    hidden=640,
-    heads=4,
-    kv_heads=1,
-    head_dim=256,
-    value_head_dim=256,
-    context_length=32768,
-    quantization="Q4_K_M",
-    weights_bytes=253e6,
-    weights_bytes_estimated=False,
-    sliding_window=512,
-    swa_layers=15,
-    ffn_length=2048,
-)
-LLAMA_8B = ModelFacts(
-    architecture="llama",
-    params=8.03e9,
-    total_params=8.03e9,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    value_head_dim=128,
-    context_length=131072,
-    quantization="Q4_K_M",
-    weights_bytes=4.92e9,
-    weights_bytes_estimated=False,
-)
 
 
 def test_full_attention_kv_is_two_times_layers_heads_dim_cells_bytes() -> None:

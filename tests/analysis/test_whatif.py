@@ -5,33 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from analysis.ceilings import CeilingModel, starting_efficiencies
 from analysis.hardware import BY_KEY
 from analysis.memory import RunnerSettings
-from analysis.model_facts import ModelFacts
+from analysis.model_facts import TYPICAL_8B_Q4_K_M, ModelFacts
 from analysis.whatif import MIN_GAIN, Workload, predict, suggest
 from tests.support.paths import REPO
 
 RTX_4090 = BY_KEY["rtx-4090"]
-LLAMA_8B = ModelFacts(
-    architecture="llama",
-    params=8.03e9,
-    total_params=8.03e9,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    value_head_dim=128,
-    context_length=131072,
-    quantization="Q4_K_M",
-    weights_bytes=4.92e9,
-    weights_bytes_estimated=False,
-    ffn_length=14336,
-)
+LLAMA_8B = replace(TYPICAL_8B_Q4_K_M, ffn_length=14336)  # Llama 3.1 8B
 LLAMA_70B = ModelFacts(
     architecture="llama",
     params=70.55e9,
