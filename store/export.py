@@ -134,7 +134,7 @@ def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator
             if key not in out:
                 value = phases[key]
                 out[key] = str(value) if key.endswith("_source") and value is not None else value
-        yield out
+        yield {key: out[key] for key in EXPORT_KEYS}  # JSON lines keep the CSV's column order
 
 
 def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
