@@ -339,11 +339,15 @@ class CollectorService:
 
     def _ollama_busy(self) -> bool:
         """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished
-        since the last call (its model's load shows in /api/ps after it), or a runner's slot processing."""
+        since the last call (its model's load shows in /api/ps after it), a runner not yet matched to its model,
+        or a runner's slot processing."""
         finished, self._finished_since_asked = self._finished_since_asked, False
         running = self.proxy is not None and bool(self.proxy.in_flight_heads())
         runners = self.runners.runners.values() if self.runners is not None else ()
-        return finished or running or any(slot.is_processing for state in runners for slot in state.slots)
+        # A runner whose model /api/ps has not listed yet (it appeared while its model was still loading): its
+        # slots cannot be matched to a model until /api/ps names it, so ask at the busy pace until then.
+        unmatched = any(state.model is None for state in runners)
+        return finished or running or unmatched or any(slot.is_processing for state in runners for slot in state.slots)
 
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:

@@ -54,7 +54,7 @@ def line(text: str) -> None:
             _file.write(text + "\n")
 
 
-def _quote(value: str) -> str:
+def go_quote(value: str) -> str:
     """slog's text format: a value with spaces, quotes or '=' is quoted, Go-style."""
     if value and not any(c in value for c in ' "=\\') and value.isprintable():
         return value
@@ -66,8 +66,8 @@ def slog(msg: str, *, source: str, level: str = "INFO", **attrs: object) -> None
     now = datetime.now().astimezone()
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}" + now.strftime("%z")
     stamp = stamp[:-2] + ":" + stamp[-2:]  # Go's RFC 3339 offset: +02:00
-    parts = [f"time={stamp}", f"level={level}", f"source={source}", f"msg={_quote(msg)}"]
-    parts += [f"{key}={_quote(str(value))}" for key, value in attrs.items()]
+    parts = [f"time={stamp}", f"level={level}", f"source={source}", f"msg={go_quote(msg)}"]
+    parts += [f"{key}={go_quote(str(value))}" for key, value in attrs.items()]
     line(" ".join(parts))
 
 

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from collectors.ollama.log import parse_line
-from sim.ollama_log import _quote
+from sim.ollama_log import go_quote
 from tests.support.sim_process import start_sim
 
 
@@ -41,6 +41,6 @@ def test_access_lines_go_to_stdout_and_the_log_file_and_parse(tmp_path: Path) ->
     assert all(line in stdout for line in file_lines)  # the same lines on stdout, as a service's output
 
 
-def test_slog_values_are_quoted_as_go_quotes_them() -> None:
-    assert _quote("plain") == "plain"
-    assert _quote('/bin/llama-server --model "a b"') == '"/bin/llama-server --model \\"a b\\""'
+def test_slog_values_arego_quoted_as_gogo_quotes_them() -> None:
+    assert go_quote("plain") == "plain"
+    assert go_quote('/bin/llama-server --model "a b"') == '"/bin/llama-server --model \\"a b\\""'
