@@ -267,7 +267,7 @@ class CollectorService:
             interval_s=s.interval_s,
             clock=self._clock,
             busy=self._ollama_busy,
-            processes_changed=watch.runners_changed if watch else lambda: False,
+            processes_changed=(lambda: self._runner_processes_changed(watch)) if watch else lambda: False,
             **kwargs,
         )
         poller, proxy = self.poller, self.proxy
@@ -336,6 +336,14 @@ class CollectorService:
             await self.stop()
 
     # -- recording -----------------------------------------------------------------------
+
+    def _runner_processes_changed(self, watch: ProcessWatch) -> bool:
+        """For the poller (/api/ps now) and the runner reader (look for runners now): a runner process appeared or
+        went. Without Ollama's log nothing else says a runner started, and its first tasks would go unseen."""
+        changed = watch.runners_changed()
+        if changed and self.runners is not None:
+            self.runners.look_again()
+        return changed
 
     def _ollama_busy(self) -> bool:
         """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished

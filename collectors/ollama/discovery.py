@@ -30,7 +30,8 @@ import logging
 import os
 import pwd
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -416,26 +417,37 @@ def discover(ollama_url: str) -> Discovery:
     return decide(look(), port)
 
 
+NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
+RUNNER_PROCESS_NAMES = (*RUNNER_NAMES, "ollama")
+
+
 class ProcessWatch:
     """Whether a runner process appeared or went since the last call, from the process table alone (no HTTP):
     the names of new processes only are read, so a call costs a directory listing (``/proc``) and little more."""
 
-    def __init__(self) -> None:
-        self._names: dict[int, str] = {}
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._names: dict[int, tuple[str, float]] = {}  # pid: (name, first seen)
         self._runners: frozenset[int] | None = None
+        self._clock = clock
 
     def runners_changed(self) -> bool:
-        """True when the set of runner (and ``ollama``) processes differs from the last call's (not on the first)."""
+        """True when the set of runner (and ``ollama``) processes differs from the last call's (on the first: any)."""
+        now_s = self._clock()
         pids = set(psutil.pids())
         for pid in self._names.keys() - pids:
             del self._names[pid]
-        for pid in pids - self._names.keys():
-            try:
-                self._names[pid] = psutil.Process(pid).name()
-            except (psutil.Error, OSError):
-                self._names[pid] = ""
-        now = frozenset(pid for pid, name in self._names.items() if name in (*RUNNER_NAMES, "ollama"))
-        changed = self._runners is not None and now != self._runners
+        for pid in pids:
+            known = self._names.get(pid)
+            # A child shows its parent's name until it execs: a young process's name is read again.
+            if known is None or (known[0] not in RUNNER_PROCESS_NAMES and now_s - known[1] < NAME_SETTLE_S):
+                try:
+                    name = psutil.Process(pid).name()
+                except (psutil.Error, OSError):
+                    name = ""
+                self._names[pid] = (name, known[1] if known else now_s)
+        now = frozenset(pid for pid, (name, _) in self._names.items() if name in RUNNER_PROCESS_NAMES)
+        # On the first call a runner already there counts as new: nothing may have looked for it yet.
+        changed = now != self._runners if self._runners is not None else bool(now)
         self._runners = now
         return changed
 

@@ -162,6 +162,10 @@ class RunnerReader:
 
     # -- what others read ------------------------------------------------------------------
 
+    def look_again(self) -> None:
+        """Discover at the next tick (a runner process appeared or went)."""
+        self._next_discover_s = 0.0
+
     @property
     def discovery_problem(self) -> str | None:
         return self.discovery.problem if self.discovery is not None else None
