@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from store.ops import (
     DAY_S,
+    ApplyRetention,
     Op,
     PutGpuSamples,
     PutHeartbeat,
@@ -61,7 +62,6 @@ SAMPLE_OPS: tuple[type[Op[Any]], ...] = (PutGpuSamples, PutHostSample, PutLoaded
 SHEDDABLE_OPS: tuple[type[Op[Any]], ...] = (*SAMPLE_OPS, PutRequest, PutProgress)  # records, not upkeep
 SHED_MIN_GAP_S = 0.25  # after a shed that left the files over the bound: wait this long before the next
 SHED_AT_FRACTION = 0.9  # shed once data and -wal pass this share of the bound: a batch then still fits below it
-COMPACT_MIN_GAP_S = 30.0  # giving free pages back when the files are over the bound anyway: at most this often
 SHED_LOG_EVERY_S = 10.0  # the backlog's shedding is logged at most this often (with the totals)
 
 
@@ -282,8 +282,6 @@ class BackgroundWriter:
         self._bound_bytes = self._writer.retention.max_bytes
         self._max_batch_bytes = max(MIN_BATCH_BYTES, min(MAX_BATCH_BYTES, self._bound_bytes // 32))
         self._shed_stuck_at: float | None = None  # when a shed last left the files over the bound (e.g. a reader holds the -wal)
-        self._compacted_at = time.monotonic()
-        self._checked_at = 0.0  # when the files were last found over the bound and the -wal checkpointed
         self._max_backoff_s = max_backoff_s
         self._queue: collections.deque[Item] = collections.deque()
         self._queued_bytes = 0  # held_bytes of the operations in _queue
@@ -666,31 +664,26 @@ class BackgroundWriter:
             n = min(n, len(batch))
 
     def _keep_bound(self, applied: Sequence[Op[Any]]) -> None:
-        """After a commit: once data and -wal near the bound, shed the oldest rows now (not at the next hourly
-        pass), keeping the freed pages for the next rows; give pages back only when the files are over the bound
-        anyway, and at most every ``COMPACT_MIN_GAP_S``."""
+        """After a commit: over the bound, the full retention pass now (shedding the oldest rows, giving pages
+        back); near it, shed the oldest rows to a fraction of it and keep the freed pages for the next rows, so a
+        flood at the bound does not vacuum every commit."""
         stuck_at = self._shed_stuck_at
         if any(op.vacuum_after for op in applied) or (stuck_at is not None and time.monotonic() - stuck_at < SHED_MIN_GAP_S):
             return
         store = self._store()
-        shed_at = int(self._bound_bytes * SHED_AT_FRACTION)
         try:
-            if store.data_bytes() > shed_at:
+            if store.over_bound():
+                result = store.write(ApplyRetention(time.time()))
+                self._shed_stuck_at = time.monotonic() if store.over_bound() else None
+            elif store.data_bytes() > int(self._bound_bytes * SHED_AT_FRACTION):
                 result = store.write(ShedToBound(time.time()))
-                self._shed_stuck_at = time.monotonic() if store.data_bytes() > shed_at else None
-                if result.deleted.get("requests"):
-                    log.info("store near its size bound: deleted the %d oldest requests", result.deleted["requests"])
-            # Over the bound anyway (a reader held the -wal, a store over it at start): the -wal back to nothing,
-            # cheap beside a vacuum, then a vacuum at most every COMPACT_MIN_GAP_S.
-            now = time.monotonic()
-            if now - self._checked_at >= SHED_MIN_GAP_S and store.over_bound():
-                self._checked_at = now
-                store.checkpoint()
-                if now - self._compacted_at >= COMPACT_MIN_GAP_S and store.over_bound():
-                    self._compacted_at = now
-                    store.compact()
+            else:
+                return
         except sqlite3.Error as exc:  # the next commit checks again
             log.warning("size check failed: %s", exc)
+            return
+        if result.deleted.get("requests"):
+            log.info("store at its size bound: deleted the %d oldest requests", result.deleted["requests"])
 
     def _write_one_by_one(self, batch: list[Op[Any]]) -> bool:
         for i, op in enumerate(batch):
