@@ -12,6 +12,7 @@ fails under ``PHASEWATCH_REQUIRE_ENGINE=1``.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -88,8 +89,10 @@ def test_a_direct_generation_on_live_then_in_requests(engine_stack: tuple[str, s
 
     page.goto(href if href.startswith("http") else app_url + "/" + href.lstrip("/"))  # the card's link, as clicked
     wait_ready(page)
-    wait_until(lambda: page.get_by_text("seen from direct").count() > 0, 60, "the direct record's detail in Requests")
-    detail = page.get_by_text("seen from direct").first.inner_text()
+    # The detail's line: model · route · kind · where · outcome · where its figures come from (requests.view.seen_from).
+    line = page.get_by_text(re.compile(r"· direct · (Ollama's log \(exact\)|/slots readings \(bounded\))"))
+    wait_until(lambda: line.count() > 0, 60, "the direct record's detail in Requests")
+    detail = line.first.inner_text()
     assert "gemma3:270m" in detail, detail
     assert page.get_by_text("Sent to Ollama directly (not through the proxy)").count() > 0
     screenshot(page, "requests_direct")
