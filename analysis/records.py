@@ -209,6 +209,29 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
+class RunnerFlags:
+    """The settings a runner process was started with, read from its command line (``llama-server`` as Ollama
+    starts it, or Ollama's own ``ollama runner``). ``None`` where the flag was not given: the runner's own
+    default holds, which the command line does not tell (never stored as 0)."""
+
+    ts_unix_s: float  # when the command line was read
+    pid: int
+    port: int
+    kind: str  # "llama-server" or "ollama runner"
+    digest: str | None  # of the model blob it serves (its --model path), when that is an Ollama blob
+    model: str | None  # the /api/ps name it serves, once matched
+    ctx_size_tokens: int | None  # -c: the whole context, num_ctx × num_parallel as Ollama starts it
+    parallel: int | None  # -np
+    batch_tokens: int | None  # -b
+    ubatch_tokens: int | None  # -ub
+    cache_type_k: str | None  # -ctk (the Go runner's --kv-cache-type sets both)
+    cache_type_v: str | None  # -ctv
+    flash_attn: str | None  # -fa: "on", "off" or "auto"
+    gpu_layers: str | None  # -ngl: a number, "auto" or "all"
+    threads: int | None  # -t
+
+
+@dataclass(frozen=True)
 class InstalledModel:
     """One model of Ollama's /api/tags (installed, loaded or not) as the latest poll listed it.
 

@@ -41,6 +41,7 @@ from analysis.records import (
     HostSample,
     Outcome,
     RequestRecord,
+    RunnerFlags,
 )
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
@@ -80,6 +81,7 @@ from store.ops import (
     PutHostSample,
     PutProgress,
     PutRequest,
+    PutRunners,
     RederivePhases,
 )
 from store.tables import RequestRow
@@ -158,6 +160,7 @@ class CollectorService:
         self._energy_pending: collections.deque[list[PhaseWindow]] = collections.deque(maxlen=ENERGY_PENDING_MAX)
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
+        self._runners_written: list[RunnerFlags] | None = None  # as last stored, times zeroed
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
         self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
@@ -468,9 +471,20 @@ class CollectorService:
         if running:
             await self._estimate_progress(running)
         self._count_state(gpus, running)
+        self._write_runners(writer)
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
+
+    def _write_runners(self, writer: BackgroundWriter) -> None:
+        """The runners and their command lines' settings, when they changed (a runner came, went or was matched)."""
+        if self.runners is None:
+            return
+        found = self.runners.flags(self._clock())
+        key = [dataclasses.replace(f, ts_unix_s=0.0) for f in found]
+        if key != self._runners_written:
+            writer.submit(PutRunners(found))
+            self._runners_written = key
 
     def _count_state(self, gpus: list[GpuSample], running: list[RequestRecord]) -> None:
         """For /metrics: running generations by phase, loads and unloads seen in /api/ps, GPU energy by phase."""

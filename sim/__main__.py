@@ -81,6 +81,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model-name", default="gemma3:270m", metavar="NAME", help="with a real engine: the name it is served as")
     ap.add_argument("--threads", type=int, default=2, metavar="N", help="with a real engine: CPU threads (default 2)")
     ap.add_argument(
+        "--kv-cache-type",
+        default="f16",
+        choices=["f16", "q8_0", "q4_0"],
+        help="with a real engine: the KV cache type (OLLAMA_KV_CACHE_TYPE, default f16)",
+    )
+    ap.add_argument(
+        "--flash-attention",
+        default="auto",
+        choices=["on", "off", "auto"],
+        help="with a real engine: flash attention (OLLAMA_FLASH_ATTENTION; default auto, llama-server's own)",
+    )
+    ap.add_argument(
         "--llama-server",
         default=None,
         metavar="PATH",
@@ -98,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.engine != "sim" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
+    if args.kv_cache_type != "f16" and args.flash_attention == "off":
+        ap.error("a quantized KV cache needs flash attention (llama.cpp refuses it with --flash-attention off)")
     if args.num_parallel < 1:
         ap.error("--num-parallel must be >= 1")
     if args.disk_gbs is not None and args.disk_gbs <= 0:
@@ -136,6 +150,8 @@ async def serve(args: argparse.Namespace) -> None:
                 binary=args.llama_server,
                 n_threads=args.threads,
                 num_parallel=args.num_parallel,
+                kv_cache_type=args.kv_cache_type,
+                flash_attn=args.flash_attention,
                 max_queue=args.max_queue,
                 default_keep_alive_ns=args.keep_alive_ns,
             )

@@ -40,6 +40,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from analysis.memory import KV_TYPE_BYTES
 from sim import ollama_log
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
@@ -153,6 +154,15 @@ class _Runner:
             str(num_batch),
             "--threads",
             str(engine.n_threads),
+            # As Ollama passes OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE; a CPU build keeps every layer on the CPU.
+            "--flash-attn",
+            engine.flash_attn,
+            "--cache-type-k",
+            engine.kv_cache_type,
+            "--cache-type-v",
+            engine.kv_cache_type,
+            "--n-gpu-layers",
+            "0",
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
             "--log-verbosity",
             "4",
@@ -272,6 +282,8 @@ class LlamaServerEngine:
         binary: str | None = None,
         n_threads: int = 2,
         num_parallel: int = 1,
+        kv_cache_type: str = "f16",
+        flash_attn: str = "auto",
         default_num_ctx: int = DEFAULT_NUM_CTX,
         max_queue: int = 512,
         default_keep_alive_ns: int = 5 * 60 * 10**9,
@@ -280,6 +292,8 @@ class LlamaServerEngine:
         self.model: GgufModelFacts = read_model_facts(gguf_path, model_name)
         self.n_threads = n_threads
         self.num_parallel = num_parallel
+        self.kv_cache_type = kv_cache_type
+        self.flash_attn = flash_attn
         self.default_num_ctx = default_num_ctx
         self.max_queue = max_queue
         self.default_keep_alive_ns = default_keep_alive_ns
@@ -511,7 +525,9 @@ class LlamaServerEngine:
         r = self.runner
         if r is None:
             return []
-        kv_bytes = int(self.model.kv_bytes_per_token * r.num_ctx * self.num_parallel)
+        # The facts' bytes per token are f16's; a quantized cache holds fewer (ggml's block sizes).
+        kv_scale = KV_TYPE_BYTES[self.kv_cache_type] / KV_TYPE_BYTES["f16"]
+        kv_bytes = int(self.model.kv_bytes_per_token * kv_scale * r.num_ctx * self.num_parallel)
         # Everything is in system memory: size_vram 0 is what Ollama shows for a CPU-only model.
         return [LoadedInfo(self.model, self.model.size_bytes + kv_bytes, 0, r.num_ctx, r.expires_at_unix_s)]
 

@@ -30,6 +30,7 @@ from analysis.records import (
     ProgressSample,
     ProgressSource,
     RequestRecord,
+    RunnerFlags,
     SeenFrom,
 )
 from analysis.runner_fill import split_with_readings, wants_readings
@@ -51,6 +52,7 @@ from store.tables import (
     PS_SNAPSHOTS,
     REQUEST_TOKENS,
     REQUESTS,
+    RUNNERS,
     ExperimentRow,
     ModelInfoRow,
     PsSnapshotRow,
@@ -354,6 +356,28 @@ class PutInstalledModels(Op[None]):
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM installed_models")
         tx.conn.executemany(INSTALLED_MODELS.insert_sql(), [INSTALLED_MODELS.params(m) for m in self.models])
+
+
+@dataclass(frozen=True)
+class PutRunners(Op[None]):
+    """The runner processes found now, with the settings on their command lines, replacing the previous list."""
+
+    runners: tuple[RunnerFlags, ...]
+
+    def __init__(self, runners: Iterable[RunnerFlags]) -> None:
+        object.__setattr__(self, "runners", tuple(runners))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.runners))
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * self.weight
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute("DELETE FROM runners")
+        tx.conn.executemany(RUNNERS.insert_sql(), [RUNNERS.params(r) for r in self.runners])
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from analysis.records import (
     Outcome,
     ProgressSample,
     RequestRecord,
+    RunnerFlags,
 )
 from store.rows import phases_of, record_of
 from store.schema import (
@@ -62,6 +63,7 @@ from store.tables import (
     PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
     REQUESTS,
+    RUNNERS,
     ExperimentRow,
     ModelInfoRow,
     RequestSummary,
@@ -525,6 +527,21 @@ def installed_models(conn: sqlite3.Connection) -> list[InstalledModel]:
         (),
     )
     return [INSTALLED_MODELS.from_values(r) for r in rows]
+
+
+def runners(conn: sqlite3.Connection) -> list[RunnerFlags]:
+    """The runner processes the collector found last, with their command lines' settings ([] before any)."""
+    rows = _rows(conn, f"SELECT {RUNNERS.select_list()} FROM runners ORDER BY pid", ())
+    return [RUNNERS.from_values(r) for r in rows]
+
+
+def runner_for(conn: sqlite3.Connection, model: str, digest: str | None) -> RunnerFlags | None:
+    """The runner serving this model: by its blob's digest, else by the /api/ps name it was matched to."""
+    found = runners(conn)
+    bare = digest.removeprefix("sha256:") if digest else None
+    by_digest = [r for r in found if bare and r.digest and r.digest.removeprefix("sha256:") == bare]
+    by_name = [r for r in found if r.model and same_model(r.model, model)]
+    return next(iter(by_digest or by_name), None)
 
 
 def loaded_model(conn: sqlite3.Connection, name: str) -> LoadedModel | None:

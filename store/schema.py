@@ -432,6 +432,29 @@ ALTER TABLE collector_heartbeat ADD COLUMN runners_problem TEXT;
 ALTER TABLE collector_heartbeat ADD COLUMN log_problem TEXT;
 """
 
+# v11: the runner processes found now and the settings each was started with, read from its command line
+# (replaced whole at each change, like installed_models). NULL where a flag was not given: the runner's
+# default holds, which its command line does not tell.
+_V11 = """
+CREATE TABLE runners (
+    ts_unix_s REAL NOT NULL,
+    pid INTEGER PRIMARY KEY,
+    port INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    digest TEXT,
+    model TEXT,
+    ctx_size_tokens INTEGER,
+    parallel INTEGER,
+    batch_tokens INTEGER,
+    ubatch_tokens INTEGER,
+    cache_type_k TEXT,
+    cache_type_v TEXT,
+    flash_attn TEXT,
+    gpu_layers TEXT,
+    threads INTEGER
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -444,6 +467,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V8),
     _v9,
     _script(_V10),
+    _script(_V11),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -33,6 +33,7 @@ from analysis.records import (
     Outcome,
     ProgressSample,
     RequestKind,
+    RunnerFlags,
     SeenFrom,
 )
 
@@ -376,6 +377,7 @@ HOST_SAMPLES = Table.of("host_samples", HostSample)
 PS_SNAPSHOTS = Table.of("ps_snapshots", PsSnapshotRow)
 LOADED_MODELS = Table.of("loaded_models", LoadedModel)
 INSTALLED_MODELS = Table.of("installed_models", InstalledModel)
+RUNNERS = Table.of("runners", RunnerFlags)
 MODEL_INFO = Table.of("model_info", ModelInfoRow)
 OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
@@ -399,6 +401,7 @@ TABLES: tuple[Table[Any], ...] = (
     HOST_BANDWIDTH,
     PROGRESS_SAMPLES,
     INSTALLED_MODELS,
+    RUNNERS,
 )
 
 

@@ -59,6 +59,14 @@ class Runner:
     n_ctx: int | None = None  # -c / --ctx-size as started
     n_parallel: int | None = None  # -np / --parallel
     kind: str = "llama-server"  # or "ollama runner"
+    # The rest of the settings in force, as on its command line (None: not given, the runner's default holds).
+    n_batch: int | None = None  # -b
+    n_ubatch: int | None = None  # -ub
+    cache_type_k: str | None = None  # -ctk (Ollama's Go runner: --kv-cache-type, for both)
+    cache_type_v: str | None = None  # -ctv
+    flash_attn: str | None = None  # -fa on|off|auto (a bare -fa, as older builds and the Go runner take it: on)
+    gpu_layers: str | None = None  # -ngl: a number, auto or all
+    threads: int | None = None  # -t
 
     @property
     def base_url(self) -> str:
@@ -97,6 +105,23 @@ def _option(argv: Sequence[str], *names: str) -> str | None:
     return value
 
 
+FLASH_ATTN_VALUES = {"on": "on", "off": "off", "auto": "auto", "true": "on", "false": "off", "1": "on", "0": "off"}
+
+
+def _flash_attn(argv: Sequence[str]) -> str | None:
+    """``-fa on|off|auto`` (llama-server), or a bare ``-fa``/``--flash-attn`` (older llama.cpp, Ollama's Go
+    runner): on. The last one given wins."""
+    value = None
+    for i, arg in enumerate(argv):
+        name, eq, given = arg.partition("=")
+        if name not in ("-fa", "--flash-attn"):
+            continue
+        following = argv[i + 1].lower() if i + 1 < len(argv) else ""
+        word = given.lower() if eq else following
+        value = FLASH_ATTN_VALUES.get(word, "on" if not eq else None)
+    return value
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -126,6 +151,13 @@ def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
         n_ctx=_int_or_none(_option(argv, "--ctx-size", "-c")),
         n_parallel=_int_or_none(_option(argv, "--parallel", "-np")),
         kind=kind,
+        n_batch=_int_or_none(_option(argv, "--batch-size", "-b")),
+        n_ubatch=_int_or_none(_option(argv, "--ubatch-size", "-ub")),
+        cache_type_k=_option(argv, "--cache-type-k", "-ctk", "--kv-cache-type"),
+        cache_type_v=_option(argv, "--cache-type-v", "-ctv", "--kv-cache-type"),
+        flash_attn=_flash_attn(argv),
+        gpu_layers=_option(argv, "--gpu-layers", "--n-gpu-layers", "-ngl"),
+        threads=_int_or_none(_option(argv, "--threads", "-t")),
     )
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 
 from analysis.model_names import same_model
-from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord
+from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
 from collectors.ollama.direct import DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover
 from collectors.ollama.log import LogEvent, LogSource, LogTail
@@ -183,6 +183,30 @@ class RunnerReader:
     def proxied_finished(self, rec: RequestRecord) -> None:
         """The service tells each finished proxied request: it may account for a runner task (never recorded twice)."""
         self.direct.proxied_finished(rec)
+
+    def flags(self, ts_unix_s: float) -> list[RunnerFlags]:
+        """Each runner found and the settings its command line gives (the settings in force), for the store."""
+        return [
+            RunnerFlags(
+                ts_unix_s=ts_unix_s,
+                pid=r.pid,
+                port=r.port,
+                kind=r.kind,
+                digest=state.digest,
+                model=state.model,
+                ctx_size_tokens=r.n_ctx,
+                parallel=r.n_parallel,
+                batch_tokens=r.n_batch,
+                ubatch_tokens=r.n_ubatch,
+                cache_type_k=r.cache_type_k,
+                cache_type_v=r.cache_type_v,
+                flash_attn=r.flash_attn,
+                gpu_layers=r.gpu_layers,
+                threads=r.threads,
+            )
+            for state in self.runners.values()
+            for r in (state.runner,)
+        ]
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The runners and their slots now (counts only), for debugging."""

@@ -10,6 +10,7 @@ import hashlib
 import time
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from analysis import wording as w
@@ -251,13 +252,10 @@ def _show_whatif(m: WhyModel) -> None:
         st.caption("Predictions need this GPU's and this model's figures (see above).")
         return
     force = whatif.in_force(m)
-    st.caption(
-        fmt.md_escape(
-            "Settings in force: "
-            + "; ".join(f"{k} {v}" for k, v in force.sources.items())
-            + f". GPU memory for it: {force.free_vram_source}."
-        )
-    )
+    st.markdown("**Settings in force**, and where each comes from:")
+    table = pd.DataFrame([{"setting": r.name, "value": r.value, "from": r.source} for r in force.rows])
+    st.dataframe(table, hide_index=True, key="why_in_force")
+    st.caption(fmt.md_escape(f"GPU memory for it: {force.free_vram_source}. Pick other settings below to see their effect."))
     key = f"whatif_{hashlib.sha256(m.model.encode('utf-8', 'replace')).hexdigest()[:16]}"  # the name can be any length
     c = st.columns(5)
     ctx_choices = sorted({*whatif.NUM_CTX_CHOICES, force.settings.num_ctx})
@@ -269,8 +267,11 @@ def _show_whatif(m: WhyModel) -> None:
         format_func=lambda n: f"{n:,}",
         help="Context per request (Ollama's num_ctx)",
     )
-    kv_type = c[1].selectbox("KV cache type", ["f16", "q8_0", "q4_0"], key=key + "_kv", help="OLLAMA_KV_CACHE_TYPE")
-    flash = c[2].toggle("Flash attention", value=True, key=key + "_fa", help="OLLAMA_FLASH_ATTENTION")
+    kv_types = sorted({"f16", "q8_0", "q4_0", force.settings.kv_type}, key=lambda t: -KV_TYPE_BYTES.get(t, 0))
+    kv_type = c[1].selectbox(
+        "KV cache type", kv_types, index=kv_types.index(force.settings.kv_type), key=key + "_kv", help="OLLAMA_KV_CACHE_TYPE"
+    )
+    flash = c[2].toggle("Flash attention", value=force.settings.flash_attn, key=key + "_fa", help="OLLAMA_FLASH_ATTENTION")
     parallel = int(
         c[3].number_input(
             "num_parallel",

@@ -52,6 +52,7 @@ from analysis.records import (
     Outcome,
     RequestKind,
     RequestRecord,
+    RunnerFlags,
 )
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
@@ -101,6 +102,7 @@ class WhyModel:
     facts: ModelFacts | None
     facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
     loaded: LoadedModel | None
+    runner: RunnerFlags | None  # the settings its runner was started with, when its command line was read
     vram_fraction: float
     prefill_points: list[Reading]  # one per request with a prefill rate, flagged or not
     decode_points: list[Reading]  # one per request with a decode rate
@@ -288,6 +290,7 @@ class _StoreReads:
     beat: CollectorInfo | None
     info: ModelInfoRow | None
     loaded: LoadedModel | None
+    runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
     measured_bw: HostBandwidth | None
     rows: list[RequestSummary]  # every stored request of the model (rates), newest first
     recent: list[StoredRequest]  # requests of the window, with token times and stored phases
@@ -310,11 +313,13 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
         for rec in mine:
             end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
             samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
+    loaded = queries.loaded_model(conn, model)
     return _StoreReads(
         gpus=gpus,
         beat=queries.latest_heartbeat(conn),
         info=queries.model_info(conn, model),
-        loaded=queries.loaded_model(conn, model),
+        loaded=loaded,
+        runner=queries.runner_for(conn, model, loaded.digest if loaded is not None else None),
         measured_bw=queries.latest_host_bandwidth(conn),
         rows=rows,
         recent=recent,
@@ -392,8 +397,11 @@ def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _
     return _Facts(facts, error, read_at, notes)
 
 
-def _ubatch(loaded: LoadedModel | None) -> tuple[int, str]:
-    """Ollama's micro-batch for the loaded context, and where that figure comes from."""
+def _ubatch(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[int, str]:
+    """The runner's micro-batch (its -ub when its command line was read, else Ollama's for the loaded context),
+    and where that figure comes from."""
+    if runner is not None and runner.ubatch_tokens:
+        return runner.ubatch_tokens, f"the runner's micro-batch (-ub {runner.ubatch_tokens:,} on its command line)"
     ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
     if loaded is not None and loaded.context_length:
         return ubatch, f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
@@ -545,7 +553,7 @@ def build_why(
     hw, frac, notes = _hardware(reads, apple_chip, picked_hw)
     facts = _model_facts(model, reads, picked_facts)
     notes += facts.notes
-    ubatch, ubatch_source = _ubatch(reads.loaded)
+    ubatch, ubatch_source = _ubatch(reads.loaded, reads.runner)
     curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
     story = curves.story
     eff = story.model.efficiencies if story is not None else None
@@ -559,6 +567,7 @@ def build_why(
         facts=facts.facts,
         facts_error=facts.error,
         loaded=reads.loaded,
+        runner=reads.runner,
         vram_fraction=frac,
         prefill_points=curves.prefill_r,
         decode_points=curves.decode_r,

@@ -11,13 +11,24 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from analysis.memory import DEFAULT_UBATCH_TOKENS, RunnerSettings
+from analysis.memory import DEFAULT_UBATCH_TOKENS, KV_TYPE_BYTES, RunnerSettings
+from analysis.records import LoadedModel, RunnerFlags
 from analysis.whatif import QUANT_LADDER, Prediction, Suggestion, Workload, predict, suggest
 from pages.why.view import WhyModel
 
 NUM_CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ASSUMED_NUM_CTX = 4096  # Ollama's default context where nothing loaded says otherwise (docs/ollama-api.md §7)
+DEFAULT_NOTE = "Ollama's default assumed"
 P90 = 0.9
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting in force: its name, its value as shown, and where the value comes from."""
+
+    name: str
+    value: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -26,26 +37,87 @@ class InForce:
 
     settings: RunnerSettings
     quantization: str | None
-    sources: dict[str, str]  # setting → "read from /api/ps", "Ollama's default (not read)", ...
+    rows: list[Setting]  # every setting shown, with its source (some, as threads, only shown)
     free_vram_bytes: float | None
     free_vram_source: str
 
+    @property
+    def sources(self) -> dict[str, str]:
+        return {r.name: r.source for r in self.rows}
 
-def in_force(m: WhyModel) -> InForce:
-    loaded = m.loaded
-    sources = {}
+
+def _read(flag: str, runner: RunnerFlags) -> str:
+    return f"the runner's command line ({flag}, pid {runner.pid})"
+
+
+def _unset(default: str, runner: RunnerFlags | None) -> str:
+    if runner is None:
+        return f"no runner read: {DEFAULT_NOTE} ({default})"
+    return f"not on the runner's command line: llama-server's default ({default})"
+
+
+def _kv_type(runner: RunnerFlags | None) -> tuple[str, Setting]:
+    """The KV cache type to predict with, and its row. Where K and V differ, the larger one (memory is not
+    under-counted)."""
+    k = runner.cache_type_k if runner is not None else None
+    v = runner.cache_type_v if runner is not None else None
+    if runner is None or (k is None and v is None):
+        return "f16", Setting("KV cache type", "f16", _unset("f16", runner))
+    k, v = k or "f16", v or "f16"
+    known = [t for t in (k, v) if t in KV_TYPE_BYTES]
+    kv = max(known, key=KV_TYPE_BYTES.__getitem__) if known else "f16"
+    return kv, Setting("KV cache type", k if k == v else f"K {k}, V {v}", _read("-ctk/-ctv", runner))
+
+
+def _flash_attn(runner: RunnerFlags | None) -> tuple[bool, Setting]:
+    """On, off, or llama.cpp's auto: on wherever the backend has the kernels (CUDA, Metal, ROCm, Vulkan, CPU)."""
+    given = runner.flash_attn if runner is not None else None
+    if runner is not None and given in ("on", "off"):
+        return given == "on", Setting("flash attention", given, _read("-fa", runner))
+    source = _read("-fa auto", runner) if runner is not None and given == "auto" else _unset("auto", runner)
+    return True, Setting("flash attention", "auto (on)", source + "; auto turns it on where the backend has it")
+
+
+def _num_ctx(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[int, Setting]:
     if loaded is not None and loaded.context_length:
         num_ctx = loaded.context_length
-        sources["num_ctx"] = "read from /api/ps (context_length)"
+        return num_ctx, Setting("num_ctx", f"{num_ctx:,}", "/api/ps (context_length)")
+    if runner is not None and runner.ctx_size_tokens:
+        num_ctx = max(runner.ctx_size_tokens // (runner.parallel or 1), 1)  # Ollama starts it with -c num_ctx × np
+        return num_ctx, Setting("num_ctx", f"{num_ctx:,}", _read("-c ÷ -np", runner))
+    return ASSUMED_NUM_CTX, Setting("num_ctx", f"{ASSUMED_NUM_CTX:,}", f"not loaded: {DEFAULT_NOTE}")
+
+
+def _shown_only(runner: RunnerFlags | None) -> list[Setting]:
+    """Settings shown for the record; the prediction does not take them (the layer split is computed from memory)."""
+    if runner is None:
+        return []
+    layers = runner.gpu_layers
+    threads = runner.threads
+    return [
+        Setting("GPU layers", layers or "auto", _read("-ngl", runner) if layers else _unset("auto", runner)),
+        Setting("threads", str(threads) if threads else "auto", _read("-t", runner) if threads else _unset("auto", runner)),
+    ]
+
+
+def in_force(m: WhyModel) -> InForce:
+    """What the model runs with now: read from /api/ps and its runner's command line where they say, else Ollama's
+    defaults, each with its source."""
+    runner = m.runner
+    num_ctx, ctx_row = _num_ctx(m.loaded, runner)
+    parallel = runner.parallel if runner is not None and runner.parallel else 1
+    par_row = Setting("num_parallel", str(parallel), _read("-np", runner) if runner and runner.parallel else _unset("1", runner))
+    kv_type, kv_row = _kv_type(runner)
+    flash, fa_row = _flash_attn(runner)
+    ubatch = m.ubatch_tokens or DEFAULT_UBATCH_TOKENS
+    if runner is not None and runner.ubatch_tokens:
+        batch_row = Setting("batch / micro-batch", f"{runner.batch_tokens or ubatch:,} / {ubatch:,}", _read("-b/-ub", runner))
     else:
-        num_ctx = ASSUMED_NUM_CTX
-        sources["num_ctx"] = "not loaded: Ollama's default assumed"
-    for name in ("KV cache type", "flash attention", "num_parallel"):
-        sources[name] = "not read from the runner yet: Ollama's default assumed"
-    sources["batch"] = f"Ollama's micro-batch for this context ({m.ubatch_tokens})"
+        batch_row = Setting("batch / micro-batch", f"{ubatch:,}", "Ollama's batch for this context")
+    rows = [ctx_row, par_row, kv_row, fa_row, batch_row, *_shown_only(runner)]
     free, free_source = _free_vram(m)
-    settings = RunnerSettings(num_ctx=num_ctx, ubatch_tokens=m.ubatch_tokens or DEFAULT_UBATCH_TOKENS)
-    return InForce(settings, m.facts.quantization if m.facts else None, sources, free, free_source)
+    settings = RunnerSettings(num_ctx=num_ctx, num_parallel=parallel, kv_type=kv_type, flash_attn=flash, ubatch_tokens=ubatch)
+    return InForce(settings, m.facts.quantization if m.facts else None, rows, free, free_source)
 
 
 def _free_vram(m: WhyModel) -> tuple[float | None, str]:

@@ -25,9 +25,42 @@ def test_llama_server_as_ollama_starts_it() -> None:
         "-b",
         "512",
     ]
-    assert runner_from_argv(7, "llama-server", argv) == Runner(7, 40123, BLOB, n_ctx=8192, n_parallel=4)
+    assert runner_from_argv(7, "llama-server", argv) == Runner(7, 40123, BLOB, n_ctx=8192, n_parallel=4, n_batch=512)
     equals = ["llama-server", f"--model={BLOB}", "--port=40124", "--ctx-size=4096", "--parallel", "1"]
     assert runner_from_argv(8, "llama-server", equals) == Runner(8, 40124, BLOB, n_ctx=4096, n_parallel=1)
+
+
+def test_the_settings_in_force_are_read_from_the_command_line() -> None:
+    """Every setting that decides memory and speed, in the short and long forms llama-server takes; a flag that
+    is not given stays None (the runner's default holds, which the command line does not tell)."""
+    short = ["llama-server", "--port", "1", "-c", "16384", "-np", "2", "-b", "1024", "-ub", "256"]
+    short += ["-ctk", "q8_0", "-ctv", "q4_0", "-fa", "off", "-ngl", "33", "-t", "6"]
+    r = runner_from_argv(3, "llama-server", short)
+    assert r is not None
+    got = (r.n_ctx, r.n_parallel, r.n_batch, r.n_ubatch, r.cache_type_k, r.cache_type_v, r.flash_attn, r.gpu_layers, r.threads)
+    assert got == (16384, 2, 1024, 256, "q8_0", "q4_0", "off", "33", 6)
+    long = ["llama-server", "--port=1", "--batch-size=2048", "--ubatch-size", "512", "--cache-type-k", "f16"]
+    long += ["--cache-type-v=q8_0", "--flash-attn=auto", "--n-gpu-layers", "all", "--threads", "8"]
+    r = runner_from_argv(3, "llama-server", long)
+    assert r is not None
+    got = (r.n_batch, r.n_ubatch, r.cache_type_k, r.cache_type_v, r.flash_attn, r.gpu_layers, r.threads)
+    assert got == (2048, 512, "f16", "q8_0", "auto", "all", 8)
+    bare = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1"])
+    assert bare is not None
+    assert (bare.n_batch, bare.cache_type_k, bare.flash_attn, bare.gpu_layers, bare.threads) == (None,) * 5
+
+
+def test_flash_attention_as_a_bare_flag_and_the_go_runner_kv_type() -> None:
+    """Older llama.cpp and Ollama's Go runner take ``--flash-attn`` alone (on) and ``--kv-cache-type`` for K and V."""
+    go = ["ollama", "runner", "--model", BLOB, "--ctx-size", "8192", "--batch-size", "512", "--n-gpu-layers", "29"]
+    go += ["--threads", "8", "--flash-attn", "--kv-cache-type", "q8_0", "--parallel", "1", "--port", "40001"]
+    r = runner_from_argv(4, "ollama", go)
+    assert r is not None and r.kind == "ollama runner"
+    assert (r.flash_attn, r.cache_type_k, r.cache_type_v, r.gpu_layers, r.threads) == ("on", "q8_0", "q8_0", "29", 8)
+    last = runner_from_argv(4, "llama-server", ["llama-server", "-fa", "--port", "2", "-fa", "off"])
+    assert last is not None and last.flash_attn == "off", "the last one given wins, as in llama.cpp's parser"
+    odd = runner_from_argv(4, "llama-server", ["llama-server", "--port", "2", "--flash-attn=sometimes"])
+    assert odd is not None and odd.flash_attn is None, "a value llama.cpp would refuse is not guessed"
 
 
 def test_older_ollama_runner() -> None:
