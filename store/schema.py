@@ -485,19 +485,25 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     before = schema_version(conn)
     if before > SCHEMA_VERSION:
         raise StoreError(f"store schema v{before} is newer than this Phasewatch (v{SCHEMA_VERSION}); upgrade Phasewatch")
-    for version in range(before, target):
+    # A new store is created in one transaction: a page reading meanwhile sees no store, then the whole schema,
+    # never a part it would take for an older Phasewatch's. An existing one moves a step per transaction.
+    steps = [range(0, target)] if before == 0 else [range(v, v + 1) for v in range(before, target)]
+    for step in steps:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Re-check under the write lock: another process may have migrated meanwhile.
-            if schema_version(conn) != version:
+            if schema_version(conn) != step.start:
                 conn.execute("ROLLBACK")
                 continue
-            MIGRATIONS[version](conn)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
+            for version in step:
+                MIGRATIONS[version](conn)
+            conn.execute(f"PRAGMA user_version = {step.stop}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+    if schema_version(conn) < target:  # another process created it meanwhile, to a lower version: step on from there
+        migrate(conn, target)
     return before
 
 

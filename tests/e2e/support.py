@@ -106,6 +106,19 @@ def wait_ready(page: Page) -> None:
     )
 
 
+def page_report(page: Page, log_path: Path | None = None) -> str:
+    """What the page shows and what the app logged last, for a failure's message (CI keeps no screenshots)."""
+    parts = []
+    with contextlib.suppress(Exception):
+        parts.append("page: " + page.locator('[data-testid="stMain"]').inner_text(timeout=5000)[:2000])
+    with contextlib.suppress(Exception):
+        errors = page.locator('[data-testid="stException"]').all_inner_texts()
+        parts.append(f"exceptions shown: {errors[:3]!r}")
+    if log_path is not None and log_path.exists():
+        parts.append("app log: " + log_path.read_text(errors="replace")[-2000:])
+    return "\n".join(parts)
+
+
 def screenshot(page: Page, name: str) -> Path:
     """Save a full-page screenshot under $PHASEWATCH_ARTIFACTS once every chart is drawn."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ from tests.e2e.support import (
     live_snapshot,
     metric,
     no_injection,
+    page_report,
     pick_request,
     post_json,
     run_app,
@@ -278,19 +279,23 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                 # The demo's user chats every few seconds: wait for finished requests in its own store.
                 wait_until(lambda: finished_requests(demo_dir) >= 2, 120, "two requests recorded by the demo")
                 assert not db_path(tmp_path).exists()  # nothing recorded into the real data folder
-                titles = wait_until(
-                    lambda: (
-                        (
-                            t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-                        .map(gd => (gd.layout.title || {}).text || '')""")
-                        )
-                        and any("Simulated NVIDIA" in x for x in t)
-                        and any("Host" in x for x in t)
-                        and t
-                    ),
-                    60,
-                    "the simulated GPU's timeline and the host chart (each part of the page refreshes at its own pace)",
-                )
+                try:
+                    titles = wait_until(
+                        lambda: (
+                            (
+                                t := page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+                            .map(gd => (gd.layout.title || {}).text || '')""")
+                            )
+                            and any("Simulated NVIDIA" in x for x in t)
+                            and any("Host" in x for x in t)
+                            and t
+                        ),
+                        60,
+                        "the simulated GPU's timeline and the host chart (each part of the page refreshes at its own pace)",
+                    )
+                except AssertionError as e:
+                    screenshot(page, "demo-live-failed")
+                    raise AssertionError(f"{e}\n{page_report(page, tmp_path / 'app.log')}") from None
                 assert any("Host" in t for t in titles)
                 screenshot(page, "demo-live")
                 page.goto(url + "/requests")

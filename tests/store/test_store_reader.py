@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,27 @@ def test_missing_and_being_created_read_as_no_store_yet(tmp_path: Path) -> None:
     with queries.open_reader(tmp_path) as conn:
         assert conn is not None and queries.recent_requests(conn, 0) == []
     assert model_choices(path) == []
+
+
+def test_a_new_store_is_never_seen_half_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the collector creates its store, a page reading it (another connection, as Streamlit's) sees no
+    store yet, then the whole schema: never a part of it, which would read as an older Phasewatch's store
+    (CI once caught a page at that moment, and it never drew its charts)."""
+    path = store_db_path(tmp_path)
+    _v0(path)
+    seen: list[StoreState] = []
+
+    def watched(step: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.Connection], None]:
+        def run(conn: sqlite3.Connection) -> None:
+            step(conn)
+            seen.append(queries.store_state(tmp_path))  # a reader between two steps
+
+        return run
+
+    monkeypatch.setattr("store.schema.MIGRATIONS", [watched(m) for m in MIGRATIONS])
+    StoreWriter(path).close()
+    assert len(seen) == SCHEMA_VERSION and set(seen) == {StoreState.CREATING}
+    assert queries.store_state(tmp_path) is StoreState.READY
 
 
 @pytest.mark.parametrize(

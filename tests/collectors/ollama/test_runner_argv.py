@@ -43,8 +43,8 @@ def test_the_settings_in_force_are_read_from_the_command_line() -> None:
     long += ["--cache-type-v=q8_0", "--flash-attn=auto", "--n-gpu-layers", "all", "--threads", "8"]
     r = runner_from_argv(3, "llama-server", long)
     assert r is not None
-    got = (r.n_batch, r.n_ubatch, r.cache_type_k, r.cache_type_v, r.flash_attn, r.gpu_layers, r.threads)
-    assert got == (2048, 512, "f16", "q8_0", "auto", "all", 8)
+    got_long = (r.n_batch, r.n_ubatch, r.cache_type_k, r.cache_type_v, r.flash_attn, r.gpu_layers, r.threads)
+    assert got_long == (2048, 512, "f16", "q8_0", "auto", "all", 8)
     bare = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1"])
     assert bare is not None
     assert (bare.n_batch, bare.cache_type_k, bare.flash_attn, bare.gpu_layers, bare.threads) == (None,) * 5

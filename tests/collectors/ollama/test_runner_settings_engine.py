@@ -58,4 +58,3 @@ def test_the_runner_command_line_is_the_source_of_the_settings_in_force(tmp_path
         for name in ("num_parallel", "KV cache type", "flash attention", "batch / micro-batch", "threads"):
             assert "command line" in by_name[name].source and f"pid {runner.pid}" in by_name[name].source, by_name[name]
         assert by_name["num_ctx"].source == "/api/ps (context_length)"
-
