@@ -254,7 +254,8 @@ def _show_whatif(m: WhyModel) -> None:
     force = whatif.in_force(m)
     st.markdown("**Settings in force**, and where each comes from:")
     table = pd.DataFrame([{"setting": r.name, "value": r.value, "from": r.source} for r in force.rows])
-    st.dataframe(table, hide_index=True, key="why_in_force")
+    with st.container(key="why_in_force"):
+        st.table(table.set_index("setting"))  # a small static table: its text is in the page, not drawn on a canvas
     st.caption(fmt.md_escape(f"GPU memory for it: {force.free_vram_source}. Pick other settings below to see their effect."))
     key = f"whatif_{hashlib.sha256(m.model.encode('utf-8', 'replace')).hexdigest()[:16]}"  # the name can be any length
     c = st.columns(5)

@@ -49,7 +49,9 @@ def test_what_if_predicts_fit_and_rates_for_other_settings(stack: Stack, page: P
     page.goto(stack.app_url + "/why")
     wait_ready(page)
     wait_until(lambda: page.get_by_text("What if", exact=True).count() > 0, 60, "the What if section")
-    assert "read from /api/ps" in page.get_by_text("Settings in force").first.inner_text()
+    in_force = wait_until(lambda: page.locator(".st-key-why_in_force").inner_text(), 30, "the settings in force")
+    assert "/api/ps (context_length)" in in_force and "8,192" in in_force
+    assert "no runner read: Ollama's default assumed" in in_force  # sim's simulated model has no runner process
     start_memory, start_decode = metric(page, "Memory"), metric(page, "Decode, tok/s")
     assert "fits in GPU memory" in _fit_text(page)
 
