@@ -41,10 +41,6 @@ class InForce:
     free_vram_bytes: float | None
     free_vram_source: str
 
-    @property
-    def sources(self) -> dict[str, str]:
-        return {r.name: r.source for r in self.rows}
-
 
 def _read(flag: str, runner: RunnerFlags) -> str:
     return f"the runner's command line ({flag}, pid {runner.pid})"
