@@ -47,6 +47,9 @@ class Limits:
     # arriving for this long may be cut to make room, the oldest first (its record says evicted).
     slow_body_s: float = 5.0
     idle_timeout_s: float = 120.0  # a connection with no request and no byte
+    # Requests the relay refuses itself (400, 408, 431, 503, …) are each logged at WARNING, at most this many lines a
+    # minute: a flood of bad requests cannot fill the log (every one is still counted in /phasewatch/metrics).
+    refusal_warnings_per_minute: int = 10
 
     def connection_cap(self, fd_soft_limit: int) -> int:
         """Client connections allowed: each may hold an upstream connection too, so half the spare fds."""

@@ -40,6 +40,7 @@ from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecor
 from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
 from collectors.proxy.limits import Limits
+from collectors.proxy.refusals import Refusal, Refusals
 from collectors.proxy.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
 from collectors.proxy.request_facts import describe_body, describe_request, head_facts
 
@@ -121,12 +122,12 @@ class _Exchange(Exchange):
     def backlog(self, caught_up: Callable[[], None]) -> None:
         self.proxy.spawn_catch_up(self, caught_up)
 
-    def failed(self, kind: str, detail: str, responded: bool) -> None:
+    def failed(self, kind: Failure, detail: str, responded: bool) -> None:
         if self.failure is not None:
             return
-        if kind == Failure.STOPPED:
+        if kind is Failure.STOPPED:
             self.failure, self.failure_outcome = "proxy stopped", Outcome.CANCELLED
-        elif kind == Failure.CLIENT_GONE:
+        elif kind is Failure.CLIENT_GONE:
             reason = "client disconnected" if responded else "client disconnected before the response began"
             self.failure, self.failure_outcome = detail or reason, Outcome.CANCELLED
         elif kind in (Failure.EVICTED, Failure.INTERNAL):  # cut by the proxy itself: never Ollama's failure
@@ -246,6 +247,11 @@ class RecordingProxy:
     def port(self) -> int:
         return self._port
 
+    @property
+    def refusals(self) -> Refusals:
+        """The requests the relay refused itself (counted, the last hour, logged)."""
+        return self._relay.refusals
+
     async def stop(self) -> None:
         """Stop accepting, let running streams finish for a moment, then cancel them."""
         if self._stopping:
@@ -302,15 +308,23 @@ class RecordingProxy:
             elif low == b"authorization":
                 authorization = value.strip()
         if self._authorization is not None and not hmac.compare_digest(authorization, self._authorization):
-            raise Refused(401, b"Unauthorized", "this collector needs 'Authorization: Bearer <PHASEWATCH_TOKEN>'")
+            raise Refused(
+                401, b"Unauthorized", "this collector needs 'Authorization: Bearer <PHASEWATCH_TOKEN>'", Refusal.UNAUTHORIZED
+            )
         if not self._hosts.allows(host):
             raise Refused(
                 403,
                 b"Forbidden",
                 f"Host {host[:100]!r} is not this machine; to allow a name, add it to PHASEWATCH_ALLOWED_HOSTS",
+                Refusal.FOREIGN_HOST,
             )
         if origin is not None and not self._origins.allows(origin, host):
-            raise Refused(403, b"Forbidden", f"Origin {origin[:100]!r} is not allowed; to allow one, add it to OLLAMA_ORIGINS")
+            raise Refused(
+                403,
+                b"Forbidden",
+                f"Origin {origin[:100]!r} is not allowed; to allow one, add it to OLLAMA_ORIGINS",
+                Refusal.FOREIGN_ORIGIN,
+            )
 
     def _route(self, head: RequestHead) -> tuple[Target, Exchange, frozenset[bytes]]:
         self._check_access(head)

@@ -14,7 +14,14 @@ reports to the ``Exchange`` it gets back.
 Whose fault: bytes llhttp refuses are the client's (400) or Ollama's (502); an
 exception raised by our own code (``route``, an ``Exchange`` hook, the relay) is
 ours: logged with its traceback, answered 500 if no response began (else that
-connection is cut), and every other connection goes on.
+connection is cut), and every other connection goes on. Every answer the relay writes
+itself for the client's fault (and every connection it cuts to make room) is a refusal:
+logged, counted and kept for the sidebar by ``collectors.proxy.refusals``.
+
+States: a request's ``Stage``, a client connection's ``ClientState`` and an upstream
+connection's ``UpstreamState`` each change only through its object's ``move``, checked
+against its table below (as h11 keeps its own); a move the table lacks is a bug of ours,
+raised as ``IllegalMove`` (and so logged with its traceback like any other).
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum, StrEnum
+from enum import Enum, IntEnum
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
 import httptools
 
 from collectors.proxy.limits import Limits, fd_soft_limit
+from collectors.proxy.refusals import Refusal, Refusals
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +62,12 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class Refused(Exception):
-    """Raised by a ``Route`` for a request that must not go anywhere: answered with ``status``, then closed."""
+    """Raised by a ``Route`` for a request that must not go anywhere: answered with ``status`` (0: no answer), then
+    closed; ``why`` is its reason on the record (``collectors.proxy.refusals``)."""
 
-    def __init__(self, status: int, reason: bytes, message: str) -> None:
+    def __init__(self, status: int, reason: bytes, message: str, why: Refusal) -> None:
         super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+        self.status, self.reason, self.message, self.why = status, reason, message, why
 
 
 class _StopParsing(Exception):
@@ -88,8 +97,9 @@ def _parser_problem(exc: Exception) -> Exception | None:
     raise exc
 
 
-class Failure(StrEnum):
-    """Why an exchange ended early (the caller turns these into outcomes and texts)."""
+class Failure(Enum):
+    """Why an exchange ended early (the caller turns these into outcomes and texts): the value ``Exchange.failed``
+    gets, never a string."""
 
     UNREACHABLE = "unreachable"  # could not connect: the client got a 502
     NO_ANSWER = "no answer"  # connected, but the connection ended before a response: 502
@@ -131,6 +141,43 @@ class UpstreamState(Enum):
     CLOSED = 8
 
 
+class IllegalMove(RuntimeError):
+    """A state machine of the relay was asked for a move its table lacks: a bug of ours, never the client's."""
+
+
+# What each state may move to. Each object's ``move`` is the only place its state changes.
+STAGE_MOVES: dict[Stage, frozenset[Stage]] = {
+    Stage.QUEUED: frozenset({Stage.FORWARDED, Stage.DONE}),  # DONE: failed before it went upstream
+    Stage.FORWARDED: frozenset({Stage.RESPONDED, Stage.DONE}),  # RESPONDED: Ollama's head, or our own 502
+    Stage.RESPONDED: frozenset({Stage.DONE}),
+    Stage.DONE: frozenset(),
+}
+CLIENT_MOVES: dict[ClientState, frozenset[ClientState]] = {
+    ClientState.BETWEEN: frozenset({ClientState.HEAD, ClientState.STOPPED}),
+    ClientState.HEAD: frozenset({ClientState.BETWEEN, ClientState.STOPPED}),
+    ClientState.STOPPED: frozenset(),
+}
+_GONE = frozenset({UpstreamState.ABORTED, UpstreamState.CLOSED})  # reachable from every state but themselves
+UPSTREAM_MOVES: dict[UpstreamState, frozenset[UpstreamState]] = {
+    UpstreamState.CONNECTING: frozenset({UpstreamState.WAITING}) | _GONE,
+    UpstreamState.WAITING: frozenset({UpstreamState.HEAD}) | _GONE,
+    UpstreamState.HEAD: frozenset({UpstreamState.BODY}) | _GONE,  # interim 1xx answers stay in HEAD
+    UpstreamState.BODY: frozenset({UpstreamState.ENDED}) | _GONE,
+    UpstreamState.ENDED: frozenset({UpstreamState.IDLE}) | _GONE,
+    UpstreamState.IDLE: frozenset({UpstreamState.WAITING}) | _GONE,  # the next request on a kept-alive connection
+    UpstreamState.ABORTED: frozenset(),
+    UpstreamState.CLOSED: frozenset(),
+}
+
+
+def checked_move(table: dict[Any, frozenset[Any]], old: Any, new: Any, what: str) -> Any:
+    """``new`` if ``table`` lets ``old`` move to it; ``IllegalMove`` otherwise. Runs once per move (a few per request,
+    never per chunk)."""
+    if new not in table[old]:
+        raise IllegalMove(f"{what} cannot move from {old.name} to {new.name}")
+    return new
+
+
 # The members read for every streamed chunk or body piece, by plain names: reading a member off its Enum class costs
 # ~0.1 µs in Python 3.11 (a descriptor), a module global a tenth of that.
 _FORWARDED, _RESPONDED, _DONE = Stage.FORWARDED, Stage.RESPONDED, Stage.DONE
@@ -166,8 +213,8 @@ class Exchange:
         relay stops reading this response until ``caught_up`` is called (this base keeps nothing)."""
         caught_up()
 
-    def failed(self, kind: str, detail: str, responded: bool) -> None:
-        """The exchange broke (a ``Failure`` kind); ``responded``: the client already had a response head."""
+    def failed(self, kind: Failure, detail: str, responded: bool) -> None:
+        """The exchange broke; ``responded``: the client already had a response head."""
 
     def ended(self, t_ns: int) -> None:
         """Called exactly once, last: the response is complete, or the exchange failed."""
@@ -230,7 +277,9 @@ def _request_framing(headers: Headers, http_version: str) -> tuple[bool, int | N
     one Content-Length of digits; never both; one Host, required in HTTP/1.1.
     """
     if http_version not in ("1.0", "1.1"):
-        raise Refused(505, b"HTTP Version Not Supported", f"HTTP/{http_version} is not supported; use HTTP/1.1")
+        raise Refused(
+            505, b"HTTP Version Not Supported", f"HTTP/{http_version} is not supported; use HTTP/1.1", Refusal.HTTP_VERSION
+        )
     hosts = 0
     codings: list[bytes] = []
     lengths: list[bytes] = []
@@ -243,21 +292,21 @@ def _request_framing(headers: Headers, http_version: str) -> tuple[bool, int | N
         elif low == b"content-length":
             lengths.append(value)
     if hosts > 1 or (http_version == "1.1" and not hosts):
-        raise Refused(400, b"Bad Request", "an HTTP/1.1 request needs exactly one Host header")
+        raise Refused(400, b"Bad Request", "an HTTP/1.1 request needs exactly one Host header", Refusal.MALFORMED)
     if len(codings) > 1 or len(lengths) > 1:
-        raise Refused(400, b"Bad Request", "more than one Transfer-Encoding or Content-Length header")
+        raise Refused(400, b"Bad Request", "more than one Transfer-Encoding or Content-Length header", Refusal.MALFORMED)
     if codings and lengths:
-        raise Refused(400, b"Bad Request", "both Transfer-Encoding and Content-Length")
+        raise Refused(400, b"Bad Request", "both Transfer-Encoding and Content-Length", Refusal.MALFORMED)
     if codings:
         if http_version != "1.1":
-            raise Refused(400, b"Bad Request", "Transfer-Encoding in an HTTP/1.0 request")
+            raise Refused(400, b"Bad Request", "Transfer-Encoding in an HTTP/1.0 request", Refusal.MALFORMED)
         if codings[0].strip(b" \t").lower() != b"chunked":
-            raise Refused(501, b"Not Implemented", "only Transfer-Encoding: chunked is supported")
+            raise Refused(501, b"Not Implemented", "only Transfer-Encoding: chunked is supported", Refusal.TRANSFER_CODING)
         return True, None
     if lengths:
         value = lengths[0].strip(b" \t")
         if not _DIGITS.fullmatch(value):
-            raise Refused(400, b"Bad Request", "Content-Length is not a number")
+            raise Refused(400, b"Bad Request", "Content-Length is not a number", Refusal.MALFORMED)
         return False, int(value)
     return False, None
 
@@ -301,7 +350,10 @@ class _Request:
     kept_bytes: int = 0
     kept_truncated: bool = False
     body_complete: bool = False
-    stage: Stage = Stage.QUEUED
+    stage: Stage = Stage.QUEUED  # changed only by move()
+
+    def move(self, stage: Stage) -> None:
+        self.stage = checked_move(STAGE_MOVES, self.stage, stage, "a request")
 
     @property
     def started(self) -> bool:  # forwarding began
@@ -354,10 +406,7 @@ class _FlowControl:
             self.paused_at_ns = now_ns
             transport.pause_reading()
         else:
-            c.read_ns = now_ns  # a body's silence counts from here
-            if c._parsing is not None:  # and its time, less the pause
-                c._parsing.body_started_ns += now_ns - self.paused_at_ns
-                c._parsing.window_started_ns += now_ns - self.paused_at_ns
+            c.reading_resumed(now_ns, now_ns - self.paused_at_ns)
             transport.resume_reading()
 
     def update_upstream(self, up: _UpstreamSide) -> None:
@@ -393,7 +442,7 @@ class _ClientSide(asyncio.Protocol):
         self.queued_bytes = 0
         self.flow = _FlowControl(self)
         # STOPPED (a refusal, a broken request, too many pipelined, our own error): answer what is
-        # queued, then ``_final_answer`` (if any), then close.
+        # queued, then ``_final_answer`` (if any), then close. Changed only by move().
         self.state = ClientState.BETWEEN
         # Request head being parsed.
         self._url: list[bytes] = []
@@ -403,6 +452,9 @@ class _ClientSide(asyncio.Protocol):
         self._head_seen = 0  # bytes read since the read in which the head began
         self._parsing: _Request | None = None  # headers in, body not complete
         self._final_answer = b""
+
+    def move(self, state: ClientState) -> None:
+        self.state = checked_move(CLIENT_MOVES, self.state, state, "a client connection")
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
@@ -420,7 +472,7 @@ class _ClientSide(asyncio.Protocol):
             if self.state is ClientState.HEAD:  # llhttp builds a header value with +=: bound the head first
                 self._head_seen += len(data)
                 if self._head_seen > self.limits.max_head_bytes:
-                    self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
+                    self._stop(self._head_too_large())
                     return
             try:
                 self.parser.feed_data(data)
@@ -430,9 +482,9 @@ class _ClientSide(asyncio.Protocol):
             if problem is None or self.state is ClientState.STOPPED:  # stopped on purpose
                 return
             if isinstance(problem, httptools.HttpParserUpgrade):
-                self._stop(501, b"Not Implemented", "protocol upgrades are not relayed")
+                self._stop(Refused(501, b"Not Implemented", "protocol upgrades are not relayed", Refusal.UPGRADE))
             else:
-                self._stop(400, b"Bad Request", f"malformed HTTP request: {problem}")
+                self._stop(Refused(400, b"Bad Request", f"malformed HTTP request: {problem}", Refusal.MALFORMED))
         except Exception as exc:  # our own code (route, a hook) raised: never the client's fault
             self.fail_internal(exc)
 
@@ -467,10 +519,12 @@ class _ClientSide(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if len(self.requests) >= self.limits.max_pipelined:
             # More pipelined in one read than we hold: answer those, then close (the client retries the rest).
-            self._stop(0, b"", "")
+            limit = self.limits.max_pipelined
+            self._stop(Refused(0, b"", f"over {limit} requests pipelined: closed after those", Refusal.TOO_MANY_PIPELINED))
             raise _StopParsing
         self._url, self._headers, self._head_bytes = [], [], 0
-        self.state, self._head_started_ns, self._head_seen = ClientState.HEAD, self.read_ns, 0
+        self.move(ClientState.HEAD)
+        self._head_started_ns, self._head_seen = self.read_ns, 0
 
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
@@ -485,15 +539,19 @@ class _ClientSide(asyncio.Protocol):
     def _count_head(self, n: int) -> None:
         self._head_bytes += n
         if self._head_bytes > self.limits.max_head_bytes:
-            self._stop(431, b"Request Header Fields Too Large", f"request head over {self.limits.max_head_bytes} bytes")
+            self._stop(self._head_too_large())
             raise _StopParsing
 
+    def _head_too_large(self) -> Refused:
+        limit = self.limits.max_head_bytes
+        return Refused(431, b"Request Header Fields Too Large", f"request head over {limit} bytes", Refusal.HEAD_TOO_LARGE)
+
     def on_headers_complete(self) -> None:
-        self.state = ClientState.BETWEEN
+        self.move(ClientState.BETWEEN)
         url = b"".join(self._url)
         try:
             if self.parser.should_upgrade():
-                raise Refused(501, b"Not Implemented", "protocol upgrades are not relayed")
+                raise Refused(501, b"Not Implemented", "protocol upgrades are not relayed", Refusal.UPGRADE)
             chunked_in, content_length = _request_framing(self._headers, self.parser.get_http_version())
             parsed = httptools.parse_url(url)
             raw_path = url  # origin form, as nearly every client sends it
@@ -510,10 +568,10 @@ class _ClientSide(asyncio.Protocol):
             )
             target, exchange, drop = self.relay.route(head)
         except Refused as refused:
-            self._stop(refused.status, refused.reason, refused.message)
+            self._stop(refused)
             raise _StopParsing from None
         except httptools.HttpParserInvalidURLError:
-            self._stop(400, b"Bad Request", "malformed request target")
+            self._stop(Refused(400, b"Bad Request", "malformed request target", Refusal.MALFORMED))
             raise _StopParsing from None
         expect = (_header(self._headers, b"expect") or b"").strip().lower()
         req = _Request(
@@ -579,7 +637,7 @@ class _ClientSide(asyncio.Protocol):
         if req.expect_continue and self.transport is not None:
             # Answered here (as aiohttp's server would); the upstream gets the body without asking.
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        req.stage = Stage.FORWARDED
+        req.move(Stage.FORWARDED)
         req.exchange.forwarded(time.monotonic_ns())
         up = self.upstream
         if up is not None and up.reusable_for(req.target):
@@ -624,7 +682,7 @@ class _ClientSide(asyncio.Protocol):
 
     def response_done(self, req: _Request) -> None:
         """The active request's response is complete: end the exchange, start the next one."""
-        req.stage = Stage.DONE
+        req.move(Stage.DONE)
         req.exchange.ended(time.monotonic_ns())
         if self.requests and self.requests[0] is req:
             self.requests.popleft()
@@ -642,21 +700,43 @@ class _ClientSide(asyncio.Protocol):
             return
         self.flow.update_client()
 
-    def respond_error(self, req: _Request, status: int, reason: bytes, kind: str, message: str) -> None:
+    def respond_error(self, req: _Request, status: int, reason: bytes, kind: Failure, message: str) -> None:
         """Answer the active request ourselves (Ollama did not) and end its exchange as failed."""
         if req.finished:
             return
         extra = req.exchange.answered_here(status)
         close = not req.keep_alive or not req.body_complete
         self.write(_json_response(status, reason, message, extra, close))
-        req.stage = Stage.RESPONDED
+        req.move(Stage.RESPONDED)
         req.exchange.failed(kind, message, False)
         self.response_done(req)
 
-    def _end(self, req: _Request, kind: str, detail: str) -> None:
-        """End ``req``'s exchange as failed (``kind``: a ``Failure``); it must not be finished yet."""
+    def response_cut(self, req: _Request, detail: str) -> None:
+        """Ollama cut the active response after its head went out: the client's is cut the same way (what was relayed
+        is flushed, the end of the body never written), and requests pipelined behind it fail with it."""
+        self._end(req, Failure.CUT, f"Ollama cut the response mid-way: {detail}")
+        for queued in self.requests:
+            if not queued.finished:
+                self._end(queued, Failure.CUT, f"not sent: Ollama cut the response before it on this connection: {detail}")
+        self.requests.clear()
+        self._close()
+
+    def forget_upstream(self, up: _UpstreamSide) -> None:
+        """``up`` closed or could not connect: this connection's next request needs another."""
+        if self.upstream is up:
+            self.upstream = None
+
+    def reading_resumed(self, now_ns: int, paused_ns: int) -> None:
+        """Reading resumes after a pause of ``paused_ns``: a body's silence counts from now, its time less the pause."""
+        self.read_ns = now_ns
+        if self._parsing is not None:
+            self._parsing.body_started_ns += paused_ns
+            self._parsing.window_started_ns += paused_ns
+
+    def _end(self, req: _Request, kind: Failure, detail: str) -> None:
+        """End ``req``'s exchange as failed; it must not be finished yet."""
         responded = req.responded
-        req.stage = Stage.DONE
+        req.move(Stage.DONE)
         self._release_kept(req)
         try:
             req.exchange.failed(kind, detail, responded)
@@ -667,22 +747,28 @@ class _ClientSide(asyncio.Protocol):
         self.relay.kept_bytes -= req.kept_bytes
         req.kept_body, req.kept_bytes = [], 0
 
-    def _stop(self, status: int, reason: bytes, message: str) -> None:
-        """Parse no more of this connection: answer what is queued, then ``status`` (0: nothing), then close."""
+    def _stop(self, refused: Refused) -> None:
+        """Parse no more of this connection: answer what is queued, then ``refused`` (status 0: nothing), then close.
+        The refusal goes on the record (log, counter, the sidebar's last hour)."""
         if self.state is ClientState.STOPPED:
             return
-        self.state = ClientState.STOPPED
+        self.move(ClientState.STOPPED)
+        status, message = refused.status, refused.message
         if status:
-            self._final_answer = _json_response(status, reason, message, [], close=True)
+            self._final_answer = _json_response(status, refused.reason, message, [], close=True)
+        what = "request head"
         req, self._parsing = self._parsing, None
         if req is not None and not req.finished:  # its body broke off (or timed out) midway
+            what = f"{req.head.method} {req.head.path[:200]!a}"
             if req.started:  # the upstream request cannot be completed
                 self._drop_upstream()
             if req.responded:  # the client already has part of an answer: nothing more can follow
                 self._final_answer = b""
+                status = 0
             self._end(req, Failure.CLIENT_GONE, f"the client's request broke off: {message}")
             if req in self.requests:
                 self.requests.remove(req)
+        self.relay.refusals.note(status or None, refused.why, self.client_addr, f"{what}: {message}")
         self.flow.update_client()
         if not self.requests:
             self._finish_stopped()
@@ -700,7 +786,8 @@ class _ClientSide(asyncio.Protocol):
         what = f"{active.head.method} {active.head.path}" if active is not None else "a request head"
         log.error("the proxy failed on %s from %s", what, self.client_addr or "an unknown address", exc_info=exc)
         answer = active is None or not active.responded
-        self.state = ClientState.STOPPED
+        if self.state is not ClientState.STOPPED:
+            self.move(ClientState.STOPPED)
         self._parsing = None
         self._final_answer = b""
         extra: Headers = []
@@ -730,15 +817,19 @@ class _ClientSide(asyncio.Protocol):
         lim = self.limits
         if self.state is ClientState.STOPPED:
             return
+        timeout = b"Request Timeout"
         if self.state is ClientState.HEAD:
             if now_ns - self._head_started_ns > lim.head_timeout_s * 1e9:
-                self._stop(408, b"Request Timeout", f"request head not complete within {lim.head_timeout_s:g} s")
+                message = f"request head not complete within {lim.head_timeout_s:g} s"
+                self._stop(Refused(408, timeout, message, Refusal.HEAD_TIMEOUT))
         elif self._parsing is not None and not self.flow.client_paused:
             req = self._parsing
             if now_ns - self.read_ns > lim.body_timeout_s * 1e9:
-                self._stop(408, b"Request Timeout", f"no request body byte for {lim.body_timeout_s:g} s")
+                message = f"no request body byte for {lim.body_timeout_s:g} s"
+                self._stop(Refused(408, timeout, message, Refusal.BODY_TIMEOUT))
             elif not self._body_keeps_its_rate(req, now_ns):
-                self._stop(408, b"Request Timeout", f"request body slower than {lim.min_body_rate_bps} bytes/s")
+                message = f"request body slower than {lim.min_body_rate_bps} bytes/s"
+                self._stop(Refused(408, timeout, message, Refusal.BODY_TOO_SLOW))
         elif not self.requests and now_ns - max(self.read_ns, self.waiting_since_ns) > lim.idle_timeout_s * 1e9:
             self._close()
 
@@ -777,13 +868,33 @@ class _ClientSide(asyncio.Protocol):
         return req.body_started_ns
 
     def evict(self) -> None:
-        """Cut this connection now to make room for a new one; a body still arriving fails as evicted."""
+        """Cut this connection now to make room for a new one; a body still arriving fails as evicted. A request cut
+        (a body or a head still arriving) is a refusal on the record; an idle connection closed is not."""
         req = self._parsing
         if req is not None and not req.finished:
             self._parsing = None
-            self._end(req, Failure.EVICTED, "the request body was still arriving, slowly, when the proxy needed room")
+            detail = "the request body was still arriving, slowly, when the proxy needed room"
+            self.relay.refusals.note(
+                None,
+                Refusal.EVICTED,
+                self.client_addr,
+                f"{req.head.method} {req.head.path[:200]!a}: {detail} ({req.body_bytes} bytes in)",
+            )
+            self._end(req, Failure.EVICTED, detail)
             self.requests.clear()
+        elif self.state is ClientState.HEAD:
+            self.relay.refusals.note(
+                None, Refusal.EVICTED, self.client_addr, "request head: still arriving when the proxy needed room"
+            )
         self.stop(now=True)
+
+    def refuse_at_bound(self, detail: str) -> None:
+        """No connection can be closed to make room for this new one: answer 503 at once, then close."""
+        self.move(ClientState.STOPPED)
+        self.relay.refusals.note(503, Refusal.CONNECTION_BOUND, self.client_addr, detail)
+        if self.transport is not None:
+            self.transport.write(_json_response(503, b"Service Unavailable", "too many connections; try again", [], close=True))
+            self.transport.close()
 
     def _drop_upstream(self) -> None:
         if self.upstream is not None:
@@ -811,7 +922,7 @@ class _UpstreamSide(asyncio.Protocol):
         self.client = client
         self.target = target
         self.transport: asyncio.Transport | None = None
-        self.state = UpstreamState.CONNECTING
+        self.state = UpstreamState.CONNECTING  # changed only by move()
         self.reading = True  # the transport reads (``_FlowControl`` decides)
         self.parser = httptools.HttpResponseParser(self)
         self.req: _Request | None = None
@@ -844,9 +955,9 @@ class _UpstreamSide(asyncio.Protocol):
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             if self.state is UpstreamState.ABORTED or req.finished:
                 return
+            self.move(UpstreamState.CLOSED)  # never opened
             reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-            if self.client.upstream is self:
-                self.client.upstream = None
+            self.client.forget_upstream(self)
             if isinstance(exc, ssl.SSLError):
                 message = (
                     f"TLS with Ollama at {self.target.name} failed ({exc}). Check its certificate; "
@@ -859,7 +970,12 @@ class _UpstreamSide(asyncio.Protocol):
                 )
             self._guarded(self.client.respond_error, req, 502, b"Bad Gateway", Failure.UNREACHABLE, message)
             return
-        if self.state is UpstreamState.ABORTED or req.finished:
+        if self.state is UpstreamState.CLOSED and not req.finished:  # Ollama closed it before the request went out
+            self.client.forget_upstream(self)
+            message = f"Ollama at {self.target.name} failed before answering: it closed the connection at once"
+            self._guarded(self.client.respond_error, req, 502, b"Bad Gateway", Failure.NO_ANSWER, message)
+            return
+        if self.state is not UpstreamState.CONNECTING or req.finished:
             self.abort()
             return
         self._guarded(self.send, req)
@@ -874,8 +990,8 @@ class _UpstreamSide(asyncio.Protocol):
 
     def send(self, req: _Request) -> None:
         """Send ``req`` (head and whatever body is in) on this open, idle connection."""
+        self.move(UpstreamState.WAITING)
         self.req = req
-        self.state = UpstreamState.WAITING
         self._head_seen = 0
         self.parser = httptools.HttpResponseParser(self)
         self._on_body = req.exchange.on_body
@@ -902,16 +1018,18 @@ class _UpstreamSide(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the connection now (Ollama sees the client leave and cancels the request)."""
-        self.state = UpstreamState.ABORTED
+        if self.state is not _ABORTED and self.state is not _CLOSED:
+            self.move(UpstreamState.ABORTED)
         if self.transport is not None:
             self.transport.abort()
+
+    def move(self, state: UpstreamState) -> None:
+        self.state = checked_move(UPSTREAM_MOVES, self.state, state, "an upstream connection")
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        if self.state is UpstreamState.CONNECTING:
-            self.state = UpstreamState.WAITING  # the request goes out next
+        self.transport = cast(asyncio.Transport, transport)  # connect() sends the request next
 
     def data_received(self, data: bytes) -> None:
         self.read_ns = time.monotonic_ns()
@@ -946,10 +1064,10 @@ class _UpstreamSide(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         aborted = self.state is UpstreamState.ABORTED
-        self.state = UpstreamState.ABORTED if aborted else UpstreamState.CLOSED
+        if not aborted and self.state is not UpstreamState.CLOSED:
+            self.move(UpstreamState.CLOSED)
         self.client.relay.forget_idle(self)
-        if self.client.upstream is self:
-            self.client.upstream = None
+        self.client.forget_upstream(self)
         req = self.req
         if req is None or req.finished or aborted:
             return
@@ -977,7 +1095,7 @@ class _UpstreamSide(asyncio.Protocol):
             raise _StopParsing  # and none of it reaches a client
         self._status_reason, self._headers = b"", []
         if self.state is UpstreamState.WAITING:  # its first byte
-            self.state = UpstreamState.HEAD
+            self.move(UpstreamState.HEAD)
             self.first_byte_ns = self.read_ns
 
     def on_status(self, reason: bytes) -> None:
@@ -993,7 +1111,7 @@ class _UpstreamSide(asyncio.Protocol):
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             return  # interim answers (we never send Expect upstream) are not passed on
-        self.state = UpstreamState.BODY
+        self.move(UpstreamState.BODY)
         self._keep_alive = self.parser.should_keep_alive()
         lengths: list[bytes] = []
         codings: list[bytes] = []
@@ -1025,9 +1143,9 @@ class _UpstreamSide(asyncio.Protocol):
         if not req.keep_alive:
             headers.append((b"Connection", b"close"))
         self.client.write(_head_bytes(b"HTTP/1.1 %d %b" % (status, self._status_reason), headers))
-        req.stage = Stage.RESPONDED
+        req.move(Stage.RESPONDED)
         if no_body:
-            self.state = UpstreamState.ENDED
+            self.move(UpstreamState.ENDED)
             if req.head.method == "HEAD":
                 # llhttp would read a HEAD response's Content-Length bytes as its body: stop it here, and
                 # since what follows cannot be told apart, never reuse this connection.
@@ -1050,7 +1168,7 @@ class _UpstreamSide(asyncio.Protocol):
         req = self.req
         if req is None or req.finished or not req.responded or self.state is not UpstreamState.BODY:
             return  # an interim 1xx answer (or a connection already dropped)
-        self.state = UpstreamState.ENDED
+        self.move(UpstreamState.ENDED)
 
     # -- endings -----------------------------------------------------------------------------------
 
@@ -1061,10 +1179,11 @@ class _UpstreamSide(asyncio.Protocol):
         if self._chunked_out:
             self.client.write(b"0\r\n\r\n")
         self.req = None
-        self.state = UpstreamState.IDLE
         if not self._keep_alive or not req.body_complete or self._close_delimited:
             # Ollama closes, answered before the whole request body went out, or sent more than one answer.
             self.abort()
+        else:
+            self.move(UpstreamState.IDLE)
         self.client.response_done(req)
 
     def _broken(self, detail: str) -> None:
@@ -1077,9 +1196,7 @@ class _UpstreamSide(asyncio.Protocol):
             message = f"Ollama at {self.target.name} failed before answering: {detail}"
             self.client.respond_error(req, 502, b"Bad Gateway", Failure.NO_ANSWER, message)
             return
-        self.client._end(req, Failure.CUT, f"Ollama cut the response mid-way: {detail}")
-        self.client.requests.clear()
-        self.client._close()  # flushes what was relayed, never writes the end of the body
+        self.client.response_cut(req, detail)
 
 
 def _unquote(path: bytes) -> str:
@@ -1111,6 +1228,7 @@ class Relay:
         self.by_addr: dict[str, set[_ClientSide]] = {}
         self.max_clients = self.limits.connection_cap(fd_soft_limit())
         self.kept_bytes = 0  # request body bytes kept for recording, of all bodies still arriving
+        self.refusals = Refusals(self.limits.refusal_warnings_per_minute)
         self.stopping = False
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -1143,12 +1261,8 @@ class Relay:
             if len(crowd) >= cap:
                 victim = _victim(crowd)
                 if victim is None:  # every connection has a request running: this one cannot be served
-                    client.state = ClientState.STOPPED
-                    assert client.transport is not None
-                    client.transport.write(
-                        _json_response(503, b"Service Unavailable", "too many connections; try again", [], close=True)
-                    )
-                    client.transport.close()
+                    whose = "this address's" if crowd is same_addr else "the proxy's"
+                    client.refuse_at_bound(f"{len(crowd)} connections open ({whose} bound), each with a request running")
                     return
                 self.forget(victim)
                 victim.evict()

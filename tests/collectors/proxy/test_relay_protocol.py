@@ -96,7 +96,7 @@ class Hooks(Exchange):
         self._note("response_head", status)
         return []
 
-    def failed(self, kind: str, detail: str, responded: bool) -> None:
+    def failed(self, kind: Failure, detail: str, responded: bool) -> None:
         self._note("failed", kind)
 
     def ended(self, t_ns: int) -> None:
