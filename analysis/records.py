@@ -277,6 +277,7 @@ class CollectorInfo:
     runners_found: str | None = None  # e.g. "1 runner found by process (same user)"; None: none found (yet)
     runners_problem: str | None = None  # why no runner was found, with what to do
     log_problem: str | None = None  # why Ollama's log is not read, with the command that fixes it
+    proxy_refused: str | None = None  # requests the proxy refused itself in the last hour, e.g. "2 × 400 malformed"
 
 
 class ProgressSource(StrEnum):

@@ -466,6 +466,9 @@ class MetricsSnapshot:
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
     slots: Sequence[SlotUse] = ()  # the runners' slots (collectors.ollama.runners), where they can be read
+    # (status, reason) → requests the proxy refused itself since it started; status "none" where no answer went out
+    # (a connection cut to make room). None: no proxy running.
+    proxy_refused: dict[tuple[str, str], int] | None = None
 
 
 # (metric suffix, help, GpuSample attribute, unit multiplier)
@@ -622,6 +625,21 @@ def _stats_families(stats: RequestStats) -> Iterator[Metric]:
         yield by_name.get(name) or HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
 
 
+def _refused_families(counts: dict[tuple[str, str], int] | None) -> Iterator[Metric]:
+    if counts is None:  # no proxy: unknown, not zero
+        return
+    refused = CounterMetricFamily(
+        "phasewatch_proxy_refused",
+        "Requests the proxy answered itself, never forwarded (400 malformed, 408 too slow, 431 head too large, "
+        "501, 505, 401/403 access, 503 at the connection bound), and requests cut to make room (status none), "
+        "by status and reason; each is also a warning in the collector's log.",
+        labels=["status", "reason"],
+    )
+    for (status, reason), n in sorted(counts.items()):
+        refused.add_metric([status, reason], n)
+    yield refused
+
+
 class PhasewatchCollector(Collector):
     """A ``prometheus_client`` collector over the collector's state: ``snapshot()`` is read at each scrape."""
 
@@ -686,6 +704,7 @@ class PhasewatchCollector(Collector):
             slots.add_metric([bound_label(s.model), str(s.slot)], s.context_tokens)
             slots_max.add_metric([bound_label(s.model), str(s.slot)], s.context_max_tokens)
         yield from (slots, slots_max)
+        yield from _refused_families(snap.proxy_refused)
         yield GaugeMetricFamily(
             "phasewatch_store_pending_records", "Records waiting to be written to the store.", value=snap.store_pending
         )

@@ -67,6 +67,7 @@ from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
 from collectors.ollama.runners import RunnerReader
+from collectors.proxy import refusals
 from collectors.proxy.recording import RecordingProxy
 from store import queries
 from store.ops import (
@@ -587,6 +588,7 @@ class CollectorService:
             gpu_message=self.gpu_state.message,
             demo=s.demo,
             record_text=s.record_text,
+            proxy_refused=None if self.proxy is None else refusals.summary(self.proxy.refusals.last_hour()),
             **self._ollama_sources(),
         )
 
@@ -654,6 +656,9 @@ class CollectorService:
             unloads=self.unloads,
             energy_j_by_phase=self.energy_j_by_phase,
             slots=self._slot_uses(),
+            proxy_refused=None
+            if self.proxy is None
+            else {(status, why.value): n for (status, why), n in self.proxy.refusals.counts.items()},
         )
 
     def _slot_uses(self) -> list[SlotUse]:

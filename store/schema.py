@@ -455,6 +455,12 @@ CREATE TABLE runners (
 );
 """
 
+# v12: the requests the proxy refused itself in the last hour (its own 400s, 408s, 503s…), in words, for the sidebar.
+# NULL: none.
+_V12 = """
+ALTER TABLE collector_heartbeat ADD COLUMN proxy_refused TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -468,6 +474,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _v9,
     _script(_V10),
     _script(_V11),
+    _script(_V12),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

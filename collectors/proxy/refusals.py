@@ -115,13 +115,9 @@ class Refusals:
 
 
 def summary(counts: dict[Key, int]) -> str | None:
-    """The sidebar's words for some refusals, most first, e.g. "3: 2 × 400 malformed, 1 × 503 too many connections";
+    """The sidebar's words for some refusals, most first, e.g. "2 × 400 malformed, 1 × 503 too many connections";
     None when there are none."""
-    total = sum(counts.values())
-    if not total:
+    if not any(counts.values()):
         return None
-    parts = [
-        f"{n} × {status + ' ' if status != NO_ANSWER else ''}{WORDS[reason]}"
-        for (status, reason), n in sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1].value))
-    ]
-    return f"{total}: {', '.join(parts)}"
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1].value))
+    return ", ".join(f"{n} × {status + ' ' if status != NO_ANSWER else ''}{WORDS[reason]}" for (status, reason), n in ranked)

@@ -87,6 +87,9 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
     st.markdown("**Proxy** · point your clients at it:")
     st.code(client_host_line(listen), language="bash", wrap_lines=True)
+    if status.heartbeat is not None and status.heartbeat.proxy_refused:
+        refused = md_escape(status.heartbeat.proxy_refused)
+        st.caption(f"Refused in the last hour: :orange[{refused}]. The collector's log says why, with each client's address.")
     # GPU
     if status.gpus:
         for g in status.gpus:

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import ollama
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.lock import read_lock
 from store.schema import db_path
-from tests.support.collector_process import collector, listen_url, query, stop
+from tests.support.collector_process import collector, listen_url, query, stop, stopped_accepting, wait_for_ticks
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
+from tests.support.waiting import wait_until
 
 MODEL = "qwen2.5:0.5b"
 WRITER_FLUSH_S = 0.2  # store.writer.BackgroundWriter's batch interval
@@ -120,15 +122,8 @@ def test_sigterm_stops_accepting_lets_a_running_stream_finish_writes_it_and_exit
         first = next(stream)  # the request is running
         assert not first.done
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while True:  # new connections are refused at once...
-            try:
-                urllib.request.urlopen(base + "/api/version", timeout=5).close()
-            except urllib.error.URLError as exc:
-                assert isinstance(exc.reason, ConnectionRefusedError)
-                break
-            assert time.monotonic() < deadline, "still accepting after SIGTERM"
-            time.sleep(0.02)
+        # New connections are refused (or reset) at once...
+        wait_until(lambda: stopped_accepting(base), 5, "no new connection accepted after SIGTERM", interval_s=0.02)
         rest = list(stream)  # ...while the running stream may finish (the proxy's grace period)
         assert rest[-1].done and rest[-1].eval_count == 50
         _, err = proc.communicate(timeout=30)
@@ -136,6 +131,38 @@ def test_sigterm_stops_accepting_lets_a_running_stream_finish_writes_it_and_exit
     rows = query(tmp_path, "SELECT outcome, eval_count FROM requests")
     assert [(r["outcome"], r["eval_count"]) for r in rows] == [("ok", 50)]
     assert read_lock(tmp_path) is None
+
+
+def test_a_malformed_request_gets_the_clients_400_one_warning_and_the_counter_at_1(tmp_path: Path) -> None:
+    """Issue 30: a request the proxy refuses itself (not Ollama) leaves a trace: the log, the counter, the sidebar."""
+    with collector(tmp_path, "--ollama", f"127.0.0.1:{free_port()}") as proc:
+        base = listen_url(tmp_path)
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GARBAGE /api/chat HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 400 Bad Request\r\n"), reply
+        assert b"malformed HTTP request" in reply
+        with urllib.request.urlopen(base + "/phasewatch/metrics", timeout=10) as r:
+            exposition = r.read().decode()
+        refused = {
+            tuple(sorted(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(exposition)
+            if family.name == "phasewatch_proxy_refused"
+            for sample in family.samples
+            if sample.name == "phasewatch_proxy_refused_total"
+        }
+        assert refused == {(("reason", "malformed"), ("status", "400")): 1.0}, exposition
+        wait_for_ticks(tmp_path)  # the sidebar reads the refusals of the last hour from the heartbeat
+        (beat,) = query(tmp_path, "SELECT proxy_refused FROM collector_heartbeat")
+        assert beat["proxy_refused"] == "1 × 400 malformed"
+        code, err = stop(proc)
+        assert code == 0, err
+    lines = [line for line in err.splitlines() if "refused a request" in line]
+    assert len(lines) == 1, err
+    assert " WARNING collectors.proxy.refusals: refused a request from 127.0.0.1 (malformed, answered 400)" in lines[0]
 
 
 def test_ollama_down_when_a_request_arrives(tmp_path: Path) -> None:

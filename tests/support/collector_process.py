@@ -16,6 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,21 @@ def listen_url(data: Path) -> str:
     info = read_lock(data)
     assert info is not None
     return f"http://{info.listen}"
+
+
+def stopped_accepting(base_url: str) -> bool:
+    """Whether a fresh connection to ``base_url`` finds no listener: refused, or reset (a probe that connected just
+    before the listener closed is reset while it sends or reads, not refused). Both mean "not accepting"; an answer
+    means it still accepts; anything else (a timeout) is raised."""
+    try:
+        urllib.request.urlopen(base_url + "/api/version", timeout=5).close()
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionError):  # refused, or reset while the request went out
+            return True
+        raise
+    except ConnectionError:  # reset (or closed without an answer) while reading the status line
+        return True
+    return False
 
 
 def query(data: Path, sql: str, *args: Any) -> list[sqlite3.Row]:

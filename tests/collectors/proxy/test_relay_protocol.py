@@ -7,6 +7,7 @@ a close, as asyncio's transports do; the event loop's ``create_connection`` is r
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import json
@@ -14,18 +15,37 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from collectors.proxy import relay as relay_mod
 from collectors.proxy.limits import Limits
-from collectors.proxy.relay import Exchange, Failure, Headers, Relay, RequestHead, Target, UpstreamState
+from collectors.proxy.refusals import Refusal
+from collectors.proxy.relay import (
+    CLIENT_MOVES,
+    STAGE_MOVES,
+    UPSTREAM_MOVES,
+    ClientState,
+    Exchange,
+    Failure,
+    Headers,
+    IllegalMove,
+    Relay,
+    RequestHead,
+    Stage,
+    Target,
+    UpstreamState,
+    checked_move,
+)
 
 OLLAMA = Target("127.0.0.1", 11434, b"127.0.0.1:11434", "http://127.0.0.1:11434")
 GET = b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n"
 VERSION = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{"version":"0.12.0"}'
 RELAY_LOGGER = "collectors.proxy.relay"
+REFUSALS_LOGGER = "collectors.proxy.refusals"
+RELAY_SOURCE = Path(relay_mod.__file__)
 
 
 class MockTransport:
@@ -116,6 +136,7 @@ class Harness:
         self.upstreams: list[MockTransport] = []
         self.next_raises = ""
         self.route_raises = route_raises
+        self.close_at_once = False  # the next upstream connection closes as soon as it is made
 
     def route(self, head: RequestHead) -> tuple[Target, Exchange, frozenset[bytes]]:
         if self.route_raises:
@@ -137,6 +158,10 @@ class Harness:
         transport = MockTransport(protocol, ("127.0.0.1", 11434))
         self.upstreams.append(transport)
         protocol.connection_made(transport)  # type: ignore[arg-type]
+        if self.close_at_once:
+            self.close_at_once = False
+            transport.closed = True
+            protocol.connection_lost(None)
         return transport, protocol
 
     async def upstream(self, n: int = 1) -> MockTransport:
@@ -282,7 +307,7 @@ def test_hooks_failing_again_while_ending_still_close_and_log(caplog: pytest.Log
         _, t = h.connect()
         h_ex_failed = Hooks.failed
 
-        def failed_too(self: Hooks, kind: str, detail: str, responded: bool) -> None:
+        def failed_too(self: Hooks, kind: Failure, detail: str, responded: bool) -> None:
             h_ex_failed(self, kind, detail, responded)
             raise RuntimeError("bug in failed")
 
@@ -468,6 +493,8 @@ def test_at_the_bound_the_oldest_slow_body_makes_room() -> None:
         t.protocol.data_received(_post_head(1 << 30))
         _, t = h.connect("127.0.0.5")  # now every body is young: refused, said so
         assert status_of(t.take()) == 503 and t.closed and not young_t.closed
+        # Each cut and the refusal on the record (issue 30): two bodies cut without an answer, one 503.
+        assert h.relay.refusals.counts == {("none", Refusal.EVICTED): 2, ("503", Refusal.CONNECTION_BOUND): 1}
 
     run(go, limits=dataclasses.replace(SLOW, max_client_share=1.0))
 
@@ -488,3 +515,181 @@ def test_one_address_never_holds_the_whole_cap() -> None:
             assert status_of(await served(h, "127.0.0.3")) == 200
 
     run(go, limits=SLOW)
+
+
+# -- refusals on the record (issue 30) ------------------------------------------------------------------------
+
+
+def refusal_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == REFUSALS_LOGGER and r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("sent", "status", "why"),
+    [
+        (b"GARBAGE /\r\n\r\n", 400, Refusal.MALFORMED),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, Refusal.MALFORMED),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"x" * 2000 + b"\r\n\r\n", 431, Refusal.HEAD_TOO_LARGE),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 501, Refusal.UPGRADE),
+        (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, Refusal.TRANSFER_CODING),
+    ],
+)
+def test_each_request_the_relay_refuses_is_one_warning_with_the_address_and_counted(
+    sent: bytes, status: int, why: Refusal, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def go(h: Harness) -> None:
+        _, t = h.connect("192.0.2.7")
+        with caplog.at_level(logging.WARNING):
+            t.protocol.data_received(sent)
+        assert status_of(t.take()) == status and t.closed
+        [line] = refusal_warnings(caplog)
+        text = line.getMessage()
+        assert "192.0.2.7" in text and f"answered {status}" in text, text
+        assert h.relay.refusals.counts == {(str(status), why): 1}
+        assert h.exchanges == []  # nothing went upstream
+
+    run(go, limits=Limits(max_head_bytes=1024))
+
+
+def test_a_body_that_stalls_is_refused_408_on_the_record_with_its_request_line(caplog: pytest.LogCaptureFixture) -> None:
+    async def go(h: Harness) -> None:
+        client, t = h.connect("192.0.2.8")
+        t.protocol.data_received(_post_head(100) + b"{")
+        with caplog.at_level(logging.WARNING):
+            client.check_timeouts(time.monotonic_ns() + 10 * 1_000_000_000)
+        assert status_of(t.take()) == 408
+        [line] = refusal_warnings(caplog)
+        assert "192.0.2.8" in line.getMessage() and "POST '/api/generate'" in line.getMessage()
+        assert h.relay.refusals.counts == {("408", Refusal.BODY_TIMEOUT): 1}
+
+    run(go, limits=SLOW)
+
+
+def test_a_flood_of_refusals_writes_at_most_the_named_limit_of_lines_and_counts_them_all(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def go(h: Harness) -> None:
+        with caplog.at_level(logging.WARNING):
+            for i in range(12):
+                _, t = h.connect(port=41000 + i)
+                t.protocol.data_received(b"GARBAGE\r\n\r\n")
+                assert status_of(t.take()) == 400
+        assert len(refusal_warnings(caplog)) == 3
+        assert h.relay.refusals.counts == {("400", Refusal.MALFORMED): 12}
+
+    run(go, limits=Limits(refusal_warnings_per_minute=3))
+
+
+def test_an_upstream_that_closes_before_the_request_went_out_is_a_502_not_a_hang_or_our_bug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def go(h: Harness) -> None:
+        h.close_at_once = True
+        _, t = h.connect()
+        with caplog.at_level(logging.ERROR, logger=RELAY_LOGGER):
+            t.protocol.data_received(GET)
+            await turn()
+        reply = t.take()
+        assert status_of(reply) == 502 and b"closed the connection" in reply
+        assert h.exchanges[0].named("failed") == [Failure.NO_ANSWER] and len(h.exchanges[0].named("ended")) == 1
+        assert error_records(caplog) == []
+
+    run(go)
+
+
+def test_a_cut_response_ends_the_requests_pipelined_behind_it_too() -> None:
+    async def go(h: Harness) -> None:
+        _, t = h.connect()
+        t.protocol.data_received(GET + GET)
+        up = await h.upstream()
+        up.protocol.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{")
+        up.protocol.connection_lost(None)  # Ollama went away mid-body
+        await turn()
+        assert t.closed
+        first, second = h.exchanges
+        assert first.named("failed") == [Failure.CUT] and len(first.named("ended")) == 1
+        assert second.named("failed") == [Failure.CUT] and len(second.named("ended")) == 1  # never left running
+
+    run(go)
+
+
+# -- the relay's states: one checked move each, against its table (issue 30) --------------------------------------
+
+
+@pytest.mark.parametrize("table", [STAGE_MOVES, CLIENT_MOVES, UPSTREAM_MOVES], ids=["stage", "client", "upstream"])
+def test_every_move_a_table_lacks_raises(table: dict[Any, frozenset[Any]]) -> None:
+    states = list(table)
+    assert set(states) == set(type(states[0]))  # every state has its row
+    for old in states:
+        for new in states:
+            if new in table[old]:
+                assert checked_move(table, old, new, "x") is new
+            else:
+                with pytest.raises(IllegalMove, match=f"from {old.name} to {new.name}"):
+                    checked_move(table, old, new, "x")
+
+
+def test_the_objects_move_only_through_their_tables() -> None:
+    async def go(h: Harness) -> None:
+        client, t = h.connect()
+        t.protocol.data_received(GET)
+        up = await h.upstream()
+        req = client.requests[0]
+        up.protocol.data_received(VERSION)
+        assert req.stage is Stage.DONE and up.protocol.state is UpstreamState.IDLE
+        with pytest.raises(IllegalMove):
+            req.move(Stage.FORWARDED)  # a finished request never starts again
+        with pytest.raises(IllegalMove):
+            up.protocol.move(UpstreamState.BODY)  # an idle connection has no response to read
+        client.move(ClientState.STOPPED)
+        with pytest.raises(IllegalMove):
+            client.move(ClientState.HEAD)  # a stopped connection parses no more
+
+    run(go)
+
+
+def test_an_illegal_move_inside_a_callback_is_logged_as_our_bug_and_answered_500(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def go(h: Harness) -> None:
+        monkeypatch.setitem(UPSTREAM_MOVES, UpstreamState.HEAD, frozenset({UpstreamState.ABORTED}))  # a broken table
+        _, t = h.connect()
+        t.protocol.data_received(GET)
+        up = await h.upstream()
+        with caplog.at_level(logging.ERROR, logger=RELAY_LOGGER):
+            up.protocol.data_received(VERSION)
+        assert status_of(t.take()) == 500
+        [record] = error_records(caplog)
+        assert isinstance(record.exc_info[1], IllegalMove) if record.exc_info else False
+        assert "cannot move from HEAD to BODY" in caplog.text
+
+    run(go)
+
+
+def _functions_with_bare_state_writes(tree: ast.AST) -> list[str]:
+    """Functions of the relay that assign ``.state``/``.stage`` other than ``move`` (and ``__init__``'s first value)."""
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name in ("move", "__init__"):
+            continue
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+            for target in targets:
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Attribute) and t.attr in ("state", "stage") and isinstance(t.ctx, ast.Store):
+                        found.append(f"{fn.name}:{node.lineno}")
+    return found
+
+
+def test_no_state_changes_outside_the_checked_moves_and_no_private_calls_across_objects() -> None:
+    tree = ast.parse(RELAY_SOURCE.read_text())
+    assert _functions_with_bare_state_writes(tree) == []
+    across = [
+        f"{node.attr}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+    assert across == []
