@@ -756,10 +756,10 @@ class _ClientSide(asyncio.Protocol):
         status, message = refused.status, refused.message
         if status:
             self._final_answer = _json_response(status, refused.reason, message, [], close=True)
-        what = "request head"
+        detail = message
         req, self._parsing = self._parsing, None
         if req is not None and not req.finished:  # its body broke off (or timed out) midway
-            what = f"{req.head.method} {req.head.path[:200]!a}"
+            detail = f"{req.head.method} {req.head.path[:200]!a}: {message}"  # the path as ASCII: no line breaks in the log
             if req.started:  # the upstream request cannot be completed
                 self._drop_upstream()
             if req.responded:  # the client already has part of an answer: nothing more can follow
@@ -768,7 +768,7 @@ class _ClientSide(asyncio.Protocol):
             self._end(req, Failure.CLIENT_GONE, f"the client's request broke off: {message}")
             if req in self.requests:
                 self.requests.remove(req)
-        self.relay.refusals.note(status or None, refused.why, self.client_addr, f"{what}: {message}")
+        self.relay.refusals.note(status or None, refused.why, self.client_addr, detail)
         self.flow.update_client()
         if not self.requests:
             self._finish_stopped()
@@ -883,9 +883,8 @@ class _ClientSide(asyncio.Protocol):
             self._end(req, Failure.EVICTED, detail)
             self.requests.clear()
         elif self.state is ClientState.HEAD:
-            self.relay.refusals.note(
-                None, Refusal.EVICTED, self.client_addr, "request head: still arriving when the proxy needed room"
-            )
+            detail = "a request head still arriving when the proxy needed room"
+            self.relay.refusals.note(None, Refusal.EVICTED, self.client_addr, detail)
         self.stop(now=True)
 
     def refuse_at_bound(self, detail: str) -> None:

@@ -47,7 +47,7 @@ def test_past_the_limit_lines_are_left_out_and_the_next_line_a_minute_later_says
 
 def test_a_cut_without_an_answer_is_status_none() -> None:
     refusals = Refusals(warnings_per_minute=10, clock_s=Clock())
-    refusals.note(None, Refusal.EVICTED, "", "request head: still arriving when the proxy needed room")
+    refusals.note(None, Refusal.EVICTED, "", "a request head still arriving when the proxy needed room")
     assert refusals.counts == {("none", Refusal.EVICTED): 1}
 
 
