@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from analysis import roofline
 from analysis.hardware import BY_KEY, HardwareSpec
-from analysis.model_facts import ModelFacts, is_high_precision
+from analysis.model_facts import ModelFacts
+from analysis.quantization import is_high_precision
 
 # llama.cpp's default micro-batch: prefill reads the weights once per this many prompt tokens.
 DEFAULT_UBATCH_TOKENS = 512

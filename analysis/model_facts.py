@@ -12,75 +12,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.quantization import bits_per_weight, file_type_name, is_high_precision
 from analysis.roofline import KV_BYTES_PER_ELEMENT_F16
-
-# Whole-model bits per weight (docs/physics.md §9, Llama-3.1-8B figures; block figure where no whole-model one).
-BITS_PER_WEIGHT: dict[str, float] = {
-    "F32": 32.0,
-    "F16": 16.0005,
-    "BF16": 16.0005,
-    "Q8_0": 8.5008,
-    "Q6_K": 6.5633,
-    "Q5_K_M": 5.7036,
-    "Q5_K_S": 5.5704,
-    "Q5_0": 5.5,
-    "Q5_1": 6.0,
-    "Q4_K_M": 4.8944,
-    "Q4_K_S": 4.6672,
-    "Q4_0": 4.63,
-    "Q4_1": 5.0,
-    "Q3_K_L": 4.2979,
-    "Q3_K_M": 3.91,
-    "Q3_K_S": 3.6429,
-    "Q2_K": 3.1593,
-    "IQ4_NL": 4.6818,
-    "IQ4_XS": 4.4597,
-    "IQ3_S": 3.6606,
-    "IQ3_XXS": 3.2548,
-    "IQ2_S": 2.7403,
-    "IQ2_XS": 2.5882,
-    "IQ2_XXS": 2.3824,
-    "IQ1_M": 2.1460,
-    "IQ1_S": 2.0042,
-    "MXFP4": 4.25,
-}
-
-# GGUF general.file_type (llama.cpp's llama_ftype) to Ollama's quantization names.
-FILE_TYPES: dict[int, str] = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    7: "Q8_0",
-    8: "Q5_0",
-    9: "Q5_1",
-    10: "Q2_K",
-    11: "Q3_K_S",
-    12: "Q3_K_M",
-    13: "Q3_K_L",
-    14: "Q4_K_S",
-    15: "Q4_K_M",
-    16: "Q5_K_S",
-    17: "Q5_K_M",
-    18: "Q6_K",
-    19: "IQ2_XXS",
-    20: "IQ2_XS",
-    21: "Q2_K_S",
-    22: "IQ3_XS",
-    23: "IQ3_XXS",
-    24: "IQ1_S",
-    25: "IQ4_NL",
-    26: "IQ3_S",
-    27: "IQ3_M",
-    28: "IQ2_S",
-    29: "IQ2_M",
-    30: "IQ4_XS",
-    31: "IQ1_M",
-    32: "BF16",
-    38: "MXFP4",
-}
-
-HIGH_PRECISION_QUANTS = frozenset({"F32", "F16", "BF16", "Q8_0", "Q8_1", "Q8_K"})
 
 # Architectures whose layers alternate sliding-window and full attention: n where n − 1 of every n layers slide
 # (llama.cpp's load_swa_pattern per architecture, unless the GGUF gives attention.sliding_window_pattern).
@@ -132,10 +65,6 @@ class ModelFacts:
     def high_precision(self) -> bool:
         """F16/BF16/Q8 weights: decode reaches more of the bandwidth than with 4-6 bit ones."""
         return is_high_precision(self.quantization)
-
-
-def is_high_precision(quantization: str | None) -> bool:
-    return (quantization or "").upper() in HIGH_PRECISION_QUANTS
 
 
 def _number(info: Mapping[str, Any], key: str, *, required: bool = True) -> float | None:
@@ -294,7 +223,7 @@ def _quantization(show: Mapping[str, Any], info: Mapping[str, Any]) -> str | Non
     if quant is None:
         ft = info.get("general.file_type")
         if isinstance(ft, int | float) and not isinstance(ft, bool) and math.isfinite(ft):
-            quant = FILE_TYPES.get(int(ft))
+            quant = file_type_name(int(ft))
     return str(quant).upper() if quant else None
 
 
@@ -318,7 +247,7 @@ def _weight_bytes(size_bytes: int | None, total_params: float, quant: str | None
     (and True: estimated)."""
     if size_bytes is not None and size_bytes > 0:
         return float(size_bytes), False
-    bpw = BITS_PER_WEIGHT.get(quant or "")
+    bpw = bits_per_weight(quant)
     if bpw is None:
         raise ModelFactsError(
             f"no model size given and no bits-per-weight known for quantization {quant!r}; pass the size from /api/tags"

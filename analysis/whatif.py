@@ -20,7 +20,8 @@ from analysis import wording as w
 from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, starting_efficiencies
 from analysis.hardware import HardwareSpec, close_matches, resolve_spec
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, MemoryPlan, RunnerSettings, SettingsError, plan_memory
-from analysis.model_facts import BITS_PER_WEIGHT, ModelFacts
+from analysis.model_facts import ModelFacts
+from analysis.quantization import bits_per_weight
 
 MIN_GAIN = 0.10  # a suggestion must be predicted to help by more than this share
 MIN_NUM_CTX = 2048  # never suggest a context below this (Ollama's long-standing default)
@@ -83,10 +84,10 @@ def weights_for_quant(facts: ModelFacts, quant: str | None) -> tuple[ModelFacts,
     all_weights = facts.weights_bytes * facts.total_params / facts.params
     if quant is None or quant.upper() == (facts.quantization or "").upper():
         return facts, all_weights
-    bpw_new = BITS_PER_WEIGHT.get(quant.upper())
+    bpw_new = bits_per_weight(quant)
     if bpw_new is None:
         raise ValueError(f"no bits per weight known for {quant!r}")
-    bpw_now = BITS_PER_WEIGHT.get((facts.quantization or "").upper())
+    bpw_now = bits_per_weight(facts.quantization)
     scale = bpw_new / bpw_now if bpw_now else (facts.total_params * bpw_new / 8.0) / all_weights
     return replace(facts, weights_bytes=facts.weights_bytes * scale, quantization=quant.upper()), all_weights * scale
 

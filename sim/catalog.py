@@ -12,10 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from analysis.quantization import file_type_number
 from analysis.roofline import kv_bytes_per_token
-
-# GGUF general.file_type for the quantizations we list (llama.cpp's llama_ftype).
-FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15, "MXFP4": 38}
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class ModelFacts:
         return {
             "general.architecture": a,
             "general.basename": self.name.split(":")[0],
-            "general.file_type": FILE_TYPES.get(self.quantization, 15),
+            "general.file_type": file_type_number(self.quantization),
             "general.parameter_count": self.parameter_count,
             "general.quantization_version": 2,
             f"{a}.attention.head_count": self.head_count,

@@ -4,9 +4,10 @@ What the real-model backend (``sim/llama_server_engine.py``) serves without aski
 
 * ``read_model_facts``: ``/api/tags``, ``/api/show`` and ``/api/ps`` from the file's own header, as Ollama
   reads it itself (in Go, before any runner starts): its key/values (arrays longer than five items come back
-  empty, as ``/api/show`` without ``verbose`` sends them), the parameter count summed over the tensors, and
-  the file's sha256 as digest. The header is read directly: its layout is small and fixed (GGUF v2/v3), and
-  the ``gguf`` package builds every one of a 262k-token vocabulary's strings, 14 s on our machines.
+  empty, as ``/api/show`` without ``verbose`` sends them), the parameter count summed over the tensors, the
+  quantization named by llama.cpp's file types (``analysis.quantization``), and the file's sha256 as digest.
+  The header is read by llama.cpp's own reader, the ``gguf`` package's ``GGUFReader``, told to step over long
+  arrays' items, which it would otherwise make into 524k numpy views for a 262k-token vocabulary (14 s).
 * ``render_prompt`` and the stop strings a base model needs for chat.
 * Ollama's sampling defaults, context and batch defaults, and its queue-full message.
 """
@@ -14,13 +15,17 @@ What the real-model backend (``sim/llama_server_engine.py``) serves without aski
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+from gguf import GGUFEndian, GGUFReader, GGUFValueType
+
+from analysis.quantization import file_type_name
 from sim.backend import GenRequest
 from sim.catalog import ModelFacts
 from sim.ollama_time import rfc3339_from_unix_s
@@ -29,32 +34,6 @@ DEFAULT_MODEL_NAME = "gemma3:270m"
 DEFAULT_NUM_CTX = 4096  # Ollama's default below 23 GiB of VRAM (none here)
 DEFAULT_NUM_BATCH = 512  # Ollama's automatic num_batch for contexts up to 4K (-b/-ub)
 QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
-# llama_ftype values (llama.h) -> Ollama's quantization_level.
-FILE_TYPE_NAMES = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    7: "Q8_0",
-    8: "Q5_0",
-    9: "Q5_1",
-    10: "Q2_K",
-    11: "Q3_K_S",
-    12: "Q3_K_M",
-    13: "Q3_K_L",
-    14: "Q4_K_S",
-    15: "Q4_K_M",
-    16: "Q5_K_S",
-    17: "Q5_K_M",
-    18: "Q6_K",
-    19: "IQ2_XXS",
-    20: "IQ2_XS",
-    24: "IQ1_S",
-    25: "IQ4_NL",
-    26: "IQ3_S",
-    28: "IQ4_XS",
-    32: "BF16",
-}
 # Ollama's sampling defaults (api/types.go DefaultOptions).
 OLLAMA_DEFAULT_SAMPLING: dict[str, float] = {
     "temperature": 0.8,
@@ -75,10 +54,8 @@ class EngineUnavailable(RuntimeError):
 
 # --- the GGUF header --------------------------------------------------------------------------
 
-GGUF_MAGIC = b"GGUF"
-# GGUF value types -> struct format of one scalar (8 = string, 9 = array are read apart).
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_FLOAT32, _STRING, _ARRAY = 6, 8, 9
+# ReaderField.parts of an array: key length, key, value type, then the item type and the item count.
+_ARRAY_COUNT_PART = 4
 
 
 @dataclass(frozen=True)
@@ -88,34 +65,36 @@ class GgufHeader:
     parameter_count: int  # elements of all tensors
 
 
-class _Cursor:
-    def __init__(self, buf: mmap.mmap) -> None:
-        self.buf = buf
-        self.pos = 0
+class _HeaderReader(GGUFReader):
+    """llama.cpp's ``GGUFReader``, except that an array of more than ``SHOW_ARRAY_MAX`` scalars or strings keeps
+    its count and not its items (``contents()`` gives ``[]``): the base makes two numpy views per string."""
 
-    def scalar(self, fmt: str) -> Any:
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def string(self) -> str:
-        n = self.scalar("<Q")
-        text = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8", errors="replace")
-        self.pos += n
-        return text
-
-    def skip_string(self) -> None:
-        n = self.scalar("<Q")
-        self.pos += n
-
-    def value(self, vtype: int) -> object:
-        if vtype == _STRING:
-            return self.string()
-        fmt = _SCALARS.get(vtype)
-        if fmt is None:
-            raise ValueError(f"unknown GGUF value type {vtype} at byte {self.pos}")
-        value = self.scalar(fmt)
-        return _shortest_float32(value) if vtype == _FLOAT32 else value
+    def _get_field_parts(
+        self, orig_offs: int, raw_type: int
+    ) -> tuple[int, list[npt.NDArray[Any]], list[int], list[GGUFValueType]]:
+        if raw_type != GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype = self._get(orig_offs, np.uint32)
+        count = self._get(orig_offs + 4, np.uint64)
+        itype = int(raw_itype[0])
+        scalar = self.gguf_scalar_to_np.get(GGUFValueType(itype))
+        n = int(count[0])
+        if n <= SHOW_ARRAY_MAX or (scalar is None and itype != GGUFValueType.STRING):
+            return super()._get_field_parts(orig_offs, raw_type)  # short, or an array of arrays: item by item
+        offs = orig_offs + 12
+        if scalar is not None:
+            offs += np.dtype(scalar).itemsize * n
+        else:
+            length = struct.Struct("<Q" if self.endianess == GGUFEndian.LITTLE else ">Q")
+            data = self.data.data  # the memmap's buffer: struct reads it without making numpy views
+            try:
+                for _ in range(n):
+                    offs += 8 + length.unpack_from(data, offs)[0]
+            except struct.error:
+                offs = len(self.data) + 1
+            if offs > len(self.data):
+                raise ValueError(f"the GGUF string array at byte {orig_offs} runs past the end of the file")
+        return offs - orig_offs, [raw_itype, count], [], [GGUFValueType.ARRAY, GGUFValueType(itype)]
 
 
 def _shortest_float32(value: float) -> float:
@@ -129,52 +108,21 @@ def _shortest_float32(value: float) -> float:
 
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
-    """The key/values and parameter count of a GGUF v2/v3 file; ValueError if it is not one."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        cur = _Cursor(buf)
-        if bytes(buf[:4]) != GGUF_MAGIC:
-            raise ValueError("not a GGUF file (bad magic)")
-        cur.pos = 4
-        version = cur.scalar("<I")
-        if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} is not supported (2 and 3 are)")
-        n_tensors, n_kv = cur.scalar("<Q"), cur.scalar("<Q")
-        meta: dict[str, object] = {}
-        lengths: dict[str, int] = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            vtype = cur.scalar("<I")
-            if vtype != _ARRAY:
-                meta[key] = cur.value(vtype)
-                continue
-            itype, count = cur.scalar("<I"), cur.scalar("<Q")
-            lengths[key] = count
-            keep = count <= SHOW_ARRAY_MAX
-            items: list[object] = []
-            if itype == _STRING:
-                for _ in range(count):
-                    if keep:
-                        items.append(cur.string())
-                    else:
-                        cur.skip_string()
-            elif itype in _SCALARS:
-                size = struct.calcsize(_SCALARS[itype])
-                if keep:
-                    items = [cur.value(itype) for _ in range(count)]
-                else:
-                    cur.pos += size * count
-            else:
-                raise ValueError(f"GGUF array of type {itype} under {key!r} is not supported")
-            meta[key] = items
-        params = 0
-        for _ in range(n_tensors):
-            cur.skip_string()  # name
-            n_dims = cur.scalar("<I")
-            elements = 1
-            for _ in range(n_dims):
-                elements *= cur.scalar("<Q")
-            cur.pos += 4 + 8  # type, offset
-            params += elements
+    """The key/values and parameter count of a GGUF v2/v3 file; ValueError (or IndexError, KeyError on a
+    damaged one) if it is not one."""
+    reader = _HeaderReader(path)
+    meta: dict[str, object] = {}
+    lengths: dict[str, int] = {}
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF."):  # the reader's own entries for version and counts
+            continue
+        value = f.contents()
+        if f.types[-1] == GGUFValueType.FLOAT32:
+            value = [_shortest_float32(v) for v in value] if isinstance(value, list) else _shortest_float32(value)
+        if f.types[0] == GGUFValueType.ARRAY:
+            lengths[key] = int(f.parts[_ARRAY_COUNT_PART][0])
+        meta[key] = value
+    params = sum(int(t.n_elements) for t in reader.tensors)
     return GgufHeader(meta, lengths, params)
 
 
@@ -221,7 +169,7 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
         raise EngineUnavailable(f"no GGUF file at {path} (python scripts/get_gemma.py writes one)")
     try:
         header = read_gguf_header(path)
-    except (ValueError, OSError, struct.error) as exc:
+    except (ValueError, IndexError, KeyError, OSError) as exc:
         raise EngineUnavailable(f"cannot read the GGUF header of {path}: {exc}") from exc
     meta = header.metadata
     arch = str(meta.get("general.architecture", "llama"))
@@ -245,7 +193,7 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
         family=arch,
         parameter_count=header.parameter_count,
         parameter_size=human_number(header.parameter_count),
-        quantization=FILE_TYPE_NAMES.get(file_type if isinstance(file_type, int) else -1, "unknown"),
+        quantization=(file_type_name(file_type) if isinstance(file_type, int) else None) or "unknown",
         size_bytes=stat.st_size,
         block_count=int(num("block_count")),
         embedding_length=embedding,

@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 
+from analysis.model_facts import model_facts_from_show
 from sim.backend import GenRequest
 from sim.catalog import MODELS
 from sim.gguf_model import (
@@ -32,60 +35,68 @@ def test_human_number_is_ollamas_parameter_size() -> None:
     assert human_number(7_000_000_000) == "7B"
 
 
-def _gguf_string(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def write_gguf(path: Path, kvs: bytes, n_kv: int, tensors: list[tuple[str, list[int]]]) -> None:
-    """A GGUF v3 header as llama.cpp writes one: magic, version, counts, key/values, tensor infos (no data needed)."""
-    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), n_kv) + kvs
-    for name, dims in tensors:
-        out += _gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
-        out += struct.pack("<IQ", 12, 0)  # type Q4_K, offset
-    path.write_bytes(out)
+def write_gguf(path: Path, file_type: int = 15, n_vocab: int = 7, big_endian: bool = False) -> None:
+    """A small real GGUF v3, written by llama.cpp's own writer: key/values of each type, two F32 tensors."""
+    w = gguf.GGUFWriter(path, "gemma3", endianess=gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE)
+    w.add_name("Tiny")
+    w.add_block_count(18)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_add_bos_token(True)
+    w.add_array("general.tags", ["a", "b"])
+    w.add_embedding_length(64)
+    w.add_head_count(4)
+    w.add_context_length(2048)
+    w.add_array("tiny.floats", [1e-6, 0.1])  # a short float32 array
+    w.add_token_list([str(i) for i in range(n_vocab)])
+    w.add_token_scores([float(i) for i in range(n_vocab)])
+    w.add_file_type(file_type)
+    w.add_tensor("token_embd.weight", np.zeros((n_vocab, 64), dtype=np.float32))  # GGUF dims [64, n_vocab]
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((128, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def test_gguf_header_is_read_with_its_types(tmp_path: Path) -> None:
-    kvs = (
-        _gguf_string("general.architecture")
-        + struct.pack("<I", 8)
-        + _gguf_string("gemma3")
-        + _gguf_string("general.name")
-        + struct.pack("<I", 8)
-        + _gguf_string("Tiny")
-        + _gguf_string("gemma3.block_count")
-        + struct.pack("<II", 4, 18)
-        + _gguf_string("gemma3.attention.layer_norm_rms_epsilon")
-        + struct.pack("<If", 6, 1e-6)
-        + _gguf_string("tokenizer.ggml.add_bos_token")
-        + struct.pack("<I?", 7, True)
-        + _gguf_string("general.tags")
-        + struct.pack("<IIQ", 9, 8, 2)
-        + _gguf_string("a")
-        + _gguf_string("b")
-        + _gguf_string("tokenizer.ggml.tokens")
-        + struct.pack("<IIQ", 9, 8, 7)
-        + b"".join(_gguf_string(str(i)) for i in range(7))
-        + _gguf_string("tokenizer.ggml.scores")
-        + struct.pack("<IIQ", 9, 6, 7)
-        + struct.pack("<7f", *range(7))
-        + _gguf_string("general.file_type")
-        + struct.pack("<II", 4, 15)
-    )
     path = tmp_path / "tiny.gguf"
-    write_gguf(path, kvs, 9, [("token_embd.weight", [640, 7]), ("blk.0.attn_q.weight", [640, 1024])])
+    write_gguf(path)
     h = read_gguf_header(path)
     assert h.metadata["gemma3.block_count"] == 18 and h.metadata["tokenizer.ggml.add_bos_token"] is True
     assert h.metadata["gemma3.attention.layer_norm_rms_epsilon"] == 1e-6  # float32's shortest decimal, as Go prints it
+    assert h.metadata["tiny.floats"] == [1e-6, 0.1]
     assert h.metadata["general.tags"] == ["a", "b"]
     assert h.metadata["tokenizer.ggml.tokens"] == [] and h.metadata["tokenizer.ggml.scores"] == []  # > 5 items
-    assert h.array_lengths["tokenizer.ggml.tokens"] == 7
-    assert h.parameter_count == 640 * 7 + 640 * 1024
+    assert h.array_lengths["tokenizer.ggml.tokens"] == 7 and h.array_lengths["general.tags"] == 2
+    assert h.parameter_count == 64 * 7 + 64 * 128
     facts = read_model_facts(path, "tiny:1")
     assert facts.quantization == "Q4_K_M" and facts.vocab_size == 7 and facts.block_count == 18
     assert "general.name" not in facts.model_info() and facts.model_info()["general.parameter_count"] == h.parameter_count
     assert len(facts.digest) == 64
+
+
+def test_a_long_vocabulary_is_counted_not_read(tmp_path: Path) -> None:
+    """The reader steps over a long string array (gguf's own reader builds two numpy views per string)."""
+    for big_endian in (False, True):
+        path = tmp_path / f"vocab_{big_endian}.gguf"
+        write_gguf(path, n_vocab=50_000, big_endian=big_endian)
+        h = read_gguf_header(path)
+        assert h.array_lengths["tokenizer.ggml.tokens"] == 50_000 and h.metadata["tokenizer.ggml.tokens"] == []
+        assert h.metadata["general.file_type"] == 15  # the key after the vocabulary: read from the right place
+        assert h.parameter_count == 64 * 50_000 + 64 * 128
+
+
+def test_file_type_28_is_iq2_s_to_the_simulator_and_to_analysis(tmp_path: Path) -> None:
+    """llama.h: 28 is IQ2_S, 30 IQ4_XS. The simulator names it from the GGUF; analysis from /api/show."""
+    for file_type, name in ((28, "IQ2_S"), (30, "IQ4_XS")):
+        path = tmp_path / f"ft{file_type}.gguf"
+        write_gguf(path, file_type=file_type)
+        facts = read_model_facts(path, "tiny:1")
+        assert facts.quantization == name
+        show = {"details": facts.details(), "model_info": facts.model_info()}  # as sim/server.py's /api/show sends
+        assert model_facts_from_show(show, None).quantization == name
+        del show["details"]  # no quantization_level: analysis reads general.file_type itself
+        assert model_facts_from_show(show, None).quantization == name
 
 
 def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path: Path) -> None:
@@ -94,7 +105,7 @@ def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path: Path) -> None:
     try:
         read_model_facts(bad)
     except EngineUnavailable as exc:
-        assert "bad magic" in str(exc)
+        assert "magic" in str(exc)
     else:
         raise AssertionError("read a file that is not GGUF")
     truncated = tmp_path / "cut.gguf"
@@ -105,6 +116,15 @@ def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path: Path) -> None:
         assert "cannot read the GGUF header" in str(exc)
     else:
         raise AssertionError("read a truncated GGUF")
+    cut_vocab = tmp_path / "cut_vocab.gguf"
+    write_gguf(cut_vocab, n_vocab=1000)
+    cut_vocab.write_bytes(cut_vocab.read_bytes()[:2000])  # inside the vocabulary
+    try:
+        read_model_facts(cut_vocab)
+    except EngineUnavailable as exc:
+        assert "cannot read the GGUF header" in str(exc)
+    else:
+        raise AssertionError("read a GGUF cut inside its vocabulary")
 
 
 def _req(**kw: object) -> GenRequest:

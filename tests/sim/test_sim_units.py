@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analysis.quantization import file_type_name
 from analysis.roofline import kv_bytes_per_token
 from sim import timing
 from sim.catalog import BY_NAME, MODELS, find_model
@@ -140,3 +141,9 @@ def test_common_prefix(a: list[int], b: list[int]) -> None:
     n = common_prefix(a, b)
     assert a[:n] == b[:n]
     assert n == min(len(a), len(b)) or a[n] != b[n]
+
+
+def test_every_catalog_model_carries_the_file_type_of_its_quantization() -> None:
+    for model in MODELS:
+        file_type = model.model_info()["general.file_type"]
+        assert isinstance(file_type, int) and file_type_name(file_type) == model.quantization, model.name
