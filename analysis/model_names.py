@@ -9,11 +9,15 @@ Like Ollama, names compare without regard to case.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
 DEFAULT_TAG = "latest"
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,9 @@ def canonical_model_name(name: str) -> str:
 def same_model(a: str, b: str) -> bool:
     """Whether two names (as clients, /api/ps or /api/tags spell them) mean the same model."""
     return parse_model_name(a) == parse_model_name(b)
+
+
+def value_for_model(by_name: Mapping[str, V], name: str) -> V | None:
+    """The value under any spelling of ``name`` (``llama3.2`` finds ``llama3.2:latest``); None where there is none."""
+    wanted = parse_model_name(name)
+    return next((v for k, v in by_name.items() if v is not None and parse_model_name(k) == wanted), None)

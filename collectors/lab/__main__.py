@@ -24,7 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from collectors.lab.client import LabClient, LabError, normalize_url, same_model
+from analysis.model_names import same_model
+from collectors.lab.client import LabClient, LabError, normalize_url
 from collectors.lab.context import DEFAULT_CONTEXT_TOKENS
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.results import CANCELLED, DONE, FAILED, TIMED_OUT, ExperimentResult, lab_dir, write_result

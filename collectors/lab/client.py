@@ -48,15 +48,6 @@ def normalize_url(url: str) -> str:
         raise LabError(str(exc)) from None
 
 
-def same_model(a: str, b: str) -> bool:
-    """Ollama names without a tag mean ``:latest``."""
-
-    def full(n: str) -> str:
-        return n if ":" in n.rsplit("/", 1)[-1] else n + ":latest"
-
-    return full(a) == full(b)
-
-
 @dataclass
 class Probe:
     """What one generation looked like from the client's side (monotonic ns) plus Ollama's final chunk."""

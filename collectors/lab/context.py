@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.lab.client import LabClient, Probe, same_model
+from analysis.model_names import same_model
+from collectors.lab.client import LabClient, Probe
 from collectors.lab.prompts import TokenEstimator, prompt_of
 from collectors.lab.results import ExperimentResult
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from analysis.model_names import same_model
 from collectors.lab import conclusions
 from collectors.lab.prompts import random_words
 
@@ -414,8 +415,6 @@ async def _first(aw: Awaitable[Any], task: asyncio.Task[Any]) -> None:
 
 
 async def run_cold_warm(ctx: LabContext, p: ColdWarmParams) -> None:
-    from collectors.lab.client import same_model
-
     ctx.set_total(3)
     ctx.say("unloading the model")
     await ctx.client.unload(ctx.model)

@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from collectors.lab.client import LabClient, LabError, UnknownModel, same_model
+from analysis.model_names import same_model
+from collectors.lab.client import LabClient, LabError, UnknownModel
 from collectors.lab.context import LabContext
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.results import CANCELLED, DONE, FAILED, TIMED_OUT, ExperimentResult

@@ -18,6 +18,7 @@ from pathlib import Path
 from analysis.accelerator import resolve_hardware
 from analysis.ceilings import ceilings_for
 from analysis.model_facts import ModelFactsError, model_facts_from_show
+from analysis.model_names import same_model, value_for_model
 from analysis.records import GpuSample, ProgressSample, ProgressSource, RequestRecord
 from store import queries
 from store.queries import PromptHistoryRow
@@ -109,14 +110,13 @@ class ProgressEstimator:
         alive: set[str] = set()
         for rec in running:
             alive.add(rec.id)
-            names = (rec.model, f"{rec.model}:latest")
             if rec.id not in self._prefill_start:
-                if not any(n in loaded for n in names):
+                if not any(same_model(rec.model, n) for n in loaded):
                     self._loading.add(rec.id)
                     continue  # the model is loading: prefill has not started
                 # Loaded when it arrived: prefill starts once forwarded; loaded since: about now.
                 self._prefill_start[rec.id] = now if rec.id in self._loading else rec.wall_s(rec.forwarded_ns or rec.received_ns)
-            n_ctx = rec.num_ctx or next((loaded[n] for n in names if n in loaded), None)
+            n_ctx = rec.num_ctx or value_for_model(loaded, rec.model)
             sample = estimate(rec, self._model(rec.model, rec.num_ctx, gpus), self._prefill_start[rec.id], now, n_ctx)
             if sample is not None:
                 out.append(sample)

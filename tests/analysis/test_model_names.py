@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.model_names import ModelName, canonical_model_name, parse_model_name, same_model
+from analysis.model_names import ModelName, canonical_model_name, parse_model_name, same_model, value_for_model
 
 part = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,11}", fullmatch=True)
 tag = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,11}", fullmatch=True)
@@ -61,3 +61,11 @@ def test_defaults_can_be_written_or_left_out(h: str, ns: str, m: str, t: str) ->
 @given(host, part, part, tag, tag)
 def test_a_different_tag_is_a_different_model(h: str, ns: str, m: str, t1: str, t2: str) -> None:
     assert same_model(f"{h}/{ns}/{m}:{t1}", f"{h}/{ns}/{m}:{t2}") == (t1 == t2)
+
+
+def test_value_for_model_finds_any_spelling() -> None:
+    by_name: dict[str, int | None] = {"qwen2.5:0.5b": None, "registry.ollama.ai/library/llama3.2:latest": 8192}
+    assert value_for_model(by_name, "Llama3.2") == 8192
+    assert value_for_model(by_name, "llama3.2:1b") is None
+    assert value_for_model(by_name, "qwen2.5:0.5b") is None  # present, but its value unknown
+    assert value_for_model({"m": None, "M:latest": 7}, "m") == 7  # an unknown value does not hide a known one

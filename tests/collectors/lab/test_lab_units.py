@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collectors.lab import conclusions
-from collectors.lab.client import LabError, normalize_url, same_model
+from collectors.lab.client import LabError, normalize_url
 from collectors.lab.experiments import EXPERIMENTS, doubling, make_params
 from collectors.lab.prompts import TokenEstimator, random_words
 from collectors.lab.results import CANCELLED, ExperimentResult, ResultFileError, list_results, read_result, write_result
@@ -43,11 +43,6 @@ def test_normalize_url(given_url: str, expected: str) -> None:
 def test_unsupported_scheme_is_a_lab_error() -> None:
     with pytest.raises(LabError, match="not supported"):
         normalize_url("ftp://box")
-
-
-def test_same_model_treats_missing_tag_as_latest() -> None:
-    assert same_model("llama3.2", "llama3.2:latest")
-    assert not same_model("llama3.1:8b", "llama3.1:70b")
 
 
 def test_estimator_learns_from_the_server_count() -> None:
