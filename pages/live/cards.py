@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from analysis.model_names import same_model, value_for_model
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
@@ -104,7 +105,7 @@ class LoadContext:
         return self.vram_free_bytes[0][1] if self.vram_free_bytes else None
 
     def size_of(self, model: str) -> int | None:
-        return self.model_size_bytes.get(model) or self.model_size_bytes.get(f"{model}:latest")
+        return value_for_model(self.model_size_bytes, model)
 
 
 def preferred_progress(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
@@ -162,7 +163,7 @@ def spark(token_chunk_ns: Sequence[int], now_ns: int, span_s: int = SPARK_S) -> 
 
 
 def _loaded(model: str, loaded: dict[str, int | None]) -> bool:
-    return model in loaded or f"{model}:latest" in loaded
+    return any(same_model(model, name) for name in loaded)
 
 
 def in_flight_cards(
@@ -276,7 +277,7 @@ def _load_card(
         )
     # Its own load began when it came, or when a load it waited behind ended: that model appeared in /api/ps, or
     # the runner began on one of its requests (often before the next /api/ps poll).
-    others = [t for name, t in ready_unix_s.items() if not _same(name, rec.model) and t <= now_unix_s]
+    others = [t for name, t in ready_unix_s.items() if not same_model(name, rec.model) and t <= now_unix_s]
     began = max([rec.started_at_unix_s, *others])
     n = loading_seen.get(rec.model, 0)
     loading_seen[rec.model] = n + 1
@@ -290,7 +291,7 @@ def _load_card(
     )
     # No room: Ollama must unload another model first, and waits until that model's generations finish.
     need, free = loads.size_of(rec.model), loads.free_at(began)
-    busy = sorted({name for name in loaded if runner_busy.get(name, 0) and not _same(name, rec.model)})
+    busy = sorted({name for name in loaded if runner_busy.get(name, 0) and not same_model(name, rec.model)})
     if need is not None and free is not None and need > free and busy:
         return replace(
             card,
@@ -367,10 +368,6 @@ def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSa
     return min([*readings, *token, *([rec.started_at_unix_s] if rec.direct else [])])
 
 
-def _same(a: str, b: str) -> bool:
-    return a == b or a == f"{b}:latest" or b == f"{a}:latest"
-
-
 def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: float = FINISHED_KEEP_S) -> list[Card]:
     """Generations that ended in the last ``keep_s``, newest last, with their phase durations."""
     cards = []
@@ -440,7 +437,7 @@ def _overlap(a: float | None, b: float | None, lo: float, hi: float) -> float:
 
 
 def _context_of(model: str, loaded: dict[str, int | None]) -> int | None:
-    return loaded.get(model) or loaded.get(f"{model}:latest")
+    return value_for_model(loaded, model)
 
 
 def _last(samples: Sequence[ProgressSample], attr: str) -> int | None:

@@ -15,6 +15,7 @@ import streamlit as st
 from analysis.accelerator import resolve_hardware
 from analysis.ceilings import ceilings_for, vram_fraction
 from analysis.model_facts import ModelFactsError, model_facts_from_show
+from analysis.model_names import value_for_model
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.shared import data, fmt
 
@@ -69,7 +70,7 @@ def decode_ceiling_fn(snap: data.CardsSnapshot) -> DecodeCeiling:
             facts = model_facts_from_show(show, None)
         except ModelFactsError:
             return None
-        m = loaded.get(model) or loaded.get(f"{model}:latest")
+        m = value_for_model(loaded, model)
         frac = vram_fraction(m.size_bytes, m.size_vram_bytes) if m else 1.0
         c = ceilings_for(
             hw.spec,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.model_names import same_model
 from analysis.records import (
     CollectorInfo,
     GpuSample,
@@ -275,7 +276,7 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             for model in {r.model for r in in_flight if not r.token_chunk_ns}
         }
         names = {n for m in loaded for n in (m.name, m.model)}
-        not_loaded = {r.model for r in in_flight if r.model not in names and f"{r.model}:latest" not in names}
+        not_loaded = {r.model for r in in_flight if not any(same_model(r.model, n) for n in names)}
         last_load = {model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None}
         loaded_since: dict[str, float] = {}
         sizes: dict[str, int] = {}

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from analysis.model_names import same_model
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestRecord
 
 # What a generation sent to Ollama directly shows where the runner does not tell (no access line fitted it).
@@ -66,7 +67,7 @@ def live_phase(record: RequestRecord, loaded_model_names: Iterable[str]) -> str:
     if record.first_token_ns is not None or record.token_chunk_ns:
         return "decoding"
     names = set(loaded_model_names)
-    if record.model not in names and f"{record.model}:latest" not in names:
+    if not any(same_model(record.model, n) for n in names):
         return "loading model"
     return "waiting or prefill (no tokens yet)"
 

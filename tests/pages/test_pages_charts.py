@@ -162,6 +162,7 @@ def test_live_helpers() -> None:
     )
     assert derive.live_phase(rec, []) == "loading model"
     assert derive.live_phase(rec, ["m:latest"]) == "waiting or prefill (no tokens yet)"
+    assert derive.live_phase(rec, ["library/M"]) == "waiting or prefill (no tokens yet)"  # Ollama's name rules
     rec.token_chunk_ns = [i * 10_000_000 for i in range(101)]  # 100 tokens/s
     rec.first_token_ns = 0
     view = derive.in_flight_view(rec, T0 + 2.5, ["m:latest"])

@@ -197,6 +197,9 @@ def test_estimator_writes_readings_the_store_keeps(tmp_path: Path) -> None:
         assert sample.prompt_tokens == 2000 and sample.processed_tokens == 1999  # 3 s at 2000 tok/s, capped
         assert est.samples([running], {}, []) != []  # once started, an unloaded poll does not stop it
         assert est.samples([record("x" * 32, prompt_chars=10)], {}, []) == []  # its model is loading: nothing yet
+        spelled = {"registry.ollama.ai/library/Llama3.2": 4096}  # /api/ps's name for it, by Ollama's name rules
+        (other,) = est.samples([replace(running, id="s" * 32)], spelled, [])
+        assert other.n_ctx == 4096
         w.write(PutProgress([sample]))
     finally:
         w.close()
@@ -236,3 +239,10 @@ def test_load_cards_reads_what_the_cards_need(tmp_path: Path) -> None:
     assert snap.last_load_s == {"llama3.2:latest": pytest.approx(3.0)}  # not loaded now: its last load is shown
     assert snap.chars_measured == {"llama3.2:latest": True}
     assert snap.requests_in_window == 2
+
+
+def test_a_model_spelled_otherwise_is_still_the_loaded_one() -> None:
+    """Ollama's name rules (analysis.model_names), not a ``:latest`` suffix: case, host and namespace left out."""
+    loaded: dict[str, int | None] = {"registry.ollama.ai/library/llama3.2:latest": 4096}
+    (card,) = in_flight_cards([record("a", "Llama3.2")], {}, loaded, T0 + 2)
+    assert card.phase == "waiting" and card.n_ctx == 4096  # not "loading"; its context is the loaded one's
