@@ -197,7 +197,7 @@ def test_estimator_writes_readings_the_store_keeps(tmp_path: Path) -> None:
         assert sample.prompt_tokens == 2000 and sample.processed_tokens == 1999  # 3 s at 2000 tok/s, capped
         assert est.samples([running], {}, []) != []  # once started, an unloaded poll does not stop it
         assert est.samples([record("x" * 32, prompt_chars=10)], {}, []) == []  # its model is loading: nothing yet
-        spelled = {"registry.ollama.ai/library/Llama3.2": 4096}  # /api/ps's name for it, by Ollama's name rules
+        spelled: dict[str, int | None] = {"registry.ollama.ai/library/Llama3.2": 4096}  # by Ollama's name rules
         (other,) = est.samples([replace(running, id="s" * 32)], spelled, [])
         assert other.n_ctx == 4096
         w.write(PutProgress([sample]))
