@@ -43,6 +43,7 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
+from analysis.runner_load import RunnerDeviceRow
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu.report import GpuState, SimGpuSource
@@ -82,6 +83,7 @@ from store.ops import (
     PutHostSample,
     PutProgress,
     PutRequest,
+    PutRunnerPlacement,
     PutRunners,
     RederivePhases,
 )
@@ -162,6 +164,7 @@ class CollectorService:
         self._ceiling_pending: collections.deque[tuple[float, RequestRow]] = collections.deque(maxlen=CEILING_PENDING_MAX)
         self.runners: RunnerReader | None = None  # live prefill/decode progress from Ollama's runners
         self._runners_written: list[RunnerFlags] | None = None  # as last stored, times zeroed
+        self._placements_written: dict[int, list[RunnerDeviceRow]] = {}  # by runner port, as last stored, times zeroed
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
         self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
@@ -486,6 +489,11 @@ class CollectorService:
         if key != self._runners_written:
             writer.submit(PutRunners(found))
             self._runners_written = key
+        for port, rows in self.runners.placement_rows(self._clock()).items():
+            placed = [dataclasses.replace(r, ts_unix_s=0.0) for r in rows]
+            if placed != self._placements_written.get(port):
+                writer.submit(PutRunnerPlacement(port, rows))
+                self._placements_written[port] = placed
 
     def _count_state(self, gpus: list[GpuSample], running: list[RequestRecord]) -> None:
         """For /metrics: running generations by phase, loads and unloads seen in /api/ps, GPU energy by phase."""

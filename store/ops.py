@@ -34,6 +34,7 @@ from analysis.records import (
     SeenFrom,
 )
 from analysis.runner_fill import split_with_readings, wants_readings
+from analysis.runner_load import RunnerDeviceRow
 from store.rows import encode_token_times, record_of, request_row
 from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
 from store.tables import (
@@ -52,6 +53,7 @@ from store.tables import (
     PS_SNAPSHOTS,
     REQUEST_TOKENS,
     REQUESTS,
+    RUNNER_DEVICES,
     RUNNERS,
     ExperimentRow,
     ModelInfoRow,
@@ -378,6 +380,30 @@ class PutRunners(Op[None]):
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM runners")
         tx.conn.executemany(RUNNERS.insert_sql(), [RUNNERS.params(r) for r in self.runners])
+
+
+@dataclass(frozen=True)
+class PutRunnerPlacement(Op[None]):
+    """Where one runner (by port) put its model, per device, from its own load lines: replaces that port's rows."""
+
+    port: int
+    rows: tuple[RunnerDeviceRow, ...]
+
+    def __init__(self, port: int, rows: Iterable[RunnerDeviceRow]) -> None:
+        object.__setattr__(self, "port", port)
+        object.__setattr__(self, "rows", tuple(rows))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.rows))
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * self.weight
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute("DELETE FROM runner_devices WHERE port = ?", (self.port,))
+        tx.conn.executemany(RUNNER_DEVICES.insert_sql(), [RUNNER_DEVICES.params(r) for r in self.rows])
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
+from analysis.runner_load import RunnerPlacement, placement_from_rows
 from store.rows import phases_of, record_of
 from store.schema import (
     DB_FILENAME,
@@ -63,6 +64,7 @@ from store.tables import (
     PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
     REQUESTS,
+    RUNNER_DEVICES,
     RUNNERS,
     ExperimentRow,
     ModelInfoRow,
@@ -542,6 +544,26 @@ def runner_for(conn: sqlite3.Connection, model: str, digest: str | None) -> Runn
     by_digest = [r for r in found if bare and r.digest and r.digest.removeprefix("sha256:") == bare]
     by_name = [r for r in found if r.model and same_model(r.model, model)]
     return next(iter(by_digest or by_name), None)
+
+
+def runner_placement(
+    conn: sqlite3.Connection, model: str, digest: str | None, port: int | None = None
+) -> tuple[RunnerPlacement, float, str] | None:
+    """Where the runner of this model put it, from its own load lines: (placement, when read, source), the newest
+    load; matched by the runner's port when known, else by digest, else by the /api/ps name."""
+    rows = [RUNNER_DEVICES.from_values(r) for r in _rows(conn, f"SELECT {RUNNER_DEVICES.select_list()} FROM runner_devices", ())]
+    bare = digest.removeprefix("sha256:") if digest else None
+    mine = (
+        [r for r in rows if r.port == port]
+        or [r for r in rows if bare and r.digest and r.digest.removeprefix("sha256:") == bare]
+        or [r for r in rows if r.model and same_model(r.model, model)]
+    )
+    if not mine:
+        return None
+    newest = max(mine, key=lambda r: r.ts_unix_s)
+    one = [r for r in mine if r.port == newest.port]
+    placement = placement_from_rows(one)
+    return (placement, newest.ts_unix_s, newest.source) if placement is not None else None
 
 
 def loaded_model(conn: sqlite3.Connection, name: str) -> LoadedModel | None:

@@ -461,6 +461,32 @@ _V12 = """
 ALTER TABLE collector_heartbeat ADD COLUMN proxy_refused TEXT;
 """
 
+# v13: where each runner put its model, per device, in its own words (its load lines in Ollama's log,
+# analysis.runner_load): one row per (runner port, device), replaced at each load; device 'CPU' is what stayed in
+# system memory. NULL where the runner did not say.
+_V13 = """
+CREATE TABLE runner_devices (
+    ts_unix_s REAL NOT NULL,
+    port INTEGER NOT NULL,
+    model TEXT,
+    digest TEXT,
+    device TEXT NOT NULL,
+    description TEXT,
+    layers_offloaded INTEGER,
+    layers_total INTEGER,
+    layers INTEGER,
+    layers_estimated INTEGER NOT NULL,
+    model_bytes INTEGER,
+    kv_bytes INTEGER,
+    compute_bytes INTEGER,
+    free_bytes_at_load INTEGER,
+    total_bytes INTEGER,
+    source TEXT NOT NULL,
+    PRIMARY KEY (port, device)
+);
+CREATE INDEX runner_devices_model ON runner_devices(model, ts_unix_s);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -475,6 +501,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V10),
     _script(_V11),
     _script(_V12),
+    _script(_V13),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

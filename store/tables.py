@@ -36,6 +36,7 @@ from analysis.records import (
     RunnerFlags,
     SeenFrom,
 )
+from analysis.runner_load import RunnerDeviceRow
 
 SqlValue = int | float | str | bytes | None
 R = TypeVar("R")
@@ -378,6 +379,7 @@ PS_SNAPSHOTS = Table.of("ps_snapshots", PsSnapshotRow)
 LOADED_MODELS = Table.of("loaded_models", LoadedModel)
 INSTALLED_MODELS = Table.of("installed_models", InstalledModel)
 RUNNERS = Table.of("runners", RunnerFlags)
+RUNNER_DEVICES = Table.of("runner_devices", RunnerDeviceRow)
 MODEL_INFO = Table.of("model_info", ModelInfoRow)
 OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
@@ -402,6 +404,7 @@ TABLES: tuple[Table[Any], ...] = (
     PROGRESS_SAMPLES,
     INSTALLED_MODELS,
     RUNNERS,
+    RUNNER_DEVICES,
 )
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from analysis.runner_load import LoadLine, parse_load_line
+
 # "id  0 | task 12 |" names the slot and the task; both optional so a bare message still parses.
 _SLOT = r"(?:.*?\bid\s+(?P<slot>\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*)?"
 _NUM = r"[0-9]+(?:\.[0-9]+)?"
@@ -84,7 +86,8 @@ class AccessLine:
 class LogEvent:
     """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
-    runner_start | runner_started (a load: the runner's port, then its load time)."""
+    runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
+    load lines: where it put the model, ``analysis.runner_load``)."""
 
     kind: str
     read_unix_s: float  # when the line was read (the line itself has no time)
@@ -95,6 +98,7 @@ class LogEvent:
     duration_ms: float | None = None  # timing lines; runner_started: the load time
     access: AccessLine | None = None
     port: int | None = None  # runner_start: the runner's port
+    load: LoadLine | None = None  # runner_load: the fact the line carries
 
     @property
     def prompt_size_tokens(self) -> int | None:
@@ -150,6 +154,8 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     """The event a log line carries, or None for a line that is not one this module understands."""
     if "[GIN]" in line:
         return _access(line, read_unix_s)
+    if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns
+        return LogEvent("runner_load", read_unix_s, 0, load=load)
     if "llama-server" in line or "llama server" in line or "llama runner" in line:
         return _load_line(line, read_unix_s)
     if "task" in line and ("processing" in line or "new prompt" in line):

@@ -38,6 +38,7 @@ import aiohttp
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
+from analysis.runner_load import PlacementReader, RunnerDeviceRow, placement_rows
 from collectors.ollama.direct import DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover
 from collectors.ollama.log import LogEvent, LogSource, LogTail
@@ -159,6 +160,10 @@ class RunnerReader:
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.polls = 0
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
+        # Where each runner (by port) put its model, from its load lines in Ollama's log: they follow the line
+        # that started it (its port), and carry no port themselves.
+        self.placements: dict[int, PlacementReader] = {}
+        self._loading_port: int | None = None
 
     # -- what others read ------------------------------------------------------------------
 
@@ -207,6 +212,30 @@ class RunnerReader:
             for state in self.runners.values()
             for r in (state.runner,)
         ]
+
+    def placement_rows(self, ts_unix_s: float) -> dict[int, list[RunnerDeviceRow]]:
+        """Each found runner's placement from its own load lines, by port, for the store (runners whose load was
+        not read, e.g. loaded before the collector started, have none)."""
+        out: dict[int, list[RunnerDeviceRow]] = {}
+        for state in self.runners.values():
+            reader = self.placements.get(state.runner.port)
+            placement = reader.placement() if reader is not None else None
+            if placement is not None:
+                port = state.runner.port
+                out[port] = placement_rows(placement, ts_unix_s=ts_unix_s, port=port, model=state.model, digest=state.digest)
+        return out
+
+    def _fold_load_lines(self, events: list[LogEvent]) -> None:
+        for event in events:
+            if event.kind == "runner_start" and event.port is not None:
+                self._loading_port = event.port
+                self.placements[event.port] = PlacementReader()  # a new load on that port: its own figures
+            elif event.kind == "runner_load" and event.load is not None:
+                port = self._loading_port
+                if port is None and len(self.runners) == 1:
+                    port = next(iter(self.runners.values())).runner.port
+                if port is not None:
+                    self.placements.setdefault(port, PlacementReader()).feed(event.load)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The runners and their slots now (counts only), for debugging."""
@@ -437,6 +466,7 @@ class RunnerReader:
             return
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
+        self._fold_load_lines(events)
         self.direct.log_events(events, self._runner_of_task)
         prefilling = [r for r in requests if r.first_token_ns is None]
         by_task = {task: rid for (_pid, task), rid in self._tasks.items()}

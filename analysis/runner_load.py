@@ -1,0 +1,380 @@
+"""Where a runner put its model, in its own words: the load lines llama.cpp's ``llama-server`` prints.
+
+Ollama passes its runner's output into its own log, so the collector (``collectors.ollama.log``) and sim (which
+starts a real ``llama-server``) read the same lines. Each pattern below is the exact form the runner prints,
+anchored at both ends (llama.cpp's ``src/llama.cpp``, ``src/llama-model.cpp``, ``src/llama-kv-cache.cpp``,
+``src/llama-context.cpp``, ``common/fit.cpp``)::
+
+    llama_prepare_model_devices: using device CUDA0 (NVIDIA H200) (0000:00:06.0) - 142629 MiB free
+    cmn  common_param:   - CUDA0   : NVIDIA H200 (143155 MiB, 142629 MiB free)
+    load_tensors: offloaded 49/49 layers to GPU
+    load_tensors:        CUDA0 model buffer size =  6314.23 MiB
+    load_tensors:   CPU_Mapped model buffer size =   540.00 MiB
+    llama_kv_cache:      CUDA0 KV buffer size =  2560.00 MiB
+    sched_reserve:      CUDA0 compute buffer size =   874.02 MiB
+    common_memory_breakdown_print: |   - CUDA0 (H200) | 143155 = 142629 + (10708 =  6314 +    3520 +     874) +      -10181 |
+    load_tensors: layer  12 assigned to device CUDA1, is_swa = 0      (debug verbosity only)
+
+Device names are the backends' own: ``CUDA0`` (ROCm builds say ``ROCm0``, MUSA ``MUSA0``), ``Vulkan0``, ``MTL0``
+(Metal; its weights buffer is ``MTL0_Mapped``), ``SYCL0``; host buffers are ``CPU``, ``CPU_Mapped``,
+``CPU_REPACK`` and ``<backend>_Host``. "offloaded N/M" counts the output layer as one of M (n_layer + 1), and
+the input embedding always stays in system memory: it is read one row per token, so it does not count against
+``gpu_fraction``, which is N ÷ M. A line longer than ``MAX_LINE_CHARS`` is not read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+MAX_LINE_CHARS = 1024
+MIB = 1024 * 1024
+
+# llama.cpp's optional log prefix (--log-timestamps/--log-prefix: "0.00.090.578 I "), llama-server's module tag
+# ("cmn  ", "srv  "), then the printing function's name and its colon.
+_PFX = r"^(?:\d+\.\d+\.\d+\.\d+ [IWEDT] )?(?:[a-z]{2,5} +)?[A-Za-z_][A-Za-z0-9_]{0,63}: +"
+_DEV = r"(?P<dev>[A-Za-z][A-Za-z0-9_]{0,31})"
+_MIB = r"(?P<mib>\d{1,9}\.\d{2}) MiB"
+_USING = re.compile(
+    _PFX + r"using device " + _DEV + r" \((?P<desc>.{1,160}?)\)(?: \((?P<id>[^()]{0,64})\))? - (?P<free>\d{1,9}) MiB free$"
+)
+_LISTED = re.compile(_PFX + r"- " + _DEV + r" *: (?P<desc>.{1,160}) \((?P<total>\d{1,9}) MiB, (?P<free>\d{1,9}) MiB free\)$")
+_OFFLOADED = re.compile(_PFX + r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU$")
+_BUFFER = re.compile(_PFX + r"(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) +(?P<what>model|KV|compute) buffer size = +" + _MIB + r"$")
+_BREAKDOWN = re.compile(
+    _PFX + r"\| +- " + _DEV + r" \((?P<desc>.{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
+    r"\( *(?P<self>\d{1,9}) = +(?P<model>\d{1,9}) \+ +(?P<context>\d{1,9}) \+ +(?P<compute>\d{1,9})\) \+ +-?\d{1,9} \|$"
+)
+_LAYER = re.compile(_PFX + r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d$")
+# Cheap first test: every load line carries one of these.
+_HINTS = ("MiB", "offloaded", "assigned to device", " + (")
+
+
+@dataclass(frozen=True)
+class LoadLine:
+    """One understood load line. ``kind``: device (using device / device list / breakdown row), offloaded,
+    buffer (model, KV or compute), layer (a debug line: one layer's device)."""
+
+    kind: str
+    device: str | None = None  # "CUDA0"; for buffer lines the buffer's name ("CPU_Mapped", "MTL0_Mapped")
+    description: str | None = None  # "NVIDIA H200"
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    what: str | None = None  # buffer lines: model | KV | compute
+    size_bytes: int | None = None
+    layers: int | None = None  # offloaded: N; layer: the layer's index
+    layers_total: int | None = None  # offloaded: M
+    breakdown: tuple[int, int, int] | None = None  # the table's model, context, compute MiB for the device, in bytes
+
+
+def _mib(text: str) -> int:
+    return round(float(text) * MIB)
+
+
+def parse_load_line(line: str) -> LoadLine | None:
+    """The load fact a runner's line carries, or None (also for a line over ``MAX_LINE_CHARS``)."""
+    if len(line) > MAX_LINE_CHARS or not any(h in line for h in _HINTS):
+        return None
+    line = line.rstrip("\r\n ")
+    if m := _BUFFER.match(line):
+        return LoadLine("buffer", device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
+    if m := _OFFLOADED.match(line):
+        return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
+    if m := _USING.match(line):
+        return LoadLine("device", device=m.group("dev"), description=m.group("desc"), free_bytes=int(m.group("free")) * MIB)
+    if m := _BREAKDOWN.match(line):
+        parts = (int(m.group("model")) * MIB, int(m.group("context")) * MIB, int(m.group("compute")) * MIB)
+        return LoadLine(
+            "device",
+            device=m.group("dev"),
+            total_bytes=int(m.group("total")) * MIB,
+            free_bytes=int(m.group("free")) * MIB,
+            breakdown=parts,
+        )
+    if m := _LISTED.match(line):
+        return LoadLine(
+            "device",
+            device=m.group("dev"),
+            description=m.group("desc").strip(),
+            total_bytes=int(m.group("total")) * MIB,
+            free_bytes=int(m.group("free")) * MIB,
+        )
+    if m := _LAYER.match(line):
+        return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
+    return None
+
+
+def is_host_buffer(name: str) -> bool:
+    """A buffer in system memory: CPU, CPU_Mapped, CPU_REPACK, CUDA_Host, Vulkan_Host, ..."""
+    return name.startswith("CPU") or name.endswith("_Host") or name == "CPU"
+
+
+def buffer_device(name: str) -> str | None:
+    """The device a buffer lives on ("CUDA0" for CUDA0, "MTL0" for MTL0_Mapped); None for a host buffer or one
+    split across devices (CUDA_Split)."""
+    if is_host_buffer(name):
+        return None
+    m = re.fullmatch(r"([A-Za-z]+\d+)(?:_Mapped)?", name)
+    return m.group(1) if m else None
+
+
+def is_gpu_device(name: str) -> bool:
+    return not name.startswith("CPU") and re.fullmatch(r"[A-Za-z]+\d+", name) is not None
+
+
+@dataclass(frozen=True)
+class DevicePlacement:
+    """What one device holds of a runner's model, as the runner said. None: the runner did not say."""
+
+    device: str  # "CUDA0", "ROCm1", "Vulkan0", "MTL0"
+    description: str | None  # "NVIDIA H200"
+    layers: int | None  # layers on it: said by debug lines, or all offloaded ones when it is the only GPU
+    layers_estimated: bool  # layers shared out among several GPUs by their model bytes (the runner did not say)
+    model_bytes: int | None
+    kv_bytes: int | None
+    compute_bytes: int | None
+    free_bytes_at_load: int | None  # free on the device when the runner looked, before it loaded
+    total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class RunnerPlacement:
+    """Where one runner put its model: layers offloaded of all, each GPU's share, what stayed in system memory."""
+
+    layers_offloaded: int | None  # N of "offloaded N/M layers to GPU"; 0 for a build with no GPU backend
+    layers_total: int | None  # M (the model's layers + the output layer)
+    devices: tuple[DevicePlacement, ...]  # GPUs only
+    host_model_bytes: int | None  # weights kept in system memory (CPU_Mapped, CPU, CPU_REPACK buffers)
+    host_kv_bytes: int | None
+
+    @property
+    def gpu_fraction(self) -> float | None:
+        """Share of the model's layers on GPUs (N ÷ M); None when the runner did not say."""
+        if self.layers_offloaded == 0:
+            return 0.0
+        if self.layers_offloaded is None or not self.layers_total:
+            return None
+        return min(max(self.layers_offloaded / self.layers_total, 0.0), 1.0)
+
+    @property
+    def gpu_model_bytes(self) -> int | None:
+        sizes = [d.model_bytes for d in self.devices if d.model_bytes is not None]
+        return sum(sizes) if sizes else None
+
+    @property
+    def gpu_bytes(self) -> int | None:
+        """Everything the runner put on its GPUs: weights, KV cache and compute buffers."""
+        parts = [p for d in self.devices for p in (d.model_bytes, d.kv_bytes, d.compute_bytes) if p is not None]
+        return sum(parts) if parts else None
+
+
+@dataclass
+class PlacementReader:
+    """Folds one runner's load lines, in order, into its ``RunnerPlacement`` (``placement()``). A new load of the
+    same runner starts with ``reset()``."""
+
+    offloaded: tuple[int, int] | None = None
+    descriptions: dict[str, str] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    total: dict[str, int] = field(default_factory=dict)
+    model: dict[str, int] = field(default_factory=dict)  # by buffer name
+    kv: dict[str, int] = field(default_factory=dict)  # by buffer name, summed (a sliding-window model has two caches)
+    compute: dict[str, int] = field(default_factory=dict)  # by buffer name, the latest
+    layer_devices: dict[int, str] = field(default_factory=dict)
+    breakdown: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the memory table's, by device
+    lines: int = 0
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def feed(self, fact: LoadLine) -> None:
+        self.lines += 1
+        dev = fact.device
+        if fact.kind == "offloaded" and fact.layers is not None and fact.layers_total is not None:
+            if self.offloaded is not None or self.model:  # a second model load in the same runner: its own figures
+                self.model.clear()
+                self.kv.clear()
+            self.offloaded = (fact.layers, fact.layers_total)
+        elif fact.kind == "device" and dev is not None:
+            if fact.description:
+                self.descriptions[dev] = fact.description
+            if fact.free_bytes is not None:
+                self.free.setdefault(dev, fact.free_bytes)  # the first: before this runner took any
+            if fact.total_bytes is not None:
+                self.total[dev] = fact.total_bytes
+            if fact.breakdown is not None:
+                self.breakdown[dev] = fact.breakdown
+        elif fact.kind == "buffer" and dev is not None and fact.size_bytes is not None:
+            if fact.what == "model":
+                self.model[dev] = fact.size_bytes
+            elif fact.what == "KV":
+                self.kv[dev] = self.kv.get(dev, 0) + fact.size_bytes
+            else:
+                self.compute[dev] = fact.size_bytes
+        elif fact.kind == "layer" and dev is not None and fact.layers is not None:
+            self.layer_devices[fact.layers] = dev
+
+    def feed_line(self, line: str) -> bool:
+        """Feed a raw line; True when it was a load line."""
+        fact = parse_load_line(line)
+        if fact is not None:
+            self.feed(fact)
+        return fact is not None
+
+    def placement(self) -> RunnerPlacement | None:
+        """The placement so far; None before any figure of where the model went."""
+        if self.offloaded is None and not self.model:
+            return None
+
+        def by_device(sizes: dict[str, int]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for buf, size in sizes.items():
+                d = buffer_device(buf)
+                if d is not None:
+                    out[d] = out.get(d, 0) + size
+            return out
+
+        def on_host(sizes: dict[str, int]) -> int | None:
+            host = [size for buf, size in sizes.items() if is_host_buffer(buf)]
+            return sum(host) if host else None
+
+        model, kv, compute = by_device(self.model), by_device(self.kv), by_device(self.compute)
+        for d, (table_model, table_context, table_compute) in self.breakdown.items():  # where no buffer line said
+            model.setdefault(d, table_model)
+            kv.setdefault(d, table_context)
+            compute.setdefault(d, table_compute)
+        names = [d for d in dict.fromkeys([*model, *kv, *self.free]) if is_gpu_device(d)]
+        if not model and self.offloaded is None:
+            names = []
+        offloaded = self.offloaded
+        if offloaded is None:  # a build with no GPU backend prints no "offloaded" line: all of it is in system memory
+            offloaded = (0, 0) if not names else None
+        said = {d: sum(1 for v in self.layer_devices.values() if v == d) for d in names}
+        n = offloaded[0] if offloaded is not None else None
+        gpus_with_weights = [d for d in names if model.get(d)]
+        devices = []
+        for d in names:
+            layers: int | None = said[d] if self.layer_devices else None
+            estimated = False
+            if layers is None and n is not None:
+                if len(gpus_with_weights) <= 1:
+                    layers = n if d in gpus_with_weights or not gpus_with_weights else 0
+                elif model.get(d):
+                    total_model = sum(model[g] for g in gpus_with_weights)
+                    layers, estimated = round(n * model[d] / total_model), True
+            sizes = (model.get(d), kv.get(d), compute.get(d), self.free.get(d), self.total.get(d))
+            devices.append(DevicePlacement(d, self.descriptions.get(d), layers, estimated, *sizes))
+        layers_total = offloaded[1] if offloaded is not None and offloaded[1] else None
+        placement = RunnerPlacement(
+            offloaded[0] if offloaded is not None else None, layers_total, tuple(devices), on_host(self.model), on_host(self.kv)
+        )
+        if offloaded == (0, 0):
+            placement = replace(placement, layers_total=None)
+        return placement
+
+
+def placement_from_lines(lines: list[str] | tuple[str, ...]) -> RunnerPlacement | None:
+    """One runner's placement from its output lines (the last load, when it loaded more than once)."""
+    reader = PlacementReader()
+    for line in lines:
+        reader.feed_line(line)
+    return reader.placement()
+
+
+HOST_DEVICE = "CPU"  # the stored row of what a runner kept in system memory
+SOURCE_LOG = "runner log"  # the runner's own load lines, read from Ollama's log
+
+
+@dataclass(frozen=True)
+class RunnerDeviceRow:
+    """One device's share of a runner's model as the runner's own load lines said: one row per (runner port,
+    device), replaced at each load. The ``HOST_DEVICE`` row holds what stayed in system memory. The runner-wide
+    ``layers_offloaded``/``layers_total`` repeat on each row. None: the runner did not say (never 0)."""
+
+    ts_unix_s: float  # when the load lines were read
+    port: int
+    model: str | None  # the /api/ps name the runner serves, once matched
+    digest: str | None
+    device: str
+    description: str | None
+    layers_offloaded: int | None
+    layers_total: int | None
+    layers: int | None
+    layers_estimated: bool
+    model_bytes: int | None
+    kv_bytes: int | None
+    compute_bytes: int | None
+    free_bytes_at_load: int | None
+    total_bytes: int | None
+    source: str
+
+
+def placement_rows(
+    p: RunnerPlacement, *, ts_unix_s: float, port: int, model: str | None, digest: str | None, source: str = SOURCE_LOG
+) -> list[RunnerDeviceRow]:
+    """The store's rows of one runner's placement."""
+    common = dict(ts_unix_s=ts_unix_s, port=port, model=model, digest=digest, source=source)
+    rows = [
+        RunnerDeviceRow(
+            device=d.device,
+            description=d.description,
+            layers_offloaded=p.layers_offloaded,
+            layers_total=p.layers_total,
+            layers=d.layers,
+            layers_estimated=d.layers_estimated,
+            model_bytes=d.model_bytes,
+            kv_bytes=d.kv_bytes,
+            compute_bytes=d.compute_bytes,
+            free_bytes_at_load=d.free_bytes_at_load,
+            total_bytes=d.total_bytes,
+            **common,  # type: ignore[arg-type]
+        )
+        for d in p.devices
+    ]
+    rows.append(
+        RunnerDeviceRow(
+            device=HOST_DEVICE,
+            description=None,
+            layers_offloaded=p.layers_offloaded,
+            layers_total=p.layers_total,
+            layers=None,
+            layers_estimated=False,
+            model_bytes=p.host_model_bytes,
+            kv_bytes=p.host_kv_bytes,
+            compute_bytes=None,
+            free_bytes_at_load=None,
+            total_bytes=None,
+            **common,  # type: ignore[arg-type]
+        )
+    )
+    return rows
+
+
+def placement_from_rows(rows: list[RunnerDeviceRow] | tuple[RunnerDeviceRow, ...]) -> RunnerPlacement | None:
+    """A runner's placement back from its stored rows (one port's); None for none."""
+    if not rows:
+        return None
+    first = rows[0]
+    host = next((r for r in rows if r.device == HOST_DEVICE), None)
+    devices = tuple(
+        DevicePlacement(
+            r.device,
+            r.description,
+            r.layers,
+            r.layers_estimated,
+            r.model_bytes,
+            r.kv_bytes,
+            r.compute_bytes,
+            r.free_bytes_at_load,
+            r.total_bytes,
+        )
+        for r in rows
+        if r.device != HOST_DEVICE
+    )
+    return RunnerPlacement(
+        first.layers_offloaded,
+        first.layers_total,
+        devices,
+        host.model_bytes if host is not None else None,
+        host.kv_bytes if host is not None else None,
+    )

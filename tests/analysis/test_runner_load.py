@@ -1,0 +1,150 @@
+"""Where a runner put its model, from its own load lines (analysis.runner_load).
+
+The H200 lines are the real runner's (llama.cpp from llama-cpp-python 0.3.36, built with CUDA, Gemma 3 12B's
+shape); the two-GPU partial offload is printed with the format strings of that llama.cpp's ``src/llama.cpp``
+("%s: using device %s (%s) (%s) - %zu MiB free"), ``src/llama-model.cpp`` ("%s: offloaded %d/%d layers to GPU",
+"%s: %12s model buffer size = %8.2f MiB"), ``src/llama-kv-cache.cpp`` and ``src/llama-context.cpp``
+("%s: %10s KV/compute buffer size = %8.2f MiB")."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.runner_load import (
+    MAX_LINE_CHARS,
+    MIB,
+    PlacementReader,
+    parse_load_line,
+    placement_from_lines,
+    placement_from_rows,
+    placement_rows,
+)
+from tests.support.paths import REPO
+
+DATA = REPO / "tests" / "data" / "runner_load"
+
+
+def lines(name: str) -> list[str]:
+    return (DATA / name).read_text().splitlines()
+
+
+def test_h200_cuda_lines_put_every_layer_on_cuda0() -> None:
+    p = placement_from_lines(lines("h200_cuda_gemma3_12b.log"))
+    assert p is not None
+    assert (p.layers_offloaded, p.layers_total, p.gpu_fraction) == (49, 49, 1.0)
+    (cuda0,) = p.devices
+    assert (cuda0.device, cuda0.description, cuda0.layers, cuda0.layers_estimated) == ("CUDA0", "NVIDIA H200", 49, False)
+    assert round(cuda0.model_bytes / MIB) == 6314  # "CUDA0 model buffer size =  6314.23 MiB"
+    assert cuda0.kv_bytes == (2560 + 960) * MIB  # the full-attention and the sliding-window caches
+    assert round(cuda0.compute_bytes / MIB, 2) == 874.02
+    assert cuda0.free_bytes_at_load == 142629 * MIB and cuda0.total_bytes == 143155 * MIB
+    assert p.host_model_bytes == 540 * MIB  # the input embedding, read one row per token: not a layer
+
+
+def test_two_gpus_and_a_partial_offload() -> None:
+    p = placement_from_lines(lines("two_gpus_partial_30_of_49.log"))
+    assert p is not None
+    assert (p.layers_offloaded, p.layers_total) == (30, 49)
+    assert p.gpu_fraction == pytest.approx(30 / 49)
+    by = {d.device: d for d in p.devices}
+    assert list(by) == ["CUDA0", "CUDA1"]
+    assert by["CUDA0"].description == "NVIDIA GeForce RTX 3090" and by["CUDA1"].description == "NVIDIA GeForce RTX 3060"
+    assert by["CUDA0"].model_bytes == round(2590.12 * MIB) and by["CUDA1"].model_bytes == round(1310.05 * MIB)
+    assert by["CUDA0"].kv_bytes == 1216 * MIB and by["CUDA1"].kv_bytes == 640 * MIB
+    assert by["CUDA1"].compute_bytes == round(310.50 * MIB)
+    assert by["CUDA0"].free_bytes_at_load == 23800 * MIB
+    # The runner does not print each GPU's layers at INFO: shared out by model bytes, and said to be estimated.
+    assert (by["CUDA0"].layers, by["CUDA1"].layers) == (20, 10)
+    assert by["CUDA0"].layers_estimated and by["CUDA1"].layers_estimated
+    assert p.host_model_bytes == round(2690.34 * MIB) and p.host_kv_bytes == 1216 * MIB
+
+
+def test_debug_lines_give_each_gpus_layers_exactly() -> None:
+    debug = [
+        f"load_tensors: layer {i:3d} assigned to device {'CPU' if i < 19 else 'CUDA0' if i < 40 else 'CUDA1'}, is_swa = 0"
+        for i in range(49)
+    ]
+    p = placement_from_lines([*debug, *lines("two_gpus_partial_30_of_49.log")])
+    assert p is not None
+    by = {d.device: d for d in p.devices}
+    assert (by["CUDA0"].layers, by["CUDA1"].layers) == (21, 9)
+    assert not by["CUDA0"].layers_estimated
+
+
+@pytest.mark.parametrize(
+    ("line", "device", "description"),
+    [
+        (
+            "llama_model_load_from_file_impl: using device ROCm0 (AMD Radeon RX 7900 XTX) - 24390 MiB free",
+            "ROCm0",
+            "AMD Radeon RX 7900 XTX",
+        ),
+        (
+            "llama_prepare_model_devices: using device Vulkan0 (AMD Radeon Graphics (RADV GFX1103_R1)) (0000:c5:00.0)"
+            " - 15990 MiB free",
+            "Vulkan0",
+            "AMD Radeon Graphics (RADV GFX1103_R1)",
+        ),
+        (
+            "0.00.090.578 I llama_prepare_model_devices: using device MTL0 (Apple M2 Max) (unknown id) - 49151 MiB free",
+            "MTL0",
+            "Apple M2 Max",
+        ),
+    ],
+)
+def test_backend_names(line: str, device: str, description: str) -> None:
+    fact = parse_load_line(line)
+    assert fact is not None and (fact.kind, fact.device, fact.description) == ("device", device, description)
+
+
+def test_metal_mapped_weights_count_on_the_gpu() -> None:
+    p = placement_from_lines(
+        [
+            "load_tensors: offloaded 29/29 layers to GPU",
+            "load_tensors:   CPU_Mapped model buffer size =   308.23 MiB",
+            "load_tensors:  MTL0_Mapped model buffer size =  1918.35 MiB",
+            "llama_kv_cache:       MTL0 KV buffer size =   896.00 MiB",
+        ]
+    )
+    assert p is not None and p.gpu_fraction == 1.0
+    assert [(d.device, d.layers, round((d.model_bytes or 0) / MIB)) for d in p.devices] == [("MTL0", 29, 1918)]
+
+
+def test_a_build_without_a_gpu_backend_is_all_in_system_memory() -> None:
+    p = placement_from_lines(
+        [
+            "load_tensors:   CPU_Mapped model buffer size =  6314.23 MiB",
+            "llama_kv_cache:        CPU KV buffer size =  2560.00 MiB",
+        ]
+    )
+    assert p is not None and p.devices == () and p.gpu_fraction == 0.0 and p.layers_offloaded == 0
+    assert placement_from_lines(["srv  load_model: loading model '/m.gguf'"]) is None, "no figure: unknown, not 0"
+
+
+def test_lines_are_anchored_and_capped() -> None:
+    good = "load_tensors: offloaded 49/49 layers to GPU"
+    assert parse_load_line(good) is not None
+    assert parse_load_line(good + " and more") is None
+    assert parse_load_line('msg="user said: load_tensors: offloaded 49/49 layers to GPU" extra') is None
+    assert parse_load_line("x" * MAX_LINE_CHARS + "load_tensors: offloaded 49/49 layers to GPU") is None
+    assert (
+        parse_load_line("srv   prompt_save:  - saving prompt with length 5, total state size = 1.876 MiB (draft: 0.000 MiB)")
+        is None
+    )
+
+
+def test_stored_rows_give_the_same_placement_back() -> None:
+    p = placement_from_lines(lines("two_gpus_partial_30_of_49.log"))
+    assert p is not None
+    rows = placement_rows(p, ts_unix_s=5.0, port=4000, model="m", digest=None)
+    assert [r.device for r in rows] == ["CUDA0", "CUDA1", "CPU"]
+    assert placement_from_rows(rows) == p
+
+
+def test_a_second_load_replaces_the_first_weights() -> None:
+    reader = PlacementReader()
+    for line in [*lines("two_gpus_partial_30_of_49.log"), *lines("h200_cuda_gemma3_12b.log")]:
+        reader.feed_line(line)
+    p = reader.placement()
+    assert p is not None and (p.layers_offloaded, p.layers_total) == (49, 49)
+    assert round((p.gpu_model_bytes or 0) / MIB) == 6314, "the first load's weights are not counted again"
