@@ -4,7 +4,8 @@ decode ceiling  = bandwidth ÷ (W + KV(c)), bandwidth blended between GPU and
                   system memory by size_vram ÷ size when the model is partly offloaded
 prefill ceiling = compute ÷ (2N + 2·L·d·P)
 expected        = η × ceiling, η from docs/physics.md §5 until the user's own history
-                  calibrates it (:func:`calibrate`).
+                  calibrates it (:func:`calibrate`); decode through a serving runner adds a fixed
+                  cost per token: 1 ÷ expected = bytes ÷ (η × bandwidth) + t_fixed (§5).
 Pure functions; SI units throughout.
 """
 
@@ -32,6 +33,12 @@ MIN_CALIBRATION_SAMPLES = 5
 MAX_PLAUSIBLE_FRACTION = 1.05
 
 STARTING_SOURCE = "docs/physics.md §5 starting value"
+# docs/physics.md §5: what a serving runner spends per output token beside reading the bytes (kernel launches and
+# synchronisation per layer, the output head, sampling on the CPU), per layer of the model. Measured on an H200.
+DECODE_FIXED_S_PER_LAYER = 100e-6
+FIXED_STARTING_SOURCE = "docs/physics.md §5 starting value"
+# Fitting bytes ÷ (η·BW) + t_fixed needs readings whose bytes per token differ by at least this factor.
+FIXED_FIT_MIN_SPREAD = 1.3
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,22 @@ class Efficiencies:
     source_compute: str = STARTING_SOURCE
     decode_samples: int = 0  # measurements behind eta_bw when calibrated
     prefill_samples: int = 0
+    # Decode's fixed cost per output token beside the bytes read (docs/physics.md §5); 0 for llama-bench's tg,
+    # which runs decode steps back to back without sampling (the published rows of §3).
+    fixed_s_per_token: float = 0.0
+    source_fixed: str = ""
+
+    def decode_expected_tok_s(self, ceiling_tok_s: float) -> float:
+        """Expected decode rate at a bandwidth ceiling: 1 ÷ (1 ÷ (η × ceiling) + t_fixed)."""
+        if not ceiling_tok_s > 0:
+            return 0.0
+        return 1.0 / (1.0 / (self.eta_bw * ceiling_tok_s) + self.fixed_s_per_token)
+
+    def serving(self, layers: int) -> Efficiencies:
+        """These with a serving runner's starting fixed cost per token (docs/physics.md §5), unless one is set."""
+        if self.fixed_s_per_token > 0 or layers <= 0:
+            return self
+        return replace(self, fixed_s_per_token=DECODE_FIXED_S_PER_LAYER * layers, source_fixed=FIXED_STARTING_SOURCE)
 
 
 def starting_efficiencies(spec: HardwareSpec | None, quantization: str | None) -> Efficiencies:
@@ -90,7 +113,7 @@ class Ceilings:
         kv = self.kv_bytes_per_tok * self.context_tokens
         t_mem = (self.weights_bytes + b * kv) / (self.efficiencies.eta_bw * self.bandwidth_bytes_s)
         t_compute = b * self.decode_flops_per_token / (self.efficiencies.eta_compute * self.peak_flops)
-        step_s = max(t_mem, t_compute)
+        step_s = max(t_mem, t_compute) + self.efficiencies.fixed_s_per_token
         return b / step_s, 1.0 / step_s
 
     @property
@@ -168,7 +191,7 @@ def compute_ceilings(
         prompt_tokens=prompt_tokens,
         decode_bytes_per_token=decode_bytes,
         decode_ceiling_tok_s=decode_ceiling,
-        decode_expected_tok_s=efficiencies.eta_bw * decode_ceiling,
+        decode_expected_tok_s=efficiencies.decode_expected_tok_s(decode_ceiling),
         full_gpu_decode_ceiling_tok_s=full_gpu,
         prefill_flops_per_token=pp_flops,
         prefill_ceiling_tok_s=pp_ceiling,
@@ -335,14 +358,19 @@ def calibrate(
     non-positive ones are left out. A kind with too few points keeps its starting value.
     """
     ratios: dict[str, list[float]] = {"decode": [], "prefill": []}
+    decoded: list[CalibrationPoint] = []
     for p in history:
         if p.ceiling_tok_s > 0 and p.measured_tok_s > 0:
             r = p.measured_tok_s / p.ceiling_tok_s
             if r <= MAX_PLAUSIBLE_FRACTION:
                 ratios[p.kind].append(r)
+                if p.kind == "decode":
+                    decoded.append(p)
     out = start
     dec, pre = ratios["decode"], ratios["prefill"]
-    if len(dec) >= min_samples:
+    if len(dec) >= min_samples and start.fixed_s_per_token > 0:
+        out = _fit_decode(decoded, start)
+    elif len(dec) >= min_samples:
         out = replace(
             out, eta_bw=statistics.median(dec), source_bw=f"median of {len(dec)} of your requests", decode_samples=len(dec)
         )
@@ -354,6 +382,42 @@ def calibrate(
             prefill_samples=len(pre),
         )
     return out
+
+
+def _fit_decode(points: list[CalibrationPoint], start: Efficiencies) -> Efficiencies:
+    """η and the fixed cost per token from the user's decode readings (docs/physics.md §5).
+
+    Each reading's time per token is 1 ÷ measured; its bytes ÷ bandwidth is 1 ÷ ceiling. A least-squares line through
+    (1 ÷ ceiling, 1 ÷ measured) has slope 1 ÷ η and intercept t_fixed, when the readings' bytes per token differ
+    enough to tell them apart and the line is physical (0 < η ≤ 1.05, t_fixed ≥ 0). Otherwise η keeps its starting
+    value and t_fixed is the median of what the readings leave over; where that is negative (readings faster than
+    the starting η allows) t_fixed is 0 and η the median measured ÷ ceiling, as without a fixed cost.
+    """
+    n = len(points)
+    xs = [1.0 / p.ceiling_tok_s for p in points]
+    ys = [1.0 / p.measured_tok_s for p in points]
+    source = f"fitted to {n} of your requests"
+    if max(xs) >= FIXED_FIT_MIN_SPREAD * min(xs):
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        intercept = my - slope * mx
+        if slope > 0 and 1.0 / slope <= MAX_PLAUSIBLE_FRACTION and intercept >= 0:
+            return replace(
+                start, eta_bw=1.0 / slope, fixed_s_per_token=intercept, source_bw=source, source_fixed=source, decode_samples=n
+            )
+    left = statistics.median(y - x / start.eta_bw for x, y in zip(xs, ys, strict=True))
+    if left >= 0:
+        return replace(start, fixed_s_per_token=left, source_fixed=f"median of {n} of your requests", decode_samples=n)
+    ratios = [p.measured_tok_s / p.ceiling_tok_s for p in points]
+    return replace(
+        start,
+        eta_bw=statistics.median(ratios),
+        fixed_s_per_token=0.0,
+        source_bw=f"median of {n} of your requests",
+        source_fixed=f"none: {n} of your requests ran faster than the starting η allows with one",
+        decode_samples=n,
+    )
 
 
 def ceilings_for_request(

@@ -95,9 +95,15 @@ def diagnose_request(
     ceilings: Ceilings | None = None,
     bandwidth_bytes_s: float | None = None,
     ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
+    gpu_fraction: float | None = None,
 ) -> list[Diagnosis]:
-    """Every diagnosis that applies to this request, most costly first; [] for a clean one."""
-    frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    """Every diagnosis that applies to this request, most costly first; [] for a clean one.
+
+    ``gpu_fraction``: the share of the model on the GPU when a better source than /api/ps said it (the runner's own
+    load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size."""
+    frac_vram = (
+        gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    )
     if ceilings is None and spec is not None and facts is not None:
         # The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context.
         prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
@@ -116,7 +122,7 @@ def diagnose_request(
     # An embedding is prefill only: no prompt cache, no tokens out, no first token to wait for.
     generation = record.kind is not RequestKind.EMBED
     for d in (
-        _partial_offload(record, phases, loaded, ceilings),
+        _partial_offload(record, phases, loaded, ceilings, gpu_fraction),
         _memory_clock(record, phases, gpu_samples),
         _power_cap(record, phases, gpu_samples),
         _cache(phases, ceilings) if generation else None,
@@ -134,10 +140,14 @@ def diagnose_request(
     return out
 
 
-def _partial_offload(record: RequestRecord, phases: Phases, loaded: LoadedModel | None, c: Ceilings | None) -> Diagnosis | None:
+def _partial_offload(
+    record: RequestRecord, phases: Phases, loaded: LoadedModel | None, c: Ceilings | None, gpu_fraction: float | None = None
+) -> Diagnosis | None:
     if loaded is None or loaded.size_bytes <= 0:
         return None
     in_ram = loaded.size_bytes - loaded.size_vram_bytes
+    if gpu_fraction is not None:  # the runner's own figures: the share of its layers left in system memory
+        in_ram = round(loaded.size_bytes * (1.0 - gpu_fraction))
     frac_ram = in_ram / loaded.size_bytes
     if frac_ram < OFFLOAD_MIN_FRACTION_IN_RAM:
         return None
@@ -147,7 +157,7 @@ def _partial_offload(record: RequestRecord, phases: Phases, loaded: LoadedModel 
         "so every output token also reads that part over the CPU's memory bus"
     )
     if c is not None and c.host_bandwidth_bytes_s is not None:
-        full_expected = c.efficiencies.eta_bw * c.full_gpu_decode_ceiling_tok_s
+        full_expected = c.efficiencies.decode_expected_tok_s(c.full_gpu_decode_ceiling_tok_s)
         nums.update(
             host_bandwidth_bytes_s=c.host_bandwidth_bytes_s,
             gpu_bandwidth_bytes_s=c.gpu_bandwidth_bytes_s,

@@ -199,7 +199,14 @@ def explain_rates(
         + (f" plus {w.gb(kv_bytes)} of KV cache" if kv_bytes > 0 else "")
         + f" from memory at {w.count(ctx)} tokens of context: at {w.gb_s(c.bandwidth_bytes_s)} that allows at most "
         f"{w.tok_s(c.decode_ceiling_tok_s)} there, and about {w.tok_s(c.decode_expected_tok_s)} is typical "
-        f"({w.pct(c.efficiencies.eta_bw)} of it), however fast the arithmetic is."
+        + (
+            f"({w.pct(c.efficiencies.eta_bw)} of it), however fast the arithmetic is."
+            if c.efficiencies.fixed_s_per_token <= 0
+            else f"({w.pct(c.decode_expected_tok_s / c.decode_ceiling_tok_s)} of it): the bytes at "
+            f"{w.pct(c.efficiencies.eta_bw)} of that bandwidth, plus {w.secs(c.efficiencies.fixed_s_per_token)} per token that "
+            "does not depend on them (kernel launches per layer, the output head, sampling; "
+            f"{c.efficiencies.source_fixed})."
+        )
     )
     if thinking is not None:
         out.append(thinking)

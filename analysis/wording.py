@@ -35,6 +35,11 @@ def ms(x_ms: float) -> str:
     return f"{x_ms:.0f} ms" if abs(x_ms) >= 10 else f"{x_ms:.1f} ms"
 
 
+def mib(bytes_: float) -> str:
+    """Binary mebibytes, as llama.cpp's runner prints its buffers: 6620950036 -> "6,314 MiB"."""
+    return f"{bytes_ / 2**20:,.0f} MiB"
+
+
 def gb(bytes_: float) -> str:
     """Decimal gigabytes, as ``ollama ps`` and vendors print them: 4.92e9 -> "4.92 GB", 512e6 -> "512 MB"."""
     g = bytes_ / 1e9

@@ -149,6 +149,8 @@ def _show_sources(m: WhyModel) -> None:
         st.caption(fmt.md_escape(line))
     for note in m.notes:
         st.caption(fmt.md_escape(note))
+    for doubt in m.doubts:  # most readings contradict an input: said before any figure computed from it
+        st.warning(fmt.md_escape(doubt.text), icon=":material/help:")
     if m.facts_error:
         st.info(fmt.md_escape(m.facts_error), icon=":material/info:")
 

@@ -31,9 +31,9 @@ from analysis.ceilings import (
     curve_tokens,
     ollama_num_batch,
     starting_efficiencies,
-    vram_fraction,
 )
 from analysis.diagnose import CODES, Severity, diagnose_request
+from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
 from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
 from analysis.hardware import HardwareSpec
@@ -54,6 +54,7 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
+from analysis.runner_load import PlacementInUse, describe_layers, placement_in_use
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -103,7 +104,7 @@ class WhyModel:
     facts_error: str | None  # why there are no facts (not fetched yet, or unreadable)
     loaded: LoadedModel | None
     runner: RunnerFlags | None  # the settings its runner was started with, when its command line was read
-    vram_fraction: float
+    vram_fraction: float  # the share of the model on the GPU the ceilings use (``placement`` says from where)
     prefill_points: list[Reading]  # one per request with a prefill rate, flagged or not
     decode_points: list[Reading]  # one per request with a decode rate
     requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
@@ -135,6 +136,8 @@ class WhyModel:
     facts_read_at_unix_s: float | None = None  # when the collector stored the /api/show the facts come from
     gpu_mem_total_bytes: int | None = None  # the latest GPU sample's memory (the what-if's free memory)
     gpu_mem_used_bytes: int | None = None
+    placement: PlacementInUse | None = None  # where the model sits, from the runner's own words or /api/ps
+    doubts: list[Doubt] = field(default_factory=list)  # inputs most readings contradict (analysis.doubt)
 
     @property
     def ratio(self) -> float | None:
@@ -291,6 +294,7 @@ class _StoreReads:
     info: ModelInfoRow | None
     loaded: LoadedModel | None
     runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
+    placement: PlacementInUse  # where the model sits: the runner's load lines, else /api/ps
     measured_bw: HostBandwidth | None
     rows: list[RequestSummary]  # every stored request of the model (rates), newest first
     recent: list[StoredRequest]  # requests of the window, with token times and stored phases
@@ -314,12 +318,21 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
             end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
             samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
     loaded = queries.loaded_model(conn, model)
+    digest = loaded.digest if loaded is not None else None
+    runner = queries.runner_for(conn, model, digest)
+    said = queries.runner_placement(conn, model, digest, runner.port if runner is not None else None)
+    placement = placement_in_use(
+        said[0] if said is not None else None,
+        loaded.size_bytes if loaded is not None else None,
+        loaded.size_vram_bytes if loaded is not None else None,
+    )
     return _StoreReads(
         gpus=gpus,
         beat=queries.latest_heartbeat(conn),
         info=queries.model_info(conn, model),
         loaded=loaded,
-        runner=queries.runner_for(conn, model, loaded.digest if loaded is not None else None),
+        runner=runner,
+        placement=placement,
         measured_bw=queries.latest_host_bandwidth(conn),
         rows=rows,
         recent=recent,
@@ -332,8 +345,8 @@ def _hardware(
     reads: _StoreReads, apple_chip: tuple[str, int | None] | None, picked: HardwareSpec | None
 ) -> tuple[Hardware, float, list[str]]:
     """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
-    loaded, gpus = reads.loaded, reads.gpus
-    frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+    gpus = reads.gpus
+    frac = reads.placement.gpu_fraction
     need_host = not gpus or frac < 1.0
 
     def host_bw() -> float | None:
@@ -355,6 +368,8 @@ def _hardware(
     notes = list(hw.notes)
     if gpus and reads.beat is not None and reads.beat.gpu_state in UNIFIED_MEMORY_KINDS:
         notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
+    if reads.placement.disagreement and hw.kind != "cpu":
+        notes.append(reads.placement.disagreement)
     return hw, frac, notes
 
 
@@ -439,7 +454,8 @@ def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | No
     start = CeilingModel(
         spec,
         facts,
-        starting_efficiencies(spec, facts.quantization),
+        # A serving runner's decode: bytes ÷ (η·BW) plus a fixed cost per token (docs/physics.md §5).
+        starting_efficiencies(spec, facts.quantization).serving(facts.layers),
         frac,
         hw.host_bandwidth_bytes_s,
         hw.bandwidth_bytes_s,
@@ -465,6 +481,12 @@ def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | No
     return out
 
 
+def _doubts(curves: _Curves, placement: PlacementInUse, hw: Hardware) -> list[Doubt]:
+    if curves.story is None:
+        return []
+    return doubt_inputs(curves.story, placement_source=placement.source, hardware_label=hw.label)
+
+
 def _interference_sentences(
     model: str, events: Sequence[Interference], pairs: Sequence[tuple[RequestRecord, Phases]]
 ) -> list[str]:
@@ -478,9 +500,16 @@ def _interference_sentences(
 
 
 def _diagnose(
-    reads: _StoreReads, hw: Hardware, facts: ModelFacts | None, eff: Efficiencies | None, ubatch: int
+    reads: _StoreReads,
+    hw: Hardware,
+    facts: ModelFacts | None,
+    eff: Efficiencies | None,
+    ubatch: int,
+    frac: float,
+    withheld: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[RequestRecord, list[Any]]], PhaseEnergy | None]:
-    """Each finished request of the window diagnosed, and the energy its phases used where GPU samples exist."""
+    """Each finished request of the window diagnosed, and the energy its phases used where GPU samples exist.
+    ``withheld``: verdicts computed from an input the readings contradict (``analysis.doubt``), not given."""
     phases = {s.record.id: s.phases for s in reads.recent}
     diagnosed = []
     energies: list[PhaseEnergy] = []
@@ -498,8 +527,9 @@ def _diagnose(
             efficiencies=eff,
             bandwidth_bytes_s=hw.bandwidth_bytes_s,
             ubatch_tokens=ubatch,
+            gpu_fraction=frac if hw.kind != "cpu" else None,
         )
-        diagnosed.append((rec, ds))
+        diagnosed.append((rec, [d for d in ds if d.code not in withheld]))
         if gpu_s:
             used = energy_for_request(rec, ph, gpu_s)
             if used is not None:
@@ -555,11 +585,17 @@ def build_why(
     notes += facts.notes
     ubatch, ubatch_source = _ubatch(reads.loaded, reads.runner)
     curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
+    doubts = _doubts(curves, reads.placement, hw)
+    if any(d.contradicted == PLACEMENT for d in doubts):  # the readings say it is all on the GPU: so it is taken
+        frac = 1.0
+        curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
+        doubts = [d for d in doubts if d.contradicted == PLACEMENT] + _doubts(curves, reads.placement, hw)
     story = curves.story
     eff = story.model.efficiencies if story is not None else None
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in reads.recent]
     events = _interference_on(reads.mine, pairs)
-    diagnosed, energy = _diagnose(reads, hw, facts.facts, eff, ubatch)
+    withheld = frozenset(code for d in doubts for code in d.withheld)
+    diagnosed, energy = _diagnose(reads, hw, facts.facts, eff, ubatch, frac, withheld)
     embeds = curves.embeds
     return WhyModel(
         model=model,
@@ -599,6 +635,8 @@ def build_why(
         facts_read_at_unix_s=facts.read_at_unix_s,
         gpu_mem_total_bytes=reads.gpus[0].mem_total_bytes if reads.gpus else None,
         gpu_mem_used_bytes=reads.gpus[0].mem_used_bytes if reads.gpus else None,
+        placement=reads.placement,
+        doubts=doubts,
     )
 
 
@@ -646,8 +684,29 @@ def facts_line(m: WhyModel) -> str | None:
         f"weights {w.gb(f.weights_bytes)}" + (" (estimated)" if f.weights_bytes_estimated else ""),
         f"KV cache {w.gb(f.kv_bytes_per_token)} per token",
     ]
-    if m.loaded is not None:
+    p = m.placement
+    if p is not None and p.from_runner and p.runner is not None:
+        parts.append(f"loaded: {placement_words(p)}")
+    elif m.loaded is not None:
         in_ram = m.loaded.size_bytes - m.loaded.size_vram_bytes
-        where = "all in GPU memory" if in_ram <= 0 else f"{w.pct(1 - m.vram_fraction)} ({w.gb(in_ram)}) in system memory"
-        parts.append(f"loaded: {w.gb(m.loaded.size_bytes)}, {where}")
+        share = in_ram / m.loaded.size_bytes if m.loaded.size_bytes > 0 else 0.0
+        where = "all in GPU memory" if in_ram <= 0 else f"{w.pct(share)} ({w.gb(in_ram)}) in system memory"
+        parts.append(f"loaded: {w.gb(m.loaded.size_bytes)}, {where} (Ollama's /api/ps)")
     return " · ".join(parts)
+
+
+def placement_words(p: PlacementInUse) -> str:
+    """Where the runner put the model, in its own figures: layers per device and each GPU's buffers."""
+    r = p.runner
+    if r is None:
+        return ""
+    sizes = []
+    for d in r.devices:
+        buffers = [
+            (what, b) for what, b in (("weights", d.model_bytes), ("KV cache", d.kv_bytes), ("compute", d.compute_bytes)) if b
+        ]
+        if buffers:
+            sizes.append(f"{d.device} " + ", ".join(f"{what} {w.mib(b)}" for what, b in buffers))
+    if r.host_model_bytes:
+        sizes.append(f"system memory weights {w.mib(r.host_model_bytes)}")
+    return f"{describe_layers(r)}" + (f" ({'; '.join(sizes)})" if sizes else "") + ", from the runner's own load lines"

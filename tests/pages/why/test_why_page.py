@@ -115,7 +115,12 @@ def test_few_requests_keep_the_starting_efficiency_and_say_so(data_dir: Path) ->
 
 def test_partly_offloaded_model_gets_a_blended_ceiling_and_a_diagnosis(data_dir: Path) -> None:
     now = time.time()
-    big = [replace(r, model=BIG) for r in PLAIN[:6]]
+    # At rates a 70B model half in system memory can reach: readings above every ceiling would make the page doubt
+    # the placement instead (analysis.doubt).
+    slow = [
+        replace(r.shape, prefill_ms=r.shape.prompt_tokens * 2.0, decode_ms=(r.shape.output_tokens - 1) * 700.0) for r in PLAIN[:6]
+    ]
+    big = [replace(r, model=BIG, shape=shape) for r, shape in zip(PLAIN[:6], slow, strict=True)]
     half = LoadedModel(now - 1, BIG, BIG, BY_NAME[BIG].digest, 42 * GIB, 21 * GIB, 4096, now + 90, "70.6B", "Q4_K_M", "llama")
     build_store(data_dir, now, reqs=big, loaded=[half])
     at = open_why()
