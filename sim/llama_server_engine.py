@@ -18,7 +18,10 @@ child's ``timings`` block, as Ollama does (docs/ollama-api.md §4):
 The child's raw ``timings`` and counts per request, and the child itself (pid, port, argv), are on
 ``GET /sim/engine`` for tests. Load happens on the first request (or an empty-prompt load), unload on
 ``keep_alive: 0`` or when the keep-alive runs out: the child process is started and stopped.
-``/api/tags``, ``/api/show`` and ``/api/ps`` come from the GGUF header (``sim.gguf_model``).
+``/api/tags`` and ``/api/show`` come from the GGUF header (``sim.gguf_model``). A build with a GPU backend
+(``--list-devices`` names one) gets ``-ngl`` as Ollama passes it (every layer when the model fits the GPUs' free
+memory), and ``/api/ps`` answers size and size_vram from the child's own load lines (``analysis.runner_load``), as
+Ollama >= 0.30 does; a CPU build's answer is the GGUF's size plus its cache, size_vram 0.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import aiohttp
 from aiohttp import web
 
 from analysis.memory import KV_TYPE_BYTES
+from analysis.runner_load import LoadLine, PlacementReader, gpu_layers_to_ask, parse_device_list, ps_sizes
 from sim import ollama_log
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
@@ -64,6 +68,7 @@ START_TIMEOUT_S = 120.0  # Ollama waits minutes for a big model; ours maps 253 M
 HEALTH_POLL_S = 0.01
 STOP_TIMEOUT_S = 5.0
 RUNNER_LOG_LINES = 2000  # the child's last lines, kept for errors and for /sim/engine
+LIST_DEVICES_TIMEOUT_S = 30.0  # `llama-server --list-devices` loads the backends and exits
 # llama-server's stop_type -> Ollama's done_reason.
 DONE_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
 
@@ -128,8 +133,11 @@ class EngineRecord:
 class _Runner:
     """One ``llama-server`` child: its process, port, settings and keep-alive."""
 
-    def __init__(self, engine: LlamaServerEngine, num_ctx: int, num_batch: int) -> None:
+    def __init__(self, engine: LlamaServerEngine, num_ctx: int, num_batch: int, gpu_layers: int = 0) -> None:
         self.engine = engine
+        self.gpu_layers = gpu_layers
+        # Where the child put the model, from its own load lines, as Ollama >= 0.30 reads them for /api/ps.
+        self.placement = PlacementReader()
         self.num_ctx = num_ctx  # per slot, what /api/ps shows
         self.num_batch = num_batch
         self.port = free_loopback_port()
@@ -154,7 +162,8 @@ class _Runner:
             str(num_batch),
             "--threads",
             str(engine.n_threads),
-            # As Ollama passes OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE; a CPU build keeps every layer on the CPU.
+            # As Ollama passes OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE, and -ngl: every layer when the model
+            # fits the GPUs' free memory (0 for a build with no GPU backend).
             "--flash-attn",
             engine.flash_attn,
             "--cache-type-k",
@@ -162,7 +171,7 @@ class _Runner:
             "--cache-type-v",
             engine.kv_cache_type,
             "--n-gpu-layers",
-            "0",
+            str(gpu_layers),
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
             "--log-verbosity",
             "4",
@@ -227,6 +236,7 @@ class _Runner:
                 return
             text = line.decode("utf-8", errors="replace").rstrip("\n")
             self.log.append(text)
+            self.placement.feed_line(text)
             ollama_log.line(text)
 
     def last_error(self) -> str:
@@ -271,6 +281,14 @@ class _Runner:
         )
 
 
+def loaded_sizes(placement: PlacementReader, estimate_bytes: int) -> tuple[int, int]:
+    """/api/ps's size and size_vram: from the runner's own load lines when it put anything on a GPU, as Ollama >= 0.30
+    answers; else the model and its cache all in system memory (size_vram 0, what Ollama shows for a CPU build)."""
+    placed = placement.placement()
+    sizes = ps_sizes(placed) if placed is not None and placed.devices else None
+    return sizes if sizes is not None else (estimate_bytes, 0)
+
+
 class LlamaServerEngine:
     """A ``sim.backend.Backend`` that serves one GGUF through a ``llama-server`` child process."""
 
@@ -304,6 +322,27 @@ class LlamaServerEngine:
         self._slots = asyncio.Semaphore(num_parallel)  # Ollama's per-model semaphore in front of the child
         self._pending = 0
         self._tasks: set[asyncio.Task[None]] = set()  # unloads in flight (the loop keeps only weak references)
+        self.gpu_devices: list[LoadLine] | None = None  # the build's GPUs (--list-devices), once asked
+
+    async def devices(self) -> list[LoadLine]:
+        """The GPUs this llama-server build can use, asked once (``--list-devices``); [] for a CPU build or no answer."""
+        if self.gpu_devices is None:
+            text = ""
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    str(self.binary), "--list-devices", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+                )
+                out, _ = await asyncio.wait_for(proc.communicate(), LIST_DEVICES_TIMEOUT_S)
+                text = out.decode("utf-8", errors="replace")
+            except (OSError, TimeoutError):
+                text = ""
+            self.gpu_devices = parse_device_list(text)
+        return self.gpu_devices
+
+    def _gpu_layers(self, num_ctx: int, devices: list[LoadLine]) -> int:
+        kv_scale = KV_TYPE_BYTES[self.kv_cache_type] / KV_TYPE_BYTES["f16"]
+        need = self.model.size_bytes + int(self.model.kv_bytes_per_token * kv_scale * num_ctx * self.num_parallel)
+        return gpu_layers_to_ask(devices, need, self.model.block_count + 1)  # llama.cpp counts the output layer
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -351,7 +390,7 @@ class LlamaServerEngine:
                     if runner is None:
                         if truth is not None:
                             truth.load_start_ns = time.monotonic_ns()
-                        runner = _Runner(self, ctx, batch)
+                        runner = _Runner(self, ctx, batch, self._gpu_layers(ctx, await self.devices()))
                         await runner.start(self.session())
                         self.runner = runner
                         if truth is not None:
@@ -528,8 +567,8 @@ class LlamaServerEngine:
         # The facts' bytes per token are f16's; a quantized cache holds fewer (ggml's block sizes).
         kv_scale = KV_TYPE_BYTES[self.kv_cache_type] / KV_TYPE_BYTES["f16"]
         kv_bytes = int(self.model.kv_bytes_per_token * kv_scale * r.num_ctx * self.num_parallel)
-        # Everything is in system memory: size_vram 0 is what Ollama shows for a CPU-only model.
-        return [LoadedInfo(self.model, self.model.size_bytes + kv_bytes, 0, r.num_ctx, r.expires_at_unix_s)]
+        size, size_vram = loaded_sizes(r.placement, self.model.size_bytes + kv_bytes)
+        return [LoadedInfo(self.model, size, size_vram, r.num_ctx, r.expires_at_unix_s)]
 
     def gpu_state(self) -> dict[str, Any] | None:
         return None
@@ -546,6 +585,7 @@ class LlamaServerEngine:
             "num_ctx": r.num_ctx,
             "num_batch": r.num_batch,
             "num_parallel": self.num_parallel,
+            "gpu_layers": r.gpu_layers,
         }
 
     async def close(self) -> None:

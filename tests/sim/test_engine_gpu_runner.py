@@ -1,0 +1,89 @@
+"""sim plays a GPU runner: -ngl as Ollama passes it, and /api/ps's size and size_vram from the runner's own load
+lines (the real CUDA runner's, from a run on an NVIDIA H200), as Ollama >= 0.30 answers; a CPU build: size_vram 0."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+from analysis.runner_load import MIB
+from sim.catalog import BY_NAME
+from sim.llama_server_engine import LlamaServerEngine, _Runner, loaded_sizes
+from tests.support.paths import REPO
+
+H200_LINES = REPO / "tests" / "data" / "runner_load" / "h200_cuda_gemma3_12b.log"
+MODEL = BY_NAME["llama3.1:8b"]
+
+
+def engine_like(binary: Path | str = "/bin/false") -> Any:
+    """What a runner and the device probe read of their engine (a real one needs a GGUF and a binary to start)."""
+    return SimpleNamespace(
+        binary=binary,
+        model=SimpleNamespace(
+            path="/m.gguf",
+            size_bytes=MODEL.size_bytes,
+            kv_bytes_per_token=MODEL.kv_bytes_per_token,
+            block_count=MODEL.block_count,
+        ),
+        num_parallel=2,
+        n_threads=8,
+        flash_attn="auto",
+        kv_cache_type="f16",
+        default_keep_alive_ns=5 * 60 * 10**9,
+        gpu_devices=None,
+    )
+
+
+def pumped(runner: _Runner, text: str) -> None:
+    async def go() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(text.encode())
+        reader.feed_eof()
+        await runner._pump(reader)
+
+    asyncio.run(go())
+
+
+def test_api_ps_sizes_come_from_the_cuda_runners_load_lines() -> None:
+    runner = _Runner(cast(Any, engine_like()), 20480, 512, gpu_layers=49)
+    assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "49"
+    pumped(runner, H200_LINES.read_text())
+    size, vram = loaded_sizes(runner.placement, estimate_bytes=24_000_000_000)
+    # CUDA0: weights 6,314.23 + KV 2,560 + 960 + compute 874.02 MiB; the input embedding (540 MiB) in system memory.
+    assert vram == round(6314.23 * MIB) + 3520 * MIB + round(874.02 * MIB)
+    assert size == vram + 540 * MIB
+
+
+def test_a_cpu_build_says_size_vram_0() -> None:
+    runner = _Runner(cast(Any, engine_like()), 4096, 512)
+    assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "0"
+    pumped(
+        runner,
+        "load_tensors:   CPU_Mapped model buffer size =   241.41 MiB\nllama_kv_cache:        CPU KV buffer size =    18.00 MiB\n",
+    )
+    assert loaded_sizes(runner.placement, estimate_bytes=300_000_000) == (300_000_000, 0)
+
+
+def test_every_layer_when_the_model_fits_the_gpus_the_build_lists(tmp_path: Path) -> None:
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --list-devices ] && '
+        'printf "Available devices:\\n  CUDA0: NVIDIA H200 (143155 MiB, 142629 MiB free)\\n"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    engine = engine_like(fake)
+    devices = asyncio.run(LlamaServerEngine.devices(engine))
+    assert [(d.device, d.description, d.free_bytes) for d in devices] == [("CUDA0", "NVIDIA H200", 142629 * MIB)]
+    assert LlamaServerEngine._gpu_layers(engine, 20480, devices) == MODEL.block_count + 1
+    small = [devices[0].__class__("device", device="CUDA0", free_bytes=MODEL.size_bytes // 2)]
+    assert 0 < LlamaServerEngine._gpu_layers(engine, 20480, small) < MODEL.block_count + 1, (
+        "a partial offload when it does not fit"
+    )
+    cpu = engine_like(tmp_path / "cpu-build")
+    (tmp_path / "cpu-build").write_text('#!/bin/sh\nprintf "Available devices:\\n  (none)\\n"\n')
+    (tmp_path / "cpu-build").chmod(0o755)
+    assert asyncio.run(LlamaServerEngine.devices(cpu)) == []
+    assert LlamaServerEngine._gpu_layers(cpu, 20480, []) == 0
