@@ -388,9 +388,10 @@ class LlamaServerEngine:
                         await self._unload_runner(runner)
                         runner = None
                     if runner is None:
+                        devices = await self.devices()  # asked once, as Ollama finds its GPUs before any load
                         if truth is not None:
                             truth.load_start_ns = time.monotonic_ns()
-                        runner = _Runner(self, ctx, batch, self._gpu_layers(ctx, await self.devices()))
+                        runner = _Runner(self, ctx, batch, self._gpu_layers(ctx, devices))
                         await runner.start(self.session())
                         self.runner = runner
                         if truth is not None:
