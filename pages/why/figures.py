@@ -81,6 +81,8 @@ def _points(
 def expected_label(eff: Efficiencies, kind: str) -> str:
     """Legend name of the expected line: which efficiency it uses and where that came from."""
     eta, source = (eff.eta_compute, eff.source_compute) if kind == "prefill" else (eff.eta_bw, eff.source_bw)
+    if kind == "decode" and eff.fixed_s_per_token > 0:  # docs/physics.md §5: bytes at η of the bandwidth, plus a fixed cost
+        return f"expected (the bytes at {w.pct(eta)} of the bandwidth + {w.secs(eff.fixed_s_per_token)} per token: {source})"
     return f"expected ({w.pct(eta)} of ceiling: {source})"
 
 

@@ -193,7 +193,14 @@ def _show_charts(m: WhyModel) -> None:
         )
         st.caption(
             fmt.md_escape(
-                f"Expected lines: decode at {w.pct(eff.eta_bw)} of its ceiling ({eff.source_bw}), prefill at "
+                "Expected lines: decode at "
+                + (
+                    f"{w.pct(eff.eta_bw)} of its ceiling ({eff.source_bw})"
+                    if eff.fixed_s_per_token <= 0
+                    else f"the bytes at {w.pct(eff.eta_bw)} of the bandwidth ({eff.source_bw}) plus "
+                    f"{w.secs(eff.fixed_s_per_token)} per token ({eff.source_fixed})"
+                )
+                + ", prefill at "
                 f"{w.pct(eff.eta_compute)} of its ceiling ({eff.source_compute}).{pending}"
             )
         )
