@@ -34,9 +34,9 @@ def test_h200_cuda_lines_put_every_layer_on_cuda0() -> None:
     assert (p.layers_offloaded, p.layers_total, p.gpu_fraction) == (49, 49, 1.0)
     (cuda0,) = p.devices
     assert (cuda0.device, cuda0.description, cuda0.layers, cuda0.layers_estimated) == ("CUDA0", "NVIDIA H200", 49, False)
-    assert round(cuda0.model_bytes / MIB) == 6314  # "CUDA0 model buffer size =  6314.23 MiB"
+    assert round((cuda0.model_bytes or 0) / MIB) == 6314  # "CUDA0 model buffer size =  6314.23 MiB"
     assert cuda0.kv_bytes == (2560 + 960) * MIB  # the full-attention and the sliding-window caches
-    assert round(cuda0.compute_bytes / MIB, 2) == 874.02
+    assert round((cuda0.compute_bytes or 0) / MIB, 2) == 874.02
     assert cuda0.free_bytes_at_load == 142629 * MIB and cuda0.total_bytes == 143155 * MIB
     assert p.host_model_bytes == 540 * MIB  # the input embedding, read one row per token: not a layer
 
