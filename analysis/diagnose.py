@@ -82,6 +82,51 @@ def samples_in(samples: Sequence[GpuSample], window: tuple[float, float] | None)
     return [s for s in samples if t0 <= s.ts_unix_s <= t1]
 
 
+# NVML's memory-controller use below this share of the time while decoding: decode is not waiting on memory.
+MEMORY_BOUND_UTIL_PCT = 50.0
+
+
+@dataclass(frozen=True)
+class DecodeUse:
+    """NVML's utilization while a model decoded: direct evidence of what decode waits on (docs/physics.md §5)."""
+
+    mem_pct: float  # median share of the time device memory was read or written
+    sm_pct: float | None  # median share of the time a kernel ran
+    samples: int
+    requests: int
+
+
+def decode_use(pairs: Sequence[tuple[RequestRecord, Phases]], samples_by_id: dict[str, list[GpuSample]]) -> DecodeUse | None:
+    """The medians of NVML's memory-controller and SM use over the samples taken while these requests decoded."""
+    mem: list[float] = []
+    sm: list[float] = []
+    used = 0
+    for rec, ph in pairs:
+        if ph.decode_start_ns is None or ph.decode_end_ns is None:
+            continue
+        t0, t1 = rec.wall_s(ph.decode_start_ns), rec.wall_s(ph.decode_end_ns)
+        inside = [s for s in samples_by_id.get(rec.id, []) if t0 <= s.ts_unix_s <= t1 and s.util_mem_pct is not None]
+        used += bool(inside)
+        mem += [s.util_mem_pct for s in inside if s.util_mem_pct is not None]
+        sm += [s.util_gpu_pct for s in inside if s.util_gpu_pct is not None]
+    if not mem:
+        return None
+    return DecodeUse(statistics.median(mem), statistics.median(sm) if sm else None, len(mem), used)
+
+
+def explain_decode_use(use: DecodeUse, eff: Efficiencies | None) -> str:
+    """One sentence on what NVML saw while decoding, set beside the decode model."""
+    sm = f" and the SMs {use.sm_pct:.0f}%" if use.sm_pct is not None else ""
+    text = (
+        f"While it decoded, NVML saw the memory controller busy {use.mem_pct:.0f}% of the time{sm} (median of "
+        f"{w.count(use.samples)} samples over {w.count(use.requests)} requests): "
+    )
+    if use.mem_pct < MEMORY_BOUND_UTIL_PCT:
+        fixed = f" ({w.secs(eff.fixed_s_per_token)} here)" if eff is not None and eff.fixed_s_per_token > 0 else ""
+        return text + f"decode is not waiting on memory, but on the fixed cost of each token{fixed}."
+    return text + "decode is waiting on memory, as the bandwidth ceiling assumes."
+
+
 def diagnose_request(
     record: RequestRecord,
     phases: Phases,

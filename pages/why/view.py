@@ -32,7 +32,7 @@ from analysis.ceilings import (
     ollama_num_batch,
     starting_efficiencies,
 )
-from analysis.diagnose import CODES, Severity, diagnose_request
+from analysis.diagnose import CODES, DecodeUse, Severity, decode_use, diagnose_request, explain_decode_use
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
 from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
@@ -537,15 +537,27 @@ def _diagnose(
     return diagnosed, _aggregate_energy(energies)
 
 
+def _decode_use(reads: _StoreReads) -> DecodeUse | None:
+    phases = {s.record.id: s.phases for s in reads.recent}
+    return decode_use([(rec, phases[rec.id]) for rec in reads.mine if rec.id in phases], reads.samples_by_id)
+
+
 def _rate_sentences(
-    story: Story, rows: Sequence[RequestSummary], hw: Hardware, model: str, ubatch_source: str, events: list[Interference]
+    story: Story,
+    rows: Sequence[RequestSummary],
+    hw: Hardware,
+    model: str,
+    ubatch_source: str,
+    events: list[Interference],
+    use: DecodeUse | None = None,
+    eff: Efficiencies | None = None,
 ) -> list[str]:
     # Replies that thought: thinking is decode work, and the first answer token comes after it.
     gens = [r for r in rows if r.kind is RequestKind.GENERATE]
     thought = [
         ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s) for r in gens if r.thinking_tokens
     ]
-    return explain_rates(
+    out = explain_rates(
         story,
         hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
         model_name=model,
@@ -553,6 +565,9 @@ def _rate_sentences(
         interference=events,
         thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
     )
+    if use is not None and not hw.simulated and len(out) >= 2:  # beside the decode sentence: direct evidence
+        out.insert(2, explain_decode_use(use, eff))
+    return out
 
 
 def build_why(
@@ -620,7 +635,9 @@ def build_why(
         ubatch_tokens=ubatch,
         prefill_note=flagged_note("prefill", curves.prefill_r),
         decode_note=flagged_note("decode", curves.decode_r),
-        sentences=_rate_sentences(story, reads.rows, hw, model, ubatch_source, events) if story is not None else [],
+        sentences=_rate_sentences(story, reads.rows, hw, model, ubatch_source, events, _decode_use(reads), eff)
+        if story is not None
+        else [],
         interference=events,
         interference_sentences=_interference_sentences(model, events, pairs),
         diagnoses=_group(diagnosed),

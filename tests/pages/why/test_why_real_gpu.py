@@ -69,6 +69,9 @@ def test_decode_expected_holds_on_a_fast_gpu_before_and_after_calibration(tmp_pa
     eff = m.story.model.efficiencies
     assert eff.fixed_s_per_token > 0 and "your requests" in eff.source_fixed
     assert any("per token that does not depend on them" in s for s in m.sentences)
+    # NVML's direct evidence beside it: the memory controller 17-19% busy while the SMs ran 72-77% (nvidia-smi dmon).
+    (use,) = [s for s in m.sentences if s.startswith("While it decoded, NVML saw")]
+    assert "memory controller busy 17%" in use and "SMs 74%" in use and "not waiting on memory" in use, use
 
 
 def test_with_api_ps_alone_the_readings_doubt_the_placement(tmp_path: Path) -> None:
