@@ -549,15 +549,18 @@ def runner_for(conn: sqlite3.Connection, model: str, digest: str | None) -> Runn
 def runner_placement(
     conn: sqlite3.Connection, model: str, digest: str | None, port: int | None = None
 ) -> tuple[RunnerPlacement, float, str] | None:
-    """Where the runner of this model put it, from its own load lines: (placement, when read, source), the newest
-    load; matched by the runner's port when known, else by digest, else by the /api/ps name."""
+    """Where the runner of this model put it, from its own load lines: (placement, when read, source).
+
+    ``port``: the runner serving it now; only its own lines count (an earlier load's may have had other settings).
+    Without one (none running, or none found), the newest load of the model: by digest, else by the /api/ps name."""
     rows = [RUNNER_DEVICES.from_values(r) for r in _rows(conn, f"SELECT {RUNNER_DEVICES.select_list()} FROM runner_devices", ())]
     bare = digest.removeprefix("sha256:") if digest else None
-    mine = (
-        [r for r in rows if r.port == port]
-        or [r for r in rows if bare and r.digest and r.digest.removeprefix("sha256:") == bare]
-        or [r for r in rows if r.model and same_model(r.model, model)]
-    )
+    if port is not None:
+        mine = [r for r in rows if r.port == port]
+    else:
+        mine = [r for r in rows if bare and r.digest and r.digest.removeprefix("sha256:") == bare] or [
+            r for r in rows if r.model and same_model(r.model, model)
+        ]
     if not mine:
         return None
     newest = max(mine, key=lambda r: r.ts_unix_s)

@@ -65,7 +65,11 @@ def test_each_runner_gets_the_lines_that_follow_its_start(tmp_path: Path) -> Non
     found = queries.runner_placement(reader, MODEL, None)
     by_digest = queries.runner_placement(reader, "another name", "sha256:abc")
     partial = queries.runner_placement(reader, "other:7b", None)
+    running_now = queries.runner_placement(reader, MODEL, "sha256:abc", port=48613)
+    reloaded = queries.runner_placement(reader, MODEL, "sha256:abc", port=50000)
     reader.close()
+    assert running_now is not None and running_now[0].gpu_fraction == 1.0
+    assert reloaded is None, "a runner serving it now whose load was not read: an earlier load's figures are not its own"
     assert found is not None and by_digest is not None and partial is not None
     placement, read_at, source = found
     assert (placement.gpu_fraction, read_at, source) == (1.0, 7.0, "runner log")
