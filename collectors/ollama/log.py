@@ -19,12 +19,24 @@ Ollama itself::
     time=… level=INFO source=… msg="starting llama-server" cmd="… --model <blob> --port 39511 …"
     time=… level=INFO source=… msg="llama-server started in 2.31 seconds"
 
+A line counts only in its exact form, from its first character: anyone who can reach the runner's port can
+have text of their choosing copied into the log (an invalid grammar is echoed verbatim), so a fragment inside
+another line is never read. A runner line is ``slot <function, 12 wide>: id N | task N | <message>`` after
+llama.cpp's optional log prefix (``0.09.894.504 I ``, when the runner runs with timestamps and prefixes), or
+one of the older timing block's bare lines (``       eval time = …``); an access line is gin's, its path quoted
+as gin quotes it (``%#v``); a load line is Ollama's own ``time=… level=INFO source=… msg="…"``. Lines longer
+than ``MAX_LOG_LINE_CHARS`` are not looked at. No pattern here stacks wildcards: each is anchored, and the
+fields of a runner message are split on their commas, so a line costs time linear in its length (a hostile
+line once cost minutes, docs/architecture.md §4). Numbers that are not finite or beyond any reading are
+refused, never carried on to overflow later.
+
 Anything else is counted as unknown and skipped: format drift never stops the collector.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import time
@@ -35,39 +47,53 @@ from typing import Protocol
 
 from analysis.runner_load import LoadLine, parse_load_line
 
-# "id  0 | task 12 |" names the slot and the task; both optional so a bare message still parses.
-_SLOT = r"(?:.*?\bid\s+(?P<slot>\d+)\s*\|\s*task\s+(?P<task>-?\d+)\s*\|\s*)?"
-_NUM = r"[0-9]+(?:\.[0-9]+)?"
-_PROGRESS = re.compile(
-    _SLOT + r".*?prompt processing(?: progress)?,\s*n_tokens\s*=\s*(?P<n>\d+)"
-    r"(?:,\s*batch\.n_tokens\s*=\s*(?P<batch>\d+))?,\s*progress\s*=\s*(?P<frac>" + _NUM + r")"
-)
-_DONE = re.compile(_SLOT + r".*?prompt processing done,\s*n_tokens\s*=\s*(?P<n>\d+)(?:,\s*batch\.n_tokens\s*=\s*(?P<batch>\d+))?")
+# The longest line looked at. The longest real one is Ollama's "starting llama-server" line (its runner's whole
+# command line, under 1 KiB with long paths); runner lines are under 200 characters.
+MAX_LOG_LINE_CHARS = 8192
+MAX_DURATION_MS = 7 * 24 * 3600 * 1000.0  # a week: a longer timing or load time is not a reading
+MAX_ACCESS_LATENCY_S = 7 * 24 * 3600.0  # the same for an access line's latency
+
+# Bounded digit runs: a longer number is not a reading (and int() of thousands of digits is refused by Python).
+_INT = r"[0-9]{1,18}"
+_NUM = r"[0-9]{1,15}(?:\.[0-9]{1,9})?"
+_INT_RE = re.compile(_INT)
+_NUM_RE = re.compile(_NUM)
+# llama.cpp's own log prefix, present when the runner is started without --no-log-timestamps/--no-log-prefix.
+_LLAMA_PREFIX = re.compile(r"(?:[0-9]{1,6}\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} )?(?:[IWED] )?")
+# "slot %12.*s: id %2d | task %d | " (llama.cpp's SLT_* macros): the function name is exactly 12 characters wide.
+_SLOT = re.compile(r"slot (?P<func>[ \w()]{12}): id +(?P<slot>" + _INT + r") \| task (?P<task>-?" + _INT + r") \| ", re.ASCII)
+# A timing line, in its own message or bare as a line of the older timing block (its format pads it with spaces).
 _TIMING = re.compile(
-    _SLOT + r".*?(?P<kind>prompt eval|eval|total) time\s*=\s*(?P<ms>" + _NUM + r")\s*ms\s*/\s*(?P<n>\d+)\s*tokens"
+    r" *(?P<kind>prompt eval|eval|total) time = +(?P<ms>" + _NUM + r") ms / +(?P<n>" + _INT + r") tokens(?: \(.*\))?"
 )
-_LAUNCH = re.compile(_SLOT + r".*?processing task\b")
-_NEW_PROMPT = re.compile(_SLOT + r".*?new prompt,.*?task\.n_tokens\s*=\s*(?P<n>\d+)")
-_RELEASE = re.compile(_SLOT + r".*?stop processing:\s*n_tokens\s*=\s*(?P<n>\d+)")
-# Ollama's access line (gin): local time to the second, status, latency (a Go duration), client, method, path.
+# Ollama's access line (gin, colours off): "[GIN] %v | %3d | %13v | %15s | %-7s %#v"; gin's %#v quotes the path as
+# Go quotes a string, so a quote inside it is escaped and the line ends at the path's closing quote.
 _ACCESS = re.compile(
-    r".*?\[GIN\]\s*(?P<stamp>\d{4}/\d{2}/\d{2} - \d{2}:\d{2}:\d{2})\s*\|\s*(?P<status>\d{3})\s*\|\s*(?P<latency>\S+)\s*\|"
-    r'\s*(?P<client>\S*)\s*\|\s*(?P<method>[A-Z]+)\s+"(?P<path>[^"\s]{1,256})"'
+    r"\[GIN\] (?P<stamp>[0-9]{4}/[0-9]{2}/[0-9]{2} - [0-9]{2}:[0-9]{2}:[0-9]{2}) \| (?P<status>[0-9]{3}) \|"
+    r" *(?P<latency>[^\s|]{1,32}) \|"
+    r' *(?P<client>[^\s|]{0,64}) \| (?P<method>[A-Z]{1,16}) +"(?P<path>(?:[^"\\\x00-\x1f]|\\.){1,256})"'
 )
-_RUNNER_START = re.compile(r".*?starting llama[ -]server\b.*?--port[ =](?P<port>\d{1,5})\b")
-_RUNNER_STARTED = re.compile(r".*?(?:llama-server|llama runner) started in (?P<s>" + _NUM + r") seconds")
+# Ollama's own line (Go's slog text handler, AddSource on): time, level, source, then the message, Go-quoted.
+_SLOG = re.compile(r'time=\S{1,64} level=INFO source=\S{1,128} msg="(?P<msg>(?:[^"\\]|\\.){0,256})"(?P<attrs>.*)')
+_RUNNER_START_MSG = re.compile(r"starting llama[ -]server")
+_RUNNER_STARTED_MSG = re.compile(r"(?:llama-server|llama runner) started in (?P<s>" + _NUM + r") seconds")
+_CMD_ATTR = re.compile(r' cmd="(?P<cmd>(?:[^"\\]|\\.)*)"')
+_PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
 _GO_DURATION_PART = re.compile(r"(" + _NUM + r")(h|ms|µs|μs|us|ns|m|s)")
 _GO_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ns": 1e-9}
-MAX_ACCESS_LATENCY_S = 7 * 24 * 3600.0  # a week: anything longer is not a reading
+_FIELD_KEY = re.compile(r"[A-Za-z_][\w.]{0,31}", re.ASCII)
+_MAX_FIELDS = 16  # key = value pairs in one runner message; real ones have at most 4
 
 
 def go_duration_s(text: str) -> float | None:
     """A Go duration as gin prints it ("36.330512ms", "1m2s", "512.3µs") in seconds; None if it is not one."""
+    if len(text) > 64:
+        return None
     parts = _GO_DURATION_PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
     seconds = sum(float(n) * _GO_UNIT_S[u] for n, u in parts)
-    return seconds if seconds <= MAX_ACCESS_LATENCY_S else None
+    return seconds if math.isfinite(seconds) and seconds <= MAX_ACCESS_LATENCY_S else None
 
 
 @dataclass(frozen=True)
@@ -77,9 +103,9 @@ class AccessLine:
     ended_unix_s: float  # the line's own stamp: the whole second the request ended in
     status: int
     latency_s: float
-    client: str
+    client: str  # as Ollama printed it: who sent the request is not verified by anything in the log
     method: str
-    path: str
+    path: str  # as gin quoted it, escapes kept
 
 
 @dataclass(frozen=True)
@@ -87,7 +113,10 @@ class LogEvent:
     """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
     runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
-    load lines: where it put the model, ``analysis.runner_load``)."""
+    load lines: where it put the model, ``analysis.runner_load``).
+
+    ``slot_id`` and ``task_id`` are the runner's own (what its ``/slots`` shows, to confirm a line against);
+    ``port`` is the runner's port where the line names it (a load line)."""
 
     kind: str
     read_unix_s: float  # when the line was read (the line itself has no time)
@@ -108,13 +137,37 @@ class LogEvent:
         return round(self.tokens / self.fraction)
 
 
-def _ids(m: re.Match[str]) -> tuple[int | None, int | None]:
-    slot, task = m.group("slot"), m.group("task")
-    return (int(slot) if slot is not None else None, int(task) if task is not None and int(task) >= 0 else None)
+def _int(text: str | None) -> int | None:
+    """A token count as the runner prints it: digits only, at most 18 (it fits 64 bits)."""
+    return int(text) if text is not None and _INT_RE.fullmatch(text) else None
+
+
+def _float(text: str | None, limit: float) -> float | None:
+    """A decimal as the runner prints it, finite and at most ``limit``; None otherwise (never inf, never raises)."""
+    if text is None or not _NUM_RE.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) and value <= limit else None
+
+
+def _fields(text: str) -> dict[str, str] | None:
+    """``key = value, key = value`` (llama.cpp's runner messages) split on commas, not matched: a value holds
+    no comma in these lines. None when a part is not ``key = value`` or a key repeats."""
+    parts = text.split(",", _MAX_FIELDS)
+    if len(parts) > _MAX_FIELDS:
+        return None
+    out: dict[str, str] = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not _FIELD_KEY.fullmatch(key) or key in out:
+            return None
+        out[key] = value.strip()
+    return out
 
 
 def _access(line: str, read_unix_s: float) -> LogEvent | None:
-    m = _ACCESS.match(line)
+    m = _ACCESS.fullmatch(line)
     if not m:
         return None
     latency_s = go_duration_s(m.group("latency"))
@@ -124,64 +177,106 @@ def _access(line: str, read_unix_s: float) -> LogEvent | None:
         return None
     if latency_s is None:
         return None
-    line_ = AccessLine(stamp, int(m.group("status")), latency_s, m.group("client")[:64], m.group("method"), m.group("path"))
+    line_ = AccessLine(stamp, int(m.group("status")), latency_s, m.group("client"), m.group("method"), m.group("path"))
     return LogEvent("access", read_unix_s, 0, access=line_)
 
 
-def _task_line(line: str, read_unix_s: float) -> LogEvent | None:
-    """A task's start, its prompt's size or its end."""
-    for kind, pattern in (("release", _RELEASE), ("new_prompt", _NEW_PROMPT), ("launch", _LAUNCH)):
-        m = pattern.match(line)
-        if m:
-            slot, task = _ids(m)
-            if task is None:
-                return None  # "task -1": no task yet
-            return LogEvent(kind, read_unix_s, int(m.groupdict().get("n") or 0), slot, task)
-    return None
+def _go_unquote(text: str) -> str:
+    """A Go-quoted string's content, for the escapes slog writes (\\ and \"); others are kept as written."""
+    return re.sub(r'\\([\\"])', r"\1", text)
 
 
 def _load_line(line: str, read_unix_s: float) -> LogEvent | None:
-    m = _RUNNER_START.match(line)
-    if m:
-        return LogEvent("runner_start", read_unix_s, 0, port=int(m.group("port")))
-    m = _RUNNER_STARTED.match(line)
-    if m:
-        return LogEvent("runner_started", read_unix_s, 0, duration_ms=float(m.group("s")) * 1000)
+    """Ollama's own structured line, when it is one of the two a load writes."""
+    m = _SLOG.fullmatch(line)
+    if not m:
+        return None
+    msg = _go_unquote(m.group("msg"))
+    if _RUNNER_START_MSG.fullmatch(msg):
+        cmd = _CMD_ATTR.fullmatch(m.group("attrs"))
+        if cmd is None:
+            return None
+        ports = {int(p.group("port")) for p in _PORT_ARG.finditer(_go_unquote(cmd.group("cmd")))}
+        if len(ports) != 1:
+            return None  # none, or two that disagree: not a command line to believe
+        [port] = ports
+        return LogEvent("runner_start", read_unix_s, 0, port=port) if 0 < port < 65536 else None
+    started = _RUNNER_STARTED_MSG.fullmatch(msg)
+    if started and not m.group("attrs"):
+        took_s = _float(started.group("s"), MAX_DURATION_MS / 1000)
+        return LogEvent("runner_started", read_unix_s, 0, duration_ms=took_s * 1000) if took_s is not None else None
     return None
+
+
+def _timing(text: str, read_unix_s: float, slot: int | None, task: int | None) -> LogEvent | None:
+    m = _TIMING.fullmatch(text)
+    if not m:
+        return None
+    ms, n = _float(m.group("ms"), MAX_DURATION_MS), _int(m.group("n"))
+    if ms is None or n is None:
+        return None
+    kind = {"prompt eval": "prompt_eval", "eval": "eval", "total": "total"}[m.group("kind")]
+    return LogEvent(kind, read_unix_s, n, slot, task, duration_ms=ms)
+
+
+def _slot_message(msg: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    """The message of a ``slot …: id N | task N |`` line: its head names it, its fields are split, not matched."""
+    head, _, rest = msg.partition(", ")
+    if head in ("prompt processing progress", "prompt processing"):  # newer builds print the latter
+        f = _fields(rest)
+        n = _int(f.get("n_tokens")) if f else None
+        if f is None or n is None or ("batch.n_tokens" in f and _int(f["batch.n_tokens"]) is None):
+            return None
+        frac = _float(f.get("progress"), 1e6)
+        if frac is None:
+            return None
+        return LogEvent("progress", read_unix_s, n, slot, task, fraction=frac)
+    if head == "prompt processing done":
+        f = _fields(rest)
+        n = _int(f.get("n_tokens")) if f else None
+        return LogEvent("done", read_unix_s, n, slot, task) if n is not None else None
+    if head == "processing task":  # "processing task, is_child = 0"; older builds print no fields
+        if rest and _fields(rest) is None:
+            return None
+        return LogEvent("launch", read_unix_s, 0, slot, task) if task is not None else None
+    if head == "new prompt":
+        f = _fields(rest)
+        n = _int(f.get("task.n_tokens")) if f else None
+        return LogEvent("new_prompt", read_unix_s, n, slot, task) if n is not None and task is not None else None
+    stop, colon, rest = msg.partition(": ")
+    if stop == "stop processing" and colon:
+        f = _fields(rest)
+        n = _int(f.get("n_tokens")) if f else None
+        return LogEvent("release", read_unix_s, n, slot, task) if n is not None and task is not None else None
+    return _timing(msg, read_unix_s, slot, task)
+
+
+def _runner_line(text: str, read_unix_s: float) -> LogEvent | None:
+    """A line llama-server wrote: after its optional log prefix, a slot line or a bare line of the timing block."""
+    prefix = _LLAMA_PREFIX.match(text)
+    if prefix is not None and prefix.end():
+        text = text[prefix.end() :]
+    m = _SLOT.match(text)
+    if m is None:
+        return _timing(text, read_unix_s, None, None)  # the older timing block's own lines, or nothing
+    task = int(m.group("task"))
+    return _slot_message(text[m.end() :], read_unix_s, int(m.group("slot")), task if task >= 0 else None)
 
 
 def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
-    """The event a log line carries, or None for a line that is not one this module understands."""
-    if "[GIN]" in line:
+    """The event a log line carries, or None for a line that is not one this module understands.
+
+    Time is linear in the line's length, which is at most ``MAX_LOG_LINE_CHARS`` (a longer line is None at once)."""
+    if len(line) > MAX_LOG_LINE_CHARS:
+        return None
+    line = line.rstrip("\r")
+    if line.startswith("[GIN] "):
         return _access(line, read_unix_s)
+    if line.startswith("time="):
+        return _load_line(line, read_unix_s)
     if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns
         return LogEvent("runner_load", read_unix_s, 0, load=load)
-    if "llama-server" in line or "llama server" in line or "llama runner" in line:
-        return _load_line(line, read_unix_s)
-    if "task" in line and ("processing" in line or "new prompt" in line):
-        event = _task_line(line, read_unix_s)
-        if event is not None:
-            return event
-    if "time" not in line and "prompt processing" not in line:
-        return None  # the common case, cheaply
-    m = _DONE.match(line)
-    if m:
-        slot, task = _ids(m)
-        return LogEvent("done", read_unix_s, int(m.group("n")), slot, task)
-    m = _PROGRESS.match(line)
-    if m:
-        slot, task = _ids(m)
-        try:
-            frac: float | None = float(m.group("frac"))
-        except ValueError:
-            frac = None
-        return LogEvent("progress", read_unix_s, int(m.group("n")), slot, task, fraction=frac)
-    m = _TIMING.match(line)
-    if m:
-        slot, task = _ids(m)
-        kind = {"prompt eval": "prompt_eval", "eval": "eval", "total": "total"}[m.group("kind")]
-        return LogEvent(kind, read_unix_s, int(m.group("n")), slot, task, duration_ms=float(m.group("ms")))
-    return None
+    return _runner_line(line, read_unix_s)
 
 
 def parse_lines(lines: Iterable[str], read_unix_s: float) -> list[LogEvent]:
@@ -205,6 +300,8 @@ class LogTail:
 
     ``read(now)`` returns the events of the lines written since the last call; lines it does not understand
     are counted in ``unknown_lines``. A missing or unreadable file is not an error: ``problem`` says why.
+    A line longer than ``MAX_LOG_LINE_CHARS`` bytes is dropped and counted in ``long_lines``, its unfinished
+    part too (as the journal reader does): memory stays bounded however long a line grows.
     """
 
     MAX_READ_BYTES = 1 << 20  # per call: a flood of output is read over several ticks
@@ -217,6 +314,8 @@ class LogTail:
         self._inode: int | None = None
         self._offset = 0
         self._partial = b""
+        self._dropping = False  # inside a line longer than MAX_LOG_LINE_CHARS: skip to its end
+        self.long_lines = 0  # lines dropped for their length (counted in unknown_lines too)
         self._from_start = from_start
 
     def read(self, now_unix_s: float) -> list[LogEvent]:
@@ -232,7 +331,7 @@ class LogTail:
             first = self._inode is None
             self._inode = st.st_ino
             self._offset = st.st_size if first and not self._from_start else 0
-            self._partial = b""
+            self._partial, self._dropping = b"", False
         if st.st_size == self._offset:
             return []
         try:
@@ -246,10 +345,25 @@ class LogTail:
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()  # an unfinished line waits for its end
-        events = parse_lines((raw.decode("utf-8", "replace") for raw in lines), now_unix_s)
+        if self._dropping:  # inside an over-long line, already counted
+            if lines:
+                lines.pop(0)  # its end: not a line of its own
+                self._dropping = False
+            else:
+                self._partial = b""  # more of it
+        if len(self._partial) > MAX_LOG_LINE_CHARS:  # never kept whole: dropped now, and its rest when it comes
+            self._partial, self._dropping = b"", True
+            self._long(1)
+        kept = [raw for raw in lines if len(raw) <= MAX_LOG_LINE_CHARS]
+        self._long(len(lines) - len(kept))
+        events = parse_lines((raw.decode("utf-8", "replace") for raw in kept), now_unix_s)
         self.known_lines += len(events)
-        self.unknown_lines += len(lines) - len(events)
+        self.unknown_lines += len(kept) - len(events)
         return events
+
+    def _long(self, n: int) -> None:
+        self.long_lines += n
+        self.unknown_lines += n
 
     def close(self) -> None:
         """Nothing to release: the file is opened only while it is read."""

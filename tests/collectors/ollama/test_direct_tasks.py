@@ -262,7 +262,10 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
     assert access.latency_s == pytest.approx(0.0012)
     for hostile in ('[GIN] 2026/13/45 - 99:99:99 | 200 | 1s | x | POST "/api/chat"', "[GIN] | 200 |", "[GIN] " + "x" * 100_000):
         assert parse_line(hostile, 1.0) is None
-    start = parse_line('time=x level=INFO msg="starting llama-server" cmd="/b/llama-server --model /m --port 40123 -np 2"', 1.0)
+    start_line = (
+        'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="/b/llama-server --model /m --port 40123"'
+    )
+    start = parse_line(start_line, 1.0)
     assert start is not None and start.kind == "runner_start" and start.port == 40123
     done = parse_line('time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"', 1.0)
     assert done is not None and done.kind == "runner_started" and done.duration_ms == 2310.0

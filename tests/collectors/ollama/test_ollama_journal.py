@@ -19,6 +19,7 @@ from tests.support.journal import JournalFiles, now_us, require_journal_tools, u
 from tests.support.paths import DATA
 
 CAPTURED = DATA / "llama_server_logs" / "prompt4k_batch512.log"
+SLOT = "slot print_timing: id  0 | task 1 | "  # a runner line's own prefix
 WAIT_S = 30.0  # for journalctl to show what was written: far above the ~0.1 s it takes on a quiet machine
 
 
@@ -119,7 +120,7 @@ def test_entries_of_a_flood_are_read_over_several_calls(tmp_path: Path, tails: l
     tail = JournalTail("ollama", journal_dir=tmp_path, max_read_bytes=512)
     tails.append(tail)
     following(tail)
-    journal.append([unit_entry(f"prompt processing, n_tokens = {i}, progress = 0.5") for i in range(1, 41)])
+    journal.append([unit_entry(SLOT + f"prompt processing, n_tokens = {i}, progress = 0.5") for i in range(1, 41)])
     time.sleep(1.0)  # journalctl has written them all into the pipe (64 KiB) by now
     got: list[LogEvent] = []
     per_call: list[int] = []
@@ -179,7 +180,7 @@ def test_a_journal_with_nothing_then_entries(tmp_path: Path, tails: list[Journal
     journal.append([unit_entry("Started ollama.service", ts_us=now_us() - 1_000_000)])
     following(tail)  # at its next start
     ts = now_us()
-    journal.append([unit_entry("prompt processing, n_tokens = 64, progress = 0.25", ts_us=ts)])
+    journal.append([unit_entry(SLOT + "prompt processing, n_tokens = 64, progress = 0.25", ts_us=ts)])
     got = read_until(tail, lambda got: len(got) >= 1)
     assert [(e.tokens, e.read_unix_s, e.prompt_size_tokens) for e in got] == [(64, ts / 1e6, 256)]
     assert tail.problem is None
@@ -197,7 +198,7 @@ def test_journalctls_stderr_is_kept_to_its_bound(tmp_path: Path, tails: list[Jou
 
 
 def test_a_unit_without_entries(tmp_path: Path, tails: list[JournalTail]) -> None:
-    JournalFiles(tmp_path).append([unit_entry("prompt processing, n_tokens = 1, progress = 1", "other.service")])
+    JournalFiles(tmp_path).append([unit_entry(SLOT + "prompt processing, n_tokens = 1, progress = 1", "other.service")])
     tail = JournalTail("ollama", journal_dir=tmp_path, no_entries_after_s=1.0)
     tails.append(tail)
     read_until(tail, lambda _: tail.problem is not None, timeout_s=10)
@@ -213,7 +214,7 @@ def test_journalctl_that_dies_is_started_again_after_its_last_entry(tmp_path: Pa
     tail = JournalTail("ollama", journal_dir=tmp_path, restart_min_s=0.5)
     tails.append(tail)
     following(tail)
-    journal.append([unit_entry("prompt processing, n_tokens = 1, progress = 0.1")])
+    journal.append([unit_entry(SLOT + "prompt processing, n_tokens = 1, progress = 0.1")])
     assert [e.tokens for e in read_until(tail, lambda got: len(got) >= 1)] == [1]
     pid = tail.pid
     assert pid is not None
@@ -221,7 +222,7 @@ def test_journalctl_that_dies_is_started_again_after_its_last_entry(tmp_path: Pa
     read_until(tail, lambda _: tail.pid is None, timeout_s=10)
     assert "exited with status -9" in (tail.problem or "") and "trying again after 0.5 s" in (tail.problem or "")
     assert not Path(f"/proc/{pid}").exists(), "reaped"
-    journal.append([unit_entry(f"prompt processing, n_tokens = {n}, progress = 0.5") for n in (2, 3)])  # while it is down
+    journal.append([unit_entry(SLOT + f"prompt processing, n_tokens = {n}, progress = 0.5") for n in (2, 3)])  # while it is down
     got = read_until(tail, lambda got: len(got) >= 2)
     time.sleep(0.3)
     assert [e.tokens for e in got + tail.read(time.time())] == [2, 3], "what was written meanwhile, once, and nothing older"
@@ -237,7 +238,7 @@ def test_close_stops_and_reaps_journalctl(tmp_path: Path) -> None:
     assert pid is not None and Path(f"/proc/{pid}").exists()
     tail.close()
     assert not Path(f"/proc/{pid}").exists(), "stopped and reaped: no zombie"
-    journal.append([unit_entry("prompt processing, n_tokens = 1, progress = 0.1")])
+    journal.append([unit_entry(SLOT + "prompt processing, n_tokens = 1, progress = 0.1")])
     assert tail.read(time.time()) == [] and tail.pid is None
     tail.close()  # twice is fine
 
