@@ -157,6 +157,7 @@ class RunnerReader:
         self._queue: list[ProgressSample] = []
         self._log: LogSource | None = log_source if log_source is not None else LogTail(log_path) if log_path else None
         self._log_problem: str | None = None  # as last said in the collector's log
+        self._log_read: asyncio.Future[None] | None = None  # the log read in a worker thread now, if any
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.polls = 0
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
@@ -254,6 +255,8 @@ class RunnerReader:
             with_timeout = asyncio.ensure_future(stop.wait())
             await asyncio.wait({with_timeout}, timeout=self.busy_interval_s)
             with_timeout.cancel()
+        if self._log_read is not None:  # a worker thread cannot be cancelled: let its read end (it is bounded)
+            await asyncio.gather(self._log_read, return_exceptions=True)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -295,8 +298,8 @@ class RunnerReader:
             if not state.polling and now >= state.next_poll_s:
                 state.polling = True
                 self._spawn(pending, self._poll(state, requests, interval_s))
-        if self._log is not None:
-            self._read_log(requests)
+        if self._log is not None and self._log_read is None:
+            self._log_read = asyncio.ensure_future(self._read_log(self._log))
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.adopt_log_only(self._runner_of_task)
         self.direct.step()
@@ -453,11 +456,22 @@ class RunnerReader:
 
     # -- the log ----------------------------------------------------------------------------------
 
-    def _read_log(self, requests: list[RequestRecord]) -> None:
-        assert self._log is not None
-        events = self._log.read(self._clock())
-        if self._log.problem != self._log_problem:  # say it once, in words, when it changes
-            self._log_problem = self._log.problem
+    async def _read_log(self, source: LogSource) -> None:
+        """Read and parse the log in a worker thread, off the loop that relays every proxied request (a flood of
+        lines, up to a read's cap, costs that thread's time, not the clients'); then join its events here, on the
+        loop. One read at a time; the lines are stamped with the time the read began."""
+        try:
+            events = await asyncio.to_thread(source.read, self._clock())
+            self._take_log(source, events, list(self._in_flight()))
+        except Exception:
+            self.errors += 1
+            log.exception("reading Ollama's log failed")
+        finally:
+            self._log_read = None
+
+    def _take_log(self, source: LogSource, events: list[LogEvent], requests: list[RequestRecord]) -> None:
+        if source.problem != self._log_problem:  # say it once, in words, when it changes
+            self._log_problem = source.problem
             if self._log_problem:
                 log.warning("Ollama's log: %s; live progress comes from the runners' /slots alone meanwhile", self._log_problem)
             else:
