@@ -1,0 +1,219 @@
+"""Ollama's log written by someone hostile (issue 29): anyone who can reach the runner's port can have text of
+their choosing copied into it (an invalid grammar is echoed verbatim). No line stalls the collector, no line
+grows its memory, no number overflows, and a runner, access or load line counts only in its exact form from
+its first character, never as a fragment inside another line."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import tracemalloc
+from pathlib import Path
+
+import aiohttp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.ollama.discovery import Discovery
+from collectors.ollama.log import MAX_LOG_LINE_CHARS, LogEvent, LogTail, parse_line
+from collectors.ollama.runners import RunnerReader
+
+SLOT = "slot print_timing: id  0 | task 5 | "
+# Fragments of every line the parser reads: repeated within one line they made the old patterns' stacked lazy
+# wildcards cost cubic time (a 14 KB line: 10.7 s on the loop that relays every proxied request).
+FRAGMENTS = [
+    "id 0 | task 0 | new prompt, ",
+    "id 0 | task 0 | processing ",
+    "id 0 | task 0 | stop processing: ",
+    "id 0 | task 0 | prompt processing, n_tokens = 1, ",
+    "id 0 | task 0 | prompt processing done, ",
+    "id 0 | task 0 | eval time = 1 ms / ",
+    "starting llama-server --port ",
+    "llama runner started in ",
+    "[GIN] 2026/06/12 - 22:48:16 | 200 | 1s | ",
+]
+# A line that stalls must not take this long (the parser takes microseconds; the old one took seconds).
+LINE_BUDGET_S = 0.25
+
+
+def repeated(fragment: str, chars: int, prefix: str = "") -> str:
+    return (prefix + fragment * (chars // len(fragment) + 1))[:chars]
+
+
+def test_lines_of_repeated_fragments_parse_in_bounded_time() -> None:
+    lines = [
+        repeated(fragment, chars, prefix)
+        for fragment in FRAGMENTS
+        for prefix in ("", SLOT, 'time=x level=INFO source=x.go:1 msg="')
+        for chars in (MAX_LOG_LINE_CHARS - 16, 14 * 1024, 28 * 1024)
+    ]
+    for line in lines:  # the shortest first: the old parser failed on the first, in seconds rather than minutes
+        start = time.perf_counter()
+        assert parse_line(line, 1.0) is None
+        took_s = time.perf_counter() - start
+        assert took_s < LINE_BUDGET_S, f"{line[:40]!r}… ({len(line)} characters) took {took_s:.3f} s"
+
+
+def endless(path: Path, total_bytes: int) -> None:
+    chunk = b"x" * (1 << 20)
+    with path.open("ab") as f:
+        for _ in range(total_bytes // len(chunk)):
+            f.write(chunk)
+
+
+def test_the_tail_drops_an_endless_line_and_keeps_its_memory(tmp_path: Path) -> None:
+    log = tmp_path / "ollama.log"
+    log.write_text("")
+    tail = LogTail(log)
+    assert tail.read(1.0) == []
+    total_bytes = 48 << 20
+    endless(log, total_bytes)  # 48 MB and no end yet
+    tracemalloc.start()
+    try:
+        for _ in range(total_bytes // LogTail.MAX_READ_BYTES + 1):
+            assert tail.read(2.0) == []
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 8 * LogTail.MAX_READ_BYTES, f"reading it held {peak_bytes / 1e6:.0f} MB at once"
+    with log.open("a") as f:  # its end, then a real line
+        f.write("yyy\n" + SLOT + "prompt processing, n_tokens = 512, progress = 0.25\n")
+    assert [(e.kind, e.tokens) for e in tail.read(3.0)] == [("progress", 512)], "its rest is not a line of its own"
+    assert tail.long_lines == 1 and tail.unknown_lines == 1
+    with log.open("a") as f:  # an over-long line written whole, between two real ones
+        f.write(SLOT + "eval time = 1.00 ms / 2 tokens\n" + "z" * (MAX_LOG_LINE_CHARS + 1) + "\n")
+        f.write(SLOT + "eval time = 3.00 ms / 4 tokens\n")
+    assert [e.tokens for e in tail.read(4.0)] == [2, 4]
+    assert tail.long_lines == 2 and tail.unknown_lines == 2
+
+
+def test_numbers_that_are_not_finite_or_beyond_any_reading_are_refused() -> None:
+    huge = "9" * 400  # float() of it is inf
+    for line in [
+        SLOT + f"prompt eval time = {huge} ms / 10 tokens (1 ms per token, 1 tokens per second)",
+        SLOT + f"       eval time = {huge}.5 ms / 10 tokens",
+        SLOT + "       eval time = 999999999999.00 ms / 10 tokens",  # 31 years
+        SLOT + f"prompt processing, n_tokens = {'9' * 5000}, progress = 0.5",  # int() refuses 5,000 digits
+        SLOT + f"prompt processing, n_tokens = 10, progress = {huge}",
+        SLOT + f"stop processing: n_tokens = {'9' * 30}, truncated = 0",
+        f'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in {huge} seconds"',
+        'time=x level=INFO source=llama_server.go:1362 msg="llama runner started in 86400000.00 seconds"',
+        f'[GIN] 2026/06/12 - 22:48:16 | 200 | {"9" * 20}h | 10.0.0.7 | POST     "/api/chat"',
+    ]:
+        event = parse_line(line, 1.0)
+        assert event is None, (line[:80], event)
+    for line in [SLOT + "prompt eval time = 1e999 ms / 1 tokens", SLOT + "eval time = inf ms / 1 tokens"]:
+        assert parse_line(line, 1.0) is None
+
+
+def test_fragments_inside_other_lines_are_not_read() -> None:
+    """Text a client had echoed into the log (an invalid grammar, a pattern), with a line's words inside it."""
+    forged = [
+        # a grammar error echo with a timing inside: would rewrite another client's record
+        "parse: error parsing grammar: expecting name at slot print_timing: id  0 | task 5 |        eval time = "
+        "99999.00 ms /  9999 tokens (  10.00 ms per token,  99.99 tokens per second)",
+        "srv  params_from_: " + SLOT + "prompt eval time =       1.00 ms /     1 tokens",
+        "E srv  params_from_: grammar: slot      release: id  0 | task 5 | stop processing: n_tokens = 9999, truncated = 0",
+        "root ::= slot update_slots: id  0 | task 5 | prompt processing progress, n_tokens = 999999, progress = 0.5",
+        "x slot   operator(): id  0 | task 5 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 999999",
+        "x slot launch_slot_: id  0 | task 5 | processing task, is_child = 0",
+        # a load line inside another message: would switch the log's figures off (a runner on port 1 never found)
+        'time=2026-06-12T22:48:14.120+02:00 level=WARN source=server.go:1 msg="bad grammar: starting llama-server '
+        '--model /m --port 1"',
+        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=server.go:1 msg="echo" cmd="starting llama-server --port 1"',
+        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'cmd="/b/llama-server --port 40123 --port 1"',  # two ports: not a command line to believe
+        # a day of load from a message that only contains the words
+        'time=x level=INFO source=x.go:1 msg="request: llama runner started in 86399.00 seconds"',
+        "grammar: llama-server started in 86399.00 seconds",
+        # an access line inside another, or with text after its path
+        'srv  log_server_r: [GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"',
+        '[GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat" | 10.0.0.7 "x"',
+        '[GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat" x"',
+    ]
+    for line in forged:
+        assert parse_line(line, 1.0) is None, line
+    # The same lines in their own form are read: the rule is the form, not the words.
+    real: list[tuple[str, str]] = [
+        (SLOT + "       eval time =   99999.00 ms /  9999 tokens (  10.00 ms per token,  99.99 tokens per second)", "eval"),
+        ("slot      release: id  0 | task 5 | stop processing: n_tokens = 9999, truncated = 0", "release"),
+        ("0.09.894.504 I slot launch_slot_: id  0 | task 5 | processing task, is_child = 0", "launch"),
+        (
+            'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+            'cmd="/b/llama-server --model /m --port 40123 -np 2"',
+            "runner_start",
+        ),
+        ('time=x level=INFO source=server.go:1 msg="llama runner started in 2.31 seconds"', "runner_started"),
+        ('[GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"', "access"),
+        ('[GIN] 2026/06/12 - 22:48:16 | 404 |      1.2ms |       10.0.0.9 | GET      "/a\\"b"', "access"),
+    ]
+    for line, kind in real:
+        event = parse_line(line, 1.0)
+        assert event is not None and event.kind == kind, line
+    start = parse_line(real[3][0], 1.0)
+    assert start is not None and start.port == 40123
+    launch = parse_line(real[2][0], 1.0)
+    assert launch is not None and (launch.slot_id, launch.task_id) == (0, 5), "what /slots confirms a line against"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    # runs of one fragment (the shape that cost cubic time), mixed with the characters the patterns split on
+    st.lists(
+        st.tuples(st.sampled_from([*FRAGMENTS, " ", "|", "=", ",", "0", "\\", '"', "(", "1.5 ms"]), st.integers(1, 400)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["", SLOT, "0.00.001.410 I " + SLOT, "[GIN] ", 'time=x level=INFO source=x msg="']),
+)
+def test_fuzzed_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
+    parts = [fragment * count for fragment, count in runs]
+    line = prefix + "".join(parts)
+    start = time.perf_counter()
+    event = parse_line(line, 1.0)
+    took_s = time.perf_counter() - start
+    assert took_s < LINE_BUDGET_S, f"{len(line)} characters took {took_s:.3f} s"
+    if event is not None:
+        assert event.tokens >= 0
+        for value in (event.duration_ms, event.fraction, event.access.latency_s if event.access else None):
+            assert value is None or math.isfinite(value)
+
+
+class SlowLog(LogTail):
+    """A log whose every read takes READ_S: a flood of lines up to a read's cap, or a slow disk."""
+
+    READ_S = 1.0
+
+    def read(self, now_unix_s: float) -> list[LogEvent]:
+        time.sleep(self.READ_S)
+        return super().read(now_unix_s)
+
+
+def test_the_log_is_read_off_the_loop_that_relays_the_proxy(tmp_path: Path) -> None:
+    """The proxy relays on the collector's one loop: a log read must never hold it."""
+
+    async def run() -> float:
+        async with aiohttp.ClientSession() as session:
+            reader = RunnerReader(
+                "http://127.0.0.1:9",
+                session,
+                in_flight=list,
+                loaded_models=list,
+                log_source=SlowLog(tmp_path / "ollama.log"),
+                discover=lambda _url: Discovery([]),
+            )
+            stop = asyncio.Event()
+            task = asyncio.create_task(reader.run(stop))
+            worst_gap_s, last = 0.0, time.monotonic()
+            end = last + 2.5 * SlowLog.READ_S
+            while time.monotonic() < end:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                worst_gap_s, last = max(worst_gap_s, now - last), now
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            return worst_gap_s
+
+    worst_gap_s = asyncio.run(run())
+    assert worst_gap_s < SlowLog.READ_S / 2, f"the loop stalled {worst_gap_s:.2f} s"
