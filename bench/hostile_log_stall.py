@@ -5,7 +5,8 @@ Starts ``python -m sim``, a collector from ``--repo`` (this checkout, or another
 ``--ollama-log`` on a file, and a client asking ``GET /api/version`` through the proxy back to back. After a
 quiet baseline, each ``--sizes`` line (KB) of one repeated fragment is appended to the log, and the client's
 answer times are kept for ``--window`` seconds after it (and until the request in flight then answers, however
-long it takes). Then the collector's memory (VmRSS) and its CPU over ``--idle`` quiet seconds.
+long it takes). ``--shapes``: the fragments alone, or after a runner line's own prefix. Then the collector's
+memory (VmRSS) and its CPU over ``--idle`` quiet seconds.
 
     .venv/bin/python bench/hostile_log_stall.py [--sizes 14,28] [--window 15] [--repo PATH]
 """
@@ -62,6 +63,10 @@ class Client(threading.Thread):
         return (max(took), statistics.median(took), len(took)) if took else (float("nan"), float("nan"), 0)
 
 
+def row(name: str, worst_s: float, median_s: float, n: int) -> None:
+    print(f"{name:<34} {worst_s * 1000:>11.1f} ms {median_s * 1000:>7.1f} ms {n:>8}", flush=True)
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -79,9 +84,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="14,28", help="hostile line sizes in KB, comma-separated (default 14,28)")
     ap.add_argument("--window", type=float, default=15.0, help="seconds measured after each line (default 15)")
     ap.add_argument("--idle", type=float, default=10.0, help="quiet seconds for the idle CPU at the end (default 10)")
+    ap.add_argument("--shapes", default="bare,slot", help="bare (the fragments alone), slot (after a runner's prefix)")
     ap.add_argument("--repo", type=Path, default=REPO, help="checkout whose collector runs (default this one)")
     args = ap.parse_args()
     sizes_kb = [int(s) for s in args.sizes.split(",") if s]
+    shapes = [(name, prefix) for name, prefix in (("bare", ""), ("slot", SLOT_PREFIX)) if name in args.shapes.split(",")]
     print(f"collector from {args.repo}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with start_sim() as sim, tempfile.TemporaryDirectory(prefix="pw-hostile-") as folder:
         log = Path(folder) / "ollama.log"
@@ -106,9 +113,10 @@ def main() -> int:
             client.start()
             base_start = time.monotonic()
             time.sleep(args.window)
-            rows = [("baseline (no hostile line)", *client.worst_s(base_start, time.monotonic()))]
+            print(f"{'while the log held':<34} {'worst answer':>14} {'median':>10} {'answers':>8}", flush=True)
+            row("baseline (no hostile line)", *client.worst_s(base_start, time.monotonic()))
             for kb in sizes_kb:
-                for name, prefix in (("bare", ""), ("after a slot prefix", SLOT_PREFIX)):
+                for name, prefix in shapes:
                     line = (prefix + FRAGMENT * (kb * 1024 // len(FRAGMENT) + 1))[: kb * 1024]
                     start = time.monotonic()
                     with log.open("a") as f:
@@ -117,7 +125,7 @@ def main() -> int:
                     end = time.monotonic()
                     while not any(s > end for s, _ in client.times):  # the request in flight has answered
                         time.sleep(0.1)
-                    rows.append((f"{kb} KB line, {name}", *client.worst_s(start, end)))
+                    row(f"{kb} KB line, {name}", *client.worst_s(start, end))
             client.stop.set()
             client.join()
             rss = rss_mb(collector.pid)
@@ -128,10 +136,11 @@ def main() -> int:
         finally:
             client.stop.set()
             collector.terminate()
-            collector.wait(timeout=60)
-    print(f"{'while the log held':<34} {'worst answer':>14} {'median':>10} {'answers':>8}")
-    for name, worst, median, n in rows:
-        print(f"{name:<34} {worst * 1000:>11.1f} ms {median * 1000:>7.1f} ms {n:>8}")
+            try:
+                collector.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # its loop is held (the code before): SIGTERM waits for it
+                collector.kill()
+                collector.wait()
     print(
         f"client errors: {client.errors}; collector afterwards: RSS {rss:.0f} MB, idle CPU {idle_pct:.1f}% over {args.idle:g} s"
     )

@@ -284,7 +284,9 @@ class JournalTail:
         if text is None:
             self.unknown_lines += 1
             return []
-        lines = text.splitlines() or [""]
+        # Split on newlines only, as a log file is: str.splitlines() also splits on \u2028, \x1c and the like,
+        # which a client can have echoed mid-line, and would make a fragment after one start a line of its own.
+        lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
         # An entry without a usable timestamp keeps the time it was read, as a log file's line does.
         events = parse_lines(lines, ts_unix_s if ts_unix_s is not None else now_unix_s)
         self.known_lines += len(events)

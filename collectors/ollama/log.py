@@ -26,9 +26,10 @@ llama.cpp's optional log prefix (``0.09.894.504 I ``, when the runner runs with 
 one of the older timing block's bare lines (``       eval time = …``); an access line is gin's, its path quoted
 as gin quotes it (``%#v``); a load line is Ollama's own ``time=… level=INFO source=… msg="…"``. Lines longer
 than ``MAX_LOG_LINE_CHARS`` are not looked at. No pattern here stacks wildcards: each is anchored, and the
-fields of a runner message are split on their commas, so a line costs time linear in its length (a hostile
-line once cost minutes, docs/architecture.md §4). Numbers that are not finite or beyond any reading are
-refused, never carried on to overflow later.
+fields of a runner message are split on their commas, so a line costs time linear in its length (stacked lazy
+wildcards once cost cubic time: a 28 KB line of repeated fragments took 85 s, ``bench/hostile_log_stall.py``).
+Numbers that are not finite or beyond any reading are refused, never carried on to overflow later. The
+runner reader reads and parses in a worker thread, off the loop that relays the proxy.
 
 Anything else is counted as unknown and skipped: format drift never stops the collector.
 """

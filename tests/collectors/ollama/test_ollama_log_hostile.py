@@ -6,6 +6,7 @@ its first character, never as a fragment inside another line."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 import tracemalloc
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.ollama.discovery import Discovery
+from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import MAX_LOG_LINE_CHARS, LogEvent, LogTail, parse_line
 from collectors.ollama.runners import RunnerReader
 
@@ -217,3 +219,18 @@ def test_the_log_is_read_off_the_loop_that_relays_the_proxy(tmp_path: Path) -> N
 
     worst_gap_s = asyncio.run(run())
     assert worst_gap_s < SlowLog.READ_S / 2, f"the loop stalled {worst_gap_s:.2f} s"
+
+
+def test_a_journal_message_is_split_on_newlines_only() -> None:
+    """journald keeps a line up to 48 KiB; a Unicode line separator inside one does not start a line of its own."""
+    tail = JournalTail("ollama")  # journalctl starts on the first read(): take_output alone needs none
+    try:
+        timing = SLOT + "       eval time =       1.00 ms /     2 tokens"
+        for sep in ("\u2028", "\u2029", "\x1c", "\x1e", "\x85", "\x0b", "\x0c"):
+            entry = {"__REALTIME_TIMESTAMP": "1700000000250000", "MESSAGE": f"grammar: x{sep}{timing}"}
+            assert tail.take_output(json.dumps(entry).encode() + b"\n", 5.0) == [], repr(sep)
+        both = {"__REALTIME_TIMESTAMP": "1700000000250000", "MESSAGE": f"grammar: x\n{timing}\n"}
+        assert [e.tokens for e in tail.take_output(json.dumps(both).encode() + b"\n", 5.0)] == [2]
+        assert tail.unknown_lines == 8 and tail.known_lines == 1
+    finally:
+        tail.close()
