@@ -299,7 +299,7 @@ class RunnerReader:
                 state.polling = True
                 self._spawn(pending, self._poll(state, requests, interval_s))
         if self._log is not None and self._log_read is None:
-            self._log_read = asyncio.ensure_future(self._read_log(self._log))
+            self._log_read = asyncio.ensure_future(self._read_log_in_thread(self._log))
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.adopt_log_only(self._runner_of_task)
         self.direct.step()
@@ -456,7 +456,12 @@ class RunnerReader:
 
     # -- the log ----------------------------------------------------------------------------------
 
-    async def _read_log(self, source: LogSource) -> None:
+    def _read_log(self, requests: list[RequestRecord]) -> None:
+        """Read the log and join its events now, on the caller's thread (tests; the loop uses the one below)."""
+        assert self._log is not None
+        self._take_log(self._log, self._log.read(self._clock()), requests)
+
+    async def _read_log_in_thread(self, source: LogSource) -> None:
         """Read and parse the log in a worker thread, off the loop that relays every proxied request (a flood of
         lines, up to a read's cap, costs that thread's time, not the clients'); then join its events here, on the
         loop. One read at a time; the lines are stamped with the time the read began."""
