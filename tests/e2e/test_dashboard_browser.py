@@ -4,11 +4,17 @@ Starts ``python -m sim``, ``python -m collectors`` (``--demo --record-text``) an
 ``streamlit run app.py`` on free loopback ports, sends three requests through the proxy
 with the official ``ollama`` client, and watches them on the Live page while they run
 and on the Requests page afterwards, with the phase numbers the store holds.
-Screenshots of every page go to ``$PHASEWATCH_ARTIFACTS`` (default ``artifacts/``).
+Screenshots of every page go to ``$PHASEWATCH_ARTIFACTS`` (default ``artifacts/``). The demo test also takes the
+README's picture: into ``artifacts/readme-live.png`` by default, into ``docs/img/live.png`` with
+``PHASEWATCH_WRITE_README_IMG=1`` (a run of the suite leaves the tracked file alone, so CI and every developer's run
+never dirty the tree with a picture that differs at each run; regenerating it is one deliberate command, in
+CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from store.writer import StoreWriter
 
 # The fixtures (stack, browser, page) live in tests/e2e/conftest.py.
 from tests.e2e.support import (
+    ARTIFACTS,
     UI_TIMEOUT_MS,
     Stack,
     in_flight_bands,
@@ -44,6 +51,18 @@ from tests.e2e.support import (
 )
 
 pytestmark = pytest.mark.browser
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_IMAGE = README.parent / "docs" / "img" / "live.png"
+README_IMAGE_VIEWPORT = {"width": 1280, "height": 1100}  # the sidebar, the metrics, a card and the GPU timeline's top
+
+
+def readme_image_path() -> Path:
+    """Where the README's picture goes: the tracked file only when asked (PHASEWATCH_WRITE_README_IMG=1)."""
+    if os.environ.get("PHASEWATCH_WRITE_README_IMG") == "1":
+        return README_IMAGE
+    return ARTIFACTS / "readme-live.png"  # CI keeps it beside the other screenshots, to compare by eye
+
 
 MODEL = "llama3.2:latest"
 
@@ -297,7 +316,12 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                     screenshot(page, "demo-live-failed")
                     raise AssertionError(f"{e}\n{page_report(page, tmp_path / 'app.log')}") from None
                 assert any("Host" in t for t in titles)
+                # The GPU the README says the demo simulates is the one its pages show (and its picture, below).
+                readme_gpu = re.search(r"a simulated (RTX \d+)", README.read_text())
+                assert readme_gpu is not None, "README.md no longer says which GPU the demo simulates"
+                assert any(f"Simulated NVIDIA GeForce {readme_gpu[1]}" in t for t in titles), (titles, readme_gpu[1])
                 screenshot(page, "demo-live")
+                write_readme_image(page, url)
                 page.goto(url + "/requests")
                 wait_ready(page)
                 wait_until(lambda: page.locator('[data-testid="stPlotlyChart"]').count() >= 3, 60, "history and one request")
@@ -307,3 +331,13 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                 context.close()
     finally:
         assert stop_demo(demo_dir), "the demo did not stop"
+
+
+def write_readme_image(page: Page, url: str) -> None:
+    """The README's picture of the Live page in the demo: one screen (not the full page), at the README's width."""
+    page.set_viewport_size(README_IMAGE_VIEWPORT)
+    page.goto(url)  # drawn afresh at this width, not a 1400-wide page squeezed
+    wait_ready(page)
+    wait_until(lambda: page.locator('[data-testid="stPlotlyChart"]').count() >= 2, 60, "the GPU timeline at the README's width")
+    target = screenshot(page, "readme-live", path=readme_image_path(), full_page=False)
+    assert target.stat().st_size > 50_000, target  # a page with charts drawn, not a blank one
