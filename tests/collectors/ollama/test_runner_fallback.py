@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from collectors.ollama.discovery import discover
-from tests.support.reader_run import in_flight_record, loaded, run_reader
+from tests.support.reader_run import ReaderRun, in_flight_record, loaded, run_reader
 from tests.support.runner_process import REPO_ROOT, OllamaStandIn, ps_entry, start_bad_runner
 
 MODEL = "gemma3:270m"
@@ -55,8 +55,21 @@ def test_remote_ollama_has_no_runner_to_read() -> None:
 )
 def test_unreadable_runner_no_exception_no_reading(model_file: Path, mode: str, why: str) -> None:
     request = in_flight_record("r1", MODEL)
+
+    def tried_twice_and_said_why(run: ReaderRun) -> bool:  # a poll counts once its answer is judged
+        return run.reader.polls >= 2 and any(why in (s.problem or "") for s in run.reader.runners.values())
+
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner(mode, model_file) as child:
-        run = asyncio.run(run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=4.0))
+        # The second try comes RETRY_INTERVAL_S (2 s) after the first: stop then, not after a fixed wait.
+        run = asyncio.run(
+            run_reader(
+                ollama.base_url,
+                in_flight=lambda: [request],
+                models=loaded(ollama.models),
+                seconds=15.0,
+                until=tried_twice_and_said_why,
+            )
+        )
     assert not run.task_done_early and run.reader.errors == 0
     assert run.samples == []
     assert run.reader.polls >= 2, "it kept trying"
@@ -69,7 +82,16 @@ def test_runner_exiting_mid_request(model_file: Path) -> None:
     """One good reading, then the runner is gone: the reading is kept, counts only; the reader runs on and drops it."""
     request = in_flight_record("r1", MODEL)
     with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner("exit", model_file):
-        run = asyncio.run(run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=3.0))
+        run = asyncio.run(
+            run_reader(
+                ollama.base_url,
+                in_flight=lambda: [request],
+                models=loaded(ollama.models),
+                seconds=15.0,
+                # Read once, then gone from the reader's runners: nothing further can come.
+                until=lambda run: bool(run.samples) and run.reader.runners == {},
+            )
+        )
     assert not run.task_done_early and run.reader.errors == 0
     assert len(run.samples) == 1
     sample = run.samples[0]
