@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from collectors.config import load_settings
 from collectors.gpu.choose import GpuChoice
@@ -23,6 +24,7 @@ def _no_gpu(**_: object) -> GpuChoice:
     return GpuChoice(None, [("all", "no GPU on this host")])
 
 
+@pytest.mark.slow  # 300 requests through a real collector: 9-10 s on this shared machine
 def test_no_gpu_source_keeps_nothing_per_request(tmp_path: Path) -> None:
     with start_sim("--hardware", "cpu") as sim:
         held_rows, held_text_chars, counted = asyncio.run(_flood(sim, tmp_path))

@@ -37,6 +37,7 @@ def _truth(sim_url: str) -> list[dict[str, Any]]:
         return list(json.load(r)["requests"])
 
 
+@pytest.mark.slow  # two model loads at 0.7 GB/s, one behind the other: 11-13 s on this shared machine
 def test_a_request_behind_another_models_load_says_so_then_times_its_own_load(tmp_path: Path) -> None:
     with start_sim("--disk-gbs", DISK_GBS) as sim, collector(tmp_path, "--ollama", sim.base_url):
         base = listen_url(tmp_path)
