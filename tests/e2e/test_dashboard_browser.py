@@ -13,8 +13,11 @@ CONTRIBUTING.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -286,9 +289,11 @@ def finished_requests(data_dir: Path) -> int:
 def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
     """``PHASEWATCH_DEMO=1 streamlit run app.py``: the app starts the simulator, a collector and synthetic users
     itself, into a data folder of their own, and the pages fill with what the proxy recorded."""
-    demo_dir = tmp_path / "demo"
+    # The data folder is shown in the sidebar, and so in the README's picture: a short name, not pytest's.
+    data_dir = Path(tempfile.mkdtemp(prefix="phasewatch-"))
+    demo_dir = data_dir / "demo"
     try:
-        with run_app(tmp_path, tmp_path / "app.log", {"PHASEWATCH_DEMO": "1"}) as url:
+        with run_app(data_dir, tmp_path / "app.log", {"PHASEWATCH_DEMO": "1"}) as url:
             context = browser.new_context(viewport={"width": 1400, "height": 3400})
             page = context.new_page()
             try:
@@ -297,7 +302,7 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
                 assert "Demo mode" in page.locator('[data-testid="stMain"]').inner_text()
                 # The demo's user chats every few seconds: wait for finished requests in its own store.
                 wait_until(lambda: finished_requests(demo_dir) >= 2, 120, "two requests recorded by the demo")
-                assert not db_path(tmp_path).exists()  # nothing recorded into the real data folder
+                assert not db_path(data_dir).exists()  # nothing recorded into the real data folder
                 try:
                     titles = wait_until(
                         lambda: (
@@ -330,7 +335,19 @@ def test_demo_mode_fills_every_chart(tmp_path: Path, browser: Browser) -> None:
             finally:
                 context.close()
     finally:
-        assert stop_demo(demo_dir), "the demo did not stop"
+        stopped = stop_demo(demo_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        assert stopped, "the demo did not stop"
+
+
+def _gpu_timeline_on_screen(page: Page) -> bool:
+    """The simulated GPU's timeline is drawn, visible, and starts inside the window (so the picture shows it)."""
+    return bool(
+        page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(gd =>
+            ((gd.layout && gd.layout.title && gd.layout.title.text) || '').includes('Simulated NVIDIA')
+            && gd.querySelector('.main-svg') && getComputedStyle(gd).visibility !== 'hidden'
+            && gd.getBoundingClientRect().height > 0 && gd.getBoundingClientRect().top < window.innerHeight)""")
+    )
 
 
 def write_readme_image(page: Page, url: str) -> None:
@@ -338,6 +355,16 @@ def write_readme_image(page: Page, url: str) -> None:
     page.set_viewport_size(README_IMAGE_VIEWPORT)
     page.goto(url)  # drawn afresh at this width, not a 1400-wide page squeezed
     wait_ready(page)
-    wait_until(lambda: page.locator('[data-testid="stPlotlyChart"]').count() >= 2, 60, "the GPU timeline at the README's width")
-    target = screenshot(page, "readme-live", path=readme_image_path(), full_page=False)
-    assert target.stat().st_size > 50_000, target  # a page with charts drawn, not a blank one
+    wait_until(lambda: _gpu_timeline_on_screen(page), 60, "the simulated GPU's timeline at the README's width")
+    # A generation in flight makes the better picture (its card shows the phase it is in); the demo's users send
+    # one every few seconds, but a busy machine may miss it: then the picture shows the last finished one.
+    with contextlib.suppress(AssertionError):
+        wait_until(
+            lambda: metric(page, "Generations in flight") not in (None, "0") and _gpu_timeline_on_screen(page),
+            30,
+            "a generation in flight",
+        )
+    target = readme_image_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target), full_page=False)
+    assert target.stat().st_size > 50_000, target  # a page with its charts drawn, not a blank one
