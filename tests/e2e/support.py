@@ -119,10 +119,10 @@ def page_report(page: Page, log_path: Path | None = None) -> str:
     return "\n".join(parts)
 
 
-def screenshot(page: Page, name: str, *, path: Path | None = None, full_page: bool = True) -> Path:
-    """Save a screenshot (the full page by default) once every chart is drawn: to path, else $PHASEWATCH_ARTIFACTS."""
-    path = path or ARTIFACTS / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+def screenshot(page: Page, name: str) -> Path:
+    """Save a full-page screenshot under $PHASEWATCH_ARTIFACTS once every chart is drawn."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
     # A refreshed figure is remounted hidden and drawn again: wait for a moment when all are visible.
     with contextlib.suppress(Exception):
         page.wait_for_function(
@@ -133,7 +133,7 @@ def screenshot(page: Page, name: str, *, path: Path | None = None, full_page: bo
             polling=30,
             timeout=20_000,
         )
-    page.screenshot(path=str(path), full_page=full_page)
+    page.screenshot(path=str(path), full_page=True)
     return path
 
 
