@@ -25,7 +25,7 @@ from pathlib import Path
 
 import ollama
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, ViewportSize
 
 from bench.pages_fixture import XSS_PROMPT, XSS_REPLY, Shape, make_request, status_rows
 from collectors.demo import stop_demo
@@ -57,7 +57,7 @@ pytestmark = pytest.mark.browser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_IMAGE = README.parent / "docs" / "img" / "live.png"
-README_IMAGE_VIEWPORT = {"width": 1280, "height": 1100}  # the sidebar, the metrics, a card and the GPU timeline's top
+README_IMAGE_VIEWPORT: ViewportSize = {"width": 1280, "height": 1100}  # sidebar, metrics, a card, the GPU timeline
 
 
 def readme_image_path() -> Path:
