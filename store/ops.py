@@ -362,7 +362,8 @@ class PutInstalledModels(Op[None]):
 
 @dataclass(frozen=True)
 class PutRunners(Op[None]):
-    """The runner processes found now, with the settings on their command lines, replacing the previous list."""
+    """The runner processes found now, with the settings on their command lines. A runner that has exited keeps
+    its row (the settings that served its requests, and when they were last read); a pid used again replaces it."""
 
     runners: tuple[RunnerFlags, ...]
 
@@ -378,8 +379,7 @@ class PutRunners(Op[None]):
         return OP_BYTES * self.weight
 
     def apply(self, tx: Tx) -> None:
-        tx.conn.execute("DELETE FROM runners")
-        tx.conn.executemany(RUNNERS.insert_sql(), [RUNNERS.params(r) for r in self.runners])
+        tx.conn.executemany(RUNNERS.insert_sql("INSERT OR REPLACE"), [RUNNERS.params(r) for r in self.runners])
 
 
 @dataclass(frozen=True)
@@ -536,8 +536,10 @@ class ApplyRetention(Op[RetentionResult]):
         result = RetentionResult(used_bytes_before=tx.used_bytes())
         _delete_samples_before(conn, self.now_unix_s - policy.samples_max_age_s, result.deleted)
         _delete_requests_before(conn, self.now_unix_s - policy.requests_max_age_s, result.deleted)
-        # model_info of models no longer installed, and host bandwidth measurements, age like requests.
+        # model_info of models no longer installed, runners that exited, and host bandwidth measurements age like
+        # requests (the runner that served a request stays as long as the request).
         cutoff = self.now_unix_s - policy.requests_max_age_s
+        _count(result.deleted, "runners", conn.execute("DELETE FROM runners WHERE ts_unix_s < ?", (cutoff,)).rowcount)
         _count(
             result.deleted,
             "model_info",

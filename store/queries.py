@@ -532,13 +532,15 @@ def installed_models(conn: sqlite3.Connection) -> list[InstalledModel]:
 
 
 def runners(conn: sqlite3.Connection) -> list[RunnerFlags]:
-    """The runner processes the collector found last, with their command lines' settings ([] before any)."""
-    rows = _rows(conn, f"SELECT {RUNNERS.select_list()} FROM runners ORDER BY pid", ())
+    """The runner processes the collector has read, running or exited since, with their command lines' settings,
+    the most recently read first ([] before any)."""
+    rows = _rows(conn, f"SELECT {RUNNERS.select_list()} FROM runners ORDER BY ts_unix_s DESC, pid", ())
     return [RUNNERS.from_values(r) for r in rows]
 
 
 def runner_for(conn: sqlite3.Connection, model: str, digest: str | None) -> RunnerFlags | None:
-    """The runner serving this model: by its blob's digest, else by the /api/ps name it was matched to."""
+    """The runner that served this model most recently read, running now or exited since: by its blob's digest,
+    else by the /api/ps name it was matched to."""
     found = runners(conn)
     bare = digest.removeprefix("sha256:") if digest else None
     by_digest = [r for r in found if bare and r.digest and r.digest.removeprefix("sha256:") == bare]

@@ -433,8 +433,8 @@ ALTER TABLE collector_heartbeat ADD COLUMN log_problem TEXT;
 """
 
 # v11: the runner processes found now and the settings each was started with, read from its command line
-# (replaced whole at each change, like installed_models). NULL where a flag was not given: the runner's
-# default holds, which its command line does not tell.
+# (at first replaced whole at each change; a runner that exits now keeps its row, see PutRunners). NULL where a
+# flag was not given: the runner's default holds, which its command line does not tell.
 _V11 = """
 CREATE TABLE runners (
     ts_unix_s REAL NOT NULL,

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from analysis.memory import DEFAULT_UBATCH_TOKENS, KV_TYPE_BYTES, RunnerSettings
 from analysis.records import LoadedModel, RunnerFlags
 from analysis.whatif import QUANT_LADDER, Prediction, Suggestion, Workload, predict, suggest
+from pages.shared import fmt
 from pages.why.view import WhyModel
 
 NUM_CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -43,7 +44,8 @@ class InForce:
 
 
 def _read(flag: str, runner: RunnerFlags) -> str:
-    return f"the runner's command line ({flag}, pid {runner.pid})"
+    # The runner may have exited since (the store keeps it): when it was read says which one served the requests.
+    return f"the runner's command line ({flag}, pid {runner.pid}, read {fmt.when(runner.ts_unix_s)})"
 
 
 def _unset(default: str, runner: RunnerFlags | None) -> str:
