@@ -48,14 +48,22 @@ else:
         with st.sidebar:
             common.follow_start()
 
+    # Live is the default page, which Streamlit serves at the app's root only: /live (a bookmark, a link) would
+    # answer "Page not found". A hidden page at /live switches to it (tests/e2e/test_deep_link.py).
+    live = st.Page("pages/live/page.py", title="Live", icon=":material/monitoring:", url_path="live-root", default=True)
+
+    def open_live() -> None:
+        st.switch_page(live)
+
     pages = [
-        st.Page("pages/live/page.py", title="Live", icon=":material/monitoring:", url_path="live", default=True),
+        live,
         st.Page("pages/requests/page.py", title="Requests", icon=":material/receipt_long:", url_path="requests"),
         st.Page("pages/why/page.py", title="Why", icon=":material/lightbulb:", url_path="why"),
         st.Page("pages/lab/page.py", title="Lab", icon=":material/science:", url_path="lab"),
     ]
     if os.environ.get("PHASEWATCH_PROMETHEUS", "").strip():  # several hosts, through Prometheus
         pages.append(st.Page("pages/hosts/page.py", title="Hosts", icon=":material/dns:", url_path="hosts"))
+    pages.append(st.Page(open_live, title="Live", url_path="live", visibility="hidden"))
     navigation = st.navigation(pages)
     if problem is None:
         navigation.run()

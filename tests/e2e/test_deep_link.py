@@ -57,3 +57,23 @@ def test_a_collector_that_cannot_start_is_reported_without_a_click(page: Page, t
             wait_ready(page)
             assert page.get_by_text("address already in use").count() > 0
             screenshot(page, "collector_cannot_start")
+
+
+def test_live_by_its_name_as_a_first_visit_opens_live_without_page_not_found(page: Page, tmp_path: Path) -> None:
+    # Live is the default page, served at the root: /live as a fresh server's first visit said "Page not found"
+    # (issue 34 item 2), a bookmark or a link to it must not.
+    with run_app(tmp_path / "data", tmp_path / "app.log", {"PHASEWATCH_COLLECTOR": "off"}) as url:
+        page.goto(url + "/live")
+        wait_until(lambda: page.locator("h1").first.inner_text().strip() == "Live", 60, "the Live page")
+        wait_ready(page)
+        assert page.get_by_text("Page not found").count() == 0
+        assert page.get_by_text("does not seem to exist").count() == 0
+        current = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
+        assert current.inner_text().split()[-1] == "Live"  # the sidebar says where the user is
+        assert [t.split()[-1] for t in page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()] == [
+            "Live",
+            "Requests",
+            "Why",
+            "Lab",
+        ]
+        screenshot(page, "deep_link_live")
