@@ -120,7 +120,7 @@ def main() -> int:
         n_gpu = int(conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0])
     print(f"  {n_gpu:,} GPU samples, {n_req:,} requests; pages look at the store's last moment\n")
 
-    from pages.live.timeline_ui import build_live, timeline_refresh_s
+    from pages.live.view import build_live, timeline_refresh_s
     from pages.requests.view import build_detail, build_history
 
     def live(window_s: float, part: str) -> Callable[[], object]:

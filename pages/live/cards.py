@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model, value_for_model
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
-from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
+from pages.live.timeline import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
 
 FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long

@@ -6,8 +6,8 @@ import time
 
 import streamlit as st
 
-from pages.live.cards_ui import build_cards, show_cards, show_strip
-from pages.live.timeline_ui import build_live, show_context, show_timeline, timeline_refresh_s
+from pages.live.ui import show_cards, show_context, show_strip, show_timeline
+from pages.live.view import build_cards, build_live, timeline_refresh_s
 from pages.shared import common, data
 from pages.shared.alert_banner import alert_banner
 from pages.shared.settings import client_host_line

@@ -1,5 +1,6 @@
-"""The Requests page's work: ``build_history`` and ``build_detail`` (store → tables and figures,
-no Streamlit, timed by ``bench/pages_refresh.py``), then ``show_history``/``show_detail``."""
+"""The Requests page's view-models, store → tables and figures (no Streamlit, timed by
+``bench/pages_refresh.py``): ``build_history`` for the filtered history, ``build_detail`` for one request.
+``pages/requests/page.py`` draws them; the rates chart is in ``pages/requests/figures.py``."""
 
 from __future__ import annotations
 
@@ -7,21 +8,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.ceilings import MIN_RATE_TOKENS
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.explain import explain_request
 from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.phases import Flag, Phases, PhaseSource
-from analysis.records import RequestKind, RequestRecord
-from pages.shared import charts, data, fmt
+from analysis.records import GpuSample, LoadedModel, Outcome, RequestKind, RequestRecord
+from pages.requests.figures import rates_figure
+from pages.shared import charts, fmt
 from pages.shared.charts import Span
+from store import queries
 from store.export import CSV_LINE_END, csv_cell
+from store.queries import StoredRequest
 from store.tables import RequestSummary
 
 SHOWN_ROWS = 2000  # the table shows the latest rows; the CSV has every match
@@ -56,110 +59,82 @@ HISTORY_COLUMNS = {
 }
 
 
+_open = queries.open_reader  # None while there is no store yet
+ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions")
+
+
+@dataclass(frozen=True)
+class HistoryOptions:
+    models: list[str]
+    endpoints: list[str]
+    outcomes: list[str]
+
+
+def load_history(
+    db: Path,
+    start_unix_s: float,
+    end_unix_s: float,
+    model: str | None,
+    endpoint: str | None,
+    outcome: str | None,
+    limit: int | None,
+) -> tuple[list[RequestSummary], HistoryOptions] | None:
+    """Requests started in the window that match the filters (None = any), newest first."""
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        rows = queries.recent_requests(
+            conn,
+            start_unix_s,
+            model=model,
+            endpoint=endpoint,
+            outcome=outcome,
+            limit=limit if limit is not None else 10_000_000,
+            until_unix_s=end_unix_s,
+        )
+        options = HistoryOptions(
+            models=queries.request_models(conn, start_unix_s),
+            endpoints=list(ENDPOINTS),
+            outcomes=[o.value for o in Outcome],
+        )
+    return rows, options
+
+
+def load_request(db: Path, request_id: str) -> StoredRequest | None:
+    """One request with its stored phases (None: unknown, or no store yet)."""
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        return queries.request_detail(conn, request_id)
+
+
+@dataclass
+class RequestContext:
+    """What the explainer needs beside the record: the GPU during the request, the model's facts, where it sat."""
+
+    gpu_samples: list[GpuSample]
+    show: dict[str, Any] | None  # Ollama's /api/show answer
+    loaded: LoadedModel | None
+
+
+def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> RequestContext:
+    with _open(db) as conn:
+        if conn is None:
+            return RequestContext([], None, None)
+        samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
+        info = queries.model_info(conn, rec.model)
+        loaded = queries.loaded_model(conn, rec.model)
+    return RequestContext(samples, None if info is None else info.show, loaded)
+
+
 @dataclass
 class HistoryModel:
     rows: list[RequestSummary]  # as the store returns them, newest first
     frame: pd.DataFrame  # the same rows with user-facing column names
     truncated: bool  # more requests match than SHOWN_ROWS
-    options: data.HistoryOptions
+    options: HistoryOptions
     figure: go.Figure | None
     figure_note: str | None = None  # what the rates chart draws apart
-
-
-# Flags that say a rate cannot be true: such readings are drawn apart and set no axis range.
-IMPOSSIBLE_RATE_FLAGS = {"decode": Flag.IMPLAUSIBLE_DECODE_RATE, "prefill": Flag.IMPLAUSIBLE_PREFILL_RATE}
-
-
-def _timed_tokens(row: RequestSummary, kind: str) -> int:
-    if kind == "prefill":
-        return row.computed_prompt_tokens or 0
-    return max((row.output_tokens or 0) - 1, 0)
-
-
-def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]:
-    """Each request's decode and prefill rate over time (log scale: they differ by 10-100×).
-
-    Rates timed over fewer than ``MIN_RATE_TOKENS`` tokens, and rates flagged as beyond any hardware,
-    are drawn hollow and set no axis range: one beyond the range sits at its edge, its value in the hover.
-    """
-    fig = go.Figure()
-    kept: list[float] = []
-    parts: list[tuple[str, str, str, list[RequestSummary], list[float], bool]] = []
-    apart_n = {"too short": 0, "impossible": 0}
-    for kind, label, symbol in (("decode", "decode (output) tok/s", "circle"), ("prefill", "prefill (prompt) tok/s", "diamond")):
-        ok_rows, ok_y, apart_rows, apart_y = [], [], [], []
-        for r in rows:
-            v = r.decode_tok_s if kind == "decode" else r.prefill_tok_s
-            if not v or v <= 0:
-                continue
-            impossible = IMPOSSIBLE_RATE_FLAGS[kind] in (r.flags or ())
-            if impossible or _timed_tokens(r, kind) < MIN_RATE_TOKENS:
-                apart_rows.append(r)
-                apart_y.append(v)
-                apart_n["impossible" if impossible else "too short"] += 1
-            else:
-                ok_rows.append(r)
-                ok_y.append(v)
-        kept += ok_y
-        parts.append((kind, label, symbol, ok_rows, ok_y, False))
-        parts.append((kind, label, symbol + "-open", apart_rows, apart_y, True))
-    lo, hi = (min(kept) / 1.5, max(kept) * 1.5) if kept else (None, None)
-    # A trace per series and model (the model's name once, in ``meta``; never copied per point: issue 25 #7).
-    group_names, group_of = charts.model_groups([r.model for r in rows])
-    group_by_id = {r.id: g for r, g in zip(rows, group_of, strict=True)}
-    for kind, label, symbol, part_rows, ys, apart in parts:
-        if apart and not part_rows:
-            continue
-        series = f"{label}, set apart (hollow)" if apart else label
-        for g, group_name in enumerate(group_names):
-            picked = [i for i, r in enumerate(part_rows) if group_by_id[r.id] == g]
-            if not picked and (apart or g > 0):
-                continue  # an empty trace only where the series would otherwise miss from the legend
-            shown = [min(max(ys[i], lo), hi) if lo is not None and hi is not None else ys[i] for i in picked]
-            fig.add_trace(
-                go.Scatter(
-                    x=charts.local_times([part_rows[i].started_at_unix_s for i in picked]),
-                    y=np.asarray(shown, dtype=np.float64),
-                    mode="markers",
-                    name=series,
-                    legendgroup=series,
-                    showlegend=not any(t.legendgroup == series for t in fig.data),
-                    marker={"symbol": symbol, "size": 7, "color": charts.PHASE_COLOURS[kind]},
-                    meta=charts.plain(group_name),
-                    customdata=np.asarray([[ys[i], _timed_tokens(part_rows[i], kind)] for i in picked], dtype=np.float64).reshape(
-                        -1, 2
-                    ),
-                    hovertemplate="%{meta}: %{customdata[0]:,.0f} tok/s over %{customdata[1]:,} tokens<extra></extra>",
-                )
-            )
-    fig.update_xaxes(title_text="local time")
-    y_axis: dict[str, object] = {"title_text": "tokens per second (log scale)", "type": "log", "dtick": 1, "tickformat": ",.0f"}
-    if lo is not None and hi is not None:
-        y_axis["range"] = [math.log10(lo), math.log10(hi)]
-    fig.update_yaxes(**y_axis)
-    fig.update_layout(
-        title={"text": "Rates of the requests shown"},
-        height=340,
-        margin={"l": 70, "r": 20, "t": 70, "b": 40},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        hovermode="closest",
-        uirevision="history",
-    )
-    note = None
-    if apart_n["too short"] or apart_n["impossible"]:
-        bits = []
-        if apart_n["too short"]:
-            n = apart_n["too short"]
-            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
-        if apart_n["impossible"]:
-            n = apart_n["impossible"]
-            bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
-        note = (
-            "Drawn hollow and left out of the axis range (at its edge when beyond it, value in the hover): "
-            + " and ".join(bits)
-            + "."
-        )
-    return fig, note
 
 
 def build_history(
@@ -171,7 +146,7 @@ def build_history(
     outcome: str | None = None,
 ) -> HistoryModel | None:
     """The filtered history (None = any value); None when there is no store yet."""
-    result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1)
+    result = load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1)
     if result is None:
         return None
     rows, options = result
@@ -242,7 +217,7 @@ def csv_bytes(
     db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None
 ) -> bytes:
     """Every matching request as CSV (timings and counts only, never prompt or reply text)."""
-    result = data.load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
+    result = load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
     rows = result[0] if result else []
     frame = history_frame(rows).map(csv_cell)  # escapes text cells only: numbers stay numbers
     return frame.to_csv(index=False, lineterminator=CSV_LINE_END).encode()
@@ -474,7 +449,7 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
 def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[Diagnosis]]:
     """Sentences and diagnoses from the explainer, with this GPU's and model's facts where the store has them."""
     end_ns = rec.closed_ns or rec.final_chunk_ns or (rec.token_chunk_ns[-1] if rec.token_chunk_ns else rec.received_ns)
-    ctx = data.load_request_context(db, rec, rec.wall_s(end_ns))
+    ctx = load_request_context(db, rec, rec.wall_s(end_ns))
     spec = None
     if ctx.gpu_samples:
         first = ctx.gpu_samples[0]
@@ -490,7 +465,7 @@ def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[D
 
 
 def build_detail(db: Path, request_id: str) -> DetailModel | None:
-    stored = data.load_request(db, request_id)
+    stored = load_request(db, request_id)
     if stored is None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
@@ -575,7 +550,7 @@ def linked_request(db: Path, linked: str | None, shown_ids: Sequence[str]) -> Li
         return None
     if linked in shown_ids:
         return LinkedRequest(linked, "", True)
-    stored = data.load_request(db, linked)
+    stored = load_request(db, linked)
     if stored is None:
         return LinkedRequest(linked, None, False)
     rec = stored.record

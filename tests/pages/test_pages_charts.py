@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.records import GpuSample, HostSample, LoadedModel, RequestRecord
+from pages.live import timeline
 from pages.shared import charts, derive
 from pages.shared.charts import Span
 from pages.shared.derive import Band, Interval
@@ -41,7 +42,7 @@ def names(fig: go.Figure) -> set[str]:
 
 def test_gpu_timeline_has_titles_units_legend_and_bands() -> None:
     samples = [gpu(T0 + i, 50.0) for i in range(60)]
-    bands = derive.assign_lanes(
+    bands = timeline.assign_lanes(
         [
             Band("a" * 32, "llama3.2:latest", "prefill", T0 + 10, T0 + 11),
             Band("a" * 32, "llama3.2:latest", "decode", T0 + 11, T0 + 20),
@@ -152,7 +153,7 @@ def test_chart_text_from_users_is_escaped() -> None:
 
 def test_unexplained_activity_ignores_proxied_requests() -> None:
     samples = [gpu(T0 + i, 95.0 if 10 <= i < 20 or 40 <= i < 50 else 0.0) for i in range(60)]
-    found = derive.unexplained_gpu_activity(samples, [Interval(T0 + 9, T0 + 21)])
+    found = timeline.unexplained_gpu_activity(samples, [Interval(T0 + 9, T0 + 21)])
     assert found == [Interval(T0 + 40, T0 + 49)]
 
 
@@ -160,19 +161,19 @@ def test_live_helpers() -> None:
     rec = RequestRecord(
         id="r", started_at_unix_s=T0, client_addr="127.0.0.1", endpoint="/api/chat", model="m:latest", stream=True
     )
-    assert derive.live_phase(rec, []) == "loading model"
-    assert derive.live_phase(rec, ["m:latest"]) == "waiting or prefill (no tokens yet)"
-    assert derive.live_phase(rec, ["library/M"]) == "waiting or prefill (no tokens yet)"  # Ollama's name rules
+    assert timeline.live_phase(rec, []) == "loading model"
+    assert timeline.live_phase(rec, ["m:latest"]) == "waiting or prefill (no tokens yet)"
+    assert timeline.live_phase(rec, ["library/M"]) == "waiting or prefill (no tokens yet)"  # Ollama's name rules
     rec.token_chunk_ns = [i * 10_000_000 for i in range(101)]  # 100 tokens/s
     rec.first_token_ns = 0
-    view = derive.in_flight_view(rec, T0 + 2.5, ["m:latest"])
+    view = timeline.in_flight_view(rec, T0 + 2.5, ["m:latest"])
     assert view.phase == "decoding" and view.tokens_so_far == 101 and view.elapsed_s == pytest.approx(2.5)
     assert view.live_tok_s == pytest.approx(100.0)
     # Seconds later with no new token: the live rate falls to 0 and the phase says why.
-    stalled = derive.in_flight_view(rec, T0 + 6.0, ["m:latest"])
+    stalled = timeline.in_flight_view(rec, T0 + 6.0, ["m:latest"])
     assert stalled.phase == "decoding, no token for 5 s" and stalled.live_tok_s == 0.0
     # A long stream: the rate over the last 3 s only (50 tokens/s there).
-    assert derive.live_tok_s([i * 20_000_000 for i in range(500)], now_ns=10_000_000_000) == pytest.approx(50.0, abs=0.4)
+    assert timeline.live_tok_s([i * 20_000_000 for i in range(500)], now_ns=10_000_000_000) == pytest.approx(50.0, abs=0.4)
     assert derive.stall_threshold_ms([10, 10, 10, 10]) == pytest.approx(60.0)
 
 

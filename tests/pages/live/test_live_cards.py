@@ -13,8 +13,8 @@ from analysis.records import FinalMetrics, Outcome, ProgressSource
 from collectors.ollama.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
 from collectors.proxy.request_facts import describe_request
 from pages.live.cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
-from pages.live.cards_ui import estimate_note, phase_bar, sparkline_svg
-from pages.shared.data import load_cards
+from pages.live.ui import estimate_note, phase_bar, sparkline_svg
+from pages.live.view import load_cards
 from store import queries
 from store.ops import PutProgress, PutRequest
 from store.queries import PromptHistoryRow

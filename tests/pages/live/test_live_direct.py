@@ -7,7 +7,7 @@ import pytest
 
 from analysis.records import ProgressSource, RequestRecord, SeenFrom
 from pages.live.cards import in_flight_cards
-from pages.shared.derive import UNKNOWN_CLIENT, UNKNOWN_ROUTE
+from pages.live.timeline import UNKNOWN_CLIENT, UNKNOWN_ROUTE
 from tests.support.live_cards import LOADED, T0, reading, record
 
 SMALL = "llama3.2:latest"

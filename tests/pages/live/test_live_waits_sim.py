@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pages.live.cards_ui import build_cards
+from pages.live.view import build_cards
 from store.schema import db_path
 from tests.support.clients import stream_generate
 from tests.support.collector_process import collector, listen_url

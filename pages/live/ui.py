@@ -1,4 +1,5 @@
-"""The Live page's cards and "now" strip: store → view-model (``build_cards``, no Streamlit) and drawing (``show_*``).
+"""The Live page's drawing (Streamlit): the cards and "now" strip, the GPU timeline, loaded models and host, from
+the view-models of ``pages/live/view.py``.
 
 Cards are drawn as text and Streamlit's own progress bars: no chart per card, so a card costs the server and
 the browser little each second. Model names, client addresses and replies are shown literally (``st.text`` or
@@ -7,17 +8,12 @@ Markdown-escaped); a reply appears only when the collector records text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import streamlit as st
 
-from analysis.accelerator import resolve_hardware
-from analysis.ceilings import ceilings_for, vram_fraction
-from analysis.model_facts import ModelFactsError, model_facts_from_show
-from analysis.model_names import value_for_model
-from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
-from pages.shared import data, fmt
+from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
+from pages.live.cards import Card
+from pages.live.view import CardsModel, LiveModel
+from pages.shared import fmt
 
 PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
 PHASE_WORDS = {
@@ -36,67 +32,6 @@ DIRECT_NOTE = (
     "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
 )
 SPARK_WIDTH_PX = 240
-
-
-@dataclass(frozen=True)
-class CardsModel:
-    cards: list[Card]  # running first (oldest first), then the finished ones still shown
-    strip: NowStrip
-    record_text: bool
-    requests_in_window: int
-    now_unix_s: float
-    chars_measured: dict[str, bool] = field(default_factory=dict)
-    last_load_s: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def running(self) -> int:
-        return sum(1 for c in self.cards if c.phase != "finished")
-
-    def signature(self) -> tuple[object, ...]:
-        """Changes whenever what the cards show changes (the page redraws less when it does not)."""
-        return tuple((c.request_id, c.phase, c.tokens_so_far, c.prefill) for c in self.cards)
-
-
-def decode_ceiling_fn(snap: data.CardsSnapshot) -> DecodeCeiling:
-    """The decode ceiling for a model at a context length, on the GPU of the latest sample (None: unknown)."""
-    hw = resolve_hardware(snap.gpu) if snap.gpu is not None else None
-    loaded = {m.name: m for m in snap.loaded} | {m.model: m for m in snap.loaded}
-
-    def ceiling(model: str, context_tokens: int) -> float | None:
-        show = snap.shows.get(model)
-        if hw is None or hw.spec is None or show is None:
-            return None
-        try:
-            facts = model_facts_from_show(show, None)
-        except ModelFactsError:
-            return None
-        m = value_for_model(loaded, model)
-        frac = vram_fraction(m.size_bytes, m.size_vram_bytes) if m else 1.0
-        c = ceilings_for(
-            hw.spec,
-            facts,
-            context_tokens=context_tokens,
-            prompt_tokens=context_tokens,
-            vram_fraction=frac,
-            bandwidth_bytes_s=hw.bandwidth_bytes_s,
-        )
-        return c.decode_ceiling_tok_s
-
-    return ceiling
-
-
-def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | None:
-    snap = data.load_cards(db, now_unix_s, window_s)
-    if snap is None:
-        return None
-    loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
-    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
-    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
-    done = finished_cards(snap.recent, now_unix_s)
-    strip = now_strip(running, snap.recent, now_unix_s)
-    return CardsModel(
-        running + done, strip, snap.record_text, snap.requests_in_window, now_unix_s, snap.chars_measured, snap.last_load_s
-    )
 
 
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
@@ -291,3 +226,76 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             )
         if card.direct:
             st.caption(DIRECT_NOTE)
+
+
+def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
+    """The GPU timelines with the phases of the window's requests, and clients that bypass the proxy."""
+    st.subheader("GPU timeline")
+    # Notes that come and go sit in one container of their own, so the charts below keep their place in the
+    # page between refreshes (a chart that moves is mounted anew, and shows blank until drawn).
+    with st.container(key="live_timeline_notes"):
+        _timeline_notes(model, proxy_line, refresh_s)
+    if model.gpu_figures:
+        for index, fig in model.gpu_figures:
+            st.plotly_chart(fig, key=f"live_gpu_{index}", config={"displaylogo": False})
+    elif model.bands_figure is not None:
+        st.plotly_chart(model.bands_figure, key="live_bands", config={"displaylogo": False})
+
+
+def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
+    if refresh_s > 1:
+        st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
+    if model.direct_in_window:
+        n = model.direct_in_window
+        st.caption(
+            f"{n:,} generation{'s' if n != 1 else ''} in this window came to Ollama directly, not through the proxy: "
+            "seen from its runner (the model, the prompt read, the tokens written, prefill and decode times). Pointing "
+            "a client at the proxy adds its own time to first token, every gap between tokens and its address:"
+        )
+        st.code(proxy_line, language="bash")
+    if model.unexplained:
+        total_s = sum(u.duration_s for u in model.unexplained)
+        last = model.unexplained[-1]
+        st.warning(
+            f"The GPU was busy for {fmt.seconds(total_s)} with no generation recorded, neither through the proxy nor "
+            f"from Ollama's runner (last at {fmt.clock(last.start_unix_s)}–{fmt.clock(last.end_unix_s)}). Another "
+            "program used the GPU, or the runner could not be read (the sidebar says why). A client pointed at the "
+            "proxy is recorded whatever the runner shows:",
+            icon=":material/visibility_off:",
+        )
+        st.code(proxy_line, language="bash")
+    if model.gpu_figures and model.gpu_state in UNIFIED_MEMORY_KINDS:
+        st.caption(
+            UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram); the total is the system memory."
+        )
+    elif not model.gpu_figures and model.gpu_state == "none":
+        # Once here; the sidebar names the GPU source and why none was found.
+        st.caption("No GPU found (NVIDIA, AMD or Apple): no GPU timeline. Phases and rates still come from Ollama's timings.")
+    elif not model.gpu_figures:
+        st.caption("No GPU samples in this window yet.")
+
+
+def show_context(model: LiveModel) -> None:
+    """The slower part of the Live page: loaded models and the host."""
+    st.subheader("Loaded models")
+    if model.models_table.empty:
+        line = (
+            "No model is loaded in Ollama (its /api/ps lists none). "
+            "It loads one on the first request and unloads it after keep_alive (5 min by default)."
+        )
+        if model.vram_used_bytes:
+            line += (
+                f" The GPU still shows {fmt.gb(model.vram_used_bytes)} of memory in use: other programs, "
+                "or memory a model just unloaded has not given back yet."
+            )
+        st.caption(line)
+    else:
+        st.dataframe(model.models_table, hide_index=True, key="live_models")
+        if model.models_figure is not None:
+            st.plotly_chart(model.models_figure, key="live_models_fig", config={"displaylogo": False})
+
+    st.subheader("Host")
+    if model.host_figure is not None:
+        st.plotly_chart(model.host_figure, key="live_host", config={"displaylogo": False})
+    else:
+        st.caption("No host samples in this window yet.")

@@ -1,0 +1,362 @@
+"""The Live page's view-models, store → plain data (no Streamlit): ``build_cards`` for the cards and the "now"
+strip (every second), ``build_live`` for the GPU timeline, loaded models and host (timed by
+``bench/pages_refresh.py``). ``pages/live/ui.py`` draws them.
+
+Every read opens the store read-only for one use and gives None when there is no store yet, so the page can
+show its empty state instead of an error.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis.accelerator import resolve_hardware
+from analysis.ceilings import ceilings_for, vram_fraction
+from analysis.model_facts import ModelFactsError, model_facts_from_show
+from analysis.model_names import same_model, value_for_model
+from analysis.records import GpuSample, HostSample, LoadedModel, Outcome, ProgressSample, RequestRecord
+from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
+from pages.live.timeline import (
+    InFlightView,
+    assign_lanes,
+    bands_of,
+    in_flight_view,
+    loaded_names,
+    unexplained_gpu_activity,
+)
+from pages.shared import charts, fmt
+from pages.shared.derive import Band, Interval
+from store import queries
+from store.tables import RequestSummary
+
+_open = queries.open_reader  # None while there is no store yet
+
+BANDS_LIMIT = 2000  # requests drawn under the GPU timeline
+
+
+@dataclass
+class LiveSnapshot:
+    in_flight: list[RequestRecord]
+    gpu_by_index: dict[int, list[GpuSample]]
+    host: list[HostSample]
+    loaded: list[LoadedModel]
+    bands: list[Band]
+    busy_intervals: list[Interval]
+    requests_in_window: int
+    gpu_state: str | None
+    gpu_message: str | None
+    vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
+    direct_in_window: int = 0  # of requests_in_window: sent to Ollama directly, recorded from its runner
+
+
+def load_live(
+    db: Path, now_unix_s: float, window_s: float, *, flight: bool = True, timeline: bool = True, context: bool = True
+) -> LiveSnapshot | None:
+    """What the Live page reads, by part: ``flight`` the in-flight requests; ``timeline`` GPU samples and the
+    requests drawn as bands (in flight included); ``context`` host samples. Loaded models come with every part."""
+    start = now_unix_s - window_s
+    in_flight: list[RequestRecord] = []
+    gpu_by_index: dict[int, list[GpuSample]] = {}
+    host: list[HostSample] = []
+    rows: list[RequestSummary] = []
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        if flight or timeline:
+            in_flight = queries.in_flight_requests(conn, now_unix_s)
+        if timeline:
+            for s in queries.gpu_samples(conn, start, now_unix_s + 1):
+                gpu_by_index.setdefault(s.index, []).append(s)
+            # Requests that started up to 10 min before the window may still reach into it.
+            rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
+        vram_used: int | None = None
+        if context:
+            host = queries.host_samples(conn, start, now_unix_s + 1)
+            latest: dict[int, GpuSample] = {s.index: s for s in queries.gpu_samples(conn, now_unix_s - 10, now_unix_s + 1)}
+            used = [s.mem_used_bytes for s in latest.values() if s.mem_used_bytes is not None]
+            vram_used = sum(used) if used else None
+        loaded = queries.latest_loaded_models(conn)
+        heartbeat = queries.latest_heartbeat(conn)
+    bands: list[Band] = []
+    busy: list[Interval] = []
+    shown = direct = 0
+    for row in rows:
+        if row.outcome is Outcome.IN_FLIGHT:
+            continue  # drawn below from the in-flight records, which are fresher
+        end = row.ended_at_unix_s or row.updated_at_unix_s or row.started_at_unix_s
+        if end < start:
+            continue
+        shown += row.started_at_unix_s >= start
+        direct += row.started_at_unix_s >= start and row.direct
+        busy.append(Interval(row.started_at_unix_s, end))
+        bands.extend(bands_of(row))
+    for rec in in_flight if timeline else []:
+        busy.append(Interval(rec.started_at_unix_s, now_unix_s))
+        bands.append(Band(rec.id, rec.model, "in flight", rec.started_at_unix_s, now_unix_s))
+    return LiveSnapshot(
+        in_flight=in_flight,
+        gpu_by_index=gpu_by_index,
+        host=host,
+        loaded=loaded,
+        bands=bands,
+        busy_intervals=busy,
+        requests_in_window=shown + sum(1 for r in in_flight if r.started_at_unix_s >= start),
+        gpu_state=heartbeat.gpu_state if heartbeat else None,
+        gpu_message=heartbeat.gpu_message if heartbeat else None,
+        vram_used_bytes=vram_used,
+        direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
+    )
+
+
+@dataclass
+class CardsSnapshot:
+    """What the Live page's cards and "now" strip read: running requests with their progress readings, the
+    requests of the last minute, loaded models, the latest GPU sample, and each running model's /api/show."""
+
+    in_flight: list[RequestRecord]
+    progress: dict[str, list[ProgressSample]]
+    recent: list[RequestSummary]
+    loaded: list[LoadedModel]
+    gpu: GpuSample | None
+    shows: dict[str, dict[str, Any]]
+    record_text: bool
+    requests_in_window: int
+    chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
+    last_load_s: dict[str, float] = field(default_factory=dict)  # model being loaded → how long its last load took
+    # What tells a wait for a load apart (read only while a running request's model is not loaded):
+    loaded_since: dict[str, float] = field(default_factory=dict)  # loaded model → first /api/ps listing it lately
+    model_size_bytes: dict[str, int] = field(default_factory=dict)  # installed model → its file's size
+    vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
+
+
+def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
+    with _open(db) as conn:
+        if conn is None:
+            return None
+        in_flight = queries.in_flight_requests(conn, now_unix_s)
+        progress = queries.progress_samples(conn, [r.id for r in in_flight]) if in_flight else {}
+        # Requests that may overlap the last minute (started up to 10 min before it).
+        recent = [
+            r
+            for r in queries.recent_requests(conn, now_unix_s - recent_s - 600, limit=500, until_unix_s=now_unix_s)
+            if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s
+        ]
+        loaded = queries.latest_loaded_models(conn)
+        gpus = queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
+        shows: dict[str, dict[str, Any]] = {}
+        for model in {r.model for r in in_flight if r.token_chunk_ns}:
+            info = queries.model_info(conn, model)
+            if info is not None:
+                shows[model] = info.show
+        heartbeat = queries.latest_heartbeat(conn)
+        in_window = queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s)
+        # Whether the collector's estimate has measured tokens per character for the model, or assumes its default.
+        chars_measured = {
+            model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
+            for model in {r.model for r in in_flight if not r.token_chunk_ns}
+        }
+        names = {n for m in loaded for n in (m.name, m.model)}
+        not_loaded = {r.model for r in in_flight if not any(same_model(r.model, n) for n in names)}
+        last_load = {model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None}
+        loaded_since: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        if not_loaded:  # some running request waits for a model: when others loaded, sizes, free memory
+            since = min(r.started_at_unix_s for r in in_flight)
+            loaded_since = queries.loaded_since(conn, max(since, now_unix_s - 600))
+            sizes = {k: m.size_bytes for m in queries.installed_models(conn) if m.size_bytes for k in (m.name, m.model)}
+    return CardsSnapshot(
+        in_flight=in_flight,
+        progress=progress,
+        recent=recent,
+        loaded=loaded,
+        gpu=gpus[-1] if gpus else None,
+        shows=shows,
+        record_text=bool(heartbeat and heartbeat.record_text),
+        requests_in_window=in_window,
+        chars_measured=chars_measured,
+        last_load_s=last_load,
+        loaded_since=loaded_since,
+        model_size_bytes=sizes,
+        vram_free_bytes=_free_vram(gpus) if not_loaded else (),
+    )
+
+
+def _free_vram(samples: list[GpuSample]) -> tuple[tuple[float, int], ...]:
+    """(time, free memory summed over the GPUs read at that time), oldest first; readings without memory skipped."""
+    by_ts: dict[float, int] = {}
+    for s in samples:
+        if s.mem_total_bytes is not None and s.mem_used_bytes is not None:
+            by_ts[s.ts_unix_s] = by_ts.get(s.ts_unix_s, 0) + max(s.mem_total_bytes - s.mem_used_bytes, 0)
+    return tuple(sorted(by_ts.items()))
+
+
+@dataclass
+class LiveModel:
+    now_unix_s: float
+    window_start_unix_s: float
+    in_flight: list[InFlightView]
+    gpu_figures: list[tuple[int, go.Figure]]  # (GPU index, figure)
+    bands_figure: go.Figure | None  # phases only, when there is no GPU to draw them under
+    unexplained: list[Interval]
+    models_table: pd.DataFrame
+    models_figure: go.Figure | None
+    host_figure: go.Figure | None
+    gpu_state: str | None  # the collector's word, a GpuKind value: "nvml", "amd-sysfs", "macmon", "simulated", "none", ...
+    gpu_message: str | None
+    requests_in_window: int
+    notes: list[str] = field(default_factory=list)
+    vram_used_bytes: int | None = None  # the latest GPU sample's memory in use (all GPUs)
+    direct_in_window: int = 0  # generations sent to Ollama directly (recorded from its runner) in the window
+
+
+def timeline_refresh_s(window_s: float) -> float:
+    """How often the GPU timeline redraws: every second on a 1-minute window, every 2 s up to 5 minutes, then
+    less often (on a 24-hour axis one pixel is more than a minute; redrawing each second costs for nothing, and
+    each redraw mounts the figure anew in the browser). The cards above follow each generation every second."""
+    if window_s <= 60:
+        return 1.0
+    if window_s <= 900:
+        return 2.0
+    if window_s <= 3600:
+        return 5.0
+    return 30.0
+
+
+def build_live(
+    db: Path, now_unix_s: float, window_s: float, *, flight: bool = True, timeline: bool = True, context: bool = True
+) -> LiveModel | None:
+    """What the Live page shows for one refresh of the chosen parts; None when there is no store yet.
+
+    ``flight`` (every second): generations in flight. ``timeline`` (``timeline_refresh_s``): GPU timelines
+    with request bands and bypass warnings. ``context`` (every 5 s): loaded models and host.
+    """
+    snap = load_live(db, now_unix_s, window_s, flight=flight, timeline=timeline, context=context)
+    if snap is None:
+        return None
+    start = now_unix_s - window_s
+    names = loaded_names(snap.loaded)
+    in_flight = [in_flight_view(r, now_unix_s, names) for r in snap.in_flight]
+    bands = assign_lanes(snap.bands)
+    # Per GPU: a bypassing client shows up on the GPU it runs on.
+    unexplained_by_gpu = {i: unexplained_gpu_activity(samples, snap.busy_intervals) for i, samples in snap.gpu_by_index.items()}
+    unexplained = sorted((u for found in unexplained_by_gpu.values() for u in found), key=lambda u: u.start_unix_s)
+    gpu_figures = [
+        (index, charts.gpu_timeline_figure(samples, bands, start, now_unix_s, unexplained=unexplained_by_gpu[index]))
+        for index, samples in sorted(snap.gpu_by_index.items())
+    ]
+    bands_figure = None
+    if not gpu_figures and bands:
+        bands_figure = charts.phase_bands_figure(bands, start, now_unix_s, "Request phases (no GPU samples)")
+    models_table = pd.DataFrame(
+        [
+            {
+                "model": fmt.label(m.name),  # cut: a name from Ollama can be any length
+                "size": fmt.gb(m.size_bytes),
+                "in VRAM": fmt.gb(m.size_vram_bytes),
+                "in system memory": fmt.gb(max(m.size_bytes - m.size_vram_bytes, 0)),
+                "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
+                "context length": m.context_length,
+                "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
+                "quantization": fmt.label(m.quantization_level) if m.quantization_level else m.quantization_level,
+            }
+            for m in snap.loaded
+        ]
+    )
+    return LiveModel(
+        now_unix_s=now_unix_s,
+        window_start_unix_s=start,
+        in_flight=in_flight,
+        gpu_figures=gpu_figures,
+        bands_figure=bands_figure,
+        unexplained=unexplained,
+        models_table=models_table,
+        models_figure=_models_figure(tuple((m.name, m.size_bytes, m.size_vram_bytes) for m in snap.loaded))
+        if snap.loaded and context
+        else None,
+        host_figure=charts.host_figure(snap.host, start, now_unix_s) if snap.host else None,
+        gpu_state=snap.gpu_state,
+        gpu_message=snap.gpu_message,
+        requests_in_window=snap.requests_in_window,
+        vram_used_bytes=snap.vram_used_bytes,
+        direct_in_window=snap.direct_in_window,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _models_figure(models: tuple[tuple[str, int, int], ...]) -> go.Figure:
+    """Built again only when what it draws changed (names and sizes), not on every poll."""
+    return charts.loaded_models_figure([LoadedModel(0.0, n, n, "", size, vram, None, None) for n, size, vram in models])
+
+
+def _unloads_in(expires_at_unix_s: float | None, now_unix_s: float) -> str:
+    if expires_at_unix_s is None:
+        return "—"
+    left = expires_at_unix_s - now_unix_s
+    if left > 365 * 24 * 3600:
+        return "never (kept loaded)"
+    if left <= 0:
+        return "busy or unloading"  # /api/ps keeps a stale expiry while a request runs
+    return fmt.seconds(left)
+
+
+@dataclass(frozen=True)
+class CardsModel:
+    cards: list[Card]  # running first (oldest first), then the finished ones still shown
+    strip: NowStrip
+    record_text: bool
+    requests_in_window: int
+    now_unix_s: float
+    chars_measured: dict[str, bool] = field(default_factory=dict)
+    last_load_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for c in self.cards if c.phase != "finished")
+
+
+def decode_ceiling_fn(snap: CardsSnapshot) -> DecodeCeiling:
+    """The decode ceiling for a model at a context length, on the GPU of the latest sample (None: unknown)."""
+    hw = resolve_hardware(snap.gpu) if snap.gpu is not None else None
+    loaded = {m.name: m for m in snap.loaded} | {m.model: m for m in snap.loaded}
+
+    def ceiling(model: str, context_tokens: int) -> float | None:
+        show = snap.shows.get(model)
+        if hw is None or hw.spec is None or show is None:
+            return None
+        try:
+            facts = model_facts_from_show(show, None)
+        except ModelFactsError:
+            return None
+        m = value_for_model(loaded, model)
+        frac = vram_fraction(m.size_bytes, m.size_vram_bytes) if m else 1.0
+        c = ceilings_for(
+            hw.spec,
+            facts,
+            context_tokens=context_tokens,
+            prompt_tokens=context_tokens,
+            vram_fraction=frac,
+            bandwidth_bytes_s=hw.bandwidth_bytes_s,
+        )
+        return c.decode_ceiling_tok_s
+
+    return ceiling
+
+
+def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | None:
+    snap = load_cards(db, now_unix_s, window_s)
+    if snap is None:
+        return None
+    loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
+    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
+    running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
+    done = finished_cards(snap.recent, now_unix_s)
+    strip = now_strip(running, snap.recent, now_unix_s)
+    return CardsModel(
+        running + done, strip, snap.record_text, snap.requests_in_window, now_unix_s, snap.chars_measured, snap.last_load_s
+    )
