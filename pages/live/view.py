@@ -9,6 +9,7 @@ show its empty state instead of an error.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,19 +84,7 @@ def load_live(
             vram_used = sum(used) if used else None
         loaded = queries.latest_loaded_models(conn)
         heartbeat = queries.latest_heartbeat(conn)
-    bands: list[Band] = []
-    busy: list[Interval] = []
-    shown = direct = 0
-    for row in rows:
-        if row.outcome is Outcome.IN_FLIGHT:
-            continue  # drawn below from the in-flight records, which are fresher
-        end = row.ended_at_unix_s or row.updated_at_unix_s or row.started_at_unix_s
-        if end < start:
-            continue
-        shown += row.started_at_unix_s >= start
-        direct += row.started_at_unix_s >= start and row.direct
-        busy.append(Interval(row.started_at_unix_s, end))
-        bands.extend(bands_of(row))
+    bands, busy, shown, direct = _finished_bands(rows, start)
     for rec in in_flight if timeline else []:
         busy.append(Interval(rec.started_at_unix_s, now_unix_s))
         bands.append(Band(rec.id, rec.model, "in flight", rec.started_at_unix_s, now_unix_s))
@@ -112,6 +101,25 @@ def load_live(
         vram_used_bytes=vram_used,
         direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
     )
+
+
+def _finished_bands(rows: list[RequestSummary], start: float) -> tuple[list[Band], list[Interval], int, int]:
+    """The phase bands and busy intervals of the requests that reach into the window (those in flight are drawn
+    from their fresher records), and how many of them started in it, of which how many came directly."""
+    bands: list[Band] = []
+    busy: list[Interval] = []
+    shown = direct = 0
+    for row in rows:
+        if row.outcome is Outcome.IN_FLIGHT:
+            continue
+        end = row.ended_at_unix_s or row.updated_at_unix_s or row.started_at_unix_s
+        if end < start:
+            continue
+        shown += row.started_at_unix_s >= start
+        direct += row.started_at_unix_s >= start and row.direct
+        busy.append(Interval(row.started_at_unix_s, end))
+        bands.extend(bands_of(row))
+    return bands, busy, shown, direct
 
 
 @dataclass
@@ -140,50 +148,76 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         if conn is None:
             return None
         in_flight = queries.in_flight_requests(conn, now_unix_s)
-        progress = queries.progress_samples(conn, [r.id for r in in_flight]) if in_flight else {}
-        # Requests that may overlap the last minute (started up to 10 min before it).
-        recent = [
-            r
-            for r in queries.recent_requests(conn, now_unix_s - recent_s - 600, limit=500, until_unix_s=now_unix_s)
-            if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s
-        ]
         loaded = queries.latest_loaded_models(conn)
         gpus = queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
-        shows: dict[str, dict[str, Any]] = {}
-        for model in {r.model for r in in_flight if r.token_chunk_ns}:
-            info = queries.model_info(conn, model)
-            if info is not None:
-                shows[model] = info.show
         heartbeat = queries.latest_heartbeat(conn)
-        in_window = queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s)
-        # Whether the collector's estimate has measured tokens per character for the model, or assumes its default.
-        chars_measured = {
-            model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
-            for model in {r.model for r in in_flight if not r.token_chunk_ns}
-        }
-        names = {n for m in loaded for n in (m.name, m.model)}
-        not_loaded = {r.model for r in in_flight if not any(same_model(r.model, n) for n in names)}
-        last_load = {model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None}
-        loaded_since: dict[str, float] = {}
-        sizes: dict[str, int] = {}
-        if not_loaded:  # some running request waits for a model: when others loaded, sizes, free memory
-            since = min(r.started_at_unix_s for r in in_flight)
-            loaded_since = queries.loaded_since(conn, max(since, now_unix_s - 600))
-            sizes = {k: m.size_bytes for m in queries.installed_models(conn) if m.size_bytes for k in (m.name, m.model)}
-    return CardsSnapshot(
-        in_flight=in_flight,
-        progress=progress,
-        recent=recent,
-        loaded=loaded,
-        gpu=gpus[-1] if gpus else None,
-        shows=shows,
-        record_text=bool(heartbeat and heartbeat.record_text),
-        requests_in_window=in_window,
-        chars_measured=chars_measured,
-        last_load_s=last_load,
-        loaded_since=loaded_since,
-        model_size_bytes=sizes,
-        vram_free_bytes=_free_vram(gpus) if not_loaded else (),
+        waits = _load_waits(conn, in_flight, loaded, now_unix_s)
+        return CardsSnapshot(
+            in_flight=in_flight,
+            progress=queries.progress_samples(conn, [r.id for r in in_flight]) if in_flight else {},
+            recent=_recent(conn, now_unix_s, recent_s),
+            loaded=loaded,
+            gpu=gpus[-1] if gpus else None,
+            shows=_shows(conn, in_flight),
+            record_text=bool(heartbeat and heartbeat.record_text),
+            requests_in_window=queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s),
+            chars_measured=_chars_measured(conn, in_flight),
+            last_load_s=waits.last_load_s,
+            loaded_since=waits.loaded_since,
+            model_size_bytes=waits.model_size_bytes,
+            vram_free_bytes=_free_vram(gpus) if waits.models else (),
+        )
+
+
+def _recent(conn: sqlite3.Connection, now_unix_s: float, recent_s: float) -> list[RequestSummary]:
+    """Requests that overlap the last ``recent_s`` (read from those started up to 10 min before it)."""
+    rows = queries.recent_requests(conn, now_unix_s - recent_s - 600, limit=500, until_unix_s=now_unix_s)
+    return [r for r in rows if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s]
+
+
+def _shows(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """The /api/show answer of each model writing a reply now (for its decode ceiling)."""
+    shows: dict[str, dict[str, Any]] = {}
+    for model in {r.model for r in in_flight if r.token_chunk_ns}:
+        info = queries.model_info(conn, model)
+        if info is not None:
+            shows[model] = info.show
+    return shows
+
+
+def _chars_measured(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, bool]:
+    """Per model reading a prompt now: whether the collector's estimate has measured its tokens per character, or
+    assumes its default."""
+    return {
+        model: any(h.prompt_chars and h.prompt_tokens for h in queries.prompt_history(conn, model))
+        for model in {r.model for r in in_flight if not r.token_chunk_ns}
+    }
+
+
+@dataclass(frozen=True)
+class _LoadWaits:
+    """What tells a wait for a load apart, read only while a running request's model is not loaded."""
+
+    models: frozenset[str] = frozenset()  # models of running requests that /api/ps does not list
+    last_load_s: dict[str, float] = field(default_factory=dict)
+    loaded_since: dict[str, float] = field(default_factory=dict)
+    model_size_bytes: dict[str, int] = field(default_factory=dict)
+
+
+def _load_waits(
+    conn: sqlite3.Connection, in_flight: list[RequestRecord], loaded: list[LoadedModel], now_unix_s: float
+) -> _LoadWaits:
+    names = {n for m in loaded for n in (m.name, m.model)}
+    not_loaded = frozenset(r.model for r in in_flight if not any(same_model(r.model, n) for n in names))
+    if not not_loaded:
+        return _LoadWaits()
+    # Some running request waits for a model: its last load, when others loaded, sizes (free memory: the caller).
+    since = min(r.started_at_unix_s for r in in_flight)
+    return _LoadWaits(
+        models=not_loaded,
+        last_load_s={model: t for model in not_loaded if (t := queries.last_load_s(conn, model)) is not None},
+        loaded_since=queries.loaded_since(conn, max(since, now_unix_s - 600)),
+        model_size_bytes={k: m.size_bytes for m in queries.installed_models(conn) if m.size_bytes for k in (m.name, m.model)},
     )
 
 

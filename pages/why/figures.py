@@ -86,6 +86,78 @@ def expected_label(eff: Efficiencies, kind: str) -> str:
     return f"expected ({w.pct(eta)} of ceiling: {source})"
 
 
+def _add_lines(
+    fig: go.Figure,
+    kind: str,
+    curve: Sequence[CurvePoint],
+    full_gpu_curve: Sequence[CurvePoint],
+    eff: Efficiencies | None,
+    ceiling_name: str,
+    x_label: str,
+) -> None:
+    """The ceiling and expected lines, and the all-in-VRAM ceiling where the model is partly offloaded."""
+    if curve and eff is not None:
+        fig.add_trace(_line(curve, "ceiling_tok_s", ceiling_name, CEILING_COLOUR, "dash", x_label))
+        fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, kind), EXPECTED_COLOUR, "solid", x_label))
+    if full_gpu_curve:
+        fig.add_trace(
+            _line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot", x_label)
+        )
+
+
+def _at_edge(readings: Sequence[Reading], top: float | None) -> list[float]:
+    """Their rates, those beyond the y axis held at its top edge (the value stays in the hover)."""
+    return [min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in readings]
+
+
+def _add_points(
+    fig: go.Figure, readings: Sequence[Reading], embed: Sequence[Reading], top: float | None, x_label: str
+) -> float | None:
+    """The readings that count, then those drawn apart (embeddings, too short, impossible); returns the y axis's top."""
+    counted = [r for r in readings if r.status is Status.COUNTED]
+    tiny = [r for r in readings if r.status is Status.TINY]
+    # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
+    embed_drawn = [r for r in embed if r.status is not Status.IMPOSSIBLE]
+    impossible = [r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE]
+    fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
+    if embed_drawn:
+        marker = {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond", "line": {"color": "white", "width": 1}}
+        fig.add_trace(_points(embed_drawn, EMBED_NAME, x_label, marker, y=_at_edge(embed_drawn, top)))
+    if top is None and tiny:
+        top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
+    if tiny:
+        marker = {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"}
+        fig.add_trace(_points(tiny, TINY_NAME, x_label, marker, y=_at_edge(tiny, top)))
+    if impossible and top is not None:
+        marker = {"color": IMPOSSIBLE_COLOUR, "size": 11, "symbol": "triangle-up"}
+        fig.add_trace(_points(impossible, IMPOSSIBLE_NAME, x_label, marker, y=[EDGE * top] * len(impossible)))
+    return top
+
+
+def _lay_out(fig: go.Figure, title: str, x_title: str, xs: Sequence[float], top: float | None) -> None:
+    """Title and legend; a log x axis labelled at powers of ten over what is drawn; y from 0 to ``top``."""
+    fig.update_layout(
+        title={"text": title},
+        height=440,
+        margin={"l": 70, "r": 20, "t": 70, "b": 50},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        hovermode="closest",
+    )
+    drawn = [x for x in xs if x and x > 0]
+    x_axis: dict[str, object] = {"title_text": x_title, "type": "log"}
+    if drawn:
+        lo, hi = min(drawn), max(drawn)
+        vals, text = log_ticks(lo, hi)
+        x_axis.update(tickvals=vals, ticktext=text, range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
+    fig.update_xaxes(**x_axis)
+    y_axis: dict[str, object] = {"title_text": "tokens per second (tok/s)", "tickformat": ",.0f"}
+    if top is not None:
+        y_axis["range"] = [0, top]
+    else:
+        y_axis["rangemode"] = "tozero"
+    fig.update_yaxes(**y_axis)
+
+
 def rate_figure(
     kind: str,
     readings: Sequence[Reading],
@@ -100,73 +172,10 @@ def rate_figure(
 ) -> go.Figure:
     x_label = "prompt tokens" if kind == "prefill" else "tokens of context"
     fig = go.Figure()
-    if curve and eff is not None:
-        fig.add_trace(_line(curve, "ceiling_tok_s", ceiling_name, CEILING_COLOUR, "dash", x_label))
-        fig.add_trace(_line(curve, "expected_tok_s", expected_label(eff, kind), EXPECTED_COLOUR, "solid", x_label))
-    if full_gpu_curve:
-        fig.add_trace(
-            _line(full_gpu_curve, "ceiling_tok_s", "ceiling if the model were all in VRAM", FULL_GPU_COLOUR, "dot", x_label)
-        )
-    counted = [r for r in readings if r.status is Status.COUNTED]
-    tiny = [r for r in readings if r.status is Status.TINY]
-    # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
-    embed_drawn = [r for r in embed if r.status is not Status.IMPOSSIBLE]
-    impossible = [r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE]
-    fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
-    top = y_top([*curve, *full_gpu_curve], [*readings, *embed])
-    if embed_drawn:
-        fig.add_trace(
-            _points(
-                embed_drawn,
-                EMBED_NAME,
-                x_label,
-                {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond", "line": {"color": "white", "width": 1}},
-                y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in embed_drawn],
-            )
-        )
-    if top is None and tiny:
-        top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
-    if tiny:
-        fig.add_trace(
-            _points(
-                tiny,
-                TINY_NAME,
-                x_label,
-                {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"},
-                y=[min(r.rate_tok_s, EDGE * top) if top else r.rate_tok_s for r in tiny],
-            )
-        )
-    if impossible and top is not None:
-        fig.add_trace(
-            _points(
-                impossible,
-                IMPOSSIBLE_NAME,
-                x_label,
-                {"color": IMPOSSIBLE_COLOUR, "size": 11, "symbol": "triangle-up"},
-                y=[EDGE * top] * len(impossible),
-            )
-        )
-    fig.update_layout(
-        title={"text": title},
-        height=440,
-        margin={"l": 70, "r": 20, "t": 70, "b": 50},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
-        hovermode="closest",
-    )
+    _add_lines(fig, kind, curve, full_gpu_curve, eff, ceiling_name, x_label)
+    top = _add_points(fig, readings, embed, y_top([*curve, *full_gpu_curve], [*readings, *embed]), x_label)
     xs = [p.tokens for p in (*curve, *full_gpu_curve)] + [r.tokens for r in (*readings, *embed)]
-    xs = [x for x in xs if x and x > 0]
-    x_axis: dict[str, object] = {"title_text": x_title, "type": "log"}
-    if xs:
-        lo, hi = min(xs), max(xs)
-        vals, text = log_ticks(lo, hi)
-        x_axis.update(tickvals=vals, ticktext=text, range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
-    fig.update_xaxes(**x_axis)
-    y_axis: dict[str, object] = {"title_text": "tokens per second (tok/s)", "tickformat": ",.0f"}
-    if top is not None:
-        y_axis["range"] = [0, top]
-    else:
-        y_axis["rangemode"] = "tozero"
-    fig.update_yaxes(**y_axis)
+    _lay_out(fig, title, x_title, xs, top)
     return fig
 
 
