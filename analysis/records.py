@@ -319,3 +319,7 @@ class HostBandwidth:
     cpu_count: int
     mem_total_bytes: int
     method: str = "numpy copyto, threads, best of runs; bytes moved = 2 × buffer"
+    # Apple Silicon (read by the collector with sysctl and system_profiler, never by a page): the chip and its GPU
+    # cores, which tell variants of different bandwidth apart; None elsewhere, or where it could not be read.
+    apple_chip: str | None = None
+    apple_gpu_cores: int | None = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 from collectors.demo import engine_problem
-from collectors.host.bandwidth import detect_apple_gpu
 from collectors.lab.experiments import EXPERIMENTS, Cost, ExperimentSpec, make_params
 from collectors.lab.ingest import result_from_row
 from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, start_run
@@ -52,7 +51,6 @@ __all__ = [
     "cancel_run",
     "default_data_dir",
     "demo_runs",
-    "detect_apple_gpu",
     "engine_problem",
     "ensure_collector",
     "ensure_demo",

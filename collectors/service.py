@@ -45,9 +45,10 @@ from analysis.records import (
 )
 from analysis.runner_load import RunnerDeviceRow
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
+from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
-from collectors.gpu.report import GpuState, SimGpuSource
-from collectors.gpu.state import GpuSampler
+from collectors.gpu.sim import SimGpuSource
+from collectors.gpu.state import GpuSampler, GpuState
 from collectors.host.bandwidth import measure_host_bandwidth, same_machine
 from collectors.host.sampler import HostSampler, OllamaProcesses
 from collectors.lab.ingest import LabIngester
@@ -136,9 +137,11 @@ class CollectorService:
         max_backoff_s: float | None = None,
         clock: Callable[[], float] = time.time,
         host_bandwidth: Callable[[], HostBandwidth] | None = measure_host_bandwidth,
+        apple_chip: Callable[[], tuple[str, int | None] | None] = detect_apple_gpu,
     ) -> None:
         self.settings = settings
         self._measure_host_bandwidth = host_bandwidth
+        self._detect_apple_chip = apple_chip
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nvml = nvml
         self._gpu_choose = gpu_choose  # tests hand in one with fake drivers (amdsmi, macmon-lib)
@@ -418,18 +421,25 @@ class CollectorService:
             writer.submit(RederivePhases(REDERIVE_BATCH), on_done=self._rederive_phases)
 
     async def _host_bandwidth_once(self) -> None:
-        """Measure the host's memory bandwidth unless the store holds a measurement of this machine."""
+        """Measure the host's memory bandwidth unless the store holds a measurement of this machine; read which
+        Apple chip this is (None at once elsewhere) and store it beside it, for the Why page."""
         measure = self._measure_host_bandwidth
         if measure is None:
             return
         try:
             stored = await asyncio.to_thread(self._stored_host_bandwidth)
+            chip = await asyncio.to_thread(self._detect_apple_chip)
             if stored is not None and same_machine(stored):
-                return
-            hb = await asyncio.to_thread(measure)
+                if chip is None or stored.apple_chip is not None:
+                    return
+                hb = stored  # measured before the chip was stored: only the chip is new
+            else:
+                hb = await asyncio.to_thread(measure)
         except Exception:  # the Why page then says the bandwidth is unknown
             log.exception("could not measure the host's memory bandwidth")
             return
+        if chip is not None:
+            hb = dataclasses.replace(hb, apple_chip=chip[0], apple_gpu_cores=chip[1])
         if self.writer is not None:
             self.writer.submit(PutHostBandwidth(hb))
             log.info("host memory bandwidth: %.1f GB/s", hb.bandwidth_bytes_s / 1e9)

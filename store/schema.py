@@ -487,6 +487,13 @@ CREATE TABLE runner_devices (
 CREATE INDEX runner_devices_model ON runner_devices(model, ts_unix_s);
 """
 
+# v14: the Apple chip and its GPU cores, read by the collector beside the host's bandwidth (NULL elsewhere), so
+# that no page runs sysctl or system_profiler.
+_V14 = """
+ALTER TABLE host_bandwidth ADD COLUMN apple_chip TEXT;
+ALTER TABLE host_bandwidth ADD COLUMN apple_gpu_cores INTEGER;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -502,6 +509,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V11),
     _script(_V12),
     _script(_V13),
+    _script(_V14),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -8,14 +8,18 @@ is the system memory.
 
 from __future__ import annotations
 
+import json
+import platform
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from analysis.hardware import apple_chip_name, apple_gpu_cores_from_system_profiler
 from analysis.records import GpuKind, GpuSample
 from collectors.gpu.state import NO_GPU_MEANING, GpuState
 
@@ -194,3 +198,37 @@ class IoregSampler:
                 )
             )
         return samples
+
+
+# -- which chip, how many GPU cores (the collector stores them beside the host's bandwidth) ------------
+
+
+def _run_text(cmd: list[str], timeout_s: float = 10.0) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def detect_apple_gpu() -> tuple[str, int | None] | None:
+    """("Apple M3 Max", 40) on Apple Silicon macOS, None elsewhere.
+
+    The chip from ``sysctl -n machdep.cpu.brand_string``; the GPU core count from
+    ``system_profiler SPDisplaysDataType -json`` (None if that fails), which tells
+    core variants with different bandwidth apart (M3 Max 30 vs 40 cores).
+    """
+    if sys.platform != "darwin" or platform.machine() != "arm64":
+        return None
+    brand = _run_text(["sysctl", "-n", "machdep.cpu.brand_string"])
+    chip = apple_chip_name(brand or "")
+    if chip is None:
+        return None
+    profile = _run_text(["system_profiler", "SPDisplaysDataType", "-json"], timeout_s=20.0)
+    cores = None
+    if profile:
+        try:
+            cores = apple_gpu_cores_from_system_profiler(json.loads(profile))
+        except ValueError:
+            cores = None
+    return chip, cores

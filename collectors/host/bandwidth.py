@@ -1,4 +1,4 @@
-"""The host's own memory bandwidth, measured by the collector; and which Apple chip this is.
+"""The host's own memory bandwidth, measured by the collector.
 
 When Ollama puts part of a model in system memory, decode speed is set by this
 bandwidth for that part (analysis.ceilings blends it with the GPU's). No table
@@ -13,21 +13,17 @@ looks the same (CPU count or total memory). The Why page reads it from the store
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import platform
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
-from analysis.hardware import apple_chip_name, apple_gpu_cores_from_system_profiler
 from analysis.records import HostBandwidth
 
-__all__ = ["HostBandwidth", "detect_apple_gpu", "measure_host_bandwidth", "same_machine"]
+__all__ = ["HostBandwidth", "measure_host_bandwidth", "same_machine"]
 
 log = logging.getLogger(__name__)
 
@@ -75,48 +71,10 @@ def same_machine(hb: HostBandwidth) -> bool:
     return hb.cpu_count == (os.cpu_count() or 1) and hb.mem_total_bytes == int(psutil.virtual_memory().total)
 
 
-# ---------------------------------------------------------------------------------------------
-# Apple Silicon: which chip, how many GPU cores
-
-
-def _run(cmd: list[str], timeout_s: float = 10.0) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
-
-
-def detect_apple_gpu() -> tuple[str, int | None] | None:
-    """("Apple M3 Max", 40) on Apple Silicon macOS, None elsewhere.
-
-    The chip from ``sysctl -n machdep.cpu.brand_string``; the GPU core count from
-    ``system_profiler SPDisplaysDataType -json`` (None if that fails), which tells
-    core variants with different bandwidth apart (M3 Max 30 vs 40 cores).
-    """
-    if sys.platform != "darwin" or platform.machine() != "arm64":
-        return None
-    brand = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
-    chip = apple_chip_name(brand or "")
-    if chip is None:
-        return None
-    profile = _run(["system_profiler", "SPDisplaysDataType", "-json"], timeout_s=20.0)
-    cores = None
-    if profile:
-        try:
-            cores = apple_gpu_cores_from_system_profiler(json.loads(profile))
-        except ValueError:
-            cores = None
-    return chip, cores
-
-
 def main() -> int:
     """``python -m collectors.host.bandwidth``: measure and print this machine's figure."""
     hb = measure_host_bandwidth()
     print(f"host memory bandwidth: {hb.bandwidth_bytes_s / 1e9:.1f} GB/s ({hb.threads} threads, {hb.buffer_bytes >> 20} MiB)")
-    apple = detect_apple_gpu()
-    if apple:
-        print(f"Apple GPU: {apple[0]}, {apple[1] or 'unknown'} GPU cores")
     return 0
 
 

@@ -20,18 +20,12 @@ from analysis.hardware import BY_KEY
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
-from collectors import api
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
 from pages.why import whatif
 from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
 
 LAB_PAGE = "pages/lab/page.py"
-
-
-@st.cache_resource
-def _apple_chip() -> tuple[str, int | None] | None:
-    return api.detect_apple_gpu()  # None at once on anything but Apple Silicon macOS
 
 
 def _num(value: float | None) -> str:
@@ -83,7 +77,7 @@ def preview(db: Path) -> None:
         st.stop()
     if not choices.offered:
         why = build_why(
-            db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, TYPICAL_8B_Q4_K_M)
+            db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, preview=(spec, TYPICAL_8B_Q4_K_M)
         )
         what = "an installed model that writes text" if choices.embedding else "an installed model"
         caption = (
@@ -102,7 +96,7 @@ def preview(db: Path) -> None:
             format_func=lambda n: fmt.label(_installed_label(by_name[n]), fmt.SENTENCE_MAX_CHARS),
             help=f"The models Ollama has installed (ollama list), newest first; it starts on the largest{fits}.",
         )
-        why = build_why(db, model, time.time(), ctx.window_s, apple_chip=_apple_chip(), preview=(spec, None))
+        why = build_why(db, model, time.time(), ctx.window_s, preview=(spec, None))
         read = f", read {fmt.clock(why.facts_read_at_unix_s)}" if why is not None and why.facts_read_at_unix_s is not None else ""
         caption = (
             f"Ceilings for {fmt.label(model)}, installed but not loaded: its facts come from Ollama's own description of it "
@@ -359,7 +353,7 @@ if not models:
 model = st.selectbox(
     "Model", models, format_func=fmt.label, key="why_model", help="Models with recorded requests, newest first, then loaded ones."
 )
-why = build_why(ctx.db_path, model, time.time(), ctx.window_s, apple_chip=_apple_chip())
+why = build_why(ctx.db_path, model, time.time(), ctx.window_s)
 if why is None:
     common.no_store_state(ctx)
     st.stop()

@@ -341,12 +341,12 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
     )
 
 
-def _hardware(
-    reads: _StoreReads, apple_chip: tuple[str, int | None] | None, picked: HardwareSpec | None
-) -> tuple[Hardware, float, list[str]]:
+def _hardware(reads: _StoreReads, picked: HardwareSpec | None) -> tuple[Hardware, float, list[str]]:
     """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
     gpus = reads.gpus
     frac = reads.placement.gpu_fraction
+    host = reads.measured_bw
+    apple_chip = (host.apple_chip, host.apple_gpu_cores) if host is not None and host.apple_chip else None
     need_host = not gpus or frac < 1.0
 
     def host_bw() -> float | None:
@@ -576,7 +576,6 @@ def build_why(
     now_unix_s: float | None = None,
     window_s: float = 300.0,
     *,
-    apple_chip: tuple[str, int | None] | None = None,
     preview: tuple[HardwareSpec | None, ModelFacts | None] | None = None,
 ) -> WhyModel | None:
     """Everything the Why page shows for ``model``; None when there is no store.
@@ -587,7 +586,8 @@ def build_why(
     ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
     the charts and the calibration use every stored request of the model. The host's
     memory bandwidth (where it matters: no GPU, or part of the model in system memory)
-    is the collector's stored measurement; every phase is the one stored with its request.
+    is the collector's stored measurement, and so is the Apple chip (the collector reads it, not the page);
+    every phase is the one stored with its request.
     """
     now = time.time() if now_unix_s is None else now_unix_s
     with _open(db) as conn:
@@ -595,7 +595,7 @@ def build_why(
             return None
         reads = _read_store(conn, model, now, window_s)
     picked_hw, picked_facts = preview if preview is not None else (None, None)
-    hw, frac, notes = _hardware(reads, apple_chip, picked_hw)
+    hw, frac, notes = _hardware(reads, picked_hw)
     facts = _model_facts(model, reads, picked_facts)
     notes += facts.notes
     ubatch, ubatch_source = _ubatch(reads.loaded, reads.runner)

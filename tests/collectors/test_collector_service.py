@@ -20,15 +20,16 @@ from analysis.records import HostBandwidth, HostSample, Outcome, RequestRecord
 from collectors.config import Settings, load_settings
 from collectors.host.bandwidth import measure_host_bandwidth, same_machine
 from collectors.lock import read_lock
-from collectors.metrics import parse_exposition
 from collectors.service import INTERRUPTED_REASON, CollectorService
 from store import queries
 from store.ops import REDERIVE_BATCH, PutHostBandwidth, PutHostSample, PutRequest
 from store.schema import db_path
 from store.tables import PHASES_VERSION
 from store.writer import StoreWriter
+from tests.support.exposition import parse_exposition
 from tests.support.fake_pynvml import FakeGpu, FakeNvml
 from tests.support.sim_process import SimProcess, start_sim
+from tests.support.stale_phases import stale_phases_count
 
 MODEL = "qwen2.5:0.5b"
 
@@ -303,6 +304,36 @@ async def _host_bandwidth(data: Path) -> None:
     assert len(measured) == 2 and _stored_bandwidth(data) == measured[1]
 
 
+def test_the_apple_chip_is_read_by_the_collector_and_stored_beside_the_bandwidth(tmp_path: Path) -> None:
+    asyncio.run(_apple_chip(tmp_path))
+
+
+async def _apple_chip(data: Path) -> None:
+    # The page no longer runs sysctl/system_profiler: the collector reads the chip (faked: this is no Mac) and
+    # stores it; a store measured before the chip was stored gets it without measuring the bandwidth again.
+    measured: list[HostBandwidth] = []
+
+    def measure() -> HostBandwidth:
+        measured.append(measure_host_bandwidth(buffer_bytes=8 * 2**20, runs=1, threads=1))
+        return measured[-1]
+
+    async def run_once(chip: tuple[str, int | None] | None) -> HostBandwidth:
+        service = CollectorService(
+            _settings(_closed_port_url(), data), nvml=FakeNvml([]), host_bandwidth=measure, apple_chip=lambda: chip
+        )
+        await service.start()
+        try:
+            return await _until(lambda: (hb := _stored_bandwidth(data)) is not None and (chip is None or hb.apple_chip) and hb)
+        finally:
+            await service.stop()
+
+    first = await run_once(None)
+    assert (first.apple_chip, first.apple_gpu_cores) == (None, None)  # unknown stays NULL, never 0
+    second = await run_once(("Apple M3 Max", 40))
+    assert (second.apple_chip, second.apple_gpu_cores) == ("Apple M3 Max", 40)
+    assert len(measured) == 1 and second.bandwidth_bytes_s == first.bandwidth_bytes_s
+
+
 def _stored_bandwidth(data: Path) -> HostBandwidth | None:
     with queries.open_reader(data) as conn:
         return None if conn is None else queries.latest_host_bandwidth(conn)
@@ -323,7 +354,7 @@ def test_rows_of_an_older_phase_split_are_derived_again_in_the_background(tmp_pa
     asyncio.run(_rederive(tmp_path))
     with queries.open_reader(tmp_path) as conn:
         assert conn is not None
-        assert queries.stale_phases_count(conn) == 0
+        assert stale_phases_count(conn) == 0
         for rec in (recs[0], recs[REDERIVE_BATCH], recs[-1]):
             stored = queries.request_detail(conn, rec.id)
             assert stored is not None and stored.phases_version == PHASES_VERSION

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from collectors.gpu.report import SimGpuSource, gpu_samples_from_sim
+from collectors.gpu.sim import SimGpuSource, gpu_samples_from_sim
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
 

@@ -34,8 +34,10 @@ def test_same_machine_is_told_by_cpu_count_and_memory() -> None:
 def test_detect_apple_gpu_is_none_off_macos() -> None:
     import sys
 
+    from collectors.gpu.apple import detect_apple_gpu
+
     if sys.platform != "darwin":
-        assert hbw.detect_apple_gpu() is None
+        assert detect_apple_gpu() is None
 
 
 def test_system_profiler_cores() -> None:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, GB
+from analysis.records import HostBandwidth
 from bench.pages_fixture import gpu_sample
 from pages.why.view import build_why, hardware_line, model_choices
-from store.ops import PutGpuSamples
+from store.ops import PutGpuSamples, PutHostBandwidth
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.support.why_page import PLAIN, build_store
+from tests.support.why_page import MODEL, PLAIN, build_store
 
 
 def test_nvml_bandwidth_agreeing_with_the_table_is_used_and_its_sum_shown() -> None:
@@ -81,3 +82,20 @@ def test_model_choices_newest_first_then_loaded_without_tag_duplicates(tmp_path:
     m = build_why(db_path(tmp_path), "llama3.2", now)
     assert m is not None and m.facts is not None and m.loaded is not None  # /api/show and /api/ps found under the tag
     assert model_choices(tmp_path / "elsewhere.db") is None
+
+
+def test_the_apple_chip_comes_from_the_store_not_from_the_page(tmp_path: Path) -> None:
+    # The collector reads the chip (sysctl, system_profiler) and stores it beside the host's bandwidth; the Why
+    # view explains with it where no GPU sample says more (here: an Apple chip on a machine that is not a Mac).
+    now = time.time()
+    build_store(tmp_path, now, gpu=False)
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        chip = HostBandwidth(400e9, now - 10, 2**28, 8, 3, 16, 64 * GB, apple_chip="Apple M3 Max", apple_gpu_cores=40)
+        w.write(PutHostBandwidth(chip))
+    finally:
+        w.close()
+    m = build_why(db_path(tmp_path), MODEL, now, 3600)
+    assert m is not None
+    assert m.hardware.kind == "apple" and m.hardware.label == "Apple M3 Max (40-core GPU)"
+    assert m.hardware.spec is not None and m.hardware.spec.key == "m3-max"
