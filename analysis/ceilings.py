@@ -550,13 +550,3 @@ def calibration_points(
     if prefill_tok_s and computed_prompt_tokens and computed_prompt_tokens >= MIN_PROMPT_TOKENS_FOR_CALIBRATION:
         out.append(CalibrationPoint("prefill", prefill_tok_s, c.prefill_ceiling_tok_s))
     return out
-
-
-def judge_request(
-    decode_tok_s: float | None, prefill_tok_s: float | None, c: Ceilings
-) -> tuple[RateVerdict | None, RateVerdict | None]:
-    """(decode, prefill) verdicts for whichever rates were measured: each rate's fraction of its ceiling."""
-    return (
-        judge_decode(decode_tok_s, c) if decode_tok_s else None,
-        judge_prefill(prefill_tok_s, c) if prefill_tok_s else None,
-    )

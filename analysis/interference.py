@@ -131,12 +131,13 @@ def describe(i: Interference, victim_label: str = "this request", aggressor_labe
     if not i.significant:
         return (
             f"While {aggressor_label} read its {prompt} ({took}), {victim_label}'s gaps between tokens "
-            f"stayed near their usual {w.ms(i.baseline_gap_ms)}."
+            f"stayed near their usual {w.duration_ms(i.baseline_gap_ms)}."
         )
     tokens = "token" if i.affected_gaps == 1 else "tokens"
     return (
         f"While {aggressor_label} read its {prompt} ({took}), {victim_label}'s gap between tokens grew "
-        f"from its usual {w.ms(i.baseline_gap_ms)} to {w.ms(i.mean_gap_ms)} on average (longest {w.ms(i.max_gap_ms)}) for "
-        f"{i.affected_gaps} {tokens}: the other request cost it {w.ms(i.extra_ms_per_token)} per token, "
+        f"from its usual {w.duration_ms(i.baseline_gap_ms)} to {w.duration_ms(i.mean_gap_ms)} on average "
+        f"(longest {w.duration_ms(i.max_gap_ms)}) for "
+        f"{i.affected_gaps} {tokens}: the other request cost it {w.duration_ms(i.extra_ms_per_token)} per token, "
         f"{w.secs(i.extra_ms_total / 1000)} in all."
     )

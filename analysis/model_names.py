@@ -46,11 +46,6 @@ def parse_model_name(name: str) -> ModelName:
     return ModelName(host or DEFAULT_HOST, namespace or DEFAULT_NAMESPACE, model, tag or DEFAULT_TAG)
 
 
-def canonical_model_name(name: str) -> str:
-    """``host/namespace/model:tag`` in full: equal for two spellings of the same model."""
-    return str(parse_model_name(name))
-
-
 def same_model(a: str, b: str) -> bool:
     """Whether two names (as clients, /api/ps or /api/tags spell them) mean the same model."""
     return parse_model_name(a) == parse_model_name(b)

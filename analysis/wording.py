@@ -31,7 +31,8 @@ def secs(s: float) -> str:
     return f"{s:.2f} s" if abs(s) < 10 else f"{s:.1f} s"
 
 
-def ms(x_ms: float) -> str:
+def duration_ms(x_ms: float) -> str:
+    """A duration given in milliseconds, as milliseconds."""
     return f"{x_ms:.0f} ms" if abs(x_ms) >= 10 else f"{x_ms:.1f} ms"
 
 

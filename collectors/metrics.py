@@ -748,14 +748,3 @@ def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
 def render(snap: MetricsSnapshot) -> str:
     """Prometheus text exposition (0.0.4) of a snapshot."""
     return generate_latest(registry_for(lambda: snap)).decode()
-
-
-def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Read text exposition back into {(sample name, sorted labels): value} with prometheus_client's parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out

@@ -60,7 +60,6 @@ from store.tables import (
     MODEL_INFO,
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
-    PHASES_VERSION,
     PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
     REQUESTS,
@@ -365,14 +364,6 @@ def rate_rows(conn: sqlite3.Connection, model: str, since_unix_s: float, limit: 
             (model, since_unix_s, RATE_BOUND_MAX_FRACTION, RATE_BOUND_MAX_FRACTION, int(limit)),
         )
     ]
-
-
-def stale_phases_count(conn: sqlite3.Connection) -> int:
-    """Finished requests whose phases came from an older split (the collector re-derives them)."""
-    (n,) = conn.execute(
-        "SELECT COUNT(*) FROM requests WHERE phases_version < ? AND outcome <> 'in_flight'", (PHASES_VERSION,)
-    ).fetchone()
-    return int(n)
 
 
 # ---------------------------------------------------------------- samples

@@ -172,10 +172,6 @@ class RunnerReader:
         """Discover at the next tick (a runner process appeared or went)."""
         self._next_discover_s = 0.0
 
-    @property
-    def discovery_problem(self) -> str | None:
-        return self.discovery.problem if self.discovery is not None else None
-
     def drain(self) -> list[ProgressSample]:
         """The rows queued since the last call (the service writes them after the in-flight requests)."""
         out, self._queue = self._queue, []

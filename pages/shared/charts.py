@@ -494,35 +494,3 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
     _legends_at(fig, [1.0 - (row - 1) / rows for row in range(1, rows + 1)])
     fig.update_layout(hovermode="x")
     return fig
-
-
-def history_figure(
-    started_unix_s: Sequence[float],
-    decode_tok_s: Sequence[float | None],
-    prefill_tok_s: Sequence[float | None],
-    models: Sequence[str],
-) -> go.Figure:
-    """Each finished request's decode and prefill rate over time, on a log scale (they differ by 10-100×)."""
-    fig = go.Figure()
-    x = local_times(started_unix_s)
-    for label, values, symbol, colour in (
-        ("decode (output) tok/s", decode_tok_s, "circle", PHASE_COLOURS["decode"]),
-        ("prefill (prompt) tok/s", prefill_tok_s, "diamond", PHASE_COLOURS["prefill"]),
-    ):
-        y = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=y,
-                mode="markers",
-                name=label,
-                marker={"symbol": symbol, "size": 7, "color": colour},
-                text=[plain(m) for m in models],
-                hovertemplate="%{text}: %{y:,.1f} tok/s<extra></extra>",
-            )
-        )
-    fig.update_xaxes(title_text="local time")
-    fig.update_yaxes(title_text="tokens per second (log)", type="log")
-    _base_layout(fig, "Rates of the requests shown", 320, "history")
-    fig.update_layout(hovermode="closest")
-    return fig

@@ -28,20 +28,6 @@ TEXT_MAX_CHARS = 20_000  # a prompt, reply or error shown on a page: its start, 
 ELLIPSIS = "…"
 
 
-def ms(duration_ns: int | float | None) -> str:
-    """Nanoseconds as milliseconds or seconds, whichever reads better; '—' when unknown."""
-    if duration_ns is None:
-        return "—"
-    value_ms = duration_ns / 1e6
-    if abs(value_ms) >= 10_000:
-        return f"{value_ms / 1000:.1f} s"
-    if abs(value_ms) >= 1000:
-        return f"{value_ms / 1000:.2f} s"
-    if abs(value_ms) >= 10:
-        return f"{value_ms:.0f} ms"
-    return f"{value_ms:.1f} ms"
-
-
 def seconds(duration_s: float | None) -> str:
     """Seconds as '4.2 s', '3 min 05 s' or '1 h 02 min'."""
     if duration_s is None:

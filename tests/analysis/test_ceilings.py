@@ -24,7 +24,6 @@ from analysis.ceilings import (
     decode_curve,
     judge_decode,
     judge_prefill,
-    judge_request,
     prefill_curve,
     starting_efficiencies,
     vram_fraction,
@@ -310,8 +309,7 @@ def test_calibration_points_and_verdicts_from_a_request() -> None:
     pts = calibration_points(115.0, 100, 4000.0, 512, c)
     assert [p.kind for p in pts] == ["decode", "prefill"]
     assert calibration_points(115.0, 3, 4000.0, 10, c) == []  # too short to time well
-    dec, pre = judge_request(115.0, None, c)
-    assert dec is not None and pre is None and dec.fraction_of_ceiling == pytest.approx(115.0 / c.decode_ceiling_tok_s)
+    assert judge_decode(115.0, c).fraction_of_ceiling == pytest.approx(115.0 / c.decode_ceiling_tok_s)
     # Five decent requests calibrate decode to what this machine really does.
     eff = calibrate(pts * 5, c.efficiencies)
     assert eff.eta_bw == pytest.approx(115.0 / c.decode_ceiling_tok_s)

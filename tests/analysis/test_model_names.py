@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.model_names import ModelName, canonical_model_name, parse_model_name, same_model, value_for_model
+from analysis.model_names import ModelName, parse_model_name, same_model, value_for_model
 
 part = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,11}", fullmatch=True)
 tag = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,11}", fullmatch=True)
@@ -45,14 +45,14 @@ def test_not_the_same_model(a: str, b: str) -> None:
 def test_parts() -> None:
     assert parse_model_name("localhost:5000/llama") == ModelName("registry.ollama.ai", "localhost:5000", "llama", "latest")
     assert parse_model_name("h.io:1/ns/m:t") == ModelName("h.io:1", "ns", "m", "t")
-    assert canonical_model_name("m") == "registry.ollama.ai/library/m:latest"
+    assert str(parse_model_name("m")) == "registry.ollama.ai/library/m:latest"
 
 
 @given(host, part, part, tag)
 def test_defaults_can_be_written_or_left_out(h: str, ns: str, m: str, t: str) -> None:
     full = f"{h}/{ns}/{m}:{t}"
     assert same_model(full, full.upper())
-    assert canonical_model_name(canonical_model_name(full)) == canonical_model_name(full)
+    assert parse_model_name(str(parse_model_name(full))) == parse_model_name(full)
     assert same_model(f"{h}/{ns}/{m}", f"{h}/{ns}/{m}:latest")
     assert same_model(f"registry.ollama.ai/library/{m}:latest", m)
     assert same_model(f"{ns}/{m}", f"registry.ollama.ai/{ns}/{m}:latest")

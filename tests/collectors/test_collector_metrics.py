@@ -35,12 +35,12 @@ from collectors.metrics import (
     MetricsSnapshot,
     RequestStats,
     bound_label,
-    parse_exposition,
     render,
 )
 from collectors.service import CollectorService
 from store.rows import request_row
 from store.tables import PHASES_VERSION, RequestRow
+from tests.support.exposition import parse_exposition
 from tests.support.sim_process import start_sim
 
 # One line of the text format: name, optional {labels}, one value.

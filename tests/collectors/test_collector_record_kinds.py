@@ -19,10 +19,10 @@ import openai
 import pytest
 
 from collectors.config import load_settings
-from collectors.metrics import parse_exposition
 from collectors.service import CollectorService
 from store.export import EXPORT_KEYS, export_rows, write_csv
 from store.schema import db_path
+from tests.support.exposition import parse_exposition
 from tests.support.fake_pynvml import FakeNvml
 from tests.support.sim_process import SimProcess, start_sim, truth
 

@@ -12,7 +12,7 @@ def test_bytes_in_gb_as_ollama_ps_prints_them() -> None:
 
 def test_integers_and_unknowns() -> None:
     assert fmt.count(8.0) == "8" and fmt.count(8808) == "8,808" and fmt.count(None) == "—"
-    assert fmt.rate(None) == "—" and fmt.seconds(None) == "—" and fmt.ms(None) == "—"
+    assert fmt.rate(None) == "—" and fmt.seconds(None) == "—"
 
 
 def test_durations() -> None:

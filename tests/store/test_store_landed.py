@@ -20,6 +20,7 @@ from store.schema import SCHEMA_VERSION, StoreError, db_path
 from store.tables import PHASES_VERSION
 from store.writer import StoreWriter
 from tests.support.paths import DATA
+from tests.support.stale_phases import stale_phases_count
 
 LANDED = DATA / "landed_store"
 T0 = 1_780_000_000.0
@@ -75,7 +76,7 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
                 phases.cached_tokens,
                 phases.flags,
             )
-        assert queries.stale_phases_count(conn) == 5  # the finished ones; the running one is its writer's
+        assert stale_phases_count(conn) == 5  # the finished ones; the running one is its writer's
 
     # What the collector does next, in the background: derive the older rows again.
     while w.write(RederivePhases()):

@@ -18,6 +18,7 @@ from store.tables import PHASES_VERSION
 from store.writer import StoreWriter
 from tests.support.paths import REPO
 from tests.support.records import make_record
+from tests.support.stale_phases import stale_phases_count
 
 # Every module that shows or counts a request's phases.
 READERS = [
@@ -43,13 +44,13 @@ def test_a_row_of_an_older_split_is_derived_again(tmp_path: Path) -> None:
     _raw(path, "UPDATE requests SET phases_version = 0, decode_tok_s = 1.0, decode_start_ns = NULL, flag_text = '{}'")
     _raw(path, "UPDATE requests SET outcome = 'in_flight' WHERE id = 'r000'")  # a running request is left to its writer
     with queries.open_reader(tmp_path) as conn:
-        assert conn is not None and queries.stale_phases_count(conn) == REDERIVE_BATCH + 4
+        assert conn is not None and stale_phases_count(conn) == REDERIVE_BATCH + 4
     assert w.write(RederivePhases()) == REDERIVE_BATCH  # a bounded batch per transaction
     assert w.write(RederivePhases()) == 4
     assert w.write(RederivePhases()) == 0
     w.close()
     with queries.open_reader(tmp_path) as conn:
-        assert conn is not None and queries.stale_phases_count(conn) == 0
+        assert conn is not None and stale_phases_count(conn) == 0
         for rec in recs[1:]:
             stored = queries.request_detail(conn, rec.id)
             assert stored is not None and stored.phases_version == PHASES_VERSION

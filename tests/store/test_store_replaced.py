@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from collectors.metrics import MetricsSnapshot, parse_exposition, render
+from collectors.metrics import MetricsSnapshot, render
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import BackgroundWriter, StoreWriter
+from tests.support.exposition import parse_exposition
 from tests.support.records import make_record
 
 
