@@ -21,7 +21,7 @@ from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, o
 from collectors.demo import engine_problem
 from collectors.lab.experiments import EXPERIMENTS, Cost, ExperimentSpec, make_params
 from collectors.lab.ingest import result_from_row
-from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, start_run
+from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, read_run, start_run
 from collectors.lab.launcher import cancel as cancel_run
 from collectors.lab.results import FINAL_STATES, ExperimentResult, ResultFileError, RunState, lab_dir, list_results, read_result
 from collectors.launch import (
@@ -64,6 +64,7 @@ __all__ = [
     "ollama_base_url",
     "parse_listen",
     "read_result",
+    "read_run",
     "result_from_row",
     "start_demo",
     "start_demo_at_start",

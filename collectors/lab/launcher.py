@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from collectors.lab.results import FINAL_STATES, RUNNING, ExperimentResult, lab_dir
+from collectors.lab.results import FINAL_STATES, RUNNING, ExperimentResult, lab_dir, read_result
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,6 +62,18 @@ def command(
     return argv
 
 
+def run_path(data_dir: Path, run_id: str) -> Path:
+    """Where the run's process keeps its document (``DIR/lab/ID.json``)."""
+    return lab_dir(data_dir) / f"{run_id}.json"
+
+
+def read_run(data_dir: Path, run_id: str) -> ExperimentResult | None:
+    """The run's document as its process last wrote it; None before it wrote one (raises ResultFileError when
+    the file cannot be read as one)."""
+    path = run_path(data_dir, run_id)
+    return read_result(path) if path.exists() else None
+
+
 def start_run(
     experiment: str, ollama_url: str, model: str, data_dir: Path, params: dict[str, Any], num_ctx: int | None = None
 ) -> RunHandle:
@@ -80,7 +92,7 @@ def start_run(
         )
     with _lock:
         _children[run_id] = child
-    return RunHandle(run_id, child.pid, folder / f"{run_id}.json", log_path)
+    return RunHandle(run_id, child.pid, run_path(data_dir, run_id), log_path)
 
 
 def reap() -> None:

@@ -18,7 +18,7 @@ import streamlit as st
 from analysis.accelerator import resolve_hardware
 from analysis.hardware import BY_KEY, HardwareSpec
 from collectors import api
-from collectors.api import EXPERIMENTS, FINAL_STATES, ExperimentResult, RunState, lab_dir, make_params, read_result
+from collectors.api import EXPERIMENTS, FINAL_STATES, ExperimentResult, RunState, make_params
 from pages.lab import view
 from pages.lab.figures import figure_for
 from pages.shared import common, data, fmt
@@ -146,10 +146,7 @@ def show_figure(selected: list[ExperimentResult], key: str) -> None:
 
 
 def progress_panel(run_id: str) -> None:
-    path = lab_dir(ctx.data_dir) / f"{run_id}.json"
-    doc: ExperimentResult | None = None
-    if path.exists():
-        doc = read_result(path)
+    doc = api.read_run(ctx.data_dir, run_id)
     if doc is None or doc.state in FINAL_STATES:
         code = api.exit_code(run_id)
         if doc is None and code is not None:  # died before writing anything: show why

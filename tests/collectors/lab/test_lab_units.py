@@ -162,3 +162,12 @@ def test_result_files_round_trip_and_skip_garbage(tmp_path: Path) -> None:
     with pytest.raises(ResultFileError):
         read_result(lab / "junk.json")
     assert not list(lab.glob(".*.tmp"))  # atomic writes leave no temp files behind
+
+
+def test_a_run_document_is_found_by_its_id_through_the_launcher(tmp_path: Path) -> None:
+    # The Lab page asks the launcher for a run by id instead of building the run file's path itself.
+    from collectors import api
+
+    assert api.read_run(tmp_path, "r1") is None  # the process has not written it yet
+    write_result(tmp_path / "lab" / "r1.json", _result("r1", 1.0))  # where the run's process writes it
+    assert api.read_run(tmp_path, "r1") == _result("r1", 1.0)
