@@ -91,7 +91,7 @@ def test_the_apple_chip_comes_from_the_store_not_from_the_page(tmp_path: Path) -
     build_store(tmp_path, now, gpu=False)
     w = StoreWriter(db_path(tmp_path))
     try:
-        chip = HostBandwidth(400e9, now - 10, 2**28, 8, 3, 16, 64 * GB, apple_chip="Apple M3 Max", apple_gpu_cores=40)
+        chip = HostBandwidth(400e9, now - 10, 2**28, 8, 3, 16, 64 * 2**30, apple_chip="Apple M3 Max", apple_gpu_cores=40)
         w.write(PutHostBandwidth(chip))
     finally:
         w.close()
