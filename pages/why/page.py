@@ -76,9 +76,7 @@ def preview(db: Path) -> None:
         common.no_store_state(ctx)
         st.stop()
     if not choices.offered:
-        why = build_why(
-            db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, preview=(spec, TYPICAL_8B_Q4_K_M)
-        )
+        why = build_why(db, TYPICAL_MODEL_NAME, time.time(), ctx.window_s, preview=(spec, TYPICAL_8B_Q4_K_M))
         what = "an installed model that writes text" if choices.embedding else "an installed model"
         caption = (
             f"Until Ollama lists {what}, the ceilings are for {TYPICAL_MODEL_NAME}: the lines below come "
