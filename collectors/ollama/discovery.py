@@ -34,6 +34,7 @@ exception. ``ProcessWatch`` tells from the process table alone (no HTTP) when a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -43,10 +44,12 @@ import pwd
 import re
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import psutil
@@ -571,6 +574,36 @@ def discover(ollama_url: str) -> Discovery:
         )
     addresses, port = local
     return decide(look(), port, addresses)
+
+
+_T = TypeVar("_T")
+
+
+async def off_loop_daemon(fn: Callable[[], _T], name: str) -> _T:
+    """``fn()`` in a daemon thread of its own, awaited. Unlike ``asyncio.to_thread`` (whose threads the interpreter
+    joins at exit), a read that never returns (a stalled /proc or file system) cannot hold the collector's exit:
+    cancelled, the awaiting task ends at once and the thread is left to end with the process."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: _T | None, exc: BaseException | None) -> None:
+        if done.done():
+            return  # cancelled meanwhile
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, exc = fn(), None
+        except BaseException as e:  # handed to the awaiting task, which says it
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await done
 
 
 NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
