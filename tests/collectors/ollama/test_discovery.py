@@ -273,3 +273,13 @@ def test_our_own_ollama_in_a_container_is_not_called_another_ollama() -> None:
     inside = ProcInfo(200, 100, DESK_UID, "llama-server", _runner_argv(), netns="net:[4026532777]")
     found = decide(view(mine, inside), PORT)
     assert found.runners == [] and found.container and "another network namespace" in (found.problem or "")
+
+
+def test_localhost_means_both_loopback_addresses_and_both_must_be_ollamas() -> None:
+    """``localhost`` may reach 127.0.0.1 or ::1: another user listening on the other one makes the server unknown."""
+    both = (LOOPBACK, ipaddress.ip_address("::1"))
+    sockets = [listen(PORT, OLLAMA_UID, SERVER_INODE), listen(RUNNER_PORT, OLLAMA_UID, RUNNER_INODE)]
+    assert [r.pid for r in decide(view(serve(), runner(), listening=sockets), PORT, both).runners] == [200]
+    squatter = listen(PORT, DESK_UID, 7003, "::1")
+    found = decide(view(serve(), runner(), listening=[*sockets, squatter]), PORT, both)
+    assert found.runners == [] and "127.0.0.1:11434 or [::1]:11434 is held by" in (found.problem or "")
