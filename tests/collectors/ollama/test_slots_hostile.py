@@ -38,6 +38,7 @@ def model_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_twenty_thousand_slots_are_refused_whole_and_cheaply(model_file: Path) -> None:
     request = in_flight_record("r1", MODEL)
     me = psutil.Process()
@@ -108,6 +109,7 @@ def test_a_redirect_from_slots_is_not_followed(model_file: Path, target: _Target
     assert runner["slots"] == [] and "/slots answered HTTP 302" in runner["problem"]
 
 
+@pytest.mark.slow
 def test_deeply_nested_slots_json_is_said_once_never_a_traceback(model_file: Path, caplog: pytest.LogCaptureFixture) -> None:
     request = in_flight_record("r1", MODEL)
     with (
