@@ -529,7 +529,7 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
             continue
         if name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
             continue
-        info = _info(proc, sockets=name in RUNNER_NAMES or name == "ollama")
+        info = _info(proc, sockets=name != "docker-proxy")  # a runner or an Ollama: whose sockets count
         if info is None:
             continue
         procs[info.pid] = info
