@@ -2,20 +2,31 @@
 
 Ollama >= 0.30 starts ``llama-server --model PATH --port N --host 127.0.0.1 ...`` per loaded GGUF model;
 older ones ``ollama runner --model PATH --port N``. The Ollama server is the process listening on the
-watched port (only when that address is this machine's); its runners are its children. The search starts
-from the runners (few processes carry those names) and looks at their parents, in one of two ways:
+watched address (only when that address is this machine's); its runners are its children. The search starts
+from the runners (few processes carry those names) and looks at their parents.
 
-* **by process (same user)**: the parent is ours to ask what it listens on (``net_connections``);
+Which socket a connection to the watched address reaches is read from the system-wide socket table
+(``/proc/net/tcp{,6}``: address, port, state, the owner's uid and the socket's inode), as the kernel picks
+it: a socket bound to that exact address before one bound to every address (``0.0.0.0``, ``::``). The
+exact address counts, not the port number alone: ``127.0.0.2:11434`` is not ``127.0.0.1:11434``, and any
+local user may listen there. A runner is adopted only when its parent holds the socket(s) reached at the
+watched address, the runner holds those reached at its own ``--port``, and runner and server are one uid.
+Who holds a socket is known in one of two ways:
+
+* **by process (same user)**: the parent's open files are ours to read (``/proc/PID/fd``: ``socket:[INODE]``),
+  so the socket's inode names its process;
 * **by command line + listening sockets (Ollama runs as another user)**, the official Linux install: another
-  user's sockets cannot be listed per process, but every user can read a process's command line, parent and
-  owner (``/proc/PID/{cmdline,stat,status}``) and the system-wide socket table (``/proc/net/tcp{,6}``: port,
-  state and the owner's uid). A runner is adopted when its own port listens here (same network namespace),
-  its parent is an Ollama server by its command line (``ollama serve``, or ``python -m sim``) whose uid owns
-  the socket on the watched port, and no other Ollama server of that uid could be the one on that port.
+  user's open files cannot be read, but every user can read a process's command line, parent and owner
+  (``/proc/PID/{cmdline,stat,status}``) and the socket table. A runner is adopted when its own port listens
+  here (same network namespace) owned by the runner's uid, its parent is an Ollama server by its command line
+  (``ollama serve``, or ``python -m sim``) whose uid alone owns the socket(s) reached at the watched address,
+  and no other Ollama server of that uid could be the one on that port.
 
 Never a runner of another Ollama: each test above that fails says why, and ``Discovery.problem`` says it with
 what to do (another network namespace such as Docker, ``hidepid`` on ``/proc``, a remote Ollama). Which
-loaded model a runner serves: Ollama's blob files are named ``sha256-<digest>``; any other file is hashed once.
+loaded model a runner serves: Ollama's blob files are named ``sha256-<digest>``; any other file is hashed once,
+and only a regular file (opened without blocking, at most ``MAX_HASHED_BYTES``): a FIFO or a device given as
+the model never stalls or spins discovery.
 
 Every failure (a process that exits meanwhile, a file that cannot be read) gives fewer runners, never an
 exception. ``ProcessWatch`` tells from the process table alone (no HTTP) when a runner appears or goes.
@@ -23,6 +34,7 @@ exception. ``ProcessWatch`` tells from the process table alone (no HTTP) when a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -30,10 +42,14 @@ import logging
 import os
 import pwd
 import re
+import stat
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import psutil
@@ -45,6 +61,13 @@ SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
 MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
 _TCP_LISTEN = "0A"  # the st column of /proc/net/tcp for a listening socket
+# A model file not named by its digest is hashed only up to this size: a larger (or sparse) file would cost
+# minutes of a core; Ollama's own blobs are named by their digest and never read.
+MAX_HASHED_BYTES = 64 << 30
+_HASH_BLOCK_BYTES = 1 << 20
+RUNNER_CONNECT_HOST = "127.0.0.1"  # where the collector reaches a runner (``Runner.base_url``)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 FOUND_SAME_USER = "by process (same user)"
 FOUND_OTHER_USER = "by command line + listening sockets (Ollama runs as another user)"
@@ -80,6 +103,18 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def ollama_local_address(ollama_url: str) -> tuple[tuple[IPAddress, ...], int] | None:
+    """(the addresses a client of ``ollama_url`` connects to, its port) for a watched Ollama on this machine;
+    None for a remote one. ``localhost`` may mean either loopback address: both are checked."""
+    port = ollama_local_port(ollama_url)
+    host = urlsplit(ollama_url).hostname
+    if port is None or host is None:
+        return None
+    if host == "localhost":
+        return (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1")), port
+    return (ipaddress.ip_address(host.strip("[]")),), port
 
 
 def ollama_local_port(ollama_url: str) -> int | None:
@@ -180,7 +215,7 @@ class ProcInfo:
     uid: int | None
     name: str
     argv: tuple[str, ...]
-    listens: frozenset[int] | None = None  # TCP ports it listens on; None: not ours to see (another user's)
+    sockets: frozenset[int] | None = None  # inodes of the sockets it holds; None: not ours to see (another user's)
     netns: str | None = None  # /proc/PID/ns/net's link, e.g. "net:[4026531840]"; None: not ours to see
 
 
@@ -189,17 +224,39 @@ class HostView:
     """What this user can see of this machine: the processes that matter and the system-wide listening sockets."""
 
     procs: dict[int, ProcInfo]  # runners, their parents, Ollama servers, docker-proxy
-    listening: dict[int, frozenset[int]] | None  # port → uids owning a socket listening on it; None: unreadable
+    listening: list[Listener] | None  # every listening TCP socket in this network namespace; None: unreadable
     my_netns: str | None = None
     hidepid: str | None = None  # /proc's hidepid= mount option when set ("1", "2", "invisible", "noaccess", ...)
     other_users_visible: bool = True  # whether any process of another user could be read at all
     runners: list[Runner] = field(default_factory=list)
 
 
-def listening_sockets(proc_root: Path = Path("/proc")) -> dict[int, frozenset[int]] | None:
-    """Port → uids owning a TCP socket listening on it, from ``net/tcp`` and ``net/tcp6`` (readable by every
-    user, for this network namespace); None where neither can be read (not Linux, or forbidden)."""
-    owners: dict[int, set[int]] = {}
+@dataclass(frozen=True)
+class Listener:
+    """One listening TCP socket, as ``/proc/net/tcp{,6}`` lists it."""
+
+    address: IPAddress
+    port: int
+    uid: int  # who created it
+    inode: int  # names it in its holder's /proc/PID/fd (``socket:[INODE]``)
+
+    def __str__(self) -> str:
+        return f"[{self.address}]:{self.port}" if self.address.version == 6 else f"{self.address}:{self.port}"
+
+
+def _proc_address(text: str) -> IPAddress:
+    """``0100007F`` → 127.0.0.1: the kernel prints each 32-bit word of the address as a number in this machine's
+    byte order."""
+    if len(text) not in (8, 32):
+        raise ValueError(text)
+    raw = b"".join(int(text[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
+    return ipaddress.ip_address(raw)
+
+
+def listening_sockets(proc_root: Path = Path("/proc")) -> list[Listener] | None:
+    """Every TCP socket listening in this network namespace, from ``net/tcp`` and ``net/tcp6`` (readable by
+    every user); None where neither can be read (not Linux, or forbidden)."""
+    out: list[Listener] = []
     read_any = False
     for name in ("tcp", "tcp6"):
         try:
@@ -209,14 +266,44 @@ def listening_sockets(proc_root: Path = Path("/proc")) -> dict[int, frozenset[in
         read_any = True
         for line in lines:
             cols = line.split()
-            if len(cols) < 8 or cols[3] != _TCP_LISTEN:
+            if len(cols) < 10 or cols[3] != _TCP_LISTEN:
                 continue
             try:
-                port, uid = int(cols[1].rsplit(":", 1)[1], 16), int(cols[7])
-            except (ValueError, IndexError):
+                address, port = cols[1].rsplit(":", 1)
+                out.append(Listener(_proc_address(address), int(port, 16), int(cols[7]), int(cols[9])))
+            except ValueError:
                 continue
-            owners.setdefault(port, set()).add(uid)
-    return {port: frozenset(uids) for port, uids in owners.items()} if read_any else None
+    return out if read_any else None
+
+
+def serving(listeners: Sequence[Listener], address: IPAddress, port: int) -> list[Listener]:
+    """The listening sockets a connection to ``address:port`` reaches, as the kernel chooses: one bound to
+    that exact address before one bound to every address (IPv4 before IPv6 at each step). Several only
+    where they share the port (``SO_REUSEPORT``, which the kernel allows one uid alone)."""
+    on_port = [lis for lis in listeners if lis.port == port]
+    tiers: list[IPAddress]
+    if isinstance(address, ipaddress.IPv4Address):
+        mapped = ipaddress.IPv6Address(f"::ffff:{address}")
+        tiers = [address, mapped, ipaddress.IPv4Address("0.0.0.0"), ipaddress.IPv6Address("::")]
+    else:
+        tiers = [address, ipaddress.IPv6Address("::")]
+    for tier in tiers:
+        hit = [lis for lis in on_port if lis.address == tier]
+        if hit:
+            return hit
+    return []
+
+
+def _reached(view: HostView, addresses: Sequence[IPAddress], port: int) -> list[Listener]:
+    """The sockets reached at any of ``addresses`` (``localhost`` has two) on ``port``."""
+    out: list[Listener] = []
+    for address in addresses:
+        out.extend(lis for lis in serving(view.listening or [], address, port) if lis not in out)
+    return out
+
+
+def _where(addresses: Sequence[IPAddress], port: int) -> str:
+    return " or ".join(str(Listener(a, port, 0, 0)) for a in addresses)
 
 
 def proc_hidepid(proc_root: Path = Path("/proc")) -> str | None:
@@ -267,8 +354,40 @@ def _as_user(uid: int | None) -> str:
     return f"run the collector as {_user(uid)} (sudo -u {_user(uid)} ...) or as root"
 
 
-def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str | None]:
-    """(how it was found, None) when ``runner`` belongs to the Ollama on ``port``; else (None, why not)."""
+def _held_by(listeners: Sequence[Listener], p: ProcInfo) -> bool:
+    """Whether ``p`` holds every one of ``listeners`` (its open files read: ``p.sockets`` is known)."""
+    return p.sockets is not None and all(lis.inode in p.sockets for lis in listeners)
+
+
+def _owners(listeners: Sequence[Listener]) -> str:
+    return ", ".join(sorted({_user(lis.uid) for lis in listeners}))
+
+
+def _runner_itself(view: HostView, runner: Runner, me: ProcInfo, parent: ProcInfo) -> str | None:
+    """Why what answers on the runner's port may not be the runner its parent started (None: it is)."""
+    runner_sockets = serving(view.listening or [], ipaddress.IPv4Address(RUNNER_CONNECT_HOST), runner.port)
+    if not runner_sockets:
+        if me.netns is not None and me.netns == view.my_netns:  # ours to see: it has not bound its port yet
+            return f"nothing listens on its port {runner.port} (yet): it is read once it does"
+        return (
+            f"its port {runner.port} does not listen in this network namespace (a container such as "
+            f"Docker?): run the collector in Ollama's network namespace"
+        )
+    if me.uid is None or me.uid != parent.uid:
+        return f"it runs as {_user(me.uid)} but its parent (pid {parent.pid}) as {_user(parent.uid)}: not Ollama's runner"
+    # Whoever answers on the runner's port is what the collector reads: it must be the runner itself.
+    if me.sockets is not None and not _held_by(runner_sockets, me):
+        return f"port {runner.port} is held by another process than the runner (pid {me.pid})"
+    if {lis.uid for lis in runner_sockets} != {me.uid}:
+        return f"port {runner.port} is held by {_owners(runner_sockets)}, not by the runner's user {_user(me.uid)}"
+    return None
+
+
+def _judge(
+    view: HostView, runner: Runner, port: int, addresses: Sequence[IPAddress] = (ipaddress.IPv4Address("127.0.0.1"),)
+) -> tuple[str | None, str | None]:
+    """(how it was found, None) when ``runner`` belongs to the Ollama listening on ``addresses`` at ``port``;
+    else (None, why not)."""
     me = view.procs.get(runner.pid)
     parent = view.procs.get(me.ppid) if me is not None else None
     if me is None or parent is None:
@@ -279,29 +398,28 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
             f"port cannot be reached from here; run the collector in that namespace (docker run "
             f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)"
         )
-    if parent.listens is not None:  # ours to ask
-        if port in parent.listens:
-            return FOUND_SAME_USER, None
-        return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on port {port}: another Ollama"
     if view.listening is None:
         return None, f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
-    if runner.port not in view.listening:
-        return None, (
-            f"its port {runner.port} does not listen in this network namespace (a container such as "
-            f"Docker?): run the collector in Ollama's network namespace"
-        )
-    owners = view.listening.get(port, frozenset())
-    if not owners:
-        return None, f"nothing listens on port {port} in this network namespace"
+    watched = _where(addresses, port)
+    server_sockets = _reached(view, addresses, port)
+    if not server_sockets:
+        return None, f"nothing listens on {watched} in this network namespace"
+    why = _runner_itself(view, runner, me, parent)
+    if why is not None:
+        return None, why
+    if parent.sockets is not None:  # ours to read: the socket's inode names its process
+        if _held_by(server_sockets, parent):
+            return FOUND_SAME_USER, None
+        return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on {watched}: another Ollama"
     is_server, its_port = server_port(parent)
     if not is_server:
         return None, f"its parent (pid {parent.pid}, {parent.name}) is not an Ollama server (ollama serve)"
     if its_port is not None and its_port != port:
         return None, f"its parent (pid {parent.pid}) serves port {its_port}: another Ollama"
-    if parent.uid not in owners:
+    if {lis.uid for lis in server_sockets} != {parent.uid}:
         return None, (
-            f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but port {port} is held by "
-            f"{', '.join(sorted(_user(u) for u in owners))}: another Ollama"
+            f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but {watched} is held by "
+            f"{_owners(server_sockets)}: another Ollama"
         )
     rivals = [
         p
@@ -311,18 +429,18 @@ def _judge(view: HostView, runner: Runner, port: int) -> tuple[str | None, str |
     if rivals:
         return None, (
             f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
-            f"which one listens on port {port}; {_as_user(parent.uid)}"
+            f"which one listens on {watched}; {_as_user(parent.uid)}"
         )
     return FOUND_OTHER_USER, None
 
 
-def decide(view: HostView, port: int) -> Discovery:
-    """The runners of the Ollama listening on ``port``, judged from ``view`` alone."""
+def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddress.IPv4Address("127.0.0.1"),)) -> Discovery:
+    """The runners of the Ollama listening on ``addresses`` at ``port``, judged from ``view`` alone."""
     found: list[Runner] = []
     ways: list[str] = []
     why_not: list[str] = []
     for runner in view.runners:
-        how, why = _judge(view, runner, port)
+        how, why = _judge(view, runner, port, addresses)
         if how is not None:
             found.append(runner)
             if how not in ways:
@@ -348,19 +466,27 @@ def decide(view: HostView, port: int) -> Discovery:
     if why_not:
         more = len(why_not) - MAX_REASONS_SHOWN
         shown = why_not[:MAX_REASONS_SHOWN] + ([f"and {more} more"] if more > 0 else [])
-        head = f"{len(why_not)} runner(s) here, none of the Ollama on port {port}: " + "; ".join(shown)
+        head = f"{len(why_not)} runner(s) here, none of the Ollama on {_where(addresses, port)}: " + "; ".join(shown)
     else:
         head = "no runner process here (no model is loaded)"
     contained = forwarded is not None or any("network namespace" in why for why in why_not)
     return Discovery([], None, "; ".join([head, *hints]), container=contained)
 
 
-def _ports_listening(proc: psutil.Process) -> frozenset[int] | None:
+def socket_inodes(pid: int, proc_root: Path = Path("/proc")) -> frozenset[int] | None:
+    """The inodes of the sockets process ``pid`` holds, from its open files; None where they cannot be read
+    (another user's process, unless we are root; or gone)."""
+    out: set[int] = set()
     try:
-        conns = proc.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None  # another user's process (or gone)
-    return frozenset(c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr)
+        with os.scandir(proc_root / str(pid) / "fd") as fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    target = os.readlink(fd.path)
+                    if target.startswith("socket:[") and target.endswith("]"):
+                        out.add(int(target[8:-1]))
+    except (OSError, ValueError):
+        return None
+    return frozenset(out)
 
 
 def _netns(pid: int | str) -> str | None:
@@ -380,7 +506,7 @@ def _info(proc: psutil.Process, *, sockets: bool) -> ProcInfo | None:
                 uid=uids.real,
                 name=proc.name(),
                 argv=tuple(proc.cmdline()),
-                listens=_ports_listening(proc) if sockets else None,
+                sockets=socket_inodes(proc.pid) if sockets else None,
                 netns=_netns(proc.pid),
             )
     except (psutil.Error, OSError):
@@ -403,23 +529,23 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
             continue
         if name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
             continue
-        info = _info(proc, sockets=False)
+        info = _info(proc, sockets=name != "docker-proxy")  # a runner or an Ollama: whose sockets count
         if info is None:
             continue
         procs[info.pid] = info
         runner = runner_from_argv(info.pid, info.name, info.argv)
         if runner is not None:
             runners.append(runner)
-    for runner in runners:  # their parents, asked what they listen on (answered for our own processes only)
+    for runner in runners:  # their parents, with the sockets they hold (readable for our own processes only)
         ppid = procs[runner.pid].ppid
         parent = procs.get(ppid)
-        if parent is None or parent.listens is None:
+        if parent is None or parent.sockets is None:
             with contextlib.suppress(psutil.Error, OSError):
                 info = _info(psutil.Process(ppid), sockets=True)
                 if info is not None:
                     procs[ppid] = info
     # Another user's runner is judged against every Ollama server of its parent's user, sims included.
-    judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.listens is None}
+    judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.sockets is None}
     for proc, uid in pythons:
         if uid in judged_by_command_line and proc.pid not in procs and (info := _info(proc, sockets=False)):
             procs[info.pid] = info
@@ -435,8 +561,8 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
 
 def discover(ollama_url: str) -> Discovery:
     """The runners of the Ollama at ``ollama_url``, how they were found, or why none were."""
-    port = ollama_local_port(ollama_url)
-    if port is None:
+    local = ollama_local_address(ollama_url)
+    if local is None:
         return Discovery(
             [],
             None,
@@ -446,7 +572,38 @@ def discover(ollama_url: str) -> Discovery:
                 f"read them"
             ),
         )
-    return decide(look(), port)
+    addresses, port = local
+    return decide(look(), port, addresses)
+
+
+_T = TypeVar("_T")
+
+
+async def off_loop_daemon(fn: Callable[[], _T], name: str) -> _T:
+    """``fn()`` in a daemon thread of its own, awaited. Unlike ``asyncio.to_thread`` (whose threads the interpreter
+    joins at exit), a read that never returns (a stalled /proc or file system) cannot hold the collector's exit:
+    cancelled, the awaiting task ends at once and the thread is left to end with the process."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: _T | None, exc: BaseException | None) -> None:
+        if done.done():
+            return  # cancelled meanwhile
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, exc = fn(), None
+        except BaseException as e:  # handed to the awaiting task, which says it
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await done
 
 
 NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
@@ -485,27 +642,43 @@ class ProcessWatch:
 
 
 class DigestCache:
-    """Model file → sha256 digest; Ollama's blob names give it for free, other files are hashed once."""
+    """Model file → sha256 digest; Ollama's blob names give it for free, other files are hashed once.
+
+    Only a regular file is read: a FIFO would block the open or the read for good and a device such as
+    ``/dev/zero`` never ends, so the path is looked at first, opened without blocking, and looked at again
+    through the open file (it may have been swapped meanwhile); at most ``MAX_HASHED_BYTES``, and no more than
+    the size it had when opened (a file growing while read does not keep the reader busy)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], str] = {}
+        self._known: dict[tuple[str, int, int, int, int], str] = {}
 
     def digest(self, path: str) -> str | None:
         m = _BLOB_DIGEST.search(Path(path).name)
         if m:
             return m.group(1)
         try:
-            st = Path(path).stat()
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None  # never opened: opening some devices does something
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
-        key = (path, st.st_size, st.st_mtime_ns)
-        if key not in self._known:
-            h = hashlib.sha256()
-            try:
-                with open(path, "rb") as f:
-                    while block := f.read(1 << 20):
-                        h.update(block)
-            except OSError:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_HASHED_BYTES:
                 return None
-            self._known[key] = h.hexdigest()
-        return self._known[key]
+            key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if key not in self._known:
+                h = hashlib.sha256()
+                left = st.st_size
+                while left > 0:
+                    block = os.read(fd, min(_HASH_BLOCK_BYTES, left))
+                    if not block:
+                        return None  # shorter than it was: changed while read
+                    h.update(block)
+                    left -= len(block)
+                self._known[key] = h.hexdigest()
+            return self._known[key]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)

@@ -40,9 +40,9 @@ from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, placement_rows
 from collectors.ollama.direct import DirectTasks, RunnerRef
-from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover
+from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover, off_loop_daemon
 from collectors.ollama.log import LogEvent, LogSource, LogTail
-from collectors.ollama.slots import SlotReading, SlotsFormatError, parse_slots
+from collectors.ollama.slots import MAX_SLOTS, SlotReading, SlotsFormatError, parse_slots, slots_cap
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +66,23 @@ MAX_DECODE_ROWS_KEPT = 8
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
 
 
-def classify_slots_answer(status: int, body: bytes) -> tuple[list[SlotReading] | None, str | None]:
-    """(readings, None) for a usable /slots answer, else (None, why not)."""
+def classify_slots_answer(status: int, body: bytes, max_slots: int = MAX_SLOTS) -> tuple[list[SlotReading] | None, str | None]:
+    """(readings, None) for a usable /slots answer of at most ``max_slots`` slots, else (None, why not).
+    A redirect is an answer like any other status: never followed (whatever answers on a runner's port
+    could send the collector anywhere)."""
     if status != 200:
         hint = {404: " (no /slots: an older runner?)", 501: " (started with --no-slots)"}.get(status, "")
         return None, f"/slots answered HTTP {status}{hint}"
+    # Each slot has one "is_processing" key, and a quote inside a JSON string is escaped: counting them bounds
+    # the slots before a parse (parse_slots counts again, exactly), so a list of thousands costs no parse.
+    if body.count(b'"is_processing"') > max_slots:
+        return None, f"/slots answered something that is not a list of slots: more than the runner's {max_slots} slots"
     try:
-        return parse_slots(json.loads(body)), None
+        return parse_slots(json.loads(body), max_slots), None
     except (ValueError, SlotsFormatError) as exc:
         return None, f"/slots answered something that is not a list of slots: {str(exc)[:120]}"
+    except RecursionError:  # nested deeper than the parser goes: not llama-server's answer
+        return None, "/slots answered something that is not a list of slots: JSON nested too deeply"
 
 
 @dataclass
@@ -302,9 +310,11 @@ class RunnerReader:
 
     async def _rediscover(self) -> None:
         try:
-            found = await asyncio.to_thread(self._discover, self.ollama_url)
-            digests = await asyncio.to_thread(
-                lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found.runners]
+            # In a daemon thread: discovery reads other processes' files and hashes model files (see off_loop_daemon).
+            found = await off_loop_daemon(lambda: self._discover(self.ollama_url), "runner-discovery")
+            digests = await off_loop_daemon(
+                lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found.runners],
+                "runner-digests",
             )
         except Exception:
             self.errors += 1
@@ -368,13 +378,13 @@ class RunnerReader:
     async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
         try:
-            async with self._session.get(runner.base_url + "/slots", timeout=timeout) as resp:
+            async with self._session.get(runner.base_url + "/slots", timeout=timeout, allow_redirects=False) as resp:
                 body = bytearray()
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     body += chunk
                     if len(body) > MAX_BODY_BYTES:  # the prompt text makes it long; beyond this, not worth reading
                         return None, f"/slots answered more than {MAX_BODY_BYTES} bytes"
-                return classify_slots_answer(resp.status, bytes(body))
+                return classify_slots_answer(resp.status, bytes(body), slots_cap(runner.n_parallel))
         except TimeoutError:
             return None, f"/slots did not answer within {SLOTS_TIMEOUT_S:g} s"
         except aiohttp.ClientConnectorError as exc:
@@ -547,14 +557,21 @@ class RunnerReader:
 # -- python -m collectors.ollama ------------------------------------------------------------------------
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect comes back as its own status (see ``classify_slots_answer``), never followed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())  # loopback: never via a proxy
     try:
         with opener.open(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read()  # a runner on loopback, read once by a person: no bound needed
+            return resp.status, resp.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        return exc.code, exc.read(MAX_BODY_BYTES + 1)
 
 
 def read_once(ollama_url: str) -> dict[str, Any]:
@@ -569,15 +586,18 @@ def read_once(ollama_url: str) -> dict[str, Any]:
         models = parse_ps(json.loads(body), time.time()) if status == 200 else []
         if status != 200:
             ps_problem = f"/api/ps answered HTTP {status}"
-    except (OSError, ValueError, PollError) as exc:
-        ps_problem = f"/api/ps: {exc}"
+    except (OSError, ValueError, RecursionError, PollError) as exc:
+        ps_problem = f"/api/ps: {type(exc).__name__}: {str(exc)[:120]}"
     digests = DigestCache()
     out = []
     for runner in found.runners:
         digest = digests.digest(runner.model_path) if runner.model_path else None
         state = RunnerState(runner, digest=digest, model=_model_of(digest, models))
         try:
-            readings, state.problem = classify_slots_answer(*_get(runner.base_url + "/slots", SLOTS_TIMEOUT_S))
+            status, body = _get(runner.base_url + "/slots", SLOTS_TIMEOUT_S)
+            readings, state.problem = classify_slots_answer(status, body, slots_cap(runner.n_parallel))
+            if len(body) > MAX_BODY_BYTES:
+                readings, state.problem = None, f"/slots answered more than {MAX_BODY_BYTES} bytes"
             state.slots = readings or []
         except OSError as exc:
             state.problem = f"cannot read /slots: {exc}"

@@ -7,12 +7,23 @@ raises ``SlotsFormatError``, so the reader can fall back instead of storing a gu
 One quirk, measured on llama-server: while a prompt is read, ``n_prompt_tokens`` is the end of the batch
 being evaluated (it runs one batch ahead of ``n_prompt_tokens_processed``), not the prompt's size; the
 size is known only once the first token is decoded (``prompt_size_tokens``).
+
+llama-server lists exactly its ``-np`` slots, numbered from 0. An answer with more slots than the runner was
+started with (or than ``MAX_SLOTS``), or with a slot id twice or out of that range, is not a runner's answer
+(something else answers on its port): refused whole, so a forged list costs no more than its parse.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+MAX_SLOTS = 256  # slots per runner believed at most, whatever its -np says (OLLAMA_NUM_PARALLEL is a few in practice)
+
+
+def slots_cap(n_parallel: int | None) -> int:
+    """How many slots a runner started with ``-np n_parallel`` may list (``MAX_SLOTS`` when it is not given)."""
+    return min(n_parallel, MAX_SLOTS) if n_parallel is not None and n_parallel > 0 else MAX_SLOTS
 
 
 class SlotsFormatError(ValueError):
@@ -52,14 +63,21 @@ def _int(obj: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def parse_slots(body: Any) -> list[SlotReading]:
-    """The slots of a decoded /slots JSON body. Raises SlotsFormatError for anything else."""
+def parse_slots(body: Any, max_slots: int = MAX_SLOTS) -> list[SlotReading]:
+    """The slots of a decoded /slots JSON body, at most ``max_slots`` (``slots_cap``). Raises SlotsFormatError
+    for anything else."""
     if not isinstance(body, list):
         raise SlotsFormatError(f"/slots answered {type(body).__name__}, not a list of slots")
+    if len(body) > max_slots:
+        raise SlotsFormatError(f"/slots listed {len(body)} slots, more than the runner's {max_slots}")
     out: list[SlotReading] = []
+    seen: set[int] = set()
     for item in body:
         if not isinstance(item, dict) or _int(item, "id") is None or not isinstance(item.get("is_processing"), bool):
             raise SlotsFormatError("a /slots entry lacks its id or is_processing")
+        if item["id"] >= max_slots or item["id"] in seen:
+            raise SlotsFormatError(f"/slots listed slot id {item['id']} twice or beyond the runner's {max_slots} slots")
+        seen.add(item["id"])
         decoded = None
         next_token = item.get("next_token")
         if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict):

@@ -199,15 +199,16 @@ def start_llama_server(gguf: Path, *, ctx: int = 8192, threads: int = 2) -> Iter
 
 
 @contextlib.contextmanager
-def start_bad_runner(mode: str, model_path: Path) -> Iterator[Child]:
+def start_bad_runner(mode: str, model_path: Path, *extra: str) -> Iterator[Child]:
     """``slots_server.py`` under the name ``llama-server`` (a symlink to the system Python): a real child
-    process that discovery takes for a runner, answering /slots with ``mode`` (404, 501, garbage, html, exit)."""
+    process that discovery takes for a runner, answering /slots with ``mode`` (404, 501, garbage, html, exit,
+    and the hostile ones it lists); ``extra`` arguments follow (``-np 4``, ``--location URL``)."""
     python = sys.executable  # a real binary once resolved (not a launcher script such as pyenv's shim)
     folder = Path(tempfile.mkdtemp(prefix="fake-runner-"))
     link = folder / "llama-server"
     link.symlink_to(os.path.realpath(python))
     script = str(REPO_ROOT / "tests" / "support" / "slots_server.py")
-    argv = [str(link), script, "--model", str(model_path), "--mode", mode]
+    argv = [str(link), script, "--model", str(model_path), "--mode", mode, *extra]
     try:
         with _child(argv, None if mode == "closed" else "/health", 30.0) as child:
             yield child

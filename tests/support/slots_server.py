@@ -1,8 +1,11 @@
 """A runner that answers /slots badly, run as a child named ``llama-server`` (standard library only).
 
-    llama-server slots_server.py --port N --model PATH --mode 404|501|garbage|html|exit|closed
+    llama-server slots_server.py --port N --model PATH --mode 404|501|garbage|html|exit|closed|good|many|nested|redirect
 
 ``exit`` answers one good /slots (a prompt being read) and then exits, like a runner that dies mid-request.
+``good`` always answers that reading. Hostile ones (issue 29), from whatever answers on a runner's port:
+``many`` lists ``MANY_SLOTS`` busy slots with new task ids on every answer, ``nested`` is JSON nested far
+deeper than a parser goes, ``redirect`` answers 302 to ``--location``.
 The process is started through a symlink named ``llama-server`` so discovery finds it as it finds the real one.
 """
 
@@ -30,6 +33,27 @@ GOOD = [
         "generated": "",
     }
 ]
+MANY_SLOTS = 20_000
+NESTING = 100_000
+
+
+def many_slots(first_task: int) -> bytes:
+    """``MANY_SLOTS`` busy slots, each reading a prompt (counts only, as llama-server lists them)."""
+    return json.dumps(
+        [
+            {
+                "id": i,
+                "n_ctx": 4096,
+                "is_processing": True,
+                "id_task": first_task + i,
+                "n_prompt_tokens": 1024,
+                "n_prompt_tokens_processed": 512,
+                "n_prompt_tokens_cache": 0,
+                "next_token": [{"n_decoded": 3}],
+            }
+            for i in range(MANY_SLOTS)
+        ]
+    ).encode()
 
 
 def main() -> None:
@@ -38,7 +62,10 @@ def main() -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--mode", required=True)
+    p.add_argument("--location", default="")
+    p.add_argument("-np", type=int, default=None)  # as llama-server takes it (discovery reads it)
     args = p.parse_args()
+    answers = [0]  # how many /slots answers so far: ``many`` gives new task ids each time
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *a: object) -> None:
@@ -56,6 +83,18 @@ def main() -> None:
             elif args.mode == "exit":
                 self._send(200, json.dumps(GOOD).encode())
                 threading.Timer(0.05, os._exit, (0,)).start()
+            elif args.mode == "good":
+                self._send(200, json.dumps(GOOD).encode())
+            elif args.mode == "many":
+                answers[0] += 1
+                self._send(200, many_slots(answers[0] * MANY_SLOTS))
+            elif args.mode == "nested":
+                self._send(200, b"[" * NESTING + b"]" * NESTING)
+            elif args.mode == "redirect":
+                self.send_response(302)
+                self.send_header("Location", args.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
         def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
             self.send_response(status)

@@ -4,23 +4,28 @@ line, parent and owner readable; sockets not). The real two-user case: test_disc
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from collectors.ollama.discovery import (
     FOUND_OTHER_USER,
     FOUND_SAME_USER,
     HostView,
+    Listener,
     ProcInfo,
     decide,
     listening_sockets,
     proc_hidepid,
     runner_from_argv,
+    serving,
 )
 
 OLLAMA_UID, DESK_UID = 999, 1000
 PORT = 11434
 RUNNER_PORT = 43841
 NETNS = "net:[4026531840]"
+LOOPBACK = ipaddress.ip_address("127.0.0.1")
+SERVER_INODE, RUNNER_INODE = 7001, 7002  # the sockets' inodes, as /proc/net/tcp and /proc/PID/fd name them
 
 # Linux's /proc/net/tcp: 0100007F:2CAA is 127.0.0.1:11434 (st 0A: listening), owner uid in column 8.
 _TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -55,7 +60,11 @@ def test_the_socket_table_gives_listening_ports_and_their_owners(tmp_path: Path)
         ],
         tcp6=[_tcp_line(0, "00000000000000000000000001000000", 8080, "0A", DESK_UID)],
     )
-    assert listening_sockets(root) == {PORT: {OLLAMA_UID}, RUNNER_PORT: {OLLAMA_UID}, 8080: {DESK_UID}}
+    assert listening_sockets(root) == [
+        Listener(LOOPBACK, PORT, OLLAMA_UID, 12345),
+        Listener(LOOPBACK, RUNNER_PORT, OLLAMA_UID, 12346),
+        Listener(ipaddress.ip_address("::1"), 8080, DESK_UID, 12345),  # the kernel's spelling of ::1 (above)
+    ]
     assert listening_sockets(tmp_path / "nothing") is None  # unreadable: unknown, not "nothing listens"
 
 
@@ -87,16 +96,20 @@ def _runner_argv(port: int = RUNNER_PORT) -> tuple[str, ...]:
     )
 
 
+def listen(port: int, uid: int, inode: int, address: str = "127.0.0.1") -> Listener:
+    return Listener(ipaddress.ip_address(address), port, uid, inode)
+
+
 def view(
     *procs: ProcInfo,
-    listening: dict[int, frozenset[int]] | None = None,
+    listening: list[Listener] | None = None,
     hidepid: str | None = None,
     others_visible: bool = True,
 ) -> HostView:
     by_pid = {p.pid: p for p in procs}
     runners = [r for p in procs if (r := runner_from_argv(p.pid, p.name, p.argv)) is not None]
     if listening is None:
-        listening = {PORT: frozenset({OLLAMA_UID}), RUNNER_PORT: frozenset({OLLAMA_UID})}
+        listening = [listen(PORT, OLLAMA_UID, SERVER_INODE), listen(RUNNER_PORT, OLLAMA_UID, RUNNER_INODE)]
     return HostView(by_pid, listening, my_netns=NETNS, hidepid=hidepid, other_users_visible=others_visible, runners=runners)
 
 
@@ -114,26 +127,73 @@ def test_another_users_ollama_runner_is_found_by_command_line_and_sockets() -> N
     assert found.found_by == FOUND_OTHER_USER
 
 
+def _mine(*sockets: int) -> ProcInfo:
+    return ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), sockets=frozenset(sockets), netns=NETNS)
+
+
+def _desk_sockets(*extra: Listener) -> list[Listener]:
+    return [listen(PORT, DESK_UID, SERVER_INODE), listen(RUNNER_PORT, DESK_UID, RUNNER_INODE), *extra]
+
+
 def test_our_own_ollama_is_found_by_process() -> None:
-    mine = ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), listens=frozenset({PORT}), netns=NETNS)
-    found = decide(view(mine, runner(uid=DESK_UID)), PORT)
+    found = decide(view(_mine(SERVER_INODE), runner(uid=DESK_UID), listening=_desk_sockets()), PORT)
     assert [r.pid for r in found.runners] == [200] and found.found_by == FOUND_SAME_USER
 
 
 def test_a_runner_of_our_own_other_ollama_is_not_adopted() -> None:
-    mine = ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), listens=frozenset({11500}), netns=NETNS)
-    found = decide(view(mine, runner(uid=DESK_UID)), PORT)
-    assert found.runners == [] and found.problem is not None and "does not listen on port 11434" in found.problem
+    other = listen(11500, DESK_UID, 7003)
+    found = decide(view(_mine(7003), runner(uid=DESK_UID), listening=_desk_sockets(other)), PORT)
+    assert found.runners == [] and found.problem is not None
+    assert "does not listen on 127.0.0.1:11434" in found.problem
+
+
+def test_the_watched_address_counts_not_the_port_number() -> None:
+    """A server listening on 127.0.0.2:11434 is not the one at 127.0.0.1:11434, whoever runs it (finding 3)."""
+    fake = listen(PORT, DESK_UID, 7003, "127.0.0.2")
+    # Ours to read: it holds a socket on port 11434, but not the one a client of 127.0.0.1 reaches.
+    found = decide(view(_mine(7003), runner(uid=DESK_UID), listening=_desk_sockets(fake)), PORT)
+    assert found.runners == [] and "does not listen on 127.0.0.1:11434" in (found.problem or "")
+    # Another user's (judged by uid): 127.0.0.1:11434 is held by Ollama's user alone.
+    sockets = [listen(PORT, OLLAMA_UID, SERVER_INODE), fake, listen(RUNNER_PORT, DESK_UID, RUNNER_INODE)]
+    found = decide(view(serve(uid=DESK_UID), runner(uid=DESK_UID), listening=sockets), PORT)
+    assert found.runners == [] and "127.0.0.1:11434 is held by" in (found.problem or "")
+    # Only the fake listening: nothing is at the watched address at all.
+    found = decide(view(serve(uid=DESK_UID), runner(uid=DESK_UID), listening=sockets[1:]), PORT)
+    assert found.runners == [] and "nothing listens on 127.0.0.1:11434" in (found.problem or "")
+
+
+def test_a_socket_on_every_address_serves_the_watched_one_unless_a_closer_one_does() -> None:
+    any4, any6 = listen(PORT, OLLAMA_UID, 1, "0.0.0.0"), listen(PORT, DESK_UID, 2, "::")
+    exact = listen(PORT, OLLAMA_UID, 3)
+    assert serving([any6, any4], LOOPBACK, PORT) == [any4]
+    assert serving([any6], LOOPBACK, PORT) == [any6]  # dual-stack: IPv4 clients reach it too
+    assert serving([any6, any4, exact], LOOPBACK, PORT) == [exact]
+    assert serving([any4], ipaddress.ip_address("::1"), PORT) == []
+    # OLLAMA_HOST=0.0.0.0: the runner of the server on every address is adopted.
+    found = decide(view(serve(), runner(), listening=[any4, listen(RUNNER_PORT, OLLAMA_UID, RUNNER_INODE)]), PORT)
+    assert [r.pid for r in found.runners] == [200]
+
+
+def test_runner_and_server_of_one_user_and_the_runner_holding_its_port() -> None:
+    # The runner runs as another user than its parent: not what Ollama starts.
+    found = decide(view(serve(), runner(uid=DESK_UID)), PORT)
+    assert found.runners == [] and "not Ollama's runner" in (found.problem or "")
+    # Its port is held by another user: what answers there is not the runner.
+    sockets = [listen(PORT, OLLAMA_UID, SERVER_INODE), listen(RUNNER_PORT, DESK_UID, RUNNER_INODE)]
+    found = decide(view(serve(), runner(), listening=sockets), PORT)
+    assert found.runners == [] and f"port {RUNNER_PORT} is held by" in (found.problem or "")
+    # Ours to read: a runner that does not hold the socket on its own port.
+    me = ProcInfo(200, 100, DESK_UID, "llama-server", _runner_argv(), sockets=frozenset(), netns=NETNS)
+    found = decide(view(_mine(SERVER_INODE), me, listening=_desk_sockets()), PORT)
+    assert found.runners == [] and "held by another process than the runner" in (found.problem or "")
 
 
 def test_a_runner_of_another_users_other_ollama_is_never_adopted() -> None:
     # Port 11434 is held by uid 999; the runner's parent runs as uid 998: another Ollama.
-    found = decide(
-        view(serve(uid=998), runner(uid=998)),
-        PORT,
-    )
+    sockets = [listen(PORT, OLLAMA_UID, SERVER_INODE), listen(RUNNER_PORT, 998, RUNNER_INODE)]
+    found = decide(view(serve(uid=998), runner(uid=998), listening=sockets), PORT)
     assert found.runners == [] and found.problem is not None
-    assert "port 11434 is held by" in found.problem and "another Ollama" in found.problem
+    assert "127.0.0.1:11434 is held by" in found.problem and "another Ollama" in found.problem
     # A sim whose command line names another port.
     sim = ProcInfo(100, 1, OLLAMA_UID, "python3", ("python3", "-m", "sim", "--port", "11500"))
     found = decide(view(sim, runner()), PORT)
@@ -154,11 +214,11 @@ def test_two_ollama_servers_of_one_user_are_not_guessed_between() -> None:
 
 def test_a_runner_in_another_network_namespace_is_explained() -> None:
     # Its port does not listen in ours (Docker): the container's socket table is not ours.
-    found = decide(view(serve(uid=0), runner(uid=0), listening={PORT: frozenset({0})}), PORT)
+    found = decide(view(serve(uid=0), runner(uid=0), listening=[listen(PORT, 0, SERVER_INODE)]), PORT)
     assert found.runners == [] and "does not listen in this network namespace" in (found.problem or "")
     # Where the namespace link can be read (root, or our own process), it is compared.
     inside = ProcInfo(200, 100, 0, "llama-server", _runner_argv(), netns="net:[4026532999]")
-    found = decide(view(serve(uid=0), inside), PORT)
+    found = decide(view(serve(uid=0), inside, listening=[listen(PORT, 0, SERVER_INODE)]), PORT)
     assert found.runners == [] and "another network namespace" in (found.problem or "")
     assert "--network container:" in (found.problem or "")
 
@@ -183,7 +243,7 @@ def test_docker_proxy_on_the_port_says_ollama_is_in_a_container() -> None:
             "11434",
         ),
     )
-    found = decide(view(proxy, listening={PORT: frozenset({0})}), PORT)
+    found = decide(view(proxy, listening=[listen(PORT, 0, SERVER_INODE, "0.0.0.0")]), PORT)
     assert found.runners == [] and "docker-proxy to a container (172.17.0.2:11434)" in (found.problem or "")
 
 
@@ -209,7 +269,17 @@ def test_an_unreadable_socket_table_is_said_with_what_to_do() -> None:
 
 def test_our_own_ollama_in_a_container_is_not_called_another_ollama() -> None:
     # Rootless Podman: our own processes, but the runner's sockets are in the container's namespace.
-    mine = ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), listens=frozenset(), netns="net:[4026532777]")
+    mine = ProcInfo(100, 1, DESK_UID, "ollama", ("ollama", "serve"), sockets=frozenset(), netns="net:[4026532777]")
     inside = ProcInfo(200, 100, DESK_UID, "llama-server", _runner_argv(), netns="net:[4026532777]")
     found = decide(view(mine, inside), PORT)
     assert found.runners == [] and found.container and "another network namespace" in (found.problem or "")
+
+
+def test_localhost_means_both_loopback_addresses_and_both_must_be_ollamas() -> None:
+    """``localhost`` may reach 127.0.0.1 or ::1: another user listening on the other one makes the server unknown."""
+    both = (LOOPBACK, ipaddress.ip_address("::1"))
+    sockets = [listen(PORT, OLLAMA_UID, SERVER_INODE), listen(RUNNER_PORT, OLLAMA_UID, RUNNER_INODE)]
+    assert [r.pid for r in decide(view(serve(), runner(), listening=sockets), PORT, both).runners] == [200]
+    squatter = listen(PORT, DESK_UID, 7003, "::1")
+    found = decide(view(serve(), runner(), listening=[*sockets, squatter]), PORT, both)
+    assert found.runners == [] and "127.0.0.1:11434 or [::1]:11434 is held by" in (found.problem or "")

@@ -50,7 +50,6 @@ def test_remote_ollama_has_no_runner_to_read() -> None:
         ("501", "HTTP 501"),
         ("garbage", "not a list of slots"),
         ("html", "not a list of slots"),
-        ("closed", "cannot connect"),
     ],
 )
 def test_unreadable_runner_no_exception_no_reading(model_file: Path, mode: str, why: str) -> None:
@@ -76,6 +75,16 @@ def test_unreadable_runner_no_exception_no_reading(model_file: Path, mode: str, 
     states = list(run.reader.runners.values())
     assert [s.runner.pid for s in states] == [child.proc.pid]
     assert states[0].problem is not None and why in states[0].problem
+
+
+def test_a_runner_whose_port_nobody_listens_on_is_not_adopted(model_file: Path) -> None:
+    """What answers on a runner's port is read only once the runner itself holds it (issue 29)."""
+    request = in_flight_record("r1", MODEL)
+    with OllamaStandIn([ps_entry(MODEL, DIGEST)]) as ollama, start_bad_runner("closed", model_file) as child:
+        run = asyncio.run(run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=2.0))
+    assert not run.task_done_early and run.reader.errors == 0 and run.samples == []
+    assert run.reader.runners == {}
+    assert f"nothing listens on its port {child.port} (yet)" in (run.reader.discovery_problem or "")
 
 
 def test_runner_exiting_mid_request(model_file: Path) -> None:
