@@ -29,6 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
+from analysis.reloads import QUEUE_FULL, is_queue_full
 from store.tables import RequestRow
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -340,6 +341,7 @@ class RequestStats:
     decode_tokens: dict[str, int] = field(default_factory=dict)  # eval_count - 1 of rated requests
     thinking_tokens: dict[str, int] = field(default_factory=dict)  # counted thinking tokens of thinking replies
     phase_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, reason) → requests Ollama refused
     thinking_of: ThinkingOf = _thinking_s  # None where a reply did not think or thinking was not kept apart
     ceiling_ratio_of: CeilingRatioOf = _no_value
 
@@ -367,6 +369,8 @@ class RequestStats:
         outcome = Outcome(row.outcome).value
         key = (self.endpoints.admit(row.endpoint) if row.endpoint is not None else "", model, outcome, source_label(row))
         self.counts[key] = self.counts.get(key, 0) + 1
+        if is_queue_full(row.status_code, row.error):
+            self.rejected[(model, QUEUE_FULL)] = self.rejected.get((model, QUEUE_FULL), 0) + 1
         base = (OPERATIONS.get(row.endpoint or "", OTHER_LABEL), PROVIDER, self.server_address, self.server_port)
         error_type = "" if row.outcome == Outcome.OK else outcome
         self._observe("gen_ai_server_time_to_first_token_seconds", row.ttft_s, base)
@@ -588,6 +592,15 @@ def _stats_families(stats: RequestStats) -> Iterator[Metric]:
     for (endpoint, model, outcome, source), n in sorted(stats.counts.items()):
         requests.add_metric([endpoint, model, outcome, source], n)
     yield requests
+    rejected = CounterMetricFamily(
+        "phasewatch_requests_rejected",
+        "Requests Ollama refused without running them, by model and reason: queue_full is its 503 when more "
+        "than OLLAMA_MAX_QUEUE requests wait for a load (docs/ollama-api.md §7).",
+        labels=["model", "reason"],
+    )
+    for (model, reason), n in sorted(stats.rejected.items()):
+        rejected.add_metric([model, reason], n)
+    yield rejected
     yield _per_model("phasewatch_prompt_tokens", "Prompt tokens of finished requests (prompt_eval_count).", stats.prompt_tokens)
     yield _per_model(
         "phasewatch_prompt_cached_tokens",

@@ -56,6 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--max-queue", type=int, default=512, metavar="N", help="pending loads before 503 (OLLAMA_MAX_QUEUE, default 512)"
     )
+    ap.add_argument(
+        "--max-loaded-models",
+        type=int,
+        default=0,
+        metavar="N",
+        help="models loaded at once; a load beyond it evicts the least recently used idle one "
+        "(OLLAMA_MAX_LOADED_MODELS, default 0: 3 per GPU)",
+    )
     ap.add_argument("--keep-alive", default="5m", metavar="DURATION", help="default keep-alive (OLLAMA_KEEP_ALIVE, default 5m)")
     ap.add_argument(
         "--ollama-version", default="0.33.3", metavar="V", help="version to report; >= 0.33.3 adds prompt_eval_cached_count"
@@ -116,6 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--num-parallel must be >= 1")
     if args.disk_gbs is not None and args.disk_gbs <= 0:
         ap.error("--disk-gbs must be > 0")
+    if args.max_loaded_models < 0:
+        ap.error("--max-loaded-models must be >= 0")
     if args.max_queue < 0:
         ap.error("--max-queue must be >= 0")
     try:
@@ -138,6 +148,7 @@ async def serve(args: argparse.Namespace) -> None:
         max_queue=args.max_queue,
         default_keep_alive_ns=args.keep_alive_ns,
         faults=faults,
+        max_loaded_models=args.max_loaded_models,
     )
     if args.engine == "llama-server":
         from sim.gguf_model import EngineUnavailable

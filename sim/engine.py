@@ -44,7 +44,7 @@ from sim.tokens import TextStream, special_id, token_id
 
 QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 GRAPH_BYTES = 256 * 1024**2  # llama.cpp compute buffers
-MAX_LOADED_MODELS = 3  # OLLAMA_MAX_LOADED_MODELS default: 3 x one GPU
+MODELS_PER_GPU = 3  # OLLAMA_MAX_LOADED_MODELS's default (0, "auto"): 3 per GPU, and the sim has one
 EOS_TOKEN_ID = special_id(2)  # <|eot_id|>
 # Steps are scheduled on a virtual timeline (each ends one step time after the previous one's planned end),
 # so timer overshoot and a starved host CPU are caught up by the following steps and average rates follow
@@ -396,8 +396,11 @@ class SimEngine:
         max_queue: int = 512,
         default_keep_alive_ns: int = 5 * 60 * 10**9,
         faults: Faults | None = None,
+        max_loaded_models: int = 0,
     ) -> None:
         self.profile = profile
+        # OLLAMA_MAX_LOADED_MODELS: a load beyond it evicts the least recently used idle model first.
+        self.max_loaded_models = max_loaded_models if max_loaded_models > 0 else MODELS_PER_GPU
         self.num_parallel = num_parallel
         self.max_queue = max_queue
         self.default_keep_alive_ns = default_keep_alive_ns
@@ -435,7 +438,7 @@ class SimEngine:
         """Evict idle runners, least recently used first, until ``size`` fits or none is idle."""
         while True:
             used = sum(r.size_vram_bytes for r in self.runners.values())
-            over_count = len(self.runners) >= MAX_LOADED_MODELS
+            over_count = len(self.runners) >= self.max_loaded_models
             if used + size <= self.profile.vram_bytes and not over_count:
                 return
             idle = [r for r in self.runners.values() if r.refs == 0]
@@ -467,8 +470,9 @@ class SimEngine:
         batch = num_batch if num_batch and num_batch > 0 else timing.default_num_batch(ctx)
 
         def stale(r: _Runner | None) -> bool:
-            # Load-time options that differ from the running model's force a reload, as in Ollama.
-            return r is not None and (r.num_ctx != ctx or r.num_batch != batch or r.num_gpu != num_gpu)
+            # Load-time options that differ from the running model's force a reload, as in Ollama's needsReload
+            # (docs/ollama-api.md §5); a request with num_gpu -1 (auto) takes the runner as it is loaded.
+            return r is not None and (r.num_ctx != ctx or r.num_batch != batch or (num_gpu >= 0 and r.num_gpu != num_gpu))
 
         runner = self.runners.get(model.name)
         if runner is None or stale(runner):

@@ -35,6 +35,7 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
+from analysis.reloads import LoadInput, PsRow, client_host
 from analysis.runner_load import RunnerPlacement, placement_from_rows
 from store.rows import phases_of, record_of
 from store.schema import (
@@ -710,3 +711,32 @@ def last_load_s(conn: sqlite3.Connection, model: str, min_load_s: float = 0.1) -
         (model, min_load_s),
     ).fetchone()
     return None if row is None else float(row[0])
+
+
+def load_inputs(conn: sqlite3.Connection, since_unix_s: float) -> list[LoadInput]:
+    """Finished requests since ``since_unix_s`` as ``analysis.reloads`` reads them (no text)."""
+    rows = _rows(
+        conn,
+        "SELECT id, model, started_at_unix_s, ended_at_unix_s, client_addr, num_ctx, load_s, kind, status_code, error "
+        "FROM requests WHERE started_at_unix_s >= ? AND outcome != 'in_flight' ORDER BY started_at_unix_s",
+        (since_unix_s,),
+    )
+    return [
+        LoadInput(id_, model, start, end, client_host(client), num_ctx, load_s, kind, status, error)
+        for id_, model, start, end, client, num_ctx, load_s, kind, status, error in rows
+    ]
+
+
+def ps_history(conn: sqlite3.Connection, since_unix_s: float) -> tuple[list[PsRow], list[float]]:
+    """The /api/ps snapshots since ``since_unix_s``: (one row per listed model, every poll's time, empty ones too)."""
+    ps = [
+        PsRow(ts, name, ctx, expires)
+        for ts, name, ctx, expires in _rows(
+            conn,
+            "SELECT ts_unix_s, name, context_length, expires_at_unix_s FROM loaded_models WHERE ts_unix_s >= ? "
+            "ORDER BY ts_unix_s",
+            (since_unix_s,),
+        )
+    ]
+    times = [t for (t,) in _rows(conn, "SELECT ts_unix_s FROM ps_snapshots WHERE ts_unix_s >= ? ORDER BY 1", (since_unix_s,))]
+    return ps, times
