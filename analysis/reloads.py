@@ -309,10 +309,10 @@ def find_churn(loads: Sequence[Load]) -> list[Churn]:
         clients = sorted({ld.client for ld in best if ld.client and ld.cause is Cause.OPTIONS_CHANGED})
         detail = ""
         if top is Cause.OPTIONS_CHANGED and options:
-            detail = f" ({'; '.join(options)}" + (f", from {', '.join(clients)}" if clients else "") + ")"
+            detail = f": {'; '.join(options)}" + (f", from {', '.join(clients)}" if clients else "")
         why = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in causes.most_common())
         sentence = (
-            f"{model} was loaded {len(best)} times within an hour ({why}){detail}: "
+            f"{model} was loaded {len(best)} times within an hour ({why}{detail}): "
             f"{w.secs(lost_s)} spent loading instead of answering."
         )
         out.append(Churn(model, len(best), lost_s, best[0].at_unix_s, dict(causes), sentence, _FIXES[top]))

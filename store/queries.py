@@ -740,3 +740,14 @@ def ps_history(conn: sqlite3.Connection, since_unix_s: float) -> tuple[list[PsRo
     ]
     times = [t for (t,) in _rows(conn, "SELECT ts_unix_s FROM ps_snapshots WHERE ts_unix_s >= ? ORDER BY 1", (since_unix_s,))]
     return ps, times
+
+
+def flag_counts(conn: sqlite3.Connection, since_unix_s: float) -> dict[str, int]:
+    """Each request flag code → how many finished requests since ``since_unix_s`` carry it."""
+    rows = _rows(
+        conn,
+        "SELECT j.value, COUNT(*) FROM requests r, json_each(r.flags) j "
+        "WHERE r.started_at_unix_s >= ? AND r.outcome != 'in_flight' GROUP BY j.value ORDER BY 2 DESC",
+        (since_unix_s,),
+    )
+    return {str(code): int(n) for code, n in rows}

@@ -1,0 +1,234 @@
+"""A report to paste: a short plain-text diagnosis built from the Why page's own view-model (no Streamlit).
+
+Ollama's version and the settings in force with their sources, the GPU and where each model sits, rates against
+their ceilings, the loads and their causes, and the flags seen with counts and their fixes. Nothing in it
+identifies the user: no prompt or reply text, no path but the data folder's name, no address but loopback ones
+(others are counted), never the runner's model path. ``python -m pages.report`` prints it; the Why page offers
+it as a block to copy.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from analysis import wording as w
+from analysis.diagnose import CODES
+from analysis.phases import FLAG_CODES, Flag
+from analysis.records import LoadedModel, OllamaStatus, RunnerFlags
+from analysis.reloads import QUEUE_FULL, Cause, Load, LoadInput, PsRow, describe_load, find_churn, is_queue_full, reloads
+from pages.why.view import WhyModel, build_why, hardware_line, placement_words
+from store import queries
+from store.schema import db_path
+
+DEFAULT_SINCE_S = 24 * 3600.0
+MAX_LOAD_LINES = 8  # the newest loads that are not a first use, one line each
+
+# What to change for each diagnosis the Why page groups (analysis.diagnose.CODES says what each means).
+DIAGNOSIS_FIXES: dict[str, str] = {
+    "partial_offload": "a smaller quantization or num_ctx, or fewer models loaded at once, so it fits in GPU memory",
+    "memory_clock_low": "check the GPU's power-management mode (persistence mode, a fixed P-state)",
+    "power_capped": "raise the GPU's power limit, or improve its cooling",
+    "ttft_load": "keep the model loaded: OLLAMA_KEEP_ALIVE, and the same options from every client",
+    "ttft_prompt": "shorter prompts, or reuse a prefix the prompt cache keeps",
+    "ttft_queue": "more slots (OLLAMA_NUM_PARALLEL) or fewer requests at once",
+    "decode_slow": "look at the GPU's clocks, power and other work on it during these requests",
+}
+NO_CEILING = " (no ceiling: GPU or model unknown)"
+QUEUE_FULL_FIX = "raise OLLAMA_MAX_QUEUE, or send fewer requests that need a load at the same time"
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _safe_client(client: str | None) -> str | None:
+    """A loopback address as it is; any other as 'a client on another machine'."""
+    if client is None:
+        return None
+    return client if _is_loopback(client) else "a client on another machine"
+
+
+def _ollama_where(base_url: str) -> str:
+    url = urlsplit(base_url)
+    if _is_loopback(url.hostname):
+        return f"at {url.hostname}:{url.port}" if url.port else f"at {url.hostname}"
+    return "on another machine"
+
+
+def _runner_settings(r: RunnerFlags) -> str:
+    parts = []
+    if r.ctx_size_tokens is not None:
+        per_slot = f" ({w.count(r.ctx_size_tokens // r.parallel)} per slot)" if r.parallel else ""
+        parts.append(f"context {w.count(r.ctx_size_tokens)}{per_slot}")
+    for name, value in (
+        ("parallel", r.parallel),
+        ("batch", r.batch_tokens),
+        ("ubatch", r.ubatch_tokens),
+        ("KV cache K", r.cache_type_k),
+        ("KV cache V", r.cache_type_v),
+        ("flash attention", r.flash_attn),
+        ("GPU layers", r.gpu_layers),
+        ("threads", r.threads),
+    ):
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts) if parts else "no settings on its command line (its defaults hold)"
+
+
+def _rates(m: WhyModel) -> list[str]:
+    c = m.ceilings
+    out = []
+    for phase, median, ceiling in (
+        ("prefill", m.prefill_median_tok_s, c.prefill_ceiling_tok_s if c else None),
+        ("decode", m.decode_median_tok_s, c.decode_ceiling_tok_s if c else None),
+    ):
+        if median is None:
+            continue
+        against = f" of a {w.tok_s(ceiling)} ceiling ({w.pct(median / ceiling)})" if ceiling else NO_CEILING
+        out.append(f"{phase} median {w.tok_s(median)}{against}")
+    return out
+
+
+def _load_line(load: Load) -> str:
+    when = datetime.fromtimestamp(load.at_unix_s, UTC).strftime("%H:%M:%S")
+    return f"{when} {describe_load(load)}"
+
+
+@dataclass(frozen=True)
+class _Reads:
+    status: OllamaStatus | None
+    models: list[str]
+    runners: list[RunnerFlags]
+    loaded: list[LoadedModel]
+    inputs: list[LoadInput]
+    ps: list[PsRow]
+    snapshot_ts: list[float]
+    flags: dict[str, int]
+
+
+def _window_words(since_s: float) -> str:
+    return w.secs(since_s) if since_s < 3600 else f"{since_s / 3600:g} h"
+
+
+def _ollama_lines(r: _Reads) -> list[str]:
+    if r.status is None:
+        out = ["Ollama: never polled"]
+    else:
+        state = "up" if r.status.up else "down"
+        where = _ollama_where(r.status.base_url)
+        out = [f"Ollama: version {r.status.version or 'unknown'} {where}, {state} at the last poll"]
+    out.append("Settings in force:")
+    if not r.loaded and not r.runners:
+        out.append("  none read (no model loaded, no runner's command line read)")
+    for lm in r.loaded:
+        ctx = f"context {w.count(lm.context_length)}" if lm.context_length else "context unknown"
+        out.append(f"  {lm.name}: {ctx} (Ollama's /api/ps)")
+    for rf in r.runners:
+        out.append(f"  runner for {rf.model or 'an unmatched model'}: {_runner_settings(rf)} (the runner's command line)")
+    return out
+
+
+def _model_lines(views: list[WhyModel]) -> list[str]:
+    out = [f"GPU: {hardware_line(views[0].hardware)}"] if views else []
+    out.append("Models:")
+    if not views:
+        out.append("  no requests in this window")
+    for m in views:
+        if m.placement is not None and m.placement.from_runner and m.placement.runner is not None:
+            where = placement_words(m.placement)
+        elif m.loaded is not None and m.loaded.size_bytes > 0:
+            where = f"{w.pct(m.loaded.size_vram_bytes / m.loaded.size_bytes)} in GPU memory (Ollama's /api/ps)"
+        else:
+            where = "not loaded now"
+        rates = "; ".join(_rates(m)) or "no rates yet"
+        out.append(f"  {m.model}: {m.window_requests} requests; {where}; {rates}")
+    return out
+
+
+def _request_lines(inputs: list[LoadInput], loads: list[Load]) -> list[str]:
+    clients = Counter(i.client for i in inputs)
+    loopback = sorted(c for c in clients if c is not None and _is_loopback(c))
+    others = sum(1 for c in clients if c is not None and not _is_loopback(c))
+    out = [
+        f"Requests: {len(inputs)} finished, from {len(clients)} client address(es): "
+        + (", ".join(loopback) if loopback else "none on loopback")
+        + (f" and {others} on other machines" if others else "")
+    ]
+    by_cause = Counter(ld.cause.value.replace("_", " ") for ld in loads)
+    out.append(
+        f"Loads: {len(loads)}"
+        + (f" ({', '.join(f'{n} {c}' for c, n in by_cause.most_common())})" if by_cause else "")
+        + (f", {w.secs(sum(ld.load_s for ld in loads))} in all" if loads else "")
+    )
+    reloaded = [ld for ld in loads if ld.cause is not Cause.FIRST_USE]
+    out.extend(f"  {_load_line(ld)}" for ld in reloaded[-MAX_LOAD_LINES:])
+    return out
+
+
+def _flag_lines(loads: list[Load], inputs: list[LoadInput], views: list[WhyModel], flags: dict[str, int]) -> list[str]:
+    out = ["Flags seen:"]
+    out.extend(f"  {c.code} × 1: {c.sentence} Fix: {c.fix}." for c in find_churn(loads))
+    rejected = Counter(i.model for i in inputs if is_queue_full(i.status_code, i.error))
+    if rejected:
+        per = ", ".join(f"{n} for {model}" for model, n in rejected.most_common())
+        out.append(
+            f"  {QUEUE_FULL} × {sum(rejected.values())}: Ollama answered 503, more than OLLAMA_MAX_QUEUE requests "
+            f"waited for a load ({per}). Fix: {QUEUE_FULL_FIX}."
+        )
+    diagnosed: Counter[str] = Counter()
+    for m in views:
+        for g in m.diagnoses:
+            diagnosed[g.code] += g.requests
+    for code, n in diagnosed.most_common():
+        fix = DIAGNOSIS_FIXES.get(code)
+        out.append(f"  {code} × {n}: {CODES.get(code, code)}." + (f" Fix: {fix}." if fix else ""))
+    for code, n in flags.items():
+        if code in diagnosed:  # the diagnosis above says it in the page's words
+            continue
+        meaning = FLAG_CODES.get(Flag(code)) if code in Flag._value2member_map_ else None
+        out.append(f"  {code} × {n}" + (f": {meaning}." if meaning else ""))
+    return out if len(out) > 1 else [*out, "  none"]
+
+
+def build_report(data_dir: Path, now_unix_s: float | None = None, since_s: float = DEFAULT_SINCE_S) -> str | None:
+    """The report's text; None when the folder holds no store."""
+    now = time.time() if now_unix_s is None else now_unix_s
+    since = now - since_s
+    db = db_path(data_dir)
+    with queries.open_reader(db) as conn:
+        if conn is None:
+            return None
+        ps, snapshot_ts = queries.ps_history(conn, since)
+        r = _Reads(
+            queries.latest_ollama_status(conn),
+            queries.request_models(conn, since),
+            queries.runners(conn),
+            queries.latest_loaded_models(conn),
+            queries.load_inputs(conn, since),
+            ps,
+            snapshot_ts,
+            queries.flag_counts(conn, since),
+        )
+    # Clients on other machines are never named: their loads read "a client on another machine".
+    loads = [Load(**{**ld.__dict__, "client": _safe_client(ld.client)}) for ld in reloads(r.inputs, r.ps, r.snapshot_ts).loads]
+    views = [v for model in r.models if (v := build_why(db, model, now, since_s)) is not None]
+    when = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M")
+    lines = [f"Phasewatch report: data folder {data_dir.name!r}, the last {_window_words(since_s)} to {when} UTC"]
+    lines += _ollama_lines(r)
+    lines += _model_lines(views)
+    lines += _request_lines(r.inputs, loads)
+    lines += _flag_lines(loads, r.inputs, views, r.flags)
+    return "\n".join(lines) + "\n"
