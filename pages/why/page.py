@@ -23,6 +23,7 @@ from analysis.records import InstalledModel
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
 from pages.why import whatif
+from pages.why.report import build_report
 from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
 
 LAB_PAGE = "pages/lab/page.py"
@@ -356,3 +357,18 @@ if why is None:
     common.no_store_state(ctx)
     st.stop()
 show_why(why)
+
+
+def show_report(data_dir: Path) -> None:
+    """The report to paste into an issue or a forum post (pages/why/report.py): st.code gives it a copy button."""
+    with st.expander("A report to paste", expanded=False):
+        st.caption(
+            "Ollama's version and settings, the GPU, rates against ceilings, loads and flags over the last 24 h. "
+            "No prompt or reply, no path but the data folder's name, no address beyond loopback. "
+            "Also: python -m pages.report --data DIR [--since 24h]."
+        )
+        text = build_report(data_dir)
+        st.code(text or "No store yet.", language=None)
+
+
+show_report(ctx.data_dir)

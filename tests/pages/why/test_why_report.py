@@ -19,7 +19,7 @@ from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.support.paths import REPO
-from tests.support.why_page import MODEL, build_store
+from tests.support.why_page import MODEL, build_store, open_why
 
 SECRET_PROMPT = "my bank password is hunter2"
 SECRET_REPLY = "noted: hunter2"
@@ -104,3 +104,14 @@ def test_report_without_a_store_says_so(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 1 and "no store" in done.stderr and str(tmp_path) not in done.stderr
+
+
+def test_why_page_offers_the_report_as_a_block_to_copy(data_dir: Path) -> None:
+    now = time.time()
+    build_store(data_dir, now)
+    _write_extras(data_dir, now)
+    at = open_why()
+    (block,) = [c for c in at.code if c.value.startswith("Phasewatch report: ")]
+    report = build_report(data_dir, since_s=24 * 3600.0) or ""
+    assert block.value.splitlines()[1:] == report.splitlines()[1:]  # the first line carries the minute it was made
+    assert "reload_churn × 1" in block.value and SECRET_PROMPT not in block.value and REMOTE not in block.value
