@@ -154,7 +154,7 @@ def _model_lines(views: list[WhyModel]) -> list[str]:
         else:
             where = "not loaded now"
         rates = "; ".join(_rates(m)) or "no rates yet"
-        out.append(f"  {m.model}: {m.window_requests} requests; {where}; {rates}")
+        out.append(f"  {m.model}: {m.window_requests} request{'' if m.window_requests == 1 else 's'}; {where}; {rates}")
     return out
 
 
