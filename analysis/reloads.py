@@ -22,6 +22,7 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from analysis import wording as w
@@ -161,6 +162,12 @@ def _runner_ctx(ps: Sequence[PsRow], model: str, before_unix_s: float) -> int | 
     return max(seen, key=lambda r: r.ts_unix_s).context_length if seen else None
 
 
+def _loaded_ctx(ps: Sequence[PsRow], model: str, after_unix_s: float) -> int | None:
+    """The context the model was loaded with, as the first snapshot after ``after_unix_s`` listed it."""
+    seen = [r for r in ps if r.model == model and r.ts_unix_s > after_unix_s and r.context_length]
+    return min(seen, key=lambda r: r.ts_unix_s).context_length if seen else None
+
+
 def find_loads(requests: Sequence[LoadInput], ps: Sequence[PsRow] = (), snapshot_ts: Sequence[float] = ()) -> list[Load]:
     """Each load in ``requests`` (any order) with its cause; ``snapshot_ts``: every /api/ps poll, empty ones too."""
     reqs = sorted(requests, key=lambda r: r.started_at_unix_s)
@@ -209,8 +216,11 @@ def _cause(
         return Load(**base, cause=Cause.FIRST_USE)  # type: ignore[arg-type]
     since = prev.started_at_unix_s
     old_ctx = prev_ctx if ctx_known and prev_ctx is not None else _runner_ctx(ps, r.model, r.started_at_unix_s)
-    if r.num_ctx is not None and old_ctx is not None and r.num_ctx != old_ctx:
-        option = f"num_ctx {w.count(old_ctx)} → {w.count(r.num_ctx)}"
+    # A request without num_ctx gets Ollama's default: the snapshot after its load says which.
+    new_ctx = r.num_ctx if r.num_ctx is not None else _loaded_ctx(ps, r.model, r.started_at_unix_s)
+    if new_ctx is not None and old_ctx is not None and new_ctx != old_ctx:
+        default = "" if r.num_ctx is not None else " (Ollama's default)"
+        option = f"num_ctx {w.count(old_ctx)} → {w.count(new_ctx)}{default}"
         return Load(**base, cause=Cause.OPTIONS_CHANGED, option=option)  # type: ignore[arg-type]
     if any(since <= t <= r.started_at_unix_s for t in unloads.get(r.model, ())):
         return Load(**base, cause=Cause.UNLOADED)  # type: ignore[arg-type]
@@ -268,7 +278,9 @@ def describe_load(load: Load, max_loaded_models: int | None = None) -> str:
         case Cause.UNLOADED:
             why = "a client unloaded it (keep_alive 0)"
         case Cause.KEEP_ALIVE_EXPIRED:
-            why = "its keep_alive expired"
+            at = load.expired_at_unix_s
+            when = f" at {datetime.fromtimestamp(at, UTC).strftime('%H:%M:%S')} UTC" if at is not None else ""
+            why = f"its keep_alive expired{when}"
         case Cause.EVICTED:
             limit = (
                 f"OLLAMA_MAX_LOADED_MODELS is {max_loaded_models}"

@@ -33,7 +33,7 @@ def test_keep_alive_expiry_is_found_from_the_snapshots_expires_at() -> None:
     loads = find_loads([req(1, A, 0), req(2, A, 500)], ps, snapshots)
     assert [ld.cause for ld in loads] == [Cause.FIRST_USE, Cause.KEEP_ALIVE_EXPIRED]
     assert loads[1].expired_at_unix_s == T0 + 310
-    assert describe_load(loads[1]) == f"{A} loaded in 1.00 s: its keep_alive expired"
+    assert describe_load(loads[1]).startswith(f"{A} loaded in 1.00 s: its keep_alive expired at ")
 
 
 def test_a_model_gone_before_its_expiry_while_another_loaded_was_evicted_by_it() -> None:
@@ -81,3 +81,9 @@ def test_client_host_and_queue_full() -> None:
     assert client_host("127.0.0.2:5000") == "127.0.0.2" and client_host("[::1]:80") == "::1" and client_host(None) is None
     assert is_queue_full(503, "upstream HTTP 503: server busy, please try again.  maximum pending requests exceeded")
     assert not is_queue_full(503, "upstream HTTP 503: too many connections") and not is_queue_full(None, None)
+
+
+def test_a_request_without_num_ctx_after_one_with_it_reloads_at_ollamas_default() -> None:
+    ps = [PsRow(T0 + 5, A, 4096, T0 + 900), PsRow(T0 + 105, A, 8192, T0 + 900)]
+    loads = find_loads([req(1, A, 0, num_ctx=4096), req(2, A, 100)], ps, [T0 + 5, T0 + 105])
+    assert loads[1].cause is Cause.OPTIONS_CHANGED and loads[1].option == "num_ctx 4,096 → 8,192 (Ollama's default)"
