@@ -201,6 +201,29 @@ def _with_waiter(load: Load) -> Load:
     return Load(**{**load.__dict__, "requests_waited": load.requests_waited + 1})
 
 
+def _option_change(r: LoadInput, prev_ctx: int | None, ctx_known: bool, ps: Sequence[PsRow]) -> str | None:
+    """``num_ctx OLD → NEW`` when this request's context differs from the one the model was loaded with."""
+    old_ctx = prev_ctx if ctx_known and prev_ctx is not None else _runner_ctx(ps, r.model, r.started_at_unix_s)
+    # A request without num_ctx gets Ollama's default: the snapshot after its load says which.
+    new_ctx = r.num_ctx if r.num_ctx is not None else _loaded_ctx(ps, r.model, r.started_at_unix_s)
+    if new_ctx is None or old_ctx is None or new_ctx == old_ctx:
+        return None
+    default = "" if r.num_ctx is not None else " (Ollama's default)"
+    return f"num_ctx {w.count(old_ctx)} → {w.count(new_ctx)}{default}"
+
+
+def _departure(r: LoadInput, since_unix_s: float, gone: Sequence[_Gone]) -> dict[str, object] | None:
+    """Why the snapshots saw the model leave since ``since_unix_s``: expired, or evicted by a newcomer."""
+    left = [g for g in gone if g.model == r.model and since_unix_s <= g.at_unix_s <= r.started_at_unix_s + SAME_LOAD_SLACK_S]
+    if not left:
+        return None
+    g = left[-1]
+    if g.expires_at_unix_s is not None and g.expires_at_unix_s <= g.at_unix_s + EXPIRY_SLACK_S:
+        return {"cause": Cause.KEEP_ALIVE_EXPIRED, "expired_at_unix_s": g.expires_at_unix_s}
+    others = [m for m in g.new_models if m != r.model]
+    return {"cause": Cause.EVICTED, "evicted_by": others[0]} if others else None
+
+
 def _cause(
     r: LoadInput,
     prev: LoadInput | None,
@@ -214,25 +237,12 @@ def _cause(
     base = {"model": r.model, "at_unix_s": r.started_at_unix_s, "load_s": r.load_s, "request_id": r.id, "client": r.client}
     if prev is None:
         return Load(**base, cause=Cause.FIRST_USE)  # type: ignore[arg-type]
-    since = prev.started_at_unix_s
-    old_ctx = prev_ctx if ctx_known and prev_ctx is not None else _runner_ctx(ps, r.model, r.started_at_unix_s)
-    # A request without num_ctx gets Ollama's default: the snapshot after its load says which.
-    new_ctx = r.num_ctx if r.num_ctx is not None else _loaded_ctx(ps, r.model, r.started_at_unix_s)
-    if new_ctx is not None and old_ctx is not None and new_ctx != old_ctx:
-        default = "" if r.num_ctx is not None else " (Ollama's default)"
-        option = f"num_ctx {w.count(old_ctx)} → {w.count(new_ctx)}{default}"
+    if (option := _option_change(r, prev_ctx, ctx_known, ps)) is not None:
         return Load(**base, cause=Cause.OPTIONS_CHANGED, option=option)  # type: ignore[arg-type]
-    if any(since <= t <= r.started_at_unix_s for t in unloads.get(r.model, ())):
+    if any(prev.started_at_unix_s <= t <= r.started_at_unix_s for t in unloads.get(r.model, ())):
         return Load(**base, cause=Cause.UNLOADED)  # type: ignore[arg-type]
-    left = [g for g in gone if g.model == r.model and since <= g.at_unix_s <= r.started_at_unix_s + SAME_LOAD_SLACK_S]
-    if left:
-        g = left[-1]
-        if g.expires_at_unix_s is not None and g.expires_at_unix_s <= g.at_unix_s + EXPIRY_SLACK_S:
-            return Load(**base, cause=Cause.KEEP_ALIVE_EXPIRED, expired_at_unix_s=g.expires_at_unix_s)  # type: ignore[arg-type]
-        others = [m for m in g.new_models if m != r.model]
-        if others:
-            return Load(**base, cause=Cause.EVICTED, evicted_by=others[0])  # type: ignore[arg-type]
-    return Load(**base, cause=Cause.UNKNOWN)  # type: ignore[arg-type]
+    found = _departure(r, prev.started_at_unix_s, gone)
+    return Load(**base, **(found or {"cause": Cause.UNKNOWN}))  # type: ignore[arg-type]
 
 
 def _attach_evictions(loads: list[Load]) -> list[Load]:
@@ -302,32 +312,41 @@ _FIXES = {
 }
 
 
+def _worst_hour(reloads: Sequence[Load]) -> list[Load]:
+    """The most reloads within CHURN_WINDOW_S of each other (``reloads`` sorted by time)."""
+    best: list[Load] = []
+    for i, first in enumerate(reloads):
+        window = [ld for ld in reloads[i:] if ld.at_unix_s < first.at_unix_s + CHURN_WINDOW_S]
+        if len(window) > len(best):
+            best = window
+    return best
+
+
+def _churn(model: str, best: Sequence[Load]) -> Churn:
+    causes = Counter(ld.cause.value for ld in best)
+    lost_s = sum(ld.load_s for ld in best)
+    top = Cause(causes.most_common(1)[0][0])
+    options = sorted({ld.option for ld in best if ld.option})
+    clients = sorted({ld.client for ld in best if ld.client and ld.cause is Cause.OPTIONS_CHANGED})
+    detail = ""
+    if top is Cause.OPTIONS_CHANGED and options:
+        detail = f": {'; '.join(options)}" + (f", from {', '.join(clients)}" if clients else "")
+    why = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in causes.most_common())
+    sentence = (
+        f"{model} was loaded {len(best)} times within an hour ({why}{detail}): "
+        f"{w.secs(lost_s)} spent loading instead of answering."
+    )
+    return Churn(model, len(best), lost_s, best[0].at_unix_s, dict(causes), sentence, _FIXES[top])
+
+
 def find_churn(loads: Sequence[Load]) -> list[Churn]:
     """``reload_churn`` per model: more than CHURN_RELOADS reloads (first use excluded) within CHURN_WINDOW_S."""
     out: list[Churn] = []
     for model in sorted({ld.model for ld in loads}):
         reloads = sorted((ld for ld in loads if ld.model == model and ld.cause is not Cause.FIRST_USE), key=lambda x: x.at_unix_s)
-        best: list[Load] = []
-        for i, first in enumerate(reloads):
-            window = [ld for ld in reloads[i:] if ld.at_unix_s < first.at_unix_s + CHURN_WINDOW_S]
-            if len(window) > len(best):
-                best = window
-        if len(best) <= CHURN_RELOADS:
-            continue
-        causes = Counter(ld.cause.value for ld in best)
-        lost_s = sum(ld.load_s for ld in best)
-        top = Cause(causes.most_common(1)[0][0])
-        options = sorted({ld.option for ld in best if ld.option})
-        clients = sorted({ld.client for ld in best if ld.client and ld.cause is Cause.OPTIONS_CHANGED})
-        detail = ""
-        if top is Cause.OPTIONS_CHANGED and options:
-            detail = f": {'; '.join(options)}" + (f", from {', '.join(clients)}" if clients else "")
-        why = ", ".join(f"{n} × {c.replace('_', ' ')}" for c, n in causes.most_common())
-        sentence = (
-            f"{model} was loaded {len(best)} times within an hour ({why}{detail}): "
-            f"{w.secs(lost_s)} spent loading instead of answering."
-        )
-        out.append(Churn(model, len(best), lost_s, best[0].at_unix_s, dict(causes), sentence, _FIXES[top]))
+        best = _worst_hour(reloads)
+        if len(best) > CHURN_RELOADS:
+            out.append(_churn(model, best))
     return out
 
 

@@ -198,7 +198,7 @@ def _flag_lines(loads: list[Load], inputs: list[LoadInput], views: list[WhyModel
     for code, n in flags.items():
         if code in diagnosed:  # the diagnosis above says it in the page's words
             continue
-        meaning = FLAG_CODES.get(Flag(code)) if code in Flag._value2member_map_ else None
+        meaning = FLAG_CODES.get(Flag(code)) if code in {f.value for f in Flag} else None
         out.append(f"  {code} × {n}" + (f": {meaning}." if meaning else ""))
     return out if len(out) > 1 else [*out, "  none"]
 
