@@ -361,12 +361,14 @@ show_why(why)
 
 def show_report(data_dir: Path) -> None:
     """The report to paste into an issue or a forum post (pages/why/report.py): st.code gives it a copy button."""
-    with st.expander("A report to paste", expanded=False):
-        st.caption(
-            "Ollama's version and settings, the GPU, rates against ceilings, loads and flags over the last 24 h. "
-            "No prompt or reply, no path but the data folder's name, no address beyond loopback. "
-            "Also: python -m pages.report --data DIR [--since 24h]."
-        )
+    st.subheader("A report to paste")
+    st.caption(
+        "Ollama's version and settings, the GPU, rates against ceilings, loads and flags over the last 24 h. "
+        "No prompt or reply, no path but the data folder's name, no address beyond loopback. "
+        "Also: python -m pages.report --data DIR [--since 24h]."
+    )
+    # Built on demand: it diagnoses every model of the last 24 h, too much for each rerun of the page.
+    if st.toggle("Show the report", key="why_report"):
         text = build_report(data_dir)
         st.code(text or "No store yet.", language=None)
 

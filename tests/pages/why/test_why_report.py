@@ -111,6 +111,8 @@ def test_why_page_offers_the_report_as_a_block_to_copy(data_dir: Path) -> None:
     build_store(data_dir, now)
     _write_extras(data_dir, now)
     at = open_why()
+    assert not [c for c in at.code if c.value.startswith("Phasewatch report: ")]  # made on demand only
+    at.toggle(key="why_report").set_value(True).run()
     (block,) = [c for c in at.code if c.value.startswith("Phasewatch report: ")]
     report = build_report(data_dir, since_s=24 * 3600.0) or ""
     assert block.value.splitlines()[1:] == report.splitlines()[1:]  # the first line carries the minute it was made
