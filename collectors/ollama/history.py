@@ -42,7 +42,8 @@ MAX_UNSTAMPED_EVENTS = 10_000  # events before the log's first stamp, kept until
 # the log's own time, and for the next stamp after it (the end of its window).
 ACCESS_WAIT_S = ACCESS_SLACK_S + 2.0
 MAX_WAITING_ACCESS_LINES = 64  # access lines no ended task fitted yet, kept for a release line written after them
-NO_NEXT_STAMP_BOUND_S = 60.0  # a task after the log's last stamp: its end is within this of it, at most
+NO_NEXT_STAMP_BOUND_S = 60.0
+SLOG_RESOLUTION_S = 1e-3  # Ollama's time= stamps are printed to the millisecond  # a task after the log's last stamp: its end is within this of it, at most
 
 # Ollama's slog line: ``time=2026-12-04T18:31:01.404+00:00 level=INFO …``; the journal's ISO prefix:
 # ``2026-12-04T18:31:01+0000 host ollama[123]: …`` (journalctl -o short-iso), stripped before parsing.
@@ -139,13 +140,13 @@ class LogHistory:
         if line.startswith("time="):
             m = _SLOG_TIME.match(line)
             if m and (when := _iso_s(m.group(1))) is not None:
-                self._stamped(when)
+                self._stamped(when, when + SLOG_RESOLUTION_S)
         event = parse_line(line, self._stamp if self._stamp is not None else 0.0)
         if event is None:
             return
         self.counts.known_lines += 1
         if event.kind == "access" and event.access is not None:
-            self._stamped(event.access.ended_unix_s)
+            self._stamped(event.access.ended_unix_s, event.access.ended_unix_s + 1)  # gin prints whole seconds
             event = LogEvent("access", self._stamp or event.access.ended_unix_s, 0, access=event.access)
         if self._stamp is None:
             if len(self._unstamped) < MAX_UNSTAMPED_EVENTS:
@@ -157,19 +158,21 @@ class LogHistory:
         m = _JOURNAL_ISO.match(line)
         if m:
             if (when := _iso_s(m.group(1))) is not None:
-                self._stamped(when)
+                self._stamped(when, when + (1.0 if "." not in m.group(1) else 1e-6))
             return line[m.end() :]
         m = _JOURNAL_SHORT.match(line)  # no year in it: stripped, not used as a stamp
         return line[m.end() :] if m else line
 
-    def _stamped(self, when: float) -> None:
-        """A line with its own time: the stamp of the lines after it (never earlier than the last one)."""
+    def _stamped(self, when: float, latest: float) -> None:
+        """A line with its own time, written at ``when`` at the earliest and before ``latest`` (its stamp's
+        resolution): the stamp of the lines after it (never earlier than the last one), and the end of the
+        window of the tasks released before it."""
         first = self._stamp is None
+        for task in self._ended:
+            if task.end_hi is None:
+                task.end_hi = max(latest, task.end_lo or latest)
         if self._stamp is None or when > self._stamp:
             self._stamp = when
-            for task in self._ended:
-                if task.end_hi is None:
-                    task.end_hi = when
             self._flush(final=False)
         if first and self._unstamped:
             held, self._unstamped = self._unstamped, []
@@ -286,7 +289,7 @@ class LogHistory:
     def finish(self) -> None:
         """The log ended: every ended task is emitted (tasks still running are not generations yet)."""
         if self._stamp is None and self._unstamped:
-            self._stamped(0.0)  # a log with no time at all: its generations are placed at the epoch, bounds say so
+            self._stamped(0.0, 0.0)  # a log with no time at all: its generations are placed at the epoch, bounds say so
         self._flush(final=True)
         self.counts.incomplete_tasks += len(self._open)
 

@@ -1,0 +1,146 @@
+"""python -m collectors.import_log: the generations an Ollama log holds, into the store, never twice.
+
+On the H200 run (tests/data/real_gpu_h200/): its own store recorded all 13 generations live (10 proxied, 3 direct),
+so importing its log adds none; into an empty store the import records those 13 with the runner's figures."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collectors.import_log import EXIT_COLLECTOR_RUNS, import_log
+from collectors.lock import CollectorLock
+from collectors.ollama.history import Generation, LogHistory
+from store.schema import db_path
+from tests.support.paths import REPO
+from tests.support.real_gpu import LOG, real_gpu_store
+
+FIGURES_SQL = (
+    "SELECT prompt_eval_count, eval_count, prompt_eval_duration_ns, eval_duration_ns FROM requests "
+    "ORDER BY prompt_eval_count, eval_count, prompt_eval_duration_ns"
+)
+
+
+def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _import(data_dir: Path, log: Path = LOG):  # type: ignore[no-untyped-def]
+    seen: list[tuple[int, int | None]] = []
+    with log.open("rb") as f:
+        result = import_log(data_dir, f, size_bytes=log.stat().st_size, progress=lambda done, size: seen.append((done, size)))
+    return result, seen
+
+
+def test_fixture_log_into_its_own_store_adds_no_duplicate(tmp_path: Path) -> None:
+    path = real_gpu_store(tmp_path / "data", with_placement=False)
+    before = _rows(path, FIGURES_SQL)
+    assert len(before) == 13
+    result, seen = _import(tmp_path / "data")
+    assert result.counts.generations == 13
+    assert (result.recorded, result.already) == (0, 13)
+    assert _rows(path, FIGURES_SQL) == before  # 13 stay 13, unchanged
+    assert seen[-1] == (LOG.stat().st_size, LOG.stat().st_size)  # progress reached the end
+    # the runner's placement, which that collector did not store yet, is stored from the log's load lines
+    devices = _rows(path, "SELECT device, layers_offloaded, layers_total, model FROM runner_devices ORDER BY device")
+    assert ("CUDA0", 49, 49, "gemma3:12b-random") in devices
+
+
+def test_fixture_log_into_an_empty_store_records_its_generations(tmp_path: Path) -> None:
+    live = real_gpu_store(tmp_path / "live", with_placement=False)
+    result, _ = _import(tmp_path / "empty")
+    assert (result.counts.generations, result.recorded, result.already) == (13, 13, 0)
+    path = db_path(tmp_path / "empty")
+    # the runner's own counts and durations, as the live collector recorded them (proxied: Ollama's reply, in ns;
+    # the log prints them to 0.01 ms)
+    imported, recorded = _rows(path, FIGURES_SQL), _rows(live, FIGURES_SQL)
+    assert [r[:2] for r in imported] == [r[:2] for r in recorded]
+    for a, b in zip(imported, recorded, strict=True):
+        assert abs(a[2] - b[2]) <= 5_000 and abs(a[3] - b[3]) <= 5_000  # type: ignore[operator]
+    rows = _rows(path, "SELECT seen_from, runner_source, runner_port, endpoint, ends_bound_s FROM requests")
+    assert {r[:3] for r in rows} == {("runner", "log", 48613)}
+    assert all(r[3] == "/api/generate" for r in rows)  # each one's access line fitted it alone
+    assert all(0 < r[4] <= 1.0 for r in rows)
+    # the first one waited for the load (llama-server started in 3.42 seconds)
+    assert _rows(path, "SELECT load_duration_ns FROM requests WHERE runner_task_id = 0") == [(3_420_000_000,)]
+    # their times: each ends within its bound of the live record of the same figures
+    live_end = _rows(live, "SELECT prompt_eval_duration_ns, ended_at_unix_s FROM requests")
+    for prefill_ns, end, bound in _rows(path, "SELECT prompt_eval_duration_ns, ended_at_unix_s, ends_bound_s FROM requests"):
+        [truth] = [t for p, t in live_end if abs(p - prefill_ns) <= 5_000]  # type: ignore[operator]
+        assert abs(end - truth) <= bound + 0.05  # type: ignore[operator]
+    # imported again: nothing new
+    again, _ = _import(tmp_path / "empty")
+    assert (again.recorded, again.already) == (0, 13)
+    assert len(_rows(path, "SELECT id FROM requests")) == 13
+
+
+def test_refused_while_a_collector_records_into_the_folder(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    path = real_gpu_store(data, with_placement=False)
+    with CollectorLock(data) as lock:
+        lock.acquire(listen="127.0.0.1:11435", ollama_url="http://127.0.0.1:11434")
+        out = subprocess.run(
+            [sys.executable, "-m", "collectors.import_log", "--data", str(data), str(LOG)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == EXIT_COLLECTOR_RUNS
+    assert "127.0.0.1:11435" in out.stderr and "--stop" in out.stderr
+    assert len(_rows(path, "SELECT id FROM requests")) == 13
+
+
+def _generations(text: str) -> list[Generation]:
+    out: list[Generation] = []
+    history = LogHistory(out.append)
+    for line in io.StringIO(text):
+        history.feed(line.rstrip("\n"))
+    history.finish()
+    return out
+
+
+TASK = """\
+slot launch_slot_: id  0 | task 7 | processing task, is_child = 0
+slot   operator(): id  0 | task 7 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 100
+slot print_timing: id  0 | task 7 | prompt eval time =     200.00 ms /    60 tokens (    3.33 ms per token,   300.00 tokens per second)
+slot print_timing: id  0 | task 7 |        eval time =    1000.00 ms /    20 tokens (   50.00 ms per token,    20.00 tokens per second)
+slot      release: id  0 | task 7 | stop processing: n_tokens = 119, truncated = 0
+"""
+
+
+def test_lines_without_time_are_stamped_from_the_preceding_ollama_line() -> None:
+    log = (
+        'time=2026-12-04T10:00:00.000Z level=INFO source=x.go:1 msg="starting llama-server" cmd="/bin/llama-server '
+        '--model /m/blobs/sha256-' + "a" * 64 + ' --port 40001"\n'
+        'time=2026-12-04T10:00:02.500Z level=INFO source=x.go:2 msg="llama-server started in 2.50 seconds"\n'
+        + TASK
+        + 'time=2026-12-04T10:00:06.000Z level=INFO source=x.go:3 msg="something else"\n'
+    )
+    [gen] = _generations(log)
+    rec = gen.record
+    # the release line is stamped 10:00:02.5 (the line before it); the next stamp, 10:00:06.000, closes the window
+    assert gen.end_lo_unix_s == 1796378402.5
+    assert gen.end_hi_unix_s == pytest.approx(1796378406.001)
+    assert rec.ends_bound_s == pytest.approx(1.7505)
+    assert rec.metrics is not None
+    assert (rec.metrics.prompt_eval_count, rec.metrics.prompt_eval_cached_count, rec.metrics.eval_count) == (100, 40, 20)
+    assert rec.metrics.load_duration_ns == 2_500_000_000  # it launched right after the load
+    assert rec.runner_port == 40001 and gen.runner is not None and gen.runner.digest == "a" * 64
+    assert rec.endpoint is None  # no access line: the route is not known
+
+
+def test_journal_iso_prefix_is_a_stamp_and_lines_before_any_stamp_wait_for_one() -> None:
+    prefixed = "".join(f"2026-12-04T10:00:0{i}+0000 host ollama[42]: {line}\n" for i, line in enumerate(TASK.splitlines()))
+    [gen] = _generations(prefixed + "2026-12-04T10:00:09+0000 host ollama[42]: [GIN] end\n")
+    assert gen.end_lo_unix_s == 1796378404.0  # the release line's own prefix
+    assert gen.record.runner_port is None  # no runner start in this log
