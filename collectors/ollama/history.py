@@ -41,9 +41,10 @@ MAX_UNSTAMPED_EVENTS = 10_000  # events before the log's first stamp, kept until
 # A finished task waits for its access line (written when Ollama's HTTP reply ends) this long past its end, in
 # the log's own time, and for the next stamp after it (the end of its window).
 ACCESS_WAIT_S = ACCESS_SLACK_S + 2.0
-MAX_WAITING_ACCESS_LINES = 64  # access lines no ended task fitted yet, kept for a release line written after them
-NO_NEXT_STAMP_BOUND_S = 60.0
-SLOG_RESOLUTION_S = 1e-3  # Ollama's time= stamps are printed to the millisecond  # a task after the log's last stamp: its end is within this of it, at most
+# access lines no ended task fitted yet, kept for a release line written after them
+MAX_WAITING_ACCESS_LINES = 64
+NO_NEXT_STAMP_BOUND_S = 60.0  # a task after the log's last stamp: its end is within this of it, at most
+SLOG_RESOLUTION_S = 1e-3  # Ollama's time= stamps are printed to the millisecond
 
 # Ollama's slog line: ``time=2026-12-04T18:31:01.404+00:00 level=INFO …``; the journal's ISO prefix:
 # ``2026-12-04T18:31:01+0000 host ollama[123]: …`` (journalctl -o short-iso), stripped before parsing.

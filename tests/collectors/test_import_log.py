@@ -112,8 +112,8 @@ def _generations(text: str) -> list[Generation]:
 TASK = """\
 slot launch_slot_: id  0 | task 7 | processing task, is_child = 0
 slot   operator(): id  0 | task 7 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 100
-slot print_timing: id  0 | task 7 | prompt eval time =     200.00 ms /    60 tokens (    3.33 ms per token,   300.00 tokens per second)
-slot print_timing: id  0 | task 7 |        eval time =    1000.00 ms /    20 tokens (   50.00 ms per token,    20.00 tokens per second)
+slot print_timing: id  0 | task 7 | prompt eval time = 200.00 ms / 60 tokens (    3.33 ms per token, 300.00 tokens per second)
+slot print_timing: id  0 | task 7 |        eval time = 1000.00 ms / 20 tokens (   50.00 ms per token, 20.00 tokens per second)
 slot      release: id  0 | task 7 | stop processing: n_tokens = 119, truncated = 0
 """
 
@@ -121,7 +121,7 @@ slot      release: id  0 | task 7 | stop processing: n_tokens = 119, truncated =
 def test_lines_without_time_are_stamped_from_the_preceding_ollama_line() -> None:
     log = (
         'time=2026-12-04T10:00:00.000Z level=INFO source=x.go:1 msg="starting llama-server" cmd="/bin/llama-server '
-        '--model /m/blobs/sha256-' + "a" * 64 + ' --port 40001"\n'
+        "--model /m/blobs/sha256-" + "a" * 64 + ' --port 40001"\n'
         'time=2026-12-04T10:00:02.500Z level=INFO source=x.go:2 msg="llama-server started in 2.50 seconds"\n'
         + TASK
         + 'time=2026-12-04T10:00:06.000Z level=INFO source=x.go:3 msg="something else"\n'
