@@ -5,6 +5,8 @@
   ``start_demo_at_start`` and ``stop_demo`` (the demo is the server's, not a session's);
   ``engine_problem`` says why the demo cannot run the real llama.cpp engine here (None: it can);
 - settings, read as ``python -m collectors`` reads them;
+- history from Ollama's log (``find_ollama_log``, ``import_file``: docs/import-log.md), and whether the running
+  collector is the one this server started (``started_here``: the import may stop it for a moment);
 - Lab experiments (``EXPERIMENTS``, ``make_params``, ``Cost``); Lab runs: ``start_run``,
   ``is_alive``, ``exit_code``, ``log_tail``, ``cancel_run``, ``interrupted``; their documents
   (``ExperimentResult``, ``read_result``, ``list_results``) and the store's copies of them
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 from collectors.demo import engine_problem
+from collectors.import_log import ImportResult, find_ollama_log, import_file
 from collectors.lab.experiments import EXPERIMENTS, Cost, ExperimentSpec, make_params
 from collectors.lab.ingest import result_from_row
 from collectors.lab.launcher import RunHandle, exit_code, interrupted, is_alive, log_tail, read_run, start_run
@@ -32,8 +35,10 @@ from collectors.launch import (
     ensure_demo,
     start_demo,
     start_demo_at_start,
+    started_here,
     stop_demo,
 )
+from collectors.lock import LockHeldError
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -42,8 +47,10 @@ __all__ = [
     "Cost",
     "ExperimentResult",
     "ExperimentSpec",
+    "ImportResult",
     "LaunchState",
     "LaunchStatus",
+    "LockHeldError",
     "ResultFileError",
     "RunHandle",
     "RunState",
@@ -55,6 +62,8 @@ __all__ = [
     "ensure_collector",
     "ensure_demo",
     "exit_code",
+    "find_ollama_log",
+    "import_file",
     "interrupted",
     "is_alive",
     "lab_dir",
@@ -69,5 +78,6 @@ __all__ = [
     "start_demo",
     "start_demo_at_start",
     "start_run",
+    "started_here",
     "stop_demo",
 ]

@@ -22,16 +22,17 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from analysis.records import RequestRecord
 from analysis.runner_load import placement_rows
-from collectors.lock import CollectorLock, LockHeldError, UnsafeFileError
+from collectors.lock import CollectorLock, LockHeldError, UnsafeFileError, lock_path, read_lock
 from collectors.ollama.direct import DURATION_MATCH_NS
 from collectors.ollama.history import Generation, HistoryCounts, LogHistory, RunnerStart, read_lines
+from collectors.stopping import stop_collector
 from store.history import RecordedFigures, model_names_by_digest, placement_read_at, recorded_between, runner_models_by_port
 from store.ops import PutRequest, PutRunnerPlacement, RetentionPolicy
 from store.queries import open_readonly, resolve_db
@@ -201,6 +202,35 @@ def import_log(
             writer.close()
     result.seconds = time.monotonic() - t0
     return result
+
+
+def find_ollama_log(env: Mapping[str, str], home: Path) -> Path | None:
+    """Ollama's log file where this user can read it: $PHASEWATCH_OLLAMA_LOG, then where Ollama writes it on macOS,
+    Windows and a manual install (``~/.ollama/logs/server.log``, ``%LOCALAPPDATA%\\Ollama\\server.log``). None when
+    none is readable (on Linux the service writes to the journal: ``journalctl -u ollama -o cat`` into a file)."""
+    candidates = [Path(env["PHASEWATCH_OLLAMA_LOG"]).expanduser()] if env.get("PHASEWATCH_OLLAMA_LOG") else []
+    candidates.append(home / ".ollama" / "logs" / "server.log")
+    if env.get("LOCALAPPDATA"):
+        candidates.append(Path(env["LOCALAPPDATA"]) / "Ollama" / "server.log")
+    for path in candidates:
+        if path.is_file() and os.access(path, os.R_OK) and path.stat().st_size > 0:
+            return path
+    return None
+
+
+def import_file(
+    data_dir: Path,
+    path: Path,
+    progress: Callable[[int, int | None], None] | None = None,
+    *,
+    stop_collector_first: bool = False,
+) -> ImportResult:
+    """The dashboard's import of one log file. ``stop_collector_first``: the collector recording into the folder is
+    stopped for the import (the caller starts it again); otherwise LockHeldError while one records."""
+    if stop_collector_first and stop_collector(data_dir) is False:
+        raise LockHeldError(lock_path(data_dir), read_lock(data_dir))
+    with path.open("rb") as f:
+        return import_log(data_dir, f, size_bytes=os.fstat(f.fileno()).st_size, progress=progress)
 
 
 def _progress_printer(out: object) -> Callable[[int, int | None], None]:

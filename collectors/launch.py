@@ -202,3 +202,11 @@ def stop_demo(demo_dir: Path, timeout_s: float = STOP_TIMEOUT_S) -> bool:
             child.wait(timeout_s)
             return False
     return stopped
+
+
+def started_here(data_dir: Path) -> bool:
+    """Whether the collector recording into ``data_dir`` is the one this server started (the app may stop it for a
+    moment: its next run starts it again), not one started elsewhere (a service, a terminal)."""
+    info = read_lock(data_dir)
+    entry = _children.get(f"collector:{data_dir}")
+    return info is not None and entry is not None and entry[0].poll() is None and info.pid == entry[0].pid

@@ -10,6 +10,7 @@ from pages.live.ui import show_cards, show_context, show_strip, show_timeline
 from pages.live.view import build_cards, build_live, timeline_refresh_s
 from pages.shared import common, data
 from pages.shared.alert_banner import alert_banner
+from pages.shared.import_offer import offer_log_import
 from pages.shared.settings import client_host_line
 
 BUSY_KEY = "pw_live_busy"
@@ -22,6 +23,7 @@ common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
 # Alerts firing for this host, when PHASEWATCH_PROMETHEUS names a Prometheus.
 alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)
+offer_log_import(ctx)  # nothing recorded at all, and Ollama's log is readable: its history
 proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
 
 if ctx.paused:

@@ -18,6 +18,7 @@ from pages.requests.view import (
     seen_from,
 )
 from pages.shared import common, data, fmt
+from pages.shared.import_offer import offer_log_import
 from pages.shared.settings import client_host_line
 
 ANY = "any"
@@ -63,6 +64,7 @@ if not history.rows and not (link and link.label):
         icon=":material/search_off:",
     )
     st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+    offer_log_import(ctx)  # nothing recorded at all, and Ollama's log is readable: its history
     st.stop()
 
 n_rows = len(history.rows)
