@@ -10,10 +10,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from collectors.import_log import EXIT_COLLECTOR_RUNS, import_log
+from collectors.import_log import EXIT_COLLECTOR_RUNS, ImportResult, import_log
 from collectors.lock import CollectorLock
 from collectors.ollama.history import Generation, LogHistory
 from store.schema import db_path
@@ -26,7 +27,7 @@ FIGURES_SQL = (
 )
 
 
-def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(path)
     try:
         return conn.execute(sql).fetchall()
@@ -34,7 +35,7 @@ def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def _import(data_dir: Path, log: Path = LOG):  # type: ignore[no-untyped-def]
+def _import(data_dir: Path, log: Path = LOG) -> tuple[ImportResult, list[tuple[int, int | None]]]:
     seen: list[tuple[int, int | None]] = []
     with log.open("rb") as f:
         result = import_log(data_dir, f, size_bytes=log.stat().st_size, progress=lambda done, size: seen.append((done, size)))
@@ -65,7 +66,7 @@ def test_fixture_log_into_an_empty_store_records_its_generations(tmp_path: Path)
     imported, recorded = _rows(path, FIGURES_SQL), _rows(live, FIGURES_SQL)
     assert [r[:2] for r in imported] == [r[:2] for r in recorded]
     for a, b in zip(imported, recorded, strict=True):
-        assert abs(a[2] - b[2]) <= 5_000 and abs(a[3] - b[3]) <= 5_000  # type: ignore[operator]
+        assert abs(a[2] - b[2]) <= 5_000 and abs(a[3] - b[3]) <= 5_000
     rows = _rows(path, "SELECT seen_from, runner_source, runner_port, endpoint, ends_bound_s FROM requests")
     assert {r[:3] for r in rows} == {("runner", "log", 48613)}
     assert all(r[3] == "/api/generate" for r in rows)  # each one's access line fitted it alone
@@ -75,8 +76,8 @@ def test_fixture_log_into_an_empty_store_records_its_generations(tmp_path: Path)
     # their times: each ends within its bound of the live record of the same figures
     live_end = _rows(live, "SELECT prompt_eval_duration_ns, ended_at_unix_s FROM requests")
     for prefill_ns, end, bound in _rows(path, "SELECT prompt_eval_duration_ns, ended_at_unix_s, ends_bound_s FROM requests"):
-        [truth] = [t for p, t in live_end if abs(p - prefill_ns) <= 5_000]  # type: ignore[operator]
-        assert abs(end - truth) <= bound + 0.05  # type: ignore[operator]
+        [truth] = [t for p, t in live_end if abs(p - prefill_ns) <= 5_000]
+        assert abs(end - truth) <= bound + 0.05
     # imported again: nothing new
     again, _ = _import(tmp_path / "empty")
     assert (again.recorded, again.already) == (0, 13)
