@@ -145,3 +145,10 @@ def test_journal_iso_prefix_is_a_stamp_and_lines_before_any_stamp_wait_for_one()
     [gen] = _generations(prefixed + "2026-12-04T10:00:09+0000 host ollama[42]: [GIN] end\n")
     assert gen.end_lo_unix_s == 1796378404.0  # the release line's own prefix
     assert gen.record.runner_port is None  # no runner start in this log
+
+
+def test_store_import_log_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from store.__main__ import main as store_main
+
+    assert store_main(["import-log", "--data", "DIR", "server.log"]) == 2
+    assert "python -m collectors.import_log --data DIR server.log" in capsys.readouterr().err
