@@ -11,7 +11,8 @@
 # Env: MODE gpu|cpu (cpu: the same run on the CPU, to try the script), SIZE 12b|4b|27b|tiny, LLAMA_BIN (a built
 # llama-server: no build), LLAMA_SRC (a llama.cpp tree), CUDA_ARCH (default: the GPU's compute capability),
 # LENGTHS, PREDICT, NUMCTX, NP (slots), THREADS, D (prepared folder, default .gpu), BUILD_DEADLINE_S, DRIVE_S,
-# CUDA_HOME (where CUDA's toolkit is, default /usr/local/cuda).
+# CUDA_HOME (where CUDA's toolkit is, default /usr/local/cuda), WORK (a work folder, kept; by default a temporary
+# one, removed at the end unless KEEP_WORK=1).
 # Exit: 0 every check passed, 1 a check failed, 3 no NVIDIA GPU or no CUDA compiler here (nothing started).
 set -u
 cd "$(dirname "$0")/.."
@@ -71,7 +72,15 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 S=$OUT/summary.txt; : > "$S"
 T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$S"; }
-W=${WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}; mkdir -p "$W"
+W=${WORK:-}
+[ -n "$W" ] || { W=$(mktemp -d /tmp/gpu_check.XXXXXX); OWN_WORK=1; }  # ours: removed at the end (the model is GBs)
+mkdir -p "$W"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  [ -n "${OWN_WORK:-}" ] && [ -z "${KEEP_WORK:-}" ] && { sleep 1; rm -rf "$W"; }
+}
+trap cleanup EXIT
 SIZE=${SIZE:-12b}; THREADS=${THREADS:-8}; LENGTHS=${LENGTHS:-256,1024,4096,16384}; PREDICT=${PREDICT:-256}
 NUMCTX=${NUMCTX:-20480}; NP=${NP:-2}; SIM_PORT=${SIM_PORT:-18434}; PROXY_PORT=${PROXY_PORT:-18435}
 FAILED=0
@@ -96,7 +105,7 @@ if [ -z "${LLAMA_BIN:-}" ]; then
       -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90}" -DGGML_CUDA_FA=${CUDA_FA:-OFF} -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
       -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF &&
     cmake --build "$W/build" --target llama-server -j "$(nproc)" ) > "$W/build.log" 2>&1 &
-  BPID=$!
+  BPID=$!; PIDS+=("$BPID")
   LLAMA_BIN=$W/build/bin/llama-server
   say "llama-server build started (CUDA arch ${ARCH:-90})"
 fi
@@ -119,9 +128,6 @@ fi
 [ -x "$LLAMA_BIN" ] || { say "no llama-server at $LLAMA_BIN (build_tail.txt)"; exit 1; }
 say "llama-server: $LLAMA_BIN"
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; }
-trap cleanup EXIT
 if [ "$MODE" = gpu ]; then nvidia-smi dmon -s pucm -d 1 > "$OUT/dmon.txt" 2>&1 & PIDS+=($!); fi
 mkdir -p "$W/data"; chmod 700 "$W/data"
 PHASEWATCH_LLAMA_SERVER="$LLAMA_BIN" "$PY" -m sim --port "$SIM_PORT" --engine llama-server --gguf "$W/model.gguf" \
