@@ -61,6 +61,7 @@ def main() -> None:
         print(f"log: {log.stat().st_size / 1e6:.1f} MB, {copies} copies of the H200 run ({copies * 13} generations)")
         for attempt in ("into an empty store", "again (every generation already there)"):
             t0 = time.monotonic()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             out = subprocess.run(
                 [sys.executable, "-m", "collectors.import_log", "--data", str(Path(tmp) / "data"), str(log)],
                 cwd=REPO,
@@ -68,9 +69,11 @@ def main() -> None:
                 check=False,
             )
             wall_s = time.monotonic() - t0
-            peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime  # less shaken by other load
+            peak_mib = after.ru_maxrss / 1024  # the largest child so far
             progress = [p for p in out.stderr.decode().split("\r") if p.strip()]
-            print(f"{attempt}: exit {out.returncode}; wall {wall_s:.1f} s; peak RSS {peak_mib:.0f} MiB")
+            print(f"{attempt}: exit {out.returncode}; wall {wall_s:.1f} s, CPU {cpu_s:.1f} s; peak RSS {peak_mib:.0f} MiB")
             if progress:
                 print(f"  progress: {len(progress)} updates, first {progress[0].strip()!r}, last {progress[-1].strip()!r}")
             print("  " + out.stdout.decode().strip())

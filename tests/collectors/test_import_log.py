@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from collectors.import_log import EXIT_COLLECTOR_RUNS, ImportResult, import_log
+from collectors.import_log import EXIT_COLLECTOR_RUNS, ImportResult, import_log, same_generation
 from collectors.lock import CollectorLock
 from collectors.ollama.history import Generation, LogHistory
+from store.history import RecordedFigures
 from store.schema import db_path
 from tests.support.paths import REPO
 from tests.support.real_gpu import LOG, real_gpu_store
@@ -152,3 +153,37 @@ def test_store_import_log_names_the_command(capsys: pytest.CaptureFixture[str]) 
 
     assert store_main(["import-log", "--data", "DIR", "server.log"]) == 2
     assert "python -m collectors.import_log --data DIR server.log" in capsys.readouterr().err
+
+
+def _figures(**kw: Any) -> RecordedFigures:
+    base: dict[str, Any] = dict(
+        id="r",
+        ended_unix_s=1000.0,
+        prompt_tokens=100,
+        output_tokens=20,
+        prefill_ns=200_000_000,
+        decode_ns=1_000_000_000,
+        prefill_bound_s=None,
+        decode_bound_s=None,
+        output_tokens_bound=None,
+    )
+    return RecordedFigures(**{**base, **kw})
+
+
+def test_a_stored_generation_is_matched_by_the_runners_figures_within_its_own_bounds() -> None:
+    [gen] = _generations(
+        'time=1970-01-01T00:16:39.000Z level=INFO source=x.go:1 msg="x"\n'
+        + TASK
+        + 'time=1970-01-01T00:16:41.000Z level=INFO source=x.go:2 msg="y"\n'
+    )
+    rec, lo, hi = gen.record, gen.end_lo_unix_s, gen.end_hi_unix_s
+    assert same_generation(rec, lo, hi, _figures(prefill_ns=200_004_000))  # the log's 0.01 ms rounding
+    assert not same_generation(rec, lo, hi, _figures(prefill_ns=200_100_000))  # another prompt's time
+    assert not same_generation(rec, lo, hi, _figures(output_tokens=25))
+    assert not same_generation(rec, lo, hi, _figures(ended_unix_s=1100.0))  # the same figures, another time
+    # a direct record read from /slots: its durations within their bounds, its output within its bound
+    slots = _figures(prefill_ns=260_000_000, decode_ns=940_000_000, prefill_bound_s=0.125, decode_bound_s=0.125)
+    assert same_generation(rec, lo, hi, slots)
+    assert same_generation(rec, lo, hi, _figures(output_tokens=23, output_tokens_bound=3))
+    # an OpenAI-style reply: counts only, and the time
+    assert same_generation(rec, lo, hi, _figures(prefill_ns=None, decode_ns=None))
