@@ -43,6 +43,7 @@ MAX_UNSTAMPED_EVENTS = 10_000  # events before the log's first stamp, kept until
 ACCESS_WAIT_S = ACCESS_SLACK_S + 2.0
 # access lines no ended task fitted yet, kept for a release line written after them
 MAX_WAITING_ACCESS_LINES = 64
+MAX_ENDED_WAITING = 256  # ended tasks waiting for their window's end (a log whose stamps stop advancing holds them)
 NO_NEXT_STAMP_BOUND_S = 60.0  # a task after the log's last stamp: its end is within this of it, at most
 SLOG_RESOLUTION_S = 1e-3  # Ollama's time= stamps are printed to the millisecond
 
@@ -131,6 +132,7 @@ class LogHistory:
         self._port: int | None = None  # the newest started runner's
         self._open: dict[tuple[int | None, int], _Task] = {}
         self._ended: deque[_Task] = deque()  # released, waiting for their window's end and their access line
+        self._no_next_stamp: list[_Task] = []  # released since the last stamp: the next one ends their window
         self._lines: deque[AccessLine] = deque(maxlen=MAX_WAITING_ACCESS_LINES)  # generation lines no task took yet
 
     # -- lines -----------------------------------------------------------------------------------
@@ -169,9 +171,9 @@ class LogHistory:
         resolution): the stamp of the lines after it (never earlier than the last one), and the end of the
         window of the tasks released before it."""
         first = self._stamp is None
-        for task in self._ended:
-            if task.end_hi is None:
-                task.end_hi = max(latest, task.end_lo or latest)
+        for task in self._no_next_stamp:
+            task.end_hi = max(latest, task.end_lo or latest)
+        self._no_next_stamp.clear()
         if self._stamp is None or when > self._stamp:
             self._stamp = when
             self._flush(final=False)
@@ -273,6 +275,10 @@ class LogHistory:
             task.access = fits[0]
             self._lines.remove(fits[0])
         self._ended.append(task)
+        self._no_next_stamp.append(task)
+        if len(self._ended) > MAX_ENDED_WAITING:  # stamps that do not advance: the oldest goes out as it stands
+            self._emit(self._generation(self._ended.popleft()))
+            self.counts.generations += 1
 
     # -- out -------------------------------------------------------------------------------------
 
