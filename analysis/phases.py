@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from analysis import prompt_fit
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord
 
 NS_PER_S = 1_000_000_000
@@ -86,6 +87,8 @@ class Flag(StrEnum):
     CLAMPED = "clamped"
     NO_SERVER_TIMINGS = "no_server_timings"
     INVALID_TEXT = "invalid_text"
+    PROMPT_TRUNCATED = "prompt_truncated"
+    NUM_CTX_IGNORED = "num_ctx_ignored"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -113,6 +116,11 @@ FLAG_CODES: dict[Flag, str] = {
         "text that was not valid Unicode (a lone UTF-16 surrogate, as a client cutting a string mid-emoji sends) "
         "was stored with U+FFFD in its place"
     ),
+    Flag.PROMPT_TRUNCATED: (
+        "the prompt was longer than the context: Ollama cut it (and answered 200) or refused it (400); "
+        "the model did not read all of it"
+    ),
+    Flag.NUM_CTX_IGNORED: "options.num_ctx was sent on a /v1 route, where Ollama ignores it",
 }
 
 
@@ -467,7 +475,17 @@ def split_record(rec: RequestRecord) -> Phases:
         _split_thinking(rec, chunks, values)
     if rec.direct:
         _as_direct(rec, values)
+    _fit_flags(rec, flags)
     return _result(values, flags)
+
+
+def _fit_flags(rec: RequestRecord, flags: _Flags) -> None:
+    """A prompt that did not fit the context, and a /v1 request's options.num_ctx that Ollama ignored."""
+    fit = prompt_fit.verdict(rec)
+    if fit.truncated is not None:
+        flags.add(Flag.PROMPT_TRUNCATED, fit.truncated)
+    if fit.ignored is not None:
+        flags.add(Flag.NUM_CTX_IGNORED, fit.ignored)
 
 
 def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:

@@ -139,6 +139,14 @@ class RequestRecord:
     prefill_bound_s: float | None = None
     decode_bound_s: float | None = None
     output_tokens_bound: int | None = None  # 0: counted exactly
+    # A prompt that did not fit, and the context it ran with (analysis.prompt_fit; None: not known): its size as sent,
+    # where that size comes from ("log": Ollama's "truncating input prompt" line, "tokenize": the runner's /tokenize,
+    # "estimate": from its characters), the tokens kept, the context and who set it (analysis.prompt_fit.CtxSource).
+    prompt_sent_tokens: int | None = None
+    prompt_sent_source: str | None = None
+    prompt_kept_tokens: int | None = None
+    num_ctx_in_force: int | None = None
+    num_ctx_source: str | None = None
 
     @property
     def direct(self) -> bool:

@@ -494,6 +494,22 @@ ALTER TABLE host_bandwidth ADD COLUMN apple_chip TEXT;
 ALTER TABLE host_bandwidth ADD COLUMN apple_gpu_cores INTEGER;
 """
 
+# v15: a prompt that did not fit (analysis.prompt_fit): its size as sent and where that size comes from, the tokens
+# kept, and the context the request ran with and who set it; and the settings Ollama's start lines said, by name.
+_V15 = """
+ALTER TABLE requests ADD COLUMN prompt_sent_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN prompt_sent_source TEXT;
+ALTER TABLE requests ADD COLUMN prompt_kept_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN num_ctx_in_force INTEGER;
+ALTER TABLE requests ADD COLUMN num_ctx_source TEXT;
+CREATE TABLE ollama_settings (
+    ts_unix_s REAL NOT NULL,
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -510,6 +526,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V12),
     _script(_V13),
     _script(_V14),
+    _script(_V15),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -45,7 +45,8 @@ R = TypeVar("R")
 # Bump it when split_record changes what it computes: the collector re-derives older rows.
 # 2: per-phase sources, /v1 decode from the stream, no client TTFT for whole bodies, embed/load/unload, thinking.
 # 3: /v1 generations: prompt, cached tokens and prefill from the runner's /slots or log readings of them.
-PHASES_VERSION = 3
+# 4: prompt_truncated and num_ctx_ignored (analysis.prompt_fit).
+PHASES_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,22 @@ class RequestRow(RequestSummary):
     prompt_chars: int | None  # the prompt's characters, counted by the proxy (None: unknown, or an older row)
     runner_port: int | None  # v9, direct records: the runner's port and its task (id_task, "task N" in the log)
     runner_task_id: int | None
+    # v15: a prompt that did not fit, and the context the request ran with (analysis.prompt_fit; NULL: not known).
+    prompt_sent_tokens: int | None
+    prompt_sent_source: str | None  # "log", "tokenize" or "estimate"
+    prompt_kept_tokens: int | None
+    num_ctx_in_force: int | None
+    num_ctx_source: str | None  # an analysis.prompt_fit.CtxSource
+
+
+@dataclass(frozen=True)
+class OllamaSettingRow:
+    """One setting Ollama runs with, as its start lines said (``analysis.prompt_fit.ServerSettings``)."""
+
+    ts_unix_s: float  # when the line was read
+    name: str  # OLLAMA_CONTEXT_LENGTH, …, "vram-based default context", "inference compute 0"
+    value: str
+    source: str  # in words: which of Ollama's lines said it
 
 
 @dataclass(frozen=True)
@@ -380,6 +397,7 @@ LOADED_MODELS = Table.of("loaded_models", LoadedModel)
 INSTALLED_MODELS = Table.of("installed_models", InstalledModel)
 RUNNERS = Table.of("runners", RunnerFlags)
 RUNNER_DEVICES = Table.of("runner_devices", RunnerDeviceRow)
+OLLAMA_SETTINGS = Table.of("ollama_settings", OllamaSettingRow)
 MODEL_INFO = Table.of("model_info", ModelInfoRow)
 OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
@@ -405,6 +423,7 @@ TABLES: tuple[Table[Any], ...] = (
     INSTALLED_MODELS,
     RUNNERS,
     RUNNER_DEVICES,
+    OLLAMA_SETTINGS,
 )
 
 
