@@ -14,10 +14,11 @@ from aiohttp import web
 
 from sim import ollama_log
 from sim.catalog import MODELS
+from sim.context_fit import log_start_lines
 from sim.engine import SimEngine
 from sim.faults import Faults
 from sim.ollama_time import keep_alive_ns
-from sim.profiles import DEFAULT_PROFILE, PROFILES
+from sim.profiles import DEFAULT_PROFILE, PROFILES, SimProfile
 from sim.server import ServerConfig, build_app
 
 
@@ -76,6 +77,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="override the profile's load speed (e.g. a warm page cache), GB/s",
     )
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
+    ap.add_argument(
+        "--context-length",
+        type=int,
+        default=0,
+        metavar="N",
+        help="default num_ctx (OLLAMA_CONTEXT_LENGTH; default 0: Ollama's VRAM-based default)",
+    )
+    ap.add_argument(
+        "--no-context-shift",
+        action="store_true",
+        help="play a model whose runner cannot shift its context: a prompt longer than it is a 400, not cut",
+    )
     ap.add_argument(
         "--engine",
         default="sim",
@@ -149,6 +162,8 @@ async def serve(args: argparse.Namespace) -> None:
         default_keep_alive_ns=args.keep_alive_ns,
         faults=faults,
         max_loaded_models=args.max_loaded_models,
+        context_length=args.context_length or None,
+        context_shift=not args.no_context_shift,
     )
     if args.engine == "llama-server":
         from sim.gguf_model import EngineUnavailable
@@ -165,6 +180,8 @@ async def serve(args: argparse.Namespace) -> None:
                 flash_attn=args.flash_attention,
                 max_queue=args.max_queue,
                 default_keep_alive_ns=args.keep_alive_ns,
+                context_shift=not args.no_context_shift,
+                **({"default_num_ctx": args.context_length} if args.context_length else {}),
             )
         except EngineUnavailable as e:
             print(f"sim: {e}", file=sys.stderr, flush=True)
@@ -174,6 +191,7 @@ async def serve(args: argparse.Namespace) -> None:
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
     else:
         app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+    _start_lines(args, profile)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
@@ -197,6 +215,28 @@ async def serve(args: argparse.Namespace) -> None:
         await runner.cleanup()
         print("sim: stopped", file=sys.stderr, flush=True)
         ollama_log.close_file()
+
+
+def _start_lines(args: argparse.Namespace, profile: SimProfile) -> None:
+    """Ollama's start lines with the settings sim runs with (sim/context_fit.py)."""
+    env = {
+        "OLLAMA_CONTEXT_LENGTH": str(args.context_length),
+        "OLLAMA_FLASH_ATTENTION": str(args.flash_attention == "on").lower(),
+        "OLLAMA_HOST": f"http://{args.host}:{args.port}",
+        "OLLAMA_KEEP_ALIVE": args.keep_alive,
+        "OLLAMA_KV_CACHE_TYPE": "" if args.kv_cache_type == "f16" else args.kv_cache_type,
+        "OLLAMA_MAX_LOADED_MODELS": str(args.max_loaded_models),
+        "OLLAMA_MAX_QUEUE": str(args.max_queue),
+        "OLLAMA_NUM_PARALLEL": str(args.num_parallel),
+    }
+    real = args.engine != "sim"  # the real engine runs on the CPU here
+    vram = 0 if real else profile.vram_bytes
+    log_start_lines(
+        env,
+        gpu_name=None if real or vram == 0 else profile.gpu_name,
+        total_vram_bytes=vram if vram else profile.spec.memory_bytes,
+        available_vram_bytes=vram if vram else profile.spec.memory_bytes,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

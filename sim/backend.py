@@ -70,6 +70,7 @@ class GenRequest:
     # answer (its tokens, e.g. JSON for ``format`` or a tool call) instead of free pseudo-words.
     think: str | None = None
     answer_pieces: list[str] | None = None
+    shift: bool = True  # the request's "shift": false asks for a 400 rather than a cut prompt (sim/context_fit.py)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from sim.backend import (
     Token,
 )
 from sim.catalog import MODELS, ModelFacts
+from sim.context_fit import fit_prompt
 from sim.faults import Faults
 from sim.gpu import VirtualGpu
 from sim.profiles import SimProfile
@@ -397,10 +398,14 @@ class SimEngine:
         default_keep_alive_ns: int = 5 * 60 * 10**9,
         faults: Faults | None = None,
         max_loaded_models: int = 0,
+        context_length: int | None = None,
+        context_shift: bool = True,
     ) -> None:
         self.profile = profile
         # OLLAMA_MAX_LOADED_MODELS: a load beyond it evicts the least recently used idle model first.
         self.max_loaded_models = max_loaded_models if max_loaded_models > 0 else MODELS_PER_GPU
+        self.context_length = context_length  # OLLAMA_CONTEXT_LENGTH; None: the VRAM-based default
+        self.context_shift = context_shift  # False: a model whose runner cannot shift (a long prompt is a 400)
         self.num_parallel = num_parallel
         self.max_queue = max_queue
         self.default_keep_alive_ns = default_keep_alive_ns
@@ -453,7 +458,7 @@ class SimEngine:
         self.gpu.models_vram_bytes = sum(r.size_vram_bytes for r in self.runners.values())
 
     def _num_ctx(self, model: ModelFacts, num_ctx: int | None) -> int:
-        ctx = num_ctx if num_ctx and num_ctx > 0 else self.profile.default_num_ctx
+        ctx = num_ctx if num_ctx and num_ctx > 0 else self.context_length or self.profile.default_num_ctx
         return min(ctx, model.context_length)
 
     async def _get_runner(
@@ -557,7 +562,7 @@ class SimEngine:
         job: _Job | None = None
         try:
             yield Loaded(time.monotonic_ns())
-            prompt_ids = req.prompt_ids[-(runner.num_ctx - 1) :] if len(req.prompt_ids) >= runner.num_ctx else req.prompt_ids
+            prompt_ids = fit_prompt(req.prompt_ids, runner.num_ctx, can_shift=self.context_shift and req.shift)
             prompt_ids = prompt_ids or [special_id(0)]  # an empty text still evaluates BOS
             slot = await runner.acquire_slot(prompt_ids)
             # llama-server always evaluates at least the last prompt token.

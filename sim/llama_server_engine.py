@@ -48,6 +48,7 @@ from analysis.runner_load import LoadLine, PlacementReader, gpu_layers_to_ask, p
 from sim import ollama_log
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
+from sim.context_fit import fit_prompt
 from sim.gguf_model import (
     DEFAULT_MODEL_NAME,
     DEFAULT_NUM_BATCH,
@@ -305,8 +306,10 @@ class LlamaServerEngine:
         default_num_ctx: int = DEFAULT_NUM_CTX,
         max_queue: int = 512,
         default_keep_alive_ns: int = 5 * 60 * 10**9,
+        context_shift: bool = True,
     ) -> None:
         self.binary = find_llama_server(binary)
+        self.context_shift = context_shift  # False: a long prompt is a 400, as from a runner that cannot shift
         self.model: GgufModelFacts = read_model_facts(gguf_path, model_name)
         self.n_threads = n_threads
         self.num_parallel = num_parallel
@@ -476,8 +479,7 @@ class LlamaServerEngine:
             prompt_ids = await self._tokenize(runner, render_prompt(req))
         except aiohttp.ClientError as exc:
             raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
-        if len(prompt_ids) >= runner.num_ctx:  # Ollama truncates from the front to fit num_ctx
-            prompt_ids = prompt_ids[-(runner.num_ctx - 1) :]
+        prompt_ids = fit_prompt(prompt_ids, runner.num_ctx, can_shift=self.context_shift and req.shift)
         truth.prompt_tokens = record.prompt_tokens = len(prompt_ids)
         body = self._completion_body(req, prompt_ids, runner)
         sampled: list[int] = []

@@ -343,6 +343,7 @@ class _Generation:
             messages=messages if chat else None,
             raw=bool(body.get("raw")),
             options=opts,
+            shift=body.get("shift") is not False,
             think=think,
             answer_pieces=pieces,
         )
