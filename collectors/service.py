@@ -68,6 +68,7 @@ from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
+from collectors.ollama.prompt_fit import FitBook, FitTap, read_start_lines
 from collectors.ollama.runners import RunnerReader
 from collectors.proxy import refusals
 from collectors.proxy.recording import RecordingProxy
@@ -82,6 +83,7 @@ from store.ops import (
     PutHeartbeat,
     PutHostBandwidth,
     PutHostSample,
+    PutOllamaSettings,
     PutProgress,
     PutRequest,
     PutRunnerPlacement,
@@ -169,6 +171,7 @@ class CollectorService:
         self._runners_written: list[RunnerFlags] | None = None  # as last stored, times zeroed
         self._placements_written: dict[int, list[RunnerDeviceRow]] = {}  # by runner port, as last stored, times zeroed
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
+        self.fit = FitBook()  # cut prompts and the settings in force, from that log (collectors.ollama.prompt_fit)
         self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
@@ -285,6 +288,11 @@ class CollectorService:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
         elif s.ollama_log is not None:
             self._log_source = LogTail(s.ollama_log)
+            started = await asyncio.to_thread(read_start_lines, s.ollama_log, self._clock())
+            if started is not None:  # Ollama wrote them when it started, before this collector
+                self.fit.settings, self.fit.settings_changed = started, True
+        if self._log_source is not None:
+            self._log_source = FitTap(self._log_source, self.fit)
         self.runners = RunnerReader(
             s.ollama_url,
             self._session,
@@ -371,6 +379,7 @@ class CollectorService:
         """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:
         only enqueue."""
         self._finished_since_asked = True
+        record = self.fit.annotate(record, self.poller.state.models if self.poller is not None else (), self._clock())
         if not record.direct and self.runners is not None:
             self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
@@ -482,6 +491,10 @@ class CollectorService:
             writer.submit(PutRequest(rec))
         if progress:
             writer.submit(PutProgress(progress))
+        for rec in self.fit.late():  # a cut told by a line of Ollama's read after its request was written
+            writer.submit(PutRequest(rec))
+        if self.fit.settings_changed:
+            writer.submit(PutOllamaSettings(self.fit.rows(self._clock())))
         if running:
             await self._estimate_progress(running)
         self._count_state(gpus, running)

@@ -48,6 +48,7 @@ from store.tables import (
     MODEL_INFO,
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
+    OLLAMA_SETTINGS,
     PHASES_VERSION,
     PROGRESS_SAMPLES,
     PS_SNAPSHOTS,
@@ -57,6 +58,7 @@ from store.tables import (
     RUNNERS,
     ExperimentRow,
     ModelInfoRow,
+    OllamaSettingRow,
     PsSnapshotRow,
     RequestRow,
     RequestTokensRow,
@@ -380,6 +382,20 @@ class PutRunners(Op[None]):
 
     def apply(self, tx: Tx) -> None:
         tx.conn.executemany(RUNNERS.insert_sql("INSERT OR REPLACE"), [RUNNERS.params(r) for r in self.runners])
+
+
+@dataclass(frozen=True)
+class PutOllamaSettings(Op[None]):
+    """The settings Ollama's start lines said (``collectors.ollama.prompt_fit``), replacing the previous set."""
+
+    rows: tuple[OllamaSettingRow, ...]
+
+    def __init__(self, rows: Iterable[OllamaSettingRow]) -> None:
+        object.__setattr__(self, "rows", tuple(rows))
+
+    def apply(self, tx: Tx) -> None:
+        tx.conn.execute("DELETE FROM ollama_settings")
+        tx.conn.executemany(OLLAMA_SETTINGS.insert_sql("INSERT OR REPLACE"), [OLLAMA_SETTINGS.params(r) for r in self.rows])
 
 
 @dataclass(frozen=True)

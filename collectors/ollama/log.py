@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from analysis.prompt_fit import FitLine, parse_fit_line
 from analysis.runner_load import LoadLine, parse_load_line
 
 # The longest line looked at. The longest real one is Ollama's "starting llama-server" line (its runner's whole
@@ -114,7 +115,8 @@ class LogEvent:
     """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
     runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
-    load lines: where it put the model, ``analysis.runner_load``).
+    load lines: where it put the model, ``analysis.runner_load``), prompt_fit (a prompt Ollama cut, or one of its
+    start lines with the settings in force, ``analysis.prompt_fit``).
 
     ``slot_id`` and ``task_id`` are the runner's own (what its ``/slots`` shows, to confirm a line against);
     ``port`` is the runner's port where the line names it (a load line)."""
@@ -129,6 +131,7 @@ class LogEvent:
     access: AccessLine | None = None
     port: int | None = None  # runner_start: the runner's port
     load: LoadLine | None = None  # runner_load: the fact the line carries
+    fit: FitLine | None = None  # prompt_fit: a cut prompt or a start line (analysis.prompt_fit)
 
     @property
     def prompt_size_tokens(self) -> int | None:
@@ -273,6 +276,8 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     line = line.rstrip("\r")
     if line.startswith("[GIN] "):
         return _access(line, read_unix_s)
+    if (fit := parse_fit_line(line)) is not None:  # its own anchored, length-capped patterns: a cut prompt, start lines
+        return LogEvent("prompt_fit", read_unix_s, 0, fit=fit)
     if line.startswith("time="):
         return _load_line(line, read_unix_s)
     if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns

@@ -1,0 +1,185 @@
+"""Prompts that did not fit, and the settings Ollama runs with, from its log (``analysis.prompt_fit``).
+
+``FitTap`` wraps the log source the runner reader reads (a file or the journal) and hands ``FitBook`` the lines it
+needs: Ollama's ``truncating input prompt`` lines and its start lines. ``FitBook.annotate`` gives each finished
+request (proxied or direct) the context it ran with and who set it, and, when one of those lines tells of it (the
+line's kept count equal to the reply's ``prompt_eval_count``, read while the request ran), the prompt's size as
+sent and as kept; a line read after its request was written re-writes that request (``late``).
+
+Ollama writes its start lines once, when it starts: ``read_start_lines`` reads the last set from the end of a log
+file when the collector starts (a log that goes back further than ``START_SCAN_BYTES`` is read that far).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.model_names import same_model
+from analysis.prompt_fit import FitLine, LineKind, ServerSettings, num_ctx_in_force, parse_fit_line
+from analysis.records import LoadedModel, RequestRecord
+from collectors.ollama.log import LogEvent, LogSource
+from store.tables import OllamaSettingRow
+
+START_SCAN_BYTES = 4 << 20  # the end of the log read for Ollama's start lines when the collector starts
+KEEP_LINES_S = 600.0  # a cut-prompt line waits this long for its request
+KEEP_LINES = 256
+KEEP_RECORDS = 64  # finished requests a late line may still be joined to
+KEEP_RECORDS_S = 60.0
+LINE_SLACK_S = 2.0  # a line is read up to one log poll (and a write) after Ollama wrote it
+
+
+class FitBook:
+    """What Ollama's log said about cut prompts and its settings; joins it to finished requests."""
+
+    def __init__(self) -> None:
+        self.settings = ServerSettings()
+        self.settings_changed = False
+        self._lines: deque[tuple[float, FitLine]] = deque(maxlen=KEEP_LINES)  # unclaimed cut-prompt lines
+        self._recent: deque[tuple[float, RequestRecord]] = deque(maxlen=KEEP_RECORDS)
+        self._late: list[RequestRecord] = []
+
+    def feed(self, events: Sequence[LogEvent]) -> None:
+        for event in events:
+            line = event.fit
+            if line is None:
+                continue
+            if line.kind is LineKind.TRUNCATED:
+                self._lines.append((event.read_unix_s, line))
+            else:
+                self.settings = self.settings.fold(line, event.read_unix_s)
+                self.settings_changed = True
+        if self._lines and self._recent:
+            self._join_late()
+
+    def annotate(self, rec: RequestRecord, loaded: Sequence[LoadedModel], now_unix_s: float) -> RequestRecord:
+        """``rec`` with the context it ran with (and who set it) and, when a line of Ollama's told of it, its cut."""
+        ctx = _loaded_ctx(rec.model, loaded) if not rec.direct else None
+        value, source = num_ctx_in_force(rec.endpoint, rec.num_ctx, ctx, self.settings if self.settings.env else None)
+        if value is not None and rec.num_ctx_in_force is None:
+            rec = dataclasses.replace(rec, num_ctx_in_force=value, num_ctx_source=str(source))
+        claimed = self._claim(rec)
+        if claimed is not None:
+            rec = _with_line(rec, claimed)
+        elif rec.prompt_sent_source is None:
+            self._recent.append((now_unix_s, rec))
+        return rec
+
+    def late(self) -> list[RequestRecord]:
+        """Requests already written whose cut was told by a line read since: to write again."""
+        out, self._late = self._late, []
+        return out
+
+    def rows(self, ts_unix_s: float) -> list[OllamaSettingRow]:
+        """The settings in force for the store, each with the line that said it."""
+        self.settings_changed = False
+        s = self.settings
+        at = s.read_unix_s if s.read_unix_s is not None else ts_unix_s
+        rows = [OllamaSettingRow(at, k, v, "Ollama's start line (server config)") for k, v in sorted(s.env.items())]
+        if s.vram_default_num_ctx is not None:
+            value = f"{s.vram_default_num_ctx} (total VRAM {s.total_vram})"
+            rows.append(
+                OllamaSettingRow(at, "vram-based default context", value, "Ollama's start line (vram-based default context)")
+            )
+        for i, gpu in enumerate(s.compute):
+            desc = " ".join(f"{k}={gpu[k]}" for k in ("library", "name", "description", "total", "available") if k in gpu)
+            rows.append(OllamaSettingRow(at, f"inference compute {i}", desc[:512], "Ollama's start line (inference compute)"))
+        return rows
+
+    def _claim(self, rec: RequestRecord) -> FitLine | None:
+        kept = rec.metrics.prompt_eval_count if rec.metrics is not None else None
+        if kept is None or rec.status_code not in (None, 200):
+            return None
+        end_s = rec.wall_s(rec.final_chunk_ns) if rec.final_chunk_ns is not None else None
+        for i, (read_s, line) in enumerate(self._lines):
+            if line.new != kept or read_s < rec.started_at_unix_s - LINE_SLACK_S:
+                continue
+            if end_s is not None and read_s > end_s + KEEP_RECORDS_S:
+                continue
+            del self._lines[i]
+            return line
+        return None
+
+    def _join_late(self) -> None:
+        now = time.time()
+        while self._recent and self._recent[0][0] < now - KEEP_RECORDS_S:
+            self._recent.popleft()
+        while self._lines and self._lines[0][0] < now - KEEP_LINES_S:
+            self._lines.popleft()
+        keep: list[tuple[float, RequestRecord]] = []
+        for at, rec in self._recent:
+            line = self._claim(rec)
+            if line is not None:
+                self._late.append(_with_line(rec, line))
+            else:
+                keep.append((at, rec))
+        self._recent = deque(keep, maxlen=KEEP_RECORDS)
+
+
+def _loaded_ctx(model: str, loaded: Sequence[LoadedModel]) -> int | None:
+    for m in loaded:
+        if same_model(m.name, model) and m.context_length:
+            return m.context_length
+    return None
+
+
+def _with_line(rec: RequestRecord, line: FitLine) -> RequestRecord:
+    return dataclasses.replace(rec, prompt_sent_tokens=line.prompt, prompt_sent_source="log", prompt_kept_tokens=line.new)
+
+
+class FitTap:
+    """A log source that hands the lines ``FitBook`` needs to it, and every event on to its reader unchanged."""
+
+    def __init__(self, source: LogSource, book: FitBook) -> None:
+        self.source = source
+        self.book = book
+
+    @property
+    def unknown_lines(self) -> int:
+        return self.source.unknown_lines
+
+    @unknown_lines.setter
+    def unknown_lines(self, value: int) -> None:
+        self.source.unknown_lines = value
+
+    @property
+    def problem(self) -> str | None:
+        return self.source.problem
+
+    @problem.setter
+    def problem(self, value: str | None) -> None:
+        self.source.problem = value
+
+    def read(self, now_unix_s: float) -> list[LogEvent]:
+        events = self.source.read(now_unix_s)
+        self.book.feed(events)
+        return events
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def read_start_lines(path: Path, now_unix_s: float, max_bytes: int = START_SCAN_BYTES) -> ServerSettings | None:
+    """The settings of Ollama's last start in the log file's last ``max_bytes`` (None: none there, or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return None
+    settings: ServerSettings | None = None
+    for raw in data.split(b"\n"):
+        if b"msg=" not in raw:
+            continue
+        line = parse_fit_line(raw.decode("utf-8", "replace"))
+        if line is None or line.kind is LineKind.TRUNCATED:
+            continue
+        if line.kind is LineKind.SERVER_CONFIG or settings is not None:
+            settings = (settings or ServerSettings()).fold(line, now_unix_s)
+    return settings
