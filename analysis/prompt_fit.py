@@ -211,22 +211,18 @@ def is_openai_route(endpoint: str | None) -> bool:
 def num_ctx_in_force(
     endpoint: str | None, requested: int | None, loaded_ctx: int | None, settings: ServerSettings | None
 ) -> tuple[int | None, CtxSource | None]:
-    """The context a request ran with and who set it: the loaded model's figure when /api/ps gave one, attributed to
-    the first setting that gives the same number (the request's own option on a native route, OLLAMA_CONTEXT_LENGTH,
-    the VRAM-based default); without /api/ps, the first setting that applies."""
-    candidates: list[tuple[int, CtxSource]] = []
+    """The context a request ran with and who set it. Ollama loads (or reloads) the model with the request's own
+    options.num_ctx on a native route, else OLLAMA_CONTEXT_LENGTH, else its VRAM-based default; /api/ps's figure
+    (which may still be the previous load's when the request reloaded) only where none of those is known."""
     if requested is not None and requested > 0 and not is_openai_route(endpoint):  # /v1 drops options
-        candidates.append((requested, CtxSource.REQUEST))
+        return requested, CtxSource.REQUEST
     if settings is not None and settings.env_context_length is not None:
-        candidates.append((settings.env_context_length, CtxSource.ENV))
+        return settings.env_context_length, CtxSource.ENV
     if settings is not None and settings.vram_default_num_ctx:
-        candidates.append((settings.vram_default_num_ctx, CtxSource.VRAM_DEFAULT))
+        return settings.vram_default_num_ctx, CtxSource.VRAM_DEFAULT
     if loaded_ctx is not None and loaded_ctx > 0:
-        for value, source in candidates:
-            if value == loaded_ctx:
-                return value, source
         return loaded_ctx, CtxSource.LOADED
-    return candidates[0] if candidates else (None, None)
+    return None, None
 
 
 def suggested_num_ctx(prompt_tokens: int) -> int:

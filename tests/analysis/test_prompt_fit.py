@@ -101,7 +101,8 @@ def test_num_ctx_and_who_set_it() -> None:
     assert num_ctx_in_force("/api/chat", 2048, 2048, s) == (2048, CtxSource.REQUEST)
     assert num_ctx_in_force("/v1/chat/completions", 2048, 8192, s) == (8192, CtxSource.ENV)  # /v1 drops options
     assert num_ctx_in_force("/api/chat", None, 4096, ServerSettings(vram_default_num_ctx=4096)) == (4096, CtxSource.VRAM_DEFAULT)
-    assert num_ctx_in_force("/api/chat", None, 3000, s) == (3000, CtxSource.LOADED)
+    assert num_ctx_in_force("/api/chat", None, 3000, s) == (8192, CtxSource.ENV)  # /api/ps may be a previous load's
+    assert num_ctx_in_force("/api/chat", None, 3000, ServerSettings()) == (3000, CtxSource.LOADED)
     assert num_ctx_in_force("/api/chat", None, None, None) == (None, None)
 
 
