@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.model_names import same_model
-from analysis.prompt_fit import FitLine, LineKind, ServerSettings, num_ctx_in_force, parse_fit_line
+from analysis.prompt_fit import CtxSource, FitLine, LineKind, ServerSettings, num_ctx_in_force, parse_fit_line
 from analysis.records import LoadedModel, RequestRecord
 from collectors.ollama.log import LogEvent, LogSource
 from store.tables import OllamaSettingRow
@@ -58,8 +58,11 @@ class FitBook:
 
     def annotate(self, rec: RequestRecord, loaded: Sequence[LoadedModel], now_unix_s: float) -> RequestRecord:
         """``rec`` with the context it ran with (and who set it) and, when a line of Ollama's told of it, its cut."""
-        ctx = _loaded_ctx(rec.model, loaded) if not rec.direct else None
-        value, source = num_ctx_in_force(rec.endpoint, rec.num_ctx, ctx, self.settings if self.settings.env else None)
+        ctx = _loaded_ctx(rec.model, loaded)
+        if rec.direct and ctx is not None:  # its client's options are not known: the model it ran on says
+            value, source = ctx, CtxSource.LOADED
+        else:
+            value, source = num_ctx_in_force(rec.endpoint, rec.num_ctx, ctx, self.settings if self.settings.env else None)
         if value is not None and rec.num_ctx_in_force is None:
             rec = dataclasses.replace(rec, num_ctx_in_force=value, num_ctx_source=str(source))
         claimed = self._claim(rec)
