@@ -17,7 +17,7 @@ from analysis import wording as w
 from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
-from analysis.phases import Phases
+from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 
 
@@ -47,6 +47,8 @@ CODES: dict[str, str] = {
     "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
     "decode_slow": "decode well below the expected rate, with no other cause found",
     "prefill_above_ceiling": "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true",
+    "prompt_truncated": "the prompt was longer than the context: Ollama cut it, and the model did not read all of it",
+    "num_ctx_ignored": "options.num_ctx was sent on a /v1 route, where Ollama ignores it",
 }
 
 # A part that is this close to fully in VRAM counts as fully on the GPU (Ollama rounds).
@@ -175,6 +177,7 @@ def diagnose_request(
         _ttft(record, phases) if generation else None,
         _decode_vs_ceiling(phases, ceilings) if generation else None,
         _prefill_vs_ceiling(phases, ceilings),
+        *_prompt_fit(phases),
     ):
         if d is not None:
             out.append(d)
@@ -308,6 +311,16 @@ def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
         )
         return Diagnosis("cache_suspected", Severity.INFO, text, nums)
     return None
+
+
+def _prompt_fit(phases: Phases) -> list[Diagnosis | None]:
+    """A cut prompt (its sizes, the context, who set it, the fix: analysis.prompt_fit), and an option /v1 ignored."""
+    cut = phases.flag_text.get(Flag.PROMPT_TRUNCATED)
+    ignored = phases.flag_text.get(Flag.NUM_CTX_IGNORED)
+    return [
+        Diagnosis("prompt_truncated", Severity.WARNING, cut[0].upper() + cut[1:]) if cut else None,
+        Diagnosis("num_ctx_ignored", Severity.INFO, ignored[0].upper() + ignored[1:]) if ignored else None,
+    ]
 
 
 def _one_token(phases: Phases) -> Diagnosis | None:

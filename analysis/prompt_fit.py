@@ -250,6 +250,18 @@ def fix_for(endpoint: str | None, source: str | None, prompt_tokens: int | None)
 # ---------------------------------------------------------------- one request's verdict
 
 
+def cut_sentence(sent: int | None, kept: int | None, num_ctx: int | None, source: str | None, *, refused: bool = False) -> str:
+    """The short form the Live card shows: "your N-token prompt was cut to M tokens: num_ctx is K (set by …)"."""
+    size = f"your {sent:,}-token prompt" if sent else "your prompt"
+    what = "was refused (400): longer than the context" if refused else f"was cut to {kept:,} tokens" if kept else "was cut"
+    ctx = (
+        f"num_ctx is {num_ctx:,} ({CTX_SOURCE_WORDS.get(source or '', 'its origin not known')})"
+        if num_ctx
+        else "num_ctx is not known"
+    )
+    return f"{size} {what}: {ctx}"
+
+
 @dataclass(frozen=True)
 class FitVerdict:
     truncated: str | None = None  # the prompt_truncated sentence, None when the prompt fit (or it is not known)

@@ -61,6 +61,7 @@ from store.tables import (
     MODEL_INFO,
     OLLAMA_EVENTS,
     OLLAMA_LAST_POLL,
+    OLLAMA_SETTINGS,
     PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
     REQUESTS,
@@ -68,6 +69,7 @@ from store.tables import (
     RUNNERS,
     ExperimentRow,
     ModelInfoRow,
+    OllamaSettingRow,
     RequestSummary,
     Table,
 )
@@ -528,6 +530,15 @@ def runners(conn: sqlite3.Connection) -> list[RunnerFlags]:
     the most recently read first ([] before any)."""
     rows = _rows(conn, f"SELECT {RUNNERS.select_list()} FROM runners ORDER BY ts_unix_s DESC, pid", ())
     return [RUNNERS.from_values(r) for r in rows]
+
+
+def ollama_settings(conn: sqlite3.Connection) -> list[OllamaSettingRow]:
+    """The settings Ollama's start lines said (collectors.ollama.prompt_fit), by name; [] when none was read."""
+    try:
+        got = conn.execute(f"SELECT {OLLAMA_SETTINGS.select_list()} FROM ollama_settings ORDER BY name").fetchall()
+    except sqlite3.OperationalError:  # a store older than v15, opened read-only
+        return []
+    return [OLLAMA_SETTINGS.from_values(v) for v in got]
 
 
 def runner_for(conn: sqlite3.Connection, model: str, digest: str | None) -> RunnerFlags | None:

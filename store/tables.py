@@ -257,6 +257,12 @@ class RequestSummary:
     prefill_bound_s: float | None
     decode_bound_s: float | None
     output_tokens_bound: int | None
+    # v15: a prompt that did not fit, and the context the request ran with (analysis.prompt_fit; NULL: not known).
+    prompt_sent_tokens: int | None
+    prompt_sent_source: str | None  # "log", "tokenize" or "estimate"
+    prompt_kept_tokens: int | None
+    num_ctx_in_force: int | None
+    num_ctx_source: str | None  # an analysis.prompt_fit.CtxSource
 
     @property
     def direct(self) -> bool:
@@ -314,12 +320,6 @@ class RequestRow(RequestSummary):
     prompt_chars: int | None  # the prompt's characters, counted by the proxy (None: unknown, or an older row)
     runner_port: int | None  # v9, direct records: the runner's port and its task (id_task, "task N" in the log)
     runner_task_id: int | None
-    # v15: a prompt that did not fit, and the context the request ran with (analysis.prompt_fit; NULL: not known).
-    prompt_sent_tokens: int | None
-    prompt_sent_source: str | None  # "log", "tokenize" or "estimate"
-    prompt_kept_tokens: int | None
-    num_ctx_in_force: int | None
-    num_ctx_source: str | None  # an analysis.prompt_fit.CtxSource
 
 
 @dataclass(frozen=True)

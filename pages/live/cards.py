@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model, value_for_model
+from analysis.prompt_fit import cut_sentence
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from pages.live.timeline import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
@@ -72,6 +73,7 @@ class Card:
     state_s: float | None = None  # waiting or loading: how long in this state (a load starts when the one before ended)
     room_bytes: tuple[int, int] | None = None  # unload_wait: (what its model needs at least, what was free)
     direct: bool = False  # sent to Ollama directly, seen from its runner: no client-side times, no token gaps
+    prompt_cut: str | None = None  # finished: the prompt did not fit the context (analysis.prompt_fit), in words
 
     @property
     def key(self) -> str:
@@ -392,12 +394,22 @@ def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: fl
                 outcome=str(r.outcome),
                 phase_s=phases,
                 direct=r.direct,
+                prompt_cut=_prompt_cut(r),
                 prefill=None
                 if r.prompt_tokens is None
                 else PrefillView(r.computed_prompt_tokens or 0, r.computed_prompt_tokens, r.prefill_tok_s, 0.0, False, "final"),
             )
         )
     return sorted(cards, key=lambda c: c.elapsed_s)
+
+
+def _prompt_cut(r: RequestSummary) -> str | None:
+    """The prompt_truncated flag's numbers in the card's words (the whole sentence, with the fix, in Requests)."""
+    if "prompt_truncated" not in r.flags:
+        return None
+    kept = r.prompt_kept_tokens if r.prompt_kept_tokens is not None else r.prompt_tokens
+    refused = r.outcome is Outcome.HTTP_ERROR
+    return cut_sentence(r.prompt_sent_tokens, kept, r.num_ctx_in_force, r.num_ctx_source, refused=refused)
 
 
 def now_strip(

@@ -218,6 +218,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
             outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
             st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
+            if card.prompt_cut:
+                st.warning(fmt.md_escape(card.prompt_cut), icon=":material/content_cut:")
             st.page_link(
                 REQUESTS_PAGE,
                 label="Details in Requests",

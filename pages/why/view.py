@@ -71,7 +71,7 @@ from pages.shared import fmt
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
-from store.tables import ModelInfoRow, RequestSummary
+from store.tables import ModelInfoRow, OllamaSettingRow, RequestSummary
 
 POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
@@ -138,6 +138,7 @@ class WhyModel:
     gpu_mem_used_bytes: int | None = None
     placement: PlacementInUse | None = None  # where the model sits, from the runner's own words or /api/ps
     doubts: list[Doubt] = field(default_factory=list)  # inputs most readings contradict (analysis.doubt)
+    server_settings: list[OllamaSettingRow] = field(default_factory=list)  # Ollama's start lines (its log)
 
     @property
     def ratio(self) -> float | None:
@@ -300,6 +301,7 @@ class _StoreReads:
     recent: list[StoredRequest]  # requests of the window, with token times and stored phases
     mine: list[RequestRecord]  # the model's finished requests of the window, to diagnose
     samples_by_id: dict[str, list[GpuSample]]
+    server_settings: list[OllamaSettingRow] = field(default_factory=list)
 
 
 def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
@@ -338,6 +340,7 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
         recent=recent,
         mine=mine,
         samples_by_id=samples_by_id,
+        server_settings=queries.ollama_settings(conn),
     )
 
 
@@ -619,6 +622,7 @@ def build_why(
         facts_error=facts.error,
         loaded=reads.loaded,
         runner=reads.runner,
+        server_settings=reads.server_settings,
         vram_fraction=frac,
         prefill_points=curves.prefill_r,
         decode_points=curves.decode_r,

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from analysis.memory import DEFAULT_UBATCH_TOKENS, KV_TYPE_BYTES, RunnerSettings
+from analysis.prompt_fit import CTX_SOURCE_WORDS, CtxSource
 from analysis.records import LoadedModel, RunnerFlags
 from analysis.whatif import QUANT_LADDER, Prediction, Suggestion, Workload, predict, suggest
 from pages.shared import fmt
 from pages.why.view import WhyModel
+from store.tables import OllamaSettingRow
 
 NUM_CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ASSUMED_NUM_CTX = 4096  # Ollama's default context where nothing loaded says otherwise (docs/ollama-api.md §7)
@@ -98,6 +100,40 @@ def _shown_only(runner: RunnerFlags | None) -> list[Setting]:
     ]
 
 
+# Ollama's start lines shown in the table (the rest are kept in the store): the ones that decide a load.
+STARTED_WITH = (
+    "OLLAMA_CONTEXT_LENGTH",
+    "vram-based default context",
+    "OLLAMA_NUM_PARALLEL",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_KV_CACHE_TYPE",
+    "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_KEEP_ALIVE",
+    "inference compute 0",
+)
+
+
+def _ctx_origin(row: Setting, num_ctx: int, started: list[OllamaSettingRow]) -> Setting:
+    """num_ctx's row, with who set it where Ollama's start lines give the same number (analysis.prompt_fit)."""
+    by_name = {s.name: s.value for s in started}
+    env = by_name.get("OLLAMA_CONTEXT_LENGTH", "")
+    default = by_name.get("vram-based default context", "").split(" ", 1)[0]
+    if env.isdigit() and int(env) == num_ctx:
+        return Setting(row.name, row.value, f"{row.source}: {CTX_SOURCE_WORDS[CtxSource.ENV]}")
+    if default.isdigit() and int(default) == num_ctx and not (env.isdigit() and int(env) > 0):
+        return Setting(row.name, row.value, f"{row.source}: {CTX_SOURCE_WORDS[CtxSource.VRAM_DEFAULT]}")
+    if started:
+        note = "not OLLAMA_CONTEXT_LENGTH nor Ollama's default: a client's options.num_ctx (native routes) or the model's"
+        return Setting(row.name, row.value, f"{row.source}; {note} PARAMETER num_ctx")
+    return row
+
+
+def _started_with(started: list[OllamaSettingRow]) -> list[Setting]:
+    by_name = {s.name: s for s in started}
+    shown = [by_name[n] for n in STARTED_WITH if n in by_name]
+    return [Setting(s.name, s.value or "(unset)", s.source) for s in shown]
+
+
 def in_force(m: WhyModel) -> InForce:
     """What the model runs with now: read from /api/ps and its runner's command line where they say, else Ollama's
     defaults, each with its source."""
@@ -112,7 +148,8 @@ def in_force(m: WhyModel) -> InForce:
         batch_row = Setting("batch / micro-batch", f"{runner.batch_tokens or ubatch:,} / {ubatch:,}", _read("-b/-ub", runner))
     else:
         batch_row = Setting("batch / micro-batch", f"{ubatch:,}", "Ollama's batch for this context")
-    rows = [ctx_row, par_row, kv_row, fa_row, batch_row, *_shown_only(runner)]
+    ctx_row = _ctx_origin(ctx_row, num_ctx, m.server_settings)
+    rows = [ctx_row, par_row, kv_row, fa_row, batch_row, *_shown_only(runner), *_started_with(m.server_settings)]
     free, free_source = _free_vram(m)
     settings = RunnerSettings(num_ctx=num_ctx, num_parallel=parallel, kv_type=kv_type, flash_attn=flash, ubatch_tokens=ubatch)
     return InForce(settings, m.facts.quantization if m.facts else None, rows, free, free_source)
