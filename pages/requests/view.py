@@ -485,10 +485,14 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         thinking=thinking_frame(ph),
         headlines=headlines(rec, ph),
         sentences=sentences,
-        diagnoses=[d for d in diagnoses if d.sentence not in sentences],
+        # A cut prompt and an ignored num_ctx are worded once, by their flags (with the fix).
+        diagnoses=[d for d in diagnoses if d.sentence not in sentences and d.code not in PROMPT_FIT_FLAGS],
         # Cache hits are worded once, by the diagnosis (when they move the rate enough to matter).
         flags=[ph.flag_text[c] for c in ph.flags if c not in (Flag.CACHE_UNKNOWN, Flag.CACHE_HIT)],
     )
+
+
+PROMPT_FIT_FLAGS = (Flag.PROMPT_TRUNCATED, Flag.NUM_CTX_IGNORED)
 
 
 def seen_from(row: RequestSummary | RequestRecord) -> str:

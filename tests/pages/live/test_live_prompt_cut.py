@@ -1,0 +1,65 @@
+"""Live's card of a finished generation says when its prompt was cut: "your N-token prompt was cut to M tokens:
+num_ctx is K (set by …)", from the stored row (analysis.prompt_fit), and when a prompt too long was refused."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from analysis.prompt_fit import TOO_LONG_MESSAGE
+from analysis.records import Outcome
+from pages.live.cards import finished_cards
+from store import queries
+from store.ops import PutRequest
+from store.schema import db_path
+from store.writer import StoreWriter
+from tests.support.records import make_record
+
+
+def test_the_finished_card_says_the_prompt_was_cut(tmp_path: Path) -> None:
+    now = time.time()
+    base = make_record("cut", now - 3)
+    assert base.metrics is not None
+    cut = replace(
+        base,
+        metrics=replace(base.metrics, prompt_eval_count=1027),
+        num_ctx=2048,
+        prompt_sent_tokens=6000,
+        prompt_sent_source="log",
+        prompt_kept_tokens=1027,
+        num_ctx_in_force=2048,
+        num_ctx_source="request",
+    )
+    refused = replace(
+        make_record("refused", now - 2, n_tokens=0),
+        metrics=None,
+        status_code=400,
+        outcome=Outcome.HTTP_ERROR,
+        error=TOO_LONG_MESSAGE,
+        num_ctx=2048,
+        prompt_chars=24_000,
+        num_ctx_in_force=2048,
+        num_ctx_source="request",
+    )
+    plain = make_record("plain", now - 1)
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        for rec in (cut, refused, plain):
+            w.write(PutRequest(rec))
+    finally:
+        w.close()
+    conn = sqlite3.connect(db_path(tmp_path))
+    try:
+        rows = queries.recent_requests(conn, now - 60)
+    finally:
+        conn.close()
+    cards = {c.request_id: c for c in finished_cards(rows, now + 1, keep_s=60)}
+    assert cards["cut"].prompt_cut == (
+        "your 6,000-token prompt was cut to 1,027 tokens: num_ctx is 2,048 (set by the request's options.num_ctx)"
+    )
+    assert cards["refused"].prompt_cut == (
+        "your prompt was refused (400): longer than the context: num_ctx is 2,048 (set by the request's options.num_ctx)"
+    )
+    assert cards["plain"].prompt_cut is None
