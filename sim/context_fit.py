@@ -66,7 +66,7 @@ def log_start_lines(
     """Ollama's start lines: its settings, each GPU it found (or the CPU), and the default context from VRAM."""
     ollama_log.slog("server config", source="routes.go:1741", env=_go_map(env))
     if gpu_name is None:
-        attrs: dict[str, object] = {"id": "cpu", "library": "cpu", "compute": "", "name": "cpu", "description": "cpu"}
+        attrs: dict[str, str] = {"id": "cpu", "library": "cpu", "compute": "", "name": "cpu", "description": "cpu"}
     else:
         attrs = {"id": "GPU-00000000-0000-0000-0000-000000000000", "library": library, "compute": "8.9", "name": f"{library}0"}
         attrs["description"] = gpu_name

@@ -59,6 +59,8 @@ class FitBook:
     def annotate(self, rec: RequestRecord, loaded: Sequence[LoadedModel], now_unix_s: float) -> RequestRecord:
         """``rec`` with the context it ran with (and who set it) and, when a line of Ollama's told of it, its cut."""
         ctx = _loaded_ctx(rec.model, loaded)
+        value: int | None
+        source: CtxSource | None
         if rec.direct and ctx is not None:  # its client's options are not known: the model it ran on says
             value, source = ctx, CtxSource.LOADED
         else:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import httpx
 
-from analysis.prompt_fit import LineKind, is_too_long_error, parse_fit_line
+from analysis.prompt_fit import FitLine, LineKind, is_too_long_error, parse_fit_line
 from sim.tokens import make_prompt
 from tests.support.sim_process import start_sim
 
 MODEL = "qwen2.5:0.5b"
 
 
-def _fit_lines(log_file: Path, kind: LineKind, count: int = 1) -> list:  # type: ignore[type-arg]
+def _fit_lines(log_file: Path, kind: LineKind, count: int = 1) -> list[FitLine]:
     deadline = time.monotonic() + 15
     while True:
         text = log_file.read_text() if log_file.exists() else ""
