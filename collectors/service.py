@@ -32,6 +32,7 @@ from analysis.ceilings import ceilings_for_request, vram_fraction
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
+from analysis.model_names import same_model
 from analysis.records import (
     GPU_SOURCE_NAMES,
     CollectorInfo,
@@ -68,7 +69,7 @@ from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
-from collectors.ollama.prompt_fit import FitBook, FitTap, read_start_lines
+from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_start_lines, wants_count, with_count
 from collectors.ollama.runners import RunnerReader
 from collectors.proxy import refusals
 from collectors.proxy.recording import RecordingProxy
@@ -172,6 +173,7 @@ class CollectorService:
         self._placements_written: dict[int, list[RunnerDeviceRow]] = {}  # by runner port, as last stored, times zeroed
         self._log_source: LogSource | None = None  # Ollama's log: --ollama-log's file or --ollama-journal's unit
         self.fit = FitBook()  # cut prompts and the settings in force, from that log (collectors.ollama.prompt_fit)
+        self._counting: set[asyncio.Task[None]] = set()  # prompts being counted by a runner's /tokenize
         self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
@@ -380,12 +382,38 @@ class CollectorService:
         only enqueue."""
         self._finished_since_asked = True
         record = self.fit.annotate(record, self.poller.state.models if self.poller is not None else (), self._clock())
+        self._count_prompt_later(record)
         if not record.direct and self.runners is not None:
             self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
             stamps = record.token_chunk_ns
             gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
             self.writer.submit(PutRequest(record), on_done=lambda row: self._written(row, gaps_s))
+
+    def _count_prompt_later(self, record: RequestRecord) -> None:
+        """A reply that looks cut with no line of Ollama's to say so: its prompt counted by the runner's /tokenize,
+        then the request written again with that count (collectors.ollama.prompt_fit)."""
+        port = self._tokenizer_port(record.model) if wants_count(record) else None
+        if port is None or self._session is None or record.prompt_text is None:
+            return
+        session, text = self._session, record.prompt_text
+
+        async def count() -> None:
+            sent = await count_tokens(session, port, text)
+            if sent is not None and self.writer is not None:
+                with contextlib.suppress(RuntimeError):  # the writer closed meanwhile (the collector stopping)
+                    self.writer.submit(PutRequest(with_count(record, sent)))
+
+        task = asyncio.get_running_loop().create_task(count(), name="prompt-tokenize")
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
+
+    def _tokenizer_port(self, model: str) -> int | None:
+        """The port of the llama-server runner serving ``model`` (Ollama's own Go runner has no /tokenize)."""
+        for state in self.runners.runners.values() if self.runners is not None else ():
+            if state.runner.kind == "llama-server" and state.model is not None and same_model(state.model, model):
+                return state.runner.port
+        return None
 
     def _written(self, row: RequestRow | None, token_gaps_s: list[float] | None = None) -> None:
         """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row."""

@@ -19,8 +19,19 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+import aiohttp
+
 from analysis.model_names import same_model
-from analysis.prompt_fit import CtxSource, FitLine, LineKind, ServerSettings, num_ctx_in_force, parse_fit_line
+from analysis.prompt_fit import (
+    SIGNATURE_SLACK_TOKENS,
+    CtxSource,
+    FitLine,
+    LineKind,
+    ServerSettings,
+    num_ctx_in_force,
+    parse_fit_line,
+    truncation_limit,
+)
 from analysis.records import LoadedModel, RequestRecord
 from collectors.ollama.log import LogEvent, LogSource
 from store.tables import OllamaSettingRow
@@ -31,6 +42,7 @@ KEEP_LINES = 256
 KEEP_RECORDS = 64  # finished requests a late line may still be joined to
 KEEP_RECORDS_S = 60.0
 LINE_SLACK_S = 2.0  # a line is read up to one log poll (and a write) after Ollama wrote it
+TOKENIZE_TIMEOUT_S = 10.0  # a runner's /tokenize of a long prompt, on a busy machine
 
 
 class FitBook:
@@ -134,6 +146,38 @@ def _loaded_ctx(model: str, loaded: Sequence[LoadedModel]) -> int | None:
 
 def _with_line(rec: RequestRecord, line: FitLine) -> RequestRecord:
     return dataclasses.replace(rec, prompt_sent_tokens=line.prompt, prompt_sent_source="log", prompt_kept_tokens=line.new)
+
+
+def wants_count(rec: RequestRecord) -> bool:
+    """A proxied reply that looks cut (its prompt_eval_count at the cut length for the context it ran with), no line of
+    Ollama's told of it, and its text was kept (--record-text): worth counting its prompt with the runner's /tokenize."""
+    kept = rec.metrics.prompt_eval_count if rec.metrics is not None else None
+    ctx = rec.num_ctx_in_force
+    if rec.direct or not rec.prompt_text or rec.prompt_sent_source is not None or kept is None or ctx is None:
+        return False
+    return abs(kept - truncation_limit(ctx)) <= SIGNATURE_SLACK_TOKENS or ctx - SIGNATURE_SLACK_TOKENS <= kept <= ctx
+
+
+async def count_tokens(session: aiohttp.ClientSession, port: int, text: str, timeout_s: float = TOKENIZE_TIMEOUT_S) -> int | None:
+    """The prompt's tokens as the runner (llama-server's /tokenize, BOS added) counts them; None when it cannot say."""
+    try:
+        async with session.post(
+            f"http://127.0.0.1:{port}/tokenize",
+            json={"content": text, "add_special": True},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as r:
+            if r.status != 200:
+                return None
+            body = await r.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def with_count(rec: RequestRecord, sent: int) -> RequestRecord:
+    """``rec`` with its prompt's size as the runner counted it (the text as sent, without Ollama's template)."""
+    return dataclasses.replace(rec, prompt_sent_tokens=sent, prompt_sent_source="tokenize")
 
 
 class FitTap:

@@ -114,3 +114,15 @@ def test_the_start_lines_are_read_from_the_end_of_the_log(tmp_path: Path) -> Non
     settings = read_start_lines(log, 1.0)
     assert settings == ServerSettings({"OLLAMA_CONTEXT_LENGTH": "0", "OLLAMA_NUM_PARALLEL": "2"}, 32768, "23.5 GiB", (), 1.0)
     assert read_start_lines(tmp_path / "missing.log", 1.0) is None
+
+
+def test_only_a_reply_that_looks_cut_and_kept_its_text_is_counted_by_the_runner() -> None:
+    from dataclasses import replace
+
+    from collectors.ollama.prompt_fit import wants_count
+
+    cut = replace(_rec(1027, 1.0), num_ctx_in_force=2048, prompt_text="word " * 6000)
+    assert wants_count(cut)
+    assert not wants_count(replace(cut, prompt_text=None))  # no text kept: estimated from its characters instead
+    assert not wants_count(replace(cut, metrics=FinalMetrics(prompt_eval_count=1500)))  # not at the cut length
+    assert not wants_count(replace(cut, prompt_sent_source="log"))  # Ollama's line told it already

@@ -62,3 +62,33 @@ def test_a_cut_prompt_direct_and_proxied_is_recorded_once_each_with_its_counts(t
         assert json.loads(str(row["flags"])).count("prompt_truncated") == 1
         text = json.loads(str(row["flag_text"]))["prompt_truncated"]
         assert f"your {sent:,}-token prompt (Ollama's log) was cut to {kept:,} tokens: num_ctx is 2,048" in text
+
+
+def test_without_the_log_a_cut_prompt_is_counted_by_the_runners_tokenize(tmp_path: Path) -> None:
+    """No log read: the reply's signature (prompt_eval_count at the cut length for num_ctx 2,048), the prompt's text
+    kept (--record-text) and counted by the runner's own /tokenize."""
+    data = tmp_path / "data"
+    with start_server_engine() as sim, collector(data, "--ollama", sim.base_url, "--record-text"):
+        proxy = listen_url(data)
+        opts = {"num_ctx": 2048, "num_predict": 4, "temperature": 0}
+        r = httpx.post(proxy + "/api/generate", json={"model": MODEL, "prompt": "", "options": opts}, timeout=300)
+        assert r.status_code == 200
+        time.sleep(3.0)  # the collector finds the runner and its model
+        body = {"model": MODEL, "prompt": words_prompt(6000, 2), "stream": False, "options": opts}
+        reply = httpx.post(proxy + "/api/generate", json=body, timeout=300).json()
+
+        def row() -> dict[str, object] | None:
+            got = query(
+                data,
+                "SELECT flags, flag_text, prompt_sent_tokens, prompt_sent_source FROM requests "
+                "WHERE prompt_eval_count = ? AND outcome = 'ok'",
+                reply["prompt_eval_count"],
+            )
+            return dict(got[0]) if got and got[0]["prompt_sent_source"] == "tokenize" else None
+
+        found = wait_until(row, 60, "the prompt counted by the runner")
+    assert reply["prompt_eval_count"] == 1027
+    sent = int(str(found["prompt_sent_tokens"]))
+    assert sent > 5000
+    text = json.loads(str(found["flag_text"]))["prompt_truncated"]
+    assert text.startswith(f"your {sent:,}-token prompt (counted by the runner's /tokenize) was cut to 1,027 tokens")
