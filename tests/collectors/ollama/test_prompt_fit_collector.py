@@ -38,6 +38,9 @@ def test_a_cut_prompt_through_the_proxy_is_flagged_once_with_its_counts(tmp_path
         oai = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
         r = httpx.post(proxy + "/v1/chat/completions", json=oai | {"options": {"num_ctx": 2048}}, timeout=120)
         assert r.status_code == 200
+        # A model that cannot shift (here the request's "shift": false): Ollama's 400, recorded and flagged too.
+        r = httpx.post(proxy + "/api/generate", json=body | {"shift": False, "options": {"num_ctx": 2048}}, timeout=120)
+        assert r.status_code == 400
 
         def rows() -> list[dict[str, object]]:
             got = query(
@@ -53,6 +56,9 @@ def test_a_cut_prompt_through_the_proxy_is_flagged_once_with_its_counts(tmp_path
 
         generate, v1 = wait_until(cut_recorded, 30, "the cut prompt's row with the log's counts")
         settings = wait_until(lambda: query(data, "SELECT name, value, source FROM ollama_settings"), 30, "settings")
+        refused = wait_until(
+            lambda: query(data, "SELECT flags, flag_text FROM requests WHERE outcome = 'http_error'"), 30, "the 400's row"
+        )
     assert json.loads(str(generate["flags"])).count("prompt_truncated") == 1
     assert (generate["prompt_sent_tokens"], generate["prompt_sent_source"], generate["prompt_kept_tokens"]) == (6000, "log", 1027)
     assert (generate["num_ctx_in_force"], generate["num_ctx_source"]) == (2048, "request")
@@ -67,7 +73,10 @@ def test_a_cut_prompt_through_the_proxy_is_flagged_once_with_its_counts(tmp_path
     assert by_name["OLLAMA_CONTEXT_LENGTH"] == ("8192", "Ollama's start line (server config)")
     assert by_name["vram-based default context"][0].startswith("32768")
     assert "4090" in by_name["inference compute 0"][0]
-    assert query(data, "SELECT count(*) FROM requests")[0][0] == 2  # each recorded once
+    assert "prompt_truncated" in json.loads(str(refused[0]["flags"]))
+    refusal = json.loads(str(refused[0]["flag_text"]))["prompt_truncated"]
+    assert "cannot shift it: Ollama refused it (400); num_ctx is 2,048 (set by the request's options.num_ctx)" in refusal
+    assert query(data, "SELECT count(*) FROM requests")[0][0] == 3  # each recorded once
 
 
 def _rec(prompt_eval_count: int, started: float) -> RequestRecord:
