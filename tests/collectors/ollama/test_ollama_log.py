@@ -149,6 +149,7 @@ def test_mutated_lines_never_fatal(data: st.DataObject) -> None:
             "runner_start",
             "runner_started",
             "runner_load",
+            "prompt_fit",
         )
         assert event.tokens >= 0 and event.kind in kinds
         assert event.prompt_size_tokens is None or event.prompt_size_tokens >= 0
