@@ -23,8 +23,10 @@ from analysis.phases import FLAG_CODES, Flag
 from analysis.records import LoadedModel, OllamaStatus, RunnerFlags
 from analysis.reloads import QUEUE_FULL, Cause, Load, LoadInput, PsRow, describe_load, find_churn, is_queue_full, reloads
 from pages.why.view import WhyModel, build_why, hardware_line, placement_words
+from pages.why.whatif import STARTED_WITH
 from store import queries
 from store.schema import db_path
+from store.tables import OllamaSettingRow
 
 DEFAULT_SINCE_S = 24 * 3600.0
 MAX_LOAD_LINES = 8  # the newest loads that are not a first use, one line each
@@ -38,6 +40,11 @@ DIAGNOSIS_FIXES: dict[str, str] = {
     "ttft_prompt": "shorter prompts, or reuse a prefix the prompt cache keeps",
     "ttft_queue": "more slots (OLLAMA_NUM_PARALLEL) or fewer requests at once",
     "decode_slow": "look at the GPU's clocks, power and other work on it during these requests",
+    "prompt_truncated": (
+        "a larger num_ctx for that client: options.num_ctx on the /api routes, OLLAMA_CONTEXT_LENGTH (the app's context "
+        "slider) for /v1, which ignores options"
+    ),
+    "num_ctx_ignored": "set OLLAMA_CONTEXT_LENGTH, or use a model created with PARAMETER num_ctx: /v1 ignores options",
 }
 NO_CEILING = " (no ceiling: GPU or model unknown)"
 QUEUE_FULL_FIX = "raise OLLAMA_MAX_QUEUE, or send fewer requests that need a load at the same time"
@@ -117,6 +124,7 @@ class _Reads:
     ps: list[PsRow]
     snapshot_ts: list[float]
     flags: dict[str, int]
+    started_with: list[OllamaSettingRow]  # Ollama's start lines, as stored (its log)
 
 
 def _window_words(since_s: float) -> str:
@@ -138,6 +146,11 @@ def _ollama_lines(r: _Reads) -> list[str]:
         out.append(f"  {lm.name}: {ctx} (Ollama's /api/ps)")
     for rf in r.runners:
         out.append(f"  runner for {rf.model or 'an unmatched model'}: {_runner_settings(rf)} (the runner's command line)")
+    # Ollama's start lines: only the settings that decide a load (no paths, no addresses: OLLAMA_MODELS, OLLAMA_HOST).
+    by_name = {s.name: s for s in r.started_with}
+    for name in STARTED_WITH:
+        if (s := by_name.get(name)) is not None:
+            out.append(f"  {name}: {s.value or '(unset)'} ({s.source})")
     return out
 
 
@@ -221,6 +234,7 @@ def build_report(data_dir: Path, now_unix_s: float | None = None, since_s: float
             ps,
             snapshot_ts,
             queries.flag_counts(conn, since),
+            queries.ollama_settings(conn),
         )
     # Clients on other machines are never named: their loads read "a client on another machine".
     loads = [Load(**{**ld.__dict__, "client": _safe_client(ld.client)}) for ld in reloads(r.inputs, r.ps, r.snapshot_ts).loads]

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from pages.why.report import build_report
 from store.ops import PutOllamaSettings, PutRequest
 from store.schema import db_path
 from store.tables import OllamaSettingRow
@@ -68,3 +69,10 @@ def test_why_tells_the_cut_prompt_and_the_settings_in_force_with_their_source(da
     assert rows["OLLAMA_CONTEXT_LENGTH"] == ("8192", START)
     assert rows["vram-based default context"][0].startswith("32768")
     assert "Settings in force" in page_text(at)
+    # The report to paste says the same: the settings with their source, the flag with its fix.
+    report = build_report(data_dir, now)
+    assert report is not None
+    assert f"  OLLAMA_CONTEXT_LENGTH: 8192 ({START})" in report
+    assert "  prompt_truncated × 1: the prompt was longer than the context" in report
+    assert "Fix: a larger num_ctx for that client" in report
+    assert "  num_ctx_ignored × 1" in report
