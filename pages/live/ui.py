@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
-from pages.live.cards import Card
+from pages.live.cards import Card, PrefillView
 from pages.live.view import CardsModel, LiveModel
 from pages.shared import fmt
 
@@ -182,52 +182,64 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
         if waiting is not None:
             st.caption(waiting)
         elif card.phase == "prefill" and card.prefill is not None:
-            p = card.prefill
-            of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
-            at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
-            eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
-            text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
-            text += estimate_note(card, chars_measured)
-            st.progress(p.fraction if p.fraction is not None else 0.0, text=text)
+            _prefill_body(card, card.prefill, chars_measured)
         elif card.phase == "decoding":
-            ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
-            n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
-            counted = " (the runner's count)" if card.direct else ""
-            line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
-            if card.silent_s is not None:
-                line += f" · no token for {card.silent_s:.0f} s"
-            st.markdown(line)
-            svg = sparkline_svg(card.spark_tok_s, card.decode_ceiling_tok_s)
-            if svg is not None:
-                if card.decode_ceiling_tok_s:
-                    ceiling = card.decode_ceiling_tok_s
-                    caption = (
-                        f"tok/s each second, last {len(card.spark_tok_s)} s; dashed: the decode ceiling for this model "
-                        f"at this context, {fmt.rate(ceiling)} ({_share(card.live_tok_s, ceiling)})"
-                    )
-                else:
-                    caption = (
-                        f"tok/s each second, last {len(card.spark_tok_s)} s (no decode ceiling known for this model and GPU)"
-                    )
-                st.image(svg, caption=caption, width=SPARK_WIDTH_PX)
-            if card.reply_text and record_text:
-                with st.container(height=120, key=f"reply_{card.request_id}"):
-                    st.text(card.reply_text[-4000:])
+            _decoding_body(card, record_text)
         elif card.phase == "finished":
-            bar = phase_bar(card.phase_s)
-            words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
-            outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
-            st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
-            if card.prompt_cut:
-                st.warning(fmt.md_escape(card.prompt_cut), icon=":material/content_cut:")
-            st.page_link(
-                REQUESTS_PAGE,
-                label="Details in Requests",
-                icon=":material/receipt_long:",
-                query_params={"request": card.request_id},
-            )
+            _finished_body(card)
         if card.direct:
             st.caption(DIRECT_NOTE)
+
+
+def _prefill_body(card: Card, p: PrefillView, chars_measured: bool | None) -> None:
+    """The prompt read so far, as a progress bar with its rate and ETA."""
+    of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
+    at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
+    eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
+    text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
+    text += estimate_note(card, chars_measured)
+    st.progress(p.fraction if p.fraction is not None else 0.0, text=text)
+
+
+def _decoding_body(card: Card, record_text: bool) -> None:
+    """Tokens so far, the rate now against the decode ceiling, and the reply's tail when text is recorded."""
+    ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
+    n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
+    counted = " (the runner's count)" if card.direct else ""
+    line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
+    if card.silent_s is not None:
+        line += f" · no token for {card.silent_s:.0f} s"
+    st.markdown(line)
+    svg = sparkline_svg(card.spark_tok_s, card.decode_ceiling_tok_s)
+    if svg is not None:
+        if card.decode_ceiling_tok_s:
+            ceiling = card.decode_ceiling_tok_s
+            caption = (
+                f"tok/s each second, last {len(card.spark_tok_s)} s; dashed: the decode ceiling for this model "
+                f"at this context, {fmt.rate(ceiling)} ({_share(card.live_tok_s, ceiling)})"
+            )
+        else:
+            caption = f"tok/s each second, last {len(card.spark_tok_s)} s (no decode ceiling known for this model and GPU)"
+        st.image(svg, caption=caption, width=SPARK_WIDTH_PX)
+    if card.reply_text and record_text:
+        with st.container(height=120, key=f"reply_{card.request_id}"):
+            st.text(card.reply_text[-4000:])
+
+
+def _finished_body(card: Card) -> None:
+    """The phase bar, the outcome, a cut prompt's warning and the link to the request's details."""
+    bar = phase_bar(card.phase_s)
+    words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
+    outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
+    st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
+    if card.prompt_cut:
+        st.warning(fmt.md_escape(card.prompt_cut), icon=":material/content_cut:")
+    st.page_link(
+        REQUESTS_PAGE,
+        label="Details in Requests",
+        icon=":material/receipt_long:",
+        query_params={"request": card.request_id},
+    )
 
 
 def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
