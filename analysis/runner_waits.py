@@ -34,6 +34,7 @@ slot). A save followed by "already in the cache" or "exceeds cache size limit" c
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -203,6 +204,25 @@ class TaskWaits:
             new_prompt_seen=bool(obj.get("new_prompt_seen")),
             released=bool(obj.get("released")),
         )
+
+
+@dataclass(frozen=True)
+class RequestWaitsRow:
+    """One request's runner waits as stored (v14 ``request_waits``): the task's ``TaskWaits`` as JSON."""
+
+    request_id: str
+    ts_unix_s: float  # when the lines were read
+    port: int | None  # the runner's
+    task_id: int
+    waits_json: str
+
+    @property
+    def waits(self) -> TaskWaits:
+        return TaskWaits.from_json(json.loads(self.waits_json))
+
+
+def waits_row(request_id: str, task: TaskWaits, *, ts_unix_s: float, port: int | None) -> RequestWaitsRow:
+    return RequestWaitsRow(request_id, ts_unix_s, port, task.task_id, json.dumps(task.to_json(), sort_keys=True))
 
 
 class WaitJoiner:

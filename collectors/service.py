@@ -84,6 +84,7 @@ from store.ops import (
     PutHostSample,
     PutProgress,
     PutRequest,
+    PutRequestWaits,
     PutRunnerPlacement,
     PutRunners,
     RederivePhases,
@@ -482,6 +483,9 @@ class CollectorService:
             writer.submit(PutRequest(rec))
         if progress:
             writer.submit(PutProgress(progress))
+        waits = self.runners.drain_waits() if self.runners is not None else []
+        if waits:  # the runner's own waits before these requests' prompts (analysis.runner_waits)
+            writer.submit(PutRequestWaits(waits))
         if running:
             await self._estimate_progress(running)
         self._count_state(gpus, running)

@@ -494,6 +494,19 @@ ALTER TABLE host_bandwidth ADD COLUMN apple_chip TEXT;
 ALTER TABLE host_bandwidth ADD COLUMN apple_gpu_cores INTEGER;
 """
 
+# v15: the runner's own waits before each request's prompt was read (prompt-cache saves and loads, context checkpoints,
+# a forced re-processing: analysis.runner_waits), from its lines in Ollama's log, one row per request, replaced as
+# more of its task's lines are read. No row: the log was not read, or named none.
+_V15 = """
+CREATE TABLE request_waits (
+    request_id TEXT PRIMARY KEY,
+    ts_unix_s REAL NOT NULL,
+    port INTEGER,
+    task_id INTEGER NOT NULL,
+    waits_json TEXT NOT NULL
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -510,6 +523,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V12),
     _script(_V13),
     _script(_V14),
+    _script(_V15),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
