@@ -426,7 +426,9 @@ class PutRequestWaits(Op[None]):
         return OP_BYTES * self.weight
 
     def apply(self, tx: Tx) -> None:
-        tx.conn.executemany(REQUEST_WAITS.insert_sql("INSERT OR REPLACE"), [REQUEST_WAITS.params(r) for r in self.rows])
+        # A row whose request is not written yet waits for the next change of its task (the reader sends it again).
+        known = [r for r in self.rows if tx.conn.execute("SELECT 1 FROM requests WHERE id = ?", (r.request_id,)).fetchone()]
+        tx.conn.executemany(REQUEST_WAITS.insert_sql("INSERT OR REPLACE"), [REQUEST_WAITS.params(r) for r in known])
 
 
 @dataclass(frozen=True)

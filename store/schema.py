@@ -496,10 +496,10 @@ ALTER TABLE host_bandwidth ADD COLUMN apple_gpu_cores INTEGER;
 
 # v15: the runner's own waits before each request's prompt was read (prompt-cache saves and loads, context checkpoints,
 # a forced re-processing: analysis.runner_waits), from its lines in Ollama's log, one row per request, replaced as
-# more of its task's lines are read. No row: the log was not read, or named none.
+# more of its task's lines are read; they go with their request. No row: the log was not read, or named none.
 _V15 = """
 CREATE TABLE request_waits (
-    request_id TEXT PRIMARY KEY,
+    request_id TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,
     ts_unix_s REAL NOT NULL,
     port INTEGER,
     task_id INTEGER NOT NULL,

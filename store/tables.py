@@ -407,6 +407,7 @@ TABLES: tuple[Table[Any], ...] = (
     INSTALLED_MODELS,
     RUNNERS,
     RUNNER_DEVICES,
+    REQUEST_WAITS,
 )
 
 
