@@ -36,10 +36,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from analysis import wording as w
+from analysis.model_names import same_model
+from analysis.records import RequestRecord
 
 MAX_LINE_CHARS = 1024
 MIB = 1024 * 1024
@@ -364,3 +367,18 @@ def what_changes(waits: TaskWaits) -> str:
             "llama-server's --ctx-checkpoints sets how many are kept"
         )
     return "; ".join(out)
+
+
+def all_slots_busy(rec: RequestRecord, others: Sequence[RequestRecord], slots: int | None) -> bool | None:
+    """Whether every one of the runner's ``slots`` served another request of the model when ``rec`` arrived (None:
+    the slot count is not known). Only then can its wait before prefill be a queue for a slot."""
+    if not slots or slots <= 0:
+        return None
+    busy = 0
+    for o in others:
+        end_ns = o.final_chunk_ns or o.closed_ns
+        if o.id == rec.id or not same_model(o.model, rec.model) or end_ns is None:
+            continue
+        if o.started_at_unix_s <= rec.started_at_unix_s < o.wall_s(end_ns):
+            busy += 1
+    return busy >= slots

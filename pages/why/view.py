@@ -56,7 +56,7 @@ from analysis.records import (
     RunnerFlags,
 )
 from analysis.runner_load import PlacementInUse, describe_layers, placement_in_use
-from analysis.runner_waits import TaskWaits
+from analysis.runner_waits import TaskWaits, all_slots_busy
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -558,18 +558,7 @@ def _all_slots_busy(rec: RequestRecord, reads: _StoreReads) -> bool | None:
     slots = reads.runner.parallel if reads.runner is not None and reads.runner.parallel else None
     if slots is None and waits is not None:
         slots = waits.n_slots
-    if not slots:
-        return None
-    arrived = rec.started_at_unix_s
-    busy = 0
-    for other in reads.recent:
-        o = other.record
-        end_ns = o.final_chunk_ns or o.closed_ns
-        if o.id == rec.id or not same_model(o.model, rec.model) or end_ns is None:
-            continue
-        if o.started_at_unix_s <= arrived < o.wall_s(end_ns):
-            busy += 1
-    return busy >= slots
+    return all_slots_busy(rec, [s.record for s in reads.recent], slots)
 
 
 def _decode_use(reads: _StoreReads) -> DecodeUse | None:
