@@ -344,10 +344,15 @@ def part_words(wait: RunnerWait) -> str:
     return f"{times}{name}" + (f" {w.mib(wait.size_bytes)}" if wait.size_bytes else "")
 
 
-def waits_label(waits: TaskWaits) -> str | None:
-    """The waterfall's label for the time before prefill: its named parts, or None when the runner named none."""
+def waits_label(waits: TaskWaits, *, short: bool = False) -> str | None:
+    """The time before prefill in words: its named parts, or None when the runner named none. ``short`` (a chart's
+    bar and legend): the first part and how many more."""
     parts = [part_words(x) for x in waits.before_prefill()]
-    return " + ".join(parts) if parts else None
+    if not parts:
+        return None
+    if short and len(parts) > 1:
+        return f"{parts[0]} +{len(parts) - 1} more"
+    return " + ".join(parts)
 
 
 def what_changes(waits: TaskWaits) -> str:

@@ -257,7 +257,7 @@ def waterfall_spans(
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
         if ph.queue_source in timed:
-            named = waits_label(waits) if waits is not None else None
+            named = waits_label(waits, short=True) if waits is not None else None  # all of them: the diagnosis
             points.append((f"runner: {named}" if named else "queue", ph.load_end_ns, ph.prefill_start_ns))
     if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
