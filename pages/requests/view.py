@@ -239,6 +239,13 @@ class DetailModel:
     flags: list[str]
 
 
+def _before_prefill_label(waits: TaskWaits | None) -> str:
+    """The waterfall's name for the time before prefill: the runner's own work when it named it (the first part and
+    how many more; the diagnosis lists them all), else "queue"."""
+    named = waits_label(waits, short=True) if waits is not None else None
+    return f"runner: {named}" if named else "queue"
+
+
 def waterfall_spans(
     rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None
 ) -> tuple[list[Span], list[Span], float | None]:
@@ -257,8 +264,7 @@ def waterfall_spans(
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
         if ph.queue_source in timed:
-            named = waits_label(waits, short=True) if waits is not None else None  # all of them: the diagnosis
-            points.append((f"runner: {named}" if named else "queue", ph.load_end_ns, ph.prefill_start_ns))
+            points.append((_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns))
     if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
     if ph.decode_source in timed:
