@@ -19,6 +19,7 @@ from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
+from analysis.runner_waits import TaskWaits, part_words, what_changes
 
 
 class Severity(StrEnum):
@@ -43,7 +44,12 @@ CODES: dict[str, str] = {
     "one_token_reply": "a one-token reply: no interval to time decode over",
     "ttft_load": "time to first token went mostly to loading the model",
     "ttft_prompt": "time to first token went mostly to reading a long prompt",
-    "ttft_queue": "time to first token went mostly to waiting for a free slot",
+    "ttft_queue": "time to first token went mostly to waiting for a free slot: every slot was busy",
+    "ttft_runner_wait": (
+        "time to first token went mostly to the runner's own work before it read the prompt (prompt-cache saves and "
+        "loads, context checkpoints, a re-processing forced by a lost cache), named from its own log lines"
+    ),
+    "ttft_wait_unexplained": "time to first token went mostly to a wait before the prompt was read that nothing explains",
     "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
     "decode_slow": "decode well below the expected rate, with no other cause found",
     "prefill_above_ceiling": "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true",
@@ -143,8 +149,14 @@ def diagnose_request(
     bandwidth_bytes_s: float | None = None,
     ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
     gpu_fraction: float | None = None,
+    waits: TaskWaits | None = None,
+    all_slots_busy: bool | None = None,
 ) -> list[Diagnosis]:
     """Every diagnosis that applies to this request, most costly first; [] for a clean one.
+
+    ``waits``: what the runner said it did for this request's task besides reading its prompt (its log lines,
+    ``analysis.runner_waits``); None when its log was not read. ``all_slots_busy``: whether every slot of the runner
+    was taken by other requests when this one arrived (None: not known).
 
     ``gpu_fraction``: the share of the model on the GPU when a better source than /api/ps said it (the runner's own
     load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size."""
@@ -174,7 +186,7 @@ def diagnose_request(
         _power_cap(record, phases, gpu_samples),
         _cache(phases, ceilings) if generation else None,
         _one_token(phases) if generation else None,
-        _ttft(record, phases) if generation else None,
+        _ttft(record, phases, waits, all_slots_busy) if generation else None,
         _decode_vs_ceiling(phases, ceilings) if generation else None,
         _prefill_vs_ceiling(phases, ceilings),
         *_prompt_fit(phases),
@@ -335,7 +347,9 @@ def _one_token(phases: Phases) -> Diagnosis | None:
     return Diagnosis("one_token_reply", Severity.INFO, text, {"output_tokens": 1.0})
 
 
-def _ttft(record: RequestRecord, phases: Phases) -> Diagnosis | None:
+def _ttft(
+    record: RequestRecord, phases: Phases, waits: TaskWaits | None = None, all_slots_busy: bool | None = None
+) -> Diagnosis | None:
     parts = {"load": phases.load_s or 0.0, "queue": max(phases.queue_s or 0.0, 0.0), "prompt": phases.prefill_s or 0.0}
     ttft = phases.ttft_s if phases.ttft_s is not None else sum(parts.values())
     if ttft < TTFT_MIN_S:
@@ -352,11 +366,7 @@ def _ttft(record: RequestRecord, phases: Phases) -> Diagnosis | None:
         )
         return Diagnosis("ttft_load", Severity.INFO, text, nums)
     if name == "queue":
-        text = (
-            f"{lead} was spent waiting for a free slot while other requests ran: Ollama serves one request per model at a "
-            "time unless OLLAMA_NUM_PARALLEL is raised."
-        )
-        return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+        return _wait_before_prefill(lead, nums, waits, all_slots_busy)
     computed = (phases.prompt_tokens or 0) - (phases.cached_tokens or 0)
     rate = f" at {w.tok_s(phases.prefill_tok_s)}" if phases.prefill_tok_s else ""
     nums["prompt_tokens"] = float(computed)
@@ -365,6 +375,49 @@ def _ttft(record: RequestRecord, phases: Phases) -> Diagnosis | None:
         "earlier prefix so the prompt cache can serve it, starts answering sooner."
     )
     return Diagnosis("ttft_prompt", Severity.INFO, text, nums)
+
+
+def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | None, all_slots_busy: bool | None) -> Diagnosis:
+    """The time between the request and its prefill: the runner's own named work, a queue for a slot (only when every
+    slot was busy), or a wait nothing recorded explains."""
+    named = waits.before_prefill() if waits is not None else []
+    if named:
+        for x in named:
+            nums[f"{x.kind}_count"] = float(x.count)
+            if x.size_bytes:
+                nums[f"{x.kind}_mib"] = x.size_bytes / (1024 * 1024)
+        said = []
+        for x in named:
+            if x.kind == "prompt_cache_save":
+                tokens = f" ({w.count(x.tokens)} tokens)" if x.tokens else ""
+                whose = "another conversation's state" if x.count == 1 else f"{x.count} conversations' states"
+                said.append(
+                    f"it copied {whose}{tokens}, {w.mib(x.size_bytes)}, from its slot into its prompt cache in system memory"
+                )
+            else:
+                said.append(part_words(x))
+        busy = " while a slot was free" if all_slots_busy is False else ""
+        text = (
+            f"{lead} went to the runner's own work before it read the prompt{busy}, in its own words: "
+            + "; ".join(said)
+            + f". What changes it: {what_changes(waits)}."  # type: ignore[arg-type]  # named implies waits
+        )
+        return Diagnosis("ttft_runner_wait", Severity.WARNING, text, nums)
+    if all_slots_busy:
+        text = (
+            f"{lead} was spent waiting for a free slot: every slot of the runner was serving another request. "
+            "Ollama serves OLLAMA_NUM_PARALLEL requests per model at a time; raising it (memory allowing) shortens the queue."
+        )
+        return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+    free = "while a slot was free" if all_slots_busy is False else "(whether every slot was busy is not known)"
+    source = (
+        "the runner's log lines for it name no prompt-cache or checkpoint work"
+        if waits is not None
+        else "the runner's /slots do not say why, and its log (--ollama-log, which names prompt-cache saves and "
+        "context checkpoints) was not read for it"
+    )
+    text = f"{lead} passed before the prompt was read {free}; this wait is unexplained: {source}."
+    return Diagnosis("ttft_wait_unexplained", Severity.INFO, text, nums)
 
 
 def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:

@@ -37,7 +37,7 @@ def _where_time_went(record: RequestRecord, p: Phases) -> str:
     if p.load_s and p.load_s >= MIN_PART_SHARE * total:
         parts.append(f"{w.secs(p.load_s)} loading {record.model}")
     if p.queue_s and p.queue_s >= MIN_PART_SHARE * total:
-        parts.append(f"{w.secs(p.queue_s)} waiting for a slot")
+        parts.append(f"{w.secs(p.queue_s)} waiting before the prompt was read")  # a slot, or the runner's own work
     if p.prefill_s and p.prefill_s >= MIN_PART_SHARE * total:
         computed = (p.prompt_tokens or 0) - (p.cached_tokens or 0)
         rate = f" at {w.tok_s(p.prefill_tok_s)}" if p.prefill_tok_s else ""

@@ -87,6 +87,7 @@ from store.ops import (
     PutOllamaSettings,
     PutProgress,
     PutRequest,
+    PutRequestWaits,
     PutRunnerPlacement,
     PutRunners,
     RederivePhases,
@@ -519,10 +520,7 @@ class CollectorService:
             writer.submit(PutRequest(rec))
         if progress:
             writer.submit(PutProgress(progress))
-        for rec in self.fit.late():  # a cut told by a line of Ollama's read after its request was written
-            writer.submit(PutRequest(rec))
-        if self.fit.settings_changed:
-            writer.submit(PutOllamaSettings(self.fit.rows(self._clock())))
+        self._write_log_findings(writer)
         if running:
             await self._estimate_progress(running)
         self._count_state(gpus, running)
@@ -530,6 +528,16 @@ class CollectorService:
         writer.submit(PutHeartbeat(self.heartbeat()))
         if self._lab is not None:
             await asyncio.to_thread(self._lab.poll)
+
+    def _write_log_findings(self, writer: BackgroundWriter) -> None:
+        """What Ollama's log told since the last tick: cut prompts read late, its start-line settings, the runner's waits."""
+        for rec in self.fit.late():  # a cut told by a line of Ollama's read after its request was written
+            writer.submit(PutRequest(rec))
+        if self.fit.settings_changed:
+            writer.submit(PutOllamaSettings(self.fit.rows(self._clock())))
+        waits = self.runners.drain_waits() if self.runners is not None else []
+        if waits:  # the runner's own waits before these requests' prompts (analysis.runner_waits)
+            writer.submit(PutRequestWaits(waits))
 
     def _write_runners(self, writer: BackgroundWriter) -> None:
         """The runners and their command lines' settings, when they changed (a runner came, went or was matched)."""

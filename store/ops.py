@@ -35,6 +35,7 @@ from analysis.records import (
 )
 from analysis.runner_fill import split_with_readings, wants_readings
 from analysis.runner_load import RunnerDeviceRow
+from analysis.runner_waits import RequestWaitsRow
 from store.rows import encode_token_times, record_of, request_row
 from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
 from store.tables import (
@@ -53,6 +54,7 @@ from store.tables import (
     PROGRESS_SAMPLES,
     PS_SNAPSHOTS,
     REQUEST_TOKENS,
+    REQUEST_WAITS,
     REQUESTS,
     RUNNER_DEVICES,
     RUNNERS,
@@ -420,6 +422,29 @@ class PutRunnerPlacement(Op[None]):
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM runner_devices WHERE port = ?", (self.port,))
         tx.conn.executemany(RUNNER_DEVICES.insert_sql(), [RUNNER_DEVICES.params(r) for r in self.rows])
+
+
+@dataclass(frozen=True)
+class PutRequestWaits(Op[None]):
+    """The runner's own waits before requests' prompts were read (one row per request, replaced)."""
+
+    rows: tuple[RequestWaitsRow, ...]
+
+    def __init__(self, rows: Iterable[RequestWaitsRow]) -> None:
+        object.__setattr__(self, "rows", tuple(rows))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.rows))
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * self.weight
+
+    def apply(self, tx: Tx) -> None:
+        # A row whose request is not written yet waits for the next change of its task (the reader sends it again).
+        known = [r for r in self.rows if tx.conn.execute("SELECT 1 FROM requests WHERE id = ?", (r.request_id,)).fetchone()]
+        tx.conn.executemany(REQUEST_WAITS.insert_sql("INSERT OR REPLACE"), [REQUEST_WAITS.params(r) for r in known])
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from analysis.records import (
 )
 from analysis.reloads import LoadInput, PsRow, client_host
 from analysis.runner_load import RunnerPlacement, placement_from_rows
+from analysis.runner_waits import TaskWaits
 from store.rows import phases_of, record_of
 from store.schema import (
     DB_FILENAME,
@@ -64,6 +65,7 @@ from store.tables import (
     OLLAMA_SETTINGS,
     PROGRESS_SAMPLES,
     REQUEST_SUMMARIES,
+    REQUEST_WAITS,
     REQUESTS,
     RUNNER_DEVICES,
     RUNNERS,
@@ -762,3 +764,20 @@ def flag_counts(conn: sqlite3.Connection, since_unix_s: float) -> dict[str, int]
         (since_unix_s,),
     )
     return {str(code): int(n) for code, n in rows}
+
+
+def request_waits(conn: sqlite3.Connection, request_ids: Sequence[str]) -> dict[str, TaskWaits]:
+    """The runner's own waits before each of these requests' prompts was read, by request id (absent: none stored)."""
+    out: dict[str, TaskWaits] = {}
+    ids = list(dict.fromkeys(request_ids))
+    for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+        chunk = ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        sql = f"SELECT {REQUEST_WAITS.select_list()} FROM request_waits WHERE request_id IN ({marks})"
+        for r in _rows(conn, sql, tuple(chunk)):
+            row = REQUEST_WAITS.from_values(r)
+            try:
+                out[row.request_id] = row.waits
+            except (ValueError, TypeError, KeyError):
+                continue  # a row this version cannot read: as if none were stored
+    return out

@@ -510,6 +510,19 @@ CREATE TABLE ollama_settings (
 );
 """
 
+# v16: the runner's own waits before each request's prompt was read (prompt-cache saves and loads, context checkpoints,
+# a forced re-processing: analysis.runner_waits), from its lines in Ollama's log, one row per request, replaced as
+# more of its task's lines are read; they go with their request. No row: the log was not read, or named none.
+_V16 = """
+CREATE TABLE request_waits (
+    request_id TEXT PRIMARY KEY REFERENCES requests(id) ON DELETE CASCADE,
+    ts_unix_s REAL NOT NULL,
+    port INTEGER,
+    task_id INTEGER NOT NULL,
+    waits_json TEXT NOT NULL
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -527,6 +540,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V13),
     _script(_V14),
     _script(_V15),
+    _script(_V16),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -37,6 +37,7 @@ from analysis.records import (
     SeenFrom,
 )
 from analysis.runner_load import RunnerDeviceRow
+from analysis.runner_waits import RequestWaitsRow
 
 SqlValue = int | float | str | bytes | None
 R = TypeVar("R")
@@ -398,6 +399,7 @@ INSTALLED_MODELS = Table.of("installed_models", InstalledModel)
 RUNNERS = Table.of("runners", RunnerFlags)
 RUNNER_DEVICES = Table.of("runner_devices", RunnerDeviceRow)
 OLLAMA_SETTINGS = Table.of("ollama_settings", OllamaSettingRow)
+REQUEST_WAITS = Table.of("request_waits", RequestWaitsRow)
 MODEL_INFO = Table.of("model_info", ModelInfoRow)
 OLLAMA_EVENTS = Table.of("ollama_events", OllamaStatus)
 OLLAMA_LAST_POLL = Table.of("ollama_last_poll", OllamaStatus, key=(_ONE_ROW_ID,))
@@ -424,6 +426,7 @@ TABLES: tuple[Table[Any], ...] = (
     RUNNERS,
     RUNNER_DEVICES,
     OLLAMA_SETTINGS,
+    REQUEST_WAITS,
 )
 
 

@@ -48,6 +48,7 @@ from typing import Protocol
 
 from analysis.prompt_fit import FitLine, parse_fit_line
 from analysis.runner_load import LoadLine, parse_load_line
+from analysis.runner_waits import WaitLine, parse_wait_line
 
 # The longest line looked at. The longest real one is Ollama's "starting llama-server" line (its runner's whole
 # command line, under 1 KiB with long paths); runner lines are under 200 characters.
@@ -116,7 +117,8 @@ class LogEvent:
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
     runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
     load lines: where it put the model, ``analysis.runner_load``), prompt_fit (a prompt Ollama cut, or one of its
-    start lines with the settings in force, ``analysis.prompt_fit``).
+    start lines with the settings in force, ``analysis.prompt_fit``), runner_wait (a prompt-cache save or load, a
+    context checkpoint, a forced re-processing: ``analysis.runner_waits``).
 
     ``slot_id`` and ``task_id`` are the runner's own (what its ``/slots`` shows, to confirm a line against);
     ``port`` is the runner's port where the line names it (a load line)."""
@@ -132,6 +134,7 @@ class LogEvent:
     port: int | None = None  # runner_start: the runner's port
     load: LoadLine | None = None  # runner_load: the fact the line carries
     fit: FitLine | None = None  # prompt_fit: a cut prompt or a start line (analysis.prompt_fit)
+    wait: WaitLine | None = None  # runner_wait: the wait the line tells of
 
     @property
     def prompt_size_tokens(self) -> int | None:
@@ -282,6 +285,8 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
         return _load_line(line, read_unix_s)
     if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns
         return LogEvent("runner_load", read_unix_s, 0, load=load)
+    if (wait := parse_wait_line(line)) is not None:  # its own anchored, length-capped patterns
+        return LogEvent("runner_wait", read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
     return _runner_line(line, read_unix_s)
 
 

@@ -39,6 +39,7 @@ import aiohttp
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, placement_rows
+from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
 from collectors.ollama.direct import DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover, off_loop_daemon
 from collectors.ollama.log import LogEvent, LogSource, LogTail
@@ -173,6 +174,11 @@ class RunnerReader:
         # that started it (its port), and carry no port themselves.
         self.placements: dict[int, PlacementReader] = {}
         self._loading_port: int | None = None
+        # The runner's own waits before each task's prompt (analysis.runner_waits), per runner port (None: not known),
+        # and the tasks whose waits changed and are not yet joined to a request (joined when /slots shows the task).
+        self._waits: dict[int | None, WaitJoiner] = {}
+        self._waits_unjoined: dict[tuple[int | None, int], float] = {}  # (port, task) → when read
+        self._waits_queue: dict[str, RequestWaitsRow] = {}
 
     # -- what others read ------------------------------------------------------------------
 
@@ -241,6 +247,52 @@ class RunnerReader:
                     port = next(iter(self.runners.values())).runner.port
                 if port is not None:
                     self.placements.setdefault(port, PlacementReader()).feed(event.load)
+
+    def drain_waits(self) -> list[RequestWaitsRow]:
+        """The runner waits joined to requests since the last call (one row per request, the latest)."""
+        out, self._waits_queue = list(self._waits_queue.values()), {}
+        return out
+
+    def _fold_waits(self, events: list[LogEvent]) -> None:
+        """The runner's waits and task lines, in the order it printed them, then joined to requests. Like its load
+        lines they carry no port: they are the runner Ollama started last's, or the only one's."""
+        port = self._loading_port
+        if port is None and len(self.runners) == 1:
+            port = next(iter(self.runners.values())).runner.port
+        joiner = self._waits.get(port)
+        if joiner is None:
+            for old in list(self._waits)[: max(0, len(self._waits) - 7)]:  # runners come and go: keep the newest
+                del self._waits[old]
+            joiner = self._waits[port] = WaitJoiner()
+        for event in events:
+            changed = []
+            if event.kind == "runner_wait" and event.wait is not None:
+                changed = joiner.wait(event.wait)
+            elif event.task_id is not None and event.kind == "launch":
+                changed = joiner.launch(event.slot_id, event.task_id)
+            elif event.task_id is not None and event.kind == "new_prompt":
+                changed = joiner.new_prompt(event.task_id)
+            elif event.task_id is not None and event.kind == "release":
+                changed = joiner.release(event.slot_id, event.task_id)
+            for task in changed:
+                self._waits_unjoined[(port, task.task_id)] = event.read_unix_s
+        self._join_waits()
+
+    def _join_waits(self) -> None:
+        by_task = {task: rid for (_pid, task), rid in self._tasks.items()} if len(self.runners) <= 1 else {}
+        for (port, task_id), read_s in list(self._waits_unjoined.items()):
+            task = self._waits.get(port, WaitJoiner()).tasks.get(task_id)
+            if task is None:
+                del self._waits_unjoined[(port, task_id)]
+                continue
+            rid = by_task.get(task_id)
+            if rid is None and self.direct.unclaimed(task_id):
+                rid = self.direct.record_id(task_id)
+            if rid is not None:
+                self._waits_queue[rid] = waits_row(rid, task, ts_unix_s=read_s, port=port)
+                del self._waits_unjoined[(port, task_id)]
+            elif self._clock() - read_s > 60.0:
+                del self._waits_unjoined[(port, task_id)]  # no request was ever joined to it: let it go
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The runners and their slots now (counts only), for debugging."""
@@ -488,10 +540,12 @@ class RunnerReader:
             else:
                 log.info("Ollama's log: reading it")
         if not events:
+            self._join_waits()  # a task /slots joined since
             return
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
+        self._fold_waits(events)
         self.direct.log_events(events, self._runner_of_task)
         prefilling = [r for r in requests if r.first_token_ns is None]
         by_task = {task: rid for (_pid, task), rid in self._tasks.items()}

@@ -19,6 +19,7 @@ from analysis.hardware import match_gpu
 from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, LoadedModel, Outcome, RequestKind, RequestRecord
+from analysis.runner_waits import TaskWaits, all_slots_busy, waits_label
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.charts import Span
@@ -238,9 +239,19 @@ class DetailModel:
     flags: list[str]
 
 
-def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Span], float | None]:
+def _before_prefill_label(waits: TaskWaits | None) -> str:
+    """The waterfall's name for the time before prefill: the runner's own work when it named it (the first part and
+    how many more; the diagnosis lists them all), else "queue"."""
+    named = waits_label(waits, short=True) if waits is not None else None
+    return f"runner: {named}" if named else "queue"
+
+
+def waterfall_spans(
+    rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None
+) -> tuple[list[Span], list[Span], float | None]:
     """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
-    the request. A thinking model's decode is split at its first answer token."""
+    the request. A thinking model's decode is split at its first answer token. ``waits``: what the runner said it
+    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it."""
 
     def rel(ns: int) -> float:
         return (ns - rec.received_ns) / 1e6
@@ -253,7 +264,7 @@ def waterfall_spans(rec: RequestRecord, ph: Phases) -> tuple[list[Span], list[Sp
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
         if ph.queue_source in timed:
-            points.append(("queue", ph.load_end_ns, ph.prefill_start_ns))
+            points.append((_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns))
     if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
     if ph.decode_source in timed:
@@ -446,7 +457,22 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     return frame
 
 
-def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[Diagnosis]]:
+def runner_waits_of(db: Path, rec: RequestRecord) -> tuple[TaskWaits | None, bool | None]:
+    """The runner's own waits before this request's prompt, and whether every slot was busy when it arrived."""
+    conn = queries.open_readonly(db)
+    try:
+        waits = queries.request_waits(conn, [rec.id]).get(rec.id)
+        runner = queries.runner_for(conn, rec.model, None)
+        around = queries.requests_in_window(conn, rec.started_at_unix_s - 1.0, rec.started_at_unix_s + 1.0, limit=200)
+    finally:
+        conn.close()
+    slots = runner.parallel if runner is not None and runner.parallel else waits.n_slots if waits is not None else None
+    return waits, all_slots_busy(rec, [s.record for s in around], slots)
+
+
+def explain(
+    db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, bool | None] = (None, None)
+) -> tuple[list[str], list[Diagnosis]]:
     """Sentences and diagnoses from the explainer, with this GPU's and model's facts where the store has them."""
     end_ns = rec.closed_ns or rec.final_chunk_ns or (rec.token_chunk_ns[-1] if rec.token_chunk_ns else rec.received_ns)
     ctx = load_request_context(db, rec, rec.wall_s(end_ns))
@@ -460,7 +486,9 @@ def explain(db: Path, rec: RequestRecord, ph: Phases) -> tuple[list[str], list[D
             facts = model_facts_from_show(ctx.show, None)
         except ModelFactsError:
             facts = None  # an architecture the explainer cannot read: explain without ceilings
-    diagnoses = diagnose_request(rec, ph, gpu_samples=ctx.gpu_samples, loaded=ctx.loaded, facts=facts, spec=spec)
+    diagnoses = diagnose_request(
+        rec, ph, gpu_samples=ctx.gpu_samples, loaded=ctx.loaded, facts=facts, spec=spec, waits=waits[0], all_slots_busy=waits[1]
+    )
     return explain_request(rec, ph, diagnoses=diagnoses), diagnoses
 
 
@@ -469,10 +497,11 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     if stored is None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
-    ollama, client, ttft_ms = waterfall_spans(rec, ph)
+    waits = runner_waits_of(db, rec)
+    ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
-    sentences, diagnoses = explain(db, rec, ph)
+    sentences, diagnoses = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)
     sentences = [direct, *sentences] if direct else sentences
     return DetailModel(

@@ -23,6 +23,7 @@ from pages.shared.derive import PHASE_ORDER, Band, Interval, stall_threshold_ms
 
 PHASE_COLOURS = {
     "queue": "#9e9e9e",
+    "runner": "#ef6c00",  # the runner's own work before prefill, named from its log (analysis.runner_waits)
     "load": "#ab47bc",
     "prefill": "#42a5f5",
     "decode": "#66bb6a",
@@ -352,7 +353,7 @@ def phase_waterfall_figure(
                     y=[row_label],
                     name=span.label,
                     legendgroup=span.label,
-                    marker={"color": PHASE_COLOURS.get(span.label, "#bdbdbd")},
+                    marker={"color": PHASE_COLOURS.get(span.label, PHASE_COLOURS.get(span.label.split(":")[0], "#bdbdbd"))},
                     text=[f"{span.label} {length:,.0f} ms"],
                     textposition="inside",
                     insidetextanchor="middle",

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from analysis import wording as w
 from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
 from analysis.ceilings import (
+    MIN_RATE_TOKENS,
     CeilingModel,
     Ceilings,
     CurvePoint,
@@ -55,12 +56,14 @@ from analysis.records import (
     RunnerFlags,
 )
 from analysis.runner_load import PlacementInUse, describe_layers, placement_in_use
+from analysis.runner_waits import TaskWaits, all_slots_busy
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     EmbedStory,
     RateSample,
     Reading,
+    Status,
     Story,
     build_story,
     counted_median,
@@ -94,6 +97,8 @@ class DiagnosisGroup:
     severity: Severity
     requests: int  # how many of the diagnosed requests had it
     latest: str  # the newest request's sentence, with its numbers
+    numbers: dict[str, float] = field(default_factory=dict)  # the newest request's figures, unformatted
+    by_request: dict[str, dict[str, float]] = field(default_factory=dict)  # every request's figures, by request id
 
 
 @dataclass
@@ -245,13 +250,18 @@ def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
 
 def _group(diagnosed: Sequence[tuple[RequestRecord, list[Any]]]) -> list[DiagnosisGroup]:
     counts: Counter[str] = Counter()
-    latest: dict[str, tuple[float, str, Severity]] = {}
+    latest: dict[str, tuple[float, str, Severity, dict[str, float]]] = {}
+    by_request: dict[str, dict[str, dict[str, float]]] = {}
     for rec, ds in diagnosed:
         for d in {d.code: d for d in ds}.values():
             counts[d.code] += 1
+            by_request.setdefault(d.code, {})[rec.id] = dict(d.numbers)
             if d.code not in latest or rec.started_at_unix_s > latest[d.code][0]:
-                latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity)
-    groups = [DiagnosisGroup(code, CODES.get(code, code), latest[code][2], n, latest[code][1]) for code, n in counts.items()]
+                latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity, dict(d.numbers))
+    groups = [
+        DiagnosisGroup(code, CODES.get(code, code), latest[code][2], n, latest[code][1], latest[code][3], by_request[code])
+        for code, n in counts.items()
+    ]
     groups.sort(key=lambda g: (g.severity != Severity.WARNING, -g.requests, g.code))
     return groups
 
@@ -302,6 +312,7 @@ class _StoreReads:
     mine: list[RequestRecord]  # the model's finished requests of the window, to diagnose
     samples_by_id: dict[str, list[GpuSample]]
     server_settings: list[OllamaSettingRow] = field(default_factory=list)
+    waits_by_id: dict[str, TaskWaits] = field(default_factory=dict)  # the runner's own waits before each prompt
 
 
 def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
@@ -329,6 +340,7 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
         loaded.size_vram_bytes if loaded is not None else None,
     )
     return _StoreReads(
+        waits_by_id=queries.request_waits(conn, [r.id for r in mine]),
         gpus=gpus,
         beat=queries.latest_heartbeat(conn),
         info=queries.model_info(conn, model),
@@ -531,6 +543,8 @@ def _diagnose(
             bandwidth_bytes_s=hw.bandwidth_bytes_s,
             ubatch_tokens=ubatch,
             gpu_fraction=frac if hw.kind != "cpu" else None,
+            waits=reads.waits_by_id.get(rec.id),
+            all_slots_busy=_all_slots_busy(rec, reads),
         )
         diagnosed.append((rec, [d for d in ds if d.code not in withheld]))
         if gpu_s:
@@ -538,6 +552,16 @@ def _diagnose(
             if used is not None:
                 energies.append(used)
     return diagnosed, _aggregate_energy(energies)
+
+
+def _all_slots_busy(rec: RequestRecord, reads: _StoreReads) -> bool | None:
+    """Whether every slot of the model's runner served another request when this one arrived: the slot count from
+    the runner's command line, else its own log line; None when neither said it."""
+    waits = reads.waits_by_id.get(rec.id)
+    slots = reads.runner.parallel if reads.runner is not None and reads.runner.parallel else None
+    if slots is None and waits is not None:
+        slots = waits.n_slots
+    return all_slots_busy(rec, [s.record for s in reads.recent], slots)
 
 
 def _decode_use(reads: _StoreReads) -> DecodeUse | None:
@@ -731,3 +755,84 @@ def placement_words(p: PlacementInUse) -> str:
     if r.host_model_bytes:
         sizes.append(f"system memory weights {w.mib(r.host_model_bytes)}")
     return f"{describe_layers(r)}" + (f" ({'; '.join(sizes)})" if sizes else "") + ", from the runner's own load lines"
+
+
+# ---------------------------------------------------------------------------------------------
+# The story as data: what ``python -m pages.why --json`` prints, from the same view-model the page draws
+
+
+EXCLUDED_REASONS: dict[Status, str] = {
+    Status.TINY: f"timed over fewer than {MIN_RATE_TOKENS} tokens",
+    Status.IMPOSSIBLE: "above the hardware's ceiling for it: a reading that cannot be true",
+}
+
+
+def _rates_json(points: Sequence[Reading], expected_tok_s: float | None, measured_tok_s: float | None) -> dict[str, Any]:
+    excluded = Counter(r.status for r in points if r.status is not Status.COUNTED)
+    return {
+        "expected_tok_s": expected_tok_s,
+        "measured_tok_s": measured_tok_s,  # the median of the readings counted
+        "readings_counted": sum(r.status is Status.COUNTED for r in points),
+        "readings_excluded": [
+            {"reason": EXCLUDED_REASONS.get(status, str(status)), "status": str(status), "count": n}
+            for status, n in sorted(excluded.items())
+        ],
+    }
+
+
+def why_json(m: WhyModel) -> dict[str, Any]:
+    """The Why page's story as plain data: placement, the prefill and decode readings against what was expected, and
+    the verdicts with their counts, sentences and figures (None where not known, never 0)."""
+    p = m.placement
+    devices: list[dict[str, Any]] = []
+    if p is not None and p.runner is not None:
+        devices = [
+            {
+                "name": d.device,
+                "description": d.description,
+                "layers": d.layers,
+                "layers_estimated": d.layers_estimated,
+                "bytes": {"model": d.model_bytes, "kv": d.kv_bytes, "compute": d.compute_bytes},
+                "free_bytes_at_load": d.free_bytes_at_load,
+                "total_bytes": d.total_bytes,
+            }
+            for d in p.runner.devices
+        ]
+        if p.runner.host_model_bytes or p.runner.host_kv_bytes:
+            devices.append(
+                {"name": "CPU", "description": "system memory", "layers": None, "layers_estimated": False,
+                 "bytes": {"model": p.runner.host_model_bytes, "kv": p.runner.host_kv_bytes, "compute": None},
+                 "free_bytes_at_load": None, "total_bytes": None}
+            )  # fmt: skip
+    story = m.story
+    return {
+        "model": m.model,
+        "hardware": hardware_line(m.hardware),
+        "placement": {
+            "gpu_fraction": m.vram_fraction,
+            "source": p.source if p is not None else None,
+            "layers_offloaded": p.runner.layers_offloaded if p is not None and p.runner is not None else None,
+            "layers_total": p.runner.layers_total if p is not None and p.runner is not None else None,
+            "devices": devices,
+            "api_ps_gpu_fraction": p.ps_fraction if p is not None else None,
+            "disagreement": p.disagreement if p is not None else None,
+        },
+        "prefill": _rates_json(m.prefill_points, story.expected_prefill_tok_s if story else None, m.prefill_median_tok_s),
+        "decode": _rates_json(m.decode_points, story.expected_decode_tok_s if story else None, m.decode_median_tok_s),
+        "verdicts": [
+            {
+                "code": g.code,
+                "severity": str(g.severity),
+                "count": g.requests,
+                "what": g.what,
+                "text": g.latest,
+                "numbers": g.numbers,
+                "by_request": g.by_request,
+            }
+            for g in m.diagnoses
+        ],
+        "doubts": [{"kind": d.kind, "contradicted": d.contradicted, "text": d.text} for d in m.doubts],
+        "sentences": m.sentences,
+        "notes": m.notes,
+        "requests": {"stored": m.requests_total, "in_window": m.window_requests, "diagnosed": m.diagnosed_requests},
+    }

@@ -10,6 +10,7 @@ import pytest
 from analysis.diagnose import CODES, Diagnosis, Severity, diagnose_request
 from analysis.phases import Phases, split_record
 from analysis.records import GpuSample, RequestRecord
+from analysis.runner_waits import MIB, TaskWaits
 from tests.support.diagnose_cases import FACTS, SPEC, T0_UNIX, loaded, make_record
 
 
@@ -61,6 +62,8 @@ def test_every_code_is_documented() -> None:
         "ttft_load",
         "ttft_prompt",
         "ttft_queue",
+        "ttft_runner_wait",
+        "ttft_wait_unexplained",
     ):
         assert code in CODES
 
@@ -125,16 +128,39 @@ def test_one_token_reply() -> None:
     assert codes(ds) == ["one_token_reply"]
 
 
+def saved_16k_state() -> TaskWaits:
+    """The H200 run's 272-token prompt after a 16k one: what the runner's lines said it did first."""
+    t = TaskWaits(1112, 0, 2, 0)
+    t.add("prompt_cache_save", round(1362.016 * MIB), 16669)
+    t.add("full_reprocess", None, None)
+    return t
+
+
 @pytest.mark.parametrize(
-    ("kw", "code", "needle"),
+    ("kw", "extra", "code", "needle"),
     [
-        ({"load_ms": 2500}, "ttft_load", "2.50 s of the 2.56 s before the first token went to loading llama3.1:8b"),
-        ({"queue_ms": 4000}, "ttft_queue", "4.00 s of the 4.06 s before the first token was spent waiting"),
-        ({"prompt": 8000, "prefill_ms": 2000}, "ttft_prompt", "reading the 8,000-token prompt at 4,000 tok/s"),
+        ({"load_ms": 2500}, {}, "ttft_load", "2.50 s of the 2.56 s before the first token went to loading llama3.1:8b"),
+        (
+            {"queue_ms": 4000},
+            {"all_slots_busy": True},
+            "ttft_queue",
+            "4.00 s of the 4.06 s before the first token was spent waiting for a free slot: every slot",
+        ),
+        # A free slot, or slots not known: not a queue for a slot.
+        ({"queue_ms": 4000}, {"all_slots_busy": False}, "ttft_wait_unexplained", "was read while a slot"),
+        ({"queue_ms": 4000}, {}, "ttft_wait_unexplained", "unexplained: the runner's /slots do not say why"),
+        (
+            {"queue_ms": 4000},
+            {"all_slots_busy": False, "waits": saved_16k_state()},
+            "ttft_runner_wait",
+            "state (16,669 tokens), 1,362 MiB, from its slot into its prompt cache in system memory; full re-processing",
+        ),
+        ({"prompt": 8000, "prefill_ms": 2000}, {}, "ttft_prompt", "reading the 8,000-token prompt at 4,000 tok/s"),
     ],
 )
-def test_ttft_dominated(kw: dict[str, Any], code: str, needle: str) -> None:
-    ds = run(make_record(**kw))
+def test_ttft_dominated(kw: dict[str, Any], extra: dict[str, Any], code: str, needle: str) -> None:
+    ds = run(make_record(**kw), **extra)
+    assert "ttft_queue" not in codes(ds) or extra.get("all_slots_busy") is True
     assert code in codes(ds)
     d = next(d for d in ds if d.code == code)
     assert needle in d.sentence

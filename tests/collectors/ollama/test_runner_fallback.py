@@ -84,7 +84,9 @@ def test_a_runner_whose_port_nobody_listens_on_is_not_adopted(model_file: Path) 
         run = asyncio.run(run_reader(ollama.base_url, in_flight=lambda: [request], models=loaded(ollama.models), seconds=2.0))
     assert not run.task_done_early and run.reader.errors == 0 and run.samples == []
     assert run.reader.runners == {}
-    assert f"nothing listens on its port {child.port} (yet)" in (run.reader.discovery.problem if run.reader.discovery else "")
+    assert f"nothing listens on its port {child.port} (yet)" in (
+        (run.reader.discovery.problem if run.reader.discovery else None) or ""
+    )
 
 
 def test_runner_exiting_mid_request(model_file: Path) -> None:
