@@ -6,6 +6,9 @@ them, on a clock the test moves; the engine test (test_direct_engine.py) runs th
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import pytest
 
 from analysis.phases import split_record
@@ -45,7 +48,51 @@ def slot(
 def log_lines(d: DirectTasks, at: float, *lines: str) -> None:
     events = [e for line in lines if (e := parse_line(line, at)) is not None]
     assert len(events) == len(lines), lines
-    d.log_events(events, lambda _task: RUNNER)
+    d.log_events(events)
+
+
+@dataclass
+class Gen:
+    """One generation as /slots shows it: its slot, prompt, output, and when it runs (from the first poll)."""
+
+    task: int
+    slot_id: int = 0
+    prompt: int = 136
+    cached: int = 36
+    output: int = 24
+    start_s: float = 0.0
+    took_s: float = 26.0
+
+    def reading(self, at_s: float) -> SlotReading:
+        """The slot at ``at_s``: idle before, its prompt read then decoded, then released with prompt + output - 1
+        tokens in its context (as llama-server shows them)."""
+        if at_s <= self.start_s:
+            return SlotReading(self.slot_id, 2048, False, None, None, None, None, None)
+        if at_s >= self.start_s + self.took_s:
+            return SlotReading(self.slot_id, 2048, False, self.task, self.prompt + self.output - 1, 0, 0, 0)
+        half = self.took_s / 2
+        ran = at_s - self.start_s
+        if ran < half:
+            return SlotReading(self.slot_id, 2048, True, self.task, self.prompt, min(self.prompt - self.cached, 64), self.cached, 0)
+        decoded = max(1, round(self.output * (ran - half) / half))
+        return SlotReading(
+            self.slot_id, 2048, True, self.task, self.prompt + decoded, self.prompt - self.cached, self.cached, decoded
+        )
+
+
+def run_tasks(d: DirectTasks, clock: Clock, *gens: Gen, claims: dict[int, str] | None = None) -> None:
+    """A /slots poll a second from ``clock.now`` until every generation has been seen released; ``clock.now`` is the
+    last poll's time after."""
+    start = clock.now
+    last = max(g.start_s + g.took_s for g in gens)
+    at = 0.0
+    while True:
+        clock.now = start + at
+        d.slots_read(RUNNER, [g.reading(at) for g in gens], clock.now, claims or {})
+        d.step()
+        if at >= last:
+            return
+        at += 1.0
 
 
 TASK_LINES = (
@@ -70,8 +117,8 @@ def finished(d: DirectTasks) -> list[RequestRecord]:
 def test_the_log_gives_a_direct_generation_exactly() -> None:
     clock = Clock()
     d = tasks(clock)
-    log_lines(d, T0, *TASK_LINES)
-    clock.now += 26.0
+    log_lines(d, T0 + 0.5, *TASK_LINES)  # read before /slots shows the task: they wait for it
+    run_tasks(d, clock, Gen(7))
     log_lines(d, clock.now, *TIMING_LINES)
     d.step()
     assert finished(d) == []  # waits for the proxy to finish a request it may be
@@ -88,9 +135,10 @@ def test_the_log_gives_a_direct_generation_exactly() -> None:
     assert ph.prefill_s == 10.53565 and ph.decode_s == 15.04216 and ph.prompt_tokens == 136
     assert ph.prefill_source == ph.decode_source == ph.prompt_tokens_source == "log"
     assert ph.ttft_s is None and ph.client_s is None and ph.transport_s is None  # no client side was seen
-    assert rec.wall_s(rec.final_chunk_ns or 0) == clock.now - GRACE_S  # ends when its release line was read
+    assert T0 + 25 <= rec.wall_s(rec.final_chunk_ns or 0) <= T0 + 26  # between the polls around its release
     d.step()
     assert finished(d) == []  # once
+    assert d.dropped_lines == 0
 
 
 def test_slots_alone_give_exact_counts_and_bounded_times() -> None:
@@ -150,9 +198,11 @@ def test_a_task_between_two_polls_is_still_counted_and_filled_from_the_log() -> 
     d.step()
     (rec,) = finished(d)
     assert rec.runner_task_id == 9 and rec.metrics is None  # counted; its counts are not known without the log
+    lines = (*TASK_LINES, *TIMING_LINES)
+    short = [line.replace("10535.65 ms", "   35.65 ms").replace("15042.16 ms", "  142.16 ms") for line in lines]
+    log_lines(d, clock.now + 0.5, *(line.replace("task 7", "task 11") for line in short))
     clock.now += 1.0
-    d.slots_read(RUNNER, [slot(11, busy=False, ctx=80)], clock.now, {})
-    log_lines(d, clock.now, *(line.replace("task 7", "task 11") for line in (*TASK_LINES, *TIMING_LINES)))
+    d.slots_read(RUNNER, [slot(11, busy=False, ctx=159)], clock.now, {})  # its context: 136 + 24 - 1
     d.log_readable = True
     clock.now += LOG_WAIT_S
     d.step()
@@ -164,8 +214,8 @@ def test_a_task_between_two_polls_is_still_counted_and_filled_from_the_log() -> 
 def test_a_proxied_request_that_ran_between_polls_is_not_recorded_again() -> None:
     clock = Clock()
     d = tasks(clock)
-    log_lines(d, clock.now, *TASK_LINES)
-    clock.now += 26.0
+    log_lines(d, clock.now + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
     log_lines(d, clock.now, *TIMING_LINES)
     proxied = RequestRecord(
         id="p1",
@@ -191,28 +241,57 @@ def test_a_proxied_request_that_ran_between_polls_is_not_recorded_again() -> Non
     assert finished(d) == [] and d.matched_proxied == 1
 
 
+def gin(at_unix_s: float, latency: str, client: str, path: str = "/api/chat", status: int = 200) -> str:
+    stamp = time.strftime("%Y/%m/%d - %H:%M:%S", time.localtime(at_unix_s))
+    return f'[GIN] {stamp} | {status} | {latency:>13} | {client:>15} | POST     "{path}"'
+
+
 def test_the_access_line_tells_route_and_client_only_when_it_fits_one_generation_alone() -> None:
     clock = Clock()
     d = tasks(clock)
-    import time
-
-    stamp = time.strftime("%Y/%m/%d - %H:%M:%S", time.localtime(T0 + 26))
-    log_lines(d, T0, *TASK_LINES)
-    clock.now += 26.0
-    log_lines(d, clock.now, *TIMING_LINES, f'[GIN] {stamp} | 200 |     26.1s |       10.0.0.7 | POST     "/api/chat"')
+    log_lines(d, T0 + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
+    log_lines(d, clock.now, *TIMING_LINES, gin(clock.now, "26.1s", "10.0.0.7"))
     clock.now += GRACE_S
     d.step()
     (rec,) = finished(d)
     assert (rec.endpoint, rec.client_addr, rec.status_code) == ("/api/chat", "10.0.0.7", 200)
-    # Two generations ending in the same second: which line is whose is not known.
+    assert rec.client_unverified  # Ollama's text, not a socket the collector saw
+    # Two generations of the same length ending in the same second, one line: which is whose is not known.
     d2 = tasks(clock)
+    run_tasks(d2, clock, Gen(20, slot_id=0), Gen(21, slot_id=1))
     lines = (*TASK_LINES, *TIMING_LINES)
     two = [line.replace("task 7", f"task {t}").replace("id  0", f"id  {t % 2}") for t in (20, 21) for line in lines]
-    log_lines(d2, clock.now, *two, f'[GIN] {stamp} | 200 |     26.1s |       10.0.0.7 | POST     "/api/chat"')
+    log_lines(d2, clock.now, *two, gin(clock.now, "26.1s", "10.0.0.7"))
     clock.now += GRACE_S
     d2.step()
     recs = finished(d2)
     assert len(recs) == 2 and all(r.endpoint is None and r.client_addr is None for r in recs)
+    assert all(r.runner_source == "log" for r in recs)
+
+
+def test_two_generations_ending_within_a_second_are_told_apart_by_their_latency() -> None:
+    """Issue 34: a 26 s generation and a 3 s one end in the same second; the access lines' latencies (26.9 s,
+    3.59 s) say which is whose: the short line fits only the short task, so the long one takes the other line."""
+    clock = Clock()
+    d = tasks(clock)
+    run_tasks(d, clock, Gen(30, slot_id=0), Gen(31, slot_id=1, prompt=40, cached=0, output=8, start_s=23.0, took_s=3.0))
+    lines = [gin(clock.now, "26.906856257s", "10.0.0.1", "/api/generate"), gin(clock.now, "3.590122277s", "10.0.0.2")]
+    log_lines(d, clock.now, *lines)
+    clock.now += GRACE_S
+    d.step()
+    recs = {r.runner_task_id: r for r in finished(d)}
+    assert (recs[30].client_addr, recs[30].endpoint) == ("10.0.0.1", "/api/generate")
+    assert (recs[31].client_addr, recs[31].endpoint) == ("10.0.0.2", "/api/chat")
+    # A third line that fits the short one as well: two candidates are left, so it stays unknown.
+    d2 = tasks(clock)
+    start = clock.now
+    run_tasks(d2, clock, Gen(40, prompt=40, cached=0, output=8, took_s=3.0))
+    log_lines(d2, clock.now, gin(clock.now, "2.9s", "10.0.0.2"), gin(clock.now, "3.1s", "10.0.0.3"))
+    clock.now += GRACE_S
+    d2.step()
+    (rec,) = finished(d2)
+    assert rec.client_addr is None and rec.endpoint is None and start < rec.started_at_unix_s
 
 
 def test_a_task_whose_runner_went_away_ends_and_is_recorded() -> None:
@@ -273,11 +352,16 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
 
 def test_a_direct_tasks_own_log_lines_find_its_record() -> None:
     """The runner reader routes a direct task's progress lines (the prompt's size, which /slots does not tell while
-    the prompt is read) to that task's record: ``record_id`` names it, only while one unclaimed task has the id."""
+    the prompt is read) to that task's record: ``record_id`` names it, only while one unclaimed task has the id,
+    and only once /slots has shown that task."""
     clock = Clock()
     d = tasks(clock)
     assert d.record_id(7) is None  # no such task yet
     log_lines(d, T0, *TASK_LINES)
+    assert d.record_id(7) is None  # its lines alone make no task
+    d.slots_read(RUNNER, [slot(None, busy=False)], clock.now, {})
+    clock.now += 0.25
+    d.slots_read(RUNNER, [slot(7, busy=True, processed=64, decoded=0)], clock.now, {})
     rid = d.record_id(7)
     assert rid is not None and rid.startswith("direct-")
     assert d.record_id(8) is None
