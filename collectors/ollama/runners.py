@@ -552,6 +552,10 @@ class RunnerReader:
                 )
             )
 
+    def log_dropped(self) -> dict[str, int]:
+        """Log lines not believed, by why: the direct records' (``DirectTasks.dropped``) and the progress rows'."""
+        return {**self.direct.dropped, "progress": self.log_lines_dropped}
+
     @property
     def log_unknown_lines(self) -> int:
         return self._log.unknown_lines if self._log is not None else 0
