@@ -256,6 +256,8 @@ class RequestSummary:
     prefill_bound_s: float | None
     decode_bound_s: float | None
     output_tokens_bound: int | None
+    # v15: the client address and route came from Ollama's access line (a direct record's), not a socket: unverified
+    client_unverified: bool
 
     @property
     def direct(self) -> bool:
