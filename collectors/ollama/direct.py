@@ -633,24 +633,34 @@ class DirectTasks:
 
     def _proxied_owner(self, task: _Task, now: float) -> str | None:
         """The proxied request this ended task was, or None: it was a direct one."""
-        model = task.runner.model
-        finished = [rec for _, rec in self._finished if rec.id not in self._owned]
+        model = task.runner.model or ""  # none known: no request is of it
+        finished = [rec for _, rec in self._finished if rec.id not in self._owned and same_model(rec.model, model)]
         log = self._confirmed_log(task)
         if log is not None:
-            for rec in finished:
-                if model is not None and same_model(rec.model, model) and self._same_figures(log, rec):
-                    return rec.id
-            if task.claimed_by is not None:
-                claimer = next((rec for rec in finished if rec.id == task.claimed_by), None)
-                if claimer is None or not self._has_durations(claimer):
-                    return task.claimed_by  # still running, or a /v1 reply without durations: trust the live join
-            return None
+            return self._owner_by_figures(task, log, finished)
         if task.claimed_by is not None:
             return task.claimed_by
+        return self._owner_by_time(task, finished, now)
+
+    def _owner_by_figures(self, task: _Task, log: _LogFigures, finished: list[RequestRecord]) -> str | None:
+        """A task the log timed: the finished request with its exact figures, else the live claim when nothing
+        can disprove it (still running, or a /v1 reply without durations)."""
+        for rec in finished:
+            if self._same_figures(log, rec):
+                return rec.id
+        if task.claimed_by is not None:
+            claimer = next((rec for rec in finished if rec.id == task.claimed_by), None)
+            if claimer is None or not self._has_durations(claimer):
+                return task.claimed_by
+        return None
+
+    def _owner_by_time(self, task: _Task, finished: list[RequestRecord], now: float) -> str | None:
+        """A task without log figures: a finished request of its model that claims no task, ran at the same time,
+        and whose prompt count does not disagree with the task's."""
         start = task.start[0] if task.start else task.first_seen_unix_s
         end = task.end[1] if task.end else (task.ended_unix_s or now)
         for rec in finished:
-            if model is None or not same_model(rec.model, model) or rec.id in self._claims:
+            if rec.id in self._claims:
                 continue
             rec_end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
             rec_end = rec.wall_s(rec_end_ns) if rec_end_ns is not None else now
@@ -701,32 +711,41 @@ class DirectTasks:
         lines = [a for a in self._access if abs(a.ended_unix_s - end) <= 1 + 2 * ACCESS_SLACK_S]
         lo = min(a.ended_unix_s for a in lines) - ACCESS_SLACK_S
         hi = max(a.ended_unix_s for a in lines) + 1 + ACCESS_SLACK_S
-        spans = [(start, end)]
-        spans += [
+        spans = [(start, end), *self._rival_spans(lo, hi)]
+        candidates = [{i for i, a in enumerate(lines) if self._fits_line(a, s, e)} for s, e in spans]
+        mine = self._assign(candidates).get(0)
+        if mine is not None:
+            task.access = lines[mine]
+            self._access.remove(task.access)
+
+    def _rival_spans(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """(start, end) of every other generation that ended between ``lo`` and ``hi``: an access line may be its."""
+        spans = [
             (self._late_start(t), e)
             for t in self._tasks.values()
             if (e := t.ended_unix_s) is not None and lo <= e <= hi and t.claimed_by is None  # a claimed one: its request's
         ]
-        for e, rec in self._finished:
-            if lo <= e <= hi:
-                spans.append((rec.started_at_unix_s, e))
+        spans += [(rec.started_at_unix_s, e) for e, rec in self._finished if lo <= e <= hi]
         spans += [(s, e) for s, e in self._decided_spans if lo <= e <= hi]
-        candidates = [{i for i, a in enumerate(lines) if self._fits_line(a, s, e)} for s, e in spans]
-        assigned: dict[int, int] = {}  # span index → line index
+        return spans
+
+    @staticmethod
+    def _assign(candidates: list[set[int]]) -> dict[int, int]:
+        """Generation → line, where it follows: a generation left with one line takes it, unless another is left
+        with that same line alone (then neither does); repeated until nothing more follows."""
+        assigned: dict[int, int] = {}
         while True:
-            wanted: dict[int, list[int]] = {}  # line → the spans it is the only line left for
+            taken = set(assigned.values())
+            wanted: dict[int, list[int]] = {}  # line → the generations it is the only line left for
             for k, cands in enumerate(candidates):
-                left = cands - set(assigned.values())
+                left = cands - taken
                 if k not in assigned and len(left) == 1:
                     wanted.setdefault(next(iter(left)), []).append(k)
             alone = {line: ks[0] for line, ks in wanted.items() if len(ks) == 1}
             if not alone:
-                break
+                return assigned
             for line, k in alone.items():
                 assigned[k] = line
-        if 0 in assigned:
-            task.access = lines[assigned[0]]
-            self._access.remove(task.access)
 
     @staticmethod
     def _late_start(task: _Task) -> float:
