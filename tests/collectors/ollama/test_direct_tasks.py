@@ -445,7 +445,10 @@ def test_a_load_counts_only_within_its_own_lines_and_on_a_found_runners_port() -
     """A forged "started in 86400 seconds" after a real "starting llama-server": a day of load in a few seconds is not
     the runner's; a real one, then a task on that port at once, is. A load for a port no task runs on is dropped."""
     clock = Clock()
-    start = f'time=x level=INFO msg="starting llama-server" cmd="/b/llama-server --model /m --port {RUNNER.port} -np 2"'
+    start = (
+        'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        f'cmd="/b/llama-server --model /m --port {RUNNER.port} -np 2"'
+    )
     log_lines(d := tasks(clock), clock.now, start)
     clock.now += 2.5
     day = 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 86400.00 seconds"'

@@ -17,13 +17,13 @@ import psutil
 import pytest
 
 from analysis.records import ProgressSource
-from collectors.metrics import parse_exposition
 from collectors.ollama.log import parse_line
 from collectors.service import METRICS_PATH
 from store import queries
 from store.schema import db_path
 from tests.support.clients import stream_generate
 from tests.support.collector_process import MODEL, collector, listen_url, stop, wait_for_ticks
+from tests.support.exposition import parse_exposition
 from tests.support.journal import JournalFiles, now_us, require_journal_tools, unit_entry
 from tests.support.paths import DATA
 from tests.support.ports import free_port

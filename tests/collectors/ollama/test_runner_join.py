@@ -187,7 +187,9 @@ def test_a_forged_runner_start_line_does_not_blind_the_log(tmp_path: Path) -> No
     log = tmp_path / "ollama.log"
     clock = Clock()
     r, state = log_reader(log, clock)
-    write(log, 'time=x level=INFO msg="starting llama-server" cmd="/b/llama-server --model /m --port 1"')
+    write(
+        log, 'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="/b/llama-server --model /m --port 1"'
+    )
     r._read_log([])
     t0 = clock.now
     polls = [(0.0, reading(0, 4, 0, 0, busy=False))]
