@@ -135,6 +135,9 @@ class RequestRecord:
     runner_port: int | None = None
     runner_task_id: int | None = None  # llama-server's id_task (/slots) = "task N" (its log)
     runner_source: str | None = None  # where the figures come from: "log" (exact) or "slots" (bounded)
+    # The client address and route came from Ollama's access line (text in a log anyone who reaches the runner can
+    # write into), not from a socket this collector saw: shown as unverified.
+    client_unverified: bool = False
     ends_bound_s: float | None = None  # start and end times: each within this of the truth
     prefill_bound_s: float | None = None
     decode_bound_s: float | None = None

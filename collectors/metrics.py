@@ -466,6 +466,9 @@ class MetricsSnapshot:
     store_shed: int | None = None  # records shed, oldest first, because the backlog passed its byte cap
     store_queued_bytes: int | None = None  # memory held by the records waiting
     store_reopened: int | None = None  # times the store file was found deleted or replaced, and a fresh one opened
+    # Lines of Ollama's log not believed, by why (collectors.ollama.direct; "progress": a progress line of no task
+    # /slots showed a request holding); None: the runners are not read
+    log_dropped: dict[str, int] | None = None
     loads: dict[str, int] = field(default_factory=dict)  # model → times it appeared in /api/ps
     unloads: dict[str, int] = field(default_factory=dict)  # model → times it left /api/ps
     energy_j_by_phase: dict[str, float] = field(default_factory=dict)  # GPU energy over requests' phases
@@ -721,34 +724,7 @@ class PhasewatchCollector(Collector):
         yield GaugeMetricFamily(
             "phasewatch_store_pending_records", "Records waiting to be written to the store.", value=snap.store_pending
         )
-        if snap.store_failing is not None:
-            yield GaugeMetricFamily(
-                "phasewatch_store_write_failing",
-                "1 while the last store write failed (retried).",
-                value=1 if snap.store_failing else 0,
-            )
-        if snap.store_dropped is not None:
-            yield CounterMetricFamily(
-                "phasewatch_store_dropped_records", "Records the store refused and dropped.", value=snap.store_dropped
-            )
-        if snap.store_shed is not None:
-            yield CounterMetricFamily(
-                "phasewatch_store_shed_records",
-                "Records shed, oldest first, because those waiting for the store passed its byte cap.",
-                value=snap.store_shed,
-            )
-        if snap.store_queued_bytes is not None:
-            yield GaugeMetricFamily(
-                "phasewatch_store_pending_bytes",
-                "Memory held by the records waiting for the store.",
-                value=snap.store_queued_bytes,
-            )
-        if snap.store_reopened is not None:
-            yield CounterMetricFamily(
-                "phasewatch_store_reopened",
-                "Times the store file was found deleted or replaced and recording went on in a fresh file.",
-                value=snap.store_reopened,
-            )
+        yield from _drop_metrics(snap)
 
 
 def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
@@ -761,3 +737,44 @@ def registry_for(snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
 def render(snap: MetricsSnapshot) -> str:
     """Prometheus text exposition (0.0.4) of a snapshot."""
     return generate_latest(registry_for(lambda: snap)).decode()
+
+
+def _drop_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """The store's write health and what it, and the log reader, dropped or shed."""
+    if snap.store_failing is not None:
+        yield GaugeMetricFamily(
+            "phasewatch_store_write_failing",
+            "1 while the last store write failed (retried).",
+            value=1 if snap.store_failing else 0,
+        )
+    if snap.store_dropped is not None:
+        yield CounterMetricFamily(
+            "phasewatch_store_dropped_records", "Records the store refused and dropped.", value=snap.store_dropped
+        )
+    if snap.store_shed is not None:
+        yield CounterMetricFamily(
+            "phasewatch_store_shed_records",
+            "Records shed, oldest first, because those waiting for the store passed its byte cap.",
+            value=snap.store_shed,
+        )
+    if snap.store_queued_bytes is not None:
+        yield GaugeMetricFamily(
+            "phasewatch_store_pending_bytes",
+            "Memory held by the records waiting for the store.",
+            value=snap.store_queued_bytes,
+        )
+    if snap.store_reopened is not None:
+        yield CounterMetricFamily(
+            "phasewatch_store_reopened",
+            "Times the store file was found deleted or replaced and recording went on in a fresh file.",
+            value=snap.store_reopened,
+        )
+    if snap.log_dropped is not None:
+        dropped = CounterMetricFamily(
+            "phasewatch_ollama_log_dropped_lines",
+            "Lines of Ollama's log not believed (the runner's /slots did not confirm them), by why.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(snap.log_dropped.items()):
+            dropped.add_metric([reason], n)
+        yield dropped

@@ -35,7 +35,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,12 +97,21 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: a SIGKILLed sim must not leave its runner behind (Linux only)."""
-    with contextlib.suppress(Exception):
-        import ctypes
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    """In the child before exec: a sim that dies, however, takes its runner with it (Linux only). SIGKILL, not
+    SIGTERM: llama-server busy with a generation finishes its step before it heeds a SIGTERM, and a runner left
+    decoding with no parent is what a stopped Ollama never leaves. A parent gone before the call (a race the
+    kernel does not cover) is checked after it."""
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    def in_child() -> None:
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_child
 
 
 @dataclass
@@ -206,7 +215,7 @@ class _Runner:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with(os.getpid()),
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._pumps = [asyncio.create_task(self._pump(s)) for s in (self.proc.stdout, self.proc.stderr)]
@@ -628,7 +637,15 @@ async def _delete_engine_log(request: web.Request) -> web.Response:
 
 
 def add_engine_routes(app: web.Application, engine: LlamaServerEngine) -> None:
-    """``GET|DELETE /sim/engine``: llama-server's raw timings per request, and the child now running."""
+    """``GET|DELETE /sim/engine``: llama-server's raw timings per request, and the child now running. On shutdown
+    the child is stopped first, as Ollama stops its runners: a request still running on it ends then, and sim's
+    exit does not wait on it."""
     app[ENGINE_KEY] = engine
+
+    async def _stop_runner(_: web.Application) -> None:
+        if engine.runner is not None:
+            await engine._unload_runner(engine.runner)
+
+    app.on_shutdown.append(_stop_runner)
     app.router.add_get("/sim/engine", _get_engine_log)
     app.router.add_delete("/sim/engine", _delete_engine_log)

@@ -71,7 +71,37 @@ def slog(msg: str, *, source: str, level: str = "INFO", **attrs: object) -> None
     line(" ".join(parts))
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def strconv_quote(value: str) -> str:
+    """Go's ``strconv.Quote`` (what ``%#v`` prints for a string): in double quotes, a quote and a backslash escaped,
+    what is not printable as \\n, \\xNN, \\uNNNN or \\UNNNNNNNN; a byte that was not UTF-8 (decoded with
+    surrogateescape) as \\xNN."""
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def access(status: int, duration: str, client: str, method: str, path: str) -> None:
-    """Ollama's access line for one HTTP request, written when it ends (local time, to the second)."""
+    """Ollama's access line for one HTTP request, written when it ends (local time, to the second). gin's default
+    format: ``"[GIN] %v | %3d | %13v | %15s | %-7s %#v"``; the path (with ``?`` and the raw query when there is one)
+    Go-quoted, so a path holding a quote or a newline stays one line whose end is known."""
     stamp = time.strftime("%Y/%m/%d - %H:%M:%S")
-    line(f'[GIN] {stamp} | {status:3d} | {duration:>13} | {client:>15} | {method:<8} "{path}"')
+    line(f"[GIN] {stamp} | {status:3d} | {duration:>13} | {client:>15} | {method:<8} {strconv_quote(path)}")

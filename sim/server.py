@@ -61,7 +61,9 @@ async def gin_log(request: web.Request, handler: _Handler) -> web.StreamResponse
         raise
     finally:
         elapsed_ns = time.monotonic_ns() - start_ns
-        ollama_log.access(status, format_go_duration(elapsed_ns), request.remote or "-", request.method, request.path)
+        query = request.rel_url.raw_query_string
+        path = request.path + ("?" + query if query else "")  # gin: URL.Path, then "?" and the raw query
+        ollama_log.access(status, format_go_duration(elapsed_ns), request.remote or "-", request.method, path)
 
 
 # --- request parsing ----------------------------------------------------------------

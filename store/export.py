@@ -9,7 +9,8 @@ value is not known — an unknown value is empty, never 0).
 ``seen_from``: ``proxy``, or ``runner`` for a generation a client sent Ollama directly, recorded from its
 runner: ``runner_source`` says whether its figures are the runner's own timings from Ollama's log (exact) or
 readings of its /slots, and the ``*_bound`` columns how far each value can be off; its route, client and
-``stream`` are empty where they are not known.
+``stream`` are empty where they are not known, and ``client_unverified`` is true where they came from Ollama's
+access line (text in its log, not a socket the collector saw).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ EXPORT_KEYS: tuple[str, ...] = (
     "prefill_bound_s",
     "decode_bound_s",
     "output_tokens_bound",
+    "client_unverified",
 )
 
 # OWASP ASVS (5.3 / 1.2.10) on CSV injection: a text cell starting with one of these is escaped with a leading "'".
@@ -129,6 +131,7 @@ def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator
             "prefill_bound_s": rec.prefill_bound_s,
             "decode_bound_s": rec.decode_bound_s,
             "output_tokens_bound": rec.output_tokens_bound,
+            "client_unverified": rec.client_unverified,
         }
         for key in EXPORT_KEYS:
             if key not in out:

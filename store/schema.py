@@ -523,6 +523,14 @@ CREATE TABLE request_waits (
 );
 """
 
+# v17: a direct record's client and route came from Ollama's access line, text in a log that anyone who can reach
+# a runner can make it write into: unverified (1), unlike an address a proxy's socket showed (0). The direct rows
+# stored before with a client got it so.
+_V17 = """
+ALTER TABLE requests ADD COLUMN client_unverified INTEGER NOT NULL DEFAULT 0;
+UPDATE requests SET client_unverified = 1 WHERE seen_from = 'runner' AND client_addr IS NOT NULL;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -541,6 +549,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V14),
     _script(_V15),
     _script(_V16),
+    _script(_V17),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

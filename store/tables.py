@@ -264,6 +264,8 @@ class RequestSummary:
     prompt_kept_tokens: int | None
     num_ctx_in_force: int | None
     num_ctx_source: str | None  # an analysis.prompt_fit.CtxSource
+    # v17: the client address and route came from Ollama's access line (a direct record's), not a socket: unverified
+    client_unverified: bool
 
     @property
     def direct(self) -> bool:

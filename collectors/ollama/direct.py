@@ -21,18 +21,30 @@ A task that ran wholly between two polls shows as a step of the slot's ``id_task
 as tasks too, so only a slot's own change means a generation): it is still recorded, filled from the log
 where there is one, else with its counts unknown.
 
-Never twice: a task claimed by a proxied request (``RunnerReader._join``) is the proxy's. Every ended task
+Never twice: a task claimed by a proxied request (``RunnerReader._join``) is the proxy's. The live claim pairs
+the oldest request with the oldest new task (start order: a tie-break only); when the request finishes, its
+prompt size, the runner's own count in its reply, must agree with the task's (/slots or the log): a claim whose
+size disagrees is taken back and the task of that size, if exactly one fits, claimed instead. Every ended task
 waits ``GRACE_S`` for the proxy to finish its requests; then one that the log timed is matched to a finished
-proxied request by its exact figures (the same numbers Ollama put in that reply), which also corrects a live
-claim that paired the wrong two; one without log figures, by model, time and prompt size. Only what no proxied
-request accounts for is written as direct. Route, status and client come from Ollama's access line only when
-exactly one generation access line and one ended task fit each other; otherwise they stay unknown (None).
+proxied request by its exact figures (the same numbers Ollama put in that reply); one without log figures, by
+model, time and prompt size. Only what no proxied request accounts for is written as direct.
+
+Believed only in the runner's own words (anyone who can send the runner a request can make it print text
+into Ollama's log): a task's log lines wait, by task id, until /slots shows that task on exactly one runner
+(``PENDING_TTL_S``; never shown: dropped); its figures count only when they agree with /slots (the prompt's
+size, the output count, the slot's context at release, the time between the polls around it), else the
+record keeps its /slots figures; a load line counts only for a runner found on its port, and no longer than
+the time between its two lines. What is not confirmed is dropped and counted (``dropped``), never recorded.
+Route, status and client come from Ollama's access line only when its end second and latency fit this task
+and, after every other generation took the one line that fits it alone, no other: the client is then marked
+unverified (``client_unverified``: the line is Ollama's text, not a socket this collector saw).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -47,7 +59,18 @@ CLAIM_WAIT_MAX_S = 120.0  # a task claimed by a proxied request still running th
 FINISHED_KEPT_S = 120.0  # finished proxied requests kept to match ended tasks against...
 MAX_FINISHED = 4096  # ...at most this many (a flood of proxied requests keeps the latest)
 MAX_TASKS = 4096  # tasks tracked at once (per collector); past it the oldest ended ones are decided first
-MAX_LOG_ONLY = 256  # log lines of tasks no runner has shown yet, kept while they wait for one
+# A task's log lines wait, by task id, this long for /slots to show that task (it polls each runner once a second
+# at least): the runner's own lines come within a poll of what they tell, so a minute is generous, and lines no
+# runner ever shows are dropped then, counted.
+PENDING_TTL_S = 60.0
+MAX_PENDING_TASKS = 256  # task ids whose lines wait at once; past it the oldest id's lines are dropped, counted
+# Lines kept per task id: the runner prints one launch, new prompt, prompt eval, eval and release line per task;
+# more are someone else's text (a forged line can only make the task's log figures ambiguous, never pick them), and
+# past this many the rest are dropped, counted.
+MAX_LINES_PER_TASK = 16
+MAX_PENDING_LOADS = 8  # loads (a "started in" line after its "starting llama-server") waiting for a task on their port
+LOAD_KEPT_S = 60.0  # ...this long at most
+LOAD_SLACK_S = 1.0  # a load's stated seconds may pass the time between its two lines by this (each read within a tick)
 LOG_TIMING_BOUND_S = 5e-6  # the runner prints its timings to 0.01 ms
 ACCESS_SLACK_S = 1.5  # an access line's second and a task's end: how far apart they may be and still fit
 # A task starting within this of a load's end on its runner (a log read or a poll later) is the one that waited for
@@ -55,6 +78,8 @@ ACCESS_SLACK_S = 1.5  # an access line's second and a task's end: how far apart 
 LOAD_FOLLOWS_S = 1.0
 GENERATION_PATHS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"})
 DURATION_MATCH_NS = 20_000  # the log's 0.01 ms rounding, twice
+WINDOW_SLACK_S = 0.5  # the log's durations against the polls around the task: a log read's tick and the rounding
+TASK_LINE_KINDS = frozenset({"launch", "new_prompt", "prompt_eval", "eval", "release"})
 
 
 @dataclass
@@ -66,27 +91,42 @@ class RunnerRef:
     model: str | None
 
 
+@dataclass(frozen=True)
+class _LogFigures:
+    """One task's figures from its log lines, once /slots agrees with them."""
+
+    prompt_total: int  # task.n_tokens (the computed count when no "new prompt" line was read)
+    computed: int  # prompt tokens evaluated (the cached part not)
+    has_total: bool
+    prefill_ms: float
+    output: int
+    decode_ms: float
+    release_unix_s: float  # when its release line was read
+    release_ctx: int  # the slot's context at release: prompt + output - 1
+
+
 @dataclass
 class _Task:
     runner: RunnerRef
     task_id: int
     slot_id: int | None
-    first_seen_unix_s: float  # when this collector first knew of it (a poll or a log line)
+    first_seen_unix_s: float  # when this collector first knew of it (a poll)
     # /slots: each moment lies between the last poll that did not see it and the first that did
     start: tuple[float, float] | None = None
+    start_lo: float | None = None  # the poll before it was first seen, when there was one (its start's lower bound)
     decode_start: tuple[float, float] | None = None
     end: tuple[float, float] | None = None
+    first_processing_s: float | None = None  # the first and last polls that saw it running
+    last_processing_s: float | None = None
     last_prefill_s: float | None = None  # the last poll that saw it reading its prompt
     prompt_tokens: int | None = None  # exact (processed + cached, once decoding began)
     cached_tokens: int | None = None
     decoded: list[tuple[float, int]] = field(default_factory=list)  # (poll time, tokens decoded): first and last
     output_exact: int | None = None  # from the slot's context after its release
+    final_ctx: int | None = None  # the slot's context after its release (prompt + output - 1)
     seen_processing: bool = False
-    # the log
-    log_prompt_total: int | None = None  # task.n_tokens
-    log_prompt_eval: tuple[float, int] | None = None  # (ms, tokens computed)
-    log_eval: tuple[float, int] | None = None  # (ms, tokens)
-    log_release_unix_s: float | None = None
+    gone: bool = False  # its runner went away: no line is its any more
+    lines: list[LogEvent] = field(default_factory=list)  # its log lines, as read (at most MAX_LINES_PER_TASK)
     load_s: float | None = None
     # deciding
     claimed_by: str | None = None  # a proxied request's id, from the live join
@@ -100,16 +140,43 @@ class _Task:
 
     @property
     def ended_unix_s(self) -> float | None:
-        ends = [t for t in (self.end[1] if self.end else None, self.log_release_unix_s) if t is not None]
-        return min(ends) if ends else None
+        """When /slots saw it end (a log line alone never ends a task: anyone can write one)."""
+        return self.end[1] if self.end is not None else None
 
     @property
     def log_done(self) -> bool:
-        return self.log_prompt_eval is not None and self.log_eval is not None and self.log_release_unix_s is not None
+        """Its prompt eval, eval and release lines were read (whether /slots agrees is decided later)."""
+        kinds = {e.kind for e in self.lines}
+        return {"prompt_eval", "eval", "release"} <= kinds
 
     @property
     def id(self) -> str:
         return f"direct-{self.runner.port}-{self.runner.pid}-{self.task_id}-{int(self.first_seen_unix_s)}"
+
+
+@dataclass
+class _Figures:
+    """What a record says of its task's times and counts, from the log (exact) or from /slots (bounded)."""
+
+    source: str  # "log" | "slots"
+    start: float
+    decode_start: float | None
+    end: float | None
+    ends_bound: float
+    prompt: int | None
+    cached: int | None
+    prefill_s: float | None
+    prefill_bound: float | None
+    decode_s: float | None
+    decode_bound: float | None
+    output: int | None
+    output_bound: int | None
+
+
+@dataclass
+class _Pending:
+    first_read_unix_s: float
+    lines: list[LogEvent] = field(default_factory=list)
 
 
 def _mid(interval: tuple[float, float]) -> float:
@@ -139,40 +206,57 @@ class DirectTasks:
         self.log_read_bound_s = log_read_bound_s  # how late a log line is stamped: the reader's pace
         self.log_readable = False  # the reader says whether Ollama's log is being read now
         self._tasks: dict[tuple[int, int], _Task] = {}
+        self._pids_of: dict[int, set[int]] = {}  # task id → pids of the runners whose /slots showed a task of that id
+        self._claims: dict[str, tuple[int, int]] = {}  # proxied request id → the task it claims
+        self._disowned: deque[tuple[tuple[int, int], str]] = deque(maxlen=256)  # claims found wrong: never again
         self._last_task: dict[tuple[int, int], int | None] = {}  # (pid, slot) → the id_task it showed last
         self._last_poll: dict[int, float] = {}  # pid → time of its last /slots reading
         self._finished: deque[tuple[float, RequestRecord]] = deque()  # proxied, (end wall time, record)
+        self._finished_ids: set[str] = set()  # their ids
         self._owned: set[str] = set()  # proxied request ids already matched to a task
-        self._log_only: dict[int, list[LogEvent]] = {}  # task id → its lines, while no runner has shown it
+        # task id → its lines, while no runner's /slots has shown it (oldest first: they expire in order)
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._access: deque[AccessLine] = deque(maxlen=1024)
-        self._loads: dict[int, tuple[float, float]] = {}  # port → (load finished wall time, load seconds)
-        self._starting_port: int | None = None
-        self.newest_port: int | None = None  # of the runner Ollama started last (its log's "starting llama-server")
-        self._decided_ends: deque[float] = deque(maxlen=1024)  # ends of the tasks decided lately (access-line rivals)
+        self._load_start: tuple[int, float] | None = None  # (port, read time) of the last "starting llama-server"
+        self._loads: OrderedDict[int, tuple[float, float]] = OrderedDict()  # port → (load end read time, seconds)
+        # spans of tasks decided without an access line (they may own one still waiting): rivals for the lines
+        self._decided_spans: deque[tuple[float, float]] = deque(maxlen=1024)
         self._out: list[RequestRecord] = []
         self._retracted: list[str] = []
         self.recorded = 0  # direct records written (finished)
         self.matched_proxied = 0  # ended tasks found to be a proxied request's
+        self.claims_corrected = 0  # live claims whose prompt size the finished request's own count disproved
+        # Log lines not believed, by why (module doc): "unconfirmed" (no runner's /slots showed their task),
+        # "ambiguous" (two runners showed that task id), "disagrees" (/slots contradicts them), "capped" (past
+        # MAX_LINES_PER_TASK), "load" (a load line no runner's task confirmed, or longer than its own lines allow).
+        self.dropped: dict[str, int] = {}
 
     # -- what the reader feeds -------------------------------------------------------------------
 
     def claimed(self, runner: RunnerRef, task_id: int, request_id: str) -> None:
         """The live join paired this task with a proxied request."""
         task = self._tasks.get((runner.pid, task_id))
-        if task is not None:
-            task.claimed_by = request_id
-            if task.emitted:  # written as direct before the proxy's request showed up: take it back
-                task.emitted = False
-                self._retracted.append(task.id)
+        if task is None or task.claimed_by == request_id or (task.key, request_id) in self._disowned:
+            return
+        if task.claimed_by is not None:
+            self._claims.pop(task.claimed_by, None)
+        task.claimed_by = request_id
+        self._claims[request_id] = task.key
+        if task.emitted:  # written as direct before the proxy's request showed up: take it back
+            task.emitted = False
+            self._retracted.append(task.id)
 
     def proxied_finished(self, rec: RequestRecord) -> None:
-        """A proxied request finished: it may account for a task that ended unclaimed."""
+        """A proxied request finished: it may account for a task that ended unclaimed, and its own prompt count
+        checks the task the live join gave it."""
         end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
         end = rec.wall_s(end_ns) if end_ns is not None else self._clock()
         if len(self._finished) >= MAX_FINISHED:
-            self._owned.discard(self._finished.popleft()[1].id)
+            self._let_go(self._finished.popleft()[1])
+        self._finished_ids.add(rec.id)
         # Kept slim: its stamps, model and figures are what a match needs, not its tokens or text.
         self._finished.append((end, replace(rec, token_chunk_ns=[], prompt_text=None, response_text=None, error=None)))
+        self._check_claim(rec, end)
 
     def slots_read(
         self, runner: RunnerRef, readings: Iterable[SlotReading], ts: float, claims: Mapping[int, str]
@@ -181,30 +265,12 @@ class DirectTasks:
         prev = self._last_poll.get(runner.pid)
         self._last_poll[runner.pid] = ts
         progress: list[tuple[str, SlotReading]] = []
+        seen_slots: set[int] = set()
         for slot in readings:
-            key = (runner.pid, slot.slot_id)
-            before = self._last_task.get(key, -1)
-            self._last_task[key] = slot.task_id
-            if slot.task_id is None:
-                continue
-            if before != slot.task_id and before not in (-1, None):
-                self._ended_unseen_after(runner, before, ts, prev)
-            task = self._tasks.get((runner.pid, slot.task_id))
-            if not slot.is_processing and (task is None or not task.seen_processing):
-                if before not in (-1, slot.task_id) and prev is not None:
-                    # a task that ran wholly between two polls: the slot shows its id and final context only
-                    task = task or self._new(runner, slot.task_id, slot.slot_id, ts)
-                    task.runner.model = task.runner.model or runner.model
-                    task.start = task.start or (prev, ts)
-                    task.end = task.end or (prev, ts)
-                    if slot.task_id in claims:
-                        self.claimed(runner, slot.task_id, claims[slot.task_id])
-                continue
+            seen_slots.add(slot.slot_id)
+            task = self._slot_task(runner, slot, ts, prev, claims)
             if task is None:
-                task = self._new(runner, slot.task_id, slot.slot_id, ts)
-            if slot.task_id in claims and task.claimed_by is None:
-                self.claimed(runner, slot.task_id, claims[slot.task_id])
-            task.runner.model = task.runner.model or runner.model
+                continue
             self._read_slot(task, slot, ts, prev)
             if slot.is_processing and task.claimed_by is None:
                 task.unclaimed_polls += 1
@@ -212,6 +278,7 @@ class DirectTasks:
                     task.emitted = True
                     self._out.append(self._record(task))
                     progress.append((task.id, slot))
+        self._slots_vanished(runner, seen_slots, ts, prev)
         return progress
 
     def runner_gone(self, pid: int) -> None:
@@ -219,42 +286,24 @@ class DirectTasks:
         last = self._last_poll.pop(pid, None)
         now = self._clock()
         for task in self._tasks.values():
-            if task.runner.pid == pid and task.ended_unix_s is None:
-                task.end = (last if last is not None else task.first_seen_unix_s, now)
+            if task.runner.pid == pid:
+                task.gone = True
+                if task.end is None:
+                    task.end = (last if last is not None else task.first_seen_unix_s, now)
         self._last_task = {k: v for k, v in self._last_task.items() if k[0] != pid}
 
-    def log_events(self, events: Iterable[LogEvent], runner_of: Callable[[int], RunnerRef | None]) -> None:
-        """Ollama's log lines, in order. ``runner_of(task id)`` names the runner a task id belongs to, or None
-        while that is not known (several runners, none showing it yet)."""
+    def log_events(self, events: Iterable[LogEvent]) -> None:
+        """Ollama's log lines, in order: each task line waits for /slots to show its task (module doc)."""
         for event in events:
             if event.kind == "access" and event.access is not None:
                 if event.access.method == "POST" and event.access.path in GENERATION_PATHS:
                     self._access.append(event.access)
-                continue
-            if event.kind == "runner_start":
-                self._starting_port = self.newest_port = event.port
-                continue
-            if event.kind == "runner_started":
-                if self._starting_port is not None and event.duration_ms is not None:
-                    self._loads[self._starting_port] = (event.read_unix_s, event.duration_ms / 1000)
-                self._starting_port = None
-                continue
-            if event.task_id is None or event.kind not in ("launch", "new_prompt", "prompt_eval", "eval", "release"):
-                continue
-            runner = runner_of(event.task_id)
-            if runner is None:
-                if len(self._log_only) < MAX_LOG_ONLY or event.task_id in self._log_only:
-                    self._log_only.setdefault(event.task_id, []).append(event)
-                continue
-            self._apply_log(runner, event)
-
-    def adopt_log_only(self, runner_of: Callable[[int], RunnerRef | None]) -> None:
-        """Lines kept for tasks no runner had shown: apply them once one does."""
-        for task_id in list(self._log_only):
-            runner = runner_of(task_id)
-            if runner is not None:
-                for event in self._log_only.pop(task_id):
-                    self._apply_log(runner, event)
+            elif event.kind == "runner_start" and event.port is not None:
+                self._load_start = (event.port, event.read_unix_s)
+            elif event.kind == "runner_started":
+                self._load_read(event)
+            elif event.task_id is not None and event.kind in TASK_LINE_KINDS:
+                self._task_line(event)
 
     def active_ids(self) -> set[str]:
         """Ids of the direct records written as in flight and not decided yet."""
@@ -262,17 +311,22 @@ class DirectTasks:
 
     def unclaimed(self, task_id: int) -> bool:
         """A task of that id is tracked and no proxied request claimed it (its log lines are not a proxied one's)."""
-        return any(tid == task_id and t.claimed_by is None for (_, tid), t in self._tasks.items())
+        return any(self._tasks[(pid, task_id)].claimed_by is None for pid in self._pids_of.get(task_id, ()))
 
     def record_id(self, task_id: int) -> str | None:
         """The direct record id of the one unclaimed task with this id (None: none, or several runners have one)."""
-        ids = {t.id for (_, tid), t in self._tasks.items() if tid == task_id and t.claimed_by is None}
+        ids = {t.id for pid in self._pids_of.get(task_id, ()) if (t := self._tasks[(pid, task_id)]).claimed_by is None}
         return ids.pop() if len(ids) == 1 else None
 
     def known_runner_of(self, task_id: int) -> RunnerRef | None:
         """The runner whose slots showed this task id, when exactly one did."""
-        found = {t.runner.pid: t.runner for (pid, tid), t in self._tasks.items() if tid == task_id}
-        return next(iter(found.values())) if len(found) == 1 else None
+        pids = self._pids_of.get(task_id, set())
+        return self._tasks[(next(iter(pids)), task_id)].runner if len(pids) == 1 else None
+
+    @property
+    def dropped_lines(self) -> int:
+        """Log lines not believed (``dropped``), all reasons together."""
+        return sum(self.dropped.values())
 
     # -- deciding and writing ------------------------------------------------------------------
 
@@ -280,16 +334,14 @@ class DirectTasks:
         """Decide the ended tasks whose wait is over: proxied (dropped) or direct (written as finished)."""
         now = self._clock()
         while self._finished and self._finished[0][0] < now - FINISHED_KEPT_S:
-            _, rec = self._finished.popleft()
-            self._owned.discard(rec.id)
+            self._let_go(self._finished.popleft()[1])
+        self._expire(now)
         due = sorted((t for t in self._tasks.values() if self._due(t, now)), key=lambda t: t.ended_unix_s or 0.0)
         if len(self._tasks) > MAX_TASKS:
             ended = sorted((t for t in self._tasks.values() if t.ended_unix_s is not None), key=lambda t: t.ended_unix_s or 0.0)
             due += [t for t in ended[: len(self._tasks) - MAX_TASKS] if t not in due]
         for task in due:
-            del self._tasks[task.key]
-            if (ended_s := task.ended_unix_s) is not None:
-                self._decided_ends.append(ended_s)
+            self._forget(task)
             owner = self._proxied_owner(task, now)
             if owner is not None:
                 self.matched_proxied += 1
@@ -297,8 +349,11 @@ class DirectTasks:
                 if task.emitted:
                     self._retracted.append(task.id)
                 continue
-            self._fit_access(task)
-            self._out.append(self._record(task, final=True))
+            figures = self._figures(task, count_dropped=True)
+            self._fit_access(task, figures)
+            if task.access is None:
+                self._decided_spans.append((figures.start, figures.end if figures.end is not None else figures.start))
+            self._out.append(self._record(task, final=True, figures=figures))
             self.recorded += 1
 
     def drain(self) -> tuple[list[RequestRecord], list[str]]:
@@ -307,15 +362,66 @@ class DirectTasks:
         gone, self._retracted = self._retracted, []
         return out, gone
 
-    # -- inside ----------------------------------------------------------------------------------
+    # -- /slots --------------------------------------------------------------------------------------
+
+    def _slot_task(
+        self, runner: RunnerRef, slot: SlotReading, ts: float, prev: float | None, claims: Mapping[int, str]
+    ) -> _Task | None:
+        """The task this slot reading is about (tracked from now on), or None (idle, or a task from before)."""
+        key = (runner.pid, slot.slot_id)
+        before = self._last_task.get(key, -1)
+        self._last_task[key] = slot.task_id
+        if slot.task_id is None:
+            return None
+        if before != slot.task_id and before not in (-1, None):
+            self._ended_unseen_after(runner, before, ts, prev)
+        task = self._tasks.get((runner.pid, slot.task_id))
+        if not slot.is_processing and (task is None or not task.seen_processing):
+            if before not in (-1, slot.task_id) and prev is not None:
+                # a task that ran wholly between two polls: the slot shows its id and final context only
+                task = task or self._new(runner, slot.task_id, slot.slot_id, ts)
+                task.runner.model = task.runner.model or runner.model
+                task.start = task.start or (prev, ts)
+                task.start_lo = prev
+                task.end = task.end or (prev, ts)
+                task.final_ctx = slot.ctx_tokens
+                if slot.task_id in claims:
+                    self.claimed(runner, slot.task_id, claims[slot.task_id])
+            return None
+        if task is None:
+            task = self._new(runner, slot.task_id, slot.slot_id, ts)
+        if slot.task_id in claims and task.claimed_by is None:
+            self.claimed(runner, slot.task_id, claims[slot.task_id])
+        task.runner.model = task.runner.model or runner.model
+        return task
+
+    def _slots_vanished(self, runner: RunnerRef, seen_slots: set[int], ts: float, prev: float | None) -> None:
+        """Slots this reading no longer lists: their tasks ended since the last one (and the slot is forgotten)."""
+        for key in [k for k in self._last_task if k[0] == runner.pid and k[1] not in seen_slots]:
+            self._ended_unseen_after(runner, self._last_task.pop(key), ts, prev)
 
     def _new(self, runner: RunnerRef, task_id: int, slot_id: int | None, ts: float) -> _Task:
         task = self._tasks[(runner.pid, task_id)] = _Task(RunnerRef(runner.pid, runner.port, runner.model), task_id, slot_id, ts)
+        self._pids_of.setdefault(task_id, set()).add(runner.pid)
         load = self._loads.get(runner.port)
         if load is not None and 0 <= ts - load[0] <= LOAD_FOLLOWS_S:
-            task.load_s = load[1]
+            task.load_s = load[1]  # a runner on that port is found, and this task followed its load at once
             del self._loads[runner.port]
+        pending = self._pending.pop(task_id, None)
+        if pending is not None:
+            for event in pending.lines:
+                self._task_line(event)
         return task
+
+    def _forget(self, task: _Task) -> None:
+        del self._tasks[task.key]
+        pids = self._pids_of.get(task.task_id)
+        if pids is not None:
+            pids.discard(task.runner.pid)
+            if not pids:
+                del self._pids_of[task.task_id]
+        if task.claimed_by is not None and self._claims.get(task.claimed_by) == task.key:
+            del self._claims[task.claimed_by]
 
     def _ended_unseen_after(self, runner: RunnerRef, task_id: int | None, ts: float, prev: float | None) -> None:
         """The slot moved on from ``task_id``: if it was still running at the last poll, it ended since."""
@@ -328,6 +434,9 @@ class DirectTasks:
             if not task.seen_processing:
                 task.seen_processing = True
                 task.start = (prev if prev is not None else ts, ts)
+                task.start_lo = prev
+                task.first_processing_s = ts
+            task.last_processing_s = ts
             if slot.decoding:
                 if task.decode_start is None:
                     since = task.last_prefill_s if task.last_prefill_s is not None else task.start[0] if task.start else ts
@@ -343,24 +452,124 @@ class DirectTasks:
             task.end = None
         elif task.seen_processing and task.end is None:
             task.end = (prev if prev is not None else ts, ts)
+            task.final_ctx = slot.ctx_tokens
             if slot.ctx_tokens is not None and task.prompt_tokens is not None and slot.ctx_tokens >= task.prompt_tokens:
                 task.output_exact = slot.ctx_tokens - task.prompt_tokens + 1  # the last token is not put in the context
 
-    def _apply_log(self, runner: RunnerRef, event: LogEvent) -> None:
+    # -- the log ---------------------------------------------------------------------------------
+
+    def _drop(self, why: str, n: int = 1) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + n
+
+    def _task_line(self, event: LogEvent) -> None:
+        """A task's line: its task's, when exactly one runner's /slots showed that task; else it waits for one."""
         assert event.task_id is not None
-        task = self._tasks.get((runner.pid, event.task_id))
-        if task is None:
-            if event.kind not in ("launch", "new_prompt"):
-                return  # lines of a task before this collector began: its start is not known
-            task = self._new(runner, event.task_id, event.slot_id, event.read_unix_s)
-        if event.kind == "new_prompt":
-            task.log_prompt_total = event.tokens
-        elif event.kind == "prompt_eval" and event.duration_ms is not None:
-            task.log_prompt_eval = (event.duration_ms, event.tokens)
-        elif event.kind == "eval" and event.duration_ms is not None:
-            task.log_eval = (event.duration_ms, event.tokens)
-        elif event.kind == "release":
-            task.log_release_unix_s = event.read_unix_s
+        pids = self._pids_of.get(event.task_id)
+        if pids:
+            if len(pids) > 1:
+                self._drop("ambiguous")  # two runners have a task of that id: whose line it is is not known
+                return
+            task = self._tasks[(next(iter(pids)), event.task_id)]
+            if task.gone:
+                self._drop("unconfirmed")
+            elif len(task.lines) >= MAX_LINES_PER_TASK:
+                self._drop("capped")
+            else:
+                task.lines.append(event)
+            return
+        pending = self._pending.get(event.task_id)
+        if pending is None:
+            if len(self._pending) >= MAX_PENDING_TASKS:
+                _, oldest = self._pending.popitem(last=False)
+                self._drop("unconfirmed", len(oldest.lines))
+            pending = self._pending[event.task_id] = _Pending(event.read_unix_s)
+        if len(pending.lines) >= MAX_LINES_PER_TASK:
+            self._drop("capped")
+        else:
+            pending.lines.append(event)
+
+    def _expire(self, now: float) -> None:
+        """Lines whose task no runner showed within ``PENDING_TTL_S``, and loads no task followed: dropped."""
+        while self._pending:
+            task_id, pending = next(iter(self._pending.items()))
+            if pending.first_read_unix_s >= now - PENDING_TTL_S:
+                break
+            del self._pending[task_id]
+            self._drop("unconfirmed", len(pending.lines))
+        while self._loads and next(iter(self._loads.values()))[0] < now - LOAD_KEPT_S:
+            self._loads.popitem(last=False)
+            self._drop("load")
+
+    def _load_read(self, event: LogEvent) -> None:
+        """A "started in X seconds" line: the load of the runner whose "starting llama-server" line came last, when
+        X fits the time between the two lines; it waits for a task on that port (``_new``)."""
+        start, self._load_start = self._load_start, None
+        if start is None or event.duration_ms is None:
+            self._drop("load")
+            return
+        port, start_read_s = start
+        seconds = event.duration_ms / 1000
+        if not 0 <= seconds <= event.read_unix_s - start_read_s + LOAD_SLACK_S:
+            self._drop("load")  # longer than the runner has been starting: not the runner's words
+            return
+        self._loads.pop(port, None)
+        if len(self._loads) >= MAX_PENDING_LOADS:
+            self._loads.popitem(last=False)
+            self._drop("load")
+        self._loads[port] = (event.read_unix_s, seconds)
+
+    def _confirmed_log(self, task: _Task) -> _LogFigures | None:
+        """The task's figures from its log lines, when exactly one reading of them agrees with /slots."""
+        if not task.log_done:
+            return None
+        if task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None:
+            return None  # /slots told nothing to check them against
+        kinds: dict[str, list[LogEvent]] = {k: [] for k in ("new_prompt", "prompt_eval", "eval", "release")}
+        for event in task.lines:
+            if event.kind in kinds and (event.kind in ("new_prompt", "release") or event.duration_ms is not None):
+                kinds[event.kind].append(event)
+        totals: list[LogEvent | None] = [*kinds["new_prompt"]] or [None]
+        fits: set[_LogFigures] = set()
+        for total, pe, ev, rel in itertools.product(totals, kinds["prompt_eval"], kinds["eval"], kinds["release"]):
+            assert pe.duration_ms is not None and ev.duration_ms is not None
+            figures = _LogFigures(
+                prompt_total=total.tokens if total is not None else pe.tokens,
+                computed=pe.tokens,
+                has_total=total is not None,
+                prefill_ms=pe.duration_ms,
+                output=ev.tokens,
+                decode_ms=ev.duration_ms,
+                release_unix_s=rel.read_unix_s,
+                release_ctx=rel.tokens,
+            )
+            if self._agrees(task, figures):
+                fits.add(figures)
+        return fits.pop() if len(fits) == 1 else None
+
+    @staticmethod
+    def _agrees(task: _Task, f: _LogFigures) -> bool:
+        """Whether the log's figures fit what /slots saw of the task: sizes, counts and the time between polls."""
+        if f.computed > f.prompt_total or abs(f.release_ctx - (f.prompt_total + f.output - 1)) > 1:
+            return False  # the runner's own lines always add up so
+        if task.prompt_tokens is not None and f.prompt_total != task.prompt_tokens:
+            return False
+        if task.final_ctx is not None and abs(f.release_ctx - task.final_ctx) > 1:
+            return False
+        if task.output_exact is not None and abs(f.output - task.output_exact) > 1:
+            return False
+        if task.decoded and f.output < task.decoded[-1][1] - 1:
+            return False  # fewer tokens than a poll already saw decoded
+        took_s = (f.prefill_ms + f.decode_ms) / 1000
+        if task.start_lo is not None and task.end is not None and took_s > task.end[1] - task.start_lo + WINDOW_SLACK_S:
+            return False  # longer than the polls around it allow
+        if task.first_processing_s is not None and task.last_processing_s is not None:
+            if took_s < task.last_processing_s - task.first_processing_s - WINDOW_SLACK_S:
+                return False  # shorter than the polls that saw it running
+            if f.release_unix_s < task.last_processing_s - WINDOW_SLACK_S:
+                return False  # released before a poll saw it running
+        return True
+
+    # -- deciding ------------------------------------------------------------------------------------
 
     def _due(self, task: _Task, now: float) -> bool:
         ended = task.ended_unix_s
@@ -372,29 +581,86 @@ class DirectTasks:
             wait = max(self.grace_s, self.log_wait_s)
         else:
             wait = self.grace_s
-        if task.claimed_by is not None and not any(rec.id == task.claimed_by for _, rec in self._finished):
+        if task.claimed_by is not None and task.claimed_by not in self._finished_ids:
             wait = max(wait, CLAIM_WAIT_MAX_S)  # its request is still running: decide once it has finished
         return now >= ended + wait
 
+    def _let_go(self, rec: RequestRecord) -> None:
+        self._owned.discard(rec.id)
+        self._finished_ids.discard(rec.id)
+
+    def _prompt_size(self, task: _Task) -> int | None:
+        """The task's prompt size in the runner's own count: /slots once decoding began, else its confirmed log."""
+        if task.prompt_tokens is not None:
+            return task.prompt_tokens
+        log = self._confirmed_log(task)
+        return log.prompt_total if log is not None and log.has_total else None
+
+    def _check_claim(self, rec: RequestRecord, end: float) -> None:
+        """A finished proxied request's prompt count against the task the live join gave it: a task whose size
+        disagrees is not its (taken back); the one task of its model, time and size is claimed instead."""
+        counted = rec.metrics.prompt_eval_count if rec.metrics is not None else None
+        if counted is None:
+            return
+        key = self._claims.get(rec.id)
+        task = self._tasks.get(key) if key is not None else None
+        size = self._prompt_size(task) if task is not None else None
+        if task is not None and size == counted:
+            return  # the live claim agrees with the runner's own count
+        fits = [
+            t
+            for t in self._tasks.values()
+            if t.claimed_by is None
+            and (t.key, rec.id) not in self._disowned
+            and t.runner.model is not None
+            and same_model(rec.model, t.runner.model)
+            and self._prompt_size(t) == counted
+            and self._rough_start(t) <= end + 0.5
+        ]
+        if task is not None and (size is not None or len(fits) == 1):
+            # its size disagrees, or it is unknown and exactly one other task has the request's: not its
+            task.claimed_by = None
+            task.unclaimed_polls = 0
+            del self._claims[rec.id]
+            self._disowned.append((task.key, rec.id))
+            self.claims_corrected += 1
+        if len(fits) == 1:
+            self.claimed(fits[0].runner, fits[0].task_id, rec.id)
+
+    @staticmethod
+    def _rough_start(task: _Task) -> float:
+        return task.start[0] if task.start is not None else task.first_seen_unix_s
+
     def _proxied_owner(self, task: _Task, now: float) -> str | None:
         """The proxied request this ended task was, or None: it was a direct one."""
-        model = task.runner.model
-        finished = [rec for _, rec in self._finished if rec.id not in self._owned]
-        if task.log_done:
-            for rec in finished:
-                if model is not None and same_model(rec.model, model) and self._same_figures(task, rec):
-                    return rec.id
-            if task.claimed_by is not None:
-                claimer = next((rec for rec in finished if rec.id == task.claimed_by), None)
-                if claimer is None or not self._has_durations(claimer):
-                    return task.claimed_by  # still running, or a /v1 reply without durations: trust the live join
-            return None
+        model = task.runner.model or ""  # none known: no request is of it
+        finished = [rec for _, rec in self._finished if rec.id not in self._owned and same_model(rec.model, model)]
+        log = self._confirmed_log(task)
+        if log is not None:
+            return self._owner_by_figures(task, log, finished)
         if task.claimed_by is not None:
             return task.claimed_by
+        return self._owner_by_time(task, finished, now)
+
+    def _owner_by_figures(self, task: _Task, log: _LogFigures, finished: list[RequestRecord]) -> str | None:
+        """A task the log timed: the finished request with its exact figures, else the live claim when nothing
+        can disprove it (still running, or a /v1 reply without durations)."""
+        for rec in finished:
+            if self._same_figures(log, rec):
+                return rec.id
+        if task.claimed_by is not None:
+            claimer = next((rec for rec in finished if rec.id == task.claimed_by), None)
+            if claimer is None or not self._has_durations(claimer):
+                return task.claimed_by
+        return None
+
+    def _owner_by_time(self, task: _Task, finished: list[RequestRecord], now: float) -> str | None:
+        """A task without log figures: a finished request of its model that claims no task, ran at the same time,
+        and whose prompt count does not disagree with the task's."""
         start = task.start[0] if task.start else task.first_seen_unix_s
         end = task.end[1] if task.end else (task.ended_unix_s or now)
         for rec in finished:
-            if model is None or not same_model(rec.model, model) or not self._has_no_task(rec):
+            if rec.id in self._claims:
                 continue
             rec_end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
             rec_end = rec.wall_s(rec_end_ns) if rec_end_ns is not None else now
@@ -406,128 +672,194 @@ class DirectTasks:
             return rec.id
         return None
 
-    def _has_no_task(self, rec: RequestRecord) -> bool:
-        return not any(t.claimed_by == rec.id for t in self._tasks.values())
-
     @staticmethod
     def _has_durations(rec: RequestRecord) -> bool:
         return rec.metrics is not None and rec.metrics.prompt_eval_duration_ns is not None
 
     @staticmethod
-    def _same_figures(task: _Task, rec: RequestRecord) -> bool:
+    def _same_figures(log: _LogFigures, rec: RequestRecord) -> bool:
         m = rec.metrics
-        if m is None or task.log_prompt_eval is None or task.log_eval is None:
+        if m is None:
             return False
-        computed = task.log_prompt_eval[1]
-        total = task.log_prompt_total if task.log_prompt_total is not None else computed
-        if m.prompt_eval_count != total or m.eval_count is None or abs(m.eval_count - task.log_eval[1]) > 1:
+        if m.prompt_eval_count != log.prompt_total or m.eval_count is None or abs(m.eval_count - log.output) > 1:
             return False
         if m.prompt_eval_duration_ns is None or m.eval_duration_ns is None:
             return True  # a /v1 reply: its counts are all it has
         return (
-            abs(m.prompt_eval_duration_ns - task.log_prompt_eval[0] * 1e6) <= DURATION_MATCH_NS
-            and abs(m.eval_duration_ns - task.log_eval[0] * 1e6) <= DURATION_MATCH_NS
+            abs(m.prompt_eval_duration_ns - log.prefill_ms * 1e6) <= DURATION_MATCH_NS
+            and abs(m.eval_duration_ns - log.decode_ms * 1e6) <= DURATION_MATCH_NS
         )
 
-    def _fit_access(self, task: _Task) -> None:
-        """The access line of this task, only when exactly one fits it and it fits no other ended task."""
-        end = task.ended_unix_s
-        if end is None:
-            return
-        fits = [a for a in self._access if a.ended_unix_s - ACCESS_SLACK_S <= end <= a.ended_unix_s + 1 + ACCESS_SLACK_S]
-        if len(fits) != 1:
-            return
-        line = fits[0]
-        lo, hi = line.ended_unix_s - ACCESS_SLACK_S, line.ended_unix_s + 1 + ACCESS_SLACK_S
-        ends = [t.ended_unix_s for t in self._tasks.values()] + [e for e, _ in self._finished] + list(self._decided_ends)
-        if sum(1 for e in ends if e is not None and lo <= e <= hi) > 1:  # this task's own end is among the decided
-            return  # another generation ended then too: which line is whose is not known
-        task.access = line
-        self._access.remove(line)
+    # -- the access line -------------------------------------------------------------------------------
 
-    def _record(self, task: _Task, *, final: bool = False) -> RequestRecord:
+    @staticmethod
+    def _fits_line(line: AccessLine, start: float, end: float) -> bool:
+        """Whether a request that ended in the line's second after its latency can have run this task: ended with
+        it, and begun no later (it may have waited for a load or a slot first)."""
+        if not line.ended_unix_s - ACCESS_SLACK_S <= end <= line.ended_unix_s + 1 + ACCESS_SLACK_S:
+            return False
+        return line.ended_unix_s - line.latency_s <= start + ACCESS_SLACK_S
+
+    def _fit_access(self, task: _Task, figures: _Figures) -> None:
+        """This task's access line: the one that fits it once every generation that fits one line alone has
+        taken it (tasks still tracked, proxied requests, tasks decided without one); none while two still fit."""
+        start = figures.start - (task.load_s or 0.0)
+        end = figures.end if figures.end is not None else figures.start
+        if not any(self._fits_line(a, start, end) for a in self._access):
+            return
+        # every line of about that second: a rival's other choices free this task's
+        lines = [a for a in self._access if abs(a.ended_unix_s - end) <= 1 + 2 * ACCESS_SLACK_S]
+        lo = min(a.ended_unix_s for a in lines) - ACCESS_SLACK_S
+        hi = max(a.ended_unix_s for a in lines) + 1 + ACCESS_SLACK_S
+        spans = [(start, end), *self._rival_spans(lo, hi)]
+        candidates = [{i for i, a in enumerate(lines) if self._fits_line(a, s, e)} for s, e in spans]
+        mine = self._assign(candidates).get(0)
+        if mine is not None:
+            task.access = lines[mine]
+            self._access.remove(task.access)
+
+    def _rival_spans(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """(start, end) of every other generation that ended between ``lo`` and ``hi``: an access line may be its."""
+        spans = [
+            (self._late_start(t), e)
+            for t in self._tasks.values()
+            if (e := t.ended_unix_s) is not None and lo <= e <= hi and t.claimed_by is None  # a claimed one: its request's
+        ]
+        spans += [(rec.started_at_unix_s, e) for e, rec in self._finished if lo <= e <= hi]
+        spans += [(s, e) for s, e in self._decided_spans if lo <= e <= hi]
+        return spans
+
+    @staticmethod
+    def _assign(candidates: list[set[int]]) -> dict[int, int]:
+        """Generation → line, where it follows: a generation left with one line takes it, unless another is left
+        with that same line alone (then neither does); repeated until nothing more follows."""
+        assigned: dict[int, int] = {}
+        while True:
+            taken = set(assigned.values())
+            wanted: dict[int, list[int]] = {}  # line → the generations it is the only line left for
+            for k, cands in enumerate(candidates):
+                left = cands - taken
+                if k not in assigned and len(left) == 1:
+                    wanted.setdefault(next(iter(left)), []).append(k)
+            alone = {line: ks[0] for line, ks in wanted.items() if len(ks) == 1}
+            if not alone:
+                return assigned
+            for line, k in alone.items():
+                assigned[k] = line
+
+    @staticmethod
+    def _late_start(task: _Task) -> float:
+        """A rival's start, as late as its polls allow: it fits every line it may own."""
+        return task.start[1] if task.start is not None else task.first_seen_unix_s
+
+    # -- the record ------------------------------------------------------------------------------------
+
+    def _figures(self, task: _Task, *, count_dropped: bool = False) -> _Figures:
+        """The record's times and counts: the log's, when /slots agrees with them, else the /slots readings'."""
+        log = self._confirmed_log(task)
+        if log is not None:
+            return self._log_figures(task, log)
+        if count_dropped and task.lines:
+            self._drop("disagrees" if task.log_done else "unconfirmed", len(task.lines))
+        return self._slots_figures(task)
+
+    def _log_figures(self, task: _Task, log: _LogFigures) -> _Figures:
+        """Exact: the runner's own timings; the end is when its release line was read (or the poll that saw it)."""
+        prefill_s, decode_s = log.prefill_ms / 1000, log.decode_ms / 1000
+        end = log.release_unix_s if task.end is None else min(_mid(task.end), log.release_unix_s)
+        cached = log.prompt_total - log.computed if log.has_total else None
+        return _Figures(
+            source="log",
+            start=end - prefill_s - decode_s,
+            decode_start=end - decode_s,
+            end=end,
+            ends_bound=_half(task.end) if task.end is not None else self.log_read_bound_s,
+            prompt=log.prompt_total,
+            cached=cached,
+            prefill_s=prefill_s,
+            prefill_bound=LOG_TIMING_BOUND_S,
+            decode_s=decode_s,
+            decode_bound=LOG_TIMING_BOUND_S,
+            output=log.output,
+            output_bound=0,
+        )
+
+    def _slots_figures(self, task: _Task) -> _Figures:
+        """Bounded: each moment between two polls, kept with the half-widths of those intervals."""
+        start = _mid(task.start) if task.start else task.first_seen_unix_s
+        start_bound = _half(task.start) if task.start else 0.0
+        decode_start = _mid(task.decode_start) if task.decode_start else None
+        ds_bound = _half(task.decode_start) if task.decode_start else 0.0
+        end = _mid(task.end) if task.end else None
+        prefill_s = decode_start - start if decode_start is not None else None
+        decode_s = (end - decode_start) if end is not None and decode_start is not None else None
+        output, output_bound = self._slots_output(task, end)
+        return _Figures(
+            source="slots",
+            start=start,
+            decode_start=decode_start,
+            end=end,
+            ends_bound=max(start_bound, _half(task.end) if task.end else self.log_read_bound_s),
+            prompt=task.prompt_tokens,
+            cached=task.cached_tokens,
+            prefill_s=prefill_s,
+            prefill_bound=start_bound + ds_bound if prefill_s is not None else None,
+            decode_s=decode_s,
+            decode_bound=ds_bound + (_half(task.end) if task.end else 0.0) if decode_s is not None else None,
+            output=output,
+            output_bound=output_bound,
+        )
+
+    def _record(self, task: _Task, *, final: bool = False, figures: _Figures | None = None) -> RequestRecord:
         """The task as a request record (in flight until ``final``)."""
         now = self._clock()
-        exact = task.log_done
-        prompt = task.log_prompt_total if exact else task.prompt_tokens
-        cached: int | None
-        if exact:
-            assert task.log_prompt_eval is not None and task.log_eval is not None
-            prefill_s: float | None = task.log_prompt_eval[0] / 1000
-            decode_s: float | None = task.log_eval[0] / 1000
-            output: int | None = task.log_eval[1]
-            computed = task.log_prompt_eval[1]
-            if prompt is None:
-                prompt, cached = computed, None
-            else:
-                cached = prompt - computed if prompt >= computed else None
-            end = task.log_release_unix_s if task.end is None else min(_mid(task.end), task.log_release_unix_s or _mid(task.end))
-            ends_bound = _half(task.end) if task.end is not None else self.log_read_bound_s
-            assert end is not None and prefill_s is not None and decode_s is not None
-            start = end - prefill_s - decode_s
-            decode_start: float | None = end - decode_s
-            prefill_bound: float | None = LOG_TIMING_BOUND_S
-            decode_bound: float | None = LOG_TIMING_BOUND_S
-            output_bound: int | None = 0
-        else:
-            cached = task.cached_tokens
-            start = _mid(task.start) if task.start else task.first_seen_unix_s
-            start_bound = _half(task.start) if task.start else 0.0
-            decode_start = _mid(task.decode_start) if task.decode_start else None
-            ds_bound = _half(task.decode_start) if task.decode_start else 0.0
-            end = _mid(task.end) if task.end else task.log_release_unix_s
-            ends_bound = max(start_bound, _half(task.end) if task.end else self.log_read_bound_s)
-            prefill_s = decode_start - start if decode_start is not None else None
-            prefill_bound = start_bound + ds_bound if prefill_s is not None else None
-            decode_s = (end - decode_start) if end is not None and decode_start is not None else None
-            decode_bound = ds_bound + (_half(task.end) if task.end else 0.0) if decode_s is not None else None
-            output, output_bound = self._slots_output(task, end)
-        if not final:
-            end = None
+        f = figures if figures is not None else self._figures(task)
         metrics = None
-        if final and (prompt is not None or output is not None):
+        if final and (f.prompt is not None or f.output is not None):
             metrics = FinalMetrics(
                 load_duration_ns=round(task.load_s * 1e9) if task.load_s is not None else None,
-                prompt_eval_count=prompt,
-                prompt_eval_cached_count=cached,
-                prompt_eval_duration_ns=round(prefill_s * 1e9) if prefill_s is not None else None,
-                eval_count=output,
-                eval_duration_ns=round(decode_s * 1e9) if decode_s is not None and decode_s >= 0 else None,
+                prompt_eval_count=f.prompt,
+                prompt_eval_cached_count=f.cached,
+                prompt_eval_duration_ns=round(f.prefill_s * 1e9) if f.prefill_s is not None else None,
+                eval_count=f.output,
+                eval_duration_ns=round(f.decode_s * 1e9) if f.decode_s is not None and f.decode_s >= 0 else None,
                 total_duration_ns=round(task.access.latency_s * 1e9) if task.access is not None else None,
             )
-        load_s = task.load_s or 0.0
-        received_ns = self._to_mono(start - load_s, now)
+        started = f.start - (task.load_s or 0.0)
+        received_ns = self._to_mono(started, now)
         access = task.access
-        outcome = Outcome.IN_FLIGHT
-        if final:
-            outcome = Outcome.OK
-            if access is not None and access.status >= 400:
-                outcome = Outcome.CANCELLED if access.status == 499 else Outcome.HTTP_ERROR
         return RequestRecord(
             id=task.id,
-            started_at_unix_s=start - load_s,
+            started_at_unix_s=started,
             client_addr=access.client if access is not None else None,
+            client_unverified=access is not None,
             endpoint=access.path if access is not None else None,
             model=task.runner.model or "",
             stream=None,
             kind=RequestKind.GENERATE,
             received_ns=received_ns,
             forwarded_ns=received_ns,
-            first_token_ns=self._to_mono(decode_start, now) if decode_start is not None else None,
-            final_chunk_ns=self._to_mono(end, now) if end is not None else None,
+            first_token_ns=self._to_mono(f.decode_start, now) if f.decode_start is not None else None,
+            final_chunk_ns=self._to_mono(f.end, now) if final and f.end is not None else None,
             status_code=access.status if access is not None else None,
-            outcome=outcome,
+            outcome=self._outcome(access) if final else Outcome.IN_FLIGHT,
             metrics=metrics,
             thinking_chunks=None,
             seen_from=SeenFrom.RUNNER,
             runner_port=task.runner.port,
             runner_task_id=task.task_id,
-            runner_source="log" if exact else "slots",
-            ends_bound_s=ends_bound,
-            prefill_bound_s=prefill_bound,
-            decode_bound_s=decode_bound,
-            output_tokens_bound=output_bound,
+            runner_source=f.source,
+            ends_bound_s=f.ends_bound,
+            prefill_bound_s=f.prefill_bound,
+            decode_bound_s=f.decode_bound,
+            output_tokens_bound=f.output_bound,
         )
+
+    @staticmethod
+    def _outcome(access: AccessLine | None) -> Outcome:
+        if access is None or access.status < 400:
+            return Outcome.OK
+        return Outcome.CANCELLED if access.status == 499 else Outcome.HTTP_ERROR
 
     @staticmethod
     def _slots_output(task: _Task, end: float | None) -> tuple[int | None, int | None]:

@@ -38,6 +38,15 @@ def can_read_journal() -> bool:
     return False
 
 
+def own_group() -> str:
+    """The name of this process's group (the one to let read Ollama's log), or its number when it has no name."""
+    gid = os.getegid()
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
 def log_problem(
     *,
     configured: bool,
@@ -46,15 +55,22 @@ def log_problem(
     container: bool,
     unit_installed: bool,
     journal_readable: bool,
+    reader_group: str | None = None,
 ) -> str | None:
     """Why Ollama's log is not read, with what to do; None when it is read, or nothing better can be said.
 
     ``configured``: --ollama-log (``log_file``) or --ollama-journal was given (``source_problem``: why it cannot
-    be read now; the journal's own texts already say what to do).
+    be read now; the journal's own texts already say what to do). A log file this user may not read: let its group
+    read it (``reader_group``, this process's own by default), never every user: it holds every client's address
+    and what the runners print of their requests.
     """
     if configured:
         if source_problem and log_file is not None and "ermission denied" in source_problem:
-            return f"{source_problem}: let this user read it (`sudo chmod o+r {log_file}`); {MEANWHILE}"
+            group = reader_group or own_group()
+            return (
+                f"{source_problem}: let this user's group read it, not every user (it holds every client's address): "
+                f"`sudo chgrp {group} {log_file} && sudo chmod g+r {log_file}`; {MEANWHILE}"
+            )
         return f"{source_problem}; {MEANWHILE}" if source_problem else None
     if container:
         return (

@@ -168,6 +168,8 @@ class RunnerReader:
         self._log_problem: str | None = None  # as last said in the collector's log
         self._log_read: asyncio.Future[None] | None = None  # the log read in a worker thread now, if any
         self.errors = 0  # unexpected failures caught (each logged once per kind)
+        self.log_lines_dropped = 0  # progress lines of no task /slots showed joined (see _read_log)
+        self.claims_by_order = 0  # live joins where more tasks than requests began: paired by start order (see _join)
         self.polls = 0
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
         # Where each runner (by port) put its model, from its load lines in Ollama's log: they follow the line
@@ -357,7 +359,6 @@ class RunnerReader:
         if self._log is not None and self._log_read is None:
             self._log_read = asyncio.ensure_future(self._read_log_in_thread(self._log))
         self.direct.log_readable = self._log is not None and self._log.problem is None
-        self.direct.adopt_log_only(self._runner_of_task)
         self.direct.step()
 
     async def _rediscover(self) -> None:
@@ -450,15 +451,7 @@ class RunnerReader:
         pid = state.runner.pid
         if state.model is None:
             return  # which model it serves is not known yet (/api/ps not read): no join is safe
-        mine = sorted((r for r in requests if same_model(r.model, state.model)), key=lambda r: (r.started_at_unix_s, r.id))
-        taken = set(self._tasks.values())
-        free = [r for r in mine if r.id not in taken and r.first_token_ns is None]
-        new = sorted(
-            (s for s in readings if s.is_processing and s.task_id is not None and (pid, s.task_id) not in self._tasks),
-            key=lambda s: s.task_id or 0,
-        )
-        for slot, req in zip(new, free, strict=False):
-            self._tasks[(pid, slot.task_id or 0)] = req.id
+        self._claim_new_tasks(pid, state.model, readings, requests)
         for slot in readings:
             rid = self._tasks.get((pid, slot.task_id or 0)) if slot.task_id is not None else None
             if rid is not None and slot.processed_tokens is not None:
@@ -468,6 +461,24 @@ class RunnerReader:
         for rid, slot in self.direct.slots_read(ref, readings, ts, claims):
             if slot.processed_tokens is not None:
                 self._add(rid, slot, ts)
+
+    def _claim_new_tasks(self, pid: int, model: str, readings: list[SlotReading], requests: list[RequestRecord]) -> None:
+        """Proxied requests of this runner's model with no task yet take the tasks its slots began since the last poll."""
+        mine = sorted((r for r in requests if same_model(r.model, model)), key=lambda r: (r.started_at_unix_s, r.id))
+        taken = set(self._tasks.values())
+        free = [r for r in mine if r.id not in taken and r.first_token_ns is None]
+        new = sorted(
+            (s for s in readings if s.is_processing and s.task_id is not None and (pid, s.task_id) not in self._tasks),
+            key=lambda s: s.task_id or 0,
+        )
+        # Nothing in flight tells which new task is which request (the runner's count of a request's prompt comes
+        # with its reply): the oldest request takes the oldest task, a tie-break only. When more tasks began than
+        # requests, one may be a direct client's: the claim is checked against the request's own prompt count when
+        # it finishes, and moved to the task of that size (DirectTasks.proxied_finished).
+        if len(new) > len(free) > 0:
+            self.claims_by_order += 1
+        for slot, req in zip(new, free, strict=False):
+            self._tasks[(pid, slot.task_id or 0)] = req.id
 
     def _track(self, rid: str) -> _Track:
         track = self._tracks.get(rid)
@@ -546,40 +557,36 @@ class RunnerReader:
             self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
         self._fold_waits(events)
-        self.direct.log_events(events, self._runner_of_task)
-        prefilling = [r for r in requests if r.first_token_ns is None]
-        by_task = {task: rid for (_pid, task), rid in self._tasks.items()}
+        self.direct.log_events(events)
+        # A progress line is a request's only when /slots showed its task id on the one runner, joined to that
+        # request (or to a direct task), and its count fits that slot's context: anyone can make the runner print
+        # text into this log, so a line naming no task, or a task no request holds, is dropped and counted.
         for event in events:
             if event.kind not in ("progress", "done", "prompt_eval", "eval"):
                 continue  # a task's start and end, access and load lines: the direct records' (above)
-            if event.task_id is not None and event.task_id not in by_task and self.direct.unclaimed(event.task_id):
-                # A direct client's task: not a proxied request's line, but its own record's (the prompt's size,
-                # which /slots does not tell while the prompt is read).
-                direct_id = self.direct.record_id(event.task_id)
-                if direct_id is not None:
-                    self._add_log(direct_id, event)
-                continue
-            rid = by_task.get(event.task_id) if event.task_id is not None and len(self.runners) <= 1 else None
+            rid = self._log_request(event)
             if rid is None:
-                running = prefilling if event.kind in ("progress", "done") else requests
-                if len(running) != 1:
-                    continue  # no request id in the line: join only when one request can be meant
-                rid = running[0].id
+                self.log_lines_dropped += 1
+                continue
             self._add_log(rid, event)
 
-    def _runner_of_task(self, task_id: int) -> RunnerRef | None:
-        """The runner a log line's task id belongs to: the only runner, else the one whose slots showed that task."""
-        newest = self.direct.newest_port
-        if newest is not None and all(state.runner.port != newest for state in self.runners.values()):
-            return None  # a runner Ollama just started, not found yet: its lines wait for it
-        if len(self.runners) == 1:
-            state = next(iter(self.runners.values()))
-            return RunnerRef(state.runner.pid, state.runner.port, state.model) if state.model is not None else None
-        for (pid, task), _rid in self._tasks.items():
-            if task == task_id and pid in self.runners:
-                state = self.runners[pid]
-                return RunnerRef(pid, state.runner.port, state.model)
-        return self.direct.known_runner_of(task_id)
+    def _log_request(self, event: LogEvent) -> str | None:
+        """The request a progress or timing line is about: the one joined to its task on the one runner whose last
+        /slots reading shows that task id (or that task's direct record), when its count fits that slot's context."""
+        if event.task_id is None:
+            return None
+        showing = [(pid, slot) for pid, state in self.runners.items() for slot in state.slots if slot.task_id == event.task_id]
+        if len(showing) != 1:
+            return None
+        pid, slot = showing[0]
+        if slot.n_ctx is not None and (event.tokens > slot.n_ctx or (event.prompt_size_tokens or 0) > slot.n_ctx):
+            return None  # more than the slot holds: not the runner's count
+        rid = self._tasks.get((pid, event.task_id))
+        if rid is None and self.direct.unclaimed(event.task_id):
+            # A direct client's task: its own record's line (the prompt's size, which /slots does not tell while
+            # the prompt is read).
+            rid = self.direct.record_id(event.task_id)
+        return rid
 
     def _add_log(self, rid: str, event: LogEvent) -> None:
         track = self._track(rid)
@@ -602,6 +609,10 @@ class RunnerReader:
                     rid, event.read_unix_s, ProgressSource.LOG, 0, prompt_tokens=track.prompt_tokens, decoded_tokens=event.tokens
                 )
             )
+
+    def log_dropped(self) -> dict[str, int]:
+        """Log lines not believed, by why: the direct records' (``DirectTasks.dropped``) and the progress rows'."""
+        return {**self.direct.dropped, "progress": self.log_lines_dropped}
 
     @property
     def log_unknown_lines(self) -> int:

@@ -124,6 +124,8 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 def show_detail(d: DetailModel) -> None:
     rec = d.record
     client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
+    if rec.client_unverified:
+        client += " (unverified)"  # from Ollama's access line (direct_sentence says why)
     where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
     route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
     st.text(f"{fmt.label(rec.model)} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")

@@ -552,6 +552,11 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     text += f" ({', '.join(bounds)})." if bounds else "."
     if unknown:
         text += f" Not known: {' and '.join(unknown)} (no access line fitted it alone)."
+    if row.client_unverified:
+        text += (
+            " Its route and client address are from Ollama's access line, unverified: anyone who can reach the runner"
+            " can make it write such a line."
+        )
     return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
 
 

@@ -290,3 +290,11 @@ async def _flood_model_names(sim_url: str, data: Path) -> None:
     assert sum(totals.values()) == n
     assert sum(v for labels, v in totals.items() if ("model", OTHER_LABEL) in labels) == n - LABEL_VALUES_MAX
     assert all(len(value) <= LABEL_MAX_CHARS for labels in totals for _, value in labels)
+
+
+def test_the_log_lines_not_believed_are_counted_by_why() -> None:
+    m = parse_exposition(render(MetricsSnapshot(log_dropped={"unconfirmed": 100_000, "load": 1, "progress": 2})))
+    assert m[("phasewatch_ollama_log_dropped_lines_total", (("reason", "unconfirmed"),))] == 100_000
+    assert m[("phasewatch_ollama_log_dropped_lines_total", (("reason", "load"),))] == 1
+    assert m[("phasewatch_ollama_log_dropped_lines_total", (("reason", "progress"),))] == 2
+    assert not any(name.startswith("phasewatch_ollama_log") for name, _ in parse_exposition(render(MetricsSnapshot())))

@@ -84,7 +84,7 @@ def test_sidebar_says_how_another_users_runner_was_found_and_why_the_log_is_not_
                     wait_until(lambda: f"Runners: {found}" in sidebar.inner_text(), 60, "the sidebar's runner line")
                     text = sidebar.inner_text()
                     assert f"Ollama's log: not read. cannot read {ollama_log}: Permission denied" in text
-                    assert f"sudo chmod o+r {ollama_log}" in text
+                    assert f"sudo chmod g+r {ollama_log}" in text and "o+r" not in text  # a group, never every user
                     assert "recording goes on from the runners' /slots" in text
                     screenshot(page, "sidebar-two-users")
             finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 from analysis.records import FinalMetrics, Outcome, RequestRecord, SeenFrom
@@ -121,3 +122,27 @@ def test_delete_direct_takes_back_only_rows_seen_from_the_runner(tmp_path: Path)
     with queries.open_reader(path) as conn:
         assert conn is not None
         assert [r[0] for r in conn.execute("SELECT id FROM requests")] == ["p"]
+
+
+def test_v17_keeps_whether_the_client_is_unverified(tmp_path: Path) -> None:
+    """A direct record whose client came from Ollama's access line is stored unverified; a v16 store's direct rows
+    with a client become so, its proxied rows not."""
+    path = db_path(tmp_path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    migrate(conn, target=16)
+    cols = "id, started_at_unix_s, client_addr, endpoint, model, stream, received_ns, outcome, updated_at_unix_s, seen_from"
+    conn.execute(f"INSERT INTO requests ({cols}) VALUES ('p', 1.0, 'c', '/api/chat', 'm', 0, 0, 'ok', 1.0, 'proxy')")
+    conn.execute(f"INSERT INTO requests ({cols}) VALUES ('d', 1.0, 'c', '/api/chat', 'm', NULL, 0, 'ok', 1.0, 'runner')")
+    conn.close()
+    told = replace(direct("d2", "log", bound_s=5e-6), client_addr="10.0.0.7", endpoint="/api/chat", client_unverified=True)
+    w = StoreWriter(path)
+    try:
+        w.write(PutRequest(told))
+        w.write(PutRequest(direct("d3", "slots", bound_s=0.5)))
+    finally:
+        w.close()
+    with queries.open_reader(path) as rconn:
+        assert rconn is not None
+        rows = dict(rconn.execute("SELECT id, client_unverified FROM requests").fetchall())
+    assert rows == {"p": 0, "d": 1, "d2": 1, "d3": 0}

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +34,10 @@ import pytest
 from collectors.ollama.direct import ACCESS_SLACK_S
 from collectors.ollama.runners import IDLE_INTERVAL_S
 from store.schema import db_path
-from tests.support.engine_process import GREEDY, MODEL, engine_log, start_server_engine, words_prompt
+from tests.support.engine_process import GREEDY, MODEL, engine_log, engine_state, start_server_engine, words_prompt
 from tests.support.paths import REPO
 from tests.support.sim_process import SimProcess
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -285,25 +288,60 @@ def test_two_at_once_on_two_slots_are_each_recorded_once(watch: Watch) -> None:
     check_both(watch, since, since_ns, 2)
 
 
+ROUNDS = 3  # the pair raced wrongly in 2 runs of 3 before the claim was checked against the request's own count
+
+
 def test_proxied_and_direct_at_once_no_double_count_and_the_proxied_keeps_its_readings(watch: Watch) -> None:
-    since, since_ns = time.time(), time.monotonic_ns()
+    """Two slots, a generation through the proxy and one sent directly at the same moment (different prompt sizes),
+    several times: each is recorded exactly once, the direct one as direct with its own prompt size."""
     proxy_url = watch.with_log.listen_url()
     through_proxy = SimProcess(proxy_url, 0, watch.sim.proc, watch.sim.log_path)
-    proxied = threading.Thread(target=via_ollama_streamed, args=(through_proxy, 80))
-    direct = threading.Thread(target=via_ollama_streamed, args=(watch.sim, 90))
-    proxied.start()
-    direct.start()
-    proxied.join(timeout=300)
-    direct.join(timeout=300)
-    engine = engine_by_prompt(watch.sim, since_ns)
-    assert len(engine) == 2
-    rows = wait_rows(watch.with_log, since, 1)
-    time.sleep(max(0.0, 4.0))  # past every wait: nothing more is written
-    rows = direct_rows(watch.with_log, since)
-    proxied_rows = watch.with_log.rows("SELECT * FROM requests WHERE seen_from = 'proxy' AND started_at_unix_s >= ?", since)
-    assert len(proxied_rows) == 1 and len(rows) == 1, ([dict(r) for r in rows], [dict(r) for r in proxied_rows])
-    assert proxied_rows[0]["prompt_tokens"] != rows[0]["prompt_tokens"]
-    check_log_row(rows[0], engine[rows[0]["prompt_tokens"]])
-    sql = "SELECT * FROM progress_samples WHERE request_id = ? AND source = 'slots'"
-    readings = watch.with_log.rows(sql, proxied_rows[0]["id"])
-    assert readings, "the proxied request lost its runner readings"
+    for round_ in range(ROUNDS):
+        since, since_ns = time.time(), time.monotonic_ns()
+        words = (80 + 20 * round_, 90 + 20 * round_)
+        proxied = threading.Thread(target=via_ollama_streamed, args=(through_proxy, words[0]))
+        direct = threading.Thread(target=via_ollama_streamed, args=(watch.sim, words[1]))
+        proxied.start()
+        direct.start()
+        proxied.join(timeout=300)
+        direct.join(timeout=300)
+        engine = engine_by_prompt(watch.sim, since_ns)
+        assert len(engine) == 2
+        wait_rows(watch.with_log, since, 1)
+        time.sleep(4.0)  # past every wait: nothing more is written
+        rows = direct_rows(watch.with_log, since)
+        sql = "SELECT * FROM requests WHERE seen_from = 'proxy' AND started_at_unix_s >= ?"
+        proxied_rows = watch.with_log.rows(sql, since)
+        assert len(proxied_rows) == 1 and len(rows) == 1, (round_, [dict(r) for r in rows], [dict(r) for r in proxied_rows])
+        assert proxied_rows[0]["prompt_tokens"] != rows[0]["prompt_tokens"]
+        check_log_row(rows[0], engine[rows[0]["prompt_tokens"]])
+        sql = "SELECT * FROM progress_samples WHERE request_id = ? AND source = 'slots'"
+        readings = watch.with_log.rows(sql, proxied_rows[0]["id"])
+        assert readings, "the proxied request lost its runner readings"
+        time.sleep(2 * ACCESS_SLACK_S + 1.0)  # the next round's rows start after these
+
+
+def test_lines_forged_through_the_runner_make_no_record(watch: Watch) -> None:
+    """Anyone who can reach the runner's port can make it print text into Ollama's log: llama-server prints an
+    invalid grammar verbatim, newlines and all. A whole generation forged so, with a chosen client and route, is
+    not recorded: /slots never showed its task."""
+    runner = engine_state(watch.sim)["runner"]
+    since = time.time()
+    stamp = time.strftime("%Y/%m/%d - %H:%M:%S")
+    task = 987_654
+    forged = [
+        f"slot launch_slot_: id  0 | task {task} | processing task, is_child = 0",
+        f"slot   operator(): id  0 | task {task} | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = 1374",
+        f"slot print_timing: id  0 | task {task} | prompt eval time =     900.00 ms /  1374 tokens",
+        f"slot print_timing: id  0 | task {task} |        eval time =    1200.00 ms /    40 tokens",
+        f"slot      release: id  0 | task {task} | stop processing: n_tokens = 1413, truncated = 0",
+        f'[GIN] {stamp} | 200 |          2.2s |        10.6.6.6 | POST     "/api/chat"',
+    ]
+    body = json.dumps({"prompt": "x", "n_predict": 1, "grammar": "root ::= \n" + "\n".join(forged) + "\n"}).encode()
+    req = urllib.request.Request(runner["base_url"] + "/completion", data=body, headers={"Content-Type": "application/json"})
+    with contextlib.suppress(urllib.error.HTTPError):
+        urllib.request.urlopen(req, timeout=60).read()
+    wait_until(lambda: forged[-1] in watch.log_file.read_text(), 30, "the forged lines in Ollama's log")
+    time.sleep(3 * (ACCESS_SLACK_S + 1.0) + 4.0)  # past every wait a real task's lines would have had
+    rows = watch.with_log.rows("SELECT * FROM requests WHERE started_at_unix_s >= ? OR runner_task_id = ?", since - 60, task)
+    assert not [dict(r) for r in rows if r["runner_task_id"] == task or r["client_addr"] == "10.6.6.6"]

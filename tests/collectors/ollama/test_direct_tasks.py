@@ -6,11 +6,25 @@ them, on a clock the test moves; the engine test (test_direct_engine.py) runs th
 
 from __future__ import annotations
 
+import time
+import tracemalloc
+from dataclasses import dataclass, replace
+
 import pytest
 
 from analysis.phases import split_record
 from analysis.records import FinalMetrics, Outcome, RequestRecord, SeenFrom
-from collectors.ollama.direct import GRACE_S, LOG_WAIT_S, MAX_FINISHED, DirectTasks, RunnerRef
+from collectors.ollama.direct import (
+    GRACE_S,
+    LOAD_KEPT_S,
+    LOG_WAIT_S,
+    MAX_FINISHED,
+    MAX_LINES_PER_TASK,
+    MAX_PENDING_TASKS,
+    PENDING_TTL_S,
+    DirectTasks,
+    RunnerRef,
+)
 from collectors.ollama.log import go_duration_s, parse_line
 from collectors.ollama.slots import SlotReading
 
@@ -45,7 +59,52 @@ def slot(
 def log_lines(d: DirectTasks, at: float, *lines: str) -> None:
     events = [e for line in lines if (e := parse_line(line, at)) is not None]
     assert len(events) == len(lines), lines
-    d.log_events(events, lambda _task: RUNNER)
+    d.log_events(events)
+
+
+@dataclass
+class Gen:
+    """One generation as /slots shows it: its slot, prompt, output, and when it runs (from the first poll)."""
+
+    task: int
+    slot_id: int = 0
+    prompt: int = 136
+    cached: int = 36
+    output: int = 24
+    start_s: float = 0.0
+    took_s: float = 26.0
+
+    def reading(self, at_s: float) -> SlotReading:
+        """The slot at ``at_s``: idle before, its prompt read then decoded, then released with prompt + output - 1
+        tokens in its context (as llama-server shows them)."""
+        if at_s <= self.start_s:
+            return SlotReading(self.slot_id, 2048, False, None, None, None, None, None)
+        if at_s >= self.start_s + self.took_s:
+            return SlotReading(self.slot_id, 2048, False, self.task, self.prompt + self.output - 1, 0, 0, 0)
+        half = self.took_s / 2
+        ran = at_s - self.start_s
+        if ran < half:
+            read = min(self.prompt - self.cached, 64)
+            return SlotReading(self.slot_id, 2048, True, self.task, self.prompt, read, self.cached, 0)
+        decoded = max(1, round(self.output * (ran - half) / half))
+        return SlotReading(
+            self.slot_id, 2048, True, self.task, self.prompt + decoded, self.prompt - self.cached, self.cached, decoded
+        )
+
+
+def run_tasks(d: DirectTasks, clock: Clock, *gens: Gen, claims: dict[int, str] | None = None) -> None:
+    """A /slots poll a second from ``clock.now`` until every generation has been seen released; ``clock.now`` is the
+    last poll's time after."""
+    start = clock.now
+    last = max(g.start_s + g.took_s for g in gens)
+    at = 0.0
+    while True:
+        clock.now = start + at
+        d.slots_read(RUNNER, [g.reading(at) for g in gens], clock.now, claims or {})
+        d.step()
+        if at >= last:
+            return
+        at += 1.0
 
 
 TASK_LINES = (
@@ -70,8 +129,8 @@ def finished(d: DirectTasks) -> list[RequestRecord]:
 def test_the_log_gives_a_direct_generation_exactly() -> None:
     clock = Clock()
     d = tasks(clock)
-    log_lines(d, T0, *TASK_LINES)
-    clock.now += 26.0
+    log_lines(d, T0 + 0.5, *TASK_LINES)  # read before /slots shows the task: they wait for it
+    run_tasks(d, clock, Gen(7))
     log_lines(d, clock.now, *TIMING_LINES)
     d.step()
     assert finished(d) == []  # waits for the proxy to finish a request it may be
@@ -88,9 +147,10 @@ def test_the_log_gives_a_direct_generation_exactly() -> None:
     assert ph.prefill_s == 10.53565 and ph.decode_s == 15.04216 and ph.prompt_tokens == 136
     assert ph.prefill_source == ph.decode_source == ph.prompt_tokens_source == "log"
     assert ph.ttft_s is None and ph.client_s is None and ph.transport_s is None  # no client side was seen
-    assert rec.wall_s(rec.final_chunk_ns or 0) == clock.now - GRACE_S  # ends when its release line was read
+    assert T0 + 25 <= rec.wall_s(rec.final_chunk_ns or 0) <= T0 + 26  # between the polls around its release
     d.step()
     assert finished(d) == []  # once
+    assert d.dropped_lines == 0
 
 
 def test_slots_alone_give_exact_counts_and_bounded_times() -> None:
@@ -150,9 +210,11 @@ def test_a_task_between_two_polls_is_still_counted_and_filled_from_the_log() -> 
     d.step()
     (rec,) = finished(d)
     assert rec.runner_task_id == 9 and rec.metrics is None  # counted; its counts are not known without the log
+    lines = (*TASK_LINES, *TIMING_LINES)
+    short = [line.replace("10535.65 ms", "   35.65 ms").replace("15042.16 ms", "  142.16 ms") for line in lines]
+    log_lines(d, clock.now + 0.5, *(line.replace("task 7", "task 11") for line in short))
     clock.now += 1.0
-    d.slots_read(RUNNER, [slot(11, busy=False, ctx=80)], clock.now, {})
-    log_lines(d, clock.now, *(line.replace("task 7", "task 11") for line in (*TASK_LINES, *TIMING_LINES)))
+    d.slots_read(RUNNER, [slot(11, busy=False, ctx=159)], clock.now, {})  # its context: 136 + 24 - 1
     d.log_readable = True
     clock.now += LOG_WAIT_S
     d.step()
@@ -164,8 +226,8 @@ def test_a_task_between_two_polls_is_still_counted_and_filled_from_the_log() -> 
 def test_a_proxied_request_that_ran_between_polls_is_not_recorded_again() -> None:
     clock = Clock()
     d = tasks(clock)
-    log_lines(d, clock.now, *TASK_LINES)
-    clock.now += 26.0
+    log_lines(d, clock.now + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
     log_lines(d, clock.now, *TIMING_LINES)
     proxied = RequestRecord(
         id="p1",
@@ -191,28 +253,57 @@ def test_a_proxied_request_that_ran_between_polls_is_not_recorded_again() -> Non
     assert finished(d) == [] and d.matched_proxied == 1
 
 
+def gin(at_unix_s: float, latency: str, client: str, path: str = "/api/chat", status: int = 200) -> str:
+    stamp = time.strftime("%Y/%m/%d - %H:%M:%S", time.localtime(at_unix_s))
+    return f'[GIN] {stamp} | {status} | {latency:>13} | {client:>15} | POST     "{path}"'
+
+
 def test_the_access_line_tells_route_and_client_only_when_it_fits_one_generation_alone() -> None:
     clock = Clock()
     d = tasks(clock)
-    import time
-
-    stamp = time.strftime("%Y/%m/%d - %H:%M:%S", time.localtime(T0 + 26))
-    log_lines(d, T0, *TASK_LINES)
-    clock.now += 26.0
-    log_lines(d, clock.now, *TIMING_LINES, f'[GIN] {stamp} | 200 |     26.1s |       10.0.0.7 | POST     "/api/chat"')
+    log_lines(d, T0 + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
+    log_lines(d, clock.now, *TIMING_LINES, gin(clock.now, "26.1s", "10.0.0.7"))
     clock.now += GRACE_S
     d.step()
     (rec,) = finished(d)
     assert (rec.endpoint, rec.client_addr, rec.status_code) == ("/api/chat", "10.0.0.7", 200)
-    # Two generations ending in the same second: which line is whose is not known.
+    assert rec.client_unverified  # Ollama's text, not a socket the collector saw
+    # Two generations of the same length ending in the same second, one line: which is whose is not known.
     d2 = tasks(clock)
+    run_tasks(d2, clock, Gen(20, slot_id=0), Gen(21, slot_id=1))
     lines = (*TASK_LINES, *TIMING_LINES)
     two = [line.replace("task 7", f"task {t}").replace("id  0", f"id  {t % 2}") for t in (20, 21) for line in lines]
-    log_lines(d2, clock.now, *two, f'[GIN] {stamp} | 200 |     26.1s |       10.0.0.7 | POST     "/api/chat"')
+    log_lines(d2, clock.now, *two, gin(clock.now, "26.1s", "10.0.0.7"))
     clock.now += GRACE_S
     d2.step()
     recs = finished(d2)
     assert len(recs) == 2 and all(r.endpoint is None and r.client_addr is None for r in recs)
+    assert all(r.runner_source == "log" for r in recs)
+
+
+def test_two_generations_ending_within_a_second_are_told_apart_by_their_latency() -> None:
+    """Issue 34: a 26 s generation and a 3 s one end in the same second; the access lines' latencies (26.9 s,
+    3.59 s) say which is whose: the short line fits only the short task, so the long one takes the other line."""
+    clock = Clock()
+    d = tasks(clock)
+    run_tasks(d, clock, Gen(30, slot_id=0), Gen(31, slot_id=1, prompt=40, cached=0, output=8, start_s=23.0, took_s=3.0))
+    lines = [gin(clock.now, "26.906856257s", "10.0.0.1", "/api/generate"), gin(clock.now, "3.590122277s", "10.0.0.2")]
+    log_lines(d, clock.now, *lines)
+    clock.now += GRACE_S
+    d.step()
+    recs = {r.runner_task_id: r for r in finished(d)}
+    assert (recs[30].client_addr, recs[30].endpoint) == ("10.0.0.1", "/api/generate")
+    assert (recs[31].client_addr, recs[31].endpoint) == ("10.0.0.2", "/api/chat")
+    # A third line that fits the short one as well: two candidates are left, so it stays unknown.
+    d2 = tasks(clock)
+    start = clock.now
+    run_tasks(d2, clock, Gen(40, prompt=40, cached=0, output=8, took_s=3.0))
+    log_lines(d2, clock.now, gin(clock.now, "2.9s", "10.0.0.2"), gin(clock.now, "3.1s", "10.0.0.3"))
+    clock.now += GRACE_S
+    d2.step()
+    (rec,) = finished(d2)
+    assert rec.client_addr is None and rec.endpoint is None and start < rec.started_at_unix_s
 
 
 def test_a_task_whose_runner_went_away_ends_and_is_recorded() -> None:
@@ -273,11 +364,179 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
 
 def test_a_direct_tasks_own_log_lines_find_its_record() -> None:
     """The runner reader routes a direct task's progress lines (the prompt's size, which /slots does not tell while
-    the prompt is read) to that task's record: ``record_id`` names it, only while one unclaimed task has the id."""
+    the prompt is read) to that task's record: ``record_id`` names it, only while one unclaimed task has the id,
+    and only once /slots has shown that task."""
     clock = Clock()
     d = tasks(clock)
     assert d.record_id(7) is None  # no such task yet
     log_lines(d, T0, *TASK_LINES)
+    assert d.record_id(7) is None  # its lines alone make no task
+    d.slots_read(RUNNER, [slot(None, busy=False)], clock.now, {})
+    clock.now += 0.25
+    d.slots_read(RUNNER, [slot(7, busy=True, processed=64, decoded=0)], clock.now, {})
     rid = d.record_id(7)
     assert rid is not None and rid.startswith("direct-")
     assert d.record_id(8) is None
+
+
+# -- what anyone who can reach the runner can make it print into Ollama's log ---------------------------------
+
+
+def forged(task: int, prompt: int = 1, output: int = 9_999, decode_ms: float = 99_999.0) -> list[str]:
+    return [
+        f"slot launch_slot_: id  0 | task {task} | processing task, is_child = 0",
+        f"slot   operator(): id  0 | task {task} | new prompt, n_ctx_slot = 2048, n_keep = 0, task.n_tokens = {prompt}",
+        f"slot print_timing: id  0 | task {task} | prompt eval time =       1.00 ms /     {prompt} tokens",
+        f"slot print_timing: id  0 | task {task} |        eval time =   {decode_ms:.2f} ms / {output} tokens",
+        f"slot      release: id  0 | task {task} | stop processing: n_tokens = {prompt + output - 1}, truncated = 0",
+    ]
+
+
+def test_forged_lines_of_a_task_no_runner_showed_make_no_record() -> None:
+    """A whole generation forged in the log, with a chosen client and route: /slots never showed its task, so nothing
+    is recorded; its lines are dropped once they have waited PENDING_TTL_S, and counted."""
+    clock = Clock()
+    d = tasks(clock)
+    d.log_readable = True
+    d.slots_read(RUNNER, [slot(3, busy=False, ctx=10)], clock.now, {})
+    log_lines(d, clock.now, *forged(777, prompt=1374, output=40, decode_ms=900.0), gin(clock.now, "1.2s", "10.6.6.6"))
+    for _ in range(int(PENDING_TTL_S) + 5):
+        clock.now += 1.0
+        d.slots_read(RUNNER, [slot(3, busy=False, ctx=10)], clock.now, {})
+        d.step()
+    out, _ = d.drain()
+    assert out == [] and d.recorded == 0
+    assert d.dropped == {"unconfirmed": 5}
+
+
+def test_forged_figures_for_a_real_task_do_not_rewrite_its_record() -> None:
+    """Another client's generation (136 / 24 tokens), with forged lines naming its task (1 / 9,999 tokens, a 99.999 s
+    decode) read after its own: only the runner's own lines agree with /slots, so the record keeps them."""
+    clock = Clock()
+    d = tasks(clock)
+    log_lines(d, T0 + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
+    log_lines(d, clock.now, *TIMING_LINES, *forged(7))
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert rec.runner_source == "log" and rec.metrics is not None
+    m = rec.metrics
+    assert (m.prompt_eval_count, m.eval_count, m.eval_duration_ns) == (136, 24, 15_042_160_000)
+    assert d.dropped == {}  # the task's lines were kept (capped), its figures chosen by /slots
+
+
+def test_forged_figures_alone_give_way_to_the_slots_readings() -> None:
+    """Forged lines for a task /slots saw, its own lines missing: they disagree with /slots, so the record keeps the
+    readings (bounded), and the lines are counted as dropped."""
+    clock = Clock()
+    d = tasks(clock)
+    run_tasks(d, clock, Gen(8))
+    log_lines(d, clock.now, *forged(8))
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert rec.runner_source == "slots" and rec.metrics is not None
+    assert (rec.metrics.prompt_eval_count, rec.metrics.eval_count) == (136, 24)
+    assert d.dropped == {"disagrees": 5}
+
+
+def test_a_load_counts_only_within_its_own_lines_and_on_a_found_runners_port() -> None:
+    """A forged "started in 86400 seconds" after a real "starting llama-server": a day of load in a few seconds is not
+    the runner's; a real one, then a task on that port at once, is. A load for a port no task runs on is dropped."""
+    clock = Clock()
+    start = (
+        'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        f'cmd="/b/llama-server --model /m --port {RUNNER.port} -np 2"'
+    )
+    log_lines(d := tasks(clock), clock.now, start)
+    clock.now += 2.5
+    day = 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 86400.00 seconds"'
+    log_lines(d, clock.now + 0.5, day)  # read half a second before /slots first shows the task
+    run_tasks(d, clock, Gen(1, took_s=4.0))
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert rec.metrics is not None and rec.metrics.load_duration_ns is None
+    assert d.dropped == {"load": 1}
+    # The runner's own pair: its load is the next task's.
+    d = tasks(clock)
+    log_lines(d, clock.now, start)
+    clock.now += 2.5
+    log_lines(d, clock.now + 0.5, 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"')
+    run_tasks(d, clock, Gen(1, took_s=4.0))
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert rec.metrics is not None and rec.metrics.load_duration_ns == 2_310_000_000
+    # A load on a port where no runner's task follows it: kept LOAD_KEPT_S, then dropped.
+    log_lines(d, clock.now, start.replace(str(RUNNER.port), "1"))
+    clock.now += 1.0
+    log_lines(d, clock.now, 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 0.50 seconds"')
+    clock.now += LOAD_KEPT_S + 1
+    d.step()
+    assert d.dropped == {"load": 1} and finished(d) == []
+
+
+def test_forged_task_lines_pile_up_nowhere() -> None:
+    """100,000 forged lines, each a new task id, and 10,000 for one id: what waits is capped (MAX_PENDING_TASKS ids,
+    MAX_LINES_PER_TASK lines each), costs little memory and time, and no record comes of it, not even when the runner
+    unloads."""
+    clock = Clock()
+    d = tasks(clock)
+    d.slots_read(RUNNER, [slot(None, busy=False)], clock.now, {})
+    clock.now += 0.25
+    d.slots_read(RUNNER, [slot(5, busy=True, processed=64, decoded=0)], clock.now, {})  # one real task, running
+    launch = parse_line("slot launch_slot_: id  0 | task 1000 | processing task, is_child = 0", clock.now)
+    timing = parse_line("slot print_timing: id  0 | task 5 | prompt eval time =       1.00 ms /     1 tokens", clock.now)
+    assert launch is not None and timing is not None
+    events = [replace(launch, task_id=1000 + i) for i in range(100_000)] + [timing] * 10_000
+    tracemalloc.start()
+    began = time.perf_counter()
+    d.log_readable = True
+    for i in range(0, len(events), 1000):  # as the reader reads them: a batch a tick
+        d.log_events(events[i : i + 1000])
+        d.step()
+    took_s = time.perf_counter() - began
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak_bytes < 20 << 20, peak_bytes  # the old code kept every line and a task per id: hundreds of MB
+    assert took_s < 20.0, took_s  # a busy CI machine: wide; about a second here
+    kept = len(d._pending), max(len(p.lines) for p in d._pending.values()), len(d._tasks[(RUNNER.pid, 5)].lines)
+    d.runner_gone(RUNNER.pid)  # unloaded
+    clock.now += PENDING_TTL_S + GRACE_S + 1
+    d.step()
+    recs = finished(d)
+    assert [r.runner_task_id for r in recs] == [5]  # the real task only: no phantom
+    assert kept == (MAX_PENDING_TASKS, 1, MAX_LINES_PER_TASK)
+    assert d.dropped["capped"] == 10_000 - MAX_LINES_PER_TASK
+    assert d.dropped["unconfirmed"] == 100_000 + MAX_LINES_PER_TASK and len(d._pending) == 0  # task 5's never added up
+
+
+def test_a_proxied_claim_of_another_task_is_corrected_by_its_own_prompt_count() -> None:
+    """Two slots: a direct generation (task 10, 500 prompt tokens) and a proxied one (task 11, 300) start in the same
+    poll; the live join pairs the proxied request with task 10 (start order, a tie-break). Its reply's prompt count
+    (300) disagrees with task 10's: the claim moves to task 11, and each is recorded once: task 10 as direct."""
+    clock = Clock()
+    d = tasks(clock)
+    direct = Gen(10, slot_id=0, prompt=500, cached=0, output=30, took_s=8.0)
+    proxied_gen = Gen(11, slot_id=1, prompt=300, cached=0, output=20, took_s=8.0)
+    run_tasks(d, clock, direct, proxied_gen, claims={10: "p1"})
+    proxied = RequestRecord(  # finished as its task was released, with the runner's own count
+        id="p1",
+        started_at_unix_s=T0,
+        client_addr="127.0.0.1",
+        endpoint="/api/generate",
+        model="gemma3:270m",
+        stream=True,
+        received_ns=10**12,
+        final_chunk_ns=10**12 + round(7.6e9),
+        outcome=Outcome.OK,
+        metrics=FinalMetrics(prompt_eval_count=300, eval_count=20),
+    )
+    d.proxied_finished(proxied)
+    clock.now += GRACE_S
+    d.step()
+    recs = finished(d)
+    assert [(r.runner_task_id, r.metrics.prompt_eval_count if r.metrics else None) for r in recs] == [(10, 500)]
+    assert d.matched_proxied == 1 and d.claims_corrected == 1

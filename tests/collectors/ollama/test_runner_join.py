@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 from analysis.records import ProgressSource
@@ -135,3 +136,86 @@ def test_poll_pace_follows_what_the_requests_need() -> None:
     assert r._interval_s(state, [a, b]) == BUSY_INTERVAL_S, "a whole-body reply: only the runner shows its progress"
     other = in_flight_record("x", "llama3.2")
     assert r._interval_s(state, [a, other]) == STREAMED_DECODE_INTERVAL_S, "another model's request is not this runner's"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def log_reader(log: Path, clock: Clock) -> tuple[RunnerReader, RunnerState]:
+    r = RunnerReader("http://127.0.0.1:1", cast(Any, None), in_flight=list, loaded_models=list, clock=clock, log_path=log)
+    state = RunnerState(Runner(100, 4000, "/m.gguf"), model=MODEL)
+    r.runners[100] = state
+    log.write_text("")
+    r._read_log([])  # the tail starts at the end of the file, as it does on a live log
+    return r, state
+
+
+def write(log: Path, *lines: str) -> None:
+    with log.open("a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def test_a_progress_line_counts_only_for_the_task_its_request_holds(tmp_path: Path) -> None:
+    """A proxied request holds task 3 (/slots showed it); a forged line for a task no request holds, and one naming
+    task 3 with more tokens than its slot's context, give it no row: both are dropped and counted. Its own line does."""
+    log = tmp_path / "ollama.log"
+    r, state = log_reader(log, Clock())
+    a = in_flight_record("a", MODEL)
+    state.slots = [reading(0, 3, 512, 1024)]
+    r._join(state, state.slots, [a], 1.0)
+    r.drain()
+    write(
+        log,
+        "slot print_timing: id  0 | task 99 | prompt processing, n_tokens = 999999, progress = 0.5, t = 3 s",
+        "slot print_timing: id  0 | task 3 | prompt processing, n_tokens = 999999, progress = 0.99, t = 3 s",
+    )
+    r._read_log([a])
+    assert r.drain() == [] and r.log_lines_dropped == 2
+    write(log, "slot print_timing: id  0 | task 3 | prompt processing, n_tokens = 1024, progress = 0.5, t = 3 s")
+    r._read_log([a])
+    assert [(s.request_id, s.processed_tokens) for s in r.drain() if s.source is ProgressSource.LOG] == [("a", 1024)]
+
+
+def test_a_forged_runner_start_line_does_not_blind_the_log(tmp_path: Path) -> None:
+    """ "starting llama-server … --port 1" (no runner there, ever): the log's figures of the runner that is there are
+    still used for its direct generation."""
+    log = tmp_path / "ollama.log"
+    clock = Clock()
+    r, state = log_reader(log, clock)
+    write(
+        log, 'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="/b/llama-server --model /m --port 1"'
+    )
+    r._read_log([])
+    t0 = clock.now
+    polls = [(0.0, reading(0, 4, 0, 0, busy=False))]
+    polls += [(float(i), reading(0, 7, 64 * i, 64 * i + 64)) for i in range(1, 11)]
+    polls += [(float(i), reading(0, 7, 136, 136 + i - 10, decoded=i - 10)) for i in range(11, 26)]
+    polls += [(26.0, reading(0, 7, 0, 159, busy=False))]
+    for at, slot in polls:
+        clock.now = t0 + at
+        state.slots = [slot]
+        r._join(state, [slot], [], clock.now)
+        if at == 1.0:
+            write(
+                log,
+                "slot launch_slot_: id  0 | task 7 | processing task, is_child = 0",
+                "slot   operator(): id  0 | task 7 | new prompt, n_ctx_slot = 8192, n_keep = 0, task.n_tokens = 136",
+            )
+            r._read_log([])
+    write(
+        log,
+        "slot print_timing: id  0 | task 7 | prompt eval time =   10535.65 ms /   100 tokens (  105.36 ms per token)",
+        "slot print_timing: id  0 | task 7 |        eval time =   15042.16 ms /    24 tokens (  626.76 ms per token)",
+        "slot      release: id  0 | task 7 | stop processing: n_tokens = 159, truncated = 0",
+    )
+    r._read_log([])
+    clock.now += 5.0
+    r.direct.step()
+    recs, _ = r.drain_direct()
+    (rec,) = [x for x in recs if x.final_chunk_ns is not None]
+    assert rec.runner_source == "log" and rec.metrics is not None and rec.metrics.prompt_eval_count == 136
