@@ -656,6 +656,7 @@ class CollectorService:
             demo=s.demo,
             record_text=s.record_text,
             proxy_refused=None if self.proxy is None else refusals.summary(self.proxy.refusals.last_hour()),
+            runner_lines_missing=self.runners.runner_lines_missing if self.runners is not None else None,
             **self._ollama_sources(),
         )
 

@@ -523,6 +523,12 @@ CREATE TABLE request_waits (
 );
 """
 
+# v17: the log is read but the runner's per-request lines never come (Ollama writing them only with OLLAMA_DEBUG),
+# in words with the fix, for the sidebar and Why. NULL: nothing to say.
+_V17 = """
+ALTER TABLE collector_heartbeat ADD COLUMN runner_lines_missing TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -541,6 +547,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V14),
     _script(_V15),
     _script(_V16),
+    _script(_V17),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
