@@ -1,4 +1,5 @@
-"""Requests: the filterable history with CSV download, and one request's phases, gaps, rates and story."""
+"""Requests: the filterable history with CSV download, one request's phases, gaps, rates and story, and usage
+totals per model and per client (with their CSV)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 
 import streamlit as st
 
+from pages.requests.usage import PERIODS_S, load_usage, usage_csv, usage_frame
 from pages.requests.view import (
     SHOWN_ROWS,
     DetailModel,
@@ -168,3 +170,28 @@ if detail is None:
     st.caption("Pick a request above to see its phases.")
 else:
     show_detail(detail)
+
+st.subheader("Usage")
+usage = load_usage(ctx.db_path, now) or []
+u1, u2 = st.columns(2)
+period = u1.segmented_control("Over the last", list(PERIODS_S), default="7 days", key="usage_period") or "7 days"
+by = u2.segmented_control("Totals per", ["model", "client"], default="model", key="usage_by") or "model"
+frame = usage_frame(usage, by, period)
+if frame.empty:
+    st.caption(f"No finished request in the last {period}.")
+else:
+    st.dataframe(frame, hide_index=True, key="usage_table")
+    st.caption(
+        'Empty: no record gave that figure. "Records without" counts the requests a figure applies to that did not '
+        "give it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used "
+        "meanwhile, idle draw included and shared by requests that ran at once."
+    )
+st.download_button(
+    "Download usage CSV",
+    data=lambda: usage_csv(usage),
+    file_name="phasewatch-usage.csv",
+    mime="text/csv",
+    key="usage_csv",
+    on_click="ignore",
+    help="Totals per model and per client over 1, 7 and 30 days, with the records without each figure.",
+)
