@@ -524,9 +524,11 @@ CREATE TABLE request_waits (
 """
 
 # v17: the log is read but the runner's per-request lines never come (Ollama writing them only with OLLAMA_DEBUG),
-# in words with the fix, for the sidebar and Why. NULL: nothing to say.
+# in words with the fix, for the sidebar and Why. NULL: nothing to say. And Ollama's own queue gauge, where its
+# /metrics serves one (JSON {model: requests waiting}), for Live. NULL: not served.
 _V17 = """
 ALTER TABLE collector_heartbeat ADD COLUMN runner_lines_missing TEXT;
+ALTER TABLE collector_heartbeat ADD COLUMN ollama_queued TEXT;
 """
 
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.

@@ -32,6 +32,7 @@ class ModelQueue:
     running: int  # generations a slot works on now (reading the prompt or writing the reply)
     waiting: int  # for a free slot, or for their model to load
     slots: SlotCount | None = None  # None: not known
+    ollama_queued: int | None = None  # what Ollama's own /metrics says waits for this model; None: not served
 
 
 def _runs(card: Card) -> bool:
@@ -60,9 +61,35 @@ def _prompt_read_by_now(card: Card) -> bool:
     return p.processed_tokens >= p.prompt_tokens - 1
 
 
-def queue_cards(cards: Sequence[Card], slots: Mapping[str, SlotCount]) -> tuple[list[Card], list[ModelQueue]]:
+def _waiting_for_slot(cards: Sequence[Card], group: list[int], known: SlotCount | None) -> tuple[list[int], int]:
+    """Of one model's cards (indexes, oldest first): those that wait for a slot, and how many slots work now."""
+    active = [i for i in group if _runs(cards[i])]
+    undecided = [i for i in group if _undecided(cards[i])]
+    if known is not None:
+        queued = undecided[max(known.slots - len(active), 0) :]
+    elif active:
+        queued = [i for i in undecided if _prompt_read_by_now(cards[i])]
+    else:
+        queued = []
+    return queued, len(active) + len(undecided) - len(queued)
+
+
+def _their_count(ollama_queued: Mapping[str, int] | None, model: str) -> int | None:
+    """What Ollama's own gauge says waits for this model (a gauge without a model label: its whole queue)."""
+    if ollama_queued is None:
+        return None
+    theirs = value_for_model(dict(ollama_queued), model)
+    if theirs is None and set(ollama_queued) == {""}:
+        theirs = ollama_queued[""]
+    return theirs
+
+
+def queue_cards(
+    cards: Sequence[Card], slots: Mapping[str, SlotCount], ollama_queued: Mapping[str, int] | None = None
+) -> tuple[list[Card], list[ModelQueue]]:
     """The cards with those that wait for a slot marked ``queued`` (place in line, slots busy), and per model the
-    counts, models in the order of their oldest card. ``cards``: running ones oldest first, finished ones ignored."""
+    counts, models in the order of their oldest card. ``cards``: running ones oldest first, finished ones ignored.
+    ``ollama_queued``: Ollama's own queue gauge by model (its /metrics), shown beside ours; None: not served."""
     out = list(cards)
     groups: dict[str, list[int]] = {}
     for i, card in enumerate(cards):
@@ -70,18 +97,9 @@ def queue_cards(cards: Sequence[Card], slots: Mapping[str, SlotCount]) -> tuple[
             groups.setdefault(card.model, []).append(i)
     queues: list[ModelQueue] = []
     for model, group in groups.items():
-        active = [i for i in group if _runs(cards[i])]
-        undecided = [i for i in group if _undecided(cards[i])]
         known = value_for_model(dict(slots), model)
-        if known is not None:
-            free = max(known.slots - len(active), 0)
-            queued = undecided[free:]
-        elif active:
-            queued = [i for i in undecided if _prompt_read_by_now(cards[i])]
-        else:
-            queued = []
-        busy = len(active) + len(undecided) - len(queued)
-        for i in undecided:
+        queued, busy = _waiting_for_slot(cards, group, known)
+        for i in group:
             if i not in queued and cards[i].phase == "queued":  # a slot is free for it: reading its prompt, or about to
                 out[i] = replace(cards[i], phase="waiting", queue_position=None, waits_for=None, state_s=None)
         for place, i in enumerate(queued, start=1):
@@ -96,7 +114,7 @@ def queue_cards(cards: Sequence[Card], slots: Mapping[str, SlotCount]) -> tuple[
                 slots_busy=busy,
             )
         waiting = len(queued) + sum(1 for i in group if out[i].phase in LOAD_PHASES)
-        queues.append(ModelQueue(model, running=len(group) - waiting, waiting=waiting, slots=known))
+        queues.append(ModelQueue(model, len(group) - waiting, waiting, known, _their_count(ollama_queued, model)))
     return out, queues
 
 

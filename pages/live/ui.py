@@ -124,7 +124,8 @@ def queue_lines(queues: list[ModelQueue]) -> list[str]:
             else "slots not known (no runner read)"
         )
         name = fmt.md_escape(fmt.label(q.model))
-        lines.append(f"**{name}** · {q.running} running · **{q.waiting} waiting** · {slots}")
+        theirs = "" if q.ollama_queued is None else f" · Ollama's /metrics: {q.ollama_queued} queued"
+        lines.append(f"**{name}** · {q.running} running · **{q.waiting} waiting** · {slots}{theirs}")
     return lines
 
 

@@ -9,6 +9,7 @@ show its empty state instead of an error.
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -143,6 +144,7 @@ class CardsSnapshot:
     model_size_bytes: dict[str, int] = field(default_factory=dict)  # installed model → its file's size
     vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
     slots: dict[str, SlotCount] = field(default_factory=dict)  # running model → its runner's slots, where known
+    ollama_queued: dict[str, int] | None = None  # Ollama's own /metrics queue gauge by model; None: not served
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -169,7 +171,21 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             model_size_bytes=waits.model_size_bytes,
             vram_free_bytes=_free_vram(gpus) if waits.models else (),
             slots=_slots(conn, in_flight),
+            ollama_queued=_ollama_queued(heartbeat.ollama_queued if heartbeat else None),
         )
+
+
+def _ollama_queued(text: str | None) -> dict[str, int] | None:
+    """The heartbeat's copy of Ollama's queue gauge (JSON written by the collector); None when not served."""
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): int(v) for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _slots(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, SlotCount]:
@@ -403,7 +419,7 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
     loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
-    running, queues = queue_cards(running, snap.slots)
+    running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
     done = finished_cards(snap.recent, now_unix_s)
     strip = replace(now_strip(running, snap.recent, now_unix_s), waiting=sum(q.waiting for q in queues))
     return CardsModel(

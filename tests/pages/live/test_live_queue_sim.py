@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,29 @@ def test_requests_behind_busy_slots_are_counted_waiting_with_their_place_in_line
         "waiting: 2 ahead, 2 running (how many slots it has is not known)",
         "waiting: next in line, 2 running (how many slots it has is not known)",
     ]
+
+
+@pytest.mark.slow  # a model load, then three generations one at a time: ~8-12 s on this shared machine
+def test_ollamas_own_queue_gauge_is_read_beside_ours(tmp_path: Path) -> None:
+    """sim serving /metrics (as Ollama would with OLLAMA_METRICS set): its ollama_requests_queued is read by the
+    collector and shown per model beside the count from the proxy; they agree."""
+    with start_sim("--num-parallel", "1", "--metrics") as sim, collector(tmp_path, "--ollama", sim.base_url):
+        with urllib.request.urlopen(sim.base_url + "/metrics", timeout=10) as r:
+            assert r.status == 200 and r.headers.get_content_type() == "text/plain"
+        base = listen_url(tmp_path)
+        warm: dict[str, Any] = {}
+        stream_generate(base, {"model": MODEL, "prompt": "Hi", "stream": True, "options": {"num_predict": 4}}, warm)
+        body = {"model": MODEL, "prompt": "Tell me a story", "stream": True, "options": {"num_predict": 200}}
+        outs: list[dict[str, Any]] = [{} for _ in range(3)]
+        threads = [threading.Thread(target=stream_generate, args=(base, body, out), daemon=True) for out in outs]
+        for t in threads:
+            t.start()
+        seen: list[tuple[int, int | None]] = []  # (waiting by our count, Ollama's gauge) while all three are open
+        while any(t.is_alive() for t in threads):
+            model = build_cards(db_path(tmp_path), time.time(), 300)
+            if model and model.queues and not any("final" in o for o in outs):
+                seen.append((model.queues[0].waiting, model.queues[0].ollama_queued))
+            time.sleep(0.1)
+        for t in threads:
+            t.join(30)
+    assert sum(1 for s in seen if s == (2, 2)) >= 3, seen  # one runs, two wait: both counts say so
