@@ -95,7 +95,7 @@ def test_the_requests_page_shows_usage_per_client(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
     now = time.time()
     w = StoreWriter(db_path(tmp_path))
-    for i, rec in enumerate((make_record("x", now - 120), _no_reply(make_record("y", now - 60)))):
+    for i, rec in enumerate((make_record("x", now - 200), _no_reply(make_record("y", now - 150)))):
         rec.client_addr = f"10.0.0.{i + 1}:5000"
         w.write(PutRequest(rec))
     w.close()
