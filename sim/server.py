@@ -141,7 +141,7 @@ async def tags(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text with the queue gauge Ollama's open PRs #16998/#18508 add behind OLLAMA_METRICS: per loaded
+    """Prometheus text with the queue gauge Ollama would serve with OLLAMA_METRICS (docs/ollama-api.md §13): per loaded
     model, the requests waiting for a slot."""
     lines = [
         "# HELP ollama_requests_queued Requests waiting for a slot of a loaded model.",

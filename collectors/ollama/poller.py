@@ -38,8 +38,8 @@ MAX_BACKOFF_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
 TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
-# Ollama's own /metrics (open PRs #16998/#18508, behind OLLAMA_METRICS): read for its queue gauge while it answers
-# 200 with Prometheus text; else asked again this seldom. Its names are Ollama's (ollama_*); ours are phasewatch_*.
+# Ollama's own /metrics (docs/ollama-api.md §13): read for its queue gauge while it answers 200 with Prometheus
+# text; else asked again this seldom. Its names are Ollama's (ollama_*); ours are phasewatch_*.
 METRICS_RETRY_S = 60.0
 MAX_METRICS_BYTES = 1024 * 1024
 QUEUE_GAUGE = "ollama_requests_queued"

@@ -177,8 +177,8 @@ class RunnerReader:
         self._log: LogSource | None = log_source if log_source is not None else LogTail(log_path) if log_path else None
         self._log_problem: str | None = None  # as last said in the collector's log
         # Generations Ollama's log ended (access lines) since the runner last wrote a line of a task: the runner's
-        # per-request lines may no longer reach the log (Ollama writes them only with OLLAMA_DEBUG, as its open
-        # PR #17913 would have it). ``runner_lines_missing`` says so, with the fix, once it is clear.
+        # per-request lines may no longer reach the log (written only with OLLAMA_DEBUG: docs/ollama-api.md §13).
+        # ``runner_lines_missing`` says so, with the fix, once it is clear.
         self._generations_without_runner_lines = 0
         self.runner_lines_missing: str | None = None
         self._log_read: asyncio.Future[None] | None = None  # the log read in a worker thread now, if any
