@@ -2,7 +2,7 @@
 were sent beyond the slots, and each waiting card says its place in line.
 
 sim serves each model with ``--num-parallel 2`` slots, in the order requests came (as Ollama does). After one
-request loads the model, five are sent at once, each writing 150 tokens (about 1.5 s on sim's RTX 3090 at two
+request loads the model, five are sent at once, each writing 800 tokens (2-4 s on sim's RTX 4090 at two
 at a time): two run, three wait. The cards are built from the store as the Live page builds them.
 """
 
@@ -18,16 +18,23 @@ import pytest
 
 from pages.live.queue import queue_caption
 from pages.live.view import build_cards
+from store import queries
 from store.schema import db_path
 from tests.support.clients import stream_generate
 from tests.support.collector_process import collector, listen_url
 from tests.support.sim_process import start_sim
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
 MODEL = "llama3.2:latest"
 SENT = 5
 SLOTS = 2
+
+
+def _loaded(data: Path) -> bool:
+    with queries.open_reader(db_path(data)) as conn:
+        return conn is not None and any(m.name == MODEL for m in queries.latest_loaded_models(conn))
 
 
 @pytest.mark.slow  # a model load, then five generations two at a time: ~8-12 s on this shared machine
@@ -37,7 +44,8 @@ def test_requests_behind_busy_slots_are_counted_waiting_with_their_place_in_line
         warm: dict[str, Any] = {}
         stream_generate(base, {"model": MODEL, "prompt": "Hi", "stream": True, "options": {"num_predict": 4}}, warm)
         assert "final" in warm
-        body = {"model": MODEL, "prompt": "Tell me a story", "stream": True, "options": {"num_predict": 150}}
+        wait_until(lambda: _loaded(tmp_path), 30, "the collector to see the model loaded")  # else its cards say loading
+        body = {"model": MODEL, "prompt": "Tell me a story", "stream": True, "options": {"num_predict": 800}}
         outs: list[dict[str, Any]] = [{} for _ in range(SENT)]
         threads = [threading.Thread(target=stream_generate, args=(base, body, out), daemon=True) for out in outs]
         for t in threads:
@@ -77,7 +85,8 @@ def test_ollamas_own_queue_gauge_is_read_beside_ours(tmp_path: Path) -> None:
         base = listen_url(tmp_path)
         warm: dict[str, Any] = {}
         stream_generate(base, {"model": MODEL, "prompt": "Hi", "stream": True, "options": {"num_predict": 4}}, warm)
-        body = {"model": MODEL, "prompt": "Tell me a story", "stream": True, "options": {"num_predict": 200}}
+        wait_until(lambda: _loaded(tmp_path), 30, "the collector to see the model loaded")
+        body = {"model": MODEL, "prompt": "Tell me a story", "stream": True, "options": {"num_predict": 600}}
         outs: list[dict[str, Any]] = [{} for _ in range(3)]
         threads = [threading.Thread(target=stream_generate, args=(base, body, out), daemon=True) for out in outs]
         for t in threads:
