@@ -289,6 +289,8 @@ class CollectorInfo:
     runners_problem: str | None = None  # why no runner was found, with what to do
     log_problem: str | None = None  # why Ollama's log is not read, with the command that fixes it
     proxy_refused: str | None = None  # requests the proxy refused itself in the last hour, e.g. "2 × 400 malformed"
+    runner_lines_missing: str | None = None  # the log is read but the runner's per-request lines never come; the fix
+    ollama_queued: str | None = None  # JSON {model: requests waiting} from Ollama's own /metrics; None: not served
 
 
 class ProgressSource(StrEnum):

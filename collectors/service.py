@@ -17,6 +17,7 @@ import collections
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import time
@@ -656,8 +657,15 @@ class CollectorService:
             demo=s.demo,
             record_text=s.record_text,
             proxy_refused=None if self.proxy is None else refusals.summary(self.proxy.refusals.last_hour()),
+            runner_lines_missing=self.runners.runner_lines_missing if self.runners is not None else None,
+            ollama_queued=self._ollama_queued(),
             **self._ollama_sources(),
         )
+
+    def _ollama_queued(self) -> str | None:
+        """Ollama's own queue gauge (its /metrics), as JSON for the heartbeat; None where it is not served."""
+        queued = self.poller.state.queued if self.poller is not None else None
+        return None if queued is None else json.dumps(queued, sort_keys=True)
 
     def _ollama_sources(self) -> dict[str, str | None]:
         """For the sidebar: how the runners were found or why not, and why Ollama's log is not read (what to do)."""

@@ -76,6 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="GB/S",
         help="override the profile's load speed (e.g. a warm page cache), GB/s",
     )
+    ap.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve /metrics (Prometheus text: ollama_requests_queued per model), as Ollama would with OLLAMA_METRICS set",
+    )
     ap.add_argument("--seed", type=int, default=0, metavar="N", help="seed for the generated text")
     ap.add_argument(
         "--context-length",
@@ -186,11 +191,11 @@ async def serve(args: argparse.Namespace) -> None:
         except EngineUnavailable as e:
             print(f"sim: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
-        app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+        app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
         add_engine_routes(app, child)
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
     else:
-        app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed), faults)
+        app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
     _start_lines(args, profile)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

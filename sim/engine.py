@@ -645,6 +645,9 @@ class SimEngine:
         if runner.refs == 0:
             self._unload_runner(runner)
 
+    def queued(self) -> dict[str, int]:
+        return {name: len(r._waiters) for name, r in self.runners.items()}
+
     def loaded(self) -> list[LoadedInfo]:
         return [
             LoadedInfo(r.model, r.size_bytes, r.size_vram_bytes, r.num_ctx, r.expires_at_unix_s) for r in self.runners.values()

@@ -40,6 +40,7 @@ def version_tuple(v: str) -> tuple[int, ...]:
 class ServerConfig:
     ollama_version: str = "0.33.3"
     seed: int = 0
+    metrics: bool = False  # serve /metrics, as Ollama would with OLLAMA_METRICS set (docs/ollama-api.md §13)
 
     @property
     def counts_only_new_prompt_tokens(self) -> bool:

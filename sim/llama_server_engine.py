@@ -332,6 +332,7 @@ class LlamaServerEngine:
         self._session: aiohttp.ClientSession | None = None
         self._sched_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(num_parallel)  # Ollama's per-model semaphore in front of the child
+        self._waiting = 0  # requests waiting for it
         self._pending = 0
         self._tasks: set[asyncio.Task[None]] = set()  # unloads in flight (the loop keeps only weak references)
         self.gpu_devices: list[LoadLine] | None = None  # the build's GPUs (--list-devices), once asked
@@ -469,7 +470,12 @@ class LlamaServerEngine:
         record: EngineRecord | None = None
         try:
             yield Loaded(time.monotonic_ns())
-            async with self._slots:
+            self._waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
+            try:
                 now = time.monotonic_ns()
                 truth.slot_acquired_ns = now
                 record = EngineRecord(truth.id, self.model.name, runner.pid, runner.num_ctx, runner.num_batch)
@@ -477,6 +483,8 @@ class LlamaServerEngine:
                 yield SlotAcquired(now, 0)  # the child's cache match is known only at the end (timings.cache_n)
                 async for ev in self._relay(req, runner, record):
                     yield ev
+            finally:
+                self._slots.release()
         finally:
             if record is not None and record.final_ns is None:
                 record.cancelled = True  # closing the stream to the child cancels its task and frees the slot
@@ -571,6 +579,9 @@ class LlamaServerEngine:
         runner.expires_at_unix_s = time.time()
         if runner.refs == 0:
             await self._unload_runner(runner)
+
+    def queued(self) -> dict[str, int]:
+        return {self.model.name: self._waiting} if self.runner is not None else {}
 
     def loaded(self) -> list[LoadedInfo]:
         r = self.runner

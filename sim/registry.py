@@ -87,6 +87,9 @@ class ModelStore:
     def loaded(self) -> list[LoadedInfo]:
         return self.backend.loaded()
 
+    def queued(self) -> dict[str, int]:
+        return self.backend.queued()
+
     def gpu_state(self) -> dict[str, Any] | None:
         return self.backend.gpu_state()
 

@@ -142,6 +142,19 @@ async def tags(request: web.Request) -> web.Response:
     return web.json_response({"models": out})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text with the queue gauge Ollama would serve with OLLAMA_METRICS (docs/ollama-api.md §13): per loaded
+    model, the requests waiting for a slot."""
+    lines = [
+        "# HELP ollama_requests_queued Requests waiting for a slot of a loaded model.",
+        "# TYPE ollama_requests_queued gauge",
+    ]
+    for model, n in sorted(request.app[BACKEND_KEY].queued().items()):
+        name = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        lines.append(f'ollama_requests_queued{{model="{name}"}} {n}')
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+
 async def ps(request: web.Request) -> web.Response:
     now = time.time()
     rows = []
@@ -461,6 +474,8 @@ def build_app(backend: Backend, config: ServerConfig, faults: Faults) -> web.App
     r.add_post("/api/show", show)
     r.add_post("/api/generate", generate)
     r.add_post("/api/chat", chat)
+    if config.metrics:
+        r.add_get("/metrics", metrics)
     r.add_get("/sim/truth", get_truth)
     r.add_delete("/sim/truth", delete_truth)
     r.add_get("/sim/gpu", get_gpu)

@@ -531,6 +531,14 @@ ALTER TABLE requests ADD COLUMN client_unverified INTEGER NOT NULL DEFAULT 0;
 UPDATE requests SET client_unverified = 1 WHERE seen_from = 'runner' AND client_addr IS NOT NULL;
 """
 
+# v18: the log is read but the runner's per-request lines never come (Ollama writing them only with OLLAMA_DEBUG),
+# in words with the fix, for the sidebar and Why. NULL: nothing to say. And Ollama's own queue gauge, where its
+# /metrics serves one (JSON {model: requests waiting}), for Live. NULL: not served.
+_V18 = """
+ALTER TABLE collector_heartbeat ADD COLUMN runner_lines_missing TEXT;
+ALTER TABLE collector_heartbeat ADD COLUMN ollama_queued TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -550,6 +558,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V15),
     _script(_V16),
     _script(_V17),
+    _script(_V18),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.records import InstalledModel, LoadedModel, OllamaStatus
 from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
@@ -37,6 +38,11 @@ MAX_BACKOFF_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
 TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
+# Ollama's own /metrics (docs/ollama-api.md §13): read for its queue gauge while it answers 200 with Prometheus
+# text; else asked again this seldom. Its names are Ollama's (ollama_*); ours are phasewatch_*.
+METRICS_RETRY_S = 60.0
+MAX_METRICS_BYTES = 1024 * 1024
+QUEUE_GAUGE = "ollama_requests_queued"
 SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
 IDLE_PS_INTERVAL_S = 30.0  # /api/ps this often while nothing runs and no runner process appears or goes
 # What Ollama answers is held and stored within these, whatever it sends (a hostile or broken upstream):
@@ -220,6 +226,24 @@ def parse_tags(body: object, ts_unix_s: float) -> tuple[list[InstalledModel], in
     return list(models.values()), skipped
 
 
+def parse_queue_gauge(text: str) -> dict[str, int] | None:
+    """``ollama_requests_queued`` by its ``model`` label (``""`` when it has none) from Prometheus text, parsed by
+    prometheus_client's own parser; None when the text is not Prometheus's or has no such gauge."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, TypeError, KeyError):  # not Prometheus text (the parser's own errors)
+        return None
+    found: dict[str, int] = {}
+    for family in families:
+        if family.name != QUEUE_GAUGE:
+            continue
+        for sample in family.samples[:MAX_MODELS]:
+            if sample.name == QUEUE_GAUGE and math.isfinite(sample.value) and sample.value >= 0:
+                model = sample.labels.get("model", "")[:MAX_NAME_CHARS]
+                found[model] = found.get(model, 0) + int(sample.value)
+    return found if any(f.name == QUEUE_GAUGE for f in families) else None
+
+
 @dataclass
 class PollerState:
     """The latest view of Ollama, for /metrics and the heartbeat."""
@@ -230,6 +254,8 @@ class PollerState:
     installed: list[InstalledModel] | None = None  # the last /api/tags read (None: none read yet)
     tags_skipped: int = 0  # entries of the last /api/tags that could not be read
     tags_error: str | None = None  # why the last /api/tags failed (None: it answered)
+    # Ollama's /metrics queue gauge: model → requests waiting ("" when the gauge names no model); None: not served
+    queued: dict[str, int] | None = None
 
 
 class OllamaPoller:
@@ -268,6 +294,7 @@ class OllamaPoller:
         self._processes_changed = processes_changed  # a runner process appeared or went since the last call
         self._version: str | None = None  # the last /api/version read; asked again only after Ollama was down
         self._shows_pending = False  # /api/show answers still to read (capped per poll): poll at the busy pace meanwhile
+        self._metrics_due_at = 0.0  # time.monotonic() of the next /metrics try while it is not served
 
     async def _get_json(self, method: str, path: str, json_body: Any = None) -> Any:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -326,10 +353,34 @@ class OllamaPoller:
         self._sink.submit(PutOllamaStatus(status))
         self._sink.submit(PutLoadedModels(ts, models))
         await self._poll_tags(ts)
+        await self._poll_metrics()
         await self._show_new_models(
             [(m.name, m.digest) for m in models] + [(m.name, m.digest) for m in self.state.installed or []]
         )
         return True
+
+    async def _poll_metrics(self) -> None:
+        """Ollama's queue gauge from its /metrics, each poll while it answers 200 with Prometheus text; otherwise
+        (not served: the setting is off, or an Ollama without it) tried again after ``METRICS_RETRY_S``."""
+        if self.state.queued is None and time.monotonic() < self._metrics_due_at:
+            return
+        queued = await self._read_metrics()
+        self.state.queued = queued
+        if queued is None:
+            self._metrics_due_at = time.monotonic() + METRICS_RETRY_S
+
+    async def _read_metrics(self) -> dict[str, int] | None:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        try:
+            async with self._session.get(self.base_url + "/metrics", timeout=timeout) as resp:
+                if resp.status != 200 or not resp.content_type.startswith("text/plain"):
+                    return None
+                body = await resp.content.read(MAX_METRICS_BYTES + 1)
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        if len(body) > MAX_METRICS_BYTES:
+            return None
+        return parse_queue_gauge(body.decode("utf-8", errors="replace"))
 
     async def _poll_tags(self, ts: float) -> None:
         """``/api/tags`` when due. A failure keeps the last list stored and is retried at the next due time:

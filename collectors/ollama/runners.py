@@ -40,7 +40,7 @@ from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, placement_rows
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
-from collectors.ollama.direct import DirectTasks, RunnerRef
+from collectors.ollama.direct import GENERATION_PATHS, DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover, off_loop_daemon
 from collectors.ollama.log import LogEvent, LogSource, LogTail
 from collectors.ollama.slots import MAX_SLOTS, SlotReading, SlotsFormatError, parse_slots, slots_cap
@@ -64,6 +64,16 @@ SLOTS_TIMEOUT_S = 2.0
 # had, and the finished request's own count fills it in.
 MAX_PREFILL_ROWS_KEPT = 1024
 MAX_DECODE_ROWS_KEPT = 8
+# The runner's per-task lines (a task's start, prompt, progress, timings, end): any one shows they reach the log.
+RUNNER_TASK_KINDS = frozenset({"launch", "new_prompt", "progress", "done", "prompt_eval", "eval", "total", "release"})
+LINES_LOST_AFTER = 2  # generations ended in the log, a llama-server runner serving, none of its lines: they are lost
+RUNNER_LINES_MISSING = (
+    "generations end in it but the runner's per-request lines (prompt and timing) never come: this Ollama writes "
+    "them only with debug logging. Start Ollama with `OLLAMA_DEBUG=1` to get them back (with systemd: "
+    '`sudo systemctl edit ollama`, add `Environment="OLLAMA_DEBUG=1"` under [Service], then '
+    "`sudo systemctl restart ollama`); meanwhile Phasewatch records from the runner's /slots (progress and token "
+    "counts, no exact timings)"
+)
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
 
 
@@ -166,6 +176,11 @@ class RunnerReader:
         self._queue: list[ProgressSample] = []
         self._log: LogSource | None = log_source if log_source is not None else LogTail(log_path) if log_path else None
         self._log_problem: str | None = None  # as last said in the collector's log
+        # Generations Ollama's log ended (access lines) since the runner last wrote a line of a task: the runner's
+        # per-request lines may no longer reach the log (written only with OLLAMA_DEBUG: docs/ollama-api.md §13).
+        # ``runner_lines_missing`` says so, with the fix, once it is clear.
+        self._generations_without_runner_lines = 0
+        self.runner_lines_missing: str | None = None
         self._log_read: asyncio.Future[None] | None = None  # the log read in a worker thread now, if any
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.log_lines_dropped = 0  # progress lines of no task /slots showed joined (see _read_log)
@@ -553,6 +568,7 @@ class RunnerReader:
         if not events:
             self._join_waits()  # a task /slots joined since
             return
+        self._watch_runner_lines(events)
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
@@ -587,6 +603,28 @@ class RunnerReader:
             # the prompt is read).
             rid = self.direct.record_id(event.task_id)
         return rid
+
+    def _watch_runner_lines(self, events: list[LogEvent]) -> None:
+        """Notice when the log is read, generations end in it, and a llama-server runner serves them, yet none of
+        its per-request lines come (nor when they come back); say each change once in the collector's log."""
+        for event in events:
+            if event.kind in RUNNER_TASK_KINDS:
+                self._generations_without_runner_lines = 0
+                if self.runner_lines_missing is not None:
+                    self.runner_lines_missing = None
+                    log.info("Ollama's log: the runner's per-request lines are back")
+            elif (
+                event.kind == "access"
+                and event.access is not None
+                and event.access.status == 200
+                and event.access.method == "POST"
+                and event.access.path in GENERATION_PATHS
+            ):
+                self._generations_without_runner_lines += 1
+        serves = any(state.runner.kind == "llama-server" for state in self.runners.values())
+        if self.runner_lines_missing is None and serves and self._generations_without_runner_lines >= LINES_LOST_AFTER:
+            self.runner_lines_missing = RUNNER_LINES_MISSING
+            log.warning("Ollama's log: %s", RUNNER_LINES_MISSING)
 
     def _add_log(self, rid: str, event: LogEvent) -> None:
         track = self._track(rid)

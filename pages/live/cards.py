@@ -74,6 +74,8 @@ class Card:
     room_bytes: tuple[int, int] | None = None  # unload_wait: (what its model needs at least, what was free)
     direct: bool = False  # sent to Ollama directly, seen from its runner: no client-side times, no token gaps
     prompt_cut: str | None = None  # finished: the prompt did not fit the context (analysis.prompt_fit), in words
+    slots: int | None = None  # queued: its model's slots (the runner's -np), None when not known
+    slots_busy: int | None = None  # queued: how many of its model's generations a slot works on now
 
     @property
     def key(self) -> str:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
 from pages.live.cards import Card, PrefillView
+from pages.live.queue import ModelQueue, queue_caption
 from pages.live.view import CardsModel, LiveModel
 from pages.shared import fmt
 
@@ -105,8 +106,27 @@ def show_strip(model: CardsModel) -> None:
         help="Over the last minute: of the time generations spent reading prompts or writing replies, the share of each.",
     )
     cols[5].metric("Requests in window", model.requests_in_window, help="Requests that started in the sidebar's time window.")
+    if model.queues:
+        with st.container(key="live_queues"):
+            for line in queue_lines(model.queues):
+                st.markdown(line)
     with st.container(key="live_updated"):
         st.caption(f"Updated {fmt.clock(model.now_unix_s)}")
+
+
+def queue_lines(queues: list[ModelQueue]) -> list[str]:
+    """One line per model with generations open now: how many run, how many wait, and its slots where known."""
+    lines = []
+    for q in queues:
+        slots = (
+            f"{q.slots.slots} slot{'s' if q.slots.slots != 1 else ''} ({q.slots.source})"
+            if q.slots is not None
+            else "slots not known (no runner read)"
+        )
+        name = fmt.md_escape(fmt.label(q.model))
+        theirs = "" if q.ollama_queued is None else f" · Ollama's /metrics: {q.ollama_queued} queued"
+        lines.append(f"**{name}** · {q.running} running · **{q.waiting} waiting** · {slots}{theirs}")
+    return lines
 
 
 def show_cards(model: CardsModel) -> None:
@@ -147,7 +167,8 @@ def wait_caption(card: Card, last_load_s: float | None) -> str | None:
     model = fmt.md_escape(fmt.label(card.model))
     waits_for = fmt.md_escape(fmt.label(card.waits_for or "", fmt.SENTENCE_MAX_CHARS))
     if card.phase == "queued":
-        return f"Position {card.queue_position} in the queue, waiting for {waits_for or 'a slot'}: {so_far}."
+        line = queue_caption(card) or f"Position {card.queue_position} in the queue"
+        return f"{line[0].upper()}{line[1:]}, for {waits_for or 'a slot'}: {so_far}."
     if card.phase == "other_load":
         return f"Waiting for {waits_for or 'another model'}: {so_far}."
     if card.phase == "unload_wait":

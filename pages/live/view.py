@@ -9,8 +9,9 @@ show its empty state instead of an error.
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.model_names import same_model, value_for_model
 from analysis.records import GpuSample, HostSample, LoadedModel, Outcome, ProgressSample, RequestRecord
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
+from pages.live.queue import ModelQueue, SlotCount, queue_cards
 from pages.live.timeline import (
     InFlightView,
     assign_lanes,
@@ -141,6 +143,8 @@ class CardsSnapshot:
     loaded_since: dict[str, float] = field(default_factory=dict)  # loaded model → first /api/ps listing it lately
     model_size_bytes: dict[str, int] = field(default_factory=dict)  # installed model → its file's size
     vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
+    slots: dict[str, SlotCount] = field(default_factory=dict)  # running model → its runner's slots, where known
+    ollama_queued: dict[str, int] | None = None  # Ollama's own /metrics queue gauge by model; None: not served
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -166,7 +170,32 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             loaded_since=waits.loaded_since,
             model_size_bytes=waits.model_size_bytes,
             vram_free_bytes=_free_vram(gpus) if waits.models else (),
+            slots=_slots(conn, in_flight),
+            ollama_queued=_ollama_queued(heartbeat.ollama_queued if heartbeat else None),
         )
+
+
+def _ollama_queued(text: str | None) -> dict[str, int] | None:
+    """The heartbeat's copy of Ollama's queue gauge (JSON written by the collector); None when not served."""
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): int(v) for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _slots(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, SlotCount]:
+    """Each running model's slot count, from the command line of the runner that serves it (-np)."""
+    found: dict[str, SlotCount] = {}
+    for model in {r.model for r in in_flight}:
+        runner = queries.runner_for(conn, model, None)
+        if runner is not None and runner.parallel:
+            found[model] = SlotCount(runner.parallel, "the runner's -np")
+    return found
 
 
 def _recent(conn: sqlite3.Connection, now_unix_s: float, recent_s: float) -> list[RequestSummary]:
@@ -348,6 +377,7 @@ class CardsModel:
     now_unix_s: float
     chars_measured: dict[str, bool] = field(default_factory=dict)
     last_load_s: dict[str, float] = field(default_factory=dict)
+    queues: list[ModelQueue] = field(default_factory=list)  # per running model: how many run, how many wait
 
     @property
     def running(self) -> int:
@@ -389,8 +419,16 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
     loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
+    running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
     done = finished_cards(snap.recent, now_unix_s)
-    strip = now_strip(running, snap.recent, now_unix_s)
+    strip = replace(now_strip(running, snap.recent, now_unix_s), waiting=sum(q.waiting for q in queues))
     return CardsModel(
-        running + done, strip, snap.record_text, snap.requests_in_window, now_unix_s, snap.chars_measured, snap.last_load_s
+        running + done,
+        strip,
+        snap.record_text,
+        snap.requests_in_window,
+        now_unix_s,
+        snap.chars_measured,
+        snap.last_load_s,
+        queues,
     )

@@ -60,6 +60,8 @@ def _ollama_sources(hb: CollectorInfo | None) -> None:
         st.caption(f"Runners: none read. {_with_code(hb.runners_problem)}")
     if hb.log_problem:
         st.caption(f"Ollama's log: :orange[not read]. {_with_code(hb.log_problem)}")
+    elif hb.runner_lines_missing:
+        st.caption(f"Ollama's log: :orange[read, the runner's lines missing]: {_with_code(hb.runner_lines_missing)}")
 
 
 def _with_code(text: str) -> str:
