@@ -354,8 +354,10 @@ class RunnerReader:
             if not state.polling and now >= state.next_poll_s:
                 state.polling = True
                 self._spawn(pending, self._poll(state, requests, interval_s))
-        if self._log is not None and self._log_read is None:
-            self._log_read = asyncio.ensure_future(self._read_log_in_thread(self._log))
+        log_source = self._log
+        quiet = isinstance(log_source, LogTail) and log_source.unchanged()  # nothing written: no thread's round trip
+        if log_source is not None and self._log_read is None and not quiet:
+            self._log_read = asyncio.ensure_future(self._read_log_in_thread(log_source))
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.adopt_log_only(self._runner_of_task)
         self.direct.step()
