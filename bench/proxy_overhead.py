@@ -55,7 +55,8 @@ from tests.support.sim_process import free_port, start_sim  # noqa: E402
 
 NGINX = "/usr/sbin/nginx"
 TARGETS_16 = {"p50_ms": 0.5, "p99_ms": 2.0, "ttfb_ms": 5.0, "cpu_us": 20.0}
-TARGET_64_P99_MS = 3.0
+TARGET_64_P99_MS = 1.5  # issue 33
+IDLE_TARGET_PCT = 0.5  # of one core (bench/collector_idle.py measures it over longer windows)
 # Ollama sizes the KV cache for num_ctx x num_parallel: at its default 4096 x 64 slots the model would spill
 # out of the sim GPU's memory and every step would take ~130 ms instead of ~6 ms.
 NUM_CTX = 512
@@ -314,7 +315,8 @@ def _report(counts: list[int], paths: list[Path_], results: dict[tuple[int, str]
 
 def _verdict(counts: list[int], results: dict[tuple[int, str], Run], idle_pct: float) -> str:
     """The issue's targets, for the collector as users run it."""
-    out = [f"idle collector sampling at 1 Hz: {idle_pct:.3f}% of one core (target < 1) {'ok' if idle_pct < 1 else 'MISSED'}"]
+    ok = "ok" if idle_pct < IDLE_TARGET_PCT else "MISSED"
+    out = [f"idle collector sampling at 1 Hz: {idle_pct:.3f}% of one core (target < {IDLE_TARGET_PCT}) {ok}"]
     for n, targets in ((16, TARGETS_16), (64, {"p99_ms": TARGET_64_P99_MS})):
         if n not in counts:
             continue
