@@ -407,10 +407,10 @@ class RequestStats:
         self.observe_ceiling_ratio(row)
         gaps_s = [g for g in token_gaps_s if math.isfinite(g) and g >= 0]  # as _observe keeps them
         if gaps_s:
-            key = ("phasewatch_inter_token_latency_seconds", base)
-            hist = self.histograms.get(key)
+            gaps_name = "phasewatch_inter_token_latency_seconds"
+            hist = self.histograms.get((gaps_name, base))
             if hist is None:
-                hist = self.histograms[key] = Histogram(HISTOGRAMS[key[0]].bounds)
+                hist = self.histograms[(gaps_name, base)] = Histogram(HISTOGRAMS[gaps_name].bounds)
             hist.observe_many(gaps_s)
 
         for counter, value in (
