@@ -373,6 +373,17 @@ class RequestStats:
             hist = self.histograms[key] = Histogram(HISTOGRAMS[name].bounds)
         hist.observe(value)
 
+    def _observe_gaps(self, token_gaps_s: Iterable[float], labels: tuple[str, ...]) -> None:
+        """A reply's gaps between token chunks, into one histogram in one call (not one ``_observe`` per token)."""
+        gaps_s = [g for g in token_gaps_s if math.isfinite(g) and g >= 0]  # as _observe keeps them
+        if not gaps_s:
+            return
+        name = "phasewatch_inter_token_latency_seconds"
+        hist = self.histograms.get((name, labels))
+        if hist is None:
+            hist = self.histograms[(name, labels)] = Histogram(HISTOGRAMS[name].bounds)
+        hist.observe_many(gaps_s)
+
     def observe(self, row: RequestRow, token_gaps_s: Iterable[float] = ()) -> None:
         """Count one finished request as the store wrote it (its phases as stored, not split again).
 
@@ -405,13 +416,7 @@ class RequestStats:
         self._observe("phasewatch_request_prefill_tokens_per_second", row.prefill_tok_s, base)
         self._observe("phasewatch_request_decode_tokens_per_second", row.decode_tok_s, base)
         self.observe_ceiling_ratio(row)
-        gaps_s = [g for g in token_gaps_s if math.isfinite(g) and g >= 0]  # as _observe keeps them
-        if gaps_s:
-            gaps_name = "phasewatch_inter_token_latency_seconds"
-            hist = self.histograms.get((gaps_name, base))
-            if hist is None:
-                hist = self.histograms[(gaps_name, base)] = Histogram(HISTOGRAMS[gaps_name].bounds)
-            hist.observe_many(gaps_s)
+        self._observe_gaps(token_gaps_s, base)
 
         for counter, value in (
             (self.prompt_tokens, row.prompt_tokens),
