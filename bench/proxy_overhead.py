@@ -1,6 +1,6 @@
 """What the recording proxy adds to a stream, next to nginx, measured side by side in one run.
 
-    .venv/bin/python bench/proxy_overhead.py [--streams 1,16,64] [--tokens 100] [--reps 3]
+    .venv/bin/python bench/proxy_overhead.py [--streams 1,16,64] [--tokens 100] [--reps 3] [--before DIR]
 
 One sim (batching engine: every running stream gets its token in the same step)
 serves five paths: direct, through the collector (``python -m collectors``:
@@ -13,8 +13,16 @@ concurrent streams it prints, relative to direct:
 added time to first byte, added delay of each chunk (p50, p99; a chunk's delay is
 the client's arrival time minus sim's truth of when it wrote that token, on the
 same monotonic clock), and the proxy's CPU time per chunk; then the idle CPU of a
-proxy doing nothing. Runs of the three paths alternate so that drift in the
-machine's load hits them alike.
+proxy doing nothing. Runs of the paths alternate so that drift in the
+machine's load hits them alike. Last, one number per stream count: the
+collector's CPU per chunk over nginx's.
+
+``--before DIR`` adds a sixth path, ``collector-before``: ``python -m collectors``
+run from another checkout (``git worktree add DIR main``, or ``git archive main | tar
+-x -C DIR``), alternated with the others in the same run, so that a change is
+measured before and after under the same load. Each collector is measured once its
+one-off start-up work is done (the host memory bandwidth probe, stored once per
+machine), so that the figures are what a running collector costs.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -41,11 +50,13 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from store.schema import db_path  # noqa: E402
 from tests.support.sim_process import free_port, start_sim  # noqa: E402
 
 NGINX = "/usr/sbin/nginx"
 TARGETS_16 = {"p50_ms": 0.5, "p99_ms": 2.0, "ttfb_ms": 5.0, "cpu_us": 20.0}
-TARGET_64_P99_MS = 3.0
+TARGET_64_P99_MS = 1.5  # issue 33
+IDLE_TARGET_PCT = 0.5  # of one core (bench/collector_idle.py measures it over longer windows)
 # Ollama sizes the KV cache for num_ctx x num_parallel: at its default 4096 x 64 slots the model would spill
 # out of the sim GPU's memory and every step would take ~130 ms instead of ~6 ms.
 NUM_CTX = 512
@@ -58,7 +69,12 @@ class Path_:
     pids: list[int] = field(default_factory=list)  # processes whose CPU we charge to this path
 
     def cpu_s(self) -> float:
-        return sum(_cpu_s(pid) for pid in self.pids)
+        """CPU time of its processes and their children (work moved into a worker process still counts)."""
+        pids = set(self.pids)
+        for pid in self.pids:
+            with contextlib.suppress(psutil.Error):
+                pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        return sum(_cpu_s(pid) for pid in pids)
 
 
 def _cpu_s(pid: int) -> float:
@@ -98,11 +114,11 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
 
 
 @contextlib.contextmanager
-def start_python(name: str, args: list[str]) -> Iterator[Path_]:
-    """Run a Python forwarder (``args`` after the interpreter; ``{port}`` is its listening port)."""
+def start_python(name: str, args: list[str], cwd: Path = REPO_ROOT) -> Iterator[Path_]:
+    """Run a Python forwarder (``args`` after the interpreter; ``{port}`` is its listening port) from ``cwd``'s code."""
     port = free_port()
     cmd = [sys.executable, *(a.format(port=port) for a in args)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_port(port, proc, name)
         yield Path_(name, f"http://127.0.0.1:{port}", [proc.pid])
@@ -113,6 +129,22 @@ def start_python(name: str, args: list[str]) -> Iterator[Path_]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def wait_started_up(data_dir: str, what: str, timeout_s: float = 120.0) -> None:
+    """Until the collector stored its one-off host memory bandwidth figure (it measures once per machine, at
+    start, and that burst of CPU is no part of what relaying costs)."""
+    db = db_path(data_dir)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(sqlite3.Error),
+            contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn,
+        ):
+            if conn.execute("SELECT COUNT(*) FROM host_bandwidth").fetchone()[0]:
+                return
+        time.sleep(0.2)
+    print(f"({what}: no host bandwidth figure within {timeout_s:.0f} s; measuring anyway)")
 
 
 NGINX_CONF = """
@@ -283,7 +315,8 @@ def _report(counts: list[int], paths: list[Path_], results: dict[tuple[int, str]
 
 def _verdict(counts: list[int], results: dict[tuple[int, str], Run], idle_pct: float) -> str:
     """The issue's targets, for the collector as users run it."""
-    out = [f"idle collector sampling at 1 Hz: {idle_pct:.3f}% of one core (target < 1) {'ok' if idle_pct < 1 else 'MISSED'}"]
+    ok = "ok" if idle_pct < IDLE_TARGET_PCT else "MISSED"
+    out = [f"idle collector sampling at 1 Hz: {idle_pct:.3f}% of one core (target < {IDLE_TARGET_PCT}) {ok}"]
     for n, targets in ((16, TARGETS_16), (64, {"p99_ms": TARGET_64_P99_MS})):
         if n not in counts:
             continue
@@ -302,6 +335,23 @@ def _verdict(counts: list[int], results: dict[tuple[int, str], Run], idle_pct: f
     return "\n".join(out)
 
 
+def _ratios(counts: list[int], paths: list[Path_], results: dict[tuple[int, str], Run]) -> str:
+    """The collector's CPU per chunk over nginx's, one number per stream count (and the checkout before, if run)."""
+    names = {p.name for p in paths}
+    if "nginx" not in names:
+        return "(no nginx: no ratio)"
+    out = []
+    for n in counts:
+        nginx = _cell(results[(n, "nginx")], True).cpu_us_per_chunk or 0.0
+        parts = []
+        for name in ("collector", "collector-before", "proxy"):
+            if name in names and nginx > 0:
+                ours = _cell(results[(n, name)], True).cpu_us_per_chunk or 0.0
+                parts.append(f"{name} {ours / nginx:.2f}x")
+        out.append(f"CPU per chunk over nginx's, {n} streams: " + ", ".join(parts) + " (target collector <= 1.3x)")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="1,16,64", help="concurrent streams per burst, comma-separated")
@@ -310,6 +360,7 @@ def main() -> int:
     ap.add_argument("--model", default="llama3.2", help="sim model (llama3.2 on rtx-3060: ~6 ms per batched step)")
     ap.add_argument("--hardware", default="rtx-3060", help="sim hardware profile")
     ap.add_argument("--idle-s", type=float, default=5.0, help="how long to watch an idle proxy")
+    ap.add_argument("--before", type=Path, help="another checkout whose collector runs as the path collector-before")
     args = ap.parse_args()
     counts = [int(s) for s in args.streams.split(",")]
     try:
@@ -326,17 +377,25 @@ def main() -> int:
         data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="pw-bench-"))
         collector_args = ["-m", "collectors", "--ollama", sim.base_url, "--listen", "127.0.0.1:{port}", "--data", data_dir]
         collector = stack.enter_context(start_python("collector", collector_args))
+        before: list[Path_] = []
+        if args.before is not None:
+            before_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="pw-bench-before-"))
+            before_args = [*collector_args[:-1], before_dir]
+            before.append(stack.enter_context(start_python("collector-before", before_args, cwd=args.before.resolve())))
         proxy_args = ["-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", "127.0.0.1:{port}"]
         proxy = stack.enter_context(start_python("proxy", proxy_args))
         nginx = stack.enter_context(start_nginx(sim.port))
         pipe = stack.enter_context(start_python("tcp-pipe", ["bench/tcp_pipe.py", f"127.0.0.1:{sim.port}", "{port}"]))
-        paths = [Path_("direct", sim.base_url), collector, proxy] + ([nginx] if nginx else []) + [pipe]
+        paths = [Path_("direct", sim.base_url), collector, *before, proxy] + ([nginx] if nginx else []) + [pipe]
         print(
             f"machine: {psutil.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; sim {' '.join(sim_args)}, "
             f"model {args.model}, {args.tokens} tokens per stream, {args.reps} bursts per cell (at least 16 streams in all)"
         )
         for p in paths:  # load the model, open keep-alive connections
             runner.run(_burst(p, sim.base_url, max(counts), 4, args.model, "warm"))
+        wait_started_up(data_dir, "collector")
+        if before:
+            wait_started_up(before_dir, "collector-before")
         results: dict[tuple[int, str], Run] = {}
         for n in counts:
             runs: dict[str, list[Run]] = {p.name: [] for p in paths}
@@ -350,6 +409,7 @@ def main() -> int:
         idle = {p.name: _idle_cpu_pct(p, args.idle_s) for p in paths if p.pids}
         print("idle CPU: " + ", ".join(f"{k} {v:.3f}% of one core" for k, v in idle.items()))
         print(_verdict(counts, results, idle["collector"]))
+        print(_ratios(counts, paths, results))
         print(f"load average at the end: {os.getloadavg()[0]:.2f} on {psutil.cpu_count()} cores")
     return 0
 

@@ -30,6 +30,10 @@ EXIT_OK = 0
 EXIT_UNWRITTEN = 1
 EXIT_SETTINGS = 2
 EXIT_ALREADY_RUNNING = 3
+# How long a worker thread (the store writer, discovery, samplers) may keep the GIL while the event loop that relays
+# every proxied chunk waits for it: Python's default is 5 ms, which a chunk waiting on a busy writer adds to its
+# delay (bench/README.md, what the collector costs per chunk).
+LOOP_GIL_WAIT_S = 0.0005
 
 
 async def _run(settings: Settings) -> CollectorService:
@@ -59,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stop(prog, settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     raise_fd_limit()  # desktops often start at 1024 descriptors; every proxied request holds two
+    sys.setswitchinterval(LOOP_GIL_WAIT_S)
     try:
         service = run_with_best_loop(_run(settings))
     except SettingsError as exc:

@@ -19,6 +19,7 @@ whose model label passes a ``LabelSet`` (at most ``LABEL_VALUES_MAX`` names, eac
 
 from __future__ import annotations
 
+import bisect
 import math
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -190,10 +191,22 @@ class Histogram:
     def observe(self, value: float) -> None:
         if not self.counts:
             self.counts = [0] * (len(self.bounds) + 1)
-        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
-        self.counts[i] += 1
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # the first bound >= value (+Inf past the last)
         self.total += value
         self.count += 1
+
+    def observe_many(self, values: Sequence[float]) -> None:
+        """``observe`` each value (finite, non-negative: the caller checked), in one call: a reply's token gaps."""
+        if not values:
+            return
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+        counts, bounds, total = self.counts, self.bounds, self.total
+        for value in values:
+            counts[bisect.bisect_left(bounds, value)] += 1
+            total += value  # added in order, as observe() would
+        self.total = total
+        self.count += len(values)
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -360,6 +373,17 @@ class RequestStats:
             hist = self.histograms[key] = Histogram(HISTOGRAMS[name].bounds)
         hist.observe(value)
 
+    def _observe_gaps(self, token_gaps_s: Iterable[float], labels: tuple[str, ...]) -> None:
+        """A reply's gaps between token chunks, into one histogram in one call (not one ``_observe`` per token)."""
+        gaps_s = [g for g in token_gaps_s if math.isfinite(g) and g >= 0]  # as _observe keeps them
+        if not gaps_s:
+            return
+        name = "phasewatch_inter_token_latency_seconds"
+        hist = self.histograms.get((name, labels))
+        if hist is None:
+            hist = self.histograms[(name, labels)] = Histogram(HISTOGRAMS[name].bounds)
+        hist.observe_many(gaps_s)
+
     def observe(self, row: RequestRow, token_gaps_s: Iterable[float] = ()) -> None:
         """Count one finished request as the store wrote it (its phases as stored, not split again).
 
@@ -392,8 +416,7 @@ class RequestStats:
         self._observe("phasewatch_request_prefill_tokens_per_second", row.prefill_tok_s, base)
         self._observe("phasewatch_request_decode_tokens_per_second", row.decode_tok_s, base)
         self.observe_ceiling_ratio(row)
-        for gap_s in token_gaps_s:
-            self._observe("phasewatch_inter_token_latency_seconds", gap_s, base)
+        self._observe_gaps(token_gaps_s, base)
 
         for counter, value in (
             (self.prompt_tokens, row.prompt_tokens),

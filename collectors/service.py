@@ -388,9 +388,8 @@ class CollectorService:
         if not record.direct and self.runners is not None:
             self.runners.proxied_finished(record)  # it may account for a runner task: never recorded twice
         if self.writer is not None:
-            stamps = record.token_chunk_ns
-            gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(stamps)]
-            self.writer.submit(PutRequest(record), on_done=lambda row: self._written(row, gaps_s))
+            stamps = record.token_chunk_ns  # a finished record's: no one appends to it any more
+            self.writer.submit(PutRequest(record), on_done=lambda row: self._written(row, stamps))
 
     def _count_prompt_later(self, record: RequestRecord) -> None:
         """A reply that looks cut with no line of Ollama's to say so: its prompt counted by the runner's /tokenize,
@@ -417,12 +416,14 @@ class CollectorService:
                 return state.runner.port
         return None
 
-    def _written(self, row: RequestRow | None, token_gaps_s: list[float] | None = None) -> None:
-        """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row."""
+    def _written(self, row: RequestRow | None, token_chunk_ns: list[int] | None = None) -> None:
+        """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row.
+        Its token gaps are taken here, off the loop that relays the proxy's chunks."""
         loop = self._loop
         if row is not None and loop is not None and not loop.is_closed():
+            gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(token_chunk_ns or ())]
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._count, row, token_gaps_s or [])
+                loop.call_soon_threadsafe(self._count, row, gaps_s)
 
     def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
         try:

@@ -328,8 +328,22 @@ class LogTail:
         self._dropping = False  # inside a line longer than MAX_LOG_LINE_CHARS: skip to its end
         self.long_lines = 0  # lines dropped for their length (counted in unknown_lines too)
         self._from_start = from_start
+        self._read_to: tuple[int, int, int] | None = None  # (inode, size, ctime) of a file read to its end
+
+    def unchanged(self) -> bool:
+        """True when the file is the one read last, read to its end then, and neither written nor its mode or owner
+        changed since (its ctime moves on any of them): a ``read()`` would find nothing. One stat, no open, so the
+        caller can skip a worker thread's round trip four times a second while Ollama is quiet."""
+        if self._read_to is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False  # read() says why
+        return (st.st_ino, st.st_size, st.st_ctime_ns) == self._read_to
 
     def read(self, now_unix_s: float) -> list[LogEvent]:
+        self._read_to = None
         try:
             st = os.stat(self.path)
         except OSError as exc:
@@ -344,6 +358,8 @@ class LogTail:
             self._offset = st.st_size if first and not self._from_start else 0
             self._partial, self._dropping = b"", False
         if st.st_size == self._offset:
+            if self.problem is None:
+                self._read_to = (st.st_ino, st.st_size, st.st_ctime_ns)
             return []
         try:
             with open(self.path, "rb") as f:

@@ -371,8 +371,7 @@ class RunnerReader:
             if not state.polling and now >= state.next_poll_s:
                 state.polling = True
                 self._spawn(pending, self._poll(state, requests, interval_s))
-        if self._log is not None and self._log_read is None:
-            self._log_read = asyncio.ensure_future(self._read_log_in_thread(self._log))
+        self._read_log_if_written()
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.step()
 
@@ -544,6 +543,16 @@ class RunnerReader:
         """Read the log and join its events now, on the caller's thread (tests; the loop uses the one below)."""
         assert self._log is not None
         self._take_log(self._log, self._log.read(self._clock()), requests)
+
+    def _read_log_if_written(self) -> None:
+        """Start a read of the log unless one runs; a file is read only once written since (a quiet log costs one
+        stat here, not a worker thread's round trip every step)."""
+        source = self._log
+        if source is None or self._log_read is not None:
+            return
+        if isinstance(source, LogTail) and source.unchanged():
+            return
+        self._log_read = asyncio.ensure_future(self._read_log_in_thread(source))
 
     async def _read_log_in_thread(self, source: LogSource) -> None:
         """Read and parse the log in a worker thread, off the loop that relays every proxied request (a flood of

@@ -31,6 +31,7 @@ from collectors.metrics import (
     OTHER_LABEL,
     THROTTLE_REASONS,
     TTFT_BUCKETS_S,
+    Histogram,
     LabelSet,
     MetricsSnapshot,
     RequestStats,
@@ -126,6 +127,22 @@ def test_stats_count_outcomes_and_observe_histograms() -> None:
     assert stats.decode_tokens == {"llama3.2": 50} and math.isclose(stats.phase_s[("llama3.2", "decode")], 3.0)
     assert stats.output_tokens == {"llama3.2": 52} and stats.prompt_tokens == {"llama3.2": 30}
     assert stats.histogram("phasewatch_request_thinking_time_seconds").count == 0  # hook: nothing recorded yet
+
+
+def test_a_reply_s_gaps_land_in_the_buckets_one_observe_each_would_give() -> None:
+    """A reply's token gaps are counted in one call per reply, not one per token on the loop (issue 33)."""
+    bounds = (0.01, 0.02, 0.05)
+    gaps = [0.0, 0.01, 0.0100001, 0.02, 0.05, 0.051, 7.0, 0.005]  # on a bound: that bound's bucket (le)
+    one_by_one, batched = Histogram(bounds), Histogram(bounds)
+    for gap in gaps:
+        one_by_one.observe(gap)
+    batched.observe_many(gaps)
+    assert batched.counts == one_by_one.counts == [3, 2, 1, 2]
+    assert (batched.count, batched.total) == (one_by_one.count, one_by_one.total)
+    stats = RequestStats()
+    stats.observe(_stored(100, 11, 1000), token_gaps_s=[0.1, math.nan, -1.0, math.inf, 0.2])
+    kept = stats.histogram("phasewatch_inter_token_latency_seconds")
+    assert kept.count == 2 and math.isclose(kept.total, 0.3), "a gap that is no time is not counted"
 
 
 def test_ttft_buckets_extend_the_conventions_past_ten_seconds() -> None:

@@ -182,3 +182,25 @@ def test_tail_follows_growth_rotation_and_truncation(tmp_path: Path) -> None:
         f.write("prompt eval time = 10.00 ms / 2048 tokens\n")
     assert [(e.kind, e.tokens) for e in tail.read(6.0)] == [("prompt_eval", 2048)]
     assert tail.problem is None and tail.known_lines == 3
+
+
+def test_unchanged_says_when_a_read_would_find_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("before\n")
+    tail = LogTail(log)
+    assert not tail.unchanged(), "never read: it must be read once"
+    assert tail.read(1.0) == [] and tail.unchanged()
+    with log.open("a") as f:
+        f.write(f"{SLOT}prompt processing done, n_tokens = 2048, batch.n_tokens = 0\n")
+    assert not tail.unchanged(), "written since"
+    assert [e.kind for e in tail.read(2.0)] == ["done"]
+    assert tail.read(3.0) == [] and tail.unchanged(), "read to its end again"
+    os.chmod(log, 0o200)  # its mode changed: a read must say whether it is still readable
+    assert not tail.unchanged()
+    os.chmod(log, 0o600)
+    tail.read(4.0)
+    os.rename(log, tmp_path / "server.log.1")
+    log.write_text("")  # rotated, the new file as long as nothing
+    assert not tail.unchanged()
+    log.unlink()
+    assert not tail.unchanged(), "gone: a read says so"

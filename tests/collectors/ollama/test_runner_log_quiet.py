@@ -1,0 +1,67 @@
+"""The runner reader reads Ollama's log file in a worker thread only when the file changed: a quiet log costs one
+stat per step on the loop, not a thread's round trip four times a second (issue 33)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from collectors.ollama.discovery import Discovery
+from collectors.ollama.log import LogEvent, LogTail
+from collectors.ollama.runners import RunnerReader
+
+STEP_S = 0.02
+DONE = "slot update_slots: id  0 | task 7 | prompt processing done, n_tokens = 2048, batch.n_tokens = 0\n"
+
+
+class CountingTail(LogTail):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads = 0
+        self.events: list[LogEvent] = []
+
+    def read(self, now_unix_s: float) -> list[LogEvent]:
+        self.reads += 1
+        events = super().read(now_unix_s)
+        self.events += events
+        return events
+
+
+async def _run_for(reader: RunnerReader, seconds: float, during: Any = None) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(reader.run(stop))
+    await asyncio.sleep(seconds / 2)
+    if during is not None:
+        during()
+    await asyncio.sleep(seconds / 2)
+    stop.set()
+    await task
+
+
+def test_a_quiet_log_is_not_read_again_and_a_written_one_is(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("before the collector\n")
+    tail = CountingTail(log)
+    reader = RunnerReader(
+        "http://127.0.0.1:1",
+        cast(Any, None),
+        in_flight=list,
+        loaded_models=list,
+        log_source=tail,
+        busy_interval_s=STEP_S,
+        discover_every_s=3600.0,
+        discover=lambda _url: Discovery([], None, "not looked for in this test"),
+    )
+    t0 = time.monotonic()
+    asyncio.run(_run_for(reader, 1.0))
+    steps = (time.monotonic() - t0) / STEP_S
+    assert tail.reads <= 3, f"{tail.reads} reads of a quiet log in ~{steps:.0f} steps"
+
+    def write() -> None:
+        with log.open("a") as f:
+            f.write(DONE)
+
+    asyncio.run(_run_for(reader, 1.0, write))
+    assert [e.kind for e in tail.events] == ["done"], "a line written is still read"
