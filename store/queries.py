@@ -45,6 +45,8 @@ from store.schema import (
     GPU_PEAK_FIELDS,
     HOST_MEAN_FIELDS,
     HOST_PEAK_FIELDS,
+    REQUEST_MINUTE_S,
+    REQUEST_MINUTE_SQL,
     ROLLUP_S,
     SCHEMA_VERSION,
     StoreError,
@@ -248,15 +250,30 @@ def recent_requests(
     return [REQUEST_SUMMARIES.from_values(r) for r in _rows(conn, sql, [*args, int(limit)])]
 
 
+# Each distinct model, one index seek apiece on requests_model_started (model, started_at_unix_s): a GROUP BY
+# model read every request of the window (0.5 s for a day of 1M requests), this reads one entry per model.
+_MODELS_CTE = (
+    "WITH RECURSIVE m(model) AS (SELECT MIN(model) FROM requests UNION ALL "
+    "SELECT (SELECT MIN(model) FROM requests WHERE model > m.model) FROM m WHERE m.model IS NOT NULL) "
+)
+
+
 def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
     """Models that have requests since a moment (for filters), by name."""
-    rows = conn.execute("SELECT model FROM requests WHERE started_at_unix_s >= ? GROUP BY model ORDER BY model", (since_unix_s,))
+    rows = conn.execute(
+        f"{_MODELS_CTE} SELECT model FROM m WHERE model IS NOT NULL AND EXISTS "
+        "(SELECT 1 FROM requests r WHERE r.model = m.model AND r.started_at_unix_s >= ?) ORDER BY model",
+        (since_unix_s,),
+    )
     return [r[0] for r in rows]
 
 
 def models_by_last_use(conn: sqlite3.Connection) -> list[str]:
     """Every model with recorded requests, the most recently used first."""
-    rows = conn.execute("SELECT model, MAX(started_at_unix_s) FROM requests GROUP BY model ORDER BY 2 DESC")
+    rows = conn.execute(
+        f"{_MODELS_CTE} SELECT model, (SELECT MAX(r.started_at_unix_s) FROM requests r WHERE r.model = m.model) "
+        "FROM m WHERE model IS NOT NULL ORDER BY 2 DESC, 1"
+    )
     return [str(r[0]) for r in rows]
 
 
@@ -710,9 +727,25 @@ def prompt_history(conn: sqlite3.Connection, model: str, limit: int = 200) -> li
 
 
 def requests_started_count(conn: sqlite3.Connection, since_unix_s: float, until_unix_s: float) -> int:
-    """How many requests started in ``[since, until]`` (in flight included)."""
+    """How many requests started in ``[since, until]`` (in flight included).
+
+    The minutes wholly inside come from ``request_minutes`` (kept by the store's triggers as rows are written and
+    deleted); only the two minutes at the ends are counted row by row: a day of 1M requests read every index
+    entry of the day (0.2 s), this reads ~1,440 summary rows and two minutes of requests.
+    """
+    if until_unix_s < since_unix_s:
+        return 0
+    minute = REQUEST_MINUTE_SQL.format(t="?")
+    m0, m1 = conn.execute(f"SELECT {minute}, {minute}", (float(since_unix_s), float(until_unix_s))).fetchone()
+    # Every start in [since, until] has a minute from m0 to m1 (the minute of a time never falls as the time grows),
+    # and every start whose minute lies strictly between them is inside: those are summed, the ends' are counted.
     (n,) = conn.execute(
-        "SELECT COUNT(*) FROM requests WHERE started_at_unix_s BETWEEN ? AND ?", (since_unix_s, until_unix_s)
+        "SELECT (SELECT TOTAL(n) FROM request_minutes WHERE minute_unix_s > :m0 AND minute_unix_s < :m1) "
+        "+ (SELECT COUNT(*) FROM requests WHERE started_at_unix_s BETWEEN :a AND MIN(:b, :m0 + :slack) "
+        f"AND {REQUEST_MINUTE_SQL.format(t='started_at_unix_s')} = :m0) "
+        "+ (SELECT COUNT(*) FROM requests WHERE :m1 > :m0 AND started_at_unix_s BETWEEN MAX(:a, :m1 - 1) AND :b "
+        f"AND {REQUEST_MINUTE_SQL.format(t='started_at_unix_s')} = :m1)",
+        {"a": since_unix_s, "b": until_unix_s, "m0": m0, "m1": m1, "slack": REQUEST_MINUTE_S + 1},
     ).fetchone()
     return int(n)
 

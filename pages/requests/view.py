@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,21 @@ class HistoryModel:
     frame: pd.DataFrame  # the same rows with user-facing column names
     truncated: bool  # more requests match than SHOWN_ROWS
     options: HistoryOptions
-    figure: go.Figure | None
-    figure_note: str | None = None  # what the rates chart draws apart
+
+    @cached_property
+    def _rates(self) -> tuple[go.Figure | None, str | None]:
+        # Built when first asked for: the page shows the table before it draws the chart (first content sooner).
+        return rates_figure(self.rows) if self.rows else (None, None)
+
+    @property
+    def figure(self) -> go.Figure | None:
+        """The rates chart of the rows (None: no rows)."""
+        return self._rates[0]
+
+    @property
+    def figure_note(self) -> str | None:
+        """What the rates chart draws apart."""
+        return self._rates[1]
 
 
 def build_history(
@@ -153,10 +167,7 @@ def build_history(
     rows, options = result
     truncated = len(rows) > SHOWN_ROWS
     rows = rows[:SHOWN_ROWS]
-    figure, note = rates_figure(rows) if rows else (None, None)
-    return HistoryModel(
-        rows=rows, frame=history_frame(rows), truncated=truncated, options=options, figure=figure, figure_note=note
-    )
+    return HistoryModel(rows=rows, frame=history_frame(rows), truncated=truncated, options=options)
 
 
 def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:

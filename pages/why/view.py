@@ -14,8 +14,9 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,7 @@ class WhyModel:
     typical_context_tokens: int
     prefill_median_tok_s: float | None  # readings that count only
     decode_median_tok_s: float | None
-    prefill_fig: go.Figure
-    decode_fig: go.Figure
+    figures: Callable[[], tuple[go.Figure, go.Figure]]  # the prefill and decode charts, built when first drawn
     story: Story | None  # the ceiling model and the readings set against it (None without GPU spec or model facts)
     ubatch_tokens: int
     prefill_note: str | None  # what the prefill chart draws apart (flagged, too short)
@@ -144,6 +144,20 @@ class WhyModel:
     placement: PlacementInUse | None = None  # where the model sits, from the runner's own words or /api/ps
     doubts: list[Doubt] = field(default_factory=list)  # inputs most readings contradict (analysis.doubt)
     server_settings: list[OllamaSettingRow] = field(default_factory=list)  # Ollama's start lines (its log)
+
+    @cached_property
+    def _figures_built(self) -> tuple[go.Figure, go.Figure]:
+        # The page shows the medians before the charts: building the charts of 5,000 readings (~0.3 s) waits
+        # until the medians are on screen.
+        return self.figures()
+
+    @property
+    def prefill_fig(self) -> go.Figure:
+        return self._figures_built[0]
+
+    @property
+    def decode_fig(self) -> go.Figure:
+        return self._figures_built[1]
 
     @property
     def ratio(self) -> float | None:
@@ -496,6 +510,14 @@ def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | No
     return out
 
 
+def _figures(
+    curves: _Curves, eff: Efficiencies | None, model: str, hardware_label: str, ubatch: int
+) -> tuple[go.Figure, go.Figure]:
+    prefill = prefill_figure(curves.prefill_r, curves.pre_curve, eff, model, hardware_label, ubatch, embed=curves.embed_r)
+    decode = decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hardware_label)
+    return prefill, decode
+
+
 def _doubts(curves: _Curves, placement: PlacementInUse, hw: Hardware) -> list[Doubt]:
     if curves.story is None:
         return []
@@ -657,8 +679,7 @@ def build_why(
         typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
         prefill_median_tok_s=counted_median(curves.prefill_r),
         decode_median_tok_s=counted_median(curves.decode_r),
-        prefill_fig=prefill_figure(curves.prefill_r, curves.pre_curve, eff, model, hw.label, ubatch, embed=curves.embed_r),
-        decode_fig=decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hw.label),
+        figures=partial(_figures, curves, eff, model, hw.label, ubatch),
         story=story,
         ubatch_tokens=ubatch,
         prefill_note=flagged_note("prefill", curves.prefill_r),

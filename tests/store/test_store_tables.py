@@ -37,7 +37,7 @@ def test_declaration_equals_the_migrated_schema(conn: sqlite3.Connection, table:
 
 def test_every_table_of_the_schema_is_declared(conn: sqlite3.Connection) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    rollups = {"gpu_minutes", "host_minutes"}
+    rollups = {"gpu_minutes", "host_minutes", "request_minutes"}  # summaries, kept by upserts and triggers
     assert names - rollups - {"sqlite_sequence"} == {t.name for t in TABLES}
 
 
@@ -63,7 +63,10 @@ def test_values_cross_both_ways() -> None:
     assert flags.from_sql(flags.to_sql(("a", "b"))) == ("a", "b")
     assert flags.from_sql("[]") == ()
     outcome = next(c for c in REQUESTS.columns if c.name == "outcome")
-    assert outcome.from_sql is Outcome and outcome.to_sql is not None and outcome.to_sql(Outcome.OK) == "ok"
+    assert outcome.from_sql is not None and outcome.from_sql("ok") is Outcome.OK
+    with pytest.raises(ValueError):
+        outcome.from_sql("not an outcome")  # as Outcome("not an outcome") raises
+    assert outcome.to_sql is not None and outcome.to_sql(Outcome.OK) == "ok"
     assert [f for f in REQUESTS.column_names][:2] == ["id", "started_at_unix_s"]
     assert REQUESTS.row_type is RequestRow
 
