@@ -606,16 +606,19 @@ def _rate_sentences(
     thought = [
         ThinkingReply(r.thinking_tokens, r.output_tokens, r.thinking_s, r.ttft_s, r.ttfa_s) for r in gens if r.thinking_tokens
     ]
+    thinking = explain_thinking_replies(thought, len(gens), story.ceilings, model)
     out = explain_rates(
         story,
         hardware_name=("simulated " if hw.simulated and "simulated" not in hw.label.lower() else "") + hw.label,
         model_name=model,
         ubatch_source=ubatch_source,
         interference=events,
-        thinking=explain_thinking_replies(thought, len(gens), story.ceilings, model),
+        thinking=thinking,
     )
-    if use is not None and not hw.simulated and len(out) >= 2:  # beside the decode sentence: direct evidence
-        out.insert(2, explain_decode_use(use, eff))
+    if use is not None and not hw.simulated and len(out) >= 2:
+        # Direct evidence on decode, after the decode sentence and the thinking sentence that follows it (if any).
+        at = 3 if thinking is not None and len(out) >= 3 and out[2] == thinking else 2
+        out.insert(at, explain_decode_use(use, eff))
     return out
 
 
