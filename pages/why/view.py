@@ -23,32 +23,25 @@ from typing import Any
 import plotly.graph_objects as go
 
 from analysis import wording as w
-from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
+from analysis.accelerator import Hardware
 from analysis.ceilings import (
     MIN_RATE_TOKENS,
-    CeilingModel,
     Ceilings,
     CurvePoint,
     Efficiencies,
     curve_tokens,
-    ollama_num_batch,
-    starting_efficiencies,
 )
-from analysis.diagnose import CODES, DecodeUse, Severity, decode_use, diagnose_request, explain_decode_use
-from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
+from analysis.diagnose import CODES, DecodeUse, Severity, decode_use, explain_decode_use
+from analysis.doubt import Doubt
 from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
-from analysis.model_facts import ModelFacts, ModelFactsError, is_embedding_model, model_facts_from_show
+from analysis.model_facts import ModelFacts, is_embedding_model
 from analysis.model_names import same_model
 from analysis.phases import Phases
 from analysis.records import (
-    UNIFIED_MEMORY_KINDS,
-    UNIFIED_MEMORY_NOTE,
-    CollectorInfo,
     GpuSample,
-    HostBandwidth,
     InstalledModel,
     LoadedModel,
     Outcome,
@@ -56,31 +49,28 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import PlacementInUse, describe_layers, placement_in_use
+from analysis.runner_load import PlacementInUse, describe_layers
 from analysis.runner_waits import TaskWaits, all_slots_busy
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     EmbedStory,
-    RateSample,
     Reading,
     Status,
     Story,
-    build_story,
     counted_median,
     embed_story,
     plain_readings,
 )
 from pages.shared import fmt
+from pages.shared.basis import BasisReads, ModelBasis, latest_gpus, model_basis, rate_samples, read_basis
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
-from store.tables import ModelInfoRow, OllamaSettingRow, RequestSummary
+from store.tables import OllamaSettingRow, RequestSummary
 
-POINTS_LIMIT = 5000  # requests drawn per chart (newest first)
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
 DIAGNOSE_LIMIT = 100  # newest finished requests of the model that get diagnosed
-GPU_LOOKBACK_S = 24 * 3600  # how far back to look for a GPU sample when none is fresh
 CURVE_POINTS = 60
 
 
@@ -214,7 +204,7 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
         installed = queries.installed_models(conn)
         shows = {r.digest: r for r in queries.model_infos(conn)}
         loaded = [m.name for m in queries.latest_loaded_models(conn)]
-        gpus = [] if picked is not None else _latest_gpus(conn, now)
+        gpus = [] if picked is not None else latest_gpus(conn, now)
     offered: list[InstalledModel] = []
     embedding: list[str] = []
     for m in installed:
@@ -228,17 +218,6 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
     memory = picked.memory_bytes if picked is not None else (gpus[0].mem_total_bytes if gpus else None)
     memory_bytes = int(memory) if memory else None
     return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes)
-
-
-def _latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
-    """The newest sample of each GPU: from the last minute, else the last day (per-minute rollups)."""
-    for lookback in (60.0, GPU_LOOKBACK_S):
-        latest: dict[int, GpuSample] = {}
-        for s in queries.gpu_samples(conn, now_unix_s - lookback, now_unix_s + 5):
-            latest[s.index] = s
-        if latest:
-            return [latest[i] for i in sorted(latest)]
-    return []
 
 
 def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
@@ -311,27 +290,18 @@ def _interference_on(victims: Sequence[RequestRecord], pairs: Sequence[tuple[Req
 
 
 @dataclass
-class _StoreReads:
-    """What one Why view reads from the store, in one read-only connection."""
+class _StoreReads(BasisReads):
+    """What one Why view reads from the store, in one read-only connection: the model's basis and more."""
 
-    gpus: list[GpuSample]
-    beat: CollectorInfo | None
-    info: ModelInfoRow | None
-    loaded: LoadedModel | None
-    runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
-    placement: PlacementInUse  # where the model sits: the runner's load lines, else /api/ps
-    measured_bw: HostBandwidth | None
-    rows: list[RequestSummary]  # every stored request of the model (rates), newest first
-    recent: list[StoredRequest]  # requests of the window, with token times and stored phases
-    mine: list[RequestRecord]  # the model's finished requests of the window, to diagnose
-    samples_by_id: dict[str, list[GpuSample]]
+    recent: list[StoredRequest] = field(default_factory=list)  # requests of the window, with token times and phases
+    mine: list[RequestRecord] = field(default_factory=list)  # the model's finished requests of the window, to diagnose
+    samples_by_id: dict[str, list[GpuSample]] = field(default_factory=dict)
     server_settings: list[OllamaSettingRow] = field(default_factory=list)
     waits_by_id: dict[str, TaskWaits] = field(default_factory=dict)  # the runner's own waits before each prompt
 
 
 def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
-    gpus = _latest_gpus(conn, now)
-    rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+    basis = read_basis(conn, model, now)
     # Their phases as stored at write time (re-derived by the collector when the split changes).
     recent = [
         s
@@ -340,116 +310,18 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
     ]
     mine = [s.record for s in recent if s.record.model == model and s.record.outcome is Outcome.OK][-DIAGNOSE_LIMIT:]
     samples_by_id: dict[str, list[GpuSample]] = {}
-    if gpus:
+    if basis.gpus:
         for rec in mine:
             end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
             samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
-    loaded = queries.loaded_model(conn, model)
-    digest = loaded.digest if loaded is not None else None
-    runner = queries.runner_for(conn, model, digest)
-    said = queries.runner_placement(conn, model, digest, runner.port if runner is not None else None)
-    placement = placement_in_use(
-        said[0] if said is not None else None,
-        loaded.size_bytes if loaded is not None else None,
-        loaded.size_vram_bytes if loaded is not None else None,
-    )
     return _StoreReads(
+        **vars(basis),
         waits_by_id=queries.request_waits(conn, [r.id for r in mine]),
-        gpus=gpus,
-        beat=queries.latest_heartbeat(conn),
-        info=queries.model_info(conn, model),
-        loaded=loaded,
-        runner=runner,
-        placement=placement,
-        measured_bw=queries.latest_host_bandwidth(conn),
-        rows=rows,
         recent=recent,
         mine=mine,
         samples_by_id=samples_by_id,
         server_settings=queries.ollama_settings(conn),
     )
-
-
-def _hardware(reads: _StoreReads, picked: HardwareSpec | None) -> tuple[Hardware, float, list[str]]:
-    """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
-    gpus = reads.gpus
-    frac = reads.placement.gpu_fraction
-    host = reads.measured_bw
-    apple_chip = (host.apple_chip, host.apple_gpu_cores) if host is not None and host.apple_chip else None
-    need_host = not gpus or frac < 1.0
-
-    def host_bw() -> float | None:
-        return None if reads.measured_bw is None else reads.measured_bw.bandwidth_bytes_s
-
-    hw = resolve_hardware(
-        gpus[0] if gpus else None,
-        gpu_count=len(gpus),
-        apple_chip=apple_chip,
-        host_bandwidth=host_bw if need_host else lambda: None,
-    )
-    if picked is not None:
-        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
-        hw = Hardware(kind, picked.name, picked, picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))
-    if hw.kind == "cpu":
-        frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
-    elif frac < 1.0:
-        hw = replace(hw, host_bandwidth_bytes_s=host_bw())
-    notes = list(hw.notes)
-    if gpus and reads.beat is not None and reads.beat.gpu_state in UNIFIED_MEMORY_KINDS:
-        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
-    if reads.placement.disagreement and hw.kind != "cpu":
-        notes.append(reads.placement.disagreement)
-    return hw, frac, notes
-
-
-@dataclass
-class _Facts:
-    facts: ModelFacts | None
-    error: str | None
-    read_at_unix_s: float | None
-    notes: list[str]
-
-
-def _model_facts(model: str, reads: _StoreReads, picked: ModelFacts | None) -> _Facts:
-    """The model's facts: the picked ones (preview), else its stored /api/show; why not, when neither."""
-    info = reads.info
-    facts: ModelFacts | None = None
-    error: str | None = None
-    read_at: float | None = None
-    if picked is not None:
-        facts = picked
-    elif info is None:
-        error = (
-            f"No model facts for {fmt.label(model)} yet: they appear once the collector has asked Ollama about it "
-            "(/api/show), "
-            "soon after Ollama lists it as installed or loads it."
-        )
-    else:
-        try:
-            facts = model_facts_from_show(info.show, None)
-            read_at = info.updated_at_unix_s
-        except ModelFactsError as e:
-            error = f"Ollama's description of {fmt.label(model)} cannot be read for ceilings: {e}."
-    notes = []
-    if facts is not None and facts.weights_bytes_estimated:
-        notes.append(
-            f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
-            f"{facts.quantization or 'the'} quantization's bits per weight."
-        )
-    if reads.loaded is None and facts is not None and picked is None:
-        notes.append(f"{fmt.label(model)} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
-    return _Facts(facts, error, read_at, notes)
-
-
-def _ubatch(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[int, str]:
-    """The runner's micro-batch (its -ub when its command line was read, else Ollama's for the loaded context),
-    and where that figure comes from."""
-    if runner is not None and runner.ubatch_tokens:
-        return runner.ubatch_tokens, f"the runner's micro-batch (-ub {runner.ubatch_tokens:,} on its command line)"
-    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
-    if loaded is not None and loaded.context_length:
-        return ubatch, f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
-    return ubatch, "llama.cpp's default"
 
 
 @dataclass
@@ -466,31 +338,12 @@ class _Curves:
     full_curve: list[CurvePoint] = field(default_factory=list)
 
 
-def _curves(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> _Curves:
-    samples = [
-        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens, r.decode_tok_s)
-        for r in rows
-        if r.kind is not RequestKind.EMBED
-    ]
-    # Embeddings: the prompt read, nothing decoded; rate = prompt tokens ÷ prefill time (analysis.phases).
-    embed_samples = [
-        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None) for r in rows if r.kind is RequestKind.EMBED
-    ]
-    spec = hw.spec
-    if spec is None or facts is None:
+def _curves(rows: Sequence[RequestSummary], story: Story | None, facts: ModelFacts | None, frac: float) -> _Curves:
+    """The charts' points and lines from the basis's story (plain readings without one)."""
+    samples, embed_samples = rate_samples(rows)
+    if story is None or facts is None:
         prefill_r, decode_r = plain_readings(samples)
         return _Curves(None, None, prefill_r, decode_r, plain_readings(embed_samples)[0])
-    start = CeilingModel(
-        spec,
-        facts,
-        # A serving runner's decode: bytes ÷ (η·BW) plus a fixed cost per token (docs/physics.md §5).
-        starting_efficiencies(spec, facts.quantization).serving(facts.layers),
-        frac,
-        hw.host_bandwidth_bytes_s,
-        hw.bandwidth_bytes_s,
-        ubatch,
-    )
-    story = build_story(start, samples)
     embeds = embed_story(story.model, embed_samples)
     out = _Curves(story, embeds, story.prefill, story.decode, embeds.readings if embeds is not None else [])
     prompt_lengths = [r.tokens for r in (*out.prefill_r, *out.embed_r)]
@@ -518,12 +371,6 @@ def _figures(
     return prefill, decode
 
 
-def _doubts(curves: _Curves, placement: PlacementInUse, hw: Hardware) -> list[Doubt]:
-    if curves.story is None:
-        return []
-    return doubt_inputs(curves.story, placement_source=placement.source, hardware_label=hw.label)
-
-
 def _interference_sentences(
     model: str, events: Sequence[Interference], pairs: Sequence[tuple[RequestRecord, Phases]]
 ) -> list[str]:
@@ -536,39 +383,19 @@ def _interference_sentences(
     return out
 
 
-def _diagnose(
-    reads: _StoreReads,
-    hw: Hardware,
-    facts: ModelFacts | None,
-    eff: Efficiencies | None,
-    ubatch: int,
-    frac: float,
-    withheld: frozenset[str] = frozenset(),
-) -> tuple[list[tuple[RequestRecord, list[Any]]], PhaseEnergy | None]:
-    """Each finished request of the window diagnosed, and the energy its phases used where GPU samples exist.
-    ``withheld``: verdicts computed from an input the readings contradict (``analysis.doubt``), not given."""
+def _diagnose(reads: _StoreReads, basis: ModelBasis) -> tuple[list[tuple[RequestRecord, list[Any]]], PhaseEnergy | None]:
+    """Each finished request of the window diagnosed from the basis (as the Requests detail does), and the energy
+    its phases used where GPU samples exist."""
     phases = {s.record.id: s.phases for s in reads.recent}
     diagnosed = []
     energies: list[PhaseEnergy] = []
     for rec in reads.mine:
         ph = phases[rec.id]
         gpu_s = reads.samples_by_id.get(rec.id, [])
-        ds = diagnose_request(
-            rec,
-            ph,
-            gpu_samples=gpu_s,
-            loaded=reads.loaded if hw.kind != "cpu" else None,
-            facts=facts,
-            spec=hw.spec,
-            host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
-            efficiencies=eff,
-            bandwidth_bytes_s=hw.bandwidth_bytes_s,
-            ubatch_tokens=ubatch,
-            gpu_fraction=frac if hw.kind != "cpu" else None,
-            waits=reads.waits_by_id.get(rec.id),
-            all_slots_busy=_all_slots_busy(rec, reads),
+        ds = basis.diagnose(
+            rec, ph, gpu_samples=gpu_s, waits=reads.waits_by_id.get(rec.id), all_slots_busy=_all_slots_busy(rec, reads)
         )
-        diagnosed.append((rec, [d for d in ds if d.code not in withheld]))
+        diagnosed.append((rec, ds))
         if gpu_s:
             used = energy_for_request(rec, ph, gpu_s)
             if used is not None:
@@ -647,22 +474,15 @@ def build_why(
             return None
         reads = _read_store(conn, model, now, window_s)
     picked_hw, picked_facts = preview if preview is not None else (None, None)
-    hw, frac, notes = _hardware(reads, picked_hw)
-    facts = _model_facts(model, reads, picked_facts)
-    notes += facts.notes
-    ubatch, ubatch_source = _ubatch(reads.loaded, reads.runner)
-    curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
-    doubts = _doubts(curves, reads.placement, hw)
-    if any(d.contradicted == PLACEMENT for d in doubts):  # the readings say it is all on the GPU: so it is taken
-        frac = 1.0
-        curves = _curves(reads.rows, hw, facts.facts, frac, ubatch)
-        doubts = [d for d in doubts if d.contradicted == PLACEMENT] + _doubts(curves, reads.placement, hw)
+    basis = model_basis(model, reads, picked_hw=picked_hw, picked_facts=picked_facts)
+    hw, frac, facts, notes, doubts = basis.hardware, basis.gpu_fraction, basis.facts, basis.notes, basis.doubts
+    ubatch, ubatch_source = basis.ubatch_tokens, basis.ubatch_source
+    curves = _curves(reads.rows, basis.story, facts.facts, frac)
     story = curves.story
-    eff = story.model.efficiencies if story is not None else None
+    eff = basis.efficiencies
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in reads.recent]
     events = _interference_on(reads.mine, pairs)
-    withheld = frozenset(code for d in doubts for code in d.withheld)
-    diagnosed, energy = _diagnose(reads, hw, facts.facts, eff, ubatch, frac, withheld)
+    diagnosed, energy = _diagnose(reads, basis)
     embeds = curves.embeds
     return WhyModel(
         model=model,

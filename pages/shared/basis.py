@@ -1,0 +1,314 @@
+"""What every page explains a model's rates from, read and computed once: where the model sits (the runner's own
+load lines first, ``/api/ps`` otherwise, with the source and any disagreement), the GPU and its bandwidth, the
+model's facts, the micro-batch, the decode model with its fixed cost per token calibrated from the user's readings
+(docs/physics.md §5), and the inputs the readings contradict (``analysis.doubt``, docs/physics.md §11).
+
+Why, Requests and Live all ask ``ModelBasis``, so the ceiling a sentence names is the one in the chart and the one
+a diagnosis is computed from. No Streamlit; the store is read by the caller's connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from analysis import wording as w
+from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
+from analysis.ceilings import CeilingModel, Efficiencies, ollama_num_batch, starting_efficiencies
+from analysis.diagnose import Diagnosis, diagnose_request
+from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
+from analysis.hardware import HardwareSpec
+from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
+from analysis.phases import Phases
+from analysis.records import (
+    UNIFIED_MEMORY_KINDS,
+    UNIFIED_MEMORY_NOTE,
+    CollectorInfo,
+    GpuSample,
+    HostBandwidth,
+    LoadedModel,
+    RequestKind,
+    RequestRecord,
+    RunnerFlags,
+)
+from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
+from analysis.runner_waits import TaskWaits
+from analysis.story import RateSample, Story, build_story
+from pages.shared import fmt
+from store import queries
+from store.tables import ModelInfoRow, RequestSummary
+
+POINTS_LIMIT = 5000  # requests the story is told from (newest first): the Why charts' points
+GPU_LOOKBACK_S = 24 * 3600  # how far back to look for a GPU sample when none is fresh
+
+
+def latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
+    """The newest sample of each GPU: from the last minute, else the last day (per-minute rollups)."""
+    for lookback in (60.0, GPU_LOOKBACK_S):
+        latest: dict[int, GpuSample] = {}
+        for s in queries.gpu_samples(conn, now_unix_s - lookback, now_unix_s + 5):
+            latest[s.index] = s
+        if latest:
+            return [latest[i] for i in sorted(latest)]
+    return []
+
+
+@dataclass
+class BasisReads:
+    """What a model's basis reads from the store (one read-only connection)."""
+
+    gpus: list[GpuSample]
+    beat: CollectorInfo | None
+    info: ModelInfoRow | None
+    loaded: LoadedModel | None
+    runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
+    placement: PlacementInUse  # where the model sits: the runner's load lines, else /api/ps
+    measured_bw: HostBandwidth | None
+    rows: list[RequestSummary]  # every stored request of the model (rates), newest first
+
+
+def placement_of(conn: sqlite3.Connection, model: str) -> tuple[LoadedModel | None, RunnerFlags | None, PlacementInUse]:
+    """The model as /api/ps lists it, its runner, and where it sits: the runner's own load lines, else /api/ps."""
+    loaded = queries.loaded_model(conn, model)
+    digest = loaded.digest if loaded is not None else None
+    runner = queries.runner_for(conn, model, digest)
+    said = queries.runner_placement(conn, model, digest, runner.port if runner is not None else None)
+    placement = placement_in_use(
+        said[0] if said is not None else None,
+        loaded.size_bytes if loaded is not None else None,
+        loaded.size_vram_bytes if loaded is not None else None,
+    )
+    return loaded, runner, placement
+
+
+def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float) -> BasisReads:
+    loaded, runner, placement = placement_of(conn, model)
+    return BasisReads(
+        gpus=latest_gpus(conn, now_unix_s),
+        beat=queries.latest_heartbeat(conn),
+        info=queries.model_info(conn, model),
+        loaded=loaded,
+        runner=runner,
+        placement=placement,
+        measured_bw=queries.latest_host_bandwidth(conn),
+        rows=queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT),
+    )
+
+
+def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardware, float, list[str]]:
+    """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
+    gpus = reads.gpus
+    frac = reads.placement.gpu_fraction
+    host = reads.measured_bw
+    apple_chip = (host.apple_chip, host.apple_gpu_cores) if host is not None and host.apple_chip else None
+    need_host = not gpus or frac < 1.0
+
+    def host_bw() -> float | None:
+        return None if reads.measured_bw is None else reads.measured_bw.bandwidth_bytes_s
+
+    hw = resolve_hardware(
+        gpus[0] if gpus else None,
+        gpu_count=len(gpus),
+        apple_chip=apple_chip,
+        host_bandwidth=host_bw if need_host else lambda: None,
+    )
+    if picked is not None:
+        kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
+        hw = Hardware(kind, picked.name, picked, picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))
+    if hw.kind == "cpu":
+        frac = 1.0  # the CPU's memory is the "VRAM": nothing is offloaded from it
+    elif frac < 1.0:
+        hw = replace(hw, host_bandwidth_bytes_s=host_bw())
+    notes = list(hw.notes)
+    if gpus and reads.beat is not None and reads.beat.gpu_state in UNIFIED_MEMORY_KINDS:
+        notes.append(UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram).")
+    if reads.placement.disagreement and hw.kind != "cpu":
+        notes.append(reads.placement.disagreement)
+    return hw, frac, notes
+
+
+@dataclass
+class FactsRead:
+    facts: ModelFacts | None
+    error: str | None
+    read_at_unix_s: float | None
+    notes: list[str]
+
+
+def facts_for(model: str, reads: BasisReads, picked: ModelFacts | None) -> FactsRead:
+    """The model's facts: the picked ones (preview), else its stored /api/show; why not, when neither."""
+    info = reads.info
+    facts: ModelFacts | None = None
+    error: str | None = None
+    read_at: float | None = None
+    if picked is not None:
+        facts = picked
+    elif info is None:
+        error = (
+            f"No model facts for {fmt.label(model)} yet: they appear once the collector has asked Ollama about it "
+            "(/api/show), "
+            "soon after Ollama lists it as installed or loads it."
+        )
+    else:
+        try:
+            facts = model_facts_from_show(info.show, None)
+            read_at = info.updated_at_unix_s
+        except ModelFactsError as e:
+            error = f"Ollama's description of {fmt.label(model)} cannot be read for ceilings: {e}."
+    notes = []
+    if facts is not None and facts.weights_bytes_estimated:
+        notes.append(
+            f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
+            f"{facts.quantization or 'the'} quantization's bits per weight."
+        )
+    if reads.loaded is None and facts is not None and picked is None:
+        notes.append(f"{fmt.label(model)} is not loaded right now; the decode ceiling assumes it fits entirely in GPU memory.")
+    return FactsRead(facts, error, read_at, notes)
+
+
+def ubatch_for(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[int, str]:
+    """The runner's micro-batch (its -ub when its command line was read, else Ollama's for the loaded context),
+    and where that figure comes from."""
+    if runner is not None and runner.ubatch_tokens:
+        return runner.ubatch_tokens, f"the runner's micro-batch (-ub {runner.ubatch_tokens:,} on its command line)"
+    ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
+    if loaded is not None and loaded.context_length:
+        return ubatch, f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
+    return ubatch, "llama.cpp's default"
+
+
+def rate_samples(rows: Sequence[RequestSummary]) -> tuple[list[RateSample], list[RateSample]]:
+    """Each request's rates as the story reads them: generations, and embeddings apart (prefill only: the prompt
+    read, nothing decoded; rate = prompt tokens ÷ prefill time, analysis.phases)."""
+    samples = [
+        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens, r.decode_tok_s)
+        for r in rows
+        if r.kind is not RequestKind.EMBED
+    ]
+    embeds = [
+        RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, None, None, None) for r in rows if r.kind is RequestKind.EMBED
+    ]
+    return samples, embeds
+
+
+def story_for(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> Story | None:
+    """The ceiling model (calibrated from the user's readings) and the readings set against it; None without a GPU
+    spec or the model's facts."""
+    spec = hw.spec
+    if spec is None or facts is None:
+        return None
+    start = CeilingModel(
+        spec,
+        facts,
+        # A serving runner's decode: bytes ÷ (η·BW) plus a fixed cost per token (docs/physics.md §5).
+        starting_efficiencies(spec, facts.quantization).serving(facts.layers),
+        frac,
+        hw.host_bandwidth_bytes_s,
+        hw.bandwidth_bytes_s,
+        ubatch,
+    )
+    return build_story(start, rate_samples(rows)[0])
+
+
+@dataclass
+class ModelBasis:
+    """One model's basis for every ceiling, expectation and diagnosis a page gives."""
+
+    model: str
+    hardware: Hardware
+    gpu_fraction: float  # the share of the model on the GPU the ceilings use (1.0 when the readings contradict less)
+    placement: PlacementInUse  # where it sits and from what source; its disagreement with /api/ps when > 10%
+    facts: FactsRead
+    loaded: LoadedModel | None
+    ubatch_tokens: int
+    ubatch_source: str
+    story: Story | None  # None without a GPU spec or model facts
+    doubts: list[Doubt] = field(default_factory=list)  # inputs most readings contradict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def efficiencies(self) -> Efficiencies | None:
+        return self.story.model.efficiencies if self.story is not None else None
+
+    @property
+    def withheld(self) -> frozenset[str]:
+        """Verdicts computed from an input the readings contradict: not given."""
+        return frozenset(code for d in self.doubts for code in d.withheld)
+
+    def decode_ceiling_tok_s(self, context_tokens: int) -> float | None:
+        """The decode ceiling at a context, as the Why chart draws it; None without a GPU spec or model facts."""
+        return self.story.model.at(0, context_tokens).decode_ceiling_tok_s if self.story is not None else None
+
+    def diagnose(
+        self,
+        rec: RequestRecord,
+        ph: Phases,
+        *,
+        gpu_samples: Sequence[GpuSample] = (),
+        waits: TaskWaits | None = None,
+        all_slots_busy: bool | None = None,
+    ) -> list[Diagnosis]:
+        """Every diagnosis of one request from this basis, those from a contradicted input left out."""
+        on_cpu = self.hardware.kind == "cpu"
+        found = diagnose_request(
+            rec,
+            ph,
+            gpu_samples=gpu_samples,
+            loaded=self.loaded if not on_cpu else None,
+            facts=self.facts.facts,
+            spec=self.hardware.spec,
+            host_bandwidth_bytes_s=self.hardware.host_bandwidth_bytes_s,
+            efficiencies=self.efficiencies,
+            bandwidth_bytes_s=self.hardware.bandwidth_bytes_s,
+            ubatch_tokens=self.ubatch_tokens,
+            gpu_fraction=self.gpu_fraction if not on_cpu else None,
+            waits=waits,
+            all_slots_busy=all_slots_busy,
+        )
+        withheld = self.withheld
+        return [d for d in found if d.code not in withheld]
+
+    def placement_sentence(self) -> str | None:
+        """Where the model sits, with the source; both figures and the one used when /api/ps disagrees. None on a
+        CPU (nothing to place) or when nothing said it."""
+        p = self.placement
+        if self.hardware.kind == "cpu" or p.source == SOURCE_ASSUMED:
+            return None
+        if p.from_runner and p.runner is not None:
+            text = f"Placement: {describe_layers(p.runner)}, from the runner's own load lines."
+        else:
+            text = f"Placement: {w.pct(p.gpu_fraction)} of the model in GPU memory, from Ollama's /api/ps."
+        if p.disagreement:
+            text += " " + p.disagreement
+        if any(d.contradicted == PLACEMENT for d in self.doubts):
+            text += " The readings contradict it: the ceilings take the model all in GPU memory."
+        return text
+
+
+def model_basis(
+    model: str, reads: BasisReads, *, picked_hw: HardwareSpec | None = None, picked_facts: ModelFacts | None = None
+) -> ModelBasis:
+    """The basis of ``model`` from its reads; ``picked_*``: the Why preview's GPU and model (before any request)."""
+    hw, frac, notes = hardware_for(reads, picked_hw)
+    facts = facts_for(model, reads, picked_facts)
+    notes += facts.notes
+    ubatch, ubatch_source = ubatch_for(reads.loaded, reads.runner)
+    story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+    doubts = _doubts(story, reads.placement, hw)
+    if any(d.contradicted == PLACEMENT for d in doubts):  # the readings say it is all on the GPU: so it is taken
+        frac = 1.0
+        story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+        doubts = [d for d in doubts if d.contradicted == PLACEMENT] + _doubts(story, reads.placement, hw)
+    return ModelBasis(model, hw, frac, reads.placement, facts, reads.loaded, ubatch, ubatch_source, story, doubts, notes)
+
+
+def _doubts(story: Story | None, placement: PlacementInUse, hw: Hardware) -> list[Doubt]:
+    if story is None:
+        return []
+    return doubt_inputs(story, placement_source=placement.source, hardware_label=hw.label)
+
+
+def load_basis(conn: sqlite3.Connection, model: str, now_unix_s: float) -> ModelBasis:
+    """A model's basis read from the store and computed (Requests, Live; Why reads more beside it)."""
+    return model_basis(model, read_basis(conn, model, now_unix_s))
