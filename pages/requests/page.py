@@ -135,6 +135,8 @@ def show_detail(d: DetailModel) -> None:
     common.whole_text_on_demand("model name", rec.model, fmt.LABEL_MAX_CHARS, "req_model_whole")
     for sentence in d.sentences:
         st.text(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS))  # text, not Markdown: the sentences carry model names
+    if d.placement:
+        st.text(fmt.label(d.placement, fmt.SENTENCE_MAX_CHARS))  # the device names are the runner's own text
     c = st.columns(len(d.headlines))
     for col, h in zip(c, d.headlines, strict=True):
         col.metric(h.label, h.value, help=h.help)

@@ -9,20 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.diagnose import Diagnosis, diagnose_request
+from analysis.diagnose import Diagnosis
 from analysis.explain import explain_request
-from analysis.hardware import match_gpu
-from analysis.model_facts import ModelFactsError, model_facts_from_show
 from analysis.phases import Flag, Phases, PhaseSource
-from analysis.records import GpuSample, LoadedModel, Outcome, RequestKind, RequestRecord
+from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, all_slots_busy, waits_label
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
+from pages.shared.basis import ModelBasis, load_basis
 from pages.shared.charts import Span
 from store import queries
 from store.export import CSV_LINE_END, csv_cell
@@ -112,21 +110,21 @@ def load_request(db: Path, request_id: str) -> StoredRequest | None:
 
 @dataclass
 class RequestContext:
-    """What the explainer needs beside the record: the GPU during the request, the model's facts, where it sat."""
+    """What the explainer needs beside the record: the GPU during the request, and the model's basis (where it
+    sits, the GPU, its facts, the calibrated decode model: the one Why explains from)."""
 
     gpu_samples: list[GpuSample]
-    show: dict[str, Any] | None  # Ollama's /api/show answer
-    loaded: LoadedModel | None
+    basis: ModelBasis | None
 
 
 def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> RequestContext:
     with _open(db) as conn:
         if conn is None:
-            return RequestContext([], None, None)
+            return RequestContext([], None)
         samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
-        info = queries.model_info(conn, rec.model)
-        loaded = queries.loaded_model(conn, rec.model)
-    return RequestContext(samples, None if info is None else info.show, loaded)
+        # The GPU it ran on: the samples up to its end (the last day's, else none).
+        basis = load_basis(conn, rec.model, end_unix_s)
+    return RequestContext(samples, basis)
 
 
 @dataclass
@@ -248,6 +246,7 @@ class DetailModel:
     sentences: list[str]
     diagnoses: list[Diagnosis]
     flags: list[str]
+    placement: str | None = None  # where the model sits, from what source (both figures when /api/ps disagrees)
 
 
 def _before_prefill_label(waits: TaskWaits | None) -> str:
@@ -483,24 +482,17 @@ def runner_waits_of(db: Path, rec: RequestRecord) -> tuple[TaskWaits | None, boo
 
 def explain(
     db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, bool | None] = (None, None)
-) -> tuple[list[str], list[Diagnosis]]:
-    """Sentences and diagnoses from the explainer, with this GPU's and model's facts where the store has them."""
+) -> tuple[list[str], list[Diagnosis], str | None]:
+    """Sentences and diagnoses from the model's basis (the same as the Why page's), and where the model sits with
+    the source of that figure."""
     end_ns = rec.closed_ns or rec.final_chunk_ns or (rec.token_chunk_ns[-1] if rec.token_chunk_ns else rec.received_ns)
     ctx = load_request_context(db, rec, rec.wall_s(end_ns))
-    spec = None
-    if ctx.gpu_samples:
-        first = ctx.gpu_samples[0]
-        spec = match_gpu(first.name, first.mem_total_bytes)
-    facts = None
-    if ctx.show is not None:
-        try:
-            facts = model_facts_from_show(ctx.show, None)
-        except ModelFactsError:
-            facts = None  # an architecture the explainer cannot read: explain without ceilings
-    diagnoses = diagnose_request(
-        rec, ph, gpu_samples=ctx.gpu_samples, loaded=ctx.loaded, facts=facts, spec=spec, waits=waits[0], all_slots_busy=waits[1]
-    )
-    return explain_request(rec, ph, diagnoses=diagnoses), diagnoses
+    basis = ctx.basis
+    if basis is None:
+        return explain_request(rec, ph), [], None
+    diagnoses = basis.diagnose(rec, ph, gpu_samples=ctx.gpu_samples, waits=waits[0], all_slots_busy=waits[1])
+    sentences = explain_request(rec, ph, ceilings=basis.request_ceilings(ph), diagnoses=diagnoses)
+    return sentences, diagnoses, basis.placement_sentence()
 
 
 def build_detail(db: Path, request_id: str) -> DetailModel | None:
@@ -512,7 +504,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
-    sentences, diagnoses = explain(db, rec, ph, waits)
+    sentences, diagnoses, placement = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)
     sentences = [direct, *sentences] if direct else sentences
     return DetailModel(
@@ -525,6 +517,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         thinking=thinking_frame(ph),
         headlines=headlines(rec, ph),
         sentences=sentences,
+        placement=placement,
         # A cut prompt and an ignored num_ctx are worded once, by their flags (with the fix).
         diagnoses=[d for d in diagnoses if d.sentence not in sentences and d.code not in PROMPT_FIT_FLAGS],
         # Cache hits are worded once, by the diagnosis (when they move the rate enough to matter).

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from analysis import wording as w
 from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
-from analysis.ceilings import CeilingModel, Efficiencies, ollama_num_batch, starting_efficiencies
+from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, ollama_num_batch, starting_efficiencies
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
 from analysis.hardware import HardwareSpec
@@ -240,6 +240,15 @@ class ModelBasis:
         """The decode ceiling at a context, as the Why chart draws it; None without a GPU spec or model facts."""
         return self.story.model.at(0, context_tokens).decode_ceiling_tok_s if self.story is not None else None
 
+    def request_ceilings(self, ph: Phases) -> Ceilings | None:
+        """One request's ceilings: prefill at the prompt tokens computed (its rate's own), decode at its prompt plus
+        half its reply (analysis.diagnose). None without a GPU spec or model facts."""
+        if self.story is None:
+            return None
+        prompt, cached = ph.prompt_tokens or 0, ph.cached_tokens or 0
+        computed = max(prompt - cached, 0) if cached <= prompt else prompt
+        return self.story.model.at(computed, prompt + (ph.output_tokens or 0) // 2)
+
     def diagnose(
         self,
         rec: RequestRecord,
@@ -260,6 +269,7 @@ class ModelBasis:
             spec=self.hardware.spec,
             host_bandwidth_bytes_s=self.hardware.host_bandwidth_bytes_s,
             efficiencies=self.efficiencies,
+            ceilings=self.request_ceilings(ph),
             bandwidth_bytes_s=self.hardware.bandwidth_bytes_s,
             ubatch_tokens=self.ubatch_tokens,
             gpu_fraction=self.gpu_fraction if not on_cpu else None,
@@ -275,12 +285,12 @@ class ModelBasis:
         p = self.placement
         if self.hardware.kind == "cpu" or p.source == SOURCE_ASSUMED:
             return None
-        if p.from_runner and p.runner is not None:
+        if p.disagreement:  # both figures, and which one is used
+            text = f"Placement: {p.disagreement}"
+        elif p.from_runner and p.runner is not None:
             text = f"Placement: {describe_layers(p.runner)}, from the runner's own load lines."
         else:
             text = f"Placement: {w.pct(p.gpu_fraction)} of the model in GPU memory, from Ollama's /api/ps."
-        if p.disagreement:
-            text += " " + p.disagreement
         if any(d.contradicted == PLACEMENT for d in self.doubts):
             text += " The readings contradict it: the ceilings take the model all in GPU memory."
         return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pages.requests.view import build_detail
+from pages.requests.view import build_detail, explain, runner_waits_of
 from tests.support.real_gpu import real_gpu_store
 
 AFTER_16K = "945a35dea41142cab2de21d57f4c8a92"  # 272 tokens, sent after a 16,414-token prompt; the other slot was free
@@ -20,7 +20,8 @@ def test_the_waterfall_names_the_prompt_cache_save(tmp_path: Path) -> None:
     # The bar names the first part and counts the rest (2 checkpoints erased, the re-processing); the verdict lists all.
     assert named == "runner: prompt-cache save 1,362 MiB +2 more" and "queue" not in bars
     assert 1500 < bars[named][1] < 1800  # ms: the 1.65 s between the request and its prefill
-    codes = [x.code for x in d.diagnoses]
+    # Every diagnosis (the detail words the most important one among its sentences, the others below them).
+    codes = [x.code for x in explain(path, d.record, d.phases, runner_waits_of(path, d.record))[1]]
     assert "ttft_runner_wait" in codes and "ttft_queue" not in codes, codes
     assert not any("waiting for a slot" in s for s in d.sentences), d.sentences
 
