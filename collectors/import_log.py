@@ -29,13 +29,14 @@ from typing import BinaryIO
 
 from analysis.records import RequestRecord
 from analysis.runner_load import placement_rows
+from analysis.runner_waits import RequestWaitsRow, waits_row
 from collectors.lock import CollectorLock, LockHeldError, UnsafeFileError, lock_path, read_lock
 from collectors.ollama.direct import DURATION_MATCH_NS
 from collectors.ollama.history import Generation, HistoryCounts, LogHistory, RunnerStart, read_lines
 from collectors.stopping import stop_collector
 from store.history import RecordedFigures, model_names_by_digest, placement_read_at, recorded_between, runner_models_by_port
-from store.ops import PutRequest, PutRunnerPlacement, RetentionPolicy
-from store.queries import open_readonly, resolve_db
+from store.ops import PutRequest, PutRequestWaits, PutRunnerPlacement, RetentionPolicy
+from store.queries import open_readonly, request_waits, resolve_db
 from store.schema import StoreError
 from store.writer import StoreWriter
 
@@ -55,6 +56,7 @@ class ImportResult:
     too_old: int = 0  # older than the store keeps requests
     unnamed: int = 0  # written with the model unknown (no digest or runner the store knows)
     placements: int = 0  # runner ports whose placement was written
+    waits: int = 0  # generations whose runner waits (prompt-cache saves, checkpoints, …) were written
     bytes_read: int = 0
     seconds: float = 0.0
 
@@ -75,6 +77,8 @@ class ImportResult:
             parts.append(f"{c.dropped_tasks} tasks whose start the log does not hold")
         if self.placements:
             parts.append(f"{self.placements} runner placements")
+        if self.waits:
+            parts.append(f"the runner's waits of {self.waits}")
         return "; ".join(parts) + f" ({self.bytes_read / 1e6:.1f} MB in {self.seconds:.1f} s)"
 
 
@@ -134,6 +138,8 @@ class _Importer:
         hi = max(g.end_hi_unix_s for g in batch) + MATCH_SLACK_S
         stored = recorded_between(self.conn, lo, hi)
         ops: list[PutRequest] = []
+        waits: list[RequestWaitsRow] = []  # the runner's own waits, for the new records and matched ones without any
+        matched: dict[str, Generation] = {}
         for gen in batch:
             rec = gen.record
             if rec.started_at_unix_s < self.oldest_kept_unix_s:
@@ -146,13 +152,21 @@ class _Importer:
             if match is not None:
                 self.taken.add(match.id)
                 self.result.already += 1
+                matched[match.id] = gen
                 continue
             model = self.model_of(gen.runner, rec.started_at_unix_s)
             self.result.unnamed += not model
             ops.append(PutRequest(replace(rec, model=model)))
+            waits += _waits_of(rec.id, gen)
+        if matched:  # recorded live, perhaps without the log: its waits where the store has none
+            known = request_waits(self.conn, list(matched))
+            waits += [row for rid, gen in matched.items() if rid not in known for row in _waits_of(rid, gen)]
         if ops:
             self.writer.apply(ops)
             self.result.recorded += len(ops)
+        if waits:
+            self.writer.apply([PutRequestWaits(waits)])  # after their requests: a wait row needs its request
+            self.result.waits += len(waits)
 
     def placements(self, history: LogHistory) -> None:
         stored_at = placement_read_at(self.conn)
@@ -163,6 +177,14 @@ class _Importer:
             rows = placement_rows(placement, ts_unix_s=at_unix_s, port=port, model=model, digest=runner.digest)
             self.writer.write(PutRunnerPlacement(port, rows))
             self.result.placements += 1
+
+
+def _waits_of(request_id: str, gen: Generation) -> list[RequestWaitsRow]:
+    """The row of the runner's waits before this generation's prompt ([] when its launch line gave none)."""
+    if gen.waits is None:
+        return []
+    port = gen.runner.port if gen.runner is not None else None
+    return [waits_row(request_id, gen.waits, ts_unix_s=gen.end_lo_unix_s, port=port)]
 
 
 def import_log(

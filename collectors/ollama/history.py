@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from analysis.runner_load import PlacementReader, RunnerPlacement
+from analysis.runner_waits import TaskWaits, WaitJoiner
 from collectors.ollama.direct import ACCESS_SLACK_S, GENERATION_PATHS, LOAD_FOLLOWS_S, LOG_TIMING_BOUND_S
 from collectors.ollama.discovery import runner_from_argv
 from collectors.ollama.log import AccessLine, LogEvent, parse_line
@@ -88,6 +89,7 @@ class _Task:
     end_hi: float | None = None  # the first stamp after it
     load_s: float | None = None
     access: AccessLine | None = None
+    waits: TaskWaits | None = None  # what the runner said it did for it besides reading the prompt
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Generation:
     runner: RunnerStart | None
     end_lo_unix_s: float  # its end lies in [end_lo, end_hi]
     end_hi_unix_s: float
+    waits: TaskWaits | None = None  # the runner's own waits before its prompt (analysis.runner_waits)
 
 
 @dataclass
@@ -117,6 +120,7 @@ class _Runner:
     placement: PlacementReader = field(default_factory=PlacementReader)
     placement_unix_s: float | None = None  # the stamp of its last load line
     load: tuple[float, float] | None = None  # (stamp of "started in", seconds) until a task takes it
+    waits: WaitJoiner = field(default_factory=WaitJoiner)  # its waits and task lines, folded in the order printed
 
 
 class LogHistory:
@@ -134,6 +138,7 @@ class LogHistory:
         self._ended: deque[_Task] = deque()  # released, waiting for their window's end and their access line
         self._no_next_stamp: list[_Task] = []  # released since the last stamp: the next one ends their window
         self._lines: deque[AccessLine] = deque(maxlen=MAX_WAITING_ACCESS_LINES)  # generation lines no task took yet
+        self._portless_waits = WaitJoiner()
 
     # -- lines -----------------------------------------------------------------------------------
 
@@ -197,8 +202,15 @@ class LogHistory:
             runner.placement_unix_s = event.read_unix_s
         elif kind == "access" and event.access is not None:
             self._access(event.access)
+        elif kind == "runner_wait" and event.wait is not None:
+            self._joiner().wait(event.wait)  # like the load lines, the newest started runner's
         elif event.task_id is not None and kind in ("launch", "new_prompt", "prompt_eval", "eval", "release"):
             self._task_line(event)
+
+    def _joiner(self) -> WaitJoiner:
+        """The wait joiner of the runner started last (one for a log that shows no runner start)."""
+        runner = self._runners.get(self._port) if self._port is not None else None
+        return runner.waits if runner is not None else self._portless_waits
 
     def _runner_started(self, line: str, event: LogEvent) -> None:
         assert event.port is not None
@@ -224,6 +236,7 @@ class LogHistory:
             if task is not None:
                 self.counts.incomplete_tasks += 1  # the same id launched again (a restarted runner): the first never ended
             task = self._open[key] = _Task(self._port, event.task_id, event.read_unix_s)
+            (task.waits,) = self._joiner().launch(event.slot_id, event.task_id)
             self._take_load(task)
             if len(self._open) > MAX_OPEN_TASKS:
                 del self._open[next(iter(self._open))]
@@ -234,11 +247,13 @@ class LogHistory:
             return
         if event.kind == "new_prompt":
             task.prompt_total = event.tokens
+            self._joiner().new_prompt(event.task_id)
         elif event.kind == "prompt_eval" and event.duration_ms is not None:
             task.prompt_eval = (event.duration_ms, event.tokens)
         elif event.kind == "eval" and event.duration_ms is not None:
             task.eval = (event.duration_ms, event.tokens)
         elif event.kind == "release":
+            self._joiner().release(event.slot_id, event.task_id)
             del self._open[key]
             if task.prompt_eval is None or task.eval is None:
                 self.counts.incomplete_tasks += 1
@@ -317,7 +332,8 @@ class LogHistory:
             lo, hi = max(lo, task.access.ended_unix_s - ACCESS_SLACK_S), min(hi, task.access.ended_unix_s + 1)
             hi = max(hi, lo)
         runner = self._runners.get(task.port) if task.port is not None else None
-        return Generation(_record(task, (lo + hi) / 2, (hi - lo) / 2), runner.start if runner else None, lo, hi)
+        record = _record(task, (lo + hi) / 2, (hi - lo) / 2)
+        return Generation(record, runner.start if runner else None, lo, hi, task.waits)
 
 
 def _fits(line: AccessLine, task: _Task) -> bool:

@@ -18,6 +18,7 @@ from collectors.import_log import EXIT_COLLECTOR_RUNS, ImportResult, import_log,
 from collectors.lock import CollectorLock
 from collectors.ollama.history import Generation, LogHistory
 from store.history import RecordedFigures
+from store.queries import open_readonly, request_waits, requests_in_window
 from store.schema import db_path
 from tests.support.paths import REPO
 from tests.support.real_gpu import LOG, real_gpu_store
@@ -83,6 +84,24 @@ def test_fixture_log_into_an_empty_store_records_its_generations(tmp_path: Path)
     again, _ = _import(tmp_path / "empty")
     assert (again.recorded, again.already) == (0, 13)
     assert len(_rows(path, "SELECT id FROM requests")) == 13
+
+
+def test_fixture_log_into_an_empty_store_records_the_runners_waits(tmp_path: Path) -> None:
+    result, _ = _import(tmp_path / "empty")
+    assert result.waits == 13  # every generation's task: its slot, the slots busy, and what the runner did first
+    reader = open_readonly(db_path(tmp_path / "empty"))
+    try:
+        stored = {s.record.id: s.record for s in requests_in_window(reader, 0.0, 4e9, limit=100)}
+        waits = request_waits(reader, list(stored))
+    finally:
+        reader.close()
+    saves = {rid: w for rid, t in waits.items() for w in t.before_prefill() if w.kind == "prompt_cache_save" and w.size_bytes}
+    # The 272-token prompt sent after the 16,414-token one: the runner first saved the other slot's 16,669 tokens
+    # (1,362.016 MiB) into its prompt cache.
+    prompts = {rid: rec.metrics.prompt_eval_count if rec.metrics is not None else None for rid, rec in stored.items()}
+    [(rid, save)] = [(rid, w) for rid, w in saves.items() if prompts[rid] == 272 and w.tokens == 16669]
+    assert round(save.size_bytes / 2**20) == 1362
+    assert waits[rid].n_slots == 2
 
 
 def test_refused_while_a_collector_records_into_the_folder(tmp_path: Path) -> None:
