@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model, value_for_model
 from analysis.prompt_fit import cut_sentence
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
+from analysis.runner_waits import TaskWaits, waits_label
 from pages.live.timeline import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
 
@@ -76,6 +77,7 @@ class Card:
     prompt_cut: str | None = None  # finished: the prompt did not fit the context (analysis.prompt_fit), in words
     slots: int | None = None  # queued: its model's slots (the runner's -np), None when not known
     slots_busy: int | None = None  # queued: how many of its model's generations a slot works on now
+    runner_waits: str | None = None  # finished: what the runner did before reading the prompt, in its own words
 
     @property
     def key(self) -> str:
@@ -372,8 +374,14 @@ def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSa
     return min([*readings, *token, *([rec.started_at_unix_s] if rec.direct else [])])
 
 
-def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: float = FINISHED_KEEP_S) -> list[Card]:
-    """Generations that ended in the last ``keep_s``, newest last, with their phase durations."""
+def finished_cards(
+    rows: Iterable[RequestSummary],
+    now_unix_s: float,
+    keep_s: float = FINISHED_KEEP_S,
+    waits: Mapping[str, TaskWaits] | None = None,
+) -> list[Card]:
+    """Generations that ended in the last ``keep_s``, newest last, with their phase durations; ``waits``: the
+    runner's own waits before each one's prompt (``analysis.runner_waits``), by request id."""
     cards = []
     for r in rows:
         if r.outcome is Outcome.IN_FLIGHT or r.ended_at_unix_s is None or now_unix_s - r.ended_at_unix_s > keep_s:
@@ -397,6 +405,7 @@ def finished_cards(rows: Iterable[RequestSummary], now_unix_s: float, keep_s: fl
                 phase_s=phases,
                 direct=r.direct,
                 prompt_cut=_prompt_cut(r),
+                runner_waits=waits_label(waits[r.id]) if waits and r.id in waits else None,
                 prefill=None
                 if r.prompt_tokens is None
                 else PrefillView(r.computed_prompt_tokens or 0, r.computed_prompt_tokens, r.prefill_tok_s, 0.0, False, "final"),

@@ -253,6 +253,8 @@ def _finished_body(card: Card) -> None:
     words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
     outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
     st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
+    if card.runner_waits:  # the time before prefill, in the runner's own words (not a queue for a slot)
+        st.caption(fmt.md_escape(fmt.label(f"before prefill, the runner: {card.runner_waits}", fmt.SENTENCE_MAX_CHARS)))
     if card.prompt_cut:
         st.warning(fmt.md_escape(card.prompt_cut), icon=":material/content_cut:")
     st.page_link(

@@ -13,16 +13,13 @@ import json
 import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.accelerator import resolve_hardware
-from analysis.ceilings import ceilings_for, vram_fraction
-from analysis.model_facts import ModelFactsError, model_facts_from_show
-from analysis.model_names import same_model, value_for_model
+from analysis.model_names import same_model
 from analysis.records import GpuSample, HostSample, LoadedModel, Outcome, ProgressSample, RequestRecord
+from analysis.runner_waits import TaskWaits
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.live.queue import ModelQueue, SlotCount, queue_cards
 from pages.live.timeline import (
@@ -34,6 +31,7 @@ from pages.live.timeline import (
     unexplained_gpu_activity,
 )
 from pages.shared import charts, fmt
+from pages.shared.basis import ModelBasis, load_basis
 from pages.shared.derive import Band, Interval
 from store import queries
 from store.tables import RequestSummary
@@ -127,14 +125,15 @@ def _finished_bands(rows: list[RequestSummary], start: float) -> tuple[list[Band
 @dataclass
 class CardsSnapshot:
     """What the Live page's cards and "now" strip read: running requests with their progress readings, the
-    requests of the last minute, loaded models, the latest GPU sample, and each running model's /api/show."""
+    requests of the last minute, loaded models, the latest GPU sample, and each decoding model's basis (where it
+    sits, the GPU, its facts: the Why page's, pages.shared.basis)."""
 
     in_flight: list[RequestRecord]
     progress: dict[str, list[ProgressSample]]
     recent: list[RequestSummary]
     loaded: list[LoadedModel]
     gpu: GpuSample | None
-    shows: dict[str, dict[str, Any]]
+    bases: dict[str, ModelBasis]
     record_text: bool
     requests_in_window: int
     chars_measured: dict[str, bool] = field(default_factory=dict)  # model → its tokens per character are measured
@@ -145,6 +144,7 @@ class CardsSnapshot:
     vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), the last minute
     slots: dict[str, SlotCount] = field(default_factory=dict)  # running model → its runner's slots, where known
     ollama_queued: dict[str, int] | None = None  # Ollama's own /metrics queue gauge by model; None: not served
+    waits: dict[str, TaskWaits] = field(default_factory=dict)  # the runner's own waits before the recent prompts
 
 
 def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 60.0) -> CardsSnapshot | None:
@@ -156,13 +156,14 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
         gpus = queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
         heartbeat = queries.latest_heartbeat(conn)
         waits = _load_waits(conn, in_flight, loaded, now_unix_s)
+        recent = _recent(conn, now_unix_s, recent_s)
         return CardsSnapshot(
             in_flight=in_flight,
             progress=queries.progress_samples(conn, [r.id for r in in_flight]) if in_flight else {},
-            recent=_recent(conn, now_unix_s, recent_s),
+            recent=recent,
             loaded=loaded,
             gpu=gpus[-1] if gpus else None,
-            shows=_shows(conn, in_flight),
+            bases=_bases(db, conn, in_flight, now_unix_s),
             record_text=bool(heartbeat and heartbeat.record_text),
             requests_in_window=queries.requests_started_count(conn, now_unix_s - window_s, now_unix_s),
             chars_measured=_chars_measured(conn, in_flight),
@@ -172,6 +173,7 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             vram_free_bytes=_free_vram(gpus) if waits.models else (),
             slots=_slots(conn, in_flight),
             ollama_queued=_ollama_queued(heartbeat.ollama_queued if heartbeat else None),
+            waits=queries.request_waits(conn, [r.id for r in recent if r.outcome is not Outcome.IN_FLIGHT]),
         )
 
 
@@ -204,14 +206,23 @@ def _recent(conn: sqlite3.Connection, now_unix_s: float, recent_s: float) -> lis
     return [r for r in rows if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s]
 
 
-def _shows(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, dict[str, Any]]:
-    """The /api/show answer of each model writing a reply now (for its decode ceiling)."""
-    shows: dict[str, dict[str, Any]] = {}
+BASIS_KEEP_S = 15.0  # a model's basis (its calibration over up to 5,000 readings) is read again after this long
+_bases_read: dict[tuple[str, str], tuple[float, ModelBasis]] = {}
+
+
+def _bases(db: Path, conn: sqlite3.Connection, in_flight: list[RequestRecord], now_unix_s: float) -> dict[str, ModelBasis]:
+    """The basis of each model writing a reply now (its decode ceiling), kept for BASIS_KEEP_S: the cards refresh
+    every second, and where a model sits changes only when it loads."""
+    out: dict[str, ModelBasis] = {}
     for model in {r.model for r in in_flight if r.token_chunk_ns}:
-        info = queries.model_info(conn, model)
-        if info is not None:
-            shows[model] = info.show
-    return shows
+        key = (str(db), model)
+        kept = _bases_read.get(key)
+        if kept is None or not 0 <= now_unix_s - kept[0] < BASIS_KEEP_S:
+            kept = _bases_read[key] = (now_unix_s, load_basis(conn, model, now_unix_s))
+        out[model] = kept[1]
+    if len(_bases_read) > 64:
+        _bases_read.clear()  # many stores or models over the process's life: start again
+    return out
 
 
 def _chars_measured(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, bool]:
@@ -385,29 +396,12 @@ class CardsModel:
 
 
 def decode_ceiling_fn(snap: CardsSnapshot) -> DecodeCeiling:
-    """The decode ceiling for a model at a context length, on the GPU of the latest sample (None: unknown)."""
-    hw = resolve_hardware(snap.gpu) if snap.gpu is not None else None
-    loaded = {m.name: m for m in snap.loaded} | {m.model: m for m in snap.loaded}
+    """The decode ceiling for a model at a context length, from its basis: where the runner put it (else /api/ps),
+    the GPU, the model's facts, as the Why chart draws it (None: unknown)."""
 
     def ceiling(model: str, context_tokens: int) -> float | None:
-        show = snap.shows.get(model)
-        if hw is None or hw.spec is None or show is None:
-            return None
-        try:
-            facts = model_facts_from_show(show, None)
-        except ModelFactsError:
-            return None
-        m = value_for_model(loaded, model)
-        frac = vram_fraction(m.size_bytes, m.size_vram_bytes) if m else 1.0
-        c = ceilings_for(
-            hw.spec,
-            facts,
-            context_tokens=context_tokens,
-            prompt_tokens=context_tokens,
-            vram_fraction=frac,
-            bandwidth_bytes_s=hw.bandwidth_bytes_s,
-        )
-        return c.decode_ceiling_tok_s
+        basis = snap.bases.get(model)
+        return basis.decode_ceiling_tok_s(context_tokens) if basis is not None else None
 
     return ceiling
 
@@ -420,7 +414,7 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
-    done = finished_cards(snap.recent, now_unix_s)
+    done = finished_cards(snap.recent, now_unix_s, waits=snap.waits)
     strip = replace(now_strip(running, snap.recent, now_unix_s), waiting=sum(q.waiting for q in queues))
     return CardsModel(
         running + done,
