@@ -29,7 +29,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.exposition import generate_latest
 
-from analysis.ceilings import ceilings_for_request, vram_fraction
+from analysis.ceilings import ceilings_for_request
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
@@ -45,7 +45,7 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import RunnerDeviceRow
+from analysis.runner_load import RunnerDeviceRow, placement_in_use
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
@@ -624,9 +624,14 @@ class CollectorService:
         except (ValueError, KeyError, TypeError):  # a show without the architecture's numbers
             return None
         loaded = next((m for m in poller.state.models if m.name == row.model), None)
-        frac = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+        # Where the model sits as the pages take it: the runner's own load lines, else /api/ps (analysis.runner_load).
+        placement = placement_in_use(
+            self.runners.placement_of(row.model) if self.runners is not None else None,
+            loaded.size_bytes if loaded else None,
+            loaded.size_vram_bytes if loaded else None,
+        )
         c = ceilings_for_request(
-            spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens, vram_fraction=frac
+            spec, facts, prompt_tokens=row.prompt_tokens, output_tokens=row.output_tokens, vram_fraction=placement.gpu_fraction
         )
         return row.decode_tok_s / c.decode_ceiling_tok_s if c.decode_ceiling_tok_s > 0 else None
 

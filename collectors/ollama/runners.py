@@ -38,7 +38,7 @@ import aiohttp
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
-from analysis.runner_load import PlacementReader, RunnerDeviceRow, placement_rows
+from analysis.runner_load import PlacementReader, RunnerDeviceRow, RunnerPlacement, placement_rows
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
 from collectors.ollama.direct import GENERATION_PATHS, DirectTasks, RunnerRef
 from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover, off_loop_daemon
@@ -252,6 +252,16 @@ class RunnerReader:
                 port = state.runner.port
                 out[port] = placement_rows(placement, ts_unix_s=ts_unix_s, port=port, model=state.model, digest=state.digest)
         return out
+
+    def placement_of(self, model: str) -> RunnerPlacement | None:
+        """Where the runner serving ``model`` put it, in its own load lines; None when no found runner serves it or
+        its load was not read."""
+        for state in self.runners.values():
+            if state.model is not None and same_model(model, state.model):
+                reader = self.placements.get(state.runner.port)
+                if reader is not None and (placement := reader.placement()) is not None:
+                    return placement
+        return None
 
     def _fold_load_lines(self, events: list[LogEvent]) -> None:
         for event in events:
