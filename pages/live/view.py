@@ -31,7 +31,7 @@ from pages.live.timeline import (
     unexplained_gpu_activity,
 )
 from pages.shared import charts, fmt
-from pages.shared.basis import ModelBasis, load_basis
+from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.derive import Band, Interval
 from store import queries
 from store.tables import RequestSummary
@@ -206,23 +206,9 @@ def _recent(conn: sqlite3.Connection, now_unix_s: float, recent_s: float) -> lis
     return [r for r in rows if (r.ended_at_unix_s or now_unix_s) >= now_unix_s - recent_s]
 
 
-BASIS_KEEP_S = 15.0  # a model's basis (its calibration over up to 5,000 readings) is read again after this long
-_bases_read: dict[tuple[str, str], tuple[float, ModelBasis]] = {}
-
-
 def _bases(db: Path, conn: sqlite3.Connection, in_flight: list[RequestRecord], now_unix_s: float) -> dict[str, ModelBasis]:
-    """The basis of each model writing a reply now (its decode ceiling), kept for BASIS_KEEP_S: the cards refresh
-    every second, and where a model sits changes only when it loads."""
-    out: dict[str, ModelBasis] = {}
-    for model in {r.model for r in in_flight if r.token_chunk_ns}:
-        key = (str(db), model)
-        kept = _bases_read.get(key)
-        if kept is None or not 0 <= now_unix_s - kept[0] < BASIS_KEEP_S:
-            kept = _bases_read[key] = (now_unix_s, load_basis(conn, model, now_unix_s))
-        out[model] = kept[1]
-    if len(_bases_read) > 64:
-        _bases_read.clear()  # many stores or models over the process's life: start again
-    return out
+    """The basis of each model writing a reply now (its decode ceiling)."""
+    return {model: cached_basis(db, conn, model, now_unix_s) for model in {r.model for r in in_flight if r.token_chunk_ns}}
 
 
 def _chars_measured(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, bool]:

@@ -20,7 +20,7 @@ from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, all_slots_busy, waits_label
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
-from pages.shared.basis import ModelBasis, load_basis
+from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.charts import Span
 from store import queries
 from store.export import CSV_LINE_END, csv_cell
@@ -122,8 +122,8 @@ def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> Req
         if conn is None:
             return RequestContext([], None)
         samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
-        # The GPU it ran on: the samples up to its end (the last day's, else none).
-        basis = load_basis(conn, rec.model, end_unix_s)
+        # The GPU it ran on (the samples up to its end); the basis is kept a few seconds for the next detail drawn.
+        basis = cached_basis(db, conn, rec.model, end_unix_s)
     return RequestContext(samples, basis)
 
 

@@ -10,8 +10,10 @@ a diagnosis is computed from. No Streamlit; the store is read by the caller's co
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from analysis import wording as w
 from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
@@ -322,3 +324,20 @@ def _doubts(story: Story | None, placement: PlacementInUse, hw: Hardware) -> lis
 def load_basis(conn: sqlite3.Connection, model: str, now_unix_s: float) -> ModelBasis:
     """A model's basis read from the store and computed (Requests, Live; Why reads more beside it)."""
     return model_basis(model, read_basis(conn, model, now_unix_s))
+
+
+BASIS_KEEP_S = 15.0  # a model's basis (its calibration over up to POINTS_LIMIT readings) is computed again after this
+_kept: dict[tuple[str, str], tuple[float, ModelBasis]] = {}
+
+
+def cached_basis(db: Path, conn: sqlite3.Connection, model: str, now_unix_s: float) -> ModelBasis:
+    """``load_basis``, kept BASIS_KEEP_S per store and model: Live's cards refresh every second and the Requests
+    detail is drawn again on every click, while where a model sits and its calibration change only slowly (a
+    ~20,000-request store costs ~0.25 s to compute it)."""
+    key, now_s = (str(db), model), time.monotonic()
+    kept = _kept.get(key)
+    if kept is None or not 0 <= now_s - kept[0] < BASIS_KEEP_S:
+        if len(_kept) >= 64:
+            _kept.clear()  # many stores or models over the process's life: start again
+        kept = _kept[key] = (now_s, load_basis(conn, model, now_unix_s))
+    return kept[1]
