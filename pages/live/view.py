@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 
 from analysis.model_names import same_model
 from analysis.records import GpuSample, HostSample, LoadedModel, Outcome, ProgressSample, RequestRecord
+from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers
 from analysis.runner_waits import TaskWaits
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.live.queue import ModelQueue, SlotCount, queue_cards
@@ -31,7 +32,7 @@ from pages.live.timeline import (
     unexplained_gpu_activity,
 )
 from pages.shared import charts, fmt
-from pages.shared.basis import ModelBasis, cached_basis
+from pages.shared.basis import ModelBasis, cached_basis, placement_of
 from pages.shared.derive import Band, Interval
 from store import queries
 from store.tables import RequestSummary
@@ -54,6 +55,7 @@ class LiveSnapshot:
     gpu_message: str | None
     vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
     direct_in_window: int = 0  # of requests_in_window: sent to Ollama directly, recorded from its runner
+    placements: dict[str, PlacementInUse] = field(default_factory=dict)  # loaded model → where it sits (with ``context``)
 
 
 def load_live(
@@ -84,6 +86,7 @@ def load_live(
             vram_used = sum(used) if used else None
         loaded = queries.latest_loaded_models(conn)
         heartbeat = queries.latest_heartbeat(conn)
+        placements = _placements(conn, loaded, context)
     bands, busy, shown, direct = _finished_bands(rows, start)
     for rec in in_flight if timeline else []:
         busy.append(Interval(rec.started_at_unix_s, now_unix_s))
@@ -100,7 +103,14 @@ def load_live(
         gpu_message=heartbeat.gpu_message if heartbeat else None,
         vram_used_bytes=vram_used,
         direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
+        placements=placements,
     )
+
+
+def _placements(conn: sqlite3.Connection, loaded: list[LoadedModel], context: bool) -> dict[str, PlacementInUse]:
+    """Where each loaded model sits as Why takes it: its runner's own load lines, else /api/ps (read with the
+    loaded models' table, the ``context`` part)."""
+    return {m.name: placement_of(conn, m.name)[2] for m in loaded} if context else {}
 
 
 def _finished_bands(rows: list[RequestSummary], start: float) -> tuple[list[Band], list[Interval], int, int]:
@@ -320,7 +330,8 @@ def build_live(
                 "size": fmt.gb(m.size_bytes),
                 "in VRAM": fmt.gb(m.size_vram_bytes),
                 "in system memory": fmt.gb(max(m.size_bytes - m.size_vram_bytes, 0)),
-                "on GPU %": round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None,
+                "on GPU %": _on_gpu_pct(m, snap.placements.get(m.name)),
+                "placement from": _placement_from(snap.placements.get(m.name)),
                 "context length": m.context_length,
                 "unloads in": _unloads_in(m.expires_at_unix_s, now_unix_s),
                 "quantization": fmt.label(m.quantization_level) if m.quantization_level else m.quantization_level,
@@ -346,6 +357,23 @@ def build_live(
         vram_used_bytes=snap.vram_used_bytes,
         direct_in_window=snap.direct_in_window,
     )
+
+
+def _on_gpu_pct(m: LoadedModel, p: PlacementInUse | None) -> int | None:
+    """The share of the model on the GPU: the runner's own figure where it said one, else /api/ps's."""
+    if p is not None and p.source != SOURCE_ASSUMED:
+        return round(100 * p.gpu_fraction)
+    return round(100 * m.size_vram_bytes / m.size_bytes) if m.size_bytes else None
+
+
+def _placement_from(p: PlacementInUse | None) -> str:
+    """Which source the share is from, and /api/ps's own share where it disagrees by more than 10%."""
+    if p is None or p.source == SOURCE_ASSUMED:
+        return "Ollama's /api/ps"
+    if not p.from_runner:
+        return "Ollama's /api/ps (no runner load lines read)"
+    said = f"the runner's load lines ({describe_layers(p.runner)})"
+    return said + (f"; /api/ps says {p.ps_fraction:.0%}" if p.disagreement and p.ps_fraction is not None else "")
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pages.live.cards import finished_cards
-from pages.live.view import build_cards, load_cards
+from pages.live.view import build_cards, build_live, load_cards
 from pages.why.view import build_why
 from store import queries
 from store.ops import PutRequest
@@ -55,3 +55,13 @@ def test_a_finished_card_names_the_runners_waits(tmp_path: Path) -> None:
     cards = {c.request_id: c for c in finished_cards(snap.recent, now, keep_s=30.0, waits=snap.waits)}
     waits = cards[AFTER_16K].runner_waits
     assert waits is not None and waits.startswith("prompt-cache save 1,362 MiB"), waits
+
+
+def test_the_loaded_models_table_takes_the_runners_placement_and_shows_api_ps_beside_it(tmp_path: Path) -> None:
+    path = real_gpu_store(tmp_path / "data", with_placement=True)
+    now = max(_ended_at(path).values()) + 5
+    live = build_live(path, now, 300.0, flight=False, timeline=False, context=True)
+    assert live is not None
+    [row] = live.models_table.to_dict("records")
+    assert row["on GPU %"] == 100, row  # /api/ps said 0 (size_vram 0)
+    assert row["placement from"] == "the runner's load lines (49/49 layers on CUDA0 (NVIDIA H200)); /api/ps says 0%", row
