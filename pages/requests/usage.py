@@ -23,6 +23,7 @@ import pandas as pd
 
 from analysis.energy import energy_between
 from analysis.records import RequestKind
+from pages.shared import fmt
 from store import queries
 from store.export import CSV_LINE_END, csv_cell
 from store.tables import RequestSummary
@@ -193,7 +194,7 @@ def usage_frame(rows: Sequence[UsageRow], by: str, period: str) -> pd.DataFrame:
     for r in rows:
         if r.by != by or r.period != period:
             continue
-        line: dict[str, object] = {by: r.key, "requests": r.requests}
+        line: dict[str, object] = {by: fmt.label(r.key), "requests": r.requests}  # names come from clients: cut as everywhere
         for label, name, digits in (*FIGURES, ("energy (Wh)", "energy_wh", 3)):
             total: Total = getattr(r, name)
             line[label] = _value(total, digits)
