@@ -1,12 +1,14 @@
 """``python -m store export --data DIR --format jsonl|csv [--since ...] [--out FILE]``.
 
-``python -m store import-log`` only says where the import lives: ``python -m collectors.import_log`` (reading
-Ollama's log is the collectors' work, and the store imports nothing above ``analysis``; docs/import-log.md)."""
+``python -m store import-log --data DIR FILE`` runs ``python -m collectors.import_log`` with the same arguments, as
+a child process: reading Ollama's log is the collectors' work, and the store imports nothing above ``analysis``
+(docs/import-log.md)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -30,16 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--since", help="Unix seconds, ISO 8601 time (UTC by default), or an age: 30m, 24h, 7d")
     export.add_argument("--out", metavar="FILE", help="write here instead of standard output")
-    sub.add_parser("import-log", help="see python -m collectors.import_log (docs/import-log.md)")
+    sub.add_parser("import-log", help="record the generations an Ollama log holds (python -m collectors.import_log)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["import-log"]:
-        rest = " ".join(argv[1:]) or "--data DIR FILE"
-        print(f"error: Ollama's log is imported by python -m collectors.import_log {rest} (docs/import-log.md)", file=sys.stderr)
-        return 2
+        # A child process, not an import: the store's layer stays below the collectors' (pyproject's contracts).
+        return subprocess.run([sys.executable, "-m", "collectors.import_log", *argv[1:]], check=False).returncode
     args = build_parser().parse_args(argv)
     if not args.data:
         print("error: say where the store is: --data DIR (or set PHASEWATCH_DATA)", file=sys.stderr)
