@@ -304,6 +304,7 @@ class CollectorService:
             loaded_models=lambda: poller.state.models,
             log_source=self._log_source,
             clock=self._clock,
+            watch=watch,  # no timer round while no runner process came or went
         )
         self._tasks = [
             asyncio.create_task(self.poller.run(self._stop), name="ollama-poller"),

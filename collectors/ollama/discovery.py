@@ -54,6 +54,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from collectors.host.proctable import ProcessNames
+
 log = logging.getLogger(__name__)
 
 RUNNER_NAMES = ("llama-server",)
@@ -204,6 +206,9 @@ class Discovery:
     found_by: str | None = None  # FOUND_SAME_USER or FOUND_OTHER_USER (both, joined, when both held)
     problem: str | None = None
     container: bool = False  # Ollama seems to run in a container (docker-proxy on its port, a runner out of reach)
+    # A runner was turned down for a reason that can pass with no process coming or going (a port not bound yet):
+    # look again on a timer. Otherwise only a change in the process table can change the answer.
+    recheck: bool = False
 
 
 @dataclass(frozen=True)
@@ -439,6 +444,7 @@ def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddres
     found: list[Runner] = []
     ways: list[str] = []
     why_not: list[str] = []
+    recheck = False
     for runner in view.runners:
         how, why = _judge(view, runner, port, addresses)
         if how is not None:
@@ -447,8 +453,9 @@ def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddres
                 ways.append(how)
         else:
             why_not.append(f"pid {runner.pid}: {why}")
+            recheck = recheck or _not_bound_yet(view, runner, port, addresses)
     if found:
-        return Discovery(found, " and ".join(ways))
+        return Discovery(found, " and ".join(ways), recheck=recheck)
     hints: list[str] = []
     forwarded = docker_forwarded(view, port)
     if forwarded is not None:
@@ -470,7 +477,16 @@ def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddres
     else:
         head = "no runner process here (no model is loaded)"
     contained = forwarded is not None or any("network namespace" in why for why in why_not)
-    return Discovery([], None, "; ".join([head, *hints]), container=contained)
+    return Discovery([], None, "; ".join([head, *hints]), container=contained, recheck=recheck)
+
+
+def _not_bound_yet(view: HostView, runner: Runner, port: int, addresses: Sequence[IPAddress]) -> bool:
+    """Whether the runner's port or the watched address does not listen (yet): a runner starting, or Ollama
+    restarting, binds it later with no process coming or going."""
+    if view.listening is None:
+        return False
+    at_runner = serving(view.listening, ipaddress.IPv4Address(RUNNER_CONNECT_HOST), runner.port)
+    return not at_runner or not _reached(view, addresses, port)
 
 
 def socket_inodes(pid: int, proc_root: Path = Path("/proc")) -> frozenset[int] | None:
@@ -496,40 +512,63 @@ def _netns(pid: int | str) -> str | None:
         return None
 
 
-def _info(proc: psutil.Process, *, sockets: bool) -> ProcInfo | None:
+_Facts = tuple[int, int | None, str, tuple[str, ...]]  # ppid, real uid, name, argv: fixed for a process's life
+FactsCache = dict[tuple[int, float], _Facts]  # by (pid, start time): a pid reused is another process
+
+
+def _info(proc: psutil.Process, *, sockets: bool, facts: FactsCache | None = None) -> ProcInfo | None:
+    """What this user can read of ``proc``. Its parent, owner and command line come from ``facts`` when known
+    (read once per process); the sockets it holds and its network namespace are read each time."""
     try:
-        with proc.oneshot():
-            uids = proc.uids()
-            return ProcInfo(
-                pid=proc.pid,
-                ppid=proc.ppid(),
-                uid=uids.real,
-                name=proc.name(),
-                argv=tuple(proc.cmdline()),
-                sockets=socket_inodes(proc.pid) if sockets else None,
-                netns=_netns(proc.pid),
-            )
+        key = (proc.pid, proc.create_time())
+        known = facts.get(key) if facts is not None else None
+        if known is None:
+            with proc.oneshot():
+                known = (proc.ppid(), proc.uids().real, proc.name(), tuple(proc.cmdline()))
+            if facts is not None:
+                facts[key] = known
+        ppid, uid, name, argv = known
+        return ProcInfo(
+            pid=proc.pid,
+            ppid=ppid,
+            uid=uid,
+            name=name,
+            argv=argv,
+            sockets=socket_inodes(proc.pid) if sockets else None,
+            netns=_netns(proc.pid),
+        )
     except (psutil.Error, OSError):
         return None
 
 
-def look(proc_root: Path = Path("/proc")) -> HostView:
-    """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets."""
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except (psutil.Error, OSError):
+        return None
+
+
+def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, facts: FactsCache | None = None) -> HostView:
+    """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets.
+    ``names`` and ``facts`` keep what was read of each process from one look to the next (``Discoverer``)."""
     procs: dict[int, ProcInfo] = {}
     runners: list[Runner] = []
     my_uid = os.getuid() if hasattr(os, "getuid") else None
-    others = False
-    pythons: list[tuple[psutil.Process, int | None]] = []  # possible sims: read only when another user's runner needs it
-    for proc in psutil.process_iter(["name", "uids"]):
-        uids = proc.info.get("uids")
-        others = others or (uids is not None and uids.real != my_uid)
-        name = str(proc.info.get("name") or "")
-        if name.startswith("python"):
-            pythons.append((proc, uids.real if uids is not None else None))
+    table = (names if names is not None else ProcessNames()).refresh()
+    if facts is not None:  # forget the processes gone
+        for key in [key for key in facts if key[0] not in table or table[key[0]].create_time != key[1]]:
+            del facts[key]
+    others = any(named.uid is not None and named.uid != my_uid for named in table.values())
+    pythons: list[tuple[int, int | None]] = []  # possible sims: read only when another user's runner needs it
+    for pid, named in table.items():
+        if named.name.startswith("python"):
+            pythons.append((pid, named.uid))
             continue
-        if name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
+        if named.name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
             continue
-        info = _info(proc, sockets=name != "docker-proxy")  # a runner or an Ollama: whose sockets count
+        proc = _process(pid)
+        # a runner or an Ollama: whose sockets count
+        info = _info(proc, sockets=named.name != "docker-proxy", facts=facts) if proc is not None else None
         if info is None:
             continue
         procs[info.pid] = info
@@ -539,15 +578,15 @@ def look(proc_root: Path = Path("/proc")) -> HostView:
     for runner in runners:  # their parents, with the sockets they hold (readable for our own processes only)
         ppid = procs[runner.pid].ppid
         parent = procs.get(ppid)
-        if parent is None or parent.sockets is None:
-            with contextlib.suppress(psutil.Error, OSError):
-                info = _info(psutil.Process(ppid), sockets=True)
-                if info is not None:
-                    procs[ppid] = info
+        if (parent is None or parent.sockets is None) and (proc := _process(ppid)) is not None:
+            info = _info(proc, sockets=True, facts=facts)
+            if info is not None:
+                procs[ppid] = info
     # Another user's runner is judged against every Ollama server of its parent's user, sims included.
     judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.sockets is None}
-    for proc, uid in pythons:
-        if uid in judged_by_command_line and proc.pid not in procs and (info := _info(proc, sockets=False)):
+    for pid, uid in pythons:
+        proc = _process(pid) if uid in judged_by_command_line and pid not in procs else None
+        if proc is not None and (info := _info(proc, sockets=False, facts=facts)) is not None:
             procs[info.pid] = info
     return HostView(
         procs=procs,
@@ -574,6 +613,24 @@ def discover(ollama_url: str) -> Discovery:
         )
     addresses, port = local
     return decide(look(), port, addresses)
+
+
+class Discoverer:
+    """``discover`` that keeps, from one round to the next, what does not change during a process's life: every
+    process's name and owner (``ProcessNames``: a round reads only new processes) and the candidates' parent,
+    owner and command line (by pid and start time). The socket table and the sockets each candidate holds are
+    read each round, once. Called from one thread at a time (``RunnerReader`` runs one round at a time)."""
+
+    def __init__(self) -> None:
+        self.names = ProcessNames()
+        self._facts: FactsCache = {}
+
+    def __call__(self, ollama_url: str) -> Discovery:
+        local = ollama_local_address(ollama_url)
+        if local is None:
+            return discover(ollama_url)  # remote: nothing to read
+        addresses, port = local
+        return decide(look(names=self.names, facts=self._facts), port, addresses)
 
 
 _T = TypeVar("_T")
@@ -606,35 +663,31 @@ async def off_loop_daemon(fn: Callable[[], _T], name: str) -> _T:
     return await done
 
 
-NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
 RUNNER_PROCESS_NAMES = (*RUNNER_NAMES, "ollama")
+RunnerSet = frozenset[tuple[int, float, str]]  # (pid, start time, name) of each runner and Ollama process
 
 
 class ProcessWatch:
-    """Whether a runner process appeared or went since the last call, from the process table alone (no HTTP):
-    the names of new processes only are read, so a call costs a directory listing (``/proc``) and little more."""
+    """Whether a runner process appeared or went, from the process table alone (no HTTP): the names of new
+    processes only are read (``ProcessNames``), so a call costs a directory listing (``/proc``) and little more.
+    A process is known by pid and start time (a pid reused is another process) and by name (a forked ``ollama``
+    that execs ``llama-server`` is a change)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._names: dict[int, tuple[str, float]] = {}  # pid: (name, first seen)
-        self._runners: frozenset[int] | None = None
-        self._clock = clock
+        self._names = ProcessNames(clock)
+        self._runners: RunnerSet | None = None
+
+    def runner_set(self) -> RunnerSet:
+        """The runner (and ``ollama``) processes now."""
+        return frozenset(
+            (pid, named.create_time, named.name)
+            for pid, named in self._names.refresh().items()
+            if named.name in RUNNER_PROCESS_NAMES
+        )
 
     def runners_changed(self) -> bool:
         """True when the set of runner (and ``ollama``) processes differs from the last call's (on the first: any)."""
-        now_s = self._clock()
-        pids = set(psutil.pids())
-        for pid in self._names.keys() - pids:
-            del self._names[pid]
-        for pid in pids:
-            known = self._names.get(pid)
-            # A child shows its parent's name until it execs: a young process's name is read again.
-            if known is None or (known[0] not in RUNNER_PROCESS_NAMES and now_s - known[1] < NAME_SETTLE_S):
-                try:
-                    name = psutil.Process(pid).name()
-                except (psutil.Error, OSError):
-                    name = ""
-                self._names[pid] = (name, known[1] if known else now_s)
-        now = frozenset(pid for pid, (name, _) in self._names.items() if name in RUNNER_PROCESS_NAMES)
+        now = self.runner_set()
         # On the first call a runner already there counts as new: nothing may have looked for it yet.
         changed = now != self._runners if self._runners is not None else bool(now)
         self._runners = now

@@ -41,7 +41,16 @@ from analysis.records import LoadedModel, ProgressSample, ProgressSource, Reques
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, RunnerPlacement, placement_rows
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
 from collectors.ollama.direct import GENERATION_PATHS, DirectTasks, RunnerRef
-from collectors.ollama.discovery import DigestCache, Discovery, Runner, discover, off_loop_daemon
+from collectors.ollama.discovery import (
+    DigestCache,
+    Discoverer,
+    Discovery,
+    ProcessWatch,
+    Runner,
+    RunnerSet,
+    discover,
+    off_loop_daemon,
+)
 from collectors.ollama.log import LogEvent, LogSource, LogTail
 from collectors.ollama.slots import MAX_SLOTS, SlotReading, SlotsFormatError, parse_slots, slots_cap
 
@@ -155,7 +164,8 @@ class RunnerReader:
         busy_interval_s: float = BUSY_INTERVAL_S,
         idle_interval_s: float = IDLE_INTERVAL_S,
         discover_every_s: float = DISCOVER_EVERY_S,
-        discover: Callable[[str], Discovery] = discover,
+        discover: Callable[[str], Discovery] | None = None,  # default: a Discoverer of this reader's own
+        watch: ProcessWatch | None = None,
     ) -> None:
         self.ollama_url = ollama_url
         self._session = session
@@ -165,11 +175,16 @@ class RunnerReader:
         self.busy_interval_s = busy_interval_s
         self.idle_interval_s = idle_interval_s
         self.discover_every_s = discover_every_s
-        self._discover = discover
+        self._discover = discover if discover is not None else Discoverer()
+        # With a process watch, the timer's round is skipped while the runner processes are those of the last
+        # round and that round's answer cannot change without one coming or going (``Discovery.recheck``).
+        self._watch = watch
+        self._runner_set_at_round: RunnerSet | None = None
         self._digests = DigestCache()
         self.runners: dict[int, RunnerState] = {}  # by pid
         self.discovery: Discovery | None = None  # the last one: how the runners were found, or why none were
         self._next_discover_s = 0.0
+        self._look_now = True  # a round now, whatever the process watch says (first, or a runner said to have come or gone)
         self._discovering = False
         self._tasks: dict[tuple[int, int], str] = {}  # (runner pid, task id) → request id
         self._tracks: dict[str, _Track] = {}
@@ -201,7 +216,7 @@ class RunnerReader:
 
     def look_again(self) -> None:
         """Discover at the next tick (a runner process appeared or went)."""
-        self._next_discover_s = 0.0
+        self._look_now = True
 
     def drain(self) -> list[ProgressSample]:
         """The rows queued since the last call (the service writes them after the in-flight requests)."""
@@ -361,17 +376,29 @@ class RunnerReader:
         def uncovered(names: Iterable[str]) -> bool:
             return any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in names)
 
-        since_s = now - (self._next_discover_s - self.discover_every_s)  # since the last round began
+        since_s = now - (self._next_discover_s - self.discover_every_s)  # since the last round began (or was skipped)
         due = (
-            now >= self._next_discover_s
+            self._look_now
+            or now >= self._next_discover_s
             or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests}))
             # a model loaded without a runner found: a direct client's generation may be running on it
             or (since_s >= REDISCOVER_LOADED_S and uncovered({m.name for m in models}))
         )
         if due and not self._discovering:
-            self._discovering = True
             self._next_discover_s = now + self.discover_every_s
-            self._spawn(pending, self._rediscover())
+            runner_set = self._watch.runner_set() if self._watch is not None else None
+            quiet = (
+                not self._look_now
+                and runner_set is not None
+                and runner_set == self._runner_set_at_round
+                and self.discovery is not None
+                and not self.discovery.recheck
+            )
+            if not quiet:
+                self._look_now = False
+                self._discovering = True
+                self._runner_set_at_round = runner_set
+                self._spawn(pending, self._rediscover())
         for state in self.runners.values():
             if state.model is None:
                 state.model = _model_of(state.digest, models)
@@ -442,7 +469,7 @@ class RunnerReader:
                 state.slots = readings
                 self._join(state, readings, requests, ts)
             elif "connect" in (problem or ""):
-                self._next_discover_s = 0.0  # gone or restarted: look again
+                self._look_now = True  # gone or restarted: look again
         except Exception:
             self.errors += 1
             log.exception("reading runner pid %d failed", state.runner.pid)
@@ -589,7 +616,7 @@ class RunnerReader:
             return
         self._watch_runner_lines(events)
         if any(e.kind in ("runner_start", "runner_started") for e in events):
-            self._next_discover_s = 0.0  # Ollama started a runner: find it now, not at the next round
+            self._look_now = True  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
         self._fold_waits(events)
         self.direct.log_events(events)

@@ -1,0 +1,63 @@
+"""Every process's name and owner, read once per process instead of once per scan.
+
+A scan of the process table by name (which are Ollama's, which are runners) used to read every process's
+``/proc/PID/stat`` and ``status`` each time; most processes live for hours. ``ProcessNames.refresh()`` lists
+``/proc`` (one directory read) and reads only the processes it has not seen before, and a young one again until
+its name settles: a forked child shows its parent's name until it execs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
+
+
+@dataclass(frozen=True)
+class Named:
+    """What was read of one process: its name, real uid (None: unreadable) and start time (with the pid, which
+    process it is; 0.0 when it could not be read)."""
+
+    name: str
+    uid: int | None
+    create_time: float
+    first_seen_s: float  # on the table's clock
+
+
+class ProcessNames:
+    """pid → ``Named`` for every process now; ``reads`` counts the processes read (what a refresh cost)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, settle_s: float = NAME_SETTLE_S) -> None:
+        self._known: dict[int, Named] = {}
+        self._clock = clock
+        self._settle_s = settle_s
+        self.reads = 0
+
+    def refresh(self) -> dict[int, Named]:
+        now_s = self._clock()
+        pids = set(psutil.pids())
+        for pid in self._known.keys() - pids:
+            del self._known[pid]
+        for pid in pids:
+            known = self._known.get(pid)
+            if known is None or now_s - known.first_seen_s < self._settle_s:
+                self._known[pid] = self._read(pid, known.first_seen_s if known else now_s)
+        return dict(self._known)
+
+    def _read(self, pid: int, first_seen_s: float) -> Named:
+        self.reads += 1
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                name = proc.name()
+                try:
+                    uid: int | None = proc.uids().real
+                except (psutil.Error, OSError):
+                    uid = None
+                return Named(name, uid, proc.create_time(), first_seen_s)
+        except (psutil.Error, OSError):  # gone meanwhile, or not ours to read
+            return Named("", None, 0.0, first_seen_s)
