@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from analysis.records import HostSample
+from collectors.host.proctable import Named, ProcessNames
 
 # The server and its runners: ``ollama serve``, the llama.cpp ``llama-server`` child
 # (Ollama >= 0.30) and the older ``ollama_llama_server`` runner. Linux truncates a
@@ -37,7 +38,8 @@ class OllamaProcesses:
     """The processes that count as Ollama: by name, the sim in demo mode, or given PIDs.
 
     The set is rescanned every ``rescan_s`` seconds, and at once when a known process
-    has gone (a runner exits when its model unloads).
+    has gone (a runner exits when its model unloads). A rescan lists /proc and reads the
+    name of new processes only (``ProcessNames``), not of every process again.
     """
 
     def __init__(
@@ -54,17 +56,21 @@ class OllamaProcesses:
         self._clock = clock
         self._procs: dict[int, psutil.Process] = {}
         self._scanned_at: float | None = None
+        self._names = ProcessNames(clock)  # every process's name, read once per process
+        self._sims: dict[tuple[int, float], bool] = {}  # (pid, start time): a Python process is the sim
 
-    def _matches(self, proc: psutil.Process) -> bool:
-        name = proc.info.get("name") or ""  # filled by process_iter
-        if is_ollama_process(name):
+    def _matches(self, pid: int, named: Named) -> bool:
+        if is_ollama_process(named.name):
             return True
-        if not (self._demo and name.startswith("python")):
+        if not (self._demo and named.name.startswith("python")):
             return False
-        try:  # the command line only for Python processes: reading every one costs more
-            return is_sim_process(proc.cmdline())
-        except psutil.Error:
-            return False
+        key = (pid, named.create_time)
+        if key not in self._sims:  # the command line only for Python processes, and once per process
+            try:
+                self._sims[key] = is_sim_process(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                return False
+        return self._sims[key]
 
     def _scan(self) -> None:
         found: dict[int, psutil.Process] = {}
@@ -73,10 +79,15 @@ class OllamaProcesses:
                 with contextlib.suppress(psutil.Error):
                     found[pid] = self._procs.get(pid) or psutil.Process(pid)
         else:
-            for proc in psutil.process_iter(["name"]):
-                if self._matches(proc):
+            table = self._names.refresh()  # reads only the processes not seen before
+            self._sims = {key: sim for key, sim in self._sims.items() if key[0] in table}
+            for pid, named in table.items():
+                if self._matches(pid, named):
                     # Keep the same Process object: cpu_percent() measures from its last call.
-                    found[proc.pid] = self._procs.get(proc.pid, proc)
+                    known = self._procs.get(pid)
+                    with contextlib.suppress(psutil.Error):
+                        same = known is not None and known.create_time() == named.create_time  # not a reused pid
+                        found[pid] = known if known is not None and same else psutil.Process(pid)
         self._procs = found
         self._scanned_at = self._clock()
 
