@@ -17,6 +17,7 @@ from tests.support.waiting import wait_until
 
 BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pass\n"
 IDLE = "import time\ntime.sleep(60)\n"
+SLEEPERS = 20  # processes that certainly exist before a scan
 
 
 @pytest.fixture
@@ -124,3 +125,38 @@ def test_disk_read_rate_shows_a_cold_read(tmp_path: Path) -> None:
         return
     assert s.disk_read_bytes_s is not None
     assert s.disk_read_bytes_s * elapsed_s >= 0.9 * size
+
+
+def test_a_rescan_reads_only_new_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: a rescan every 5 s read every process's name again; most processes live for hours."""
+    sleepers = [subprocess.Popen([sys.executable, "-c", IDLE]) for _ in range(SLEEPERS)]  # some processes for sure
+    reads: list[int] = []
+    real_name = psutil.Process.name
+
+    def counted_name(self: psutil.Process) -> str:
+        reads.append(self.pid)
+        return real_name(self)
+
+    now_s = [0.0]
+    watched = OllamaProcesses(rescan_s=0.0, clock=lambda: now_s[0])
+    link = tmp_path / "llama-server"
+    link.symlink_to(sys.executable)
+    runner: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(lambda: all(psutil.Process(p.pid).name().startswith("python") for p in sleepers))
+        monkeypatch.setattr(psutil.Process, "name", counted_name)
+        watched.processes()
+        first = len(reads)
+        now_s[0] += 60.0  # every process seen has settled (execed, if it was going to)
+        reads.clear()
+        watched.processes()
+        # Only processes started between the two scans are read (other users of a busy machine start a few).
+        assert first >= SLEEPERS and len(reads) <= first // 4, (first, len(reads))
+        runner = subprocess.Popen([str(link), "-c", IDLE])  # a new runner is still found at the next scan
+        wait_until(lambda: real_name(psutil.Process(runner.pid)) == "llama-server")
+        now_s[0] += 60.0
+        assert runner.pid in {p.pid for p in watched.processes()}
+    finally:
+        for proc in [*sleepers, *([runner] if runner else [])]:
+            proc.kill()
+            proc.wait(timeout=10)
