@@ -8,6 +8,8 @@ its name settles: a forked child shows its parent's name until it execs.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,18 +25,28 @@ class Named:
     process it is; 0.0 when it could not be read)."""
 
     name: str
-    uid: int | None
+    uid: int | None  # read only by a table made with owners=True
     create_time: float
     first_seen_s: float  # on the table's clock
 
 
 class ProcessNames:
-    """pid → ``Named`` for every process now; ``reads`` counts the processes read (what a refresh cost)."""
+    """pid → ``Named`` for every process now; ``reads`` counts the processes read (what a refresh cost).
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, settle_s: float = NAME_SETTLE_S) -> None:
+    A pid that ends and is given to a new process between two refreshes would keep the old one's name. Refreshed
+    every second (the process watch) that takes a whole wrap of the pids within one second; refreshed seldom
+    (discovery, only when a runner came or went), ``owners=True`` also looks at when each ``/proc/PID`` entry was
+    made (one ``stat`` per process, no file read): a new process under an old pid has a new entry."""
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, settle_s: float = NAME_SETTLE_S, *, owners: bool = False
+    ) -> None:
         self._known: dict[int, Named] = {}
+        self._entries: dict[int, int] = {}  # pid → its /proc entry's ctime (ns), with owners=True on Linux
         self._clock = clock
         self._settle_s = settle_s
+        self._owners = owners
+        self._check_entries = owners and os.path.isdir("/proc/self")
         self.reads = 0
 
     def refresh(self) -> dict[int, Named]:
@@ -42,22 +54,35 @@ class ProcessNames:
         pids = set(psutil.pids())
         for pid in self._known.keys() - pids:
             del self._known[pid]
+            self._entries.pop(pid, None)
         for pid in pids:
             known = self._known.get(pid)
+            if known is not None and self._check_entries and self._entry_changed(pid):
+                known = None  # another process under the same pid
             if known is None or now_s - known.first_seen_s < self._settle_s:
                 self._known[pid] = self._read(pid, known.first_seen_s if known else now_s)
         return dict(self._known)
 
+    def _entry_changed(self, pid: int) -> bool:
+        try:
+            ctime_ns = os.stat(f"/proc/{pid}").st_ctime_ns
+        except OSError:
+            return True
+        return self._entries.get(pid) != ctime_ns
+
     def _read(self, pid: int, first_seen_s: float) -> Named:
         self.reads += 1
+        if self._check_entries:
+            with contextlib.suppress(OSError):
+                self._entries[pid] = os.stat(f"/proc/{pid}").st_ctime_ns
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
                 name = proc.name()
-                try:
-                    uid: int | None = proc.uids().real
-                except (psutil.Error, OSError):
-                    uid = None
+                uid: int | None = None
+                if self._owners:
+                    with contextlib.suppress(psutil.Error, OSError):
+                        uid = proc.uids().real
                 return Named(name, uid, proc.create_time(), first_seen_s)
         except (psutil.Error, OSError):  # gone meanwhile, or not ours to read
             return Named("", None, 0.0, first_seen_s)

@@ -554,7 +554,7 @@ def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, fac
     procs: dict[int, ProcInfo] = {}
     runners: list[Runner] = []
     my_uid = os.getuid() if hasattr(os, "getuid") else None
-    table = (names if names is not None else ProcessNames()).refresh()
+    table = (names if names is not None else ProcessNames(owners=True)).refresh()
     if facts is not None:  # forget the processes gone
         for key in [key for key in facts if key[0] not in table or table[key[0]].create_time != key[1]]:
             del facts[key]
@@ -622,7 +622,7 @@ class Discoverer:
     read each round, once. Called from one thread at a time (``RunnerReader`` runs one round at a time)."""
 
     def __init__(self) -> None:
-        self.names = ProcessNames()
+        self.names = ProcessNames(owners=True)
         self._facts: FactsCache = {}
 
     def __call__(self, ollama_url: str) -> Discovery:
