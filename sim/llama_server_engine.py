@@ -140,7 +140,7 @@ class EngineRecord:
         return dict(self.__dict__)
 
 
-class _Runner:
+class ServerChild:
     """One ``llama-server`` child: its process, port, settings and keep-alive."""
 
     def __init__(self, engine: LlamaServerEngine, num_ctx: int, num_batch: int, gpu_layers: int = 0) -> None:
@@ -327,7 +327,7 @@ class LlamaServerEngine:
         self.default_num_ctx = default_num_ctx
         self.max_queue = max_queue
         self.default_keep_alive_ns = default_keep_alive_ns
-        self.runner: _Runner | None = None
+        self.runner: ServerChild | None = None
         self.records: deque[EngineRecord] = deque(maxlen=ENGINE_LOG_MAX)
         self._session: aiohttp.ClientSession | None = None
         self._sched_lock = asyncio.Lock()
@@ -379,7 +379,7 @@ class LlamaServerEngine:
         ctx = num_ctx if num_ctx and num_ctx > 0 else self.default_num_ctx
         return max(min(ctx, self.model.context_length or ctx), 16)
 
-    async def _get_runner(self, num_ctx: int | None, num_batch: int | None, keep_alive_ns: int | None, truth: Any) -> _Runner:
+    async def _get_runner(self, num_ctx: int | None, num_batch: int | None, keep_alive_ns: int | None, truth: Any) -> ServerChild:
         """The running child with one reference taken; starts or restarts it (load-time options changed) first."""
         ctx = self._num_ctx(num_ctx)
         batch = num_batch if num_batch and num_batch > 0 else DEFAULT_NUM_BATCH
@@ -404,7 +404,7 @@ class LlamaServerEngine:
                         devices = await self.devices()  # asked once, as Ollama finds its GPUs before any load
                         if truth is not None:
                             truth.load_start_ns = time.monotonic_ns()
-                        runner = _Runner(self, ctx, batch, self._gpu_layers(ctx, devices))
+                        runner = ServerChild(self, ctx, batch, self._gpu_layers(ctx, devices))
                         await runner.start(self.session())
                         self.runner = runner
                         if truth is not None:
@@ -417,23 +417,23 @@ class LlamaServerEngine:
             runner.keep_alive_ns = keep_alive_ns  # a request's keep_alive sticks to the runner
         return runner
 
-    def _release(self, runner: _Runner) -> None:
+    def _release(self, runner: ServerChild) -> None:
         runner.refs -= 1
         if runner.refs == 0 and self.runner is runner:
             runner.mark_idle()
 
-    async def _unload_runner(self, runner: _Runner) -> None:
+    async def _unload_runner(self, runner: ServerChild) -> None:
         if self.runner is runner:
             self.runner = None
         if not runner.closed:
             await runner.stop()
 
-    async def _unload_if_idle(self, runner: _Runner) -> None:
+    async def _unload_if_idle(self, runner: ServerChild) -> None:
         if runner.refs == 0:
             await self._unload_runner(runner)
 
     # --- one request --------------------------------------------------------------------
-    async def _tokenize(self, runner: _Runner, text: str) -> list[int]:
+    async def _tokenize(self, runner: ServerChild, text: str) -> list[int]:
         """The prompt as the child tokenizes it (BOS added), as Ollama tokenizes before it sends."""
         body = {"content": text, "add_special": True, "parse_special": False}
         async with self.session().post(runner.base_url + "/tokenize", json=body) as r:
@@ -441,7 +441,7 @@ class LlamaServerEngine:
                 raise EngineError(500, f"llama-server /tokenize answered {r.status}: {(await r.text())[:200]}")
             return [int(t) for t in (await r.json())["tokens"]]
 
-    def _completion_body(self, req: GenRequest, prompt_ids: list[int], runner: _Runner) -> dict[str, Any]:
+    def _completion_body(self, req: GenRequest, prompt_ids: list[int], runner: ServerChild) -> dict[str, Any]:
         room = runner.num_ctx - len(prompt_ids)
         n_predict = min(req.num_predict, room) if req.num_predict > 0 else room
         s = ollama_sampling(req.options)
@@ -490,7 +490,7 @@ class LlamaServerEngine:
                 record.cancelled = True  # closing the stream to the child cancels its task and frees the slot
             self._release(runner)
 
-    async def _relay(self, req: GenRequest, runner: _Runner, record: EngineRecord) -> AsyncGenerator[Event, None]:
+    async def _relay(self, req: GenRequest, runner: ServerChild, record: EngineRecord) -> AsyncGenerator[Event, None]:
         truth = req.truth
         try:
             prompt_ids = await self._tokenize(runner, render_prompt(req))

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from analysis.runner_load import MIB
 from sim.catalog import BY_NAME
-from sim.llama_server_engine import LlamaServerEngine, _Runner, loaded_sizes
+from sim.llama_server_engine import LlamaServerEngine, ServerChild, loaded_sizes
 from tests.support.paths import REPO
 
 H200_LINES = REPO / "tests" / "data" / "runner_load" / "h200_cuda_gemma3_12b.log"
@@ -37,7 +37,7 @@ def engine_like(binary: Path | str = "/bin/false") -> Any:
     )
 
 
-def pumped(runner: _Runner, text: str) -> None:
+def pumped(runner: ServerChild, text: str) -> None:
     async def go() -> None:
         reader = asyncio.StreamReader()
         reader.feed_data(text.encode())
@@ -48,7 +48,7 @@ def pumped(runner: _Runner, text: str) -> None:
 
 
 def test_api_ps_sizes_come_from_the_cuda_runners_load_lines() -> None:
-    runner = _Runner(cast(Any, engine_like()), 20480, 512, gpu_layers=49)
+    runner = ServerChild(cast(Any, engine_like()), 20480, 512, gpu_layers=49)
     assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "49"
     pumped(runner, H200_LINES.read_text())
     size, vram = loaded_sizes(runner.placement, estimate_bytes=24_000_000_000)
@@ -58,7 +58,7 @@ def test_api_ps_sizes_come_from_the_cuda_runners_load_lines() -> None:
 
 
 def test_a_cpu_build_says_size_vram_0() -> None:
-    runner = _Runner(cast(Any, engine_like()), 4096, 512)
+    runner = ServerChild(cast(Any, engine_like()), 4096, 512)
     assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "0"
     pumped(
         runner,
