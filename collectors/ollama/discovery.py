@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from collectors.host.proctable import ProcessNames
+from collectors.host.proctable import Named, ProcessNames
 
 log = logging.getLogger(__name__)
 
@@ -548,17 +548,12 @@ def _process(pid: int) -> psutil.Process | None:
         return None
 
 
-def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, facts: FactsCache | None = None) -> HostView:
-    """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets.
-    ``names`` and ``facts`` keep what was read of each process from one look to the next (``Discoverer``)."""
+def _candidates(
+    table: dict[int, Named], facts: FactsCache | None
+) -> tuple[dict[int, ProcInfo], list[Runner], list[tuple[int, int | None]]]:
+    """The runners, Ollama servers and docker-proxy processes in the table, read; the pythons (possible sims) apart."""
     procs: dict[int, ProcInfo] = {}
     runners: list[Runner] = []
-    my_uid = os.getuid() if hasattr(os, "getuid") else None
-    table = (names if names is not None else ProcessNames(owners=True)).refresh()
-    if facts is not None:  # forget the processes gone
-        for key in [key for key in facts if key[0] not in table or table[key[0]].create_time != key[1]]:
-            del facts[key]
-    others = any(named.uid is not None and named.uid != my_uid for named in table.values())
     pythons: list[tuple[int, int | None]] = []  # possible sims: read only when another user's runner needs it
     for pid, named in table.items():
         if named.name.startswith("python"):
@@ -575,19 +570,43 @@ def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, fac
         runner = runner_from_argv(info.pid, info.name, info.argv)
         if runner is not None:
             runners.append(runner)
-    for runner in runners:  # their parents, with the sockets they hold (readable for our own processes only)
+    return procs, runners, pythons
+
+
+def _add_parents(procs: dict[int, ProcInfo], runners: list[Runner], facts: FactsCache | None) -> None:
+    """The runners' parents, with the sockets they hold (readable for our own processes only)."""
+    for runner in runners:
         ppid = procs[runner.pid].ppid
         parent = procs.get(ppid)
         if (parent is None or parent.sockets is None) and (proc := _process(ppid)) is not None:
             info = _info(proc, sockets=True, facts=facts)
             if info is not None:
                 procs[ppid] = info
-    # Another user's runner is judged against every Ollama server of its parent's user, sims included.
+
+
+def _add_sims(
+    procs: dict[int, ProcInfo], runners: list[Runner], pythons: list[tuple[int, int | None]], facts: FactsCache | None
+) -> None:
+    """Another user's runner is judged against every Ollama server of its parent's user, sims included."""
     judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.sockets is None}
     for pid, uid in pythons:
         proc = _process(pid) if uid in judged_by_command_line and pid not in procs else None
         if proc is not None and (info := _info(proc, sockets=False, facts=facts)) is not None:
             procs[info.pid] = info
+
+
+def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, facts: FactsCache | None = None) -> HostView:
+    """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets.
+    ``names`` and ``facts`` keep what was read of each process from one look to the next (``Discoverer``)."""
+    my_uid = os.getuid() if hasattr(os, "getuid") else None
+    table = (names if names is not None else ProcessNames(owners=True)).refresh()
+    if facts is not None:  # forget the processes gone
+        for key in [key for key in facts if key[0] not in table or table[key[0]].create_time != key[1]]:
+            del facts[key]
+    others = any(named.uid is not None and named.uid != my_uid for named in table.values())
+    procs, runners, pythons = _candidates(table, facts)
+    _add_parents(procs, runners, facts)
+    _add_sims(procs, runners, pythons, facts)
     return HostView(
         procs=procs,
         listening=listening_sockets(proc_root),

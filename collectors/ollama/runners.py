@@ -372,33 +372,9 @@ class RunnerReader:
             del self._tracks[rid]
         self._tasks = {k: v for k, v in self._tasks.items() if v in live_ids}
         models = self._loaded_models()
-
-        def uncovered(names: Iterable[str]) -> bool:
-            return any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in names)
-
-        since_s = now - (self._next_discover_s - self.discover_every_s)  # since the last round began (or was skipped)
-        due = (
-            self._look_now
-            or now >= self._next_discover_s
-            or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests}))
-            # a model loaded without a runner found: a direct client's generation may be running on it
-            or (since_s >= REDISCOVER_LOADED_S and uncovered({m.name for m in models}))
-        )
-        if due and not self._discovering:
+        if self._discovery_due(now, requests, models) and not self._discovering:
             self._next_discover_s = now + self.discover_every_s
-            runner_set = self._watch.runner_set() if self._watch is not None else None
-            quiet = (
-                not self._look_now
-                and runner_set is not None
-                and runner_set == self._runner_set_at_round
-                and self.discovery is not None
-                and not self.discovery.recheck
-            )
-            if not quiet:
-                self._look_now = False
-                self._discovering = True
-                self._runner_set_at_round = runner_set
-                self._spawn(pending, self._rediscover())
+            self._maybe_rediscover(pending)
         for state in self.runners.values():
             if state.model is None:
                 state.model = _model_of(state.digest, models)
@@ -411,6 +387,38 @@ class RunnerReader:
         self._read_log_if_written()
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.step()
+
+    def _discovery_due(self, now: float, requests: list[RequestRecord], models: Sequence[LoadedModel]) -> bool:
+        """A round is due: asked for, the timer, or a model (requested or loaded) with no runner found for it."""
+
+        def uncovered(names: Iterable[str]) -> bool:
+            return any(not any(s.model and same_model(m, s.model) for s in self.runners.values()) for m in names)
+
+        since_s = now - (self._next_discover_s - self.discover_every_s)  # since the last round began (or was skipped)
+        return (
+            self._look_now
+            or now >= self._next_discover_s
+            or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests}))
+            # a model loaded without a runner found: a direct client's generation may be running on it
+            or (since_s >= REDISCOVER_LOADED_S and uncovered({m.name for m in models}))
+        )
+
+    def _maybe_rediscover(self, pending: set[asyncio.Task[None]]) -> None:
+        """Start a round unless nothing could have changed: no runner or Ollama process came or went since the last
+        one, and its answer needs no recheck (a port not bound yet)."""
+        runner_set = self._watch.runner_set() if self._watch is not None else None
+        quiet = (
+            not self._look_now
+            and runner_set is not None
+            and runner_set == self._runner_set_at_round
+            and self.discovery is not None
+            and not self.discovery.recheck
+        )
+        if not quiet:
+            self._look_now = False
+            self._discovering = True
+            self._runner_set_at_round = runner_set
+            self._spawn(pending, self._rediscover())
 
     async def _rediscover(self) -> None:
         try:
