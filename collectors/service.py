@@ -640,6 +640,9 @@ class CollectorService:
         """Estimated prefill progress of the running requests without a first token (after their rows)."""
         models = self.poller.state.models if self.poller is not None else []
         loaded = {name: m.context_length for m in models for name in (m.name, m.model)}
+        if self.runners is not None:  # the runner's own first reading is due: no estimate before it (see RunnerReader)
+            now = self._clock()
+            running = [r for r in running if not self.runners.awaits_first_reading(r, now)]
         samples = await asyncio.to_thread(self._estimator.samples, running, loaded, self.latest_gpus)
         if samples and self.writer is not None:
             self.writer.submit(PutProgress(samples))

@@ -63,6 +63,10 @@ IDLE_INTERVAL_S = 1.0
 RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
 DISCOVER_EVERY_S = 10.0
 STREAMED_DECODE_INTERVAL_S = 1.0  # see the module doc
+# A proxied request the runner of its model can be read for: the collector's estimate waits this long after the
+# request was forwarded for the runner's first reading of it (a poll at the busy pace, then the service's next
+# tick), so the Live card does not show an estimate for the moment before the runner's own reading replaces it.
+FIRST_READING_GRACE_S = 2.0
 REDISCOVER_BUSY_S = 1.0  # a request with no runner for its model: look again this often
 REDISCOVER_LOADED_S = 3.0  # a model in /api/ps with no runner found (just loaded, or a remote Ollama): this often
 SLOTS_TIMEOUT_S = 2.0
@@ -335,6 +339,18 @@ class RunnerReader:
                 del self._waits_unjoined[(port, task_id)]
             elif self._clock() - read_s > 60.0:
                 del self._waits_unjoined[(port, task_id)]  # no request was ever joined to it: let it go
+
+    def awaits_first_reading(self, rec: RequestRecord, now_unix_s: float) -> bool:
+        """True while a readable runner serves ``rec``'s model, nothing of ``rec`` has been read from it yet, and it
+        was forwarded less than ``FIRST_READING_GRACE_S`` ago: its reading is due, an estimate would come first."""
+        if rec.id in self._tracks or rec.first_token_ns is not None:
+            return False
+        if now_unix_s - rec.wall_s(rec.forwarded_ns or rec.received_ns) >= FIRST_READING_GRACE_S:
+            return False  # not read in time (a runner that cannot be joined): the estimate, as before
+        return any(
+            state.model is not None and state.problem is None and same_model(rec.model, state.model)
+            for state in self.runners.values()
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The runners and their slots now (counts only), for debugging."""

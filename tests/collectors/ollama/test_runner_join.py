@@ -10,6 +10,7 @@ from collectors.ollama.discovery import Runner
 from collectors.ollama.log import parse_line
 from collectors.ollama.runners import (
     BUSY_INTERVAL_S,
+    FIRST_READING_GRACE_S,
     IDLE_INTERVAL_S,
     MAX_DECODE_ROWS_KEPT,
     MAX_PREFILL_ROWS_KEPT,
@@ -43,6 +44,21 @@ def test_oldest_request_takes_the_oldest_task_and_keeps_it() -> None:
     assert r._tasks == {(100, 7): "a", (100, 8): "b"}
     r._join(state, [reading(0, 7, 1024, 1536), reading(1, 8, 512, 1024)], [a, b], 2.0)
     assert [(s.request_id, s.processed_tokens) for s in r.drain()] == [("a", 1024)], "an unchanged slot adds no row"
+
+
+def test_the_estimate_waits_for_a_readable_runners_first_reading() -> None:
+    """The collector's estimate is held back while the runner of the request's model can be read and its first
+    reading of the request is due (the Live card would show the estimate for a moment, then the reading)."""
+    r, state = reader()
+    a = in_flight_record("a", MODEL, 10.0)
+    assert r.awaits_first_reading(a, 10.5)
+    assert not r.awaits_first_reading(a, 10.0 + FIRST_READING_GRACE_S), "not read in time: the estimate after all"
+    assert not r.awaits_first_reading(in_flight_record("x", "llama3.2", 10.0), 10.5), "no runner of its model"
+    state.problem = "/slots answered HTTP 503"
+    assert not r.awaits_first_reading(a, 10.5), "a runner that cannot be read gives no reading to wait for"
+    state.problem = None
+    r._join(state, [reading(0, 3, 0, 100)], [a], 10.4)
+    assert not r.awaits_first_reading(a, 10.5), "read: its rows are written, the estimate may follow them"
 
 
 def test_size_filled_in_once_decoding_begins() -> None:
