@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from analysis.records import FinalMetrics
 
 MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
@@ -33,6 +35,7 @@ MAX_LINE_BYTES = 16 << 20  # one line, event or JSON body kept for parsing; long
 # no field read here is such an array in any Ollama or OpenAI reply, and dropping them keeps the object small.
 MIN_DROPPED_NUMBERS = 64
 _EXCERPT_BYTES = 80
+FAST_LINE_BYTES = 64 << 10  # a read of one whole line up to this long is decoded on StreamParser's fast path
 
 
 class ChunkParseError(ValueError):
@@ -55,7 +58,7 @@ def stream_format(content_type: str | None) -> StreamFormat:
     return StreamFormat.JSON
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs three times as much, once per token
 class Chunk:
     """One NDJSON line, SSE event or JSON body, stamped when its last byte was read."""
 
@@ -73,13 +76,51 @@ def _excerpt(raw: bytes) -> str:
 
 
 _json_decode = json.JSONDecoder().decode  # what json.loads calls, minus its per-call encoding sniffing
+# orjson reads an integer past 64 bits (from 19 digits, negative) as a float, the stdlib as an int (stored clamped
+# and flagged): an object whose numbers the summary reads, with a run of 19 digits, goes to the stdlib, so that
+# every line is read as before.
+_LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 Decoded = tuple[dict[str, Any] | None, str | None]  # (the object, or why there is none)
 
 
 def decode_object(raw: bytes) -> Decoded:
-    """One chunk's JSON object, or the problem that makes it malformed."""
+    """One chunk's JSON object, or the problem that makes it malformed.
+
+    orjson first (a token's line in a third of the stdlib's time, once per token on the proxy's loop); what it
+    refuses goes to the stdlib decoder, which decides as before (it also takes NaN, integers past 64 bits and
+    lone surrogates) and words the problem.
+    """
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _decode_stdlib(raw)
+    if type(obj) is dict and _numbers_read(obj) and _LONG_DIGITS.search(raw) is not None:
+        return _decode_stdlib(raw)
+    if not isinstance(obj, dict):
+        return None, f"not a JSON object: {_excerpt(raw)}"
+    return obj, None
+
+
+def _fast_object(line: bytes) -> dict[str, Any] | None:
+    """A line's JSON object when orjson takes it and it is an object (the common case); None: the general path
+    decides (and words any problem). orjson ignores the newline and a ``\\r`` before it as JSON whitespace."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or (_numbers_read(obj) and _LONG_DIGITS.search(line) is not None):
+        return None
+    return obj
+
+
+def _numbers_read(obj: dict[str, Any]) -> bool:
+    """Whether the summary reads numbers from this object (a final chunk's counts, usage, an error object)."""
+    return obj.get("done") is True or "usage" in obj or "error" in obj
+
+
+def _decode_stdlib(raw: bytes) -> Decoded:
     try:
         obj = _json_decode(raw.decode("utf-8"))  # Ollama's wire format is UTF-8
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
@@ -188,6 +229,14 @@ class NdjsonSplitter(_Splitter):
         self._pending: list[bytes] = []  # pieces of an unterminated line (a list: no quadratic joins)
         self._pending_bytes = 0
         self._skipping: bytes | None = None  # start of an over-long line, dropped up to its newline
+
+    def idle(self) -> bool:
+        """Nothing pending: the next read starts a line."""
+        return not self._pending and self._skipping is None and not self._finished
+
+    def took_line(self, t_ns: int) -> None:
+        """A whole line was taken past ``feed`` (StreamParser's fast path): only its time is kept here."""
+        self._last_t_ns = t_ns
 
     def _feed(self, t_ns: int, data: bytes) -> list[Chunk]:
         out: list[Chunk] = []
@@ -454,6 +503,8 @@ class StreamParser:
     ) -> None:
         self.format = fmt
         self._splitter = new_splitter(fmt, max_line_bytes, defer_bytes)
+        self._ndjson = self._splitter if isinstance(self._splitter, NdjsonSplitter) else None
+        self._fast_max_bytes = min(FAST_LINE_BYTES, max_line_bytes, defer_bytes or FAST_LINE_BYTES)
         self._summary = StreamSummary(text="" if keep_text else None)
         self._keep_text = keep_text
         self._metric_values: dict[str, Any] = {}
@@ -462,8 +513,25 @@ class StreamParser:
         self._finished = False
 
     def feed(self, t_ns: int, data: bytes) -> None:
+        if self._one_line(data) and (obj := _fast_object(data)) is not None and type(t_ns) is int:
+            self._splitter.took_line(t_ns)
+            self._take_object(t_ns, obj)
+            return
         for chunk in self._splitter.feed(t_ns, data):
             self._take_or_hold(chunk)
+
+    def _one_line(self, data: bytes) -> bool:
+        """A read that is exactly one whole NDJSON line, with nothing pending or held: how Ollama streams a
+        token. It takes the fast path (the same result as the splitter's, in a third of the time)."""
+        return (
+            self._ndjson is not None
+            and not self._held
+            and self._ndjson.idle()
+            and type(data) is bytes
+            and data.endswith(b"\n")
+            and data.count(b"\n") == 1
+            and len(data) <= self._fast_max_bytes
+        )
 
     def end(self) -> None:
         """End of stream: flush a last unterminated chunk (which may be deferred). Once only."""
@@ -510,36 +578,40 @@ class StreamParser:
         return self._summary
 
     def _take(self, chunk: Chunk) -> None:
-        s = self._summary
-        s.chunk_count += 1
         if chunk.done_marker:
-            s.done_marker = True
+            self._summary.chunk_count += 1
+            self._summary.done_marker = True
             return
         if chunk.obj is None:
+            self._summary.chunk_count += 1
             self._malformed(chunk.problem or "malformed chunk")
             return
-        obj = chunk.obj
+        self._take_object(chunk.t_ns, chunk.obj)
+
+    def _take_object(self, t_ns: int, obj: dict[str, Any]) -> None:
+        s = self._summary
+        s.chunk_count += 1
         if "error" in obj and obj["error"] is not None:
             s.error = _error_text(obj["error"])
         thinking, answer, text = _content(obj)
         # A whole JSON body is no stream: its content arrives at once, so it times no token.
         if (thinking or answer) and self.format is not StreamFormat.JSON:
-            s.token_chunk_ns.append(chunk.t_ns)
+            s.token_chunk_ns.append(t_ns)
             if thinking:
                 s.thinking_chunks += 1
-                s.last_thinking_ns = chunk.t_ns
+                s.last_thinking_ns = t_ns
             if answer and s.first_answer_ns is None:
-                s.first_answer_ns = chunk.t_ns
+                s.first_answer_ns = t_ns
         if self._keep_text and text:
             s.text = (s.text or "") + text
         if obj.get("done") is True or (self.format is StreamFormat.JSON and _is_embedding(obj)):
-            s.final_chunk_ns = chunk.t_ns
+            s.final_chunk_ns = t_ns
             self._native_metrics(obj)
         choices = obj.get("choices")
         if isinstance(choices, list):
             for choice in choices:
                 if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
-                    s.final_chunk_ns = chunk.t_ns
+                    s.final_chunk_ns = t_ns
                     self._metric_values["done_reason"] = choice["finish_reason"]
                     self._publish_metrics()
         if isinstance(obj.get("usage"), dict):

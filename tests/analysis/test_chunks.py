@@ -322,3 +322,41 @@ def test_valid_json_of_the_wrong_shape_never_raises(objs: list[dict], fmt: Strea
     body = ndjson(*objs) if fmt is StreamFormat.NDJSON else sse(*objs)
     summary = parse_stream([(7, body)], fmt, keep_text=True)
     assert summary.chunk_count == len(objs)
+
+
+# A read that is one whole line takes StreamParser's fast path (orjson); the same line inside a larger read goes
+# through the splitter. Both must give the same summary, also for lines orjson refuses or reads differently.
+AWKWARD_LINES = [
+    b'{"response":"a","done":false}\r\n',  # CRLF
+    b'   {"response":"b","done":false}  \n',  # whitespace around the object
+    b"   \n",  # a blank line: no chunk at all
+    b'{"response":"c","done":false,"x":NaN}\n',  # the stdlib takes NaN, orjson does not
+    b'{"response":"d\\ud800","done":false}\n',  # a lone surrogate: the stdlib takes it
+    b'{"eval_count":123456789012345678901234567890,"done":true}\n',  # past 64 bits
+    b'["not", "an", "object"]\n',
+    b'{"response":"\xff\xfe","done":false}\n',  # not UTF-8
+    b"{not json}\n",
+    b'{"response":"e","response":"f","done":false}\n',  # a repeated key: the last wins in both
+]
+
+
+@pytest.mark.parametrize("line", AWKWARD_LINES, ids=range(len(AWKWARD_LINES)))
+def test_fast_path_summary_equals_the_splitters(line: bytes) -> None:
+    fast = StreamParser(StreamFormat.NDJSON, keep_text=True)
+    fast.feed(1, line)  # one whole line: the fast path where orjson takes it
+    slow = StreamParser(StreamFormat.NDJSON, keep_text=True)
+    slow.feed(1, b"")
+    slow.feed(1, line[:1])  # the same line in two reads: always the splitter
+    slow.feed(1, line[1:])
+    summary = fast.finish()
+    assert summary == slow.finish()
+    if b"1234567890123456789" in line:  # read as the stdlib reads it: an int, kept (the store clamps it)
+        assert summary.metrics is not None and summary.metrics.eval_count == 123456789012345678901234567890
+
+
+def test_fast_path_waits_behind_a_pending_line() -> None:
+    parser = StreamParser(StreamFormat.NDJSON)
+    parser.feed(1, b'{"response":"a",')  # an unterminated line is pending
+    parser.feed(2, b'"done":false}\n')  # ends it: not a line of its own
+    parser.feed(3, b'{"response":"b","done":false}\n')
+    assert parser.finish().token_chunk_ns == [2, 3]
