@@ -288,6 +288,7 @@ class BackgroundWriter:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._arrived = threading.Condition(self._lock)
+        self._gathering = False  # the writer waits out a batch interval (see _get)
         self._submitted = 0
         self._committed = 0
         self._dropped = 0
@@ -322,7 +323,10 @@ class BackgroundWriter:
             self._queue.append(op)
             self._queued_bytes += op.held_bytes
             shed = self._shed_queue_locked() if self._queued_bytes > self._max_backlog_bytes else {}
-            self._arrived.notify()
+            if not self._gathering or self._batch_full_locked():
+                # A writer gathering a batch takes what came at the interval's end: waking it for each op would
+                # cost both threads a switch per record (the proxy's loop among them), for nothing.
+                self._wake_writer_locked()
         if shed:
             self._say_shed(shed)
 
@@ -330,13 +334,30 @@ class BackgroundWriter:
         """A marker (flush, stop) at the queue's end."""
         with self._lock:
             self._queue.append(item)
-            self._arrived.notify()
+            self._wake_writer_locked()
+
+    def _wake_writer_locked(self) -> None:
+        """With the lock held: the writer takes the queue now, also in the middle of gathering a batch."""
+        self._gathering = False
+        self._arrived.notify()
+
+    def _batch_full_locked(self) -> bool:
+        """With the lock held: the queue alone would fill a batch (by operations or bytes)."""
+        return len(self._queue) >= self._max_batch_ops or self._queued_bytes >= self._max_batch_bytes
 
     def _get(self, timeout_s: float | None) -> Item | _Empty:
-        """The queue's oldest item; waits up to ``timeout_s`` (None: for ever, 0: not at all)."""
+        """The queue's oldest item; waits up to ``timeout_s`` (None: for ever, 0: not at all).
+
+        A wait with a timeout is the gathering of a batch: ``submit`` does not wake it for each operation (only
+        for a full batch; flush and close always do), and it returns at its timeout with what came meanwhile.
+        """
         with self._lock:
             if not self._queue and timeout_s != 0:
-                self._arrived.wait_for(lambda: bool(self._queue), timeout_s)
+                self._gathering = timeout_s is not None
+                try:
+                    self._arrived.wait_for(lambda: bool(self._queue) and not self._gathering, timeout_s)
+                finally:
+                    self._gathering = False
             if not self._queue:
                 return _EMPTY
             item = self._queue.popleft()
@@ -446,7 +467,7 @@ class BackgroundWriter:
             target = self._submitted
             if self._committed + self._dropped < target:
                 self._queue.append(_FLUSH)
-                self._arrived.notify()
+                self._wake_writer_locked()
                 self._wake.set()
             while self._committed + self._dropped < target:
                 left = deadline - time.monotonic()
@@ -462,7 +483,7 @@ class BackgroundWriter:
                 self._closing = True
                 self._give_up_at = time.monotonic() + timeout_s
                 self._queue.append(None)
-                self._arrived.notify()
+                self._wake_writer_locked()
         self._wake.set()
         self._thread.join(timeout_s + 5.0)
         drained = self.pending_count == 0
