@@ -513,20 +513,20 @@ class StreamParser:
         self._finished = False
 
     def feed(self, t_ns: int, data: bytes) -> None:
-        if self._one_line(data) and (obj := _fast_object(data)) is not None and type(t_ns) is int:
-            self._splitter.took_line(t_ns)
+        ndjson = self._ndjson
+        if ndjson is not None and type(t_ns) is int and self._one_line(ndjson, data) and (obj := _fast_object(data)):
+            ndjson.took_line(t_ns)
             self._take_object(t_ns, obj)
             return
         for chunk in self._splitter.feed(t_ns, data):
             self._take_or_hold(chunk)
 
-    def _one_line(self, data: bytes) -> bool:
+    def _one_line(self, ndjson: NdjsonSplitter, data: bytes) -> bool:
         """A read that is exactly one whole NDJSON line, with nothing pending or held: how Ollama streams a
         token. It takes the fast path (the same result as the splitter's, in a third of the time)."""
         return (
-            self._ndjson is not None
-            and not self._held
-            and self._ndjson.idle()
+            not self._held
+            and ndjson.idle()
             and type(data) is bytes
             and data.endswith(b"\n")
             and data.count(b"\n") == 1
