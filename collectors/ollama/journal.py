@@ -206,6 +206,10 @@ class JournalTail:
 
     # -- reading ----------------------------------------------------------------------------------
 
+    def unchanged(self) -> bool:
+        """Never known without reading: journalctl's pipe is read (non-blocking) every step."""
+        return False
+
     def read(self, now_unix_s: float) -> list[LogEvent]:
         """The events of the entries journalctl printed since the last call (never blocks, never raises OSError)."""
         if self._closed:

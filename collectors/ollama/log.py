@@ -303,6 +303,10 @@ class LogSource(Protocol):
 
     def read(self, now_unix_s: float) -> list[LogEvent]: ...
 
+    def unchanged(self) -> bool:
+        """True only when a ``read()`` now would surely find nothing (cheap to ask: no read, no thread)."""
+        ...
+
     def close(self) -> None: ...
 
 

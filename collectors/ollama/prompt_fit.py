@@ -203,6 +203,9 @@ class FitTap:
     def problem(self, value: str | None) -> None:
         self.source.problem = value
 
+    def unchanged(self) -> bool:
+        return self.source.unchanged()
+
     def read(self, now_unix_s: float) -> list[LogEvent]:
         events = self.source.read(now_unix_s)
         self.book.feed(events)

@@ -611,7 +611,7 @@ class RunnerReader:
         source = self._log
         if source is None or self._log_read is not None:
             return
-        if isinstance(source, LogTail) and source.unchanged():
+        if source.unchanged():  # through FitTap too, as the service wires it (it was read every step before)
             return
         self._log_read = asyncio.ensure_future(self._read_log_in_thread(source))
 

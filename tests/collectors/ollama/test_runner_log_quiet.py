@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from collectors.ollama.discovery import Discovery
 from collectors.ollama.log import LogEvent, LogTail
+from collectors.ollama.prompt_fit import FitBook, FitTap
 from collectors.ollama.runners import RunnerReader
 
 STEP_S = 0.02
@@ -65,3 +66,31 @@ def test_a_quiet_log_is_not_read_again_and_a_written_one_is(tmp_path: Path) -> N
 
     asyncio.run(_run_for(reader, 1.0, write))
     assert [e.kind for e in tail.events] == ["done"], "a line written is still read"
+
+
+def test_a_quiet_log_behind_the_prompt_fit_tap_is_not_read_again(tmp_path: Path) -> None:
+    """As the service wires it: the log source is a FitTap around the tail. It was read every step (the runner
+    reader asked only a bare LogTail whether it changed): four worker-thread round trips a second, idle."""
+    log = tmp_path / "server.log"
+    log.write_text("before the collector\n")
+    tail = CountingTail(log)
+    reader = RunnerReader(
+        "http://127.0.0.1:1",
+        cast(Any, None),
+        in_flight=list,
+        loaded_models=list,
+        log_source=FitTap(tail, FitBook()),
+        busy_interval_s=STEP_S,
+        discover_every_s=3600.0,
+        discover=lambda _url: Discovery([], None, "not looked for in this test"),
+    )
+
+    def write() -> None:
+        with log.open("a") as f:
+            f.write(DONE)
+
+    t0 = time.monotonic()
+    asyncio.run(_run_for(reader, 1.0, write))
+    steps = (time.monotonic() - t0) / STEP_S
+    assert tail.reads <= 4, f"{tail.reads} reads of a log written once in ~{steps:.0f} steps"
+    assert [e.kind for e in tail.events] == ["done"], "the line written is read"
