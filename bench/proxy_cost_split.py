@@ -32,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy_overhead import (
+from bench.proxy_overhead import (
     Path_,
     _burst,
     start_nginx,
