@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
-import operator
 import re
 import sys
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -45,17 +43,7 @@ PHASE_COLUMNS = tuple(f.name for f in fields(Phases) if f.name in _ROW_FIELDS - 
 
 def _named(obj: object, names: Sequence[str]) -> dict[str, Any]:
     """``obj``'s attributes of those names (all None when ``obj`` is None)."""
-    if obj is None:
-        return dict.fromkeys(names)
-    return dict(zip(names, _getter(tuple(names))(obj), strict=True))
-
-
-@functools.cache
-def _getter(names: tuple[str, ...]) -> Callable[[object], tuple[Any, ...]]:
-    """One C call that reads every one of ``names`` (a request row is built from some 60 attributes)."""
-    if len(names) == 1:  # attrgetter of one name returns the value itself, not a tuple
-        return lambda obj: (getattr(obj, names[0]),)
-    return operator.attrgetter(*names)
+    return {name: None if obj is None else getattr(obj, name) for name in names}
 
 
 def _opt_wall(rec: RequestRecord, t_ns: int | None) -> float | None:

@@ -14,7 +14,6 @@ migration step there and a new field here.
 from __future__ import annotations
 
 import json
-import operator
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -159,8 +158,7 @@ class Table(Generic[R]):
 
     def params(self, row: R) -> dict[str, SqlValue]:
         """Named parameters of one row."""
-        names, get = self._as_is_getter
-        out: dict[str, SqlValue] = dict(zip(names, get(row), strict=True))
+        out: dict[str, SqlValue] = {name: getattr(row, attr) for name, attr in self._as_is}
         for name, attr, to_sql in self._to_sql:
             value = getattr(row, attr)
             out[name] = None if value is None else to_sql(value)
@@ -189,14 +187,6 @@ class Table(Generic[R]):
     @cached_property
     def _as_is(self) -> tuple[tuple[str, str], ...]:
         return tuple((c.name, c.attr) for c in self.row_columns if c.attr is not None and c.to_sql is None)
-
-    @cached_property
-    def _as_is_getter(self) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-        """The as-is columns' names and one getter of all their values (a C call, not a getattr per column)."""
-        names, attrs = tuple(n for n, _ in self._as_is), tuple(a for _, a in self._as_is)
-        if len(attrs) == 1:  # attrgetter of one name returns the value itself, not a tuple
-            return names, lambda row: (getattr(row, attrs[0]),)
-        return names, operator.attrgetter(*attrs) if attrs else lambda row: ()
 
     @cached_property
     def _to_sql(self) -> tuple[tuple[str, str, Callable[[Any], SqlValue]], ...]:
