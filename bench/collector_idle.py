@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.proxy_overhead import wait_started_up  # noqa: E402
 from collectors.lock import read_lock  # noqa: E402
-from store.schema import db_path  # noqa: E402
 from tests.support.sim_process import free_port, start_sim  # noqa: E402
 
 TARGET_PCT = 0.5
@@ -59,22 +58,6 @@ def process(cmd: list[str], data: Path | None = None, cwd: Path = REPO) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def wait_started_up(data: Path, timeout_s: float = 120.0) -> None:
-    """Until the collector stored its one-off host memory bandwidth figure (measured once per machine, at start:
-    seconds of several cores' CPU that are no part of what an idle collector costs)."""
-    db = db_path(data)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with (
-            contextlib.suppress(sqlite3.Error),
-            contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn,
-        ):
-            if conn.execute("SELECT COUNT(*) FROM host_bandwidth").fetchone()[0]:
-                return
-        time.sleep(0.2)
-    print(f"(no host bandwidth figure in {data} within {timeout_s:.0f} s; measuring anyway)")
 
 
 def cpu_pct_of_one_core(pid: int, warmup_s: float, seconds: float) -> float:
@@ -124,7 +107,7 @@ def main() -> int:
                         data = Path(tmp)
                         cmd = [sys.executable, "-m", "collectors", "--data", tmp, "--listen", "127.0.0.1:0"]
                         with process([*cmd, "--interval", "1", *extra], data, cwd) as proc:
-                            wait_started_up(data)
+                            wait_started_up(tmp, label + suffix)
                             results.append((label + suffix, cpu_pct_of_one_core(proc.pid, args.warmup, args.seconds)))
 
     print(f"idle CPU at 1 Hz sampling, {args.seconds:g} s window each, on {os.cpu_count()} cores (% of one core):")

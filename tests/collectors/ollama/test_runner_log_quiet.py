@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from collectors.ollama.discovery import Discovery
-from collectors.ollama.log import LogEvent, LogTail
+from collectors.ollama.log import LogEvent, LogSource, LogTail
 from collectors.ollama.prompt_fit import FitBook, FitTap
 from collectors.ollama.runners import RunnerReader
 
@@ -30,6 +30,20 @@ class CountingTail(LogTail):
         return events
 
 
+def _reader(source: LogSource) -> RunnerReader:
+    """A runner reader that only reads the log, stepping every STEP_S (no runner to find or poll)."""
+    return RunnerReader(
+        "http://127.0.0.1:1",
+        cast(Any, None),
+        in_flight=list,
+        loaded_models=list,
+        log_source=source,
+        busy_interval_s=STEP_S,
+        discover_every_s=3600.0,
+        discover=lambda _url: Discovery([], None, "not looked for in this test"),
+    )
+
+
 async def _run_for(reader: RunnerReader, seconds: float, during: Any = None) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(reader.run(stop))
@@ -45,16 +59,7 @@ def test_a_quiet_log_is_not_read_again_and_a_written_one_is(tmp_path: Path) -> N
     log = tmp_path / "server.log"
     log.write_text("before the collector\n")
     tail = CountingTail(log)
-    reader = RunnerReader(
-        "http://127.0.0.1:1",
-        cast(Any, None),
-        in_flight=list,
-        loaded_models=list,
-        log_source=tail,
-        busy_interval_s=STEP_S,
-        discover_every_s=3600.0,
-        discover=lambda _url: Discovery([], None, "not looked for in this test"),
-    )
+    reader = _reader(tail)
     t0 = time.monotonic()
     asyncio.run(_run_for(reader, 1.0))
     steps = (time.monotonic() - t0) / STEP_S
@@ -74,16 +79,7 @@ def test_a_quiet_log_behind_the_prompt_fit_tap_is_not_read_again(tmp_path: Path)
     log = tmp_path / "server.log"
     log.write_text("before the collector\n")
     tail = CountingTail(log)
-    reader = RunnerReader(
-        "http://127.0.0.1:1",
-        cast(Any, None),
-        in_flight=list,
-        loaded_models=list,
-        log_source=FitTap(tail, FitBook()),
-        busy_interval_s=STEP_S,
-        discover_every_s=3600.0,
-        discover=lambda _url: Discovery([], None, "not looked for in this test"),
-    )
+    reader = _reader(FitTap(tail, FitBook()))
 
     def write() -> None:
         with log.open("a") as f:
