@@ -32,18 +32,22 @@ def prompt_size_tokens(samples: Sequence[ProgressSample]) -> tuple[int | None, b
 
 
 def prefill_rate_tok_s(samples: Sequence[ProgressSample]) -> float | None:
-    """Prompt tokens read per second so far: between the first and last readings that show progress.
+    """Prompt tokens read per second so far: from the first reading that shows progress to the one that first
+    showed the latest count.
 
-    Readings before any progress are left out: the request may have waited or loaded before them.
+    Readings before any progress are left out: the request may have waited or loaded before them, and from the
+    reading that shows a runner's slot has taken the task, its first batch took up to twice as long as the next
+    ones (sim's llama-server, a 4,000-token prompt). The count moves a batch at a time and repeats between
+    batches: the latest count is dated by the reading that first showed it, not by its repeats.
     """
-    moving = [s for s in preferred(samples) if s.processed_tokens > 0 and not s.decoded_tokens]
+    moving = [s for s in _prefill_readings(samples) if s.processed_tokens > 0]
     if len(moving) < 2:
         return None
-    first, last = moving[0], moving[-1]
-    dt_s = last.ts_unix_s - first.ts_unix_s
-    if dt_s <= 0 or last.processed_tokens <= first.processed_tokens:
+    first, reached = moving[0], _reached(moving)
+    dt_s = reached.ts_unix_s - first.ts_unix_s
+    if dt_s <= 0 or reached.processed_tokens <= first.processed_tokens:
         return None
-    return (last.processed_tokens - first.processed_tokens) / dt_s
+    return (reached.processed_tokens - first.processed_tokens) / dt_s
 
 
 def prefill_eta_unix_s(samples: Sequence[ProgressSample], prompt_tokens: int | None = None) -> float | None:
@@ -53,9 +57,22 @@ def prefill_eta_unix_s(samples: Sequence[ProgressSample], prompt_tokens: int | N
     """
     size = prompt_tokens if prompt_tokens is not None else prompt_size_tokens(samples)[0]
     rate = prefill_rate_tok_s(samples)
-    shown = [s for s in preferred(samples) if not s.decoded_tokens]
+    shown = _prefill_readings(samples)
     if size is None or rate is None or not shown:
         return None
-    last = shown[-1]
-    to_read = size - (last.cached_tokens or 0) - last.processed_tokens
-    return last.ts_unix_s + max(0, to_read) / rate
+    reached = _reached(shown)
+    to_read = size - (reached.cached_tokens or 0) - reached.processed_tokens
+    return reached.ts_unix_s + max(0, to_read) / rate
+
+
+def _prefill_readings(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
+    """The preferred source's readings while the prompt is read (none that shows decoding), oldest first."""
+    return [s for s in preferred(samples) if not s.decoded_tokens]
+
+
+def _reached(shown: Sequence[ProgressSample]) -> ProgressSample:
+    """The reading that first showed the latest count of prompt tokens read."""
+    i = len(shown) - 1
+    while i > 0 and shown[i - 1].processed_tokens == shown[i].processed_tokens:
+        i -= 1
+    return shown[i]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model, value_for_model
+from analysis.progress import READ_SOURCES, preferred, prefill_eta_unix_s, prefill_rate_tok_s, prompt_size_tokens
 from analysis.prompt_fit import cut_sentence
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
 from analysis.runner_waits import TaskWaits, waits_label
@@ -26,7 +27,6 @@ from store.tables import RequestSummary
 FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
 SPARK_S = 20  # the sparkline's span: tok/s per second over the last this many seconds
 NOW_WINDOW_S = 60.0  # the "now" strip's share of GPU time: over the last minute
-RUNNER_SOURCES = (ProgressSource.SLOTS, ProgressSource.LOG)
 WAITING_PHASES = ("queued", "other_load", "unload_wait", "loading", "waiting")
 
 DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) â†’ decode ceiling tok/s
@@ -36,10 +36,11 @@ DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) â†
 class PrefillView:
     processed_tokens: int
     prompt_tokens: int | None
-    rate_tok_s: float | None  # the runner's: since its first reading of progress; the estimate's: since its start
-    eta_s: float | None
+    rate_tok_s: float | None  # analysis.progress.prefill_rate_tok_s: from the first reading to the latest count
+    eta_s: float | None  # seconds left after the latest reading
     estimated: bool  # the collector's estimate, not a reading of the runner
     source: str
+    size_estimated: bool = False  # the prompt's size from its characters: the runner has not said it yet
 
     @property
     def fraction(self) -> float | None:
@@ -114,44 +115,23 @@ class LoadContext:
         return value_for_model(self.model_size_bytes, model)
 
 
-def preferred_progress(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
-    """The readings to show for one request: the runner's (slots/log) when there are any, else the estimates."""
-    runner = [s for s in samples if s.source in RUNNER_SOURCES]
-    return runner if runner else [s for s in samples if s.source is ProgressSource.ESTIMATE]
-
-
 def prefill_view(samples: Sequence[ProgressSample]) -> PrefillView | None:
-    chosen = sorted(preferred_progress(samples), key=lambda s: s.ts_unix_s)
+    """The prompt read so far, its rate and ETA: the readings ``analysis.progress`` prefers (slots, else the log,
+    else the estimate), and its rate and ETA, the ones the tests hold to the runner's real end of prefill."""
+    chosen = preferred(samples)
     if not chosen:
         return None
     last = chosen[-1]
-    rate = None
-    eta = None
-    if last.source is ProgressSource.ESTIMATE:
-        # The estimate's rate from its start (it stops one token short of the end, where the last two readings no
-        # longer differ).
-        dt = last.ts_unix_s - chosen[0].ts_unix_s
-        if dt > 0 and last.processed_tokens >= chosen[0].processed_tokens:
-            rate = (last.processed_tokens - chosen[0].processed_tokens) / dt
-        if rate and last.prompt_tokens is not None:
-            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
-    else:
-        # The runner's: from its first reading that shows progress to the last. It moves a batch at a time and is
-        # read at 4 Hz, so the last two readings are mostly equal: a rate between them would read 0 tok/s.
-        moving = [s for s in chosen if s.processed_tokens > 0 and not s.decoded_tokens]
-        if len(moving) >= 2:
-            dt = moving[-1].ts_unix_s - moving[0].ts_unix_s
-            if dt > 0 and moving[-1].processed_tokens > moving[0].processed_tokens:
-                rate = (moving[-1].processed_tokens - moving[0].processed_tokens) / dt
-        if rate and last.prompt_tokens is not None:
-            eta = max(last.prompt_tokens - (last.cached_tokens or 0) - last.processed_tokens, 0) / rate
+    size, size_read = prompt_size_tokens(samples)
+    eta_unix_s = prefill_eta_unix_s(samples)
     return PrefillView(
         processed_tokens=last.processed_tokens,
-        prompt_tokens=None if last.prompt_tokens is None else last.prompt_tokens - (last.cached_tokens or 0),
-        rate_tok_s=rate,
-        eta_s=eta,
+        prompt_tokens=None if size is None else size - (last.cached_tokens or 0),
+        rate_tok_s=prefill_rate_tok_s(samples),
+        eta_s=None if eta_unix_s is None else max(0.0, eta_unix_s - last.ts_unix_s),
         estimated=last.source is ProgressSource.ESTIMATE,
         source=str(last.source),
+        size_estimated=size is not None and not size_read,
     )
 
 
@@ -257,7 +237,7 @@ def in_flight_cards(
             else:
                 cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
             continue
-        began = min(s.ts_unix_s for s in preferred_progress(samples))
+        began = min(s.ts_unix_s for s in preferred(samples))
         cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
 
@@ -311,7 +291,7 @@ def _load_card(
 
 def _decoded_readings(samples: Sequence[ProgressSample]) -> list[tuple[float, int]]:
     """(time, tokens written so far) from the runner's readings once it writes, oldest first."""
-    runner = sorted((s for s in samples if s.source in RUNNER_SOURCES), key=lambda s: s.ts_unix_s)
+    runner = sorted((s for s in samples if s.source in READ_SOURCES), key=lambda s: s.ts_unix_s)
     return [(s.ts_unix_s, s.decoded_tokens) for s in runner if s.decoded_tokens]
 
 
@@ -365,11 +345,11 @@ def _readings_spark(decoded: Sequence[tuple[float, int]], now_unix_s: float, spa
 def _runner_read(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> bool:
     """The runner is working on it (it wrote a token, the runner reported its progress, or the record comes from
     the runner itself): its model is loaded."""
-    return rec.direct or bool(rec.token_chunk_ns) or any(s.source in RUNNER_SOURCES for s in progress.get(rec.id, []))
+    return rec.direct or bool(rec.token_chunk_ns) or any(s.source in READ_SOURCES for s in progress.get(rec.id, []))
 
 
 def _runner_first_unix_s(rec: RequestRecord, progress: dict[str, list[ProgressSample]]) -> float:
-    readings = [s.ts_unix_s for s in progress.get(rec.id, []) if s.source in RUNNER_SOURCES]
+    readings = [s.ts_unix_s for s in progress.get(rec.id, []) if s.source in READ_SOURCES]
     token = [rec.wall_s(rec.token_chunk_ns[0])] if rec.token_chunk_ns else []
     return min([*readings, *token, *([rec.started_at_unix_s] if rec.direct else [])])
 

@@ -214,7 +214,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
 
 def _prefill_body(card: Card, p: PrefillView, chars_measured: bool | None) -> None:
     """The prompt read so far, as a progress bar with its rate and ETA."""
-    of = f" of {p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
+    about = "~" if p.size_estimated else ""  # the size from the prompt's characters, until the runner says it
+    of = f" of {about}{p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
     at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
     eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
     text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"

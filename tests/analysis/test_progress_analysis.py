@@ -38,6 +38,16 @@ def test_rate_and_eta() -> None:
     assert prefill_eta_unix_s(cached, prompt_tokens=3048) == pytest.approx(14.0), "cached tokens are not read again"
 
 
+def test_a_count_is_dated_by_its_first_reading() -> None:
+    """The count moves a batch at a time and repeats between batches (a CI run's readings, rounded)."""
+    rows = [row(0.1, S, 0), row(2.1, S, 512), row(3.1, S, 1024), row(3.35, S, 1024), row(3.6, S, 1024)]
+    assert prefill_rate_tok_s(rows) == pytest.approx(512.0), "from the first progress to 1,024 first seen, not 410"
+    assert prefill_eta_unix_s(rows, prompt_tokens=4001) == pytest.approx(3.1 + (4001 - 1024) / 512)
+    # A log reading comes only with progress, and decoding readings are not prefill.
+    log = [row(1.0, L, 1536), row(2.0, L, 2048), row(3.0, L, 0, decoded_tokens=5)]
+    assert prefill_rate_tok_s(log) == pytest.approx(512.0)
+
+
 def test_unknown_stays_unknown() -> None:
     assert prefill_rate_tok_s([row(11.0, S, 512)]) is None  # one reading: no rate
     assert prefill_eta_unix_s([row(11.0, S, 512), row(12.0, S, 1024)]) is None  # no size

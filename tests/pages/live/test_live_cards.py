@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from analysis.progress import preferred
 from analysis.records import FinalMetrics, Outcome, ProgressSource
 from collectors.ollama.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
 from collectors.proxy.request_facts import describe_request
-from pages.live.cards import finished_cards, in_flight_cards, now_strip, preferred_progress, prefill_view, spark
+from pages.live.cards import finished_cards, in_flight_cards, now_strip, prefill_view, spark
 from pages.live.ui import estimate_note, phase_bar, sparkline_svg
 from pages.live.view import load_cards
 from store import queries
@@ -30,26 +31,43 @@ def test_runner_readings_win_over_estimates_for_the_same_request() -> None:
         reading("a", T0 + 1.5, 600, ProgressSource.SLOTS),
         reading("a", T0 + 2.5, 1400, ProgressSource.SLOTS),
     ]
-    assert {s.source for s in preferred_progress(samples)} == {ProgressSource.SLOTS}
+    assert {s.source for s in preferred(samples)} == {ProgressSource.SLOTS}
     view = prefill_view(samples)
     assert view is not None and not view.estimated and view.source == "slots"
     assert view.processed_tokens == 1400 and view.prompt_tokens == 8000
-    assert view.rate_tok_s == pytest.approx(800.0)  # between the runner's last two readings
+    assert view.rate_tok_s == pytest.approx(800.0)  # between the runner's two readings
     assert view.eta_s == pytest.approx((8000 - 1400) / 800)
     assert view.fraction == pytest.approx(1400 / 8000)
-    # Only estimates: they are shown, marked, with the estimate's rate from its first reading.
+    # Only estimates: they are shown, marked, with the estimate's own rate (a repeated reading does not slow it).
     only = prefill_view([*samples[:2], reading("a", T0 + 3, 2000, ProgressSource.ESTIMATE, prompt=9000)])
-    assert only is not None and only.estimated and only.rate_tok_s == pytest.approx(500.0)
+    assert only is not None and only.estimated and only.rate_tok_s == pytest.approx(1000.0)
 
 
 def test_runner_rate_holds_between_its_batches() -> None:
     """/slots moves a batch (512 tokens) at a time and is read at 4 Hz: most readings repeat the last one."""
     steps = [(0.0, 0), (0.25, 0), (0.5, 512), (0.75, 512), (1.0, 512), (1.25, 1024), (1.5, 1024), (1.75, 1024)]
     view = prefill_view([reading("a", T0 + t, n, ProgressSource.SLOTS, prompt=4000) for t, n in steps])
-    assert view is not None and not view.estimated
-    rate = (1024 - 512) / (1.75 - 0.5)  # from the first reading of progress to the last, not 0 between two steps
+    assert view is not None and not view.estimated and not view.size_estimated
+    # From the first reading of progress to the reading that first showed 1,024: not 0 between two repeats, and
+    # not slowed by the repeats after the count last moved.
+    rate = (1024 - 512) / (1.25 - 0.5)
     assert view.rate_tok_s == pytest.approx(rate)
-    assert view.eta_s == pytest.approx((4000 - 1024) / rate)
+    assert view.eta_s == pytest.approx((4000 - 1024) / rate - 0.5), "seconds left after the latest reading"
+
+
+def test_size_from_the_prompts_characters_is_marked_until_the_runner_says_it() -> None:
+    """/slots gives no size while the prompt is read: the estimate's (from characters) is shown, marked."""
+    samples = [
+        reading("a", T0, 0, ProgressSource.ESTIMATE, prompt=4400),
+        reading("a", T0 + 0.1, 0, ProgressSource.SLOTS, prompt=None),
+        reading("a", T0 + 1.1, 512, ProgressSource.SLOTS, prompt=None),
+        reading("a", T0 + 2.1, 1024, ProgressSource.SLOTS, prompt=None),
+    ]
+    view = prefill_view(samples)
+    assert view is not None and view.source == "slots" and view.size_estimated
+    assert view.prompt_tokens == 4400 and view.eta_s == pytest.approx((4400 - 1024) / 512)
+    sized = prefill_view([*samples, reading("a", T0 + 3.1, 1536, ProgressSource.SLOTS, prompt=4001)])
+    assert sized is not None and not sized.size_estimated and sized.prompt_tokens == 4001
 
 
 def test_cached_prompt_tokens_are_not_left_to_read() -> None:
