@@ -103,6 +103,10 @@ class LoadContext:
     loaded_since_unix_s: dict[str, float] = field(default_factory=dict)  # loaded model name → first listed
     model_size_bytes: dict[str, int] = field(default_factory=dict)  # /api/tags: the GGUF's size, the least a load needs
     vram_free_bytes: tuple[tuple[float, int], ...] = ()  # (time, free memory of all GPUs), oldest first
+    # (model, first token, end) of recently finished requests. A model's load is seen ended by its first token, often
+    # before the /api/ps listing is stored: without this, a request whose wait ended with such a short generation
+    # showed its whole wait as its own load (a CI run: 6.9 s at 0.35 s into the load).
+    served_unix_s: tuple[tuple[str, float, float], ...] = ()
 
     def free_at(self, t_unix_s: float) -> int | None:
         """Free GPU memory at ``t_unix_s``: the last reading before it, else the first one after (None: no reading)."""
@@ -171,6 +175,10 @@ def in_flight_cards(
             runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
             first = _runner_first_unix_s(rec, progress)
             ready_unix_s[rec.model] = min(ready_unix_s.get(rec.model, first), first)
+    oldest_unix_s = min((r.started_at_unix_s for r in records), default=now_unix_s)
+    for model, first, ended in loads.served_unix_s:
+        if ended >= oldest_unix_s:  # it ran while the running ones waited: its model was ready by its first token
+            ready_unix_s[model] = min(ready_unix_s.get(model, first), first)
     ordered = sorted(records, key=lambda r: r.started_at_unix_s)
     # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
     # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.

@@ -425,7 +425,12 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     if snap is None:
         return None
     loaded = {name: m.context_length for m in snap.loaded for name in (m.name, m.model)}
-    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes)
+    served = tuple(
+        (r.model, r.started_at_unix_s + r.ttft_s, r.ended_at_unix_s)
+        for r in snap.recent
+        if r.outcome is not Outcome.IN_FLIGHT and r.ttft_s is not None and r.ended_at_unix_s is not None
+    )
+    loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes, served)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
     done = finished_cards(snap.recent, now_unix_s, waits=snap.waits)

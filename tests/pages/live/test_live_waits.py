@@ -41,6 +41,19 @@ def test_a_request_behind_another_models_load_waits_for_it_then_loads_its_own() 
     assert b.phase == "loading" and b.state_s == pytest.approx(0.2)
 
 
+def test_a_wait_that_ended_with_a_short_generation_is_not_counted_as_the_own_load() -> None:
+    """BIG loaded at T0 + 21, wrote its few tokens and finished before any /api/ps listing of it was stored: its
+    finished request's first token says when its load ended (a CI run showed 6.9 s of "loading" 0.35 s in)."""
+    recs = [record("b", SMALL, started=T0 + 1)]
+    assert cards_at(T0 + 21.7, recs, {})["b"].state_s == pytest.approx(20.7), "without it: the whole wait"
+    finished = LoadContext(served_unix_s=((BIG, T0 + 21.1, T0 + 21.3),))
+    b = cards_at(T0 + 21.7, recs, {}, finished)["b"]
+    assert b.phase == "loading" and b.state_s == pytest.approx(0.6) and b.phase_started_unix_s == pytest.approx(T0 + 21.1)
+    # A request that finished before the running ones came says nothing of their waits.
+    earlier = LoadContext(served_unix_s=((BIG, T0 - 60, T0 - 59),))
+    assert cards_at(T0 + 21.7, recs, {}, earlier)["b"].state_s == pytest.approx(20.7)
+
+
 def test_requests_for_the_model_being_loaded_wait_for_that_load() -> None:
     recs = [record("a", BIG, started=T0), record("a2", BIG, started=T0 + 2), record("c", SMALL, started=T0 + 3)]
     cards = cards_at(T0 + 5, recs, {})
