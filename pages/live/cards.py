@@ -168,17 +168,7 @@ def in_flight_cards(
     loads = loads or LoadContext()
     cards: list[Card] = []
     # Queue: a token-less request with no reading, behind others of its model the runner is working on.
-    runner_busy: dict[str, int] = {}
-    ready_unix_s: dict[str, float] = {}  # model → the first sign the runner works on it (a token, a reading)
-    for rec in records:
-        if _runner_read(rec, progress):
-            runner_busy[rec.model] = runner_busy.get(rec.model, 0) + 1
-            first = _runner_first_unix_s(rec, progress)
-            ready_unix_s[rec.model] = min(ready_unix_s.get(rec.model, first), first)
-    oldest_unix_s = min((r.started_at_unix_s for r in records), default=now_unix_s)
-    for model, first, ended in loads.served_unix_s:
-        if ended >= oldest_unix_s:  # it ran while the running ones waited: its model was ready by its first token
-            ready_unix_s[model] = min(ready_unix_s.get(model, first), first)
+    runner_busy, ready_unix_s = _runner_work(records, progress, loads.served_unix_s)
     ordered = sorted(records, key=lambda r: r.started_at_unix_s)
     # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
     # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
@@ -248,6 +238,27 @@ def in_flight_cards(
         began = min(s.ts_unix_s for s in preferred(samples))
         cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
+
+
+def _runner_work(
+    records: Sequence[RequestRecord],
+    progress: dict[str, list[ProgressSample]],
+    served_unix_s: Sequence[tuple[str, float, float]],
+) -> tuple[dict[str, int], dict[str, float]]:
+    """(model → its running requests the runner works on, model → the first sign the runner worked on it: a token,
+    a reading, or the first token of a request that finished while the running ones waited)."""
+    busy: dict[str, int] = {}
+    ready: dict[str, float] = {}
+    for rec in records:
+        if _runner_read(rec, progress):
+            busy[rec.model] = busy.get(rec.model, 0) + 1
+            first = _runner_first_unix_s(rec, progress)
+            ready[rec.model] = min(ready.get(rec.model, first), first)
+    oldest_unix_s = min((r.started_at_unix_s for r in records), default=None)
+    for model, first, ended in served_unix_s:
+        if oldest_unix_s is not None and ended >= oldest_unix_s:  # its model was ready by its first token
+            ready[model] = min(ready.get(model, first), first)
+    return busy, ready
 
 
 def _load_card(
