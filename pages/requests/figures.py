@@ -17,6 +17,9 @@ from store.tables import RequestSummary
 # Flags that say a rate cannot be true: such readings are drawn apart and set no axis range.
 IMPOSSIBLE_RATE_FLAGS = {"decode": Flag.IMPLAUSIBLE_DECODE_RATE, "prefill": Flag.IMPLAUSIBLE_PREFILL_RATE}
 SERIES = (("decode", "decode (output) tok/s", "circle"), ("prefill", "prefill (prompt) tok/s", "diamond"))
+# The least span of time the x axis shows: one request alone (or a burst within a second) was drawn on an axis of
+# milliseconds ("06:39:51.1665"), which reads as noise. Its points are centred in this span instead.
+MIN_TIME_SPAN_S = 60.0
 
 
 @dataclass
@@ -89,8 +92,22 @@ def _add_traces(fig: go.Figure, rows: Sequence[RequestSummary], parts: list[_Par
             )
 
 
-def _lay_out(fig: go.Figure, lo: float | None, hi: float | None) -> None:
-    fig.update_xaxes(title_text="local time")
+def time_range_unix_s(starts_unix_s: Sequence[float], min_span_s: float = MIN_TIME_SPAN_S) -> tuple[float, float] | None:
+    """An x range of at least ``min_span_s`` centred on starts that span less (None: they span enough, or none)."""
+    if not starts_unix_s:
+        return None
+    t0, t1 = min(starts_unix_s), max(starts_unix_s)
+    if t1 - t0 >= min_span_s:
+        return None  # Plotly's own range, with its margins
+    mid_s = (t0 + t1) / 2
+    return mid_s - min_span_s / 2, mid_s + min_span_s / 2
+
+
+def _lay_out(fig: go.Figure, lo: float | None, hi: float | None, x_unix_s: tuple[float, float] | None) -> None:
+    x_axis: dict[str, object] = {"title_text": "local time"}
+    if x_unix_s is not None:
+        x_axis["range"] = list(charts.local_times(x_unix_s))
+    fig.update_xaxes(**x_axis)
     y_axis: dict[str, object] = {"title_text": "tokens per second (log scale)", "type": "log", "dtick": 1, "tickformat": ",.0f"}
     if lo is not None and hi is not None:
         y_axis["range"] = [math.log10(lo), math.log10(hi)]
@@ -132,5 +149,5 @@ def rates_figure(rows: Sequence[RequestSummary]) -> tuple[go.Figure, str | None]
     lo, hi = (min(kept) / 1.5, max(kept) * 1.5) if kept else (None, None)
     fig = go.Figure()
     _add_traces(fig, rows, parts, lo, hi)
-    _lay_out(fig, lo, hi)
+    _lay_out(fig, lo, hi, time_range_unix_s([r.started_at_unix_s for p in parts for r in p.rows]))
     return fig, _apart_note(apart_n)
