@@ -64,7 +64,7 @@ from collectors.metrics import (
     phase_windows,
     registry_for,
 )
-from collectors.ollama.discovery import ProcessWatch, ollama_local_port
+from collectors.ollama.discovery import ProcessWatch, ollama_local_port, with_loaded_models
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
@@ -685,7 +685,11 @@ class CollectorService:
         local = ollama_local_port(s.ollama_url) is not None
         return {
             "runners_found": f"{n} runner{'s' if n != 1 else ''} found {found.found_by}" if found and found.found_by else None,
-            "runners_problem": found.problem if found is not None else None,
+            "runners_problem": (
+                with_loaded_models(found.problem, self._loaded_model_names(), simulated=s.demo)
+                if found is not None and found.problem is not None
+                else None
+            ),
             "log_problem": log_problem(
                 configured=source is not None,
                 source_problem=source.problem if source is not None else None,
@@ -695,6 +699,13 @@ class CollectorService:
                 journal_readable=can_read_journal(),
             ),
         }
+
+    def _loaded_model_names(self) -> list[str] | None:
+        """The models Ollama's last /api/ps listed (None: not known: no poll yet, or Ollama down)."""
+        state = self.poller.state if self.poller is not None else None
+        if state is None or state.status is None or not state.status.up:
+            return None
+        return [m.name for m in state.models]
 
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -62,6 +62,31 @@ RUNNER_NAMES = ("llama-server",)
 SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
 MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
+NO_RUNNER = "no runner process here"  # discovery's problem when it saw no runner process at all
+
+
+def with_loaded_models(problem: str, loaded: Sequence[str] | None, simulated: bool) -> str:
+    """Discovery's problem beside what Ollama's /api/ps lists (``loaded``; None: not known), where no runner
+    process was seen at all. Discovery sees processes, not models: "no model is loaded" is said only where
+    /api/ps agrees, and a loaded model with no runner in sight is told as the disagreement it is."""
+    if not problem.startswith(NO_RUNNER):
+        return problem
+    rest = problem[len(NO_RUNNER) :]
+    if loaded is None:
+        why = ""
+    elif not loaded:
+        why = " (no model is loaded)"
+    elif simulated:
+        why = " (the demo's simulator serves its models without runner processes)"
+    else:
+        names = ", ".join(loaded[:3]) + (f" and {len(loaded) - 3} more" if len(loaded) > 3 else "")
+        why = (
+            f", though Ollama's /api/ps lists {names} as loaded: its runners run where this collector cannot see "
+            "their processes (another machine, a container, or another user's processes hidden from this one)"
+        )
+    return NO_RUNNER + why + rest
+
+
 _TCP_LISTEN = "0A"  # the st column of /proc/net/tcp for a listening socket
 # A model file not named by its digest is hashed only up to this size: a larger (or sparse) file would cost
 # minutes of a core; Ollama's own blobs are named by their digest and never read.
@@ -475,7 +500,7 @@ def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddres
         shown = why_not[:MAX_REASONS_SHOWN] + ([f"and {more} more"] if more > 0 else [])
         head = f"{len(why_not)} runner(s) here, none of the Ollama on {_where(addresses, port)}: " + "; ".join(shown)
     else:
-        head = "no runner process here (no model is loaded)"
+        head = NO_RUNNER
     contained = forwarded is not None or any("network namespace" in why for why in why_not)
     return Discovery([], None, "; ".join([head, *hints]), container=contained, recheck=recheck)
 

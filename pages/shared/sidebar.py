@@ -57,7 +57,8 @@ def _ollama_sources(hb: CollectorInfo | None) -> None:
     if hb.runners_found:
         st.caption(f"Runners: {md_escape(hb.runners_found)}")
     elif hb.runners_problem:
-        st.caption(f"Runners: none read. {_with_code(hb.runners_problem)}")
+        problem = hb.runners_problem
+        st.caption(f"Runners: none read. {_with_code(problem[:1].upper() + problem[1:])}")
     if hb.log_problem:
         st.caption(f"Ollama's log: :orange[not read]. {_with_code(hb.log_problem)}")
     elif hb.runner_lines_missing:

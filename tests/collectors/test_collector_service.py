@@ -181,6 +181,33 @@ def test_demo_mode_samples_the_sims_gpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_no_runner_process_is_told_beside_what_api_ps_lists(tmp_path: Path) -> None:
+    """sim serves its models without runner processes, as an Ollama in a container or on another machine seems to:
+    "no model is loaded" only while /api/ps agrees, then the disagreement, with the model's name."""
+    with start_sim("--hardware", "rtx-4090") as sim:
+
+        async def scenario() -> None:
+            service = CollectorService(_settings(sim.base_url, tmp_path))
+            await service.start()
+            try:
+
+                def problem() -> str:
+                    rows = _query(tmp_path, "SELECT runners_problem FROM collector_heartbeat")
+                    return str(rows[0]["runners_problem"]) if rows and rows[0]["runners_problem"] else ""
+
+                assert "(no model is loaded)" in await _until(lambda: "loaded" in problem() and problem())
+                client = ollama.AsyncClient(host=f"http://{service.listen}")
+                await client.generate(model=MODEL, prompt="hi", options={"num_predict": 4})
+                told = await _until(lambda: "/api/ps lists" in problem() and problem())
+                assert told.startswith(f"no runner process here, though Ollama's /api/ps lists {MODEL} as loaded")
+                assert "no model is loaded" not in told
+            finally:
+                await service.stop()
+
+        asyncio.run(scenario())
+
+
+@pytest.mark.slow
 def test_stop_reports_records_the_store_would_not_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process holds the store's write lock: stop() gives up after its timeout and says how many were lost."""
     monkeypatch.setattr("collectors.service.WRITER_CLOSE_TIMEOUT_S", 1.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from collectors.ollama.discovery import (
     FOUND_OTHER_USER,
     FOUND_SAME_USER,
+    NO_RUNNER,
     HostView,
     Listener,
     ProcInfo,
@@ -18,6 +19,7 @@ from collectors.ollama.discovery import (
     proc_hidepid,
     runner_from_argv,
     serving,
+    with_loaded_models,
 )
 
 OLLAMA_UID, DESK_UID = 999, 1000
@@ -283,3 +285,15 @@ def test_localhost_means_both_loopback_addresses_and_both_must_be_ollamas() -> N
     squatter = listen(PORT, DESK_UID, 7003, "::1")
     found = decide(view(serve(), runner(), listening=[*sockets, squatter]), PORT, both)
     assert found.runners == [] and "127.0.0.1:11434 or [::1]:11434 is held by" in (found.problem or "")
+
+
+def test_no_runner_is_told_beside_what_api_ps_lists() -> None:
+    hint = "; /proc is mounted with hidepid=2: ..."
+    assert with_loaded_models(NO_RUNNER + hint, None, simulated=False) == NO_RUNNER + hint  # /api/ps not known
+    assert with_loaded_models(NO_RUNNER, [], simulated=False) == "no runner process here (no model is loaded)"
+    told = with_loaded_models(NO_RUNNER + hint, ["a", "b", "c", "d", "e"], simulated=False)
+    assert told.startswith("no runner process here, though Ollama's /api/ps lists a, b, c and 2 more as loaded")
+    assert told.endswith(hint)  # what to do stays
+    assert "simulator" in with_loaded_models(NO_RUNNER, ["a"], simulated=True)
+    other = "2 runner(s) here, none of the Ollama on 127.0.0.1:11434: ..."
+    assert with_loaded_models(other, ["a"], simulated=False) == other  # runners seen: their reasons say it
