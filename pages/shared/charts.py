@@ -40,6 +40,10 @@ PHASE_COLOURS = {
 }
 GIB = 1024**3
 MAX_POINTS = 1500  # per trace; a 24 h window of 1 Hz samples is averaged down to this
+# A step between two samples this many times the usual one (their median), and at least MIN_GAP_S, is a gap:
+# nothing was sampled (the collector stopped, the machine slept). Lines stop there instead of drawing a slope.
+GAP_FACTOR = 5.0
+MIN_GAP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,42 @@ def downsample(
             warnings.simplefilter("ignore", category=RuntimeWarning)
             out[name] = np.nanmean(block, axis=1)
     return x_out, out
+
+
+def break_gaps(x: np.ndarray, ys: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A NaN in every series in the middle of each gap between samples (local datetime64 ``x``, oldest first).
+
+    Plotly joins consecutive points: across a collector that was stopped for ten minutes it drew a ramp from the
+    last value before to the first after (the CPU "rising" to 100%, VRAM "draining"), values nobody measured.
+    A NaN breaks the line and its fill. Applied to what is drawn (after ``downsample``), so the usual step is
+    that of the points shown, raw samples or buckets alike.
+    """
+    if len(x) < 3:
+        return x, ys
+    steps_s = np.diff(x).astype("timedelta64[ms]").astype(np.float64) / 1000
+    limit_s = max(MIN_GAP_S, GAP_FACTOR * float(np.median(steps_s)))
+    at = np.flatnonzero(steps_s > limit_s) + 1
+    if len(at) == 0:
+        return x, ys
+    middles = x[at - 1] + (x[at] - x[at - 1]) // 2
+    return np.insert(x, at, middles), {name: np.insert(y, at, np.nan) for name, y in ys.items()}
+
+
+def area_to_zero(x: np.ndarray, y: np.ndarray) -> tuple[list[object], list[float | None]]:
+    """The area under ``y`` as one closed shape per run of known values, for a ``fill="toself"`` trace.
+
+    Plotly's ``fill="tozeroy"`` spans the NaNs that break its line (plotly.js #1132, #7448): across a gap it
+    shaded an area nobody measured. ``toself`` closes each stretch between gaps on its own.
+    """
+    xs: list[object] = []
+    ys: list[float | None] = []
+    known = np.flatnonzero(np.isfinite(y))
+    if len(known) == 0:
+        return xs, ys
+    for run in np.split(known, np.flatnonzero(np.diff(known) > 1) + 1):
+        xs += [*x[run], x[run[-1]], x[run[0]], None]
+        ys += [*y[run].tolist(), 0.0, 0.0, None]
+    return xs, ys
 
 
 def _col(samples: Sequence[object], attr: str, scale: float = 1.0) -> np.ndarray:
@@ -178,23 +218,44 @@ def gpu_timeline_figure(
         "sm_clock": _col(samples, "sm_clock_mhz"),
         "mem_clock": _col(samples, "mem_clock_mhz"),
     }
-    x, columns = downsample(x, columns)
-    # (key, label, row, colour, dash, fill, secondary y, unit)
+    x, columns = break_gaps(*downsample(x, columns))
+    # (key, label, row, colour, dash, area under it, secondary y, unit)
     lines = [
-        ("util_gpu", "GPU busy (% of time)", 1, "#66bb6a", None, "tozeroy", False, "%"),
-        ("util_mem", "memory busy (% of time)", 1, "#42a5f5", "dot", None, False, "%"),
-        ("mem_used", "VRAM used", 2, "#ab47bc", None, "tozeroy", False, "GB"),
-        ("ollama_mem", "VRAM used by Ollama", 2, "#ce93d8", "dot", None, False, "GB"),
-        ("mem_total", "VRAM total", 2, "#757575", "dash", None, False, "GB"),
-        ("power", "power draw", 3, "#ffa726", None, None, False, "W"),
-        ("power_limit", "power limit", 3, "#757575", "dash", None, False, "W"),
-        ("sm_clock", "SM clock", 3, "#26c6da", "dot", None, True, "MHz"),
-        ("mem_clock", "memory clock", 3, "#ec407a", "dot", None, True, "MHz"),
+        ("util_gpu", "GPU busy (% of time)", 1, "#66bb6a", None, True, False, "%"),
+        ("util_mem", "memory busy (% of time)", 1, "#42a5f5", "dot", False, False, "%"),
+        ("mem_used", "VRAM used", 2, "#ab47bc", None, True, False, "GB"),
+        ("ollama_mem", "VRAM used by Ollama", 2, "#ce93d8", "dot", False, False, "GB"),
+        ("mem_total", "VRAM total", 2, "#757575", "dash", False, False, "GB"),
+        ("power", "power draw", 3, "#ffa726", None, False, False, "W"),
+        ("power_limit", "power limit", 3, "#757575", "dash", False, False, "W"),
+        ("sm_clock", "SM clock", 3, "#26c6da", "dot", False, True, "MHz"),
+        ("mem_clock", "memory clock", 3, "#ec407a", "dot", False, True, "MHz"),
     ]
     for key, label, row, colour, dash, fill, secondary, unit in lines:
         y = columns[key]
         if np.all(np.isnan(y)):  # also true when empty
             continue  # a sensor this GPU does not report: leave it out rather than draw nothing
+        legend = "legend" if row == 1 else f"legend{row}"
+        if fill:  # drawn under its line, shown and hidden with it from the legend
+            area_x, area_y = area_to_zero(x, y)
+            fig.add_trace(
+                go.Scatter(
+                    x=area_x,
+                    y=area_y,
+                    name=f"{label}, area",
+                    mode="lines",
+                    line={"width": 0},
+                    fill="toself",
+                    fillcolor=colour + "33",
+                    legend=legend,
+                    legendgroup=label,
+                    showlegend=False,
+                    hoverinfo="skip",
+                ),
+                row=row,
+                col=1,
+                secondary_y=secondary if row == 3 else None,
+            )
         fig.add_trace(
             go.Scatter(
                 x=x,
@@ -202,9 +263,8 @@ def gpu_timeline_figure(
                 name=label,
                 mode="lines",
                 line={"color": colour, "width": 1.5 if dash else 2, "dash": dash},
-                fill=fill,
-                fillcolor=colour + "33" if fill else None,
-                legend="legend" if row == 1 else f"legend{row}",
+                legend=legend,
+                legendgroup=label,
                 hovertemplate=f"%{{y:,.1f}} {unit}<br><i>{plain(EXPLAIN[key])}</i>",
             ),
             row=row,
@@ -447,7 +507,7 @@ def host_figure(samples: Sequence[HostSample], window_start_unix_s: float, windo
         "mem_total": _col(samples, "mem_total_bytes", 1 / GB),
         "ollama_rss": _col(samples, "ollama_rss_bytes", 1 / GB),
     }
-    x, cols = downsample(x, cols)
+    x, cols = break_gaps(*downsample(x, cols))
     has_ollama = not np.all(np.isnan(cols["ollama_cpu"]))
     rows = 3 if has_ollama else 2
     titles = ["CPU, whole machine (% of all cores)"] + (["CPU, Ollama (% of one core)"] if has_ollama else []) + ["Memory (GB)"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -13,6 +14,10 @@ from pages.live import timeline
 from pages.shared import charts, derive
 from pages.shared.charts import Span
 from pages.shared.derive import Band, Interval
+from store import queries
+from store.ops import PutGpuSamples
+from store.schema import db_path
+from store.writer import StoreWriter
 
 T0 = 1_800_000_000.0  # a fixed wall clock
 
@@ -61,7 +66,9 @@ def test_gpu_timeline_has_titles_units_legend_and_bands() -> None:
     assert {t.legend or "legend" for t in fig.data} == {"legend", "legend2", "legend3", "legend4"}
     busy = next(t for t in fig.data if t.name == "GPU busy (% of time)")
     mem_busy = next(t for t in fig.data if t.name == "memory busy (% of time)")
-    assert busy.fill == "tozeroy" and mem_busy.line.dash == "dot"  # told apart even where they coincide
+    assert mem_busy.line.dash == "dot"  # told apart from GPU busy even where they coincide
+    area = next(t for t in fig.data if t.name == "GPU busy (% of time), area")  # the shading under it
+    assert area.fill == "toself" and area.legendgroup == busy.legendgroup and not area.showlegend
     assert "kernel" in busy.hovertemplate
     assert "streaming multiprocessors" in next(t for t in fig.data if t.name == "SM clock").hovertemplate
     assert fig.layout.uirevision == "gpu-0"
@@ -184,3 +191,57 @@ def test_md_escape_breaks_autolinks_and_keeps_the_text() -> None:
     for start in ("http://", "HTTPS://", "www.", "WWW.", "e@f"):
         assert start not in escaped.replace("\\", ""), start  # no autolink can start
     assert md_escape("llama3.2:latest") == "llama3\\.2\\:latest"  # ordinary names unchanged but for escapes
+
+
+def _breaks(trace: go.Scatter) -> list[int]:
+    return [i for i, v in enumerate(trace.y) if v is None or (isinstance(v, float) and np.isnan(v))]
+
+
+def test_a_gap_in_the_samples_breaks_the_lines_instead_of_drawing_a_slope() -> None:
+    # The collector stopped for two minutes: Plotly drew a ramp from the last value before to the first after.
+    before = [HostSample(T0 + i, 5.0, 8 * 1024**3, 32 * 1024**3, 10.0, 1024**3) for i in range(60)]
+    after = [HostSample(T0 + 180 + i, 95.0, 9 * 1024**3, 32 * 1024**3, 10.0, 1024**3) for i in range(60)]
+    hiccup = [HostSample(T0 + 243 + i, 50.0, 9 * 1024**3, 32 * 1024**3, 10.0, 1024**3) for i in range(10)]  # 3 s late
+    fig = charts.host_figure(before + after + hiccup, T0, T0 + 260)
+    for name in ("all processes", "used", "Ollama", "total"):
+        trace = next(t for t in fig.data if t.name == name)
+        assert _breaks(trace) == [60], name  # one break, in the two minutes; none at the 3 s hiccup
+        gap_x = np.datetime64(trace.x[60], "ms").astype("int64") / 1000 - charts._local_offset_s()
+        assert T0 + 59 < gap_x < T0 + 180  # inside the gap, never on a sample
+    assert len(next(t for t in fig.data if t.name == "all processes").y) == 131  # every sample kept, one NaN added
+
+
+def test_gaps_break_gpu_lines_read_through_the_stores_buckets(tmp_path: Path) -> None:
+    # 20 min of 1 Hz samples, 20 min of nothing, 20 min again: a one-hour window is read as time buckets.
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        w.apply([PutGpuSamples((gpu(T0 + t, 40.0 + (t % 7)),)) for t in [*range(0, 1200), *range(2400, 3600)]])
+    finally:
+        w.close()
+    with queries.open_reader(db_path(tmp_path)) as conn:
+        assert conn is not None
+        samples = queries.gpu_samples(conn, T0, T0 + 3600)
+    assert len(samples) < 2400  # bucketed, as a page reads an hour
+    fig = charts.gpu_timeline_figure(samples, [], T0, T0 + 3600)
+    busy = next(t for t in fig.data if t.name == "GPU busy (% of time)")
+    (at,) = _breaks(busy)
+    x = np.array(busy.x, dtype="datetime64[ms]").astype("int64") / 1000 - charts._local_offset_s()
+    assert x[at - 1] < T0 + 1200 and x[at + 1] >= T0 + 2400  # the break spans exactly the missing 20 minutes
+    # Its shading too: one closed shape per stretch with samples, none across the 20 minutes (Plotly's own
+    # fill="tozeroy" spans the NaN that breaks the line).
+    area = next(t for t in fig.data if t.name == "VRAM used, area")
+    shapes: list[list[float]] = [[]]
+    for v in area.x:
+        if v is None:
+            shapes.append([])
+        else:
+            shapes[-1].append(float(np.datetime64(v, "ms").astype("int64")) / 1000 - charts._local_offset_s())
+    spans = [(min(xs), max(xs)) for xs in shapes if xs]
+    assert len(spans) == 2 and spans[0][1] < T0 + 1200 and spans[1][0] >= T0 + 2400
+
+
+def test_break_gaps_leaves_short_and_regular_series_alone() -> None:
+    x = charts.local_times([T0, T0 + 100])
+    assert charts.break_gaps(x, {"a": np.array([1.0, 2.0])})[0] is x  # two points: no usual step to judge by
+    x = charts.local_times([T0 + 60 * i for i in range(10)])  # per-minute buckets of a long window
+    assert len(charts.break_gaps(x, {"a": np.ones(10)})[0]) == 10
