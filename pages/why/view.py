@@ -374,12 +374,16 @@ def _figures(
 def _interference_sentences(
     model: str, events: Sequence[Interference], pairs: Sequence[tuple[RequestRecord, Phases]]
 ) -> list[str]:
-    by_id = {r.id: r for r, _ in pairs}
+    by_id = {r.id: (r, ph) for r, ph in pairs}
     out = []
     for i in events[:3]:
-        agg = by_id.get(i.aggressor_id)
+        agg, agg_ph = by_id.get(i.aggressor_id, (None, None))
         agg_label = f"a request to {agg.model}" if agg is not None and agg.model != model else "another request"
-        out.append(describe(i, f"a {fmt.label(model)} reply", agg_label))
+        sentence = describe(i, f"a {fmt.label(model)} reply", agg_label)
+        if agg is not None and agg_ph is not None and agg_ph.prefill_start_ns is not None:
+            # When its prompt was read: two long prompts of one length read alike, and only the time tells them apart.
+            sentence = f"{fmt.clock(agg.wall_s(agg_ph.prefill_start_ns))} · {sentence}"
+        out.append(sentence)
     return out
 
 
