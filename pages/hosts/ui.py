@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.shared import fleet, fmt
+from pages.shared import charts, fleet, fmt
 from pages.shared.fleet import HostRow
 
 COLUMNS = (2.2, 2.2, 0.8, 1.6, 1.2, 1.4, 1.3, 1.6, 1.6)
@@ -25,22 +26,38 @@ HEADERS = (
 )
 
 
+SPARK_GAP_STEPS = 1.5  # Prometheus gives one point a step: a step this much longer is a gap
+
+
+def _faint(color: str) -> str:
+    """The line's colour at half its strength, for the area under it (the tint Plotly's own fill gave it)."""
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},0.5)"
+
+
 def _utc(ts_unix_s: float) -> datetime:
     return datetime.fromtimestamp(ts_unix_s, tz=UTC)
 
 
 def sparkline(points: list[tuple[float, float]], color: str, start_s: float, now_s: float) -> go.Figure:
-    """One figure over time, the x axis the same for every host (from ``start_s`` to now)."""
+    """One figure over time, the x axis the same for every host (from ``start_s`` to now).
+
+    Prometheus returns no point where a collector was not scraped: the line and its shading stop there (a point
+    every step, so a step over 1.5 steps is a gap) instead of sloping across a time nobody measured.
+    """
+    ts_s = np.array([t for t, _ in points], dtype=np.float64)
+    y = np.array([v for _, v in points], dtype=np.float64)
+    at = charts.gap_ends(ts_s, factor=SPARK_GAP_STEPS, min_gap_s=0.0)
+    ts_s, y = np.insert(ts_s, at, (ts_s[at - 1] + ts_s[at]) / 2), np.insert(y, at, np.nan)  # a NaN mid-gap
+    x = np.array([_utc(t) for t in ts_s], dtype=object)
+    area_x, area_y = charts.area_to_zero(x, y)
     fig = go.Figure(
-        go.Scatter(
-            x=[_utc(t) for t, _ in points],
-            y=[v for _, v in points],
-            mode="lines",
-            line={"width": 1.5, "color": color},
-            fill="tozeroy",
-            hoverinfo="y",
-        )
+        [
+            go.Scatter(x=area_x, y=area_y, mode="lines", line={"width": 0}, fill="toself", hoverinfo="skip"),
+            go.Scatter(x=x, y=y, mode="lines", line={"width": 1.5, "color": color}, hoverinfo="y"),
+        ]
     )
+    fig.data[0].fillcolor = _faint(color)
     fig.update_layout(
         height=44,
         margin={"l": 0, "r": 0, "t": 0, "b": 0},

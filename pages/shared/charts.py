@@ -90,6 +90,15 @@ def downsample(
     return x_out, out
 
 
+def gap_ends(ts_s: np.ndarray, factor: float = GAP_FACTOR, min_gap_s: float = MIN_GAP_S) -> np.ndarray:
+    """Indices of the points that end a gap: a step over ``factor`` times the median step and over ``min_gap_s``
+    (none with fewer than three points: two give no usual step to judge by)."""
+    if len(ts_s) < 3:
+        return np.zeros(0, dtype=np.int64)
+    steps_s = np.diff(ts_s)
+    return np.flatnonzero(steps_s > max(min_gap_s, factor * float(np.median(steps_s)))) + 1
+
+
 def break_gaps(x: np.ndarray, ys: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """A NaN in every series in the middle of each gap between samples (local datetime64 ``x``, oldest first).
 
@@ -98,11 +107,7 @@ def break_gaps(x: np.ndarray, ys: dict[str, np.ndarray]) -> tuple[np.ndarray, di
     A NaN breaks the line and its fill. Applied to what is drawn (after ``downsample``), so the usual step is
     that of the points shown, raw samples or buckets alike.
     """
-    if len(x) < 3:
-        return x, ys
-    steps_s = np.diff(x).astype("timedelta64[ms]").astype(np.float64) / 1000
-    limit_s = max(MIN_GAP_S, GAP_FACTOR * float(np.median(steps_s)))
-    at = np.flatnonzero(steps_s > limit_s) + 1
+    at = gap_ends(x.astype("datetime64[ms]").astype(np.int64) / 1000)
     if len(at) == 0:
         return x, ys
     middles = x[at - 1] + (x[at] - x[at - 1]) // 2
