@@ -1,14 +1,16 @@
 """Estimated prefill progress of running generations (``ProgressSource.ESTIMATE``), written each collector tick.
 
 Ollama says nothing while it reads a prompt. Where the runner's own readings (/slots, the log) are missing,
-the Live page still draws a progress bar from this estimate: the prompt's tokens ≈ its characters (counted
-by the proxy) × the model's measured tokens per character, read at the model's measured prefill rate for
+the Live page still draws a progress bar from this estimate: the prompt's tokens ≈ the chat template's own
+tokens + its characters (counted by the proxy) × the model's measured tokens per character, read at the
+model's measured prefill rate for
 prompts of that length (else the expected rate from the ceilings), from the moment the model was loaded.
 The page marks it "estimated".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +29,9 @@ from store.queries import PromptHistoryRow
 DEFAULT_TOKENS_PER_CHAR = 0.25
 HISTORY_MAX_AGE_S = 30.0  # a model's history is read again after this long
 MIN_RATE_SAMPLES = 3  # prefill rates of prompts of a similar length before their median is used
+# A fit of the template's own tokens needs prompts of different sizes: the longest at least this many times the
+# shortest, in characters. With one size (a first request) the template's tokens cannot be told from the text's.
+MIN_FIT_SPREAD = 2.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,13 @@ class PrefillModel:
     tokens_per_char_measured: bool  # False: DEFAULT_TOKENS_PER_CHAR
     rates: tuple[tuple[int, float], ...]  # (computed prompt tokens, prefill tok/s) of finished requests
     expected_tok_s: Callable[[int], float | None] = lambda _tokens: None  # from the ceilings, when known
+    # Tokens a prompt has beyond its text (the chat template's role and turn markers): 0 until prompts of
+    # different sizes tell them apart from the text's tokens.
+    template_tokens: float = 0.0
+
+    def prompt_tokens(self, prompt_chars: int) -> int:
+        """The estimated size of a prompt of this many characters."""
+        return max(1, round(self.template_tokens + prompt_chars * self.tokens_per_char))
 
     def prefill_tok_s(self, prompt_tokens: int) -> float | None:
         """The median measured rate of prompts within a factor of 2 of this one; else the expected rate; else
@@ -55,14 +67,38 @@ def prefill_model(history: Sequence[PromptHistoryRow]) -> PrefillModel:
     sized = [(h.prompt_tokens, h.prompt_chars) for h in history if h.prompt_chars and h.prompt_tokens]
     chars = sum(c for _, c in sized)
     tokens = sum(t for t, _ in sized)
+    fit = size_fit(sized)
     rates = tuple(
         (h.prompt_tokens - (h.cached_tokens or 0), h.prefill_tok_s)
         for h in history
         if h.prompt_tokens is not None and h.prefill_tok_s and h.prompt_tokens - (h.cached_tokens or 0) > 0
     )
+    if fit is not None:
+        template_tokens, per_char = fit
+        return PrefillModel(per_char, True, rates, template_tokens=template_tokens)
     if chars > 0:
         return PrefillModel(tokens / chars, True, rates)
     return PrefillModel(DEFAULT_TOKENS_PER_CHAR, False, rates)
+
+
+def size_fit(sized: Sequence[tuple[int, int]]) -> tuple[float, float] | None:
+    """(template tokens, tokens per character) by least squares over (tokens, characters) of finished prompts.
+
+    A prompt's tokens are its text's plus the template's fixed few; the ratio of the sums counts those few as
+    text, so after short chats it put a long document at ~10% more tokens than it had. None (use that ratio)
+    where the sizes are too alike to separate the two, or the fit says something impossible: template tokens
+    below 0 or as many as the shortest prompt had, or no tokens per character.
+    """
+    if len(sized) < 2:
+        return None
+    chars = [float(c) for _, c in sized]
+    if max(chars) < MIN_FIT_SPREAD * min(chars):
+        return None
+    tokens = [float(t) for t, _ in sized]
+    slope, intercept = statistics.linear_regression(chars, tokens)
+    if slope <= 0 or not 0 <= intercept < min(tokens):
+        return None
+    return intercept, slope
 
 
 def estimate(
@@ -74,7 +110,7 @@ def estimate(
     """
     if rec.prompt_chars is None or rec.first_token_ns is not None or rec.token_chunk_ns:
         return None
-    prompt_tokens = max(1, round(rec.prompt_chars * model.tokens_per_char))
+    prompt_tokens = model.prompt_tokens(rec.prompt_chars)
     rate = model.prefill_tok_s(prompt_tokens)
     if rate is None or rate <= 0:
         return None
@@ -136,7 +172,7 @@ class ProgressEstimator:
         model = prefill_model(history)
         expected = _expected_rate(info.show if info is not None else None, gpus[0] if gpus else None)
         if expected is not None:
-            model = PrefillModel(model.tokens_per_char, model.tokens_per_char_measured, model.rates, expected)
+            model = dataclasses.replace(model, expected_tok_s=expected)
         if model.rates or expected is not None:
             # Kept a while; a model with nothing measured yet is read again next tick, so the first request that
             # finishes (often the one that loaded it) gives the next prompt its estimate at once.

@@ -11,7 +11,13 @@ import pytest
 
 from analysis.progress import preferred
 from analysis.records import FinalMetrics, Outcome, ProgressSource
-from collectors.ollama.progress_estimate import DEFAULT_TOKENS_PER_CHAR, ProgressEstimator, estimate, prefill_model
+from collectors.ollama.progress_estimate import (
+    DEFAULT_TOKENS_PER_CHAR,
+    ProgressEstimator,
+    estimate,
+    prefill_model,
+    size_fit,
+)
 from collectors.proxy.request_facts import describe_request
 from pages.live.cards import finished_cards, in_flight_cards, now_strip, prefill_view, spark
 from pages.live.ui import estimate_note, phase_bar, sparkline_svg
@@ -195,6 +201,23 @@ def test_estimate_from_history_and_default() -> None:
     fresh = prefill_model([])
     assert not fresh.tokens_per_char_measured and fresh.tokens_per_char == DEFAULT_TOKENS_PER_CHAR
     assert fresh.prefill_tok_s(1000) is None
+
+
+def test_the_templates_own_tokens_are_fitted_apart_from_the_texts() -> None:
+    # Chats of 100 to 2,000 characters, each 30 template tokens + 0.25 a character. The ratio of the sums
+    # (0.286) put a 40,000-character document at 11,440 tokens; it has 10,030.
+    history = [PromptHistoryRow(c, 30 + c // 4, 0, 900.0) for c in (100, 400, 2000, 400)]
+    model = prefill_model(history)
+    assert model.template_tokens == pytest.approx(30) and model.tokens_per_char == pytest.approx(0.25)
+    assert model.prompt_tokens(40_000) == 10_030
+    s = estimate(record("d", prompt_chars=40_000), model, T0, T0 + 1, None)
+    assert s is not None and s.prompt_tokens == 10_030  # the Live card's size is this one
+    assert size_fit([(55, 100)]) is None  # one size: template and text cannot be told apart
+    assert size_fit([(55, 100), (60, 120)]) is None  # sizes too alike (under MIN_FIT_SPREAD apart)
+    assert size_fit([(10, 100), (300, 1000)]) is None  # a template of -22 tokens: not believed
+    assert size_fit([(40, 100), (20, 1000)]) is None  # fewer tokens for more text: no fit
+    fallback = prefill_model([PromptHistoryRow(100, 55, 0, 900.0)])
+    assert fallback.template_tokens == 0 and fallback.tokens_per_char == pytest.approx(0.55)  # the ratio, as before
 
 
 def test_estimator_writes_readings_the_store_keeps(tmp_path: Path) -> None:
