@@ -4,6 +4,7 @@
   or find the one that runs (``LaunchState``); ``demo_runs``, ``start_demo``,
   ``start_demo_at_start`` and ``stop_demo`` (the demo is the server's, not a session's);
   ``engine_problem`` says why the demo cannot run the real llama.cpp engine here (None: it can);
+- which process holds a data folder as its collector now (``collector_pid``);
 - settings, read as ``python -m collectors`` reads them;
 - history from Ollama's log (``find_ollama_log``, ``import_file``: docs/import-log.md), and whether the running
   collector is the one this server started (``started_here``: the import may stop it for a moment);
@@ -18,6 +19,8 @@ what starts is a detached process (``python -m collectors``, ``collectors.demo``
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from collectors.config import DEFAULT_LISTEN, SettingsError, default_data_dir, ollama_base_url, parse_listen
 from collectors.demo import engine_problem
@@ -38,7 +41,7 @@ from collectors.launch import (
     started_here,
     stop_demo,
 )
-from collectors.lock import LockHeldError
+from collectors.lock import LockHeldError, read_lock
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -56,6 +59,7 @@ __all__ = [
     "RunState",
     "SettingsError",
     "cancel_run",
+    "collector_pid",
     "default_data_dir",
     "demo_runs",
     "engine_problem",
@@ -81,3 +85,9 @@ __all__ = [
     "started_here",
     "stop_demo",
 ]
+
+
+def collector_pid(data_dir: Path) -> int | None:
+    """The process that holds ``data_dir`` as its collector now (None: none does, or its lock names none)."""
+    info = read_lock(data_dir)
+    return info.pid if info is not None else None

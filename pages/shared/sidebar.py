@@ -7,6 +7,7 @@ import time
 import streamlit as st
 
 from analysis.records import GPU_SOURCE_NAMES, CollectorInfo, GpuKind
+from collectors import api
 from collectors.api import LaunchStatus
 from pages.shared import common, data, fmt
 from pages.shared.common import AppContext
@@ -71,8 +72,19 @@ def _with_code(text: str) -> str:
     return "".join(f"`{p}`" if i % 2 else md_escape(p) for i, p in enumerate(parts))
 
 
+def _starting_pid(ctx: AppContext, hb: CollectorInfo | None, now_unix_s: float) -> int | None:
+    """The collector holding the data folder when the last heartbeat is an earlier one's (yesterday's, before the
+    app started this one) and it has not written its own yet; None otherwise."""
+    if hb is None or now_unix_s - hb.ts_unix_s <= HEARTBEAT_STALE_S:
+        return None
+    holder = api.collector_pid(ctx.data_dir)
+    return holder if holder is not None and holder != hb.pid else None
+
+
 def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> None:
     st.subheader("Sources")
+    starting = _starting_pid(ctx, status.heartbeat, now_unix_s)
+    hb = None if starting is not None else status.heartbeat  # an earlier collector's words are not this one's
     # Ollama
     if status.ollama is None:
         st.markdown("**Ollama** · not polled yet")
@@ -85,35 +97,46 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         since = status.ollama_down_since_unix_s
         st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
         st.text(status.ollama.base_url)
-    _ollama_sources(status.heartbeat)
+    _ollama_sources(hb)
     # Proxy
-    listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
+    listen = (hb.listen if hb else None) or ctx.launch.listen or ctx.settings.listen
     st.markdown("**Proxy** · point your clients at it:")
     st.code(client_host_line(listen), language="bash", wrap_lines=True)
-    if status.heartbeat is not None and status.heartbeat.proxy_refused:
-        refused = md_escape(status.heartbeat.proxy_refused)
+    if hb is not None and hb.proxy_refused:
+        refused = md_escape(hb.proxy_refused)
         st.caption(f"Refused in the last hour: :orange[{refused}]. The collector's log says why, with each client's address.")
-    # GPU
+    _gpu_lines(status, hb)
+    _collector_line(ctx, hb, starting, now_unix_s)
+    st.markdown("**Data folder**")
+    st.text(str(ctx.data_dir))
+
+
+def _gpu_lines(status: data.Status, hb: CollectorInfo | None) -> None:
+    """The GPUs of the last minute's samples and how they are read; else why there are none."""
     if status.gpus:
         for g in status.gpus:
             sim = " (simulated)" if g.simulated else ""
             st.markdown(f"**GPU {g.index}** · {md_escape(g.name)}{sim}")
-        source = status.heartbeat.gpu_state if status.heartbeat is not None else None
+        source = hb.gpu_state if hb is not None else None
         if source and source not in (GpuKind.SIMULATED, GpuKind.NONE):
             # Our own names are plain text (st.caption renders Markdown; escaping would show the backslashes).
             st.caption(f"read through {GPU_SOURCE_NAMES.get(source) or md_escape(source)}")
-    elif status.heartbeat is not None and status.heartbeat.gpu_state == GpuKind.NONE:
+    elif hb is not None and hb.gpu_state == GpuKind.NONE:
         st.markdown("**GPU** · no GPU found")
         # The collector's message already says what it means; show the default only when it sent none.
         st.caption(
-            status.heartbeat.gpu_message
+            hb.gpu_message
             or "GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings."
         )
     else:
         st.markdown("**GPU** · no samples yet")
-    # Collector and data folder
-    hb = status.heartbeat
-    if hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
+
+
+def _collector_line(ctx: AppContext, hb: CollectorInfo | None, starting: int | None, now_unix_s: float) -> None:
+    """Whether the collector runs, starts, fell silent or failed to start."""
+    if starting is not None:  # not "silent for 14 h": that was the collector before this one
+        st.markdown(f"**Collector** · starting (process {starting}): no heartbeat from it yet")
+    elif hb is not None and now_unix_s - hb.ts_unix_s > HEARTBEAT_STALE_S:
         st.markdown(f"**Collector** · :orange[silent for {fmt.seconds(now_unix_s - hb.ts_unix_s)}]")
     elif hb is not None and ctx.launch.state != LaunchStatus.FAILED:
         st.markdown(f"**Collector** · running (process {hb.pid})" + (" for the demo" if hb.demo else ""))
@@ -121,5 +144,3 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         st.markdown(f"**Collector** · {md_escape(ctx.launch.message)}")
     if ctx.launch.state == LaunchStatus.FAILED:
         st.code(ctx.launch.message, language=None)
-    st.markdown("**Data folder**")
-    st.text(str(ctx.data_dir))
