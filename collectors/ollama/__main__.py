@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from analysis.printable import printable
 from collectors.config import SettingsError, ollama_base_url
 from collectors.ollama.runners import read_once
 
@@ -30,14 +31,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
+    # Names, paths and problems come from Ollama, its runners and their command lines: printed escaped.
     if found["found_by"]:
-        print(f"runners of {url} found {found['found_by']}")
+        print(printable(f"runners of {url} found {found['found_by']}"))
     if found["problem"]:
-        print(found["problem"])
+        print(printable(found["problem"]))
     for r in found["runners"]:
-        print(f"pid {r['pid']} port {r['port']} {r['kind']} model {r['model'] or '?'} ({r['model_path']})")
+        print(printable(f"pid {r['pid']} port {r['port']} {r['kind']} model {r['model'] or '?'} ({r['model_path']})"))
         if r["problem"]:
-            print(f"  {r['problem']}")
+            print(f"  {printable(r['problem'])}")
         for s in r["slots"]:
             print(
                 f"  slot {s['slot_id']}: processing={s['is_processing']} ctx {s['ctx_tokens']}/{s['n_ctx']} "

@@ -19,7 +19,9 @@ from urllib.parse import urlsplit
 
 from analysis import wording as w
 from analysis.diagnose import CODES
+from analysis.model_names import ModelName, parse_model_name
 from analysis.phases import FLAG_CODES, Flag
+from analysis.printable import printable
 from analysis.records import LoadedModel, OllamaStatus, RunnerFlags
 from analysis.reloads import QUEUE_FULL, Cause, Load, LoadInput, PsRow, describe_load, find_churn, is_queue_full, reloads
 from pages.why.view import WhyModel, build_why, hardware_line, placement_words
@@ -125,6 +127,16 @@ class _Reads:
     snapshot_ts: list[float]
     flags: dict[str, int]
     started_with: list[OllamaSettingRow]  # Ollama's start lines, as stored (its log)
+    installed: list[str]  # the names /api/tags last listed
+
+
+def _vouched(r: _Reads) -> set[ModelName]:
+    """The models Ollama itself named or served: listed by /api/ps or /api/tags, or answered with a 2xx. Any other
+    name is one a client chose (Ollama's 404 echoes it): it may hold an address, a path or a forged line, so the
+    report counts such names and never prints them."""
+    names = [p.model for p in r.ps] + [m.name for m in r.loaded] + r.installed
+    names += [i.model for i in r.inputs if i.status_code is not None and 200 <= i.status_code < 300]
+    return {parse_model_name(n) for n in names}
 
 
 def _window_words(since_s: float) -> str:
@@ -154,10 +166,10 @@ def _ollama_lines(r: _Reads) -> list[str]:
     return out
 
 
-def _model_lines(views: list[WhyModel]) -> list[str]:
+def _model_lines(views: list[WhyModel], unnamed: Counter[str]) -> list[str]:
     out = [f"GPU: {hardware_line(views[0].hardware)}"] if views else []
     out.append("Models:")
-    if not views:
+    if not views and not unnamed:
         out.append("  no requests in this window")
     for m in views:
         if m.placement is not None and m.placement.from_runner and m.placement.runner is not None:
@@ -168,18 +180,35 @@ def _model_lines(views: list[WhyModel]) -> list[str]:
             where = "not loaded now"
         rates = "; ".join(_rates(m)) or "no rates yet"
         out.append(f"  {m.model}: {m.window_requests} request{'' if m.window_requests == 1 else 's'}; {where}; {rates}")
+    if unnamed:
+        n = sum(unnamed.values())
+        out.append(
+            f"  {w.count(len(unnamed))} other name{'' if len(unnamed) == 1 else 's'} in {w.count(n)} request"
+            f"{'' if n == 1 else 's'}, not shown: names a client chose that Ollama neither lists nor served"
+        )
     return out
 
 
+def _client_words(inputs: list[LoadInput]) -> str:
+    """Who sent the requests, counted as listed: loopback addresses by name, others counted, and the requests
+    with no client address (seen only in Ollama's log) apart."""
+    by_client = Counter(i.client for i in inputs)
+    direct = by_client.pop(None, 0)
+    loopback = sorted(c for c in by_client if c is not None and _is_loopback(c))
+    others = len(by_client) - len(loopback)
+    named = [*loopback, *([f"{others} on other machine{'' if others == 1 else 's'}"] if others else [])]
+    parts = []
+    if by_client:
+        n = len(by_client)
+        parts.append(f"from {n} client address{'' if n == 1 else 'es'}: {', '.join(named)}")
+    if direct:
+        parts.append(f"{w.count(direct)} with no client address (seen only in Ollama's log)")
+    return "; ".join(parts)
+
+
 def _request_lines(inputs: list[LoadInput], loads: list[Load]) -> list[str]:
-    clients = Counter(i.client for i in inputs)
-    loopback = sorted(c for c in clients if c is not None and _is_loopback(c))
-    others = sum(1 for c in clients if c is not None and not _is_loopback(c))
-    out = [
-        f"Requests: {len(inputs)} finished, from {len(clients)} client address(es): "
-        + (", ".join(loopback) if loopback else "none on loopback")
-        + (f" and {others} on other machines" if others else "")
-    ]
+    who = _client_words(inputs)
+    out = [f"Requests: {w.count(len(inputs))} finished" + (f", {who}" if who else "")]
     by_cause = Counter(ld.cause.value.replace("_", " ") for ld in loads)
     out.append(
         f"Loads: {len(loads)}"
@@ -235,14 +264,19 @@ def build_report(data_dir: Path, now_unix_s: float | None = None, since_s: float
             snapshot_ts,
             queries.flag_counts(conn, since),
             queries.ollama_settings(conn),
+            [m.name for m in queries.installed_models(conn)],
         )
     # Clients on other machines are never named: their loads read "a client on another machine".
     loads = [Load(**{**ld.__dict__, "client": _safe_client(ld.client)}) for ld in reloads(r.inputs, r.ps, r.snapshot_ts).loads]
-    views = [v for model in r.models if (v := build_why(db, model, now, since_s)) is not None]
+    vouched = _vouched(r)
+    named = [model for model in r.models if parse_model_name(model) in vouched]
+    unnamed = Counter(i.model for i in r.inputs if parse_model_name(i.model) not in vouched)
+    views = [v for model in named if (v := build_why(db, model, now, since_s)) is not None]
     when = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M")
     lines = [f"Phasewatch report: data folder {data_dir.name!r}, the last {_window_words(since_s)} to {when} UTC"]
     lines += _ollama_lines(r)
-    lines += _model_lines(views)
+    lines += _model_lines(views, unnamed)
     lines += _request_lines(r.inputs, loads)
     lines += _flag_lines(loads, r.inputs, views, r.flags)
-    return "\n".join(lines) + "\n"
+    # Whatever a client, Ollama, a runner's line or a driver put in a name is written escaped: one line stays one.
+    return "\n".join(printable(line) for line in lines) + "\n"
