@@ -270,7 +270,7 @@ class JournalTail:
             return []
         try:
             entry = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser goes: journalctl never writes that
             entry = None
         if not isinstance(entry, dict):
             self.garbled_lines += 1

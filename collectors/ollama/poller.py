@@ -43,6 +43,10 @@ TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this oft
 METRICS_RETRY_S = 60.0
 MAX_METRICS_BYTES = 1024 * 1024
 QUEUE_GAUGE = "ollama_requests_queued"
+# The most requests one model's gauge can say wait (OLLAMA_MAX_QUEUE's default is 512): a sample past it, or not a
+# whole number, is no count (a hostile Ollama put a 309-digit one on Live); refused and counted, as /api/tags'
+# unreadable entries are.
+MAX_QUEUED_REQUESTS = 1_000_000
 SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
 IDLE_PS_INTERVAL_S = 30.0  # /api/ps this often while nothing runs and no runner process appears or goes
 # What Ollama answers is held and stored within these, whatever it sends (a hostile or broken upstream):
@@ -226,22 +230,31 @@ def parse_tags(body: object, ts_unix_s: float) -> tuple[list[InstalledModel], in
     return list(models.values()), skipped
 
 
-def parse_queue_gauge(text: str) -> dict[str, int] | None:
+def parse_queue_gauge(text: str) -> tuple[dict[str, int], int] | None:
     """``ollama_requests_queued`` by its ``model`` label (``""`` when it has none) from Prometheus text, parsed by
-    prometheus_client's own parser; None when the text is not Prometheus's or has no such gauge."""
+    prometheus_client's own parser, and how many samples were refused (not a whole number from 0 to
+    ``MAX_QUEUED_REQUESTS``, or a model's total past it); None when the text is not Prometheus's or has no such
+    gauge."""
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, IndexError, TypeError, KeyError):  # not Prometheus text (the parser's own errors)
         return None
     found: dict[str, int] = {}
+    refused = 0
     for family in families:
         if family.name != QUEUE_GAUGE:
             continue
         for sample in family.samples[:MAX_MODELS]:
-            if sample.name == QUEUE_GAUGE and math.isfinite(sample.value) and sample.value >= 0:
-                model = sample.labels.get("model", "")[:MAX_NAME_CHARS]
-                found[model] = found.get(model, 0) + int(sample.value)
-    return found if any(f.name == QUEUE_GAUGE for f in families) else None
+            if sample.name != QUEUE_GAUGE:
+                continue
+            model = sample.labels.get("model", "")[:MAX_NAME_CHARS]
+            value = sample.value  # the parser's int or float
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())  # NaN, inf: not
+            if not (whole and value >= 0 and found.get(model, 0) + value <= MAX_QUEUED_REQUESTS):
+                refused += 1
+                continue
+            found[model] = found.get(model, 0) + int(value)
+    return (found, refused) if any(f.name == QUEUE_GAUGE for f in families) else None
 
 
 @dataclass
@@ -256,6 +269,7 @@ class PollerState:
     tags_error: str | None = None  # why the last /api/tags failed (None: it answered)
     # Ollama's /metrics queue gauge: model → requests waiting ("" when the gauge names no model); None: not served
     queued: dict[str, int] | None = None
+    queued_refused: int = 0  # samples of the last /metrics' queue gauge refused (see MAX_QUEUED_REQUESTS)
 
 
 class OllamaPoller:
@@ -320,6 +334,8 @@ class OllamaPoller:
             raise PollError(f"{path} failed: {type(exc).__name__}: {exc}") from None
         except ValueError as exc:  # not JSON
             raise PollError(f"{path} did not return JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the parser goes: not an answer of Ollama's
+            raise PollError(f"{path} answered JSON nested too deep to read") from None
 
     async def poll_once(self) -> bool:
         """One poll; True when Ollama answered. Never raises (except cancellation)."""
@@ -364,12 +380,17 @@ class OllamaPoller:
         (not served: the setting is off, or an Ollama without it) tried again after ``METRICS_RETRY_S``."""
         if self.state.queued is None and time.monotonic() < self._metrics_due_at:
             return
-        queued = await self._read_metrics()
-        self.state.queued = queued
-        if queued is None:
+        read = await self._read_metrics()
+        self.state.queued, refused = read if read is not None else (None, 0)
+        if refused and not self.state.queued_refused:  # once per stretch of refusals, not every poll
+            log.warning(
+                "Ollama's /metrics: %d %s sample(s) refused (not a count up to %d)", refused, QUEUE_GAUGE, MAX_QUEUED_REQUESTS
+            )
+        self.state.queued_refused = refused
+        if read is None:
             self._metrics_due_at = time.monotonic() + METRICS_RETRY_S
 
-    async def _read_metrics(self) -> dict[str, int] | None:
+    async def _read_metrics(self) -> tuple[dict[str, int], int] | None:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         try:
             async with self._session.get(self.base_url + "/metrics", timeout=timeout) as resp:

@@ -259,3 +259,15 @@ def test_unit_names() -> None:
         with pytest.raises(ValueError, match="not a systemd unit name"):
             JournalTail(bad)
     assert JournalTail("ollama.service").command("journalctl")[:2] == ["journalctl", "--unit=ollama.service"]
+
+
+def test_json_nested_past_the_parsers_depth_is_counted_and_reading_goes_on(tmp_path: Path) -> None:
+    """A line of arrays nested deeper than json goes (RecursionError) is one garbled line; the next entry counts."""
+    tail = JournalTail("ollama", journal_dir=tmp_path)
+    deep = b"[" * 20_000 + b"]" * 20_000  # 40 KB, under max_line_bytes
+    assert len(deep) < tail.max_line_bytes
+    good = json.dumps({"__REALTIME_TIMESTAMP": "1700000000250000", "MESSAGE": "prompt eval time = 10.00 ms / 2048 tokens"})
+    nested_message = b'{"MESSAGE": ' + deep + b"}"
+    events = tail.take_output(deep + b"\n" + nested_message + b"\n" + good.encode() + b"\n", 1.0)
+    assert [(e.kind, e.tokens) for e in events] == [("prompt_eval", 2048)]
+    assert tail.garbled_lines == 2 and tail.entries == 1
