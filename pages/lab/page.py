@@ -21,7 +21,7 @@ from collectors import api
 from collectors.api import EXPERIMENTS, FINAL_STATES, ExperimentResult, RunState, make_params
 from pages.lab import view
 from pages.lab.figures import figure_for
-from pages.shared import common, data, fmt
+from pages.shared import common, fmt
 
 PENDING_KEY = "lab_pending"  # (run_id, pid, started_at) of a run started from this session
 SELECTED_KEY = "lab_selected"
@@ -30,7 +30,7 @@ CRASH_KEY = "lab_crash"  # (exit code, log tail) of a run that ended without a d
 
 ctx = common.context()
 st.title("Lab")
-status = data.load_status(ctx.db_path)
+status = common.page_status(ctx)  # the reading the sidebar drew this run
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
 st.caption(

@@ -8,7 +8,7 @@ import streamlit as st
 
 from pages.live.ui import show_cards, show_context, show_strip, show_timeline
 from pages.live.view import build_cards, build_live, timeline_refresh_s
-from pages.shared import common, data
+from pages.shared import common
 from pages.shared.alert_banner import alert_banner
 from pages.shared.import_offer import offer_log_import
 from pages.shared.settings import client_host_line
@@ -18,13 +18,15 @@ IDLE_AFTER_S = 30.0  # nothing ran for this long: the page refreshes less often
 
 ctx = common.context()
 st.title("Live")
-status = data.load_status(ctx.db_path)
+status = common.page_status(ctx)  # the reading the sidebar drew this run
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
 # Alerts firing for this host, when PHASEWATCH_PROMETHEUS names a Prometheus.
 alert_banner(status.heartbeat.listen if status.heartbeat else ctx.launch.listen)
 offer_log_import(ctx)  # nothing recorded at all, and Ollama's log is readable: its history
-proxy_line = client_host_line((status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen)
+# A demo's proxy is its synthetic users', never offered to real clients: no line to copy there.
+listen = (status.heartbeat.listen if status.heartbeat else None) or ctx.launch.listen or ctx.settings.listen
+proxy_line = "" if ctx.demo else client_host_line(listen)
 
 if ctx.paused:
     st.caption("Live updates are paused (sidebar). Zoom and pan freely; switch the pause off to follow again.")

@@ -288,9 +288,11 @@ def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None
         st.caption(
             f"{n:,} generation{'s' if n != 1 else ''} in this window came to Ollama directly, not through the proxy: "
             "seen from its runner (the model, the prompt read, the tokens written, prefill and decode times). Pointing "
-            "a client at the proxy adds its own time to first token, every gap between tokens and its address:"
+            "a client at the proxy adds its own time to first token, every gap between tokens and its address"
+            + (":" if proxy_line else ".")
         )
-        st.code(proxy_line, language="bash")
+        if proxy_line:  # none in the demo
+            st.code(proxy_line, language="bash")
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]
@@ -298,10 +300,11 @@ def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None
             f"The GPU was busy for {fmt.seconds(total_s)} with no generation recorded, neither through the proxy nor "
             f"from Ollama's runner (last at {fmt.clock(last.start_unix_s)}–{fmt.clock(last.end_unix_s)}). Another "
             "program used the GPU, or the runner could not be read (the sidebar says why). A client pointed at the "
-            "proxy is recorded whatever the runner shows:",
+            "proxy is recorded whatever the runner shows" + (":" if proxy_line else "."),
             icon=":material/visibility_off:",
         )
-        st.code(proxy_line, language="bash")
+        if proxy_line:  # none in the demo
+            st.code(proxy_line, language="bash")
     if model.gpu_figures and model.gpu_state in UNIFIED_MEMORY_KINDS:
         st.caption(
             UNIFIED_MEMORY_NOTE[0].upper() + UNIFIED_MEMORY_NOTE[1:] + " (Ollama's size_vram); the total is the system memory."

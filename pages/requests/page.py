@@ -20,15 +20,14 @@ from pages.requests.view import (
     request_label,
     seen_from,
 )
-from pages.shared import common, data, fmt
+from pages.shared import common, fmt
 from pages.shared.import_offer import offer_log_import
-from pages.shared.settings import client_host_line
 
 ANY = "any"
 
 ctx = common.context()
 st.title("Requests")
-status = data.load_status(ctx.db_path)
+status = common.page_status(ctx)  # the reading the sidebar drew this run
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
 
@@ -66,7 +65,7 @@ if not history.rows and not (link and link.label):
         "time to first token, every gap between its tokens and its address are recorded too:",
         icon=":material/search_off:",
     )
-    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+    common.point_clients(ctx)
     offer_log_import(ctx)  # nothing recorded at all, and Ollama's log is readable: its history
     st.stop()
 

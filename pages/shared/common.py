@@ -15,12 +15,17 @@ import streamlit as st
 from collectors import api
 from collectors.api import LaunchState, LaunchStatus, engine_problem, ensure_collector, ensure_demo
 from pages.shared import data, fmt
+from pages.shared.ollama_state import OllamaKind, OllamaState, ollama_state
 from pages.shared.settings import AppSettings, client_host_line, resolve_settings
 from store.queries import StoreState, store_state
 
 WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
 DEFAULT_WINDOW = "5 min"
 _CTX_KEY = "pw_ctx"
+_STATUS_KEY = "pw_status_this_run"  # the sidebar's reading of the store, for the page drawn in the same run
+STYLE = Path(__file__).with_name("style.css")  # the app's few CSS rules (commands that never wrap inside a token)
+# How the README starts Phasewatch: hints quote it as it is written there.
+README_START = ".venv/bin/streamlit run app.py"
 DEMO_KEY = "pw_demo"
 DEMO_ENGINE_KEY = "pw_demo_engine"  # the demo runs the real llama.cpp engine rather than the simulator
 ENGINE_DEMO_LABEL = "real llama.cpp engine running Gemma 3 270M on this CPU (no GPU)"
@@ -163,6 +168,39 @@ def demo_upstream(ctx: AppContext) -> str:
     return ENGINE_DEMO_LABEL if ctx.demo_engine else "the simulator"
 
 
+def share_status(status: data.Status) -> None:
+    """The sidebar's reading of the store, handed to the page of the same run (``page_status``)."""
+    st.session_state[_STATUS_KEY] = status
+
+
+def page_status(ctx: AppContext) -> data.Status:
+    """The reading the sidebar drew this run (taken once), so that the page says of Ollama what the sidebar
+    says; a fresh one where no sidebar ran before the page."""
+    shared: data.Status | None = st.session_state.pop(_STATUS_KEY, None)
+    return shared if shared is not None else data.load_status(ctx.db_path)
+
+
+def ollama_state_of(ctx: AppContext, status: data.Status) -> OllamaState:
+    """Ollama's state for the sidebar and the page's panel alike (``pages.shared.ollama_state``)."""
+    return ollama_state(status, ctx.launch, demo_upstream(ctx) if ctx.demo else ctx.settings.ollama_url)
+
+
+def command_line(text: str, key: str) -> None:
+    """A command or an address to copy, as code that never wraps inside a token (style.css: smaller type in the
+    sidebar, a scroll bar rather than a break where it still does not fit)."""
+    with st.container(key=key):
+        st.code(text, language="bash")
+
+
+def point_clients(ctx: AppContext, listen: str | None = None) -> None:
+    """The line that points a client at the proxy; in the demo, that its synthetic users are the clients (its
+    proxy is never offered to real ones)."""
+    if ctx.demo:
+        st.caption("In the demo, its synthetic users are the clients. To record your own, leave the demo (sidebar).")
+        return
+    st.code(client_host_line(listen or ctx.launch.listen or ctx.settings.listen), language="bash")
+
+
 def demo_banner(ctx: AppContext, status: data.Status) -> None:
     """Say plainly when what a page shows comes from a demo, and whether its engine is real or simulated."""
     if ctx.demo and ctx.demo_engine:
@@ -183,36 +221,35 @@ def demo_banner(ctx: AppContext, status: data.Status) -> None:
 
 
 def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
-    """When no Ollama answers: say so, say how to fix it, offer the demo. True when shown."""
+    """When Ollama does not answer, or nothing polls it: say so as the sidebar does (one ``OllamaState``), say how to
+    fix it, offer the demo. True when shown."""
     if ctx.demo:
         return False
-    down = status.ollama is not None and not status.ollama.up
-    never_seen = status.ollama is None and ctx.launch.state in (LaunchStatus.FAILED, LaunchStatus.OFF)
-    if not (down or never_seen):
+    state = ollama_state_of(ctx, status)
+    if state.kind not in (OllamaKind.DOWN, OllamaKind.UNWATCHED):
         return False
-    url = status.ollama.base_url if status.ollama is not None else ctx.settings.ollama_url
     engine_ok = engine_problem() is None  # llama-server is built and the Gemma model is installed
     demo_offer = "Try the demo: a simulated GPU and model with synthetic users, recorded into a separate data folder." + (
         " Or the demo on a real tiny model: llama.cpp running Gemma 3 270M on this CPU." if engine_ok else ""
     )
     with st.container(border=True, key="ollama_down"):
-        if never_seen and ctx.launch.state == LaunchStatus.FAILED:  # nothing polled Ollama: the collector is what failed
-            st.error("**The collector could not start,** so nothing can be recorded.", icon=":material/error:")
+        if state.kind is OllamaKind.UNWATCHED:  # nothing polls Ollama: the collector is what failed, or may not start
+            what = "could not start" if ctx.launch.state == LaunchStatus.FAILED else "is not running"
+            st.error(f"**The collector {what},** so nothing can be recorded.", icon=":material/error:")
             st.code(ctx.launch.message, language=None, wrap_lines=True)
             st.markdown(f"Fix what it says, then reload this page. Or: {demo_offer}")
         else:
-            since = status.ollama_down_since_unix_s
-            when = f" since {fmt.clock(since)}" if since is not None else ""
+            when = f" since {fmt.clock(state.down_since_unix_s)}" if state.down_since_unix_s is not None else ""
             st.error(
                 f"**Ollama is not answering{when}.** Nothing new can be recorded until it does.", icon=":material/power_off:"
             )
-            st.text(f"Address tried: {url}")
-            if status.ollama is not None and status.ollama.error:
-                st.text(f"Last error: {status.ollama.error}")
+            st.text(f"Address tried: {state.address}")
+            if state.error:
+                st.text(f"Last error: {state.error}")
             st.markdown(
                 "- Start it: run `ollama serve` in a terminal (or open the Ollama app), then wait a few seconds.\n"
                 "- Ollama runs elsewhere? Set `OLLAMA_HOST` before starting Phasewatch, for example "
-                "`OLLAMA_HOST=192.168.1.20:11434 streamlit run app.py`.\n"
+                f"`OLLAMA_HOST=192.168.1.20:11434 {README_START}`.\n"
                 f"- No Ollama at all? {demo_offer}"
             )
         st.button("Start demo", key="pw_start_demo", on_click=start_demo, type="primary")
@@ -227,7 +264,20 @@ def ollama_down_panel(ctx: AppContext, status: data.Status) -> bool:
 
 
 def no_store_state(ctx: AppContext) -> None:
-    """Empty state: no store file yet."""
+    """Empty state: no store file yet. The demo says that it is filling it: its synthetic users are the clients."""
+    if ctx.demo:
+        starting = ctx.launch.state in (LaunchStatus.STARTING, LaunchStatus.RUNNING)
+        st.info(
+            "**Nothing recorded yet: the demo is filling it.** "
+            + (
+                "Its simulator, collector and synthetic users are starting; their first requests show here within "
+                "a few seconds, with nothing to do on your side."
+                if starting
+                else fmt.md_escape(ctx.launch.message[:1].upper() + ctx.launch.message[1:]) + "."
+            ),
+            icon=":material/hourglass_empty:",
+        )
+        return
     st.info(
         "**Nothing recorded yet.** The collector creates its store when it starts"
         + (" — it is starting now." if ctx.launch.state == LaunchStatus.STARTING else ".")
@@ -236,7 +286,7 @@ def no_store_state(ctx: AppContext) -> None:
         "its address are recorded too:",
         icon=":material/hourglass_empty:",
     )
-    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+    point_clients(ctx)
 
 
 # A store this Phasewatch cannot read: what happened and what to do (the file is never touched from here).

@@ -12,12 +12,17 @@ from collectors.api import LaunchStatus
 from pages.shared import common, data, fmt
 from pages.shared.common import AppContext
 from pages.shared.fmt import md_escape
+from pages.shared.ollama_state import OllamaKind
 from pages.shared.settings import client_host_line
 
 HEARTBEAT_STALE_S = 15.0
+_FIRST_READ_KEY = "pw_sidebar_first_read"  # the status this run of the app read, for the fragment's first draw
+_DRAWN_KIND_KEY = "pw_sidebar_ollama_kind"  # the Ollama state the app (sidebar and page) last drew
+NO_GPU_LINE = "no GPU found: CPU-only machine, Intel GPU or container; the GPU timeline stays empty"
 
 
 def render(ctx: AppContext) -> AppContext:
+    st.html(common.STYLE)  # style tags only: Streamlit applies them without drawing anything
     with st.sidebar:
         labels = list(common.WINDOWS_S)
         window = st.selectbox(
@@ -41,11 +46,24 @@ def render(ctx: AppContext) -> AppContext:
 
 
 def _status_fragment(ctx: AppContext) -> None:
+    # One reading of the store per run of the app, drawn by the sidebar and the page alike (common.page_status);
+    # the fragment's own refreshes read again, and rerun the whole app when Ollama's state changed, so that the
+    # page's "not answering" panel comes and goes with the sidebar's line.
+    status = data.load_status(ctx.db_path)
+    common.share_status(status)
+    st.session_state[_FIRST_READ_KEY] = status
+
     @st.fragment(run_every=None if ctx.paused else 5)
     def sources() -> None:
         if common.demo_changed(ctx):  # started or left in another tab: every page must follow
             st.rerun(scope="app")
-        render_sources(ctx, data.load_status(ctx.db_path), time.time())
+        first = st.session_state.pop(_FIRST_READ_KEY, None)
+        now_status = first if first is not None else data.load_status(ctx.db_path)
+        kind = common.ollama_state_of(ctx, now_status).kind
+        if first is None and kind != st.session_state.get(_DRAWN_KIND_KEY):
+            st.rerun(scope="app")
+        st.session_state[_DRAWN_KIND_KEY] = kind
+        render_sources(ctx, now_status, time.time())
 
     sources()
 
@@ -85,23 +103,9 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     st.subheader("Sources")
     starting = _starting_pid(ctx, status.heartbeat, now_unix_s)
     hb = None if starting is not None else status.heartbeat  # an earlier collector's words are not this one's
-    # Ollama
-    if status.ollama is None:
-        st.markdown("**Ollama** · not polled yet")
-        st.text(ctx.settings.ollama_url if not ctx.demo else common.demo_upstream(ctx))
-    elif status.ollama.up:
-        version = f" · version {md_escape(status.ollama.version)}" if status.ollama.version else ""
-        st.markdown(f"**Ollama** · :green[reachable]{version}")
-        st.text(status.ollama.base_url)
-    else:
-        since = status.ollama_down_since_unix_s
-        st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
-        st.text(status.ollama.base_url)
+    _ollama_line(ctx, status)
     _ollama_sources(hb)
-    # Proxy
-    listen = (hb.listen if hb else None) or ctx.launch.listen or ctx.settings.listen
-    st.markdown("**Proxy** · point your clients at it:")
-    st.code(client_host_line(listen), language="bash", wrap_lines=True)
+    _proxy_line(ctx, hb)
     if hb is not None and hb.proxy_refused:
         refused = md_escape(hb.proxy_refused)
         st.caption(f"Refused in the last hour: :orange[{refused}]. The collector's log says why, with each client's address.")
@@ -109,6 +113,33 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     _collector_line(ctx, hb, starting, now_unix_s)
     st.markdown("**Data folder**")
     st.text(str(ctx.data_dir))
+
+
+def _ollama_line(ctx: AppContext, status: data.Status) -> None:
+    """Ollama's state as the page's panel says it (common.ollama_state_of), and the address polled."""
+    state = common.ollama_state_of(ctx, status)
+    if state.kind is OllamaKind.UP:
+        version = f" · version {md_escape(state.version)}" if state.version else ""
+        st.markdown(f"**Ollama** · :green[reachable]{version}")
+    elif state.kind is OllamaKind.DOWN:
+        since = f" since {fmt.clock(state.down_since_unix_s)}" if state.down_since_unix_s is not None else ""
+        st.markdown(f"**Ollama** · :red[not answering]{since}")
+    elif state.kind is OllamaKind.STARTING:
+        st.markdown("**Ollama** · not polled yet: " + ("the demo is starting" if ctx.demo else "the collector is starting"))
+    else:
+        st.markdown("**Ollama** · not polled: no collector runs")
+    st.text(state.address)
+
+
+def _proxy_line(ctx: AppContext, hb: CollectorInfo | None) -> None:
+    """Where to point clients: this data folder's proxy, one line that never wraps inside its address. A demo's
+    proxy is its synthetic users' (on a port of its own): never offered to real clients."""
+    if ctx.demo:
+        st.markdown("**Proxy** · the demo's own, for its synthetic users. To record your clients, leave the demo.")
+        return
+    listen = (hb.listen if hb else None) or ctx.launch.listen or ctx.settings.listen
+    st.markdown("**Proxy** · point your clients at it:")
+    common.command_line(client_host_line(listen), key="pw_proxy_line")
 
 
 def _gpu_lines(status: data.Status, hb: CollectorInfo | None) -> None:
@@ -122,12 +153,11 @@ def _gpu_lines(status: data.Status, hb: CollectorInfo | None) -> None:
             # Our own names are plain text (st.caption renders Markdown; escaping would show the backslashes).
             st.caption(f"read through {GPU_SOURCE_NAMES.get(source) or md_escape(source)}")
     elif hb is not None and hb.gpu_state == GpuKind.NONE:
-        st.markdown("**GPU** · no GPU found")
-        # The collector's message already says what it means; show the default only when it sent none.
-        st.caption(
-            hb.gpu_message
-            or "GPU charts stay empty, but every request's phases and rates are still recorded from Ollama's own timings."
-        )
+        st.markdown(f"**GPU** · {NO_GPU_LINE}")
+        # The collector's reason per GPU source (one clause each) is for whoever wants it, not on every page.
+        if hb.gpu_message:
+            with st.expander("Why, per GPU source"):
+                st.text(hb.gpu_message)
     else:
         st.markdown("**GPU** · no samples yet")
 

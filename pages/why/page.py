@@ -20,8 +20,7 @@ from analysis.hardware import BY_KEY
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
-from pages.shared import common, data, fmt
-from pages.shared.settings import client_host_line
+from pages.shared import common, fmt
 from pages.why import whatif
 from pages.why.report import build_report
 from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
@@ -46,7 +45,7 @@ def how_to_make_requests(model: str | None) -> None:
         "times are recorded too); each one becomes a point on the charts below, or run an experiment on the Lab page.",
         icon=":material/hourglass_empty:",
     )
-    st.code(client_host_line(ctx.launch.listen or ctx.settings.listen), language="bash")
+    common.point_clients(ctx)
 
 
 def lab_link() -> None:
@@ -337,7 +336,7 @@ def _show_whatif(m: WhyModel) -> None:
 ctx = common.context()
 st.title("Why")
 st.caption("Why prompt tokens per second run so far ahead of output tokens per second, on this machine, in your numbers.")
-status = data.load_status(ctx.db_path)
+status = common.page_status(ctx)  # the reading the sidebar drew this run
 common.demo_banner(ctx, status)
 common.ollama_down_panel(ctx, status)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from analysis.records import CollectorInfo
+from pages.shared.sidebar import NO_GPU_LINE
 from store.ops import PutHeartbeat
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -57,4 +58,4 @@ def test_a_collector_holding_the_folder_before_its_first_heartbeat_is_starting(d
     # Nothing holds the folder now: the old heartbeat's collector really is silent.
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
     assert _collector_line(at) == "**Collector** · :orange[silent for 14 h]"
-    assert "**GPU** · no GPU found" in [m.value for m in at.sidebar.markdown]  # as that collector last said
+    assert f"**GPU** · {NO_GPU_LINE}" in [m.value for m in at.sidebar.markdown]  # as that collector last said

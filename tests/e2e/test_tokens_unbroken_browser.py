@@ -1,0 +1,80 @@
+"""Commands and addresses are never broken inside a token (issue 42): in Debian's Chromium at 1280 and 1920 px,
+every code element on every page, the sidebar's proxy line above all ("127.0.0.1:11 / 435" before), wraps only
+at a space, and is not cut off where it cannot be scrolled to. The app runs with its own collector against an
+Ollama that does not answer, so the sidebar, the "not answering" panel and its commands are all on screen.
+Screenshots: ``tokens-<page>-<width>.png`` under ``$PHASEWATCH_ARTIFACTS``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+WIDTHS_PX = (1280, 1920)
+PAGES = ("", "requests", "why", "lab")  # Live is the root
+
+# Each code element's text, and where a line ends between two characters that are not spaces; and whether it
+# overflows its box with no way to scroll to the rest. Read from the browser's own layout: a Range per character.
+BROKEN_TOKENS_JS = """(sel) => Array.from(document.querySelectorAll(sel)).map(el => {
+    const text = el.textContent;
+    const breaks = [];
+    let prevTop = null, prevChar = null, seen = 0;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (let i = 0; i < node.length; i++, seen++) {
+            const r = document.createRange();
+            r.setStart(node, i);
+            r.setEnd(node, i + 1);
+            const rects = r.getClientRects();
+            if (!rects.length) continue;
+            const top = rects[0].top, ch = node.data[i];
+            if (prevTop !== null && top > prevTop + 2 && !/\\s/.test(ch) && !/\\s/.test(prevChar)) {
+                breaks.push(text.slice(Math.max(0, seen - 12), seen) + ' / ' + text.slice(seen, seen + 12));
+            }
+            prevTop = top;
+            prevChar = ch;
+        }
+    }
+    const box = el.closest('pre') || el;
+    const overflowX = getComputedStyle(box).overflowX;
+    const cut = box.scrollWidth > box.clientWidth + 1 && !['auto', 'scroll'].includes(overflowX);
+    return {text, breaks, cut, fits: box.scrollWidth <= box.clientWidth + 1};
+})"""
+
+
+def _codes(page: Page, selector: str) -> list[dict[str, object]]:
+    return list(page.evaluate(BROKEN_TOKENS_JS, selector))
+
+
+def test_no_command_or_port_wraps_inside_a_token(browser: Browser, tmp_path: Path) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    env = {"OLLAMA_HOST": f"127.0.0.1:{free_port()}", "PHASEWATCH_LISTEN": listen}  # nothing answers there
+    with run_app(tmp_path / "data", tmp_path / "app.log", env) as url:
+        for width in WIDTHS_PX:
+            context = browser.new_context(viewport={"width": width, "height": 1400})
+            page = context.new_page()
+            try:
+                for name in PAGES:
+                    page.goto(f"{url}/{name}")
+                    wait_ready(page)
+                    # The collector's first failed poll: the sidebar and the panel both say "not answering".
+                    main = page.locator('[data-testid="stMain"]')
+                    wait_until(lambda: "Ollama is not answering" in main.inner_text(), 60, "the panel")  # noqa: B023
+                    wait_ready(page)
+                    proxy = wait_until(
+                        lambda: [c for c in _codes(page, '[data-testid="stSidebar"] code') if listen in str(c["text"])],  # noqa: B023
+                        30,
+                        "the sidebar's proxy line",
+                    )
+                    assert proxy[0]["fits"] and not proxy[0]["breaks"], (width, name, proxy)  # one whole line, seen
+                    for code in _codes(page, "code"):
+                        assert not code["breaks"] and not code["cut"], (width, name or "live", code)
+                    screenshot(page, f"tokens-{name or 'live'}-{width}")
+            finally:
+                context.close()
