@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from store.export import export_rows, parse_since, write_csv, write_jsonl
+from analysis.records import Outcome
+from store.export import ExportWindow, export_rows, parse_since, write_csv, write_jsonl
 from store.queries import open_readonly
 from store.schema import StoreError
 
@@ -31,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--since", help="Unix seconds, ISO 8601 time (UTC by default), or an age: 30m, 24h, 7d")
+    export.add_argument("--until", help="the window's end, in the same forms (default: no end)")
+    # The Requests page's filters, so that its Download CSV can be made here too.
+    export.add_argument("--model", help="only this model (as the request named it)")
+    export.add_argument("--endpoint", help="only this route, e.g. /api/chat")
+    export.add_argument("--outcome", help="only this outcome: ok, http_error, client_disconnected, ...")
     export.add_argument("--out", metavar="FILE", help="write here instead of standard output")
     sub.add_parser("import-log", help="record the generations an Ollama log holds (python -m collectors.import_log)")
     return parser
@@ -50,7 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {data} is not a folder", file=sys.stderr)
         return 2
     try:
-        since = parse_since(args.since, time.time()) if args.since else 0.0
+        now = time.time()
+        window = ExportWindow(
+            since_unix_s=parse_since(args.since, now) if args.since else 0.0,
+            until_unix_s=parse_since(args.until, now) if args.until else None,
+            model=args.model,
+            endpoint=args.endpoint,
+            outcome=Outcome(args.outcome).value if args.outcome else None,
+        )
         conn = open_readonly(data)
     except (ValueError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -63,13 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             tmp = out_path.with_name(f".{out_path.name}.partial")
             try:
                 with tmp.open("w", encoding="utf-8", newline="") as f:
-                    n = write(export_rows(conn, since), f)
+                    n = write(export_rows(conn, window), f)
                 tmp.replace(out_path)
             finally:
                 tmp.unlink(missing_ok=True)
             print(f"wrote {n} requests to {out_path}", file=sys.stderr)
         else:
-            write(export_rows(conn, since), sys.stdout)
+            write(export_rows(conn, window), sys.stdout)
     except BrokenPipeError:  # e.g. `| head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

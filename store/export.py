@@ -6,6 +6,10 @@ under exactly the keys of ``python -m analysis.phases``, plus what only the prox
 phase's value came from (``*_source``: ollama, usage, stream, counted, slots, log, estimate; empty where the
 value is not known — an unknown value is empty, never 0).
 
+Times: ``started_at`` is UTC in ISO 8601 with its zone (``2026-12-07T02:54:29.123+00:00``), beside
+``started_at_unix_s``. The Requests page's Download CSV is this export, of the page's window and filters
+(``csv_text``); ``python -m store export --since ... --until ...`` gives the same file.
+
 ``seen_from``: ``proxy``, or ``runner`` for a generation a client sent Ollama directly, recorded from its
 runner: ``runner_source`` says whether its figures are the runner's own timings from Ollama's log (exact) or
 readings of its /slots, and the ``*_bound`` columns how far each value can be off; its route, client and
@@ -16,10 +20,12 @@ access line (text in its log, not a socket the collector saw).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -105,9 +111,22 @@ def parse_since(text: str, now_unix_s: float) -> float:
     return dt.timestamp()
 
 
-def export_rows(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator[dict[str, Any]]:
-    """One dict per request started since ``since_unix_s``, oldest first."""
-    for stored in stored_requests(conn, since_unix_s):
+@dataclass(frozen=True)
+class ExportWindow:
+    """Which requests an export holds: started in [since, until] (Unix seconds; None: no end), matching the
+    filters (None: any). The Requests page's download and ``python -m store export`` take the same one."""
+
+    since_unix_s: float = 0.0
+    until_unix_s: float | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    outcome: str | None = None
+
+
+def export_rows(conn: sqlite3.Connection, window: ExportWindow | float = 0.0) -> Iterator[dict[str, Any]]:
+    """One dict per request of the window (a bare number: started since then), oldest first."""
+    w = window if isinstance(window, ExportWindow) else ExportWindow(since_unix_s=window)
+    for stored in stored_requests(conn, w.since_unix_s, w.until_unix_s, w.model, w.endpoint, w.outcome):
         rec = stored.record
         phases = stored.phases.to_json_dict()
         out: dict[str, Any] = {
@@ -171,3 +190,11 @@ def write_csv(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
         )
         n += 1
     return n
+
+
+def csv_text(conn: sqlite3.Connection | None, window: ExportWindow) -> str:
+    """The export of ``window`` as CSV text: what the Requests page's Download CSV gives (the same file as
+    ``python -m store export --format csv`` with the same window); the header alone where there is no store."""
+    out = io.StringIO(newline="")
+    write_csv(export_rows(conn, window) if conn is not None else iter(()), out)
+    return out.getvalue()

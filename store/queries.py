@@ -294,11 +294,28 @@ def request_detail(conn: sqlite3.Connection, id: str) -> StoredRequest | None:
     return _stored(rows[0]) if rows else None
 
 
-def stored_requests(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> Iterator[StoredRequest]:
-    """Every request started since a moment, oldest first, token times included (for export)."""
+def stored_requests(
+    conn: sqlite3.Connection,
+    since_unix_s: float = 0.0,
+    until_unix_s: float | None = None,
+    model: str | None = None,
+    endpoint: str | None = None,
+    outcome: str | Outcome | None = None,
+) -> Iterator[StoredRequest]:
+    """Every request started in [since, until] that matches the filters (None = any, as ``recent_requests``),
+    oldest first, token times included (for export)."""
+    where: list[str] = ["r.started_at_unix_s >= ?"]
+    args: list[Any] = [since_unix_s]
+    for column, value in (("started_at_unix_s <=", until_unix_s), ("model =", model), ("endpoint =", endpoint)):
+        if value is not None:
+            where.append(f"r.{column} ?")
+            args.append(value)
+    if outcome is not None:
+        where.append("r.outcome = ?")
+        args.append(Outcome(outcome).value)
     cur = conn.cursor()
     cur.row_factory = None
-    cur.execute(f"{_RECORD_SQL} WHERE r.started_at_unix_s >= ? ORDER BY r.started_at_unix_s, r.id", (since_unix_s,))
+    cur.execute(f"{_RECORD_SQL} WHERE {' AND '.join(where)} ORDER BY r.started_at_unix_s, r.id", args)
     for values in cur:
         yield _stored(values)
 

@@ -90,7 +90,10 @@ st.download_button(
     mime="text/csv",
     key="req_csv",
     on_click="ignore",
-    help="Every matching request: timings and counts, never text.",
+    help=(
+        "Every request of this window matching these filters, as `python -m store export --format csv --since … "
+        "--until …` writes it: the same columns, times in UTC with their zone (started_at); never prompt or reply text."
+    ),
 )
 if history.figure is not None:
     st.plotly_chart(history.figure, key="req_history", config={"displaylogo": False})

@@ -23,7 +23,7 @@ from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.charts import Span
 from store import queries
-from store.export import CSV_LINE_END, csv_cell
+from store.export import ExportWindow, csv_text
 from store.queries import StoredRequest
 from store.tables import RequestSummary
 
@@ -226,11 +226,11 @@ def _local_tz() -> object:
 def csv_bytes(
     db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None
 ) -> bytes:
-    """Every matching request as CSV (timings and counts only, never prompt or reply text)."""
-    result = load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=None)
-    rows = result[0] if result else []
-    frame = history_frame(rows).map(csv_cell)  # escapes text cells only: numbers stay numbers
-    return frame.to_csv(index=False, lineterminator=CSV_LINE_END).encode()
+    """Every matching request of the window as CSV: ``python -m store export``'s file (its columns, UTC times with
+    their zone), one export for the page and the command line, never prompt or reply text."""
+    window = ExportWindow(start_unix_s, end_unix_s, model, endpoint, outcome)
+    with _open(db) as conn:
+        return csv_text(conn, window).encode()
 
 
 @dataclass

@@ -307,8 +307,8 @@ def test_requests_csv_download_escapes_formula_cells(data_dir: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     assert sorted(r["model"] for r in rows) == sorted([*("'" + m for m in FORMULA_MODELS), "llama3.2"])
     for r in rows:
-        assert float(r["first token (s)"]) == pytest.approx(0.2)  # numbers stay numbers
-        assert not r["time"].startswith("'") and not r["id"].startswith("'")
+        assert float(r["ttft_s"]) == pytest.approx(0.2)  # numbers stay numbers
+        assert not r["started_at"].startswith("'") and not r["id"].startswith("'")
 
 
 @pytest.mark.slow
