@@ -8,6 +8,7 @@ kind of problem, never the excerpt of the chunk (a cut reply line carries reply 
 from __future__ import annotations
 
 import json
+import re
 
 ERROR_MESSAGE_CHARS = 200  # the longest server error message kept with text recording off
 
@@ -49,3 +50,40 @@ def _server_message(body: bytes) -> str | None:
 def _cut(message: str) -> str:
     """A server's message as kept with text recording off: at most ERROR_MESSAGE_CHARS, "…" marking a cut."""
     return message if len(message) <= ERROR_MESSAGE_CHARS else message[: ERROR_MESSAGE_CHARS - 1] + "…"
+
+
+# Ollama's 400 for a capability the model lacks (docs/ollama-api.md §5: `x:latest does not support tools`,
+# `"x" does not support thinking`, `"x" does not support generate`): what it means, what to change in the client.
+_CAPABILITY = re.compile(r"does not support (tools|thinking|generate|chat|embeddings|insert)\b")
+CAPABILITY_ADVICE: dict[str, str] = {
+    "tools": (
+        "The client sent tools (function calling) to a model without tool support: Ollama refuses the whole request. "
+        "Turn tools off for this model in the client (Open WebUI sends them by default with some features on), or "
+        "pick a model whose capabilities (ollama show MODEL) list tools."
+    ),
+    "thinking": (
+        "The client asked for thinking (think: true) from a model that cannot think. Turn thinking off for this "
+        "model in the client, or pick a thinking model (ollama show MODEL lists thinking)."
+    ),
+    "generate": (
+        "The model cannot write text (an embedding model, for one): the client asked it for a completion. Use "
+        "/api/embed with it, or pick a model for generation."
+    ),
+    "chat": (
+        "The model cannot write text (an embedding model, for one): the client asked it for a chat. Use /api/embed "
+        "with it, or pick a model for chat."
+    ),
+    "embeddings": "The model cannot make embeddings: the client asked /api/embed of a model for text. Pick an embedding model.",
+    "insert": (
+        "The client sent a suffix (fill-in-the-middle) to a model that cannot insert. Leave the suffix out, or pick a "
+        "model whose capabilities list insert."
+    ),
+}
+
+
+def capability_advice(status_code: int | None, error: str | None) -> str | None:
+    """For Ollama's 400 about a capability the model lacks: what it means and what to change; None otherwise."""
+    if status_code != 400 or not error:
+        return None
+    match = _CAPABILITY.search(error)
+    return CAPABILITY_ADVICE[match.group(1)] if match else None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from analysis.error_notes import capability_advice
 from pages.requests.usage import PERIODS_S, UsageRow, load_usage, usage_csv, usage_frame
 from pages.requests.view import (
     SHOWN_ROWS,
@@ -163,6 +164,8 @@ def show_detail(d: DetailModel) -> None:
     if rec.error:
         st.markdown("**Error**")
         st.code(fmt.excerpt(rec.error), language=None, wrap_lines=True)
+        if (advice := capability_advice(rec.status_code, rec.error)) is not None:
+            st.info(advice, icon=":material/build:")
         common.whole_text_on_demand("error", rec.error, fmt.TEXT_MAX_CHARS, "req_error_whole")
     if rec.prompt_text is not None or rec.response_text is not None:
         with st.expander("Prompt and reply text (recorded because text recording is on)", expanded=True):
