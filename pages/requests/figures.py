@@ -116,10 +116,10 @@ def _lay_out(fig: go.Figure, lo: float | None, hi: float | None, x_unix_s: tuple
         title={"text": "Rates of the requests shown"},
         height=340,
         margin={"l": 70, "r": 20, "t": 70, "b": 40},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
         hovermode="closest",
         uirevision="history",
     )
+    charts.legend_below(fig)  # four entries: two rows at 1280 px, which ran over the title above the plot
 
 
 def _apart_note(apart_n: dict[str, int]) -> str | None:

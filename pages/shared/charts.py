@@ -136,6 +136,21 @@ def _col(samples: Sequence[object], attr: str, scale: float = 1.0) -> np.ndarray
     return np.array([np.nan if v is None else float(v) * scale for v in values], dtype=np.float64)
 
 
+LEGEND_BELOW_PX = 70  # room under the plot for a legend of up to three rows (legend_below)
+
+
+def legend_below(fig: go.Figure) -> go.Figure:
+    """The legend at the foot of the figure, in room of its own, for a figure whose legend may wrap to several rows:
+    above the plot a second row ran over the title (issue 42: "Where the time went", the Requests rates)."""
+    margin = fig.layout.margin
+    fig.update_layout(
+        height=(fig.layout.height or 300) + LEGEND_BELOW_PX,
+        margin={"b": (margin.b or 40) + LEGEND_BELOW_PX},
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "xanchor": "left", "x": 0},
+    )
+    return fig
+
+
 def _base_layout(fig: go.Figure, title: str, height: int, revision: str) -> go.Figure:
     fig.update_layout(
         title={"text": plain(title)},
@@ -440,6 +455,7 @@ def phase_waterfall_figure(
     fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
     fig.update_yaxes(categoryorder="array", categoryarray=["client saw (proxy)", "Ollama reported"])
     _base_layout(fig, title, 300, "waterfall")
+    legend_below(fig)  # one entry per phase and client stage: often two rows
     # Labels that do not fit their bar are hidden rather than shrunk to nothing (the legend and hover name them).
     fig.update_layout(hovermode="closest", uniformtext={"minsize": 10, "mode": "hide"})
     return fig

@@ -22,7 +22,7 @@ def test_explain_request_where_time_went() -> None:
     lines = explain_request(rec, ph)
     assert len(lines) == 1
     s = lines[0]
-    assert s.startswith("Of 3.59 s,")
+    assert s.startswith("Of 3.59 s in Ollama,")  # Ollama's total, not the client's beside it (issue 42)
     assert "2.50 s loading llama3.1:8b" in s
     assert "300 ms reading 1,200 prompt tokens at 4,000 tok/s" in s
     assert "790 ms writing 80 tokens at 100 tok/s" in s
