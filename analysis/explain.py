@@ -25,10 +25,16 @@ MIN_PART_SHARE = 0.02
 BATCH_EXAMPLE_STREAMS = 4
 
 
+def _whose_total(p: Phases) -> str:
+    """Which total the sentence splits: Ollama's own differs from the client's "Total" beside it by the transport
+    (584 vs 585 ms), so it says whose it is."""
+    if p.total_s is not None:
+        return " in Ollama"
+    return " seen by the client" if p.client_s is not None else ""
+
+
 def _where_time_went(record: RequestRecord, p: Phases) -> str:
     total = p.total_s if p.total_s is not None else p.client_s
-    # Which total: Ollama's own differs from the client's "Total" beside it by the transport (584 vs 585 ms).
-    whose = " in Ollama" if p.total_s is not None else " seen by the client" if p.client_s is not None else ""
     if total is None and record.direct:  # no access line fitted it, and no proxy saw it: its phases are all there is
         total = sum(v for v in (p.load_s, p.queue_s, p.prefill_s, p.decode_s) if v is not None) or None
     if total is None or total <= 0 or (p.load_s is None and p.prefill_s is None and p.decode_s is None):
@@ -51,7 +57,7 @@ def _where_time_went(record: RequestRecord, p: Phases) -> str:
     if not parts:
         return f"The whole request took {w.secs(total)}."
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return f"Of {w.secs(total)}{whose}, {listed}."
+    return f"Of {w.secs(total)}{_whose_total(p)}, {listed}."
 
 
 def explain_thinking(p: Phases) -> str | None:
