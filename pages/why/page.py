@@ -369,7 +369,8 @@ def show_report(data_dir: Path) -> None:
     # Built on demand: it diagnoses every model of the last 24 h, too much for each rerun of the page.
     if st.toggle("Show the report", key="why_report"):
         text = build_report(data_dir)
-        st.code(text or "No store yet.", language=None)
+        # Wrapped at spaces, never scrolled sideways: its long lines (the GPU's) were cut at the block's edge.
+        st.code(text or "No store yet.", language=None, wrap_lines=True)
 
 
 show_report(ctx.data_dir)
