@@ -68,7 +68,7 @@ from collectors.ollama.discovery import ProcessWatch, ollama_local_port, with_lo
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
-from collectors.ollama.poller import OllamaPoller
+from collectors.ollama.poller import PS_AFTER_FINISH_S, OllamaPoller, ps_at_interval
 from collectors.ollama.progress_estimate import ProgressEstimator
 from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_start_lines, wants_count, with_count
 from collectors.ollama.runners import RunnerReader
@@ -177,6 +177,7 @@ class CollectorService:
         self.fit = FitBook()  # cut prompts and the settings in force, from that log (collectors.ollama.prompt_fit)
         self._counting: set[asyncio.Task[None]] = set()  # prompts being counted by a runner's /tokenize
         self._finished_since_asked = False  # a proxied request finished since the poller last asked (_ollama_busy)
+        self._finish_asked_at_s = -PS_AFTER_FINISH_S  # monotonic: when a finish last made the poller ask /api/ps
         self.gpu_state = GpuState(GpuKind.NONE, "not started")
         self.latest_gpus: list[GpuSample] = []
         self.latest_host: HostSample | None = None
@@ -369,16 +370,22 @@ class CollectorService:
         return changed
 
     def _ollama_busy(self) -> bool:
-        """For the poller's pace (/api/ps every interval while this holds): a proxied request running, or finished
-        since the last call (its model's load shows in /api/ps after it), a runner not yet matched to its model,
-        or a runner's slot processing."""
-        finished, self._finished_since_asked = self._finished_since_asked, False
-        running = self.proxy is not None and bool(self.proxy.in_flight_heads())
-        runners = self.runners.runners.values() if self.runners is not None else ()
-        # A runner whose model /api/ps has not listed yet (it appeared while its model was still loading): its
-        # slots cannot be matched to a model until /api/ps names it, so ask at the busy pace until then.
-        unmatched = any(state.model is None for state in runners)
-        return finished or running or unmatched or any(slot.is_processing for state in runners for slot in state.slots)
+        """For the poller's pace (/api/ps every interval while this holds, poller.ps_at_interval): a request finished
+        (its model's load and expiry show in /api/ps after it; at most every PS_AFTER_FINISH_S), a runner not yet
+        matched to its model, or a proxied request running that no runner's /slots shows."""
+        now_s = time.monotonic()
+        finished = self._finished_since_asked and now_s - self._finish_asked_at_s >= PS_AFTER_FINISH_S
+        if finished:  # else kept: read once PS_AFTER_FINISH_S has passed
+            self._finished_since_asked, self._finish_asked_at_s = False, now_s
+        runners = list(self.runners.runners.values()) if self.runners is not None else []
+        return ps_at_interval(
+            finished=finished,
+            # A runner whose model /api/ps has not listed yet (it appeared while its model was still loading): its
+            # slots cannot be matched to a model until /api/ps names it, so ask at the busy pace until then.
+            unmatched=any(state.model is None for state in runners),
+            running_models=[r.model for r in self.proxy.in_flight_heads()] if self.proxy is not None else [],
+            slots_models=[state.model for state in runners if state.model and state.slots and state.problem is None],
+        )
 
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:

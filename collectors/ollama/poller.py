@@ -1,11 +1,11 @@
-"""Ollama poller: ``/api/version`` at start and after Ollama comes back; ``/api/ps`` every interval while
-something runs (``busy``) or when a runner process appears or goes (``processes_changed``: the process table,
-no HTTP), else every ``IDLE_PS_INTERVAL_S``; ``/api/tags`` every ``TAGS_INTERVAL_S`` (with a poll);
+"""Ollama poller: ``/api/version`` at start and after Ollama comes back; ``/api/ps`` every interval while what
+it says can change (``busy``: ``ps_at_interval``) or when a runner process appears or goes (``processes_changed``:
+the process table, no HTTP), else every ``IDLE_PS_INTERVAL_S``; ``/api/tags`` every ``TAGS_INTERVAL_S`` (with a poll);
 ``/api/show`` once per digest (loaded models first, then installed ones, ``SHOWS_PER_POLL`` at most per poll).
 
 Each request is a line in Ollama's own log (its access log, in the journal the user reads when something goes
-wrong): polling both every second wrote ~7,300 lines an hour while idle; now ~180
-(``bench/ollama_log_lines.py``).
+wrong): polling both every second wrote ~7,300 lines an hour while idle; the figures now, idle and with one
+generation running all the time, are in bench/README.md (``bench/ollama_log_lines.py``).
 
 When Ollama is down the poller records it, backs off (interval → ×2 … up to 30 s) and
 recovers by itself. Nothing escapes ``run()``: a poll that fails in any way is a "down"
@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from analysis.model_names import same_model
 from analysis.records import InstalledModel, LoadedModel, OllamaStatus
 from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
 
@@ -37,10 +38,12 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
 SHOW_RETRY_S = 60.0  # a failed /api/show is retried this much later, not every interval
-TAGS_INTERVAL_S = 60.0  # the installed models change rarely: /api/tags this often (and at start), not every interval
+# The installed models change rarely: /api/tags this often (and at start, after Ollama comes back, and when /api/ps
+# lists a model the last /api/tags did not: a pull or a create since), not every interval.
+TAGS_INTERVAL_S = 300.0
 # Ollama's own /metrics (docs/ollama-api.md §13): read for its queue gauge while it answers 200 with Prometheus
 # text; else asked again this seldom. Its names are Ollama's (ollama_*); ours are phasewatch_*.
-METRICS_RETRY_S = 60.0
+METRICS_RETRY_S = 600.0  # serving it takes a restart of Ollama with OLLAMA_METRICS, after which it is asked at once
 MAX_METRICS_BYTES = 1024 * 1024
 QUEUE_GAUGE = "ollama_requests_queued"
 # The most requests one model's gauge can say wait (OLLAMA_MAX_QUEUE's default is 512): a sample past it, or not a
@@ -49,6 +52,9 @@ QUEUE_GAUGE = "ollama_requests_queued"
 MAX_QUEUED_REQUESTS = 1_000_000
 SHOWS_PER_POLL = 4  # /api/show requests per poll at most: 80 installed models are asked about over 20 polls
 IDLE_PS_INTERVAL_S = 30.0  # /api/ps this often while nothing runs and no runner process appears or goes
+# /api/ps after requests finished, at most this often: back-to-back requests each moved expires_at, and one poll
+# per request was a line a second in Ollama's log; the last finish is still read within this much.
+PS_AFTER_FINISH_S = 10.0
 # What Ollama answers is held and stored within these, whatever it sends (a hostile or broken upstream):
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # one answer's body; /api/tags of 5,000 models is about 2.5 MB
 MAX_MODELS = 5_000  # models read from one /api/ps or /api/tags answer (the rest skipped)
@@ -257,6 +263,22 @@ def parse_queue_gauge(text: str) -> tuple[dict[str, int], int] | None:
     return (found, refused) if any(f.name == QUEUE_GAUGE for f in families) else None
 
 
+def ps_at_interval(*, finished: bool, unmatched: bool, running_models: Iterable[str], slots_models: Iterable[str]) -> bool:
+    """Whether ``/api/ps`` is worth asking every interval (1 Hz) now, each ask a line in Ollama's log.
+
+    What it says changes when a request finishes (its model's ``expires_at`` moves: ``finished``), when a runner
+    appears whose model it has not named yet (``unmatched``), and when a model loads or goes (a runner process
+    appears or exits: the poller's ``processes_changed``, no HTTP). While a generation runs that a runner's
+    ``/slots`` shows (``slots_models``: the models of runners read), nothing /api/ps says can change before it
+    ends; a running request no runner shows (``running_models`` beyond them: a runner that cannot be read, or
+    none, as with Ollama in a container or on another machine) keeps the 1 Hz pace, as /api/ps is then all there
+    is."""
+    if finished or unmatched:
+        return True
+    shown = list(slots_models)
+    return any(not any(same_model(model, s) for s in shown) for model in running_models)
+
+
 @dataclass
 class PollerState:
     """The latest view of Ollama, for /metrics and the heartbeat."""
@@ -303,6 +325,7 @@ class OllamaPoller:
         self.tags_interval_s = tags_interval_s
         self.shows_per_poll = SHOWS_PER_POLL
         self._tags_due_at = 0.0  # time.monotonic() of the next /api/tags: at once
+        self._tags_asked_for: set[str] = set()  # /api/ps names that made /api/tags due (bounded by MAX_MODELS)
         self.idle_interval_s = max(idle_interval_s, interval_s)
         self._busy = busy  # something runs (a request in flight, a runner's slot processing): /api/ps every interval
         self._processes_changed = processes_changed  # a runner process appeared or went since the last call
@@ -363,6 +386,8 @@ class OllamaPoller:
         if not was_up:
             log.info("Ollama %s is up (version %s)", self.base_url, version)
             self._tags_due_at = 0.0  # back up: read what is installed at once (models may have changed meanwhile)
+            self._metrics_due_at = 0.0  # and whether it serves /metrics now (a restart may have turned it on)
+        self._tags_when_new(models)
         self.state.status = status
         self.state.models = models
         self.state.consecutive_failures = 0
@@ -374,6 +399,18 @@ class OllamaPoller:
             [(m.name, m.digest) for m in models] + [(m.name, m.digest) for m in self.state.installed or []]
         )
         return True
+
+    def _tags_when_new(self, models: list[LoadedModel]) -> None:
+        """/api/tags at this poll when /api/ps lists a model the last /api/tags did not (once per name)."""
+        installed = self.state.installed
+        if installed is None:
+            return
+        for m in models:
+            if m.name in self._tags_asked_for or any(same_model(m.name, i.name) for i in installed):
+                continue
+            if len(self._tags_asked_for) < MAX_MODELS:
+                self._tags_asked_for.add(m.name)
+                self._tags_due_at = 0.0
 
     async def _poll_metrics(self) -> None:
         """Ollama's queue gauge from its /metrics, each poll while it answers 200 with Prometheus text; otherwise

@@ -104,3 +104,41 @@ def _answer(make: web.Response) -> Callable[[web.Request], Awaitable[web.Respons
         return web.Response(status=status, body=body, content_type=content_type)
 
     return handler
+
+
+def test_tags_again_when_ps_lists_a_model_tags_did_not_once_per_name() -> None:
+    """/api/tags every TAGS_INTERVAL_S (5 min), at start, and at once when /api/ps lists a model the last /api/tags
+    did not (a pull since), once per name: an Ollama on loopback whose /api/tags never lists it."""
+    hits: dict[str, int] = {}
+
+    def counted(path: str, body: object) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(_request: web.Request) -> web.Response:
+            hits[path] = hits.get(path, 0) + 1
+            return web.json_response(body)
+
+        return handler
+
+    loaded = {"name": "new:latest", "model": "new:latest", "digest": "d1", "size": 1, "size_vram": 1}
+
+    async def run() -> list[int]:
+        app = web.Application()
+        app.router.add_get("/api/version", counted("version", {"version": "0.33.0"}))
+        app.router.add_get("/api/ps", counted("ps", {"models": [loaded]}))
+        app.router.add_get("/api/tags", counted("tags", {"models": []}))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as session:
+                poller = OllamaPoller(f"http://127.0.0.1:{port}", session, RecordingSink())
+                seen = []
+                for _ in range(4):
+                    assert await poller.poll_once()
+                    seen.append(hits.get("tags", 0))
+                return seen
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(run()) == [1, 2, 2, 2]  # at start; once for the new name; not again

@@ -10,7 +10,7 @@ import time
 
 import aiohttp
 
-from collectors.ollama.poller import OllamaPoller
+from collectors.ollama.poller import OllamaPoller, ps_at_interval
 from tests.support.poller_sink import RecordingSink, sim_on
 from tests.support.ports import free_port
 from tests.support.sim_process import SimProcess, start_sim
@@ -111,3 +111,18 @@ async def _comes_back() -> None:
             stop.set()
             await asyncio.wait_for(task, 10)
     assert task.exception() is None
+
+
+def test_ps_at_one_hertz_only_while_slots_cannot_tell() -> None:
+    """Issue 42: /api/ps every interval only while what it says can change and nothing else shows it."""
+
+    def at_interval(running: list[str], shown: list[str], *, finished: bool = False, unmatched: bool = False) -> bool:
+        return ps_at_interval(finished=finished, unmatched=unmatched, running_models=running, slots_models=shown)
+
+    served = ["llama3.2:latest"]
+    assert not at_interval([], served)  # nothing runs: the idle pace
+    assert not at_interval(["llama3.2"], served), "its runner's /slots shows it: /api/ps cannot change before it ends"
+    assert at_interval(["llama3.2"], []), "no runner read (a container, another machine): /api/ps is all there is"
+    assert at_interval(["llama3.2", "qwen2.5:0.5b"], served), "a request no runner shows"
+    assert at_interval([], served, finished=True), "a request ended: its model's expires_at moved"
+    assert at_interval([], served, unmatched=True), "a runner /api/ps has not named yet"
