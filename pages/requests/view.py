@@ -17,7 +17,8 @@ from analysis.diagnose import Diagnosis
 from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, all_slots_busy, waits_label
+from analysis.runner_waits import TaskWaits, waits_label
+from analysis.wait_split import WaitSplit, split_for
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
@@ -467,21 +468,31 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     return frame
 
 
-def runner_waits_of(db: Path, rec: RequestRecord) -> tuple[TaskWaits | None, bool | None]:
-    """The runner's own waits before this request's prompt, and whether every slot was busy when it arrived."""
+def runner_waits_of(db: Path, rec: RequestRecord, ph: Phases | None = None) -> tuple[TaskWaits | None, WaitSplit | None]:
+    """The runner's own waits before this request's prompt, and its time among queue, the runner's own wait and
+    other requests' prefills (analysis.wait_split) from the requests around it on the same runner."""
     conn = queries.open_readonly(db)
+    end_ns = rec.final_chunk_ns or rec.closed_ns or rec.received_ns
     try:
         waits = queries.request_waits(conn, [rec.id]).get(rec.id)
         runner = queries.runner_for(conn, rec.model, None)
-        around = queries.requests_in_window(conn, rec.started_at_unix_s - 1.0, rec.started_at_unix_s + 1.0, limit=200)
+        # Its neighbours: every request alive between its arrival and its end (a slot holder started before it).
+        around = queries.requests_in_window(conn, rec.started_at_unix_s, rec.wall_s(end_ns) + 1.0, limit=SPLIT_NEIGHBOURS)
     finally:
         conn.close()
     slots = runner.parallel if runner is not None and runner.parallel else waits.n_slots if waits is not None else None
-    return waits, all_slots_busy(rec, [s.record for s in around], slots)
+    named = waits is not None and bool(waits.before_prefill())
+    if ph is None:
+        return waits, None
+    pairs = [(s.record, s.phases) for s in around]
+    return waits, split_for(rec, ph, pairs, n_slots=slots, runner_named=named)
+
+
+SPLIT_NEIGHBOURS = 200  # requests read around one request to split its wait (analysis.wait_split keeps the nearest)
 
 
 def explain(
-    db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, bool | None] = (None, None)
+    db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, WaitSplit | None] = (None, None)
 ) -> tuple[list[str], list[Diagnosis], str | None]:
     """Sentences and diagnoses from the model's basis (the same as the Why page's), and where the model sits with
     the source of that figure."""
@@ -490,7 +501,7 @@ def explain(
     basis = ctx.basis
     if basis is None:
         return explain_request(rec, ph), [], None
-    diagnoses = basis.diagnose(rec, ph, gpu_samples=ctx.gpu_samples, waits=waits[0], all_slots_busy=waits[1])
+    diagnoses = basis.diagnose(rec, ph, gpu_samples=ctx.gpu_samples, waits=waits[0], split=waits[1])
     sentences = explain_request(rec, ph, ceilings=basis.request_ceilings(ph), diagnoses=diagnoses)
     return sentences, diagnoses, basis.placement_sentence()
 
@@ -500,7 +511,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     if stored is None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
-    waits = runner_waits_of(db, rec)
+    waits = runner_waits_of(db, rec, ph)
     ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
     waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None

@@ -21,7 +21,7 @@ def test_the_waterfall_names_the_prompt_cache_save(tmp_path: Path) -> None:
     assert named == "runner: prompt-cache save 1,362 MiB +2 more" and "queue" not in bars
     assert 1500 < bars[named][1] < 1800  # ms: the 1.65 s between the request and its prefill
     # Every diagnosis (the detail words the most important one among its sentences, the others below them).
-    codes = [x.code for x in explain(path, d.record, d.phases, runner_waits_of(path, d.record))[1]]
+    codes = [x.code for x in explain(path, d.record, d.phases, runner_waits_of(path, d.record, d.phases))[1]]
     assert "ttft_runner_wait" in codes and "ttft_queue" not in codes, codes
     assert not any("waiting for a slot" in s for s in d.sentences), d.sentences
 
