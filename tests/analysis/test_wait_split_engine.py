@@ -1,0 +1,48 @@
+"""The interference verdict on the real llama.cpp runner (Gemma 3 270M on the CPU, two slots, ``python -m sim
+--engine llama-server``) through the recording proxy: a long prompt streamed and a short chat sent while it is
+read. llama-server fills each batch with the long prompt's slot first, so the short task waits for those batches
+and its tokens come between them; the verdict must name the long prompt and the time it cost, not the short
+request's own prompt or a slow decode."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from analysis.diagnose import INTERFERENCE
+from tests.support.engine_process import GREEDY, MODEL, start_server_engine, words_prompt
+from tests.support.proxy_thread import ProxyThread, run_proxy
+from tests.support.wait_split_cases import codes, computed_prompt, long_then_short, send, verdicts
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(300)]
+
+LONG_WORDS = 2000  # ~2,000 tokens: several seconds of prefill on 2 CPU threads, well under a minute
+
+
+def body(prompt: str, num_predict: int) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": prompt, "stream": True, "options": {"num_predict": num_predict, **GREEDY}}
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Iterator[ProxyThread]:
+    with start_server_engine("--num-parallel", "2") as sim, run_proxy(sim.base_url) as p:
+        send(p, body("warm up", 2), [])
+        yield p
+
+
+def test_short_chat_during_a_long_prompt_on_the_real_runner(proxy: ProxyThread) -> None:
+    long, short = long_then_short(proxy, body(words_prompt(LONG_WORDS, seed=31), 8), body("Say hello.", 24), gap_s=1.0)
+    split, ds = verdicts(short, [long], 2)
+    print(split)
+    print([d.sentence for d in ds])
+    assert split.queue_s == 0.0  # the other slot was free
+    assert split.hits and split.hits[0].other.id == long.id
+    hit = [d for d in ds if d.code == INTERFERENCE]
+    assert len(hit) == 1, [d.sentence for d in ds]
+    assert f"{computed_prompt(long):,}-token prompt" in hit[0].sentence
+    assert hit[0].numbers["lost_s"] >= 1.0
+    assert not codes(ds) & {"ttft_prompt", "decode_slow", "ttft_runner_wait", "ttft_wait_unexplained", "ttft_queue"}
+    _, long_ds = verdicts(long, [short], 2)
+    assert INTERFERENCE not in codes(long_ds), [d.sentence for d in long_ds]
