@@ -110,6 +110,8 @@ class WaitSplit:
     runner_wait_s: float  # the runner's own work, as far as its own lines span
     unexplained_s: float  # what nothing measured explains
     hits: tuple[Hit, ...] = field(default_factory=tuple)  # other prefills that weighed on it, costliest first
+    # The wait before its prompt in time order: (QUEUE | BATCH | RUNNER | UNEXPLAINED, start, end), wall-clock s.
+    pieces: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def interference_s(self) -> float:
@@ -135,38 +137,67 @@ def _neighbours(me: Busy, others: Sequence[Busy], limit: int) -> list[Busy]:
     return near[:limit]
 
 
-def _before_prefill(
-    me: Busy, others: Sequence[Busy], n_slots: int | None
-) -> tuple[float, float | None, dict[str, float], dict[str, float], float]:
-    """(wait, queue, seconds each holder held a slot while it queued, seconds each other prompt was read while a
-    slot was free, free time): swept over the pieces between every boundary of the others' intervals."""
-    if me.prefill is None:
-        return 0.0, None, {}, {}, 0.0
+@dataclass
+class _Sweep:
+    """The time before one prompt, swept over the pieces between every boundary of the others' intervals."""
+
+    queue: float = 0.0
+    free: float = 0.0
+    held_by: dict[str, float] = field(default_factory=dict)  # seconds each holder held a slot while it queued
+    batch_by: dict[str, float] = field(default_factory=dict)  # seconds each other prompt was read, a slot free
+    pieces: list[tuple[str, float, float]] = field(default_factory=list)  # (QUEUE | BATCH | FREE, start, end)
+
+    def add(self, kind: str, t0: float, t1: float) -> None:
+        if self.pieces and self.pieces[-1][0] == kind and self.pieces[-1][2] == t0:
+            self.pieces[-1] = (kind, self.pieces[-1][1], t1)
+        else:
+            self.pieces.append((kind, t0, t1))
+
+
+QUEUE, BATCH, RUNNER, UNEXPLAINED = "queue", "batch", "runner", "unexplained"  # the kinds of a piece of the wait
+
+
+def _before_prefill(me: Busy, others: Sequence[Busy], n_slots: int | None) -> _Sweep:
+    sweep = _Sweep()
+    if me.prefill is None or me.prefill[0] <= me.wait_start_s:
+        return sweep
     a, b = me.wait_start_s, me.prefill[0]
-    if b <= a:
-        return 0.0, 0.0 if n_slots else None, {}, {}, 0.0
     cuts = {a, b}
     for o in others:
         for iv in (o.held, o.prefill):
             if iv is not None:
                 cuts.update(t for t in iv if a < t < b)
     edges = sorted(cuts)
-    queue, free = 0.0, 0.0
-    held_by: dict[str, float] = {}
-    batch_by: dict[str, float] = {}
     for t0, t1 in itertools.pairwise(edges):
         mid, d = (t0 + t1) / 2, t1 - t0
         holders = [o for o in others if _inside(mid, o.held)]
         reading = [o for o in others if _inside(mid, o.prefill)]
         if n_slots and len(holders) >= n_slots:
-            queue += d
+            sweep.queue += d
             for o in holders:
-                held_by[o.id] = held_by.get(o.id, 0.0) + d
-        elif reading:
-            batch_by[reading[0].id] = batch_by.get(reading[0].id, 0.0) + d
+                sweep.held_by[o.id] = sweep.held_by.get(o.id, 0.0) + d
+            sweep.add(QUEUE, t0, t1)
+        elif reading and (n_slots or not holders):  # slots unknown and some held: a queue cannot be ruled out
+            sweep.batch_by[reading[0].id] = sweep.batch_by.get(reading[0].id, 0.0) + d
+            sweep.add(BATCH, t0, t1)
         else:
-            free += d
-    return b - a, (queue if n_slots else None), held_by, batch_by, free
+            sweep.free += d
+            sweep.add(UNEXPLAINED, t0, t1)
+    return sweep
+
+
+def _name_runner(pieces: list[tuple[str, float, float]], runner_s: float) -> list[tuple[str, float, float]]:
+    """The free pieces nearest the prompt, ``runner_s`` of them, named the runner's (its work comes just before it)."""
+    out: list[tuple[str, float, float]] = []
+    left = runner_s
+    for kind, t0, t1 in reversed(pieces):
+        if kind == UNEXPLAINED and left > 0:
+            cut = max(t0, t1 - left)
+            left -= t1 - cut
+            out += [(RUNNER, cut, t1)] + ([(UNEXPLAINED, t0, cut)] if cut > t0 else [])
+        else:
+            out.append((kind, t0, t1))
+    return out[::-1]
 
 
 def _decode_lost(me: Busy, prefills: Sequence[tuple[str, Interval]]) -> dict[str, float] | None:
@@ -219,10 +250,13 @@ def split_wait(
     is told). ``runner_named``: the runner's own lines named work for this task before its prompt; ``runner_span_s``:
     how long those lines span, where their timestamps are known (None: not known, so the free remainder)."""
     near = _neighbours(me, others, max_neighbours)
-    wait, queue, held_by, batch_by, free = _before_prefill(me, near, n_slots)
+    sweep = _before_prefill(me, near, n_slots)
+    wait = me.prefill[0] - me.wait_start_s if me.prefill is not None else 0.0
+    free = sweep.free
     runner = 0.0
     if runner_named:
         runner = free if runner_span_s is None else min(max(runner_span_s, 0.0), free)
+    held_by, batch_by = sweep.held_by, sweep.batch_by
     by_id = {o.id: o for o in near}
     holders = tuple(sorted((by_id[i] for i in held_by), key=lambda o: -held_by[o.id]))
     prefills = [(o.id, o.prefill) for o in near if o.prefill is not None]
@@ -230,7 +264,16 @@ def split_wait(
     decode_lost = _decode_lost(me, prefills) if decode is not None else None
     hits = [h for oid, p in prefills if (h := _hit(me, by_id[oid], p, decode, batch_by.get(oid, 0.0), decode_lost)) is not None]
     hits.sort(key=lambda h: -h.lost_s)
-    return WaitSplit(wait, queue, holders, sum(batch_by.values()), runner, free - runner, tuple(hits))
+    return WaitSplit(
+        max(wait, 0.0),
+        sweep.queue if n_slots else None,
+        holders,
+        sum(batch_by.values()),
+        runner,
+        free - runner,
+        tuple(hits),
+        tuple(_name_runner(sweep.pieces, runner)),
+    )
 
 
 def split_for(

@@ -18,7 +18,7 @@ from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, waits_label
-from analysis.wait_split import WaitSplit, split_for
+from analysis.wait_split import BATCH, QUEUE, RUNNER, UNEXPLAINED, WaitSplit, split_for
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
@@ -257,12 +257,47 @@ def _before_prefill_label(waits: TaskWaits | None) -> str:
     return f"runner: {named}" if named else "queue"
 
 
+WAIT_LABELS = {QUEUE: "queue", BATCH: "waiting for another request's batches", UNEXPLAINED: "wait (unexplained)"}
+
+
+def _wait_points(
+    rec: RequestRecord, ph: Phases, waits: TaskWaits | None, split: WaitSplit | None
+) -> list[tuple[str, int | None, int | None]]:
+    """The bars between load and prefill: one, named after the runner's lines, without a split; with one, a bar per
+    part in time order (the runner's part named after its lines)."""
+    if split is None or not split.pieces:
+        return [(_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns)]
+
+    def ns(t_s: float) -> int:
+        return rec.received_ns + round((t_s - rec.started_at_unix_s) * 1e9)
+
+    runner = _before_prefill_label(waits)
+    return [(runner if kind == RUNNER else WAIT_LABELS[kind], ns(t0), ns(t1)) for kind, t0, t1 in split.pieces]
+
+
+def neighbour_spans(rec: RequestRecord, split: WaitSplit | None) -> list[Span]:
+    """Each other request's prefill that weighed on this one, drawn beside it (ms since this one was received)."""
+    if split is None:
+        return []
+    out = []
+    for h in split.hits:
+        if h.other.prefill is None or h.lost_s <= 0:
+            continue
+        a, b = ((t - rec.started_at_unix_s) * 1000 for t in h.other.prefill)
+        size = f"{h.other.prompt_tokens:,}-token " if h.other.prompt_tokens else ""
+        # Its size only: the model is this one's (the same runner), and a client's text never goes into a label.
+        out.append(Span(f"another request's prefill: {size}prompt", max(a, 0.0), b))
+    return out
+
+
 def waterfall_spans(
-    rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None
+    rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None, split: WaitSplit | None = None
 ) -> tuple[list[Span], list[Span], float | None]:
     """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
     the request. A thinking model's decode is split at its first answer token. ``waits``: what the runner said it
-    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it."""
+    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it. ``split``
+    (``analysis.wait_split``): the time before prefill drawn in its parts (queue, another request's batches, the
+    runner's own work, unexplained) instead of one bar."""
 
     def rel(ns: int) -> float:
         return (ns - rec.received_ns) / 1e6
@@ -275,7 +310,7 @@ def waterfall_spans(
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
         if ph.queue_source in timed:
-            points.append((_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns))
+            points += _wait_points(rec, ph, waits, split)
     if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
     if ph.decode_source in timed:
@@ -512,8 +547,10 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
     waits = runner_waits_of(db, rec, ph)
-    ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
-    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
+    ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0], waits[1])
+    waterfall = charts.phase_waterfall_figure(
+        ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}", others=neighbour_spans(rec, waits[1])
+    )
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses, placement = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)

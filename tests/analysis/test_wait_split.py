@@ -98,3 +98,11 @@ def _rec() -> RequestRecord:
         stream=True,
         outcome=Outcome.OK,
     )
+
+
+def test_slots_unknown_a_wait_beside_anothers_prefill_is_not_called_interference() -> None:
+    long = busy("long", 0.0, (0.0, 8.0), 9.0, tokens=4000)
+    me = busy("me", 1.0, (9.0, 9.2), 12.0)
+    split = split_wait(me, [long], n_slots=None)  # one slot or two: not known, so it may have been a queue
+    assert split.queue_s is None and split.batch_wait_s == 0.0 and split.hits == ()
+    assert split.unexplained_s == pytest.approx(8.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +19,13 @@ import pytest
 from analysis.diagnose import INTERFERENCE
 from analysis.phases import split_record
 from analysis.records import RequestRecord
+from pages.requests.view import build_detail
+from pages.shared.charts import OTHERS_ROW
+from pages.why.view import build_why, why_json
 from sim.tokens import make_prompt
 from tests.support.proxy_thread import ProxyThread, run_proxy
 from tests.support.sim_process import SimFactory, SimProcess
-from tests.support.wait_split_cases import codes, computed_prompt, long_then_short, saved_state, send, verdicts
+from tests.support.wait_split_cases import codes, computed_prompt, long_then_short, saved_state, send, verdicts, write_store
 
 pytestmark = pytest.mark.slow
 
@@ -122,3 +126,25 @@ def test_one_slot_four_at_once_queue_is_the_wait_behind_the_others(one_slot: Pro
         assert "ttft_runner_wait" not in codes(ds)
         assert "ttft_queue" in codes(ds), [d.sentence for d in ds]
     assert queued >= 2
+
+
+def test_requests_detail_and_why_tell_it_from_the_store(two_slots: ProxyThread, tmp_path: Path) -> None:
+    """The same pair written to a real store: the Requests detail draws the other prefill beside the short request
+    and its wait for those batches in red, and Why and the report count the verdict."""
+    long, short = pair(two_slots, gap_s=0.4)
+    path = write_store(tmp_path / "data", [long, short], model=MODEL, n_slots=2)
+    d = build_detail(path, short.id)
+    assert d is not None
+    names = [t.name for t in d.waterfall.data]
+    assert "waiting for another request's batches" in names, names
+    beside = [t for t in d.waterfall.data if t.y[0] == OTHERS_ROW]
+    assert [t.name for t in beside] == [f"another request's prefill: {computed_prompt(long):,}-token prompt"]
+    # The most important verdict is worded among the detail's sentences, the rest listed below them.
+    told = [*d.sentences, *(x.sentence for x in d.diagnoses)]
+    assert sum(t.startswith("Another request slowed this one by") for t in told) == 1, told
+    long_detail = build_detail(path, long.id)
+    assert long_detail is not None and OTHERS_ROW not in [t.y[0] for t in long_detail.waterfall.data]
+    why = build_why(path, MODEL, now_unix_s=time.time(), window_s=3600)
+    assert why is not None
+    verdicts_by_code = {v["code"]: v for v in why_json(why)["verdicts"]}
+    assert list(verdicts_by_code[INTERFERENCE]["by_request"]) == [short.id]

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.phases import split_record
-from analysis.records import RequestRecord
+from analysis.records import RequestRecord, RunnerFlags
 from analysis.runner_waits import TaskWaits
 from analysis.wait_split import WaitSplit, split_for
 from collectors.proxy.recording import RECORD_ID_HEADER
+from store.ops import PutRequest, PutRunners
+from store.schema import db_path
+from store.writer import StoreWriter
 from tests.support.proxy_thread import ProxyThread
 
 
@@ -68,3 +72,23 @@ def codes(ds: list[Diagnosis]) -> set[str]:
 def computed_prompt(rec: RequestRecord) -> int:
     ph = split_record(rec)
     return (ph.prompt_tokens or 0) - (ph.cached_tokens or 0)
+
+
+def write_store(data_dir: Path, records: list[RequestRecord], *, model: str, n_slots: int) -> Path:
+    """The records as the collector writes them, beside the runner that served them (its -np), in a real SQLite
+    store the pages read."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = db_path(data_dir)
+    w = StoreWriter(path)
+    try:
+        for rec in records:
+            w.write(PutRequest(rec))
+        runner = RunnerFlags(
+            ts_unix_s=time.time(), pid=4242, port=0, kind="llama-server", digest=None, model=model,
+            ctx_size_tokens=None, parallel=n_slots, batch_tokens=None, ubatch_tokens=None, cache_type_k=None,
+            cache_type_v=None, flash_attn=None, gpu_layers=None, threads=None,
+        )  # fmt: skip
+        w.write(PutRunners([runner]))
+    finally:
+        w.close()
+    return path
