@@ -413,12 +413,15 @@ def _interference(phases: Phases, split: WaitSplit | None) -> Diagnosis | None:
         "other_prompt_tokens": float(worst.other.prompt_tokens or 0),
         "decode_overlap_s": sum(h.decode_overlap_s for h in split.hits),
     }
-    said = [
-        f"{who(h.other)} read its prompt on the same runner and cost it {w.secs(h.lost_s)}: {_hit_words(h)}"
-        for h in split.hits
-        if h.lost_s > 0
-    ]
-    text = f"Another request slowed this one by {w.secs(lost)}: " + "; ".join(said) + f". What changes it: {INTERFERENCE_FIX}."
+    costly = [h for h in split.hits if h.lost_s > 0]
+    if len(costly) == 1:
+        said = f"{who(costly[0].other)}: {_hit_words(costly[0])}"
+    else:
+        said = "; ".join(f"{who(h.other)}, {w.secs(h.lost_s)} ({_hit_words(h)})" for h in costly)
+    text = (
+        f"Another request's prompt, read on the same runner, cost this one {w.secs(lost)}: {said}. "
+        f"What changes it: {INTERFERENCE_FIX}."
+    )
     return Diagnosis(INTERFERENCE, Severity.WARNING, text, nums)
 
 

@@ -79,6 +79,7 @@ class Card:
     slots: int | None = None  # queued: its model's slots (the runner's -np), None when not known
     slots_busy: int | None = None  # queued: how many of its model's generations a slot works on now
     runner_waits: str | None = None  # finished: what the runner did before reading the prompt, in its own words
+    slowed_by: str | None = None  # running: another request's prompt being read beside it now (pages.live.slowed)
 
     @property
     def key(self) -> str:

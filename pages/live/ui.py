@@ -199,6 +199,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             f"{fmt.md_escape(fmt.label(card.endpoint))} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
+        if card.slowed_by:  # another request's prompt read beside it now (pages.live.slowed)
+            st.warning(fmt.md_escape(card.slowed_by), icon=":material/hourglass_top:")
         waiting = wait_caption(card, last_load_s)
         if waiting is not None:
             st.caption(waiting)

@@ -23,6 +23,7 @@ from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers
 from analysis.runner_waits import TaskWaits
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.live.queue import ModelQueue, SlotCount, queue_cards
+from pages.live.slowed import slowed_cards
 from pages.live.timeline import (
     InFlightView,
     assign_lanes,
@@ -34,6 +35,7 @@ from pages.live.timeline import (
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis, placement_of
 from pages.shared.derive import Band, Interval
+from pages.shared.slot_count import num_parallel_setting
 from store import queries
 from store.tables import RequestSummary
 
@@ -203,10 +205,13 @@ def _ollama_queued(text: str | None) -> dict[str, int] | None:
 def _slots(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, SlotCount]:
     """Each running model's slot count, from the command line of the runner that serves it (-np)."""
     found: dict[str, SlotCount] = {}
+    setting = num_parallel_setting(queries.ollama_settings(conn)) if in_flight else None
     for model in {r.model for r in in_flight}:
         runner = queries.runner_for(conn, model, None)
         if runner is not None and runner.parallel:
             found[model] = SlotCount(runner.parallel, "the runner's -np")
+        elif setting is not None:
+            found[model] = SlotCount(setting, "OLLAMA_NUM_PARALLEL, from Ollama's start line")
     return found
 
 
@@ -433,6 +438,7 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes, served)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
+    running = slowed_cards(running, snap.slots, now_unix_s)
     done = finished_cards(snap.recent, now_unix_s, waits=snap.waits)
     strip = replace(now_strip(running, snap.recent, now_unix_s), waiting=sum(q.waiting for q in queues))
     return CardsModel(

@@ -23,6 +23,7 @@ from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.charts import Span
+from pages.shared.slot_count import slot_count
 from store import queries
 from store.export import CSV_LINE_END, csv_cell
 from store.queries import StoredRequest
@@ -391,8 +392,9 @@ class Headline:
     help: str | None = None
 
 
-def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
-    """The detail's top row: the waits and phases that matter for this kind of request."""
+def headlines(rec: RequestRecord, ph: Phases, split: WaitSplit | None = None) -> list[Headline]:
+    """The detail's top row: the waits and phases that matter for this kind of request. ``split``: the wait before
+    prefill in its parts (analysis.wait_split); then "Queue" is only the time every slot held another task."""
     out: list[Headline] = []
     if rec.kind in (RequestKind.LOAD, RequestKind.UNLOAD):
         out.append(Headline("Kind", str(rec.kind), "An empty prompt: Ollama only loads (or unloads) the model."))
@@ -420,11 +422,34 @@ def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
     out.append(Headline("Total (client)", fmt.seconds(ph.client_s)))
     out.append(Headline("Load", fmt.seconds(ph.load_s), _source_help(ph.load_source)))
     if rec.kind is RequestKind.GENERATE:
-        out.append(Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source)))
+        out += _wait_headlines(ph, split)
     if rec.kind in (RequestKind.GENERATE, RequestKind.EMBED):
         out.append(Headline("Prefill", fmt.seconds(ph.prefill_s), _source_help(ph.prefill_source)))
     if rec.kind is RequestKind.GENERATE:
         out.append(Headline("Decode", fmt.seconds(ph.decode_s), _source_help(ph.decode_source)))
+    return out
+
+
+def _wait_headlines(ph: Phases, split: WaitSplit | None) -> list[Headline]:
+    """The wait before prefill: Ollama's one figure, or with the split its queue for a slot and, where other
+    requests' prompts held it back, that wait beside it."""
+    if split is None or split.queue_s is None or not split.pieces:
+        return [Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source))]
+    help_text = (
+        f"Every slot of the runner held another request's task for this long, of the {fmt.seconds(split.wait_s)} "
+        "before its prompt was read (the rest is drawn in the waterfall: other requests' batches, the runner's own "
+        "work, what nothing explains)."
+    )
+    out = [Headline("Queue", fmt.seconds(split.queue_s), help_text)]
+    if split.batch_wait_s > 0:
+        out.append(
+            Headline(
+                "Behind others' prompts",
+                fmt.seconds(split.batch_wait_s),
+                "A slot was free, but another request's prompt was being read on the same runner: its task waited "
+                "for those batches to end.",
+            )
+        )
     return out
 
 
@@ -510,12 +535,11 @@ def runner_waits_of(db: Path, rec: RequestRecord, ph: Phases | None = None) -> t
     end_ns = rec.final_chunk_ns or rec.closed_ns or rec.received_ns
     try:
         waits = queries.request_waits(conn, [rec.id]).get(rec.id)
-        runner = queries.runner_for(conn, rec.model, None)
+        slots = slot_count(conn, rec.model, waits)
         # Its neighbours: every request alive between its arrival and its end (a slot holder started before it).
         around = queries.requests_in_window(conn, rec.started_at_unix_s, rec.wall_s(end_ns) + 1.0, limit=SPLIT_NEIGHBOURS)
     finally:
         conn.close()
-    slots = runner.parallel if runner is not None and runner.parallel else waits.n_slots if waits is not None else None
     named = waits is not None and bool(waits.before_prefill())
     if ph is None:
         return waits, None
@@ -563,7 +587,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         rates=rates_frame(rec, ph),
         sources=sources_frame(ph),
         thinking=thinking_frame(ph),
-        headlines=headlines(rec, ph),
+        headlines=headlines(rec, ph, waits[1]),
         sentences=sentences,
         placement=placement,
         # A cut prompt and an ignored num_ctx are worded once, by their flags (with the fix).

@@ -450,7 +450,9 @@ def phase_waterfall_figure(
     fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
     order = ["client saw (proxy)", "Ollama reported", *([OTHERS_ROW] if others else [])]
     fig.update_yaxes(categoryorder="array", categoryarray=order)
-    _base_layout(fig, title, 300 + (60 if others else 0), "waterfall")
+    _base_layout(fig, title, 300 + (110 if others else 0), "waterfall")
+    if others:  # a longer legend: below the axis, where its rows cannot cover the title
+        fig.update_layout(legend={"yanchor": "top", "y": -0.3}, margin={"b": 110})
     # Labels that do not fit their bar are hidden rather than shrunk to nothing (the legend and hover name them).
     fig.update_layout(hovermode="closest", uniformtext={"minsize": 10, "mode": "hide"})
     return fig

@@ -65,6 +65,7 @@ from analysis.story import (
 from analysis.wait_split import WaitSplit, split_for
 from pages.shared import fmt
 from pages.shared.basis import BasisReads, ModelBasis, latest_gpus, model_basis, rate_samples, read_basis
+from pages.shared.slot_count import num_parallel_setting
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
@@ -413,6 +414,8 @@ def _split(rec: RequestRecord, ph: Phases, reads: _StoreReads) -> WaitSplit:
     slots = reads.runner.parallel if reads.runner is not None and reads.runner.parallel else None
     if slots is None and waits is not None:
         slots = waits.n_slots
+    if slots is None:
+        slots = num_parallel_setting(reads.server_settings)
     named = waits is not None and bool(waits.before_prefill())
     return split_for(rec, ph, [(s.record, s.phases) for s in reads.recent], n_slots=slots, runner_named=named)
 

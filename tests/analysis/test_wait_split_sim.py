@@ -137,11 +137,13 @@ def test_requests_detail_and_why_tell_it_from_the_store(two_slots: ProxyThread, 
     assert d is not None
     names = [t.name for t in d.waterfall.data]
     assert "waiting for another request's batches" in names, names
+    tiles = {h.label: h.value for h in d.headlines}
+    assert tiles["Queue"] == "0.0 ms" and "Behind others' prompts" in tiles, tiles
     beside = [t for t in d.waterfall.data if t.y[0] == OTHERS_ROW]
     assert [t.name for t in beside] == [f"another request's prefill: {computed_prompt(long):,}-token prompt"]
     # The most important verdict is worded among the detail's sentences, the rest listed below them.
     told = [*d.sentences, *(x.sentence for x in d.diagnoses)]
-    assert sum(t.startswith("Another request slowed this one by") for t in told) == 1, told
+    assert sum(t.startswith("Another request's prompt, read on the same runner, cost this one") for t in told) == 1, told
     long_detail = build_detail(path, long.id)
     assert long_detail is not None and OTHERS_ROW not in [t.y[0] for t in long_detail.waterfall.data]
     why = build_why(path, MODEL, now_unix_s=time.time(), window_s=3600)
