@@ -19,10 +19,14 @@ import pytest
 from analysis.diagnose import INTERFERENCE
 from analysis.phases import split_record
 from analysis.records import RequestRecord
+from collectors.metrics import RequestStats
+from collectors.wait_metrics import WaitSplits
 from pages.requests.view import build_detail
 from pages.shared.charts import OTHERS_ROW
 from pages.why.view import build_why, why_json
 from sim.tokens import make_prompt
+from store.rows import request_row
+from store.tables import PHASES_VERSION
 from tests.support.proxy_thread import ProxyThread, run_proxy
 from tests.support.sim_process import SimFactory, SimProcess
 from tests.support.wait_split_cases import codes, computed_prompt, long_then_short, saved_state, send, verdicts, write_store
@@ -126,6 +130,16 @@ def test_one_slot_four_at_once_queue_is_the_wait_behind_the_others(one_slot: Pro
         assert "ttft_runner_wait" not in codes(ds)
         assert "ttft_queue" in codes(ds), [d.sentence for d in ds]
     assert queued >= 2
+    # /metrics takes the same split, from the stored rows in the order they finished (the collector's own order).
+    stats = RequestStats(waits=WaitSplits(lambda _model: 1))
+    splits = {rec.id: verdicts(rec, [o for o in recs if o.id != rec.id], 1)[0] for rec in recs}
+    for rec in sorted(recs, key=lambda r: r.final_chunk_ns or 0):
+        stats.observe(request_row(rec, split_record(rec), time.time(), PHASES_VERSION))
+    queue = [h for (name, _), h in stats.histograms.items() if name == "phasewatch_request_slot_queue_seconds"]
+    interference = [h for (name, _), h in stats.histograms.items() if name == "phasewatch_request_interference_seconds"]
+    assert sum(h.count for h in queue) == 4
+    assert sum(h.total for h in queue) == pytest.approx(sum(s.queue_s or 0.0 for s in splits.values()), rel=QUEUE_AGREEMENT)
+    assert sum(h.total for h in interference) < 0.05 * sum(h.total for h in queue)
 
 
 def test_requests_detail_and_why_tell_it_from_the_store(two_slots: ProxyThread, tmp_path: Path) -> None:

@@ -84,14 +84,13 @@ def in_flight(db: str) -> int:
 
 
 def short_request_id(db: str) -> str | None:
+    """The newest request (the short chat), once it finished."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        row = conn.execute(
-            "SELECT id FROM requests WHERE outcome != 'in_flight' ORDER BY started_at_unix_s DESC LIMIT 1"
-        ).fetchone()
+        row = conn.execute("SELECT id, outcome FROM requests ORDER BY started_at_unix_s DESC LIMIT 1").fetchone()
     finally:
         conn.close()
-    return str(row[0]) if row else None
+    return str(row[0]) if row and row[1] != "in_flight" else None
 
 
 def test_the_short_chat_is_told_slowed_on_live_and_requests(stack: tuple[str, str, str], page: Page) -> None:
