@@ -371,10 +371,8 @@ INTERFERENCE = "interference"  # the code of a request slowed by another request
 INTERFERENCE_MIN_S = 0.5
 INTERFERENCE_MIN_FRACTION = 0.10
 INTERFERENCE_FIX = (
-    "fewer parallel slots (OLLAMA_NUM_PARALLEL) keep a long prompt from sharing the runner's batches; a smaller batch "
-    "(llama-server's -b/-ub, Ollama's num_batch) cuts a long prompt into shorter steps, so neighbours wait less per "
-    "step at the cost of the long prompt's own speed (chunked prefill); or a separate runner (another model name or "
-    "server) for long documents keeps them off the chats' runner"
+    "fewer parallel slots (OLLAMA_NUM_PARALLEL); a smaller batch (-b/-ub, Ollama's num_batch: chunked prefill trades "
+    "the long prompt's speed for its neighbours'); or a separate runner for long documents"
 )
 
 
@@ -417,7 +415,10 @@ def _interference(phases: Phases, split: WaitSplit | None) -> Diagnosis | None:
     if len(costly) == 1:
         said = f"{who(costly[0].other)}: {_hit_words(costly[0])}"
     else:
-        said = "; ".join(f"{who(h.other)}, {w.secs(h.lost_s)} ({_hit_words(h)})" for h in costly)
+        # The two costliest in full, the rest counted: a sentence a page shows whole (fmt.SENTENCE_MAX_CHARS).
+        said = "; ".join(f"{who(h.other)}, {w.secs(h.lost_s)} ({_hit_words(h)})" for h in costly[:2])
+        if len(costly) > 2:
+            said += f"; and {len(costly) - 2} more, {w.secs(sum(h.lost_s for h in costly[2:]))} together"
     text = (
         f"Another request's prompt, read on the same runner, cost this one {w.secs(lost)}: {said}. "
         f"What changes it: {INTERFERENCE_FIX}."

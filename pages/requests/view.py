@@ -444,7 +444,7 @@ def _wait_headlines(ph: Phases, split: WaitSplit | None) -> list[Headline]:
     if split.batch_wait_s > 0:
         out.append(
             Headline(
-                "Behind others' prompts",
+                "Behind others",
                 fmt.seconds(split.batch_wait_s),
                 "A slot was free, but another request's prompt was being read on the same runner: its task waited "
                 "for those batches to end.",

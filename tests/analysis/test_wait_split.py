@@ -106,3 +106,14 @@ def test_slots_unknown_a_wait_beside_anothers_prefill_is_not_called_interference
     split = split_wait(me, [long], n_slots=None)  # one slot or two: not known, so it may have been a queue
     assert split.queue_s is None and split.batch_wait_s == 0.0 and split.hits == ()
     assert split.unexplained_s == pytest.approx(8.0)
+
+
+def test_many_neighbours_the_sentence_stays_whole() -> None:
+    """Five long prompts read beside one chat: the two costliest told in full, the rest counted, under the 600
+    characters a page shows of a sentence (pages.shared.fmt.SENTENCE_MAX_CHARS)."""
+    others = [busy(f"o{i}", 0.0, (i * 2.0, i * 2.0 + 2.0), 12.0, tokens=4000 + i) for i in range(5)]
+    me = busy("me", 0.5, (10.5, 10.6), 20.0, tokens=20)
+    split = split_wait(me, others, n_slots=8)
+    ph = Phases(ttft_s=10.1, prefill_s=0.1, client_s=19.5, total_s=19.5, prompt_tokens=20, output_tokens=40)
+    (d,) = [x for x in diagnose_request(_rec(), ph, split=split) if x.code == INTERFERENCE]
+    assert "and 3 more" in d.sentence and len(d.sentence) <= 600, (len(d.sentence), d.sentence)

@@ -152,7 +152,7 @@ def test_requests_detail_and_why_tell_it_from_the_store(two_slots: ProxyThread, 
     names = [t.name for t in d.waterfall.data]
     assert "waiting for another request's batches" in names, names
     tiles = {h.label: h.value for h in d.headlines}
-    assert tiles["Queue"] == "0.0 ms" and "Behind others' prompts" in tiles, tiles
+    assert tiles["Queue"] == "0.0 ms" and "Behind others" in tiles, tiles
     beside = [t for t in d.waterfall.data if t.y[0] == OTHERS_ROW]
     assert [t.name for t in beside] == [f"another request's prefill: {computed_prompt(long):,}-token prompt"]
     # The most important verdict is worded among the detail's sentences, the rest listed below them.
