@@ -13,23 +13,13 @@ from collections.abc import Callable
 
 from analysis.model_names import parse_model_name
 from analysis.wait_split import Busy, WaitSplit, split_wait
+from store.rows import busy_of_row
 from store.tables import RequestRow
 
 MAX_RECENT = 64  # finished rows kept per model: more than any runner's slots times a queue anyone waits in
 MAX_MODELS = 64  # models kept at once
 
 SlotsOf = Callable[[str], int | None]  # model → its runner's slot count (None: not known)
-
-
-def busy_of_row(row: RequestRow) -> Busy | None:
-    """A stored row's intervals; None without a prefill (a load, a failure before its prompt)."""
-    p0, p1, end = row.prefill_start_unix_s, row.decode_start_unix_s, row.decode_end_unix_s
-    if p0 is None or p1 is None or end is None or p1 < p0 or end < p0:
-        return None
-    wait_start = p0 - row.queue_s if row.queue_s is not None and row.queue_s > 0 else p0  # load end (Ollama's queue)
-    tokens = row.computed_prompt_tokens
-    # No names kept: /metrics says no sentence, and a client's 50 KB model name must not be held 64 times.
-    return Busy(row.id, "", None, tokens, wait_start, (p0, p1), (p0, end), (), row.started_at_unix_s)
 
 
 def _model_key(model: str) -> bytes:
@@ -46,7 +36,7 @@ class WaitSplits:
         self._recent: OrderedDict[bytes, deque[Busy]] = OrderedDict()
 
     def split(self, row: RequestRow) -> WaitSplit | None:
-        me = busy_of_row(row)
+        me = busy_of_row(row, names=False)
         if me is None:
             return None
         key = _model_key(row.model)

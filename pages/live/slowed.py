@@ -11,9 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from analysis.model_names import same_model, value_for_model
+from analysis.records import Outcome
 from analysis.wait_split import Busy, split_wait
-from pages.live.cards import Card
+from pages.live.cards import FINISHED_KEEP_S, Card
 from pages.live.queue import SlotCount
+from store.rows import busy_of_row
+from store.tables import RequestSummary
 
 NOW_EPS_S = 1e-3  # an interval still open is drawn up to just past now, so "now" lies inside it
 SLOWED_PHASES = ("waiting", "prefill", "decoding")  # the phases another prompt can hold back (a queued card queues)
@@ -73,4 +76,30 @@ def slowed_cards(cards: Sequence[Card], slots: Mapping[str, SlotCount], now_unix
         view = next(o.prefill for o in reading if o.request_id == hit.other.id)
         estimated = view is not None and view.size_estimated
         out.append(replace(card, slowed_by=slowed_words(hit.other.prompt_tokens, estimated)))
+    return out
+
+
+def finished_phases(
+    rows: Sequence[RequestSummary], slots: Mapping[str, SlotCount], now_unix_s: float, keep_s: float = FINISHED_KEEP_S
+) -> dict[str, dict[str, float]]:
+    """Each finished row's wait before prefill in its parts (``analysis.wait_split``, against the other rows of its
+    model), for its card's phase bar: "queue" only while every slot held another task, "behind others" while
+    another prompt was read with a slot free, "before prefill" the rest (the runner's work, or unexplained).
+    Only rows that ended in the last ``keep_s`` (those with a card); rows whose model's slot count is not known
+    keep Ollama's one queue figure (absent here)."""
+    busy = {r.id: b for r in rows if (b := busy_of_row(r)) is not None}
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        me = busy.get(r.id)
+        known = value_for_model(dict(slots), r.model)
+        ended = r.ended_at_unix_s
+        if me is None or known is None or r.outcome is Outcome.IN_FLIGHT or ended is None or now_unix_s - ended > keep_s:
+            continue
+        others = [busy[o.id] for o in rows if o.id in busy and o.id != r.id and same_model(o.model, r.model)]
+        split = split_wait(me, others, n_slots=known.slots)
+        out[r.id] = {
+            "queue": split.queue_s or 0.0,
+            "behind others": split.batch_wait_s,
+            "before prefill": split.runner_wait_s + split.unexplained_s,
+        }
     return out

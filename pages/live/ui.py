@@ -16,7 +16,15 @@ from pages.live.queue import ModelQueue, queue_caption
 from pages.live.view import CardsModel, LiveModel
 from pages.shared import fmt
 
-PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
+# "behind others": another request's prompt read with a slot free; "before prefill": the runner's work or unexplained.
+PHASE_MD_COLOURS = {
+    "queue": "gray",
+    "behind others": "red",
+    "before prefill": "orange",
+    "load": "violet",
+    "prefill": "blue",
+    "decode": "green",
+}
 PHASE_WORDS = {
     "queued": "waiting for a free slot",
     "other_load": "waiting for another model to load",
@@ -63,7 +71,7 @@ def phase_bar(phase_s: dict[str, float], width: int = 40) -> str:
     if total <= 0:
         return ""
     parts = []
-    for name in ("queue", "load", "prefill", "decode"):
+    for name in ("queue", "behind others", "before prefill", "load", "prefill", "decode"):
         n = round(width * phase_s.get(name, 0.0) / total)
         if phase_s.get(name, 0.0) > 0:
             n = max(n, 1)  # a phase that happened is always visible

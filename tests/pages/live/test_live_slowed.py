@@ -3,9 +3,17 @@ it happens; not a queued one, not one on another model, not when the slot count 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from analysis.phases import Phases
+from analysis.records import Outcome, RequestRecord
 from pages.live.cards import Card, PrefillView
 from pages.live.queue import SlotCount
-from pages.live.slowed import slowed_cards
+from pages.live.slowed import finished_phases, slowed_cards
+from store.rows import request_row
+from store.tables import PHASES_VERSION, RequestSummary
 
 NOW = 1_800_000_100.0
 TWO = {"gemma3:270m": SlotCount(2, "the runner's -np")}
@@ -47,3 +55,34 @@ def test_of_two_prompts_read_at_once_only_the_newer_is_slowed() -> None:
     short = card("short", "prefill", NOW - 1.0, prompt=20)
     out = {c.request_id: c for c in slowed_cards([long, short], TWO, NOW)}
     assert out["short"].slowed_by is not None and out["long"].slowed_by is None
+
+
+def test_a_finished_cards_wait_is_told_in_its_parts() -> None:
+    """The finished card's phase bar: "behind others" for the wait beside another prompt with a slot free, not a
+    queue; without a slot count, nothing replaces Ollama's one figure."""
+    t0 = NOW - 30.0
+    long = summary("long", t0, prefill=(t0, t0 + 20.0), end=t0 + 21.0, tokens=5304)
+    short = summary("short", t0 + 2.0, prefill=(t0 + 20.0, t0 + 20.2), end=t0 + 22.0, tokens=9)
+    got = finished_phases([long, short], TWO, NOW)
+    assert got["short"]["queue"] == 0.0 and got["short"]["behind others"] == pytest.approx(18.0)
+    assert finished_phases([long, short], {}, NOW) == {}
+    one = {"gemma3:270m": SlotCount(1, "the runner's -np")}
+    assert finished_phases([long, short], one, NOW)["short"]["queue"] == pytest.approx(18.0)
+
+
+def summary(rid: str, started: float, *, prefill: tuple[float, float], end: float, tokens: int) -> RequestSummary:
+    rec = RequestRecord(
+        id=rid, started_at_unix_s=started, client_addr="127.0.0.1", endpoint="/api/chat", model="gemma3:270m", stream=True
+    )
+    row = request_row(rec, Phases(), started, PHASES_VERSION)
+    return replace(
+        row,
+        outcome=Outcome.OK,
+        ended_at_unix_s=end,
+        queue_s=prefill[0] - started,
+        prefill_start_unix_s=prefill[0],
+        decode_start_unix_s=prefill[1],
+        decode_end_unix_s=end,
+        prompt_tokens=tokens,
+        cached_tokens=0,
+    )
