@@ -74,3 +74,50 @@ def test_direct_short_chat_during_a_long_prompt(tmp_path: Path) -> None:
     assert long_rec is not None
     _, long_ds, _ = explain(path, long_rec.record, long_rec.phases, runner_waits_of(path, long_rec.record, long_rec.phases))
     assert INTERFERENCE not in {d.code for d in long_ds}
+
+
+def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) -> None:
+    """One slot, a streamed generation and three non-streamed ones sent at once, directly: the runner names a
+    prompt-cache save before each task that takes the used slot, but what waited was the queue. A direct record
+    begins when the runner took its task (its time in Ollama's queue is not seen), so no wait of it is the
+    runner's beyond what is left after its slot came free, and no verdict calls it the runner's work."""
+    log_file = tmp_path / "ollama.log"
+    data = tmp_path / "data"
+    with (
+        start_server_engine("--num-parallel", "1", "--log-file", str(log_file)) as sim,
+        collector(data, "--ollama", sim.base_url, "--ollama-log", str(log_file)),
+    ):
+        ollama.Client(host=sim.base_url).generate(model=MODEL, prompt="", keep_alive="10m")
+        time.sleep(3.0)
+        since = time.time()
+        threads = [threading.Thread(target=generate, args=(sim.base_url, words_prompt(120, seed=50), 60))]
+        threads += [threading.Thread(target=whole, args=(sim.base_url, words_prompt(100 + i, seed=51 + i))) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+
+        def direct() -> list[str] | None:
+            conn = queries.open_readonly(db_path(data))
+            try:
+                rows = [s.record for s in queries.requests_in_window(conn, since - 1, time.time() + 1)]
+            finally:
+                conn.close()
+            done = [r.id for r in rows if r.direct and r.metrics is not None and r.started_at_unix_s >= since - 1]
+            return done if len(done) >= 4 else None
+
+        ids = wait_until(direct, 90, "four direct records")
+    path = db_path(data)
+    for rid in ids:
+        stored = load_request(path, rid)
+        assert stored is not None
+        waits, split = runner_waits_of(path, stored.record, stored.phases)
+        assert split is not None and split.runner_wait_s <= split.wait_s + 1e-9
+        _, ds, _ = explain(path, stored.record, stored.phases, (waits, split))
+        assert "ttft_runner_wait" not in {d.code for d in ds}, [d.sentence for d in ds]
+
+
+def whole(base_url: str, prompt: str) -> None:
+    ollama.Client(host=base_url, timeout=300).generate(
+        model=MODEL, prompt=prompt, stream=False, options={**GREEDY, "num_predict": 20}
+    )
