@@ -20,6 +20,7 @@ from analysis.model_facts import ModelFacts
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, part_words, what_changes
+from analysis.wait_split import Busy, Hit, WaitSplit
 
 
 class Severity(StrEnum):
@@ -48,6 +49,10 @@ CODES: dict[str, str] = {
     "ttft_runner_wait": (
         "time to first token went mostly to the runner's own work before it read the prompt (prompt-cache saves and "
         "loads, context checkpoints, a re-processing forced by a lost cache), named from its own log lines"
+    ),
+    "interference": (
+        "another request's prompt was read on the same runner during this request's wait, prefill or decode, and "
+        "cost it time (measured from the overlap of their intervals)"
     ),
     "ttft_wait_unexplained": "time to first token went mostly to a wait before the prompt was read that nothing explains",
     "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
@@ -151,6 +156,7 @@ def diagnose_request(
     gpu_fraction: float | None = None,
     waits: TaskWaits | None = None,
     all_slots_busy: bool | None = None,
+    split: WaitSplit | None = None,
 ) -> list[Diagnosis]:
     """Every diagnosis that applies to this request, most costly first; [] for a clean one.
 
@@ -159,7 +165,10 @@ def diagnose_request(
     was taken by other requests when this one arrived (None: not known).
 
     ``gpu_fraction``: the share of the model on the GPU when a better source than /api/ps said it (the runner's own
-    load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size."""
+    load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size.
+
+    ``split``: this request's time among queue, the runner's own wait and other requests' prefills
+    (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused)."""
     frac_vram = (
         gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
     )
@@ -186,18 +195,28 @@ def diagnose_request(
         _power_cap(record, phases, gpu_samples),
         _cache(phases, ceilings) if generation else None,
         _one_token(phases) if generation else None,
-        _ttft(record, phases, waits, all_slots_busy) if generation else None,
+        _interference(phases, split) if generation else None,
+        _ttft(record, phases, waits, all_slots_busy, split) if generation else None,
         _decode_vs_ceiling(phases, ceilings) if generation else None,
         _prefill_vs_ceiling(phases, ceilings),
         *_prompt_fit(phases),
     ):
         if d is not None:
             out.append(d)
-    # "decode_slow" is the fallback explanation: drop it when another diagnosis explains the slowness.
-    if any(d.code in ("partial_offload", "memory_clock_low", "power_capped") for d in out):
+    if _decode_explained(out):
         out = [d for d in out if d.code != "decode_slow"]
     out.sort(key=lambda d: 0 if d.severity is Severity.WARNING else 1)
     return out
+
+
+def _decode_explained(found: Sequence[Diagnosis]) -> bool:
+    """ "decode_slow" is the fallback explanation: another diagnosis explains a slow decode when it names the
+    placement, the memory clock, the power cap, or another request's prompt read while this one decoded."""
+    return any(
+        d.code in ("partial_offload", "memory_clock_low", "power_capped")
+        or (d.code == INTERFERENCE and d.numbers.get("decode_overlap_s", 0.0) > 0)
+        for d in found
+    )
 
 
 def _partial_offload(
@@ -347,9 +366,75 @@ def _one_token(phases: Phases) -> Diagnosis | None:
     return Diagnosis("one_token_reply", Severity.INFO, text, {"output_tokens": 1.0})
 
 
+INTERFERENCE = "interference"  # the code of a request slowed by another request's prefill (CODES, the fixes table)
+# Another request's prefill is worth a verdict when it cost this request at least this long, and this share of it.
+INTERFERENCE_MIN_S = 0.5
+INTERFERENCE_MIN_FRACTION = 0.10
+INTERFERENCE_FIX = (
+    "fewer parallel slots (OLLAMA_NUM_PARALLEL); a smaller batch (-b/-ub, Ollama's num_batch: chunked prefill trades "
+    "the long prompt's speed for its neighbours'); or a separate runner for long documents"
+)
+
+
+def who(o: Busy) -> str:
+    """Another request in words: its model, its prompt's size, its client."""
+    size = f"{w.count(o.prompt_tokens)}-token prompt" if o.prompt_tokens else "prompt of unknown size"
+    client = f", from {o.client}" if o.client else ""
+    return f"a {o.model} request ({size}{client})"
+
+
+def _hit_words(h: Hit) -> str:
+    parts = []
+    if h.batch_wait_s > 0:
+        parts.append(f"{w.secs(h.batch_wait_s)} waiting, a slot free, for its batches to finish before its own prompt")
+    if h.prefill_lost_s > 0:
+        parts.append(f"{w.secs(h.prefill_lost_s)} more reading its own prompt in the same batches")
+    if h.decode_lost_s:
+        parts.append(f"{w.secs(h.decode_lost_s)} of longer gaps between its tokens while decoding beside it")
+    elif h.decode_overlap_s > 0 and h.decode_lost_s is None:
+        parts.append(f"{w.secs(h.decode_overlap_s)} of decoding beside it (its loss not measured: no token times)")
+    return "; ".join(parts)
+
+
+def _interference(phases: Phases, split: WaitSplit | None) -> Diagnosis | None:
+    """Another request's prefill on the same runner cost this one time: named, measured, with what changes it."""
+    if split is None or not split.hits:
+        return None
+    lost = split.interference_s
+    whole = phases.client_s or phases.total_s or 0.0
+    if lost < INTERFERENCE_MIN_S or lost < INTERFERENCE_MIN_FRACTION * whole:
+        return None
+    worst = split.hits[0]
+    nums = {
+        "lost_s": lost,
+        "batch_wait_s": split.batch_wait_s,
+        "other_prompt_tokens": float(worst.other.prompt_tokens or 0),
+        "decode_overlap_s": sum(h.decode_overlap_s for h in split.hits),
+    }
+    costly = [h for h in split.hits if h.lost_s > 0]
+    if len(costly) == 1:
+        said = f"{who(costly[0].other)}: {_hit_words(costly[0])}"
+    else:
+        # The two costliest in full, the rest counted: a sentence a page shows whole (fmt.SENTENCE_MAX_CHARS).
+        said = "; ".join(f"{who(h.other)}, {w.secs(h.lost_s)} ({_hit_words(h)})" for h in costly[:2])
+        if len(costly) > 2:
+            said += f"; and {len(costly) - 2} more, {w.secs(sum(h.lost_s for h in costly[2:]))} together"
+    text = (
+        f"Another request's prompt, read on the same runner, cost this one {w.secs(lost)}: {said}. "
+        f"What changes it: {INTERFERENCE_FIX}."
+    )
+    return Diagnosis(INTERFERENCE, Severity.WARNING, text, nums)
+
+
 def _ttft(
-    record: RequestRecord, phases: Phases, waits: TaskWaits | None = None, all_slots_busy: bool | None = None
+    record: RequestRecord,
+    phases: Phases,
+    waits: TaskWaits | None = None,
+    all_slots_busy: bool | None = None,
+    split: WaitSplit | None = None,
 ) -> Diagnosis | None:
+    if split is not None:
+        return _ttft_split(record, phases, waits, split)
     parts = {"load": phases.load_s or 0.0, "queue": max(phases.queue_s or 0.0, 0.0), "prompt": phases.prefill_s or 0.0}
     ttft = phases.ttft_s if phases.ttft_s is not None else sum(parts.values())
     if ttft < TTFT_MIN_S:
@@ -360,13 +445,67 @@ def _ttft(
     nums = {"ttft_s": ttft, f"{name}_s": part_s}
     lead = f"{w.secs(part_s)} of the {w.secs(ttft)} before the first token"
     if name == "load":
-        text = (
-            f"{lead} went to loading {record.model} into memory: it was not loaded, or a changed option (such as num_ctx) "
-            "forced a reload. A longer keep_alive keeps it loaded between requests."
-        )
-        return Diagnosis("ttft_load", Severity.INFO, text, nums)
+        return _load(record, lead, nums)
     if name == "queue":
         return _wait_before_prefill(lead, nums, waits, all_slots_busy)
+    return _prompt(phases, lead, nums)
+
+
+def _ttft_split(record: RequestRecord, phases: Phases, waits: TaskWaits | None, split: WaitSplit) -> Diagnosis | None:
+    """The time to first token, each part as the split measured it; the part another request's prefill cost is
+    the interference verdict's, never told here as the request's own."""
+    prefill_lost = sum(h.prefill_lost_s for h in split.hits)
+    parts = {
+        "load": phases.load_s or 0.0,
+        "queue": split.queue_s or 0.0,
+        "runner": split.runner_wait_s,
+        "interference": split.batch_wait_s + prefill_lost,
+        "prompt": max((phases.prefill_s or 0.0) - prefill_lost, 0.0),
+        "unexplained": split.unexplained_s,
+    }
+    ttft = phases.ttft_s if phases.ttft_s is not None else sum(parts.values())
+    if ttft < TTFT_MIN_S:
+        return None
+    name, part_s = max(parts.items(), key=lambda kv: kv[1])
+    if part_s < TTFT_DOMINANT_FRACTION * ttft or name == "interference":
+        return None
+    key = {"runner": "runner_wait", "unexplained": "wait"}.get(name, name)
+    nums = {"ttft_s": ttft, f"{key}_s": part_s}
+    lead = f"{w.secs(part_s)} of the {w.secs(ttft)} before the first token"
+    if name == "load":
+        return _load(record, lead, nums)
+    if name == "prompt":
+        return _prompt(phases, lead, nums)
+    if name == "queue":
+        return _queue(lead, nums, split)
+    if name == "runner":
+        return _wait_before_prefill(lead, nums, waits, False)
+    # Unexplained: the runner named no work of its own for it (or its lines span less than the wait).
+    unnamed = waits if waits is not None and not waits.before_prefill() else None
+    return _wait_before_prefill(lead, nums, unnamed, None if split.queue_s is None else False)
+
+
+def _queue(lead: str, nums: dict[str, float], split: WaitSplit) -> Diagnosis:
+    """Waiting for a slot every one of which held another request's task, with who held it."""
+    nums["holders"] = float(len(split.holders))
+    held = "; ".join(who(o) for o in split.holders[:3])
+    more = f" and {len(split.holders) - 3} more" if len(split.holders) > 3 else ""
+    text = (
+        f"{lead} was spent waiting for a free slot: every slot of the runner held another request's task ({held}{more}). "
+        "Ollama serves OLLAMA_NUM_PARALLEL requests per model at a time; raising it (memory allowing) shortens the queue."
+    )
+    return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+
+
+def _load(record: RequestRecord, lead: str, nums: dict[str, float]) -> Diagnosis:
+    text = (
+        f"{lead} went to loading {record.model} into memory: it was not loaded, or a changed option (such as num_ctx) "
+        "forced a reload. A longer keep_alive keeps it loaded between requests."
+    )
+    return Diagnosis("ttft_load", Severity.INFO, text, nums)
+
+
+def _prompt(phases: Phases, lead: str, nums: dict[str, float]) -> Diagnosis:
     computed = (phases.prompt_tokens or 0) - (phases.cached_tokens or 0)
     rate = f" at {w.tok_s(phases.prefill_tok_s)}" if phases.prefill_tok_s else ""
     nums["prompt_tokens"] = float(computed)

@@ -21,7 +21,8 @@ MIN_READINGS = 3  # fewer timed readings than this say nothing about the inputs
 PLACEMENT = "placement"
 GPU = "gpu"
 MODEL_SIZE = "model_size"
-# Verdicts computed from each input: none is given while the readings contradict it.
+# Verdicts computed from each input: none is given while the readings contradict it. Those from measured intervals
+# alone (interference, the queue, the runner's own wait: analysis.wait_split) depend on no doubted input.
 ADVICE_FROM = {
     PLACEMENT: frozenset({"partial_offload"}),
     GPU: frozenset({"partial_offload", "decode_above_ceiling", "decode_slow", "prefill_above_ceiling"}),

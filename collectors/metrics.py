@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
 from analysis.reloads import QUEUE_FULL, is_queue_full
+from collectors.wait_metrics import WaitSplits
 from store.tables import RequestRow
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -270,7 +271,19 @@ HISTOGRAMS: dict[str, HistogramSpec] = {
         ),
         HistogramSpec(
             "phasewatch_request_queue_time_seconds",
-            "Time a request waited for a slot: total_duration - load - prefill - decode.",
+            "Ollama's wait before prefill: total_duration - load - prefill - decode (a queue for a slot, other "
+            "requests' batches and the runner's own work together; see slot_queue and interference).",
+            DURATION_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_slot_queue_seconds",
+            "Time every slot of the runner held another request's task before this one's prompt (analysis.wait_split).",
+            DURATION_BUCKETS_S,
+        ),
+        HistogramSpec(
+            "phasewatch_request_interference_seconds",
+            "Time other requests' prompts, read on the same runner, cost this request: waiting for their batches, "
+            "its own prompt and tokens slowed beside them (analysis.wait_split).",
             DURATION_BUCKETS_S,
         ),
         HistogramSpec(
@@ -357,6 +370,7 @@ class RequestStats:
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, reason) → requests Ollama refused
     thinking_of: ThinkingOf = _thinking_s  # None where a reply did not think or thinking was not kept apart
     ceiling_ratio_of: CeilingRatioOf = _no_value
+    waits: WaitSplits = field(default_factory=WaitSplits)  # the recent rows each new one's wait is split against
 
     @classmethod
     def for_upstream(cls, ollama_url: str) -> RequestStats:
@@ -410,6 +424,7 @@ class RequestStats:
         self._observe("gen_ai_client_token_usage", row.output_tokens, base, "output")
         for phase in PHASES:
             self._observe(f"phasewatch_request_{phase}_time_seconds", getattr(row, f"{phase}_s"), base)
+        self._observe_split(row, base)
         self._observe("phasewatch_request_thinking_time_seconds", self.thinking_of(row), base)
         if row.thinking_tokens:
             self._observe("phasewatch_request_time_to_first_answer_token_seconds", row.ttfa_s, base)
@@ -432,6 +447,14 @@ class RequestStats:
             seconds = getattr(row, f"{phase}_s")
             if seconds is not None and seconds > 0:
                 self.phase_s[(model, phase)] = self.phase_s.get((model, phase), 0.0) + seconds
+
+    def _observe_split(self, row: RequestRow, base: tuple[str, ...]) -> None:
+        """The queue for a slot and the interference, from the one split the pages show (unknown: not observed)."""
+        split = self.waits.split(row)
+        if split is None:
+            return
+        self._observe("phasewatch_request_slot_queue_seconds", split.queue_s, base)
+        self._observe("phasewatch_request_interference_seconds", split.interference_s, base)
 
     def observe_ceiling_ratio(self, row: RequestRow) -> bool:
         """Observe a finished request's decode rate over its ceiling; False when that is not known (yet)."""

@@ -158,6 +158,7 @@ class CollectorService:
         self.poller: OllamaPoller | None = None
         self.stats = RequestStats.for_upstream(settings.ollama_url)
         self.stats.ceiling_ratio_of = self._decode_ceiling_ratio
+        self.stats.waits.slots_of = self._slots_of
         self.registry = registry_for(self.metrics_snapshot)
         self._loaded_names: set[str] | None = None  # /api/ps names at the last tick; None: not seen yet
         self._load_labels = LabelSet()
@@ -416,6 +417,13 @@ class CollectorService:
         task = asyncio.get_running_loop().create_task(count(), name="prompt-tokenize")
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
+
+    def _slots_of(self, model: str) -> int | None:
+        """The slot count (-np) of the runner serving ``model`` now, for /metrics' wait split; None: not known."""
+        for state in self.runners.runners.values() if self.runners is not None else ():
+            if state.model is not None and same_model(state.model, model) and state.runner.n_parallel:
+                return int(state.runner.n_parallel)
+        return None
 
     def _tokenizer_port(self, model: str) -> int | None:
         """The port of the llama-server runner serving ``model`` (Ollama's own Go runner has no /tokenize)."""

@@ -12,7 +12,8 @@ from typing import Any
 
 from analysis.phases import Flag, Phases
 from analysis.records import FinalMetrics, Outcome, RequestRecord
-from store.tables import RequestRow
+from analysis.wait_split import Busy
+from store.tables import RequestRow, RequestSummary
 
 
 def encode_token_times(received_ns: int, token_chunk_ns: Sequence[int]) -> bytes:
@@ -168,3 +169,16 @@ def record_of(row: RequestRow, gaps_le_i64: bytes | None) -> RequestRecord:
         token_chunk_ns=decode_token_times(row.received_ns, gaps_le_i64) if gaps_le_i64 else [],
         metrics=metrics,
     )
+
+
+def busy_of_row(row: RequestSummary, *, names: bool = True) -> Busy | None:
+    """A stored row's intervals for ``analysis.wait_split``; None without a prefill (a load, a failure before its
+    prompt). ``names``: keep its model and client (False: /metrics, which says no sentence and must not hold a
+    client's 50 KB model name once per row)."""
+    p0, p1, end = row.prefill_start_unix_s, row.decode_start_unix_s, row.decode_end_unix_s
+    if p0 is None or p1 is None or end is None or p1 < p0 or end < p0:
+        return None
+    wait_start = p0 - row.queue_s if row.queue_s is not None and row.queue_s > 0 else p0  # load end (Ollama's queue)
+    model, client = (row.model, row.client_addr) if names else ("", None)
+    tokens = row.computed_prompt_tokens
+    return Busy(row.id, model, client, tokens, wait_start, (p0, p1), (p0, end), (), row.started_at_unix_s)

@@ -79,6 +79,7 @@ class Card:
     slots: int | None = None  # queued: its model's slots (the runner's -np), None when not known
     slots_busy: int | None = None  # queued: how many of its model's generations a slot works on now
     runner_waits: str | None = None  # finished: what the runner did before reading the prompt, in its own words
+    slowed_by: str | None = None  # running: another request's prompt being read beside it now (pages.live.slowed)
 
     @property
     def key(self) -> str:
@@ -378,6 +379,7 @@ def finished_cards(
     now_unix_s: float,
     keep_s: float = FINISHED_KEEP_S,
     waits: Mapping[str, TaskWaits] | None = None,
+    splits: Mapping[str, dict[str, float]] | None = None,
 ) -> list[Card]:
     """Generations that ended in the last ``keep_s``, newest last, with their phase durations; ``waits``: the
     runner's own waits before each one's prompt (``analysis.runner_waits``), by request id."""
@@ -385,11 +387,10 @@ def finished_cards(
     for r in rows:
         if r.outcome is Outcome.IN_FLIGHT or r.ended_at_unix_s is None or now_unix_s - r.ended_at_unix_s > keep_s:
             continue
-        phases = {
-            name: value
-            for name, value in (("queue", r.queue_s), ("load", r.load_s), ("prefill", r.prefill_s), ("decode", r.decode_s))
-            if value is not None
-        }
+        # The wait before prefill in its parts where the split told them (pages.live.slowed), else Ollama's figure.
+        waited: Mapping[str, float | None] = (splits or {}).get(r.id) or {"queue": r.queue_s}
+        named = [*waited.items(), ("load", r.load_s), ("prefill", r.prefill_s), ("decode", r.decode_s)]
+        phases = {name: value for name, value in named if value is not None and (value > 0 or name not in waited)}
         cards.append(
             Card(
                 request_id=r.id,

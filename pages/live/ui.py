@@ -16,7 +16,15 @@ from pages.live.queue import ModelQueue, queue_caption
 from pages.live.view import CardsModel, LiveModel
 from pages.shared import fmt
 
-PHASE_MD_COLOURS = {"queue": "gray", "load": "violet", "prefill": "blue", "decode": "green"}
+# "behind others": another request's prompt read with a slot free; "before prefill": the runner's work or unexplained.
+PHASE_MD_COLOURS = {
+    "queue": "gray",
+    "behind others": "red",
+    "before prefill": "orange",
+    "load": "violet",
+    "prefill": "blue",
+    "decode": "green",
+}
 PHASE_WORDS = {
     "queued": "waiting for a free slot",
     "other_load": "waiting for another model to load",
@@ -63,7 +71,7 @@ def phase_bar(phase_s: dict[str, float], width: int = 40) -> str:
     if total <= 0:
         return ""
     parts = []
-    for name in ("queue", "load", "prefill", "decode"):
+    for name in ("queue", "behind others", "before prefill", "load", "prefill", "decode"):
         n = round(width * phase_s.get(name, 0.0) / total)
         if phase_s.get(name, 0.0) > 0:
             n = max(n, 1)  # a phase that happened is always visible
@@ -199,6 +207,8 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
             f"{fmt.md_escape(fmt.label(card.endpoint))} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )
+        if card.slowed_by:  # another request's prompt read beside it now (pages.live.slowed)
+            st.warning(fmt.md_escape(card.slowed_by), icon=":material/hourglass_top:")
         waiting = wait_caption(card, last_load_s)
         if waiting is not None:
             st.caption(waiting)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers
 from analysis.runner_waits import TaskWaits
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.live.queue import ModelQueue, SlotCount, queue_cards
+from pages.live.slowed import finished_phases, slowed_cards
 from pages.live.timeline import (
     InFlightView,
     assign_lanes,
@@ -34,6 +36,7 @@ from pages.live.timeline import (
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis, placement_of
 from pages.shared.derive import Band, Interval
+from pages.shared.slot_count import num_parallel_setting
 from store import queries
 from store.tables import RequestSummary
 
@@ -181,7 +184,7 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             loaded_since=waits.loaded_since,
             model_size_bytes=waits.model_size_bytes,
             vram_free_bytes=_free_vram(gpus) if waits.models else (),
-            slots=_slots(conn, in_flight),
+            slots=_slots(conn, in_flight, sorted({r.model for r in recent})),
             ollama_queued=_ollama_queued(heartbeat.ollama_queued if heartbeat else None),
             waits=queries.request_waits(conn, [r.id for r in recent if r.outcome is not Outcome.IN_FLIGHT]),
         )
@@ -200,13 +203,17 @@ def _ollama_queued(text: str | None) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-def _slots(conn: sqlite3.Connection, in_flight: list[RequestRecord]) -> dict[str, SlotCount]:
-    """Each running model's slot count, from the command line of the runner that serves it (-np)."""
+def _slots(conn: sqlite3.Connection, in_flight: list[RequestRecord], models: Sequence[str] = ()) -> dict[str, SlotCount]:
+    """Each running model's (and each of ``models``') slot count: the command line of the runner that serves it
+    (-np), else OLLAMA_NUM_PARALLEL from Ollama's start line."""
     found: dict[str, SlotCount] = {}
-    for model in {r.model for r in in_flight}:
+    setting = num_parallel_setting(queries.ollama_settings(conn)) if in_flight or models else None
+    for model in {r.model for r in in_flight} | set(models):
         runner = queries.runner_for(conn, model, None)
         if runner is not None and runner.parallel:
             found[model] = SlotCount(runner.parallel, "the runner's -np")
+        elif setting is not None:
+            found[model] = SlotCount(setting, "OLLAMA_NUM_PARALLEL, from Ollama's start line")
     return found
 
 
@@ -433,7 +440,8 @@ def build_cards(db: Path, now_unix_s: float, window_s: float) -> CardsModel | No
     loads = LoadContext(snap.loaded_since, snap.model_size_bytes, snap.vram_free_bytes, served)
     running = in_flight_cards(snap.in_flight, snap.progress, loaded, now_unix_s, decode_ceiling_fn(snap), loads)
     running, queues = queue_cards(running, snap.slots, snap.ollama_queued)
-    done = finished_cards(snap.recent, now_unix_s, waits=snap.waits)
+    running = slowed_cards(running, snap.slots, now_unix_s)
+    done = finished_cards(snap.recent, now_unix_s, waits=snap.waits, splits=finished_phases(snap.recent, snap.slots, now_unix_s))
     strip = replace(now_strip(running, snap.recent, now_unix_s), waiting=sum(q.waiting for q in queues))
     return CardsModel(
         running + done,

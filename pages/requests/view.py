@@ -17,11 +17,13 @@ from analysis.diagnose import Diagnosis
 from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, all_slots_busy, waits_label
+from analysis.runner_waits import TaskWaits, waits_label
+from analysis.wait_split import BATCH, QUEUE, RUNNER, UNEXPLAINED, WaitSplit, split_for
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.charts import Span
+from pages.shared.slot_count import slot_count
 from store import queries
 from store.export import ExportWindow, csv_text
 from store.queries import StoredRequest
@@ -256,12 +258,47 @@ def _before_prefill_label(waits: TaskWaits | None) -> str:
     return f"runner: {named}" if named else "queue"
 
 
+WAIT_LABELS = {QUEUE: "queue", BATCH: "waiting for another request's batches", UNEXPLAINED: "wait (unexplained)"}
+
+
+def _wait_points(
+    rec: RequestRecord, ph: Phases, waits: TaskWaits | None, split: WaitSplit | None
+) -> list[tuple[str, int | None, int | None]]:
+    """The bars between load and prefill: one, named after the runner's lines, without a split; with one, a bar per
+    part in time order (the runner's part named after its lines)."""
+    if split is None or not split.pieces:
+        return [(_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns)]
+
+    def ns(t_s: float) -> int:
+        return rec.received_ns + round((t_s - rec.started_at_unix_s) * 1e9)
+
+    runner = _before_prefill_label(waits)
+    return [(runner if kind == RUNNER else WAIT_LABELS[kind], ns(t0), ns(t1)) for kind, t0, t1 in split.pieces]
+
+
+def neighbour_spans(rec: RequestRecord, split: WaitSplit | None) -> list[Span]:
+    """Each other request's prefill that weighed on this one, drawn beside it (ms since this one was received)."""
+    if split is None:
+        return []
+    out = []
+    for h in split.hits:
+        if h.other.prefill is None or h.lost_s <= 0:
+            continue
+        a, b = ((t - rec.started_at_unix_s) * 1000 for t in h.other.prefill)
+        size = f"{h.other.prompt_tokens:,}-token " if h.other.prompt_tokens else ""
+        # Its size only: the model is this one's (the same runner), and a client's text never goes into a label.
+        out.append(Span(f"another request's prefill: {size}prompt", max(a, 0.0), b))
+    return out
+
+
 def waterfall_spans(
-    rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None
+    rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None, split: WaitSplit | None = None
 ) -> tuple[list[Span], list[Span], float | None]:
     """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
     the request. A thinking model's decode is split at its first answer token. ``waits``: what the runner said it
-    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it."""
+    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it. ``split``
+    (``analysis.wait_split``): the time before prefill drawn in its parts (queue, another request's batches, the
+    runner's own work, unexplained) instead of one bar."""
 
     def rel(ns: int) -> float:
         return (ns - rec.received_ns) / 1e6
@@ -274,7 +311,7 @@ def waterfall_spans(
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
         if ph.queue_source in timed:
-            points.append((_before_prefill_label(waits), ph.load_end_ns, ph.prefill_start_ns))
+            points += _wait_points(rec, ph, waits, split)
     if ph.prefill_source in timed:
         points.append(("prefill", ph.prefill_start_ns, ph.decode_start_ns))
     if ph.decode_source in timed:
@@ -355,8 +392,9 @@ class Headline:
     help: str | None = None
 
 
-def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
-    """The detail's top row: the waits and phases that matter for this kind of request."""
+def headlines(rec: RequestRecord, ph: Phases, split: WaitSplit | None = None) -> list[Headline]:
+    """The detail's top row: the waits and phases that matter for this kind of request. ``split``: the wait before
+    prefill in its parts (analysis.wait_split); then "Queue" is only the time every slot held another task."""
     out: list[Headline] = []
     if rec.kind in (RequestKind.LOAD, RequestKind.UNLOAD):
         out.append(Headline("Kind", str(rec.kind), "An empty prompt: Ollama only loads (or unloads) the model."))
@@ -384,11 +422,34 @@ def headlines(rec: RequestRecord, ph: Phases) -> list[Headline]:
     out.append(Headline("Total (client)", fmt.seconds(ph.client_s)))
     out.append(Headline("Load", fmt.seconds(ph.load_s), _source_help(ph.load_source)))
     if rec.kind is RequestKind.GENERATE:
-        out.append(Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source)))
+        out += _wait_headlines(ph, split)
     if rec.kind in (RequestKind.GENERATE, RequestKind.EMBED):
         out.append(Headline("Prefill", fmt.seconds(ph.prefill_s), _source_help(ph.prefill_source)))
     if rec.kind is RequestKind.GENERATE:
         out.append(Headline("Decode", fmt.seconds(ph.decode_s), _source_help(ph.decode_source)))
+    return out
+
+
+def _wait_headlines(ph: Phases, split: WaitSplit | None) -> list[Headline]:
+    """The wait before prefill: Ollama's one figure, or with the split its queue for a slot and, where other
+    requests' prompts held it back, that wait beside it."""
+    if split is None or split.queue_s is None or not split.pieces:
+        return [Headline("Queue", fmt.seconds(ph.queue_s), _source_help(ph.queue_source))]
+    help_text = (
+        f"Every slot of the runner held another request's task for this long, of the {fmt.seconds(split.wait_s)} "
+        "before its prompt was read (the rest is drawn in the waterfall: other requests' batches, the runner's own "
+        "work, what nothing explains)."
+    )
+    out = [Headline("Queue", fmt.seconds(split.queue_s), help_text)]
+    if split.batch_wait_s > 0:
+        out.append(
+            Headline(
+                "Behind others",
+                fmt.seconds(split.batch_wait_s),
+                "A slot was free, but another request's prompt was being read on the same runner: its task waited "
+                "for those batches to end.",
+            )
+        )
     return out
 
 
@@ -467,21 +528,30 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
     return frame
 
 
-def runner_waits_of(db: Path, rec: RequestRecord) -> tuple[TaskWaits | None, bool | None]:
-    """The runner's own waits before this request's prompt, and whether every slot was busy when it arrived."""
+def runner_waits_of(db: Path, rec: RequestRecord, ph: Phases | None = None) -> tuple[TaskWaits | None, WaitSplit | None]:
+    """The runner's own waits before this request's prompt, and its time among queue, the runner's own wait and
+    other requests' prefills (analysis.wait_split) from the requests around it on the same runner."""
     conn = queries.open_readonly(db)
+    end_ns = rec.final_chunk_ns or rec.closed_ns or rec.received_ns
     try:
         waits = queries.request_waits(conn, [rec.id]).get(rec.id)
-        runner = queries.runner_for(conn, rec.model, None)
-        around = queries.requests_in_window(conn, rec.started_at_unix_s - 1.0, rec.started_at_unix_s + 1.0, limit=200)
+        slots = slot_count(conn, rec.model, waits)
+        # Its neighbours: every request alive between its arrival and its end (a slot holder started before it).
+        around = queries.requests_in_window(conn, rec.started_at_unix_s, rec.wall_s(end_ns) + 1.0, limit=SPLIT_NEIGHBOURS)
     finally:
         conn.close()
-    slots = runner.parallel if runner is not None and runner.parallel else waits.n_slots if waits is not None else None
-    return waits, all_slots_busy(rec, [s.record for s in around], slots)
+    named = waits is not None and bool(waits.before_prefill())
+    if ph is None:
+        return waits, None
+    pairs = [(s.record, s.phases) for s in around]
+    return waits, split_for(rec, ph, pairs, n_slots=slots, runner_named=named)
+
+
+SPLIT_NEIGHBOURS = 200  # requests read around one request to split its wait (analysis.wait_split keeps the nearest)
 
 
 def explain(
-    db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, bool | None] = (None, None)
+    db: Path, rec: RequestRecord, ph: Phases, waits: tuple[TaskWaits | None, WaitSplit | None] = (None, None)
 ) -> tuple[list[str], list[Diagnosis], str | None]:
     """Sentences and diagnoses from the model's basis (the same as the Why page's), and where the model sits with
     the source of that figure."""
@@ -490,7 +560,7 @@ def explain(
     basis = ctx.basis
     if basis is None:
         return explain_request(rec, ph), [], None
-    diagnoses = basis.diagnose(rec, ph, gpu_samples=ctx.gpu_samples, waits=waits[0], all_slots_busy=waits[1])
+    diagnoses = basis.diagnose(rec, ph, gpu_samples=ctx.gpu_samples, waits=waits[0], split=waits[1])
     sentences = explain_request(rec, ph, ceilings=basis.request_ceilings(ph), diagnoses=diagnoses)
     return sentences, diagnoses, basis.placement_sentence()
 
@@ -500,9 +570,11 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     if stored is None:
         return None
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
-    waits = runner_waits_of(db, rec)
-    ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
-    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
+    waits = runner_waits_of(db, rec, ph)
+    ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0], waits[1])
+    waterfall = charts.phase_waterfall_figure(
+        ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}", others=neighbour_spans(rec, waits[1])
+    )
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses, placement = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)
@@ -515,7 +587,7 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
         rates=rates_frame(rec, ph),
         sources=sources_frame(ph),
         thinking=thinking_frame(ph),
-        headlines=headlines(rec, ph),
+        headlines=headlines(rec, ph, waits[1]),
         sentences=sentences,
         placement=placement,
         # A cut prompt and an ignored num_ctx are worded once, by their flags (with the fix).

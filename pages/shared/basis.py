@@ -37,6 +37,7 @@ from analysis.records import (
 from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
 from analysis.runner_waits import TaskWaits
 from analysis.story import RateSample, Story, build_story
+from analysis.wait_split import WaitSplit
 from pages.shared import fmt
 from store import queries
 from store.tables import ModelInfoRow, RequestSummary
@@ -259,6 +260,7 @@ class ModelBasis:
         gpu_samples: Sequence[GpuSample] = (),
         waits: TaskWaits | None = None,
         all_slots_busy: bool | None = None,
+        split: WaitSplit | None = None,
     ) -> list[Diagnosis]:
         """Every diagnosis of one request from this basis, those from a contradicted input left out."""
         on_cpu = self.hardware.kind == "cpu"
@@ -277,6 +279,7 @@ class ModelBasis:
             gpu_fraction=self.gpu_fraction if not on_cpu else None,
             waits=waits,
             all_slots_busy=all_slots_busy,
+            split=split,
         )
         withheld = self.withheld
         return [d for d in found if d.code not in withheld]

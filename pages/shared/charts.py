@@ -21,8 +21,12 @@ from analysis.records import GpuSample, HostSample, LoadedModel
 from pages.shared import fmt
 from pages.shared.derive import PHASE_ORDER, Band, Interval, stall_threshold_ms
 
+OTHERS_ROW = "other requests"  # the waterfall's row for other requests' prefills beside this one
 PHASE_COLOURS = {
     "queue": "#9e9e9e",
+    "waiting for another request's batches": "#e53935",  # a free slot, another prompt being read (wait_split)
+    "another request's prefill": "#ef9a9a",
+    "wait (unexplained)": "#cfd8dc",
     "runner": "#ef6c00",  # the runner's own work before prefill, named from its log (analysis.runner_waits)
     "load": "#ab47bc",
     "prefill": "#42a5f5",
@@ -417,11 +421,17 @@ def _add_band_traces(
 
 
 def phase_waterfall_figure(
-    ollama_spans: Sequence[Span], client_spans: Sequence[Span], ttft_ms: float | None, title: str
+    ollama_spans: Sequence[Span],
+    client_spans: Sequence[Span],
+    ttft_ms: float | None,
+    title: str,
+    *,
+    others: Sequence[Span] = (),
 ) -> go.Figure:
-    """Phases of one request as bars on one time axis: what Ollama reported above what the client saw."""
+    """Phases of one request as bars on one time axis: what Ollama reported above what the client saw; ``others``:
+    other requests' prefills that slowed it, on a row of their own above (analysis.wait_split)."""
     fig = go.Figure()
-    rows = (("Ollama reported", ollama_spans), ("client saw (proxy)", client_spans))
+    rows = ((OTHERS_ROW, others), ("Ollama reported", ollama_spans), ("client saw (proxy)", client_spans))
     for row_label, spans in rows:
         for span in spans:
             length = max(span.end_ms - span.start_ms, 0.0)
@@ -453,9 +463,10 @@ def phase_waterfall_figure(
         )
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
-    fig.update_yaxes(categoryorder="array", categoryarray=["client saw (proxy)", "Ollama reported"])
-    _base_layout(fig, title, 300, "waterfall")
-    legend_below(fig)  # one entry per phase and client stage: often two rows
+    order = ["client saw (proxy)", "Ollama reported", *([OTHERS_ROW] if others else [])]
+    fig.update_yaxes(categoryorder="array", categoryarray=order)
+    _base_layout(fig, title, 300 + (60 if others else 0), "waterfall")
+    legend_below(fig)  # one entry per phase and client stage, more with others' prefills: often two rows
     # Labels that do not fit their bar are hidden rather than shrunk to nothing (the legend and hover name them).
     fig.update_layout(hovermode="closest", uniformtext={"minsize": 10, "mode": "hide"})
     return fig

@@ -41,6 +41,10 @@ DIAGNOSIS_FIXES: dict[str, str] = {
     "ttft_load": "keep the model loaded: OLLAMA_KEEP_ALIVE, and the same options from every client",
     "ttft_prompt": "shorter prompts, or reuse a prefix the prompt cache keeps",
     "ttft_queue": "more slots (OLLAMA_NUM_PARALLEL) or fewer requests at once",
+    "interference": (
+        "fewer parallel slots (OLLAMA_NUM_PARALLEL), a smaller batch (-b/-ub, num_batch: chunked prefill trades the long "
+        "prompt's speed for its neighbours'), or a separate runner for long documents"
+    ),
     "decode_slow": "look at the GPU's clocks, power and other work on it during these requests",
     "prompt_truncated": (
         "a larger num_ctx for that client: options.num_ctx on the /api routes, OLLAMA_CONTEXT_LENGTH (the app's context "

@@ -50,7 +50,7 @@ from analysis.records import (
     RunnerFlags,
 )
 from analysis.runner_load import PlacementInUse, describe_layers
-from analysis.runner_waits import TaskWaits, all_slots_busy
+from analysis.runner_waits import TaskWaits
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -62,8 +62,10 @@ from analysis.story import (
     embed_story,
     plain_readings,
 )
+from analysis.wait_split import WaitSplit, split_for
 from pages.shared import fmt
 from pages.shared.basis import BasisReads, ModelBasis, latest_gpus, model_basis, rate_samples, read_basis
+from pages.shared.slot_count import num_parallel_setting
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
@@ -396,9 +398,7 @@ def _diagnose(reads: _StoreReads, basis: ModelBasis) -> tuple[list[tuple[Request
     for rec in reads.mine:
         ph = phases[rec.id]
         gpu_s = reads.samples_by_id.get(rec.id, [])
-        ds = basis.diagnose(
-            rec, ph, gpu_samples=gpu_s, waits=reads.waits_by_id.get(rec.id), all_slots_busy=_all_slots_busy(rec, reads)
-        )
+        ds = basis.diagnose(rec, ph, gpu_samples=gpu_s, waits=reads.waits_by_id.get(rec.id), split=_split(rec, ph, reads))
         diagnosed.append((rec, ds))
         if gpu_s:
             used = energy_for_request(rec, ph, gpu_s)
@@ -407,14 +407,17 @@ def _diagnose(reads: _StoreReads, basis: ModelBasis) -> tuple[list[tuple[Request
     return diagnosed, _aggregate_energy(energies)
 
 
-def _all_slots_busy(rec: RequestRecord, reads: _StoreReads) -> bool | None:
-    """Whether every slot of the model's runner served another request when this one arrived: the slot count from
-    the runner's command line, else its own log line; None when neither said it."""
+def _split(rec: RequestRecord, ph: Phases, reads: _StoreReads) -> WaitSplit:
+    """This request's time among queue, the runner's own wait and other requests' prefills (analysis.wait_split),
+    the slot count from the runner's command line, else its own log line (unknown: no queue is told)."""
     waits = reads.waits_by_id.get(rec.id)
     slots = reads.runner.parallel if reads.runner is not None and reads.runner.parallel else None
     if slots is None and waits is not None:
         slots = waits.n_slots
-    return all_slots_busy(rec, [s.record for s in reads.recent], slots)
+    if slots is None:
+        slots = num_parallel_setting(reads.server_settings)
+    named = waits is not None and bool(waits.before_prefill())
+    return split_for(rec, ph, [(s.record, s.phases) for s in reads.recent], n_slots=slots, runner_named=named)
 
 
 def _decode_use(reads: _StoreReads) -> DecodeUse | None:

@@ -31,7 +31,7 @@ def test_the_detail_names_the_runners_placement_and_gives_no_offload_advice(tmp_
 def test_every_fixture_request_gets_the_verdicts_the_why_page_gives_it(tmp_path: Path) -> None:
     path = real_gpu_store(tmp_path / "data", with_placement=True, with_waits=True)
     reader = queries.open_readonly(path)
-    stored = queries.requests_in_window(reader, 0.0, 4e9, limit=1000)
+    stored = queries.requests_in_window(reader, 0.0, 4e9, with_tokens=True, limit=1000)
     reader.close()
     last_s = max(s.record.started_at_unix_s for s in stored)
     why = build_why(path, MODEL, now_unix_s=last_s + 60, window_s=1e9)
@@ -44,7 +44,7 @@ def test_every_fixture_request_gets_the_verdicts_the_why_page_gives_it(tmp_path:
     for s in stored:
         if s.record.model != MODEL or s.record.metrics is None or s.record.outcome is not Outcome.OK:
             continue
-        _, diagnoses, _ = explain(path, s.record, s.phases, runner_waits_of(path, s.record))
+        _, diagnoses, _ = explain(path, s.record, s.phases, runner_waits_of(path, s.record, s.phases))
         codes = {x.code for x in diagnoses}
         assert not codes & WRONG_PLACEMENT, (s.record.id, codes)
         assert codes == why_codes.get(s.record.id, set()), (s.record.id, codes, why_codes.get(s.record.id))

@@ -21,16 +21,17 @@ def test_the_waterfall_names_the_prompt_cache_save(tmp_path: Path) -> None:
     assert named == "runner: prompt-cache save 1,362 MiB +2 more" and "queue" not in bars
     assert 1500 < bars[named][1] < 1800  # ms: the 1.65 s between the request and its prefill
     # Every diagnosis (the detail words the most important one among its sentences, the others below them).
-    codes = [x.code for x in explain(path, d.record, d.phases, runner_waits_of(path, d.record))[1]]
+    codes = [x.code for x in explain(path, d.record, d.phases, runner_waits_of(path, d.record, d.phases))[1]]
     assert "ttft_runner_wait" in codes and "ttft_queue" not in codes, codes
     assert not any("waiting for a slot" in s for s in d.sentences), d.sentences
 
 
-def test_without_the_runners_lines_it_stays_a_plain_queue_bar(tmp_path: Path) -> None:
+def test_without_the_runners_lines_it_is_an_unexplained_wait_not_a_queue(tmp_path: Path) -> None:
     path = real_gpu_store(tmp_path / "data", with_placement=True)
     d = build_detail(path, AFTER_16K)
     assert d is not None
     names = [t.name for t in d.waterfall.data]
-    assert "queue" in names and not any(n.startswith("runner: ") for n in names)
+    # The other slot was free (the runner's -np 2) and no other prompt was being read: not a queue for a slot.
+    assert "wait (unexplained)" in names and "queue" not in names and not any(n.startswith("runner: ") for n in names)
     codes = [x.code for x in d.diagnoses]
     assert "ttft_wait_unexplained" in codes and "ttft_queue" not in codes, codes
