@@ -67,7 +67,13 @@ class BasisReads:
     runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
     placement: PlacementInUse  # where the model sits: the runner's load lines, else /api/ps
     measured_bw: HostBandwidth | None
-    rows: list[RequestSummary]  # every stored request of the model (rates), newest first
+    rows: list[RequestSummary]  # every stored request of the model (rates), newest first: the calibration's history
+    # The requests a page shows and judges (Why: its window), newest first; None: all of ``rows``.
+    shown: list[RequestSummary] | None = None
+
+    @property
+    def judged(self) -> list[RequestSummary]:
+        return self.rows if self.shown is None else self.shown
 
 
 def placement_of(conn: sqlite3.Connection, model: str) -> tuple[LoadedModel | None, RunnerFlags | None, PlacementInUse]:
@@ -84,17 +90,24 @@ def placement_of(conn: sqlite3.Connection, model: str) -> tuple[LoadedModel | No
     return loaded, runner, placement
 
 
-def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float) -> BasisReads:
+def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float, window_s: float | None = None) -> BasisReads:
+    """A model's basis as of ``now_unix_s``. With ``window_s`` only the requests that started in the window ending at
+    ``now_unix_s`` are judged, against the GPU of their time: its newest sample up to the end of the newest of them
+    (never the machine that views them later), else, with none in the window, the GPU as of ``now_unix_s``."""
     loaded, runner, placement = placement_of(conn, model)
+    rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+    shown = None if window_s is None else [r for r in rows if now_unix_s - window_s <= r.started_at_unix_s <= now_unix_s]
+    ran_until = max((r.ended_at_unix_s or r.started_at_unix_s for r in shown), default=None) if shown else None
     return BasisReads(
-        gpus=latest_gpus(conn, now_unix_s),
+        gpus=latest_gpus(conn, now_unix_s if ran_until is None else ran_until),
         beat=queries.latest_heartbeat(conn),
         info=queries.model_info(conn, model),
         loaded=loaded,
         runner=runner,
         placement=placement,
         measured_bw=queries.latest_host_bandwidth(conn),
-        rows=queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT),
+        rows=rows,
+        shown=shown,
     )
 
 
@@ -194,9 +207,9 @@ def rate_samples(rows: Sequence[RequestSummary]) -> tuple[list[RateSample], list
     return samples, embeds
 
 
-def story_for(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> Story | None:
-    """The ceiling model (calibrated from the user's readings) and the readings set against it; None without a GPU
-    spec or the model's facts."""
+def story_for(reads: BasisReads, hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> Story | None:
+    """The ceiling model (calibrated on every stored reading of the model, oldest first) and the judged readings set
+    against it; None without a GPU spec or the model's facts."""
     spec = hw.spec
     if spec is None or facts is None:
         return None
@@ -210,7 +223,7 @@ def story_for(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | 
         hw.bandwidth_bytes_s,
         ubatch,
     )
-    return build_story(start, rate_samples(rows)[0])
+    return build_story(start, rate_samples(reads.judged)[0], history=rate_samples(reads.rows[::-1])[0])
 
 
 @dataclass
@@ -306,11 +319,11 @@ def model_basis(
     facts = facts_for(model, reads, picked_facts)
     notes += facts.notes
     ubatch, ubatch_source = ubatch_for(reads.loaded, reads.runner)
-    story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+    story = story_for(reads, hw, facts.facts, frac, ubatch)
     doubts = _doubts(story, reads.placement, hw)
     if any(d.contradicted == PLACEMENT for d in doubts):  # the readings say it is all on the GPU: so it is taken
         frac = 1.0
-        story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+        story = story_for(reads, hw, facts.facts, frac, ubatch)
         doubts = [d for d in doubts if d.contradicted == PLACEMENT] + _doubts(story, reads.placement, hw)
     return ModelBasis(model, hw, frac, reads.placement, facts, reads.loaded, ubatch, ubatch_source, story, doubts, notes)
 

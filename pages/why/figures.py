@@ -81,9 +81,12 @@ def _points(
 def expected_label(eff: Efficiencies, kind: str) -> str:
     """Legend name of the expected line: which efficiency it uses and where that came from."""
     eta, source = (eff.eta_compute, eff.source_compute) if kind == "prefill" else (eff.eta_bw, eff.source_bw)
+    fitted = eff.prefill_samples if kind == "prefill" else eff.decode_samples
+    # The prior (first principles, never fitted) and the model calibrated on the user's readings are told apart.
+    name = "expected, calibrated" if fitted else "expected, prior"
     if kind == "decode" and eff.fixed_s_per_token > 0:  # docs/physics.md §5: bytes at η of the bandwidth, plus a fixed cost
-        return f"expected (the bytes at {w.pct(eta)} of the bandwidth + {w.secs(eff.fixed_s_per_token)} per token: {source})"
-    return f"expected ({w.pct(eta)} of ceiling: {source})"
+        return f"{name} (the bytes at {w.pct(eta)} of the bandwidth + {w.secs(eff.fixed_s_per_token)} per token: {source})"
+    return f"{name} ({w.pct(eta)} of ceiling: {source})"
 
 
 def _add_lines(
