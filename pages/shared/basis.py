@@ -143,6 +143,30 @@ def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardwa
     return hw, frac, notes
 
 
+def runner_weights(placement: PlacementInUse) -> tuple[int, str] | None:
+    """The weight bytes a decode step reads, from the sizes the runner printed when it loaded the model, and where
+    that figure comes from; None when its load lines were not read (the catalogue's estimate stays, said so).
+
+    Every layer on the GPUs: their model buffers (the output head is among them; what stayed in system memory is the
+    token-embedding table, of which a step reads one row). No GPU: the runner's system-memory model buffer. Split:
+    both."""
+    r = placement.runner if placement.from_runner else None
+    if r is None:
+        return None
+    gpu, host = r.gpu_model_bytes, r.host_model_bytes
+    all_on_gpu = bool(gpu) and r.layers_total is not None and r.layers_offloaded == r.layers_total
+    if all_on_gpu and gpu:
+        kept = (
+            f"; the {w.mib(host)} it kept in system memory is the token-embedding table, one row read per token" if host else ""
+        )
+        return gpu, f"the runner's own load lines: {w.mib(gpu)} of model buffers on the GPU{kept}"
+    if not gpu and host:
+        return host, f"the runner's own load lines: {w.mib(host)} of model buffers in system memory"
+    if gpu and host:
+        return gpu + host, f"the runner's own load lines: {w.mib(gpu)} on the GPU and {w.mib(host)} in system memory"
+    return None
+
+
 @dataclass
 class FactsRead:
     facts: ModelFacts | None
@@ -172,7 +196,13 @@ def facts_for(model: str, reads: BasisReads, picked: ModelFacts | None) -> Facts
         except ModelFactsError as e:
             error = f"Ollama's description of {fmt.label(model)} cannot be read for ceilings: {e}."
     notes = []
-    if facts is not None and facts.weights_bytes_estimated:
+    # A mixture of experts reads only its active experts' share per token: the runner's whole buffer is not that.
+    said = runner_weights(reads.placement) if facts is not None and picked is None and not facts.experts else None
+    if facts is not None and said is not None:
+        was = f"{w.gb(facts.weights_bytes)}{' estimated' if facts.weights_bytes_estimated else ''}"
+        facts = replace(facts, weights_bytes=float(said[0]), weights_bytes_estimated=False)
+        notes.append(f"Weights read per token: {w.gb(said[0])}, from {said[1]} (the model's description gave {was}).")
+    elif facts is not None and facts.weights_bytes_estimated:
         notes.append(
             f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
             f"{facts.quantization or 'the'} quantization's bits per weight."

@@ -95,3 +95,23 @@ def test_the_page_draws_what_the_command_prints(data_dir: Path) -> None:
     }
     assert story == json.loads(json.dumps(why_json(m), default=str)) | {"viewer_note": story["viewer_note"]}
     assert "impossible" not in text and "cannot be true" not in text
+
+
+def test_the_decode_ceiling_reads_the_weights_the_runner_said(tmp_path: Path) -> None:
+    """Issue 40 item 4: the runner printed its buffers (CUDA0 model 6,314 MiB; 540 MiB of token embeddings kept in
+    system memory): the ceilings use them, not the catalogue's estimate from the parameter count (6.81 GB)."""
+    path = real_gpu_store(tmp_path / "said", with_placement=True)
+    m = build_why(path, MODEL, window_s=DEFAULT_WINDOW_S)
+    assert m is not None and m.facts is not None and m.story is not None and m.placement is not None
+    runner = m.placement.runner
+    assert runner is not None and runner.gpu_model_bytes is not None
+    assert m.facts.weights_bytes == runner.gpu_model_bytes and not m.facts.weights_bytes_estimated
+    assert round(runner.gpu_model_bytes / 2**20) == 6314
+    c = m.story.ceilings
+    kv = c.kv_bytes_per_tok * c.context_tokens
+    assert c.decode_ceiling_tok_s == m.hardware.bandwidth_bytes_s / (runner.gpu_model_bytes + kv)
+    assert any("Weights read per token: 6.62 GB, from the runner's own load lines" in n for n in m.notes), m.notes
+    # Without its load lines the catalogue's estimate is the fallback, said so.
+    bare = build_why(real_gpu_store(tmp_path / "bare", with_placement=False), MODEL, window_s=DEFAULT_WINDOW_S)
+    assert bare is not None and bare.facts is not None and bare.facts.weights_bytes_estimated
+    assert any(n.startswith("Weight bytes (6.81 GB) are estimated") for n in bare.notes), bare.notes
