@@ -107,9 +107,9 @@ def test_the_decode_ceiling_reads_the_weights_the_runner_said(tmp_path: Path) ->
     assert runner is not None and runner.gpu_model_bytes is not None
     assert m.facts.weights_bytes == runner.gpu_model_bytes and not m.facts.weights_bytes_estimated
     assert round(runner.gpu_model_bytes / 2**20) == 6314
-    c = m.story.ceilings
+    c, bandwidth = m.story.ceilings, m.hardware.bandwidth_bytes_s
     kv = c.kv_bytes_per_tok * c.context_tokens
-    assert c.decode_ceiling_tok_s == m.hardware.bandwidth_bytes_s / (runner.gpu_model_bytes + kv)
+    assert bandwidth is not None and c.decode_ceiling_tok_s == bandwidth / (runner.gpu_model_bytes + kv)
     assert any("Weights read per token: 6.62 GB, from the runner's own load lines" in n for n in m.notes), m.notes
     # Without its load lines the catalogue's estimate is the fallback, said so.
     bare = build_why(real_gpu_store(tmp_path / "bare", with_placement=False), MODEL, window_s=DEFAULT_WINDOW_S)
