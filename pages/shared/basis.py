@@ -36,8 +36,9 @@ from analysis.records import (
 )
 from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
 from analysis.runner_waits import TaskWaits
-from analysis.story import RateSample, Story, build_story
+from analysis.story import RateSample, Reading, Status, Story, build_story, counted_median, plain_readings
 from pages.shared import fmt
+from pages.shared.window import ModelWindow, model_window
 from store import queries
 from store.tables import ModelInfoRow, RequestSummary
 
@@ -384,3 +385,37 @@ def cached_basis(db: Path, conn: sqlite3.Connection, model: str, now_unix_s: flo
             _kept.clear()  # many stores or models over the process's life: start again
         kept = _kept[key] = (now_s, load_basis(conn, model, now_unix_s))
     return kept[1]
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """A model's speeds as every page reads them (Why, Lab, the report): the medians of the readings that count (timed
+    over MIN_RATE_TOKENS or more, under their ceiling) among the requests of one window."""
+
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    prefill_readings: int  # readings that count
+    decode_readings: int
+
+
+def judged_readings(basis: ModelBasis, reads: BasisReads) -> tuple[list[Reading], list[Reading]]:
+    """The window's readings, each against its ceiling; without a ceiling model only too-short ones are set apart."""
+    if basis.story is not None:
+        return basis.story.prefill, basis.story.decode
+    return plain_readings(rate_samples(reads.judged)[0])
+
+
+def speeds_of(prefill: Sequence[Reading], decode: Sequence[Reading]) -> Speeds:
+    counts = [sum(r.status is Status.COUNTED for r in rs) for rs in (prefill, decode)]
+    return Speeds(counted_median(prefill), counted_median(decode), counts[0], counts[1])
+
+
+def window_speeds(db: Path, model: str, now_unix_s: float, window_s: float) -> tuple[Speeds, ModelWindow] | None:
+    """``model``'s speeds over the window ending at ``now_unix_s`` (moved to its last activity when that holds none),
+    read as the Why page reads them; None when there is no store."""
+    with queries.open_reader(db) as conn:
+        if conn is None:
+            return None
+        win = model_window(conn, model, now_unix_s, window_s)
+        reads = read_basis(conn, model, win.end_unix_s, window_s)
+    return speeds_of(*judged_readings(model_basis(model, reads), reads)), win

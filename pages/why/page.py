@@ -22,6 +22,7 @@ from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
 from pages.shared import common, data, fmt
 from pages.shared.settings import client_host_line
+from pages.shared.window import window_words
 from pages.why import whatif
 from pages.why.report import build_report
 from pages.why.view import (
@@ -31,7 +32,6 @@ from pages.why.view import (
     hardware_line,
     model_choices,
     preview_choices,
-    window_words,
 )
 
 LAB_PAGE = "pages/lab/page.py"

@@ -58,18 +58,26 @@ from analysis.story import (
     Reading,
     Status,
     Story,
-    counted_median,
     embed_story,
     plain_readings,
 )
 from pages.shared import fmt
-from pages.shared.basis import BasisReads, ModelBasis, latest_gpus, model_basis, rate_samples, read_basis
+from pages.shared.basis import (
+    BasisReads,
+    ModelBasis,
+    judged_readings,
+    latest_gpus,
+    model_basis,
+    rate_samples,
+    read_basis,
+    speeds_of,
+)
+from pages.shared.window import ModelWindow, model_window
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
 from store.tables import OllamaSettingRow, RequestSummary
 
-ACTIVITY_PAD_S = 60.0  # a window moved to the last activity ends this long after its newest request started
 FRESH_GPU_S = 60.0  # a GPU sample this recent says which GPU reports to this dashboard now
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
 DIAGNOSE_LIMIT = 100  # newest finished requests of the model that get diagnosed
@@ -92,41 +100,6 @@ class DiagnosisGroup:
     latest: str  # the newest request's sentence, with its numbers
     numbers: dict[str, float] = field(default_factory=dict)  # the newest request's figures, unformatted
     by_request: dict[str, dict[str, float]] = field(default_factory=dict)  # every request's figures, by request id
-
-
-@dataclass(frozen=True)
-class WhyWindow:
-    """The requests every number of the page comes from: those that started in [end − length, end]."""
-
-    end_unix_s: float
-    length_s: float
-    asked_end_unix_s: float  # the end asked for (the wall clock on the page)
-    moved: bool = False  # the asked window held no request of the model: this one ends at its newest request
-
-    @property
-    def start_unix_s(self) -> float:
-        return self.end_unix_s - self.length_s
-
-
-def why_window(conn: sqlite3.Connection, model: str, now_unix_s: float, window_s: float) -> WhyWindow:
-    """The window ending at ``now_unix_s``; when it holds no finished request of ``model``, the same length ending
-    ACTIVITY_PAD_S after the model's newest request (the last period with activity), said so."""
-    asked = WhyWindow(now_unix_s, window_s, now_unix_s)
-    inside = queries.rate_rows(conn, model, now_unix_s - window_s, limit=1)
-    if inside and inside[0].started_at_unix_s <= now_unix_s:
-        return asked
-    newest = queries.rate_rows(conn, model, 0.0, limit=1)
-    if not newest or newest[0].started_at_unix_s > now_unix_s:
-        return asked
-    return WhyWindow(newest[0].started_at_unix_s + ACTIVITY_PAD_S, window_s, now_unix_s, moved=True)
-
-
-def window_words(win: WhyWindow) -> str:
-    """How the page names its window: the sidebar's, or the last period with activity it moved to."""
-    length = fmt.seconds(win.length_s)
-    if not win.moved:
-        return f"the last {length} (the sidebar's window)"
-    return f"the {length} up to {fmt.clock(win.end_unix_s)}, the last period with activity"
 
 
 @dataclass
@@ -160,7 +133,7 @@ class WhyModel:
     energy: PhaseEnergy | None
     energy_sentence: str | None
     window_requests: int  # this model's finished requests in the sidebar window
-    window: WhyWindow | None = None  # every number of the page comes from the requests of this window
+    window: ModelWindow | None = None  # every number of the page comes from the requests of this window
     viewer_note: str | None = None  # the machine viewing the page is not the one the readings ran on
     notes: list[str] = field(default_factory=list)
     # Embedding requests: prefill-only work, drawn apart on the prefill chart, kept out of medians and calibration.
@@ -400,11 +373,13 @@ class _Curves:
     full_curve: list[CurvePoint] = field(default_factory=list)
 
 
-def _curves(rows: Sequence[RequestSummary], story: Story | None, facts: ModelFacts | None, frac: float) -> _Curves:
-    """The charts' points and lines from the basis's story (plain readings without one)."""
-    samples, embed_samples = rate_samples(rows)
+def _curves(reads: BasisReads, basis: ModelBasis, facts: ModelFacts | None, frac: float) -> _Curves:
+    """The charts' points (``judged_readings``: the readings every page reads speeds from) and lines from the basis's
+    story (plain readings without one)."""
+    story = basis.story
+    embed_samples = rate_samples(reads.judged)[1]
     if story is None or facts is None:
-        prefill_r, decode_r = plain_readings(samples)
+        prefill_r, decode_r = judged_readings(basis, reads)
         return _Curves(None, None, prefill_r, decode_r, plain_readings(embed_samples)[0])
     embeds = embed_story(story.model, embed_samples)
     out = _Curves(story, embeds, story.prefill, story.decode, embeds.readings if embeds is not None else [])
@@ -529,7 +504,7 @@ def build_why(
     facts of a model, or None for ``model``'s stored /api/show as for any model) explains from the ceilings alone.
 
     ``window_s`` (the sidebar's window) bounds every number: medians, charts, readings counted, diagnoses,
-    interference and energy come from the requests of one window (``why_window``: moved to the last period with
+    interference and energy come from the requests of one window (``model_window``: moved to the last period with
     activity when it holds none), judged against the GPU of their time; the calibration alone is fitted on every
     stored request of the model. The host's
     memory bandwidth (where it matters: no GPU, or part of the model in system memory)
@@ -539,13 +514,14 @@ def build_why(
     with _open(db) as conn:
         if conn is None:
             return None
-        win = why_window(conn, model, time.time() if now_unix_s is None else now_unix_s, window_s)
+        win = model_window(conn, model, time.time() if now_unix_s is None else now_unix_s, window_s)
         reads = _read_store(conn, model, win.end_unix_s, window_s)
     picked_hw, picked_facts = preview if preview is not None else (None, None)
     basis = model_basis(model, reads, picked_hw=picked_hw, picked_facts=picked_facts)
     hw, frac, facts, notes, doubts = basis.hardware, basis.gpu_fraction, basis.facts, basis.notes, basis.doubts
     ubatch, ubatch_source = basis.ubatch_tokens, basis.ubatch_source
-    curves = _curves(reads.judged, basis.story, facts.facts, frac)
+    curves = _curves(reads, basis, facts.facts, frac)
+    speeds = speeds_of(curves.prefill_r, curves.decode_r)  # as Lab and the report read them
     story = curves.story
     eff = basis.efficiencies
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in reads.recent]
@@ -568,8 +544,8 @@ def build_why(
         ceilings=story.ceilings if story is not None else None,
         typical_prompt_tokens=story.typical_prompt_tokens if story is not None else DEFAULT_PROMPT_TOKENS,
         typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
-        prefill_median_tok_s=counted_median(curves.prefill_r),
-        decode_median_tok_s=counted_median(curves.decode_r),
+        prefill_median_tok_s=speeds.prefill_tok_s,
+        decode_median_tok_s=speeds.decode_tok_s,
         figures=partial(_figures, curves, eff, model, hw.label, ubatch),
         story=story,
         ubatch_tokens=ubatch,
@@ -710,7 +686,7 @@ def _rates_json(m: WhyModel, kind: str) -> dict[str, Any]:
     }
 
 
-def _window_json(win: WhyWindow | None) -> dict[str, Any] | None:
+def _window_json(win: ModelWindow | None) -> dict[str, Any] | None:
     if win is None:
         return None
     return {"start_unix_s": win.start_unix_s, "end_unix_s": win.end_unix_s, "length_s": win.length_s, "moved": win.moved}
