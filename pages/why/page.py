@@ -273,6 +273,14 @@ def _show_energy(m: WhyModel) -> None:
     text(m.energy_sentence)
 
 
+def _calibrated_error(m: WhyModel) -> str:
+    """The what-if's rates come from the calibrated model: its measured error on readings it was not fitted on."""
+    h = m.story.held_out_error("decode") if m.story is not None else None
+    if h is None:
+        return "the calibrated model's error not measured yet"
+    return f"the calibrated model was off by a median of {w.pct(h.median_abs_error)} on {h.readings:,} later requests"
+
+
 def _show_whatif(m: WhyModel) -> None:
     """Other settings, predicted before trying them: memory, fit, rates, and the changes worth making."""
     st.subheader("What if")
@@ -344,10 +352,18 @@ def _show_whatif(m: WhyModel) -> None:
         "First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}", help=f"Reading your median and p90 prompts ({prompts})"
     )
     m5.metric(f"{parallel} at once, tok/s", w.num(p.concurrent_tok_s), help="All streams together")
+    loaded = result.loaded
+    said = (
+        f"{w.gb(loaded.total_bytes)} loaded by the runner's own load lines (weights {w.gb(loaded.weights_bytes)}, KV cache "
+        f"{w.gb(loaded.kv_bytes)}, buffers {w.gb(loaded.compute_bytes)}), "
+        if loaded is not None
+        else ""
+    )
     text(
         f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
-        f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
-        f"decode {w.num(result.now.decode_tok_s)} tok/s."
+        f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {said}predicted "
+        f"{w.gb(result.now.memory.total_bytes)} for the settings in force, decode {w.num(result.now.decode_tok_s)} tok/s "
+        f"({_calibrated_error(m)})."
     )
     st.plotly_chart(whatif.memory_figure(result), key="why_whatif_memory", config={"displaylogo": False})
     st.caption("Rates from the same ceiling model as the charts above, at the share of it your requests reach.")

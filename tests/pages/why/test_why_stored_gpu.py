@@ -14,6 +14,7 @@ from typing import Any
 from analysis import wording as w
 from analysis.story import Status
 from pages.shared.window import DEFAULT_WINDOW_S
+from pages.why import whatif
 from pages.why.view import build_why, hardware_line, placement_words, why_json
 from tests.support.paths import REPO
 from tests.support.real_gpu import MODEL, real_gpu_store
@@ -115,3 +116,22 @@ def test_the_decode_ceiling_reads_the_weights_the_runner_said(tmp_path: Path) ->
     bare = build_why(real_gpu_store(tmp_path / "bare", with_placement=False), MODEL, window_s=DEFAULT_WINDOW_S)
     assert bare is not None and bare.facts is not None and bare.facts.weights_bytes_estimated
     assert any(n.startswith("Weight bytes (6.81 GB) are estimated") for n in bare.notes), bare.notes
+
+
+def test_what_if_starts_from_the_runners_settings_and_loaded_sizes(data_dir: Path) -> None:
+    """Issue 40 item 6: What-if's 'now' is the runner's -np 2 and its loaded buffers (the demo's once assumed 1 slot
+    and predicted 5.95 GB beside 9.80 GB loaded); its rates say the calibrated model's measured error."""
+    path = real_gpu_store(data_dir, with_placement=True)
+    m = build_why(path, MODEL, window_s=DEFAULT_WINDOW_S)
+    assert m is not None
+    force = whatif.in_force(m)
+    assert force.settings.num_parallel == 2 and "-np" in next(r.source for r in force.rows if r.name == "num_parallel")
+    result = whatif.build_whatif(m, force.settings, None)
+    assert result is not None and result.loaded is not None
+    # CUDA0: weights 6,314 MiB, KV 3,520 MiB, compute 874 MiB; system memory: 540 MiB of token embeddings.
+    assert round(result.loaded.total_bytes / 2**20) == 6314 + 540 + 3520 + 874
+    bars = whatif.memory_figure(result).to_dict()["data"]
+    assert bars[0]["y"][0] == "loaded (the runner's words)"
+    text = page_text(open_why())
+    assert f"Now: {w.gb(result.loaded.total_bytes)} loaded by the runner's own load lines" in text
+    assert "the calibrated model was off by a median of" in text
