@@ -45,7 +45,7 @@ class Rates:
     prefill_tok_s: float
     decode_tok_s: float
     measured: bool  # False: fallback guesses, no reading of this model that counts
-    requests: int = 0  # readings behind the medians (prefill, decode: the fewer)
+    requests: int = 0  # readings behind the medians (prefill, decode: the fewer); measured False: readings set apart
     window: ModelWindow | None = None  # the requests they come from: the Why page's window
 
 
@@ -56,9 +56,18 @@ def recent_rates(db: Path, model: str, now_unix_s: float | None = None, window_s
     read = window_speeds(db, model, now, window_s) if model else None
     speeds, win = read if read is not None else (None, None)
     if speeds is None or speeds.prefill_tok_s is None or speeds.decode_tok_s is None:
-        return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False)
+        return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False, speeds.readings_judged if speeds else 0, win)
     n = min(speeds.prefill_readings, speeds.decode_readings)
     return Rates(speeds.prefill_tok_s, speeds.decode_tok_s, True, n, win)
+
+
+def _none_count(rates: Rates) -> str:
+    if not rates.requests or rates.window is None:
+        return "no reading of this model that counts yet"
+    return (
+        f"none of this model's {rates.requests:,} readings over {window_words(rates.window)} counts: too short to time, "
+        "or above the ceiling of the hardware they ran on (the Why page shows which)"
+    )
 
 
 def cost_sentence(cost: Cost, rates: Rates) -> str:
@@ -68,8 +77,7 @@ def cost_sentence(cost: Cost, rates: Rates) -> str:
         f"at this model's speed over {where}, as the Why page reads it ({rates.prefill_tok_s:,.0f} tok/s prefill, "
         f"{rates.decode_tok_s:,.1f} tok/s decode: medians of the readings that count)"
         if rates.measured
-        else f"at a slow machine's speed ({rates.prefill_tok_s:,.0f} / {rates.decode_tok_s:,.0f} tok/s; "
-        "no reading of this model that counts yet)"
+        else f"at a slow machine's speed ({rates.prefill_tok_s:,.0f} / {rates.decode_tok_s:,.0f} tok/s; {_none_count(rates)})"
     )
     warm = " (the first a warm-up that gives no point)" if cost.warm_up_requests else ""
     text = (

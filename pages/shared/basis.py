@@ -396,6 +396,7 @@ class Speeds:
     decode_tok_s: float | None
     prefill_readings: int  # readings that count
     decode_readings: int
+    readings_judged: int = 0  # every reading of the window, counted or set apart (too short, above its ceiling)
 
 
 def judged_readings(basis: ModelBasis, reads: BasisReads) -> tuple[list[Reading], list[Reading]]:
@@ -407,7 +408,7 @@ def judged_readings(basis: ModelBasis, reads: BasisReads) -> tuple[list[Reading]
 
 def speeds_of(prefill: Sequence[Reading], decode: Sequence[Reading]) -> Speeds:
     counts = [sum(r.status is Status.COUNTED for r in rs) for rs in (prefill, decode)]
-    return Speeds(counted_median(prefill), counted_median(decode), counts[0], counts[1])
+    return Speeds(counted_median(prefill), counted_median(decode), counts[0], counts[1], len(prefill) + len(decode))
 
 
 def window_speeds(db: Path, model: str, now_unix_s: float, window_s: float) -> tuple[Speeds, ModelWindow] | None:

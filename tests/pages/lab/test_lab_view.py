@@ -14,6 +14,7 @@ from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.ingest import store_row
 from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, RunState, lab_dir, write_result
 from pages.lab import view
+from pages.shared.window import ModelWindow
 from pages.why.view import build_why
 from store.ops import PutExperiment
 from store.schema import db_path
@@ -138,3 +139,11 @@ def test_points_table_has_human_names_and_the_units_convention() -> None:
     }
     assert second["prompt tokens"] == "1,024" and second["first token"] == "3.20 s" and second["load"] == "250 ms"
     assert "None" not in frame.to_string() and not any("_" in c for c in frame.columns)
+
+
+def test_readings_set_apart_are_not_called_absent() -> None:
+    """Readings that exist but none counts (e.g. all above the ceiling of the hardware they ran on) are said so."""
+    cost = EXPERIMENTS["prompt-length"].cost(make_params("prompt-length"), 8192)
+    win = ModelWindow(1000.0, 300.0, 1000.0)
+    flagged = view.Rates(view.FALLBACK_PREFILL_TOK_S, view.FALLBACK_DECODE_TOK_S, False, 12, win)
+    assert "none of this model's 12 readings over the last 5 min" in view.cost_sentence(cost, flagged)
