@@ -95,6 +95,7 @@ class Story:
     prior_prefill_tok_s: float | None = None
     prior_decode_tok_s: float | None = None
     held_out: tuple[HeldOutError, ...] = ()  # the calibrated model's error on readings it was not fitted on
+    prior_model: CeilingModel | None = None  # the uncalibrated model, when the calibration replaced it
 
     def held_out_error(self, kind: str) -> HeldOutError | None:
         return next((h for h in self.held_out if h.kind == kind), None)
@@ -255,6 +256,7 @@ def build_story(
         prior_prefill_tok_s=_expected_median(prior_pre) or start.at(typical_p, typical_c).prefill_expected_tok_s,
         prior_decode_tok_s=_expected_median(prior_dec) or start.at(typical_p, typical_c).decode_expected_tok_s,
         held_out=held_out,
+        prior_model=start if model is not start else None,
     )
 
 

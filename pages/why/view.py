@@ -371,6 +371,8 @@ class _Curves:
     pre_curve: list[CurvePoint] = field(default_factory=list)
     dec_curve: list[CurvePoint] = field(default_factory=list)
     full_curve: list[CurvePoint] = field(default_factory=list)
+    pre_prior: list[CurvePoint] = field(default_factory=list)  # the prior's expected line, when calibration replaced it
+    dec_prior: list[CurvePoint] = field(default_factory=list)
 
 
 def _curves(reads: BasisReads, basis: ModelBasis, facts: ModelFacts | None, frac: float) -> _Curves:
@@ -397,14 +399,22 @@ def _curves(reads: BasisReads, basis: ModelBasis, facts: ModelFacts | None, frac
     out.dec_curve = story.model.decode_curve(ctx_tokens)
     if frac < 1.0:
         out.full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
+    if story.prior_model is not None:
+        out.pre_prior = story.prior_model.prefill_curve(pre_tokens)
+        out.dec_prior = story.prior_model.decode_curve(ctx_tokens)
     return out
 
 
 def _figures(
     curves: _Curves, eff: Efficiencies | None, model: str, hardware_label: str, ubatch: int
 ) -> tuple[go.Figure, go.Figure]:
-    prefill = prefill_figure(curves.prefill_r, curves.pre_curve, eff, model, hardware_label, ubatch, embed=curves.embed_r)
-    decode = decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hardware_label)
+    prior_eff = curves.story.prior_model.efficiencies if curves.story and curves.story.prior_model else None
+    pre_prior = (curves.pre_prior, prior_eff) if prior_eff is not None else None
+    dec_prior = (curves.dec_prior, prior_eff) if prior_eff is not None else None
+    prefill = prefill_figure(
+        curves.prefill_r, curves.pre_curve, eff, model, hardware_label, ubatch, embed=curves.embed_r, prior=pre_prior
+    )
+    decode = decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hardware_label, prior=dec_prior)
     return prefill, decode
 
 

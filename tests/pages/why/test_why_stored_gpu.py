@@ -89,6 +89,13 @@ def test_the_page_draws_what_the_command_prints(data_dir: Path) -> None:
     for kind, title in (("prefill", "Prefill"), ("decode", "Decode")):
         excluded = sum(x["count"] for x in story[kind]["readings_excluded"])
         assert len(readings(figs[title])) == story[kind]["readings_counted"] + excluded
+        # Three things apart on the chart: the ceiling, the prior (never fitted) and the calibrated line.
+        names = [str(t.get("name", "")) for t in figs[title]["data"]]
+        assert [n.split(" (")[0] for n in names if n.startswith(("ceiling", "expected"))] == [
+            "ceiling",
+            "expected, calibrated",
+            "expected, prior",
+        ], names
     groups = diagnoses(at)
     judged = story["requests"]["diagnosed"]
     assert {what: counts for what, (counts, _) in groups.items()} == {
