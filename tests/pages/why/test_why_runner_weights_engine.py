@@ -56,6 +56,11 @@ def test_the_cpu_decode_ceiling_reads_the_runners_weights(tmp_path: Path) -> Non
     # The ceiling's weights are the runner's own figure (within 5% of its load line: here exactly it).
     assert abs(m.facts.weights_bytes / host - 1) < 0.05 and not m.facts.weights_bytes_estimated
     c = m.story.ceilings
+    print(
+        f"runner's system-memory model buffer {host / 2**20:,.0f} MiB; ceiling weights {m.facts.weights_bytes / 2**20:,.0f} "
+        f"MiB; decode ceiling {c.decode_ceiling_tok_s:,.1f} tok/s at {c.context_tokens:,} tokens of context, "
+        f"{m.hardware.bandwidth_bytes_s} B/s; measured median {m.decode_median_tok_s} tok/s"
+    )
     assert m.hardware.bandwidth_bytes_s is not None
     assert c.decode_ceiling_tok_s == pytest.approx(
         m.hardware.bandwidth_bytes_s / (host + c.kv_bytes_per_tok * c.context_tokens), rel=1e-9
