@@ -29,7 +29,7 @@ from analysis.ceilings import (
 # The calibrated model's error is measured on at most this many of the newest readings of a kind, each predicted from
 # at most HELD_OUT_HISTORY readings before it: bounded work however many requests the store holds.
 HELD_OUT_LIMIT = 100
-HELD_OUT_HISTORY = 500
+HELD_OUT_HISTORY = 200
 
 # A reading this far above its ceiling cannot be true (clock and rounding slack below it).
 IMPOSSIBLE_ABOVE_CEILING = MAX_PLAUSIBLE_FRACTION
@@ -188,22 +188,19 @@ def held_out_errors(start: CeilingModel, history: Sequence[RateSample]) -> tuple
     """Each counted reading of ``history`` (oldest first) predicted by the model calibrated on the requests before it
     alone; per kind, the median and largest relative error. A kind with no reading that had MIN_CALIBRATION_SAMPLES
     of its kind before it has no figure (the calibration never replaced the prior there)."""
-    per_sample = [_readings(start, [s]) for s in history]
+    # The newest readings and the history each is predicted from: the rest of a long store never enters.
+    per_sample = [_readings(start, [s]) for s in history[-(HELD_OUT_LIMIT + HELD_OUT_HISTORY) :]]
+    points = [_calibration_points(pre, dec) for pre, dec in per_sample]  # each sample's, computed once
     out = []
-    for kind in ("prefill", "decode"):
+    for k, kind in enumerate(("prefill", "decode")):
         errors: list[float] = []
-        at = [
-            i
-            for i, (pre, dec) in enumerate(per_sample)
-            if any(r.status is Status.COUNTED for r in (pre if kind == "prefill" else dec))
-        ]
+        at = [i for i, both in enumerate(per_sample) if both[k] and both[k][0].status is Status.COUNTED]
         for i in at[-HELD_OUT_LIMIT:]:
-            before = per_sample[max(0, i - HELD_OUT_HISTORY) : i]
-            points = [p for pre, dec in before for p in _calibration_points(pre, dec)]
-            if sum(p.kind == kind for p in points) < MIN_CALIBRATION_SAMPLES:
+            before = [p for ps in points[max(0, i - HELD_OUT_HISTORY) : i] for p in ps]
+            if sum(p.kind == kind for p in before) < MIN_CALIBRATION_SAMPLES:
                 continue
-            model = start.with_efficiencies(calibrate(points, start.efficiencies))
-            reading = (per_sample[i][0] if kind == "prefill" else per_sample[i][1])[0]
+            model = start.with_efficiencies(calibrate(before, start.efficiencies))
+            reading = per_sample[i][k][0]
             errors.append(abs(_predicted(model, reading, kind) - reading.rate_tok_s) / reading.rate_tok_s)
         if errors:
             out.append(HeldOutError(kind, len(errors), statistics.median(errors), max(errors)))
