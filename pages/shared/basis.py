@@ -20,7 +20,7 @@ from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
 from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, ollama_num_batch, starting_efficiencies
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
-from analysis.hardware import HardwareSpec
+from analysis.hardware import HardwareSpec, match_gpu
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases
 from analysis.records import (
@@ -112,6 +112,21 @@ def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float, window_s
     )
 
 
+def _runner_gpu(placement: PlacementInUse) -> Hardware | None:
+    """The GPU the runner's own load lines placed the model on, when no GPU sample of the readings' time exists (a
+    log imported without a sampler, a collector without a GPU source): its name and memory matched to the table."""
+    r = placement.runner if placement.from_runner else None
+    device = next((d for d in r.devices if d.description and d.model_bytes), None) if r is not None else None
+    spec = match_gpu(device.description or "", device.total_bytes) if device is not None else None
+    if device is None or spec is None:
+        return None
+    note = (
+        f"No GPU sample of the readings' time: the GPU is the one the runner's own load lines placed the model on "
+        f"({device.device}, {device.description}), with the datasheet's bandwidth."
+    )
+    return Hardware(HardwareKind.GPU, device.description or spec.name, spec, spec.bandwidth_bytes_s, notes=(note,))
+
+
 def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardware, float, list[str]]:
     """The hardware to explain with, the share of the model in GPU memory, and notes on both."""
     gpus = reads.gpus
@@ -129,6 +144,9 @@ def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardwa
         apple_chip=apple_chip,
         host_bandwidth=host_bw if need_host else lambda: None,
     )
+    said = _runner_gpu(reads.placement) if not gpus and picked is None else None
+    if said is not None:
+        hw = said
     if picked is not None:
         kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
         hw = Hardware(kind, picked.name, picked, picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))

@@ -6,6 +6,7 @@ and ``python -m pages.why --json`` are one view-model: the page's text is compar
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,18 @@ def test_what_if_starts_from_the_runners_settings_and_loaded_sizes(data_dir: Pat
     text = page_text(open_why())
     assert f"Now: {w.gb(result.loaded.total_bytes)} loaded by the runner's own load lines" in text
     assert "the calibrated model was off by a median of" in text
+
+
+def test_without_gpu_samples_the_gpu_is_the_one_the_runner_placed_it_on(tmp_path: Path) -> None:
+    """No GPU sample of the readings' time (a log imported without a sampler): the runner's own load lines named the
+    GPU (CUDA0, NVIDIA H200), so the readings are judged against it, said so, not against this machine's CPU."""
+    path = real_gpu_store(tmp_path / "data", with_placement=True)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DELETE FROM gpu_samples")
+        conn.execute("DELETE FROM gpu_minutes")
+    conn.close()
+    m = build_why(path, MODEL, window_s=DEFAULT_WINDOW_S)
+    assert m is not None and m.hardware.spec is not None and m.hardware.spec.key == "h200"
+    assert any("the one the runner's own load lines placed the model on (CUDA0, NVIDIA H200)" in n for n in m.notes)
+    assert not [r for r in (*m.prefill_points, *m.decode_points) if r.status is Status.IMPOSSIBLE]
