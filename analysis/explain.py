@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analysis import wording as w
-from analysis.ceilings import MIN_RATE_TOKENS, Ceilings
+from analysis.ceilings import MIN_CALIBRATION_SAMPLES, MIN_RATE_TOKENS, Ceilings
 from analysis.diagnose import Diagnosis, Severity
 from analysis.energy import PhaseEnergy
 from analysis.interference import Interference, describe
@@ -152,6 +152,39 @@ def _verdicts(c: Ceilings, hardware_name: str) -> str:
     )
 
 
+def held_out_words(story: Story, kind: str) -> str:
+    """The calibrated model's measured error on readings it was not fitted on, or why there is none yet."""
+    h = story.held_out_error(kind)
+    if h is None:
+        return "no error measured yet: too few readings came before the newest ones to predict them"
+    n = "one request" if h.readings == 1 else f"{w.count(h.readings)} requests"
+    return (
+        f"off by a median of {w.pct(h.median_abs_error)} (at most {w.pct(h.max_abs_error)}) on {n}, "
+        "each predicted from those before it"
+    )
+
+
+def calibrated_sentence(story: Story) -> str:
+    """What the model fitted on the user's readings expects, kept apart from the prior and the measurement."""
+    eff = story.model.efficiencies
+    fitted = eff.prefill_samples or eff.decode_samples
+    if not fitted:
+        return (
+            f"No model is calibrated on your readings yet: it takes {MIN_CALIBRATION_SAMPLES} readings of a kind timed over "
+            f"{MIN_RATE_TOKENS} tokens or more; until then the expected lines are the prior's."
+        )
+    return (
+        f"Calibrated on your readings, the model expects {w.tok_s(story.expected_prefill_tok_s)} and "
+        f"{w.tok_s(story.expected_decode_tok_s)}; prefill {held_out_words(story, 'prefill')}, decode "
+        f"{held_out_words(story, 'decode')}. What-if and the waits use it."
+    )
+
+
+def _yours(hardware_name: str) -> str:
+    """ "your NVIDIA H200", but "this computer's CPU" as it is (never "your this computer's CPU")."""
+    return hardware_name if hardware_name.startswith(("this ", "your ")) else f"your {hardware_name}"
+
+
 def explain_rates(
     story: Story,
     *,
@@ -180,15 +213,19 @@ def explain_rates(
         pre_n, dec_n = story.counted("prefill"), story.counted("decode")
         lo, hi = min(r.tokens for r in pre_n), max(r.tokens for r in pre_n)
         span = f"{w.count(lo)} prompt tokens" if lo == hi else f"{w.count(lo)} to {w.count(hi)} prompt tokens"
-        out.append(
-            f"On your {hardware_name}, {model_name} read prompts at {w.tok_s(pp)} ({_of(len(pre_n))}, {span}) and wrote its "
-            f"replies at {w.tok_s(tg)} ({_of(len(dec_n))}): prefill ran "
-            f"{w.times(ratio)} faster than decode. For the same prompt lengths and contexts about "
-            f"{w.tok_s(story.expected_prefill_tok_s)} and {w.tok_s(story.expected_decode_tok_s)} are expected here, "
-            f"{w.times(story.expected_ratio)}."
+        prior_pp, prior_tg = (
+            story.prior_prefill_tok_s or story.expected_prefill_tok_s,
+            story.prior_decode_tok_s or story.expected_decode_tok_s,
         )
+        out.append(
+            f"On {_yours(hardware_name)}, {model_name} read prompts at {w.tok_s(pp)} ({_of(len(pre_n))}, {span}) and wrote "
+            f"its replies at {w.tok_s(tg)} ({_of(len(dec_n))}): prefill ran {w.times(ratio)} faster than decode. For the "
+            f"same prompt lengths and contexts, first principles and the hardware table (before any reading) expect about "
+            f"{w.tok_s(prior_pp)} and {w.tok_s(prior_tg)}, {w.times(prior_pp / prior_tg)}."
+        )
+        out.append(calibrated_sentence(story))
         if story.ratios_differ:
-            pre_frac, dec_frac = pp / story.expected_prefill_tok_s, tg / story.expected_decode_tok_s
+            pre_frac, dec_frac = pp / prior_pp, tg / prior_tg
             worse = "prefill" if abs(pre_frac - 1) >= abs(dec_frac - 1) else "decode"
             out.append(
                 f"The two ratios differ by more than {w.times(RATIO_SPREAD)}: prefill ran at {w.pct(pre_frac)} of its expected "

@@ -18,12 +18,18 @@ from enum import StrEnum
 
 from analysis.ceilings import (
     MAX_PLAUSIBLE_FRACTION,
+    MIN_CALIBRATION_SAMPLES,
     MIN_RATE_TOKENS,
     CalibrationPoint,
     CeilingModel,
     Ceilings,
     calibrate,
 )
+
+# The calibrated model's error is measured on at most this many of the newest readings of a kind, each predicted from
+# at most HELD_OUT_HISTORY readings before it: bounded work however many requests the store holds.
+HELD_OUT_LIMIT = 100
+HELD_OUT_HISTORY = 200
 
 # A reading this far above its ceiling cannot be true (clock and rounding slack below it).
 IMPOSSIBLE_ABOVE_CEILING = MAX_PLAUSIBLE_FRACTION
@@ -63,6 +69,17 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class HeldOutError:
+    """The calibrated model's error on readings it was not fitted on: each reading predicted by the model calibrated on
+    the readings before it (at least MIN_CALIBRATION_SAMPLES of its kind), never on itself or later ones."""
+
+    kind: str  # "prefill" or "decode"
+    readings: int  # readings predicted this way
+    median_abs_error: float  # median of |predicted − measured| ÷ measured
+    max_abs_error: float
+
+
+@dataclass(frozen=True)
 class Story:
     model: CeilingModel  # calibrated
     prefill: list[Reading]
@@ -74,6 +91,14 @@ class Story:
     decode_median_tok_s: float | None
     expected_prefill_tok_s: float  # median of the expected rates at the counted readings' prompt lengths
     expected_decode_tok_s: float  # ... at their contexts
+    # The prior: first principles and the hardware table at the same prompt lengths and contexts, never fitted.
+    prior_prefill_tok_s: float | None = None
+    prior_decode_tok_s: float | None = None
+    held_out: tuple[HeldOutError, ...] = ()  # the calibrated model's error on readings it was not fitted on
+    prior_model: CeilingModel | None = None  # the uncalibrated model, when the calibration replaced it
+
+    def held_out_error(self, kind: str) -> HeldOutError | None:
+        return next((h for h in self.held_out if h.kind == kind), None)
 
     def counted(self, kind: str) -> list[Reading]:
         return [r for r in (self.prefill if kind == "prefill" else self.decode) if r.status is Status.COUNTED]
@@ -89,12 +114,20 @@ class Story:
 
     @property
     def expected_ratio(self) -> float:
+        """The calibrated model's prefill ÷ decode at the counted readings' lengths."""
         return self.expected_prefill_tok_s / self.expected_decode_tok_s
 
     @property
+    def prior_ratio(self) -> float | None:
+        """The prior's prefill ÷ decode at the counted readings' lengths: what the measured ratio is compared with."""
+        if self.prior_prefill_tok_s and self.prior_decode_tok_s:
+            return self.prior_prefill_tok_s / self.prior_decode_tok_s
+        return None
+
+    @property
     def ratios_differ(self) -> bool:
-        m = self.measured_ratio
-        return m is not None and not (1 / RATIO_SPREAD <= m / self.expected_ratio <= RATIO_SPREAD)
+        m, prior = self.measured_ratio, self.prior_ratio
+        return m is not None and prior is not None and not (1 / RATIO_SPREAD <= m / prior <= RATIO_SPREAD)
 
 
 def _status(rate: float, ceiling: float, timed: int) -> Status:
@@ -136,21 +169,71 @@ def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def build_story(start: CeilingModel, samples: Sequence[RateSample], *, calibrate_on_samples: bool = True) -> Story:
+def _expected_median(readings: Sequence[Reading]) -> float | None:
+    """The median expected rate at the counted readings' own lengths."""
+    return _median([r.expected_tok_s for r in readings if r.status is Status.COUNTED])
+
+
+def _calibration_points(prefill: Sequence[Reading], decode: Sequence[Reading]) -> list[CalibrationPoint]:
+    points = [CalibrationPoint("prefill", r.rate_tok_s, r.ceiling_tok_s) for r in prefill if r.status is Status.COUNTED]
+    return points + [CalibrationPoint("decode", r.rate_tok_s, r.ceiling_tok_s) for r in decode if r.status is Status.COUNTED]
+
+
+def _predicted(model: CeilingModel, r: Reading, kind: str) -> float:
+    c = model.at(r.tokens, r.tokens) if kind == "prefill" else model.at(0, r.tokens)
+    return c.prefill_expected_tok_s if kind == "prefill" else c.decode_expected_tok_s
+
+
+def held_out_errors(start: CeilingModel, history: Sequence[RateSample]) -> tuple[HeldOutError, ...]:
+    """Each counted reading of ``history`` (oldest first) predicted by the model calibrated on the requests before it
+    alone; per kind, the median and largest relative error. A kind with no reading that had MIN_CALIBRATION_SAMPLES
+    of its kind before it has no figure (the calibration never replaced the prior there)."""
+    # The newest readings and the history each is predicted from: the rest of a long store never enters.
+    per_sample = [_readings(start, [s]) for s in history[-(HELD_OUT_LIMIT + HELD_OUT_HISTORY) :]]
+    points = [_calibration_points(pre, dec) for pre, dec in per_sample]  # each sample's, computed once
+    out = []
+    for k, kind in enumerate(("prefill", "decode")):
+        errors: list[float] = []
+        at = [i for i, both in enumerate(per_sample) if both[k] and both[k][0].status is Status.COUNTED]
+        for i in at[-HELD_OUT_LIMIT:]:
+            before = [p for ps in points[max(0, i - HELD_OUT_HISTORY) : i] for p in ps]
+            if sum(p.kind == kind for p in before) < MIN_CALIBRATION_SAMPLES:
+                continue
+            model = start.with_efficiencies(calibrate(before, start.efficiencies))
+            reading = per_sample[i][k][0]
+            errors.append(abs(_predicted(model, reading, kind) - reading.rate_tok_s) / reading.rate_tok_s)
+        if errors:
+            out.append(HeldOutError(kind, len(errors), statistics.median(errors), max(errors)))
+    return tuple(out)
+
+
+def build_story(
+    start: CeilingModel,
+    samples: Sequence[RateSample],
+    *,
+    calibrate_on_samples: bool = True,
+    history: Sequence[RateSample] | None = None,
+) -> Story:
     """Readings, medians, calibration and expectations from one ceiling model and the measured samples.
 
-    The calibration replaces the starting efficiencies by the median measured ÷ ceiling of the counted
-    readings (``analysis.ceilings.calibrate``: five of a kind at least); flagged readings never enter it.
+    ``samples`` are the readings shown and judged (a page's window); ``history`` (oldest first; ``samples`` when not
+    given) the readings the calibration is fitted on. The calibration replaces the starting efficiencies by the
+    median measured ÷ ceiling of the counted readings (``analysis.ceilings.calibrate``: five of a kind at least);
+    flagged readings never enter it. ``start`` stays the prior: its expectations at the counted readings' lengths
+    are kept beside the calibrated ones, and the calibrated model's error is measured on readings it was not fitted
+    on (``held_out_errors``).
     """
-    prefill, decode = _readings(start, samples)
+    prior_pre, prior_dec = _readings(start, samples)
+    prefill, decode = prior_pre, prior_dec
     model = start
+    held_out: tuple[HeldOutError, ...] = ()
     if calibrate_on_samples:
-        history = [CalibrationPoint("prefill", r.rate_tok_s, r.ceiling_tok_s) for r in prefill if r.status is Status.COUNTED]
-        history += [CalibrationPoint("decode", r.rate_tok_s, r.ceiling_tok_s) for r in decode if r.status is Status.COUNTED]
-        eff = calibrate(history, start.efficiencies)
+        fit_on = samples if history is None else history
+        eff = calibrate(_calibration_points(*_readings(start, fit_on)), start.efficiencies)
         if eff != start.efficiencies:
             model = start.with_efficiencies(eff)
             prefill, decode = _readings(model, samples)
+        held_out = held_out_errors(start, fit_on)
     pre_n = [r for r in prefill if r.status is Status.COUNTED]
     dec_n = [r for r in decode if r.status is Status.COUNTED]
     typical_p = round(_median([r.tokens for r in pre_n]) or DEFAULT_PROMPT_TOKENS)
@@ -165,8 +248,12 @@ def build_story(start: CeilingModel, samples: Sequence[RateSample], *, calibrate
         ceilings=at_typical,
         prefill_median_tok_s=_median([r.rate_tok_s for r in pre_n]),
         decode_median_tok_s=_median([r.rate_tok_s for r in dec_n]),
-        expected_prefill_tok_s=_median([r.expected_tok_s for r in pre_n]) or at_typical.prefill_expected_tok_s,
-        expected_decode_tok_s=_median([r.expected_tok_s for r in dec_n]) or at_typical.decode_expected_tok_s,
+        expected_prefill_tok_s=_expected_median(prefill) or at_typical.prefill_expected_tok_s,
+        expected_decode_tok_s=_expected_median(decode) or at_typical.decode_expected_tok_s,
+        prior_prefill_tok_s=_expected_median(prior_pre) or start.at(typical_p, typical_c).prefill_expected_tok_s,
+        prior_decode_tok_s=_expected_median(prior_dec) or start.at(typical_p, typical_c).decode_expected_tok_s,
+        held_out=held_out,
+        prior_model=start if model is not start else None,
     )
 
 

@@ -163,7 +163,7 @@ echo "$IMPORTED" | grep -q '; 0 recorded;' || { FAILED=1; say "FAILED: the impor
 
 say "the Why page's story (python -m pages.why --data DIR --json):"
 if "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("pages.why.__main__") is None)' 2>/dev/null; then
-  timeout 120 "$PY" -m pages.why --data "$W/data" --json > "$OUT/why.json" 2>> "$S" && cat "$OUT/why.json" ||
+  timeout 120 "$PY" -m pages.why --data "$W/data" --window-s 86400 --json > "$OUT/why.json" 2>> "$S" && cat "$OUT/why.json" ||
     say "pages.why --json failed (its error is in summary.txt)"
 else
   say "pages.why --json is not in this checkout (no pages/why/__main__.py): no Why JSON printed"

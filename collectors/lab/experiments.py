@@ -86,6 +86,7 @@ class Cost:
     output_tokens: int
     unloads_model: bool = False
     notes: tuple[str, ...] = ()
+    warm_up_requests: int = 0  # of ``requests``, those sent first to load the model: they give no point
 
     def seconds(self, prefill_tok_s: float, decode_tok_s: float, load_s: float = 0.0) -> float:
         loads = 1 if self.unloads_model else 0
@@ -98,6 +99,7 @@ class Cost:
             "output_tokens": self.output_tokens,
             "unloads_model": self.unloads_model,
             "notes": list(self.notes),
+            "warm_up_requests": self.warm_up_requests,
         }
 
 
@@ -126,7 +128,7 @@ def _cap(context_tokens: int | None, reserve: int) -> int:
 def cost_prompt_length(p: PromptLengthParams, context_tokens: int | None) -> Cost:
     lengths = doubling(p.min_prompt_tokens, min(p.max_prompt_tokens, _cap(context_tokens, p.num_predict)))
     r, pt, ot = WARM_UP
-    return Cost(r + len(lengths), pt + sum(lengths), ot + p.num_predict * len(lengths))
+    return Cost(r + len(lengths), pt + sum(lengths), ot + p.num_predict * len(lengths), warm_up_requests=r)
 
 
 def cost_context_depth(p: ContextDepthParams, context_tokens: int | None) -> Cost:
@@ -138,6 +140,7 @@ def cost_context_depth(p: ContextDepthParams, context_tokens: int | None) -> Cos
         pt + (max(depths) if depths else 0),
         ot + p.num_predict * len(depths),
         notes=(f"sends {sum(depths):,} prompt tokens in all; the prompt cache evaluates about the deepest turn's",),
+        warm_up_requests=r,
     )
 
 
@@ -148,7 +151,7 @@ def concurrency_levels(max_streams: int) -> list[int]:
 def cost_concurrency(p: ConcurrencyParams, context_tokens: int | None) -> Cost:
     streams = sum(concurrency_levels(p.max_streams))
     r, pt, ot = WARM_UP
-    return Cost(r + streams, pt + streams * p.prompt_tokens, ot + streams * p.num_predict)
+    return Cost(r + streams, pt + streams * p.prompt_tokens, ot + streams * p.num_predict, warm_up_requests=r)
 
 
 def cost_interference(p: InterferenceParams, context_tokens: int | None) -> Cost:
@@ -159,6 +162,7 @@ def cost_interference(p: InterferenceParams, context_tokens: int | None) -> Cost
         pt + long + 16,
         ot + p.chat_max_tokens + 1,
         notes=("the chat is closed as soon as the long prompt is done, so it usually stops well before its limit",),
+        warm_up_requests=r,
     )
 
 
@@ -175,7 +179,7 @@ def cost_cold_warm(p: ColdWarmParams, context_tokens: int | None) -> Cost:
 def cost_prompt_cache(p: PromptCacheParams, context_tokens: int | None) -> Cost:
     prefix = min(p.prefix_tokens, _cap(context_tokens, p.num_predict + 32))
     r, pt, ot = WARM_UP
-    return Cost(r + 2, pt + 2 * (prefix + 16), ot + 2 * p.num_predict)
+    return Cost(r + 2, pt + 2 * (prefix + 16), ot + 2 * p.num_predict, warm_up_requests=r)
 
 
 # -- bodies ---------------------------------------------------------------------------------------

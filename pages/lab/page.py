@@ -115,7 +115,7 @@ with st.container(border=True, key="lab_new"):
     param_values = dataclasses.asdict(params)
     context = num_ctx or (view.loaded_context(ctx.db_path, model) if model else None)
     cost = spec.cost(params, context)
-    st.caption(view.cost_sentence(cost, view.recent_rates(ctx.db_path, model or "")))
+    st.caption(view.cost_sentence(cost, view.recent_rates(ctx.db_path, model or "", window_s=ctx.window_s)))
     if cost.unloads_model:
         st.warning(
             "This experiment unloads the model first: anyone using it waits for it to load again.", icon=":material/warning:"

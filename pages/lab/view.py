@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +11,11 @@ import pandas as pd
 
 from collectors.api import Cost, ExperimentResult, ResultFileError, RunState, list_results, result_from_row
 from pages.shared import fmt
+from pages.shared.basis import window_speeds
+from pages.shared.window import DEFAULT_WINDOW_S, ModelWindow, window_words
 from store import queries
 
 MODELS_SINCE_S = 30 * 86_400.0
-RATES_SINCE_S = 7 * 86_400.0
 # Upper-guess rates when the store has none for a model: a small machine running a mid-size model.
 FALLBACK_PREFILL_TOK_S = 300.0
 FALLBACK_DECODE_TOK_S = 15.0
@@ -44,32 +44,44 @@ def loaded_context(db: Path, model: str) -> int | None:
 class Rates:
     prefill_tok_s: float
     decode_tok_s: float
-    measured: bool  # False: fallback guesses, no history for this model
-    requests: int = 0
+    measured: bool  # False: fallback guesses, no reading of this model that counts
+    requests: int = 0  # readings behind the medians (prefill, decode: the fewer); measured False: readings set apart
+    window: ModelWindow | None = None  # the requests they come from: the Why page's window
 
 
-def recent_rates(db: Path, model: str, now_unix_s: float | None = None) -> Rates:
-    """Median prefill and decode speed of the model's recent requests, for the cost estimate."""
+def recent_rates(db: Path, model: str, now_unix_s: float | None = None, window_s: float = DEFAULT_WINDOW_S) -> Rates:
+    """The model's prefill and decode speed for the cost estimate, read as the Why page reads them
+    (``pages.shared.basis.window_speeds``: the medians of the readings that count, in the same window)."""
     now = time.time() if now_unix_s is None else now_unix_s
-    with queries.open_reader(db) as conn:
-        rows = [] if conn is None else queries.rate_rows(conn, model, now - RATES_SINCE_S, limit=500)
-    prefill = [r.prefill_tok_s for r in rows if r.prefill_tok_s and (r.prompt_tokens or 0) >= 64]
-    decode = [r.decode_tok_s for r in rows if r.decode_tok_s]
-    if not prefill or not decode:
-        return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False, len(rows))
-    return Rates(statistics.median(prefill), statistics.median(decode), True, len(rows))
+    read = window_speeds(db, model, now, window_s) if model else None
+    speeds, win = read if read is not None else (None, None)
+    if speeds is None or speeds.prefill_tok_s is None or speeds.decode_tok_s is None:
+        return Rates(FALLBACK_PREFILL_TOK_S, FALLBACK_DECODE_TOK_S, False, speeds.readings_judged if speeds else 0, win)
+    n = min(speeds.prefill_readings, speeds.decode_readings)
+    return Rates(speeds.prefill_tok_s, speeds.decode_tok_s, True, n, win)
+
+
+def _none_count(rates: Rates) -> str:
+    if not rates.requests or rates.window is None:
+        return "no reading of this model that counts yet"
+    return (
+        f"none of this model's {rates.requests:,} readings over {window_words(rates.window)} counts: too short to time, "
+        "or above the ceiling of the hardware they ran on (the Why page shows which)"
+    )
 
 
 def cost_sentence(cost: Cost, rates: Rates) -> str:
     seconds = cost.seconds(rates.prefill_tok_s, rates.decode_tok_s, FALLBACK_LOAD_S)
+    where = window_words(rates.window) if rates.window is not None else "the window"
     basis = (
-        f"at this model's recent speed ({rates.prefill_tok_s:,.0f} tok/s prefill, {rates.decode_tok_s:,.1f} tok/s decode)"
+        f"at this model's speed over {where}, as the Why page reads it ({rates.prefill_tok_s:,.0f} tok/s prefill, "
+        f"{rates.decode_tok_s:,.1f} tok/s decode: medians of the readings that count)"
         if rates.measured
-        else f"at a slow machine's speed ({rates.prefill_tok_s:,.0f} / {rates.decode_tok_s:,.0f} tok/s; "
-        "no recorded requests of this model yet)"
+        else f"at a slow machine's speed ({rates.prefill_tok_s:,.0f} / {rates.decode_tok_s:,.0f} tok/s; {_none_count(rates)})"
     )
+    warm = " (the first a warm-up that gives no point)" if cost.warm_up_requests else ""
     text = (
-        f"Sends {cost.requests} requests: about {cost.prompt_tokens:,} prompt tokens and {cost.output_tokens:,} "
+        f"Sends {cost.requests} requests{warm}: about {cost.prompt_tokens:,} prompt tokens and {cost.output_tokens:,} "
         f"output tokens; about {seconds:,.0f} s {basis}."
     )
     for note in cost.notes:

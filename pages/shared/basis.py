@@ -20,7 +20,7 @@ from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
 from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, ollama_num_batch, starting_efficiencies
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
-from analysis.hardware import HardwareSpec
+from analysis.hardware import HardwareSpec, match_gpu
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from analysis.phases import Phases
 from analysis.records import (
@@ -36,9 +36,10 @@ from analysis.records import (
 )
 from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
 from analysis.runner_waits import TaskWaits
-from analysis.story import RateSample, Story, build_story
+from analysis.story import RateSample, Reading, Status, Story, build_story, counted_median, plain_readings
 from analysis.wait_split import WaitSplit
 from pages.shared import fmt
+from pages.shared.window import ModelWindow, model_window
 from store import queries
 from store.tables import ModelInfoRow, RequestSummary
 
@@ -68,7 +69,13 @@ class BasisReads:
     runner: RunnerFlags | None  # the runner serving it and its command line's settings, when one was found
     placement: PlacementInUse  # where the model sits: the runner's load lines, else /api/ps
     measured_bw: HostBandwidth | None
-    rows: list[RequestSummary]  # every stored request of the model (rates), newest first
+    rows: list[RequestSummary]  # every stored request of the model (rates), newest first: the calibration's history
+    # The requests a page shows and judges (Why: its window), newest first; None: all of ``rows``.
+    shown: list[RequestSummary] | None = None
+
+    @property
+    def judged(self) -> list[RequestSummary]:
+        return self.rows if self.shown is None else self.shown
 
 
 def placement_of(conn: sqlite3.Connection, model: str) -> tuple[LoadedModel | None, RunnerFlags | None, PlacementInUse]:
@@ -85,18 +92,40 @@ def placement_of(conn: sqlite3.Connection, model: str) -> tuple[LoadedModel | No
     return loaded, runner, placement
 
 
-def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float) -> BasisReads:
+def read_basis(conn: sqlite3.Connection, model: str, now_unix_s: float, window_s: float | None = None) -> BasisReads:
+    """A model's basis as of ``now_unix_s``. With ``window_s`` only the requests that started in the window ending at
+    ``now_unix_s`` are judged, against the GPU of their time: its newest sample up to the end of the newest of them
+    (never the machine that views them later), else, with none in the window, the GPU as of ``now_unix_s``."""
     loaded, runner, placement = placement_of(conn, model)
+    rows = queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT)
+    shown = None if window_s is None else [r for r in rows if now_unix_s - window_s <= r.started_at_unix_s <= now_unix_s]
+    ran_until = max((r.ended_at_unix_s or r.started_at_unix_s for r in shown), default=None) if shown else None
     return BasisReads(
-        gpus=latest_gpus(conn, now_unix_s),
+        gpus=latest_gpus(conn, now_unix_s if ran_until is None else ran_until),
         beat=queries.latest_heartbeat(conn),
         info=queries.model_info(conn, model),
         loaded=loaded,
         runner=runner,
         placement=placement,
         measured_bw=queries.latest_host_bandwidth(conn),
-        rows=queries.rate_rows(conn, model, 0.0, limit=POINTS_LIMIT),
+        rows=rows,
+        shown=shown,
     )
+
+
+def _runner_gpu(placement: PlacementInUse) -> Hardware | None:
+    """The GPU the runner's own load lines placed the model on, when no GPU sample of the readings' time exists (a
+    log imported without a sampler, a collector without a GPU source): its name and memory matched to the table."""
+    r = placement.runner if placement.from_runner else None
+    device = next((d for d in r.devices if d.description and d.model_bytes), None) if r is not None else None
+    spec = match_gpu(device.description or "", device.total_bytes) if device is not None else None
+    if device is None or spec is None:
+        return None
+    note = (
+        f"No GPU sample of the readings' time: the GPU is the one the runner's own load lines placed the model on "
+        f"({device.device}, {device.description}), with the datasheet's bandwidth."
+    )
+    return Hardware(HardwareKind.GPU, device.description or spec.name, spec, spec.bandwidth_bytes_s, notes=(note,))
 
 
 def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardware, float, list[str]]:
@@ -116,6 +145,9 @@ def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardwa
         apple_chip=apple_chip,
         host_bandwidth=host_bw if need_host else lambda: None,
     )
+    said = _runner_gpu(reads.placement) if not gpus and picked is None else None
+    if said is not None:
+        hw = said
     if picked is not None:
         kind = {"apple": HardwareKind.APPLE, "cpu": HardwareKind.CPU}.get(picked.vendor, HardwareKind.GPU)
         hw = Hardware(kind, picked.name, picked, picked.bandwidth_bytes_s, notes=("Picked from Phasewatch's hardware table.",))
@@ -129,6 +161,30 @@ def hardware_for(reads: BasisReads, picked: HardwareSpec | None) -> tuple[Hardwa
     if reads.placement.disagreement and hw.kind != "cpu":
         notes.append(reads.placement.disagreement)
     return hw, frac, notes
+
+
+def runner_weights(placement: PlacementInUse) -> tuple[int, str] | None:
+    """The weight bytes a decode step reads, from the sizes the runner printed when it loaded the model, and where
+    that figure comes from; None when its load lines were not read (the catalogue's estimate stays, said so).
+
+    Every layer on the GPUs: their model buffers (the output head is among them; what stayed in system memory is the
+    token-embedding table, of which a step reads one row). No GPU: the runner's system-memory model buffer. Split:
+    both."""
+    r = placement.runner if placement.from_runner else None
+    if r is None:
+        return None
+    gpu, host = r.gpu_model_bytes, r.host_model_bytes
+    all_on_gpu = bool(gpu) and r.layers_total is not None and r.layers_offloaded == r.layers_total
+    if all_on_gpu and gpu:
+        kept = (
+            f"; the {w.mib(host)} it kept in system memory is the token-embedding table, one row read per token" if host else ""
+        )
+        return gpu, f"the runner's own load lines: {w.mib(gpu)} of model buffers on the GPU{kept}"
+    if not gpu and host:
+        return host, f"the runner's own load lines: {w.mib(host)} of model buffers in system memory"
+    if gpu and host:
+        return gpu + host, f"the runner's own load lines: {w.mib(gpu)} on the GPU and {w.mib(host)} in system memory"
+    return None
 
 
 @dataclass
@@ -160,7 +216,13 @@ def facts_for(model: str, reads: BasisReads, picked: ModelFacts | None) -> Facts
         except ModelFactsError as e:
             error = f"Ollama's description of {fmt.label(model)} cannot be read for ceilings: {e}."
     notes = []
-    if facts is not None and facts.weights_bytes_estimated:
+    # A mixture of experts reads only its active experts' share per token: the runner's whole buffer is not that.
+    said = runner_weights(reads.placement) if facts is not None and picked is None and not facts.experts else None
+    if facts is not None and said is not None:
+        was = f"{w.gb(facts.weights_bytes)}{' estimated' if facts.weights_bytes_estimated else ''}"
+        facts = replace(facts, weights_bytes=float(said[0]), weights_bytes_estimated=False)
+        notes.append(f"Weights read per token: {w.gb(said[0])}, from {said[1]} (the model's description gave {was}).")
+    elif facts is not None and facts.weights_bytes_estimated:
         notes.append(
             f"Weight bytes ({w.gb(facts.weights_bytes)}) are estimated from the parameter count and "
             f"{facts.quantization or 'the'} quantization's bits per weight."
@@ -195,9 +257,9 @@ def rate_samples(rows: Sequence[RequestSummary]) -> tuple[list[RateSample], list
     return samples, embeds
 
 
-def story_for(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> Story | None:
-    """The ceiling model (calibrated from the user's readings) and the readings set against it; None without a GPU
-    spec or the model's facts."""
+def story_for(reads: BasisReads, hw: Hardware, facts: ModelFacts | None, frac: float, ubatch: int) -> Story | None:
+    """The ceiling model (calibrated on every stored reading of the model, oldest first) and the judged readings set
+    against it; None without a GPU spec or the model's facts."""
     spec = hw.spec
     if spec is None or facts is None:
         return None
@@ -211,7 +273,7 @@ def story_for(rows: Sequence[RequestSummary], hw: Hardware, facts: ModelFacts | 
         hw.bandwidth_bytes_s,
         ubatch,
     )
-    return build_story(start, rate_samples(rows)[0])
+    return build_story(start, rate_samples(reads.judged)[0], history=rate_samples(reads.rows[::-1])[0])
 
 
 @dataclass
@@ -309,11 +371,11 @@ def model_basis(
     facts = facts_for(model, reads, picked_facts)
     notes += facts.notes
     ubatch, ubatch_source = ubatch_for(reads.loaded, reads.runner)
-    story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+    story = story_for(reads, hw, facts.facts, frac, ubatch)
     doubts = _doubts(story, reads.placement, hw)
     if any(d.contradicted == PLACEMENT for d in doubts):  # the readings say it is all on the GPU: so it is taken
         frac = 1.0
-        story = story_for(reads.rows, hw, facts.facts, frac, ubatch)
+        story = story_for(reads, hw, facts.facts, frac, ubatch)
         doubts = [d for d in doubts if d.contradicted == PLACEMENT] + _doubts(story, reads.placement, hw)
     return ModelBasis(model, hw, frac, reads.placement, facts, reads.loaded, ubatch, ubatch_source, story, doubts, notes)
 
@@ -344,3 +406,38 @@ def cached_basis(db: Path, conn: sqlite3.Connection, model: str, now_unix_s: flo
             _kept.clear()  # many stores or models over the process's life: start again
         kept = _kept[key] = (now_s, load_basis(conn, model, now_unix_s))
     return kept[1]
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """A model's speeds as every page reads them (Why, Lab, the report): the medians of the readings that count (timed
+    over MIN_RATE_TOKENS or more, under their ceiling) among the requests of one window."""
+
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    prefill_readings: int  # readings that count
+    decode_readings: int
+    readings_judged: int = 0  # every reading of the window, counted or set apart (too short, above its ceiling)
+
+
+def judged_readings(basis: ModelBasis, reads: BasisReads) -> tuple[list[Reading], list[Reading]]:
+    """The window's readings, each against its ceiling; without a ceiling model only too-short ones are set apart."""
+    if basis.story is not None:
+        return basis.story.prefill, basis.story.decode
+    return plain_readings(rate_samples(reads.judged)[0])
+
+
+def speeds_of(prefill: Sequence[Reading], decode: Sequence[Reading]) -> Speeds:
+    counts = [sum(r.status is Status.COUNTED for r in rs) for rs in (prefill, decode)]
+    return Speeds(counted_median(prefill), counted_median(decode), counts[0], counts[1], len(prefill) + len(decode))
+
+
+def window_speeds(db: Path, model: str, now_unix_s: float, window_s: float) -> tuple[Speeds, ModelWindow] | None:
+    """``model``'s speeds over the window ending at ``now_unix_s`` (moved to its last activity when that holds none),
+    read as the Why page reads them; None when there is no store."""
+    with queries.open_reader(db) as conn:
+        if conn is None:
+            return None
+        win = model_window(conn, model, now_unix_s, window_s)
+        reads = read_basis(conn, model, win.end_unix_s, window_s)
+    return speeds_of(*judged_readings(model_basis(model, reads), reads)), win

@@ -17,10 +17,10 @@ from collectors.api import LaunchState, LaunchStatus, engine_problem, ensure_col
 from pages.shared import data, fmt
 from pages.shared.ollama_state import OllamaKind, OllamaState, ollama_state
 from pages.shared.settings import AppSettings, client_host_line, resolve_settings
+from pages.shared.window import DEFAULT_WINDOW as DEFAULT_WINDOW  # the sidebar's windows: pages/shared/window.py
+from pages.shared.window import WINDOWS_S as WINDOWS_S
 from store.queries import StoreState, store_state
 
-WINDOWS_S: dict[str, float] = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 24 * 3600}
-DEFAULT_WINDOW = "5 min"
 _CTX_KEY = "pw_ctx"
 _STATUS_KEY = "pw_status_this_run"  # the sidebar's reading of the store, for the page drawn in the same run
 STYLE = Path(__file__).with_name("style.css")  # the app's few CSS rules (commands that never wrap inside a token)

@@ -8,20 +8,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
+from pages.shared.window import DEFAULT_WINDOW_S
 from pages.why.view import build_why, model_choices, why_json
 from store import queries
-
-WINDOW_S = 24 * 3600.0  # the verdicts of the last day's requests by default (the page uses its sidebar's window)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pages.why", description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", required=True, help="the collector's data folder (or its store file)")
     ap.add_argument("--model", help="the model to explain (default: the one with the newest request)")
-    ap.add_argument("--window-s", type=float, default=WINDOW_S, help="verdicts over requests of this many seconds")
-    ap.add_argument("--now", type=float, help="the end of the window, Unix seconds (default: the newest request)")
+    ap.add_argument(
+        "--window-s", type=float, default=DEFAULT_WINDOW_S, help="every number from the requests of this many seconds"
+    )
+    ap.add_argument(
+        "--now",
+        type=float,
+        help="the end of the window, Unix seconds (default: now; a window with no request of the model moves to end at "
+        "its newest request, as the page's does)",
+    )
     ap.add_argument("--json", action="store_true", help="print the story as JSON (the only output for now)")
     args = ap.parse_args(argv)
     db = queries.resolve_db(args.data)
@@ -33,15 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if model is None:
         print(f"no generation is stored in {db} yet", file=sys.stderr)
         return 2
-    now = args.now
-    if now is None:
-        conn = queries.open_readonly(db)
-        try:
-            rows = queries.rate_rows(conn, model, 0.0, limit=1)
-        finally:
-            conn.close()
-        now = (rows[0].started_at_unix_s + 60.0) if rows else time.time()
-    m = build_why(db, model, now_unix_s=now, window_s=args.window_s)
+    m = build_why(db, model, now_unix_s=args.now, window_s=args.window_s)
     if m is None:
         print(f"cannot read {db}", file=sys.stderr)
         return 2

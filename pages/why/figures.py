@@ -22,6 +22,7 @@ from pages.shared.charts import plain
 MEASURED_COLOUR = "#1e88e5"
 CEILING_COLOUR = "#e53935"
 EXPECTED_COLOUR = "#fb8c00"
+PRIOR_COLOUR = "#9e9e9e"  # the prior: grey and dotted beside the calibrated line
 FULL_GPU_COLOUR = "#8e24aa"
 IMPOSSIBLE_COLOUR = "#6d4c41"
 EMBED_COLOUR = "#2e7d32"
@@ -81,9 +82,12 @@ def _points(
 def expected_label(eff: Efficiencies, kind: str) -> str:
     """Legend name of the expected line: which efficiency it uses and where that came from."""
     eta, source = (eff.eta_compute, eff.source_compute) if kind == "prefill" else (eff.eta_bw, eff.source_bw)
+    fitted = eff.prefill_samples if kind == "prefill" else eff.decode_samples
+    # The prior (first principles, never fitted) and the model calibrated on the user's readings are told apart.
+    name = "expected, calibrated" if fitted else "expected, prior"
     if kind == "decode" and eff.fixed_s_per_token > 0:  # docs/physics.md §5: bytes at η of the bandwidth, plus a fixed cost
-        return f"expected (the bytes at {w.pct(eta)} of the bandwidth + {w.secs(eff.fixed_s_per_token)} per token: {source})"
-    return f"expected ({w.pct(eta)} of ceiling: {source})"
+        return f"{name} (the bytes at {w.pct(eta)} of the bandwidth + {w.secs(eff.fixed_s_per_token)} per token: {source})"
+    return f"{name} ({w.pct(eta)} of ceiling: {source})"
 
 
 def _add_lines(
@@ -169,10 +173,13 @@ def rate_figure(
     ceiling_name: str,
     full_gpu_curve: Sequence[CurvePoint] = (),
     embed: Sequence[Reading] = (),
+    prior: tuple[Sequence[CurvePoint], Efficiencies] | None = None,
 ) -> go.Figure:
     x_label = "prompt tokens" if kind == "prefill" else "tokens of context"
     fig = go.Figure()
     _add_lines(fig, kind, curve, full_gpu_curve, eff, ceiling_name, x_label)
+    if prior is not None and prior[0]:  # the prior beside the calibrated line: first principles, never fitted
+        fig.add_trace(_line(prior[0], "expected_tok_s", expected_label(prior[1], kind), PRIOR_COLOUR, "dot", x_label))
     top = _add_points(fig, readings, embed, y_top([*curve, *full_gpu_curve], [*readings, *embed]), x_label)
     xs = [p.tokens for p in (*curve, *full_gpu_curve)] + [r.tokens for r in (*readings, *embed)]
     _lay_out(fig, title, x_title, xs, top)
@@ -188,6 +195,7 @@ def prefill_figure(
     ubatch_tokens: int,
     *,
     embed: Sequence[Reading] = (),
+    prior: tuple[Sequence[CurvePoint], Efficiencies] | None = None,
 ) -> go.Figure:
     what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
     return rate_figure(
@@ -199,6 +207,7 @@ def prefill_figure(
         "prompt length (tokens computed, cache hits excluded; log scale)",
         ceiling_name="ceiling (memory, then compute)",
         embed=embed,
+        prior=prior,
     )
 
 
@@ -209,6 +218,8 @@ def decode_figure(
     eff: Efficiencies | None,
     model: str,
     hw_label: str,
+    *,
+    prior: tuple[Sequence[CurvePoint], Efficiencies] | None = None,
 ) -> go.Figure:
     blended = " blended with system memory" if full_gpu_curve else ""
     what = f"{plain(fmt.label(model))} on {plain(fmt.label(hw_label, fmt.SENTENCE_MAX_CHARS))}"  # names cut
@@ -221,6 +232,7 @@ def decode_figure(
         "context length (prompt + half the reply, tokens; log scale)",
         ceiling_name=f"ceiling (memory bandwidth{blended})",
         full_gpu_curve=full_gpu_curve,
+        prior=prior,
     )
 
 

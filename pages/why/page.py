@@ -20,10 +20,19 @@ from analysis.hardware import BY_KEY
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
-from pages.shared import common, fmt
+from pages.shared import common, data, fmt
+from pages.shared.settings import client_host_line
+from pages.shared.window import window_words
 from pages.why import whatif
 from pages.why.report import build_report
-from pages.why.view import WhyModel, build_why, facts_line, hardware_line, model_choices, preview_choices
+from pages.why.view import (
+    WhyModel,
+    build_why,
+    facts_line,
+    hardware_line,
+    model_choices,
+    preview_choices,
+)
 
 LAB_PAGE = "pages/lab/page.py"
 
@@ -115,6 +124,7 @@ def preview(db: Path) -> None:
 
 
 def show_why(m: WhyModel) -> None:
+    _show_window(m)
     _show_sources(m)
     if m.requests_total == 0:
         how_to_make_requests(None if m.model == TYPICAL_MODEL_NAME else m.model)
@@ -128,6 +138,21 @@ def show_why(m: WhyModel) -> None:
     _show_whatif(m)
 
 
+def _show_window(m: WhyModel) -> None:
+    """Which requests every number comes from; when the sidebar's window held none, that it moved and where to."""
+    win = m.window
+    if win is None or not win.moved:
+        return
+    st.info(
+        fmt.md_escape(
+            f"No request of {fmt.label(m.model)} finished in the last {fmt.seconds(win.length_s)}: every number below comes "
+            f"from {window_words(win)} (the newest request and those before it). Pick a longer window in the sidebar "
+            "to see more."
+        ),
+        icon=":material/history:",
+    )
+
+
 def _show_sources(m: WhyModel) -> None:
     """Where the hardware and model figures come from, and what is simulated or missing."""
     if m.simulated:
@@ -136,6 +161,8 @@ def _show_sources(m: WhyModel) -> None:
             icon=":material/science:",
         )
     st.caption(fmt.md_escape(hardware_line(m.hardware)))
+    if m.viewer_note:
+        st.caption(fmt.md_escape(m.viewer_note))
     line = facts_line(m)
     if line:
         st.caption(fmt.md_escape(line))
@@ -155,12 +182,12 @@ def _show_medians(m: WhyModel) -> None:
     )
     c[1].metric("Decode, tok/s (median)", _num(m.decode_median_tok_s), help="(output tokens − 1) ÷ eval_duration. " + short)
     c[2].metric("Prefill ÷ decode", w.times(m.ratio) if m.ratio else "—", help="How many times faster prompts are read.")
-    expected = m.expected_ratio
+    prior = m.expected_ratio
     c[3].metric(
-        "Expected ratio",
-        w.times(expected) if expected else "—",
-        help="Expected prefill ÷ decode for the same prompt lengths and contexts as the measured requests "
-        "(the medians of the expected line at each of them).",
+        "Prior ratio",
+        w.times(prior) if prior else "—",
+        help="Prefill ÷ decode expected from first principles and the hardware table alone (never fitted to your "
+        "readings), for the same prompt lengths and contexts as the measured requests.",
     )
 
 
@@ -197,8 +224,8 @@ def _show_charts(m: WhyModel) -> None:
             )
         )
     st.caption(
-        f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from every stored request of this "
-        "model; one point per request."
+        f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from the requests of "
+        f"{window_words(m.window) if m.window else 'the window'}; one point per request."
     )
 
 
@@ -220,13 +247,13 @@ def _show_explanation(m: WhyModel) -> None:
 
 def _show_diagnoses(m: WhyModel) -> None:
     st.subheader("What held requests back")
-    window = fmt.seconds(ctx.window_s)
+    window = window_words(m.window) if m.window else f"the last {fmt.seconds(ctx.window_s)}"
     if not m.diagnosed_requests:
-        st.caption(f"No finished requests of this model in the last {window} (the sidebar's window).")
+        st.caption(f"No finished requests of this model in {window}.")
     elif not m.diagnoses:
-        st.success(f"Nothing held back the {m.diagnosed_requests:,} requests of the last {window}.", icon=":material/check:")
+        st.success(f"Nothing held back the {m.diagnosed_requests:,} requests of {window}.", icon=":material/check:")
     else:
-        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of the last {window}, with the newest case's numbers:")
+        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of {window}, with the newest case's numbers:")
         with st.container(key="why_diagnoses"):
             for g in m.diagnoses:
                 mark = ":material/warning:" if g.severity == Severity.WARNING else ":material/info:"
@@ -244,6 +271,14 @@ def _show_energy(m: WhyModel) -> None:
     e1.metric("Per prompt token", "—" if e.j_per_prompt_token is None else f"{w.num(e.j_per_prompt_token)} J")
     e2.metric("Per output token", "—" if e.j_per_output_token is None else f"{w.num(e.j_per_output_token)} J")
     text(m.energy_sentence)
+
+
+def _calibrated_error(m: WhyModel) -> str:
+    """The what-if's rates come from the calibrated model: its measured error on readings it was not fitted on."""
+    h = m.story.held_out_error("decode") if m.story is not None else None
+    if h is None:
+        return "the calibrated model's error not measured yet"
+    return f"the calibrated model was off by a median of {w.pct(h.median_abs_error)} on {h.readings:,} later requests"
 
 
 def _show_whatif(m: WhyModel) -> None:
@@ -317,10 +352,18 @@ def _show_whatif(m: WhyModel) -> None:
         "First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}", help=f"Reading your median and p90 prompts ({prompts})"
     )
     m5.metric(f"{parallel} at once, tok/s", w.num(p.concurrent_tok_s), help="All streams together")
+    loaded = result.loaded
+    said = (
+        f"{w.gb(loaded.total_bytes)} loaded by the runner's own load lines (weights {w.gb(loaded.weights_bytes)}, KV cache "
+        f"{w.gb(loaded.kv_bytes)}, buffers {w.gb(loaded.compute_bytes)}), "
+        if loaded is not None
+        else ""
+    )
     text(
         f"With these settings {m.model} {fit}: weights {w.gb(mem.weights_bytes)}, KV cache {w.gb(mem.kv_bytes)}, "
-        f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {w.gb(result.now.memory.total_bytes)}, "
-        f"decode {w.num(result.now.decode_tok_s)} tok/s."
+        f"buffers {w.gb(mem.compute_bytes + mem.output_bytes)}. Now: {said}predicted "
+        f"{w.gb(result.now.memory.total_bytes)} for the settings in force, decode {w.num(result.now.decode_tok_s)} tok/s "
+        f"({_calibrated_error(m)})."
     )
     st.plotly_chart(whatif.memory_figure(result), key="why_whatif_memory", config={"displaylogo": False})
     st.caption("Rates from the same ceiling model as the charts above, at the share of it your requests reach.")

@@ -58,19 +58,29 @@ from analysis.story import (
     Reading,
     Status,
     Story,
-    counted_median,
     embed_story,
     plain_readings,
 )
 from analysis.wait_split import WaitSplit, split_for
 from pages.shared import fmt
-from pages.shared.basis import BasisReads, ModelBasis, latest_gpus, model_basis, rate_samples, read_basis
+from pages.shared.basis import (
+    BasisReads,
+    ModelBasis,
+    judged_readings,
+    latest_gpus,
+    model_basis,
+    rate_samples,
+    read_basis,
+    speeds_of,
+)
 from pages.shared.slot_count import num_parallel_setting
+from pages.shared.window import ModelWindow, model_window
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
 from store import queries
 from store.queries import StoredRequest
 from store.tables import OllamaSettingRow, RequestSummary
 
+FRESH_GPU_S = 60.0  # a GPU sample this recent says which GPU reports to this dashboard now
 RECENT_LIMIT = 400  # records (with token times) for interference, within the sidebar window
 DIAGNOSE_LIMIT = 100  # newest finished requests of the model that get diagnosed
 CURVE_POINTS = 60
@@ -105,7 +115,7 @@ class WhyModel:
     vram_fraction: float  # the share of the model on the GPU the ceilings use (``placement`` says from where)
     prefill_points: list[Reading]  # one per request with a prefill rate, flagged or not
     decode_points: list[Reading]  # one per request with a decode rate
-    requests_total: int  # finished requests of this model in the store (up to POINTS_LIMIT)
+    requests_total: int  # finished requests of this model in the window: the charts' points
     efficiencies: Efficiencies | None
     ceilings: Ceilings | None  # at the typical prompt and context
     typical_prompt_tokens: int
@@ -125,6 +135,8 @@ class WhyModel:
     energy: PhaseEnergy | None
     energy_sentence: str | None
     window_requests: int  # this model's finished requests in the sidebar window
+    window: ModelWindow | None = None  # every number of the page comes from the requests of this window
+    viewer_note: str | None = None  # the machine viewing the page is not the one the readings ran on
     notes: list[str] = field(default_factory=list)
     # Embedding requests: prefill-only work, drawn apart on the prefill chart, kept out of medians and calibration.
     embed_points: list[Reading] = field(default_factory=list)
@@ -159,8 +171,9 @@ class WhyModel:
 
     @property
     def expected_ratio(self) -> float | None:
-        """Expected prefill ÷ decode over the same prompt lengths and contexts as the measured readings."""
-        return self.story.expected_ratio if self.story is not None else None
+        """The prior's prefill ÷ decode (first principles, never fitted) over the same prompt lengths and contexts as
+        the measured readings: what the measured ratio is compared with."""
+        return self.story.prior_ratio if self.story is not None else None
 
     @property
     def simulated(self) -> bool:
@@ -300,10 +313,11 @@ class _StoreReads(BasisReads):
     samples_by_id: dict[str, list[GpuSample]] = field(default_factory=dict)
     server_settings: list[OllamaSettingRow] = field(default_factory=list)
     waits_by_id: dict[str, TaskWaits] = field(default_factory=dict)  # the runner's own waits before each prompt
+    viewer_gpus: list[GpuSample] = field(default_factory=list)  # the GPUs reporting to this dashboard now
 
 
 def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
-    basis = read_basis(conn, model, now)
+    basis = read_basis(conn, model, now, window_s)
     # Their phases as stored at write time (re-derived by the collector when the split changes).
     recent = [
         s
@@ -323,7 +337,28 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
         mine=mine,
         samples_by_id=samples_by_id,
         server_settings=queries.ollama_settings(conn),
+        viewer_gpus=_fresh_gpus(conn, time.time()),
     )
+
+
+def _fresh_gpus(conn: sqlite3.Connection, wall_unix_s: float) -> list[GpuSample]:
+    latest: dict[int, GpuSample] = {}
+    for s in queries.gpu_samples(conn, wall_unix_s - FRESH_GPU_S, wall_unix_s + 5):
+        latest[s.index] = s
+    return [latest[i] for i in sorted(latest)]
+
+
+def viewer_note(hw: Hardware, ran_on: Sequence[GpuSample], viewer: Sequence[GpuSample]) -> str | None:
+    """A sentence when the GPU the readings ran on is not the one reporting to this dashboard now (a copied data
+    folder, a stopped collector): the ceilings stay those of the readings' hardware."""
+    then = ran_on[0].name if ran_on else None
+    now = viewer[0].name if viewer else None
+    if then == now:
+        return None
+    when = f" (its samples up to {fmt.clock(ran_on[0].ts_unix_s)})" if ran_on else ""
+    here = f"{now} reports to this dashboard now" if now else "no GPU reports to this dashboard now"
+    ran = f"These readings ran on {then}{when}" if then else "These readings ran without a GPU sample of their time"
+    return f"{ran}; {here}. Every ceiling here is that of the hardware the readings ran on, not of the machine viewing them."
 
 
 @dataclass
@@ -338,13 +373,17 @@ class _Curves:
     pre_curve: list[CurvePoint] = field(default_factory=list)
     dec_curve: list[CurvePoint] = field(default_factory=list)
     full_curve: list[CurvePoint] = field(default_factory=list)
+    pre_prior: list[CurvePoint] = field(default_factory=list)  # the prior's expected line, when calibration replaced it
+    dec_prior: list[CurvePoint] = field(default_factory=list)
 
 
-def _curves(rows: Sequence[RequestSummary], story: Story | None, facts: ModelFacts | None, frac: float) -> _Curves:
-    """The charts' points and lines from the basis's story (plain readings without one)."""
-    samples, embed_samples = rate_samples(rows)
+def _curves(reads: BasisReads, basis: ModelBasis, facts: ModelFacts | None, frac: float) -> _Curves:
+    """The charts' points (``judged_readings``: the readings every page reads speeds from) and lines from the basis's
+    story (plain readings without one)."""
+    story = basis.story
+    embed_samples = rate_samples(reads.judged)[1]
     if story is None or facts is None:
-        prefill_r, decode_r = plain_readings(samples)
+        prefill_r, decode_r = judged_readings(basis, reads)
         return _Curves(None, None, prefill_r, decode_r, plain_readings(embed_samples)[0])
     embeds = embed_story(story.model, embed_samples)
     out = _Curves(story, embeds, story.prefill, story.decode, embeds.readings if embeds is not None else [])
@@ -362,14 +401,22 @@ def _curves(rows: Sequence[RequestSummary], story: Story | None, facts: ModelFac
     out.dec_curve = story.model.decode_curve(ctx_tokens)
     if frac < 1.0:
         out.full_curve = story.model.decode_curve(ctx_tokens, all_in_vram=True)
+    if story.prior_model is not None:
+        out.pre_prior = story.prior_model.prefill_curve(pre_tokens)
+        out.dec_prior = story.prior_model.decode_curve(ctx_tokens)
     return out
 
 
 def _figures(
     curves: _Curves, eff: Efficiencies | None, model: str, hardware_label: str, ubatch: int
 ) -> tuple[go.Figure, go.Figure]:
-    prefill = prefill_figure(curves.prefill_r, curves.pre_curve, eff, model, hardware_label, ubatch, embed=curves.embed_r)
-    decode = decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hardware_label)
+    prior_eff = curves.story.prior_model.efficiencies if curves.story and curves.story.prior_model else None
+    pre_prior = (curves.pre_prior, prior_eff) if prior_eff is not None else None
+    dec_prior = (curves.dec_prior, prior_eff) if prior_eff is not None else None
+    prefill = prefill_figure(
+        curves.prefill_r, curves.pre_curve, eff, model, hardware_label, ubatch, embed=curves.embed_r, prior=pre_prior
+    )
+    decode = decode_figure(curves.decode_r, curves.dec_curve, curves.full_curve, eff, model, hardware_label, prior=dec_prior)
     return prefill, decode
 
 
@@ -469,22 +516,25 @@ def build_why(
     ``preview`` (before any request: a GPU picked from the table, or None for the detected one, and the
     facts of a model, or None for ``model``'s stored /api/show as for any model) explains from the ceilings alone.
 
-    ``window_s`` (the sidebar's window) bounds the diagnoses, interference and energy;
-    the charts and the calibration use every stored request of the model. The host's
+    ``window_s`` (the sidebar's window) bounds every number: medians, charts, readings counted, diagnoses,
+    interference and energy come from the requests of one window (``model_window``: moved to the last period with
+    activity when it holds none), judged against the GPU of their time; the calibration alone is fitted on every
+    stored request of the model. The host's
     memory bandwidth (where it matters: no GPU, or part of the model in system memory)
     is the collector's stored measurement, and so is the Apple chip (the collector reads it, not the page);
     every phase is the one stored with its request.
     """
-    now = time.time() if now_unix_s is None else now_unix_s
     with _open(db) as conn:
         if conn is None:
             return None
-        reads = _read_store(conn, model, now, window_s)
+        win = model_window(conn, model, time.time() if now_unix_s is None else now_unix_s, window_s)
+        reads = _read_store(conn, model, win.end_unix_s, window_s)
     picked_hw, picked_facts = preview if preview is not None else (None, None)
     basis = model_basis(model, reads, picked_hw=picked_hw, picked_facts=picked_facts)
     hw, frac, facts, notes, doubts = basis.hardware, basis.gpu_fraction, basis.facts, basis.notes, basis.doubts
     ubatch, ubatch_source = basis.ubatch_tokens, basis.ubatch_source
-    curves = _curves(reads.rows, basis.story, facts.facts, frac)
+    curves = _curves(reads, basis, facts.facts, frac)
+    speeds = speeds_of(curves.prefill_r, curves.decode_r)  # as Lab and the report read them
     story = curves.story
     eff = basis.efficiencies
     pairs: list[tuple[RequestRecord, Phases]] = [(s.record, s.phases) for s in reads.recent]
@@ -502,19 +552,19 @@ def build_why(
         vram_fraction=frac,
         prefill_points=curves.prefill_r,
         decode_points=curves.decode_r,
-        requests_total=len(reads.rows),
+        requests_total=len(reads.judged),
         efficiencies=eff,
         ceilings=story.ceilings if story is not None else None,
         typical_prompt_tokens=story.typical_prompt_tokens if story is not None else DEFAULT_PROMPT_TOKENS,
         typical_context_tokens=story.typical_context_tokens if story is not None else DEFAULT_CONTEXT_TOKENS,
-        prefill_median_tok_s=counted_median(curves.prefill_r),
-        decode_median_tok_s=counted_median(curves.decode_r),
+        prefill_median_tok_s=speeds.prefill_tok_s,
+        decode_median_tok_s=speeds.decode_tok_s,
         figures=partial(_figures, curves, eff, model, hw.label, ubatch),
         story=story,
         ubatch_tokens=ubatch,
         prefill_note=flagged_note("prefill", curves.prefill_r),
         decode_note=flagged_note("decode", curves.decode_r),
-        sentences=_rate_sentences(story, reads.rows, hw, model, ubatch_source, events, _decode_use(reads), eff)
+        sentences=_rate_sentences(story, reads.judged, hw, model, ubatch_source, events, _decode_use(reads), eff)
         if story is not None
         else [],
         interference=events,
@@ -524,6 +574,8 @@ def build_why(
         energy=energy,
         energy_sentence=explain_energy(energy) if energy is not None else None,
         window_requests=len(reads.mine),
+        window=win,
+        viewer_note=viewer_note(hw, reads.gpus, reads.viewer_gpus) if preview is None else None,
         notes=notes,
         embed_points=curves.embed_r,
         embed=embeds,
@@ -618,17 +670,39 @@ EXCLUDED_REASONS: dict[Status, str] = {
 }
 
 
-def _rates_json(points: Sequence[Reading], expected_tok_s: float | None, measured_tok_s: float | None) -> dict[str, Any]:
+def _held_out_json(story: Story | None, kind: str) -> dict[str, Any] | None:
+    h = story.held_out_error(kind) if story is not None else None
+    if h is None:
+        return None
+    return {"readings": h.readings, "median_abs_error": h.median_abs_error, "max_abs_error": h.max_abs_error}
+
+
+def _rates_json(m: WhyModel, kind: str) -> dict[str, Any]:
+    """One kind's readings: measured (the counted median), the prior (first principles, never fitted), the model
+    calibrated on the user's readings with its error on readings it was not fitted on, and what was left out."""
+    story = m.story
+    pre = kind == "prefill"
+    points = m.prefill_points if pre else m.decode_points
     excluded = Counter(r.status for r in points if r.status is not Status.COUNTED)
+    prior = (story.prior_prefill_tok_s if pre else story.prior_decode_tok_s) if story else None
     return {
-        "expected_tok_s": expected_tok_s,
-        "measured_tok_s": measured_tok_s,  # the median of the readings counted
+        "expected_tok_s": prior,  # the headline's expectation: the prior
+        "prior_tok_s": prior,
+        "calibrated_tok_s": (story.expected_prefill_tok_s if pre else story.expected_decode_tok_s) if story else None,
+        "calibrated_held_out_error": _held_out_json(story, kind),
+        "measured_tok_s": m.prefill_median_tok_s if pre else m.decode_median_tok_s,  # the median of the readings counted
         "readings_counted": sum(r.status is Status.COUNTED for r in points),
         "readings_excluded": [
             {"reason": EXCLUDED_REASONS.get(status, str(status)), "status": str(status), "count": n}
             for status, n in sorted(excluded.items())
         ],
     }
+
+
+def _window_json(win: ModelWindow | None) -> dict[str, Any] | None:
+    if win is None:
+        return None
+    return {"start_unix_s": win.start_unix_s, "end_unix_s": win.end_unix_s, "length_s": win.length_s, "moved": win.moved}
 
 
 def why_json(m: WhyModel) -> dict[str, Any]:
@@ -655,7 +729,6 @@ def why_json(m: WhyModel) -> dict[str, Any]:
                  "bytes": {"model": p.runner.host_model_bytes, "kv": p.runner.host_kv_bytes, "compute": None},
                  "free_bytes_at_load": None, "total_bytes": None}
             )  # fmt: skip
-    story = m.story
     return {
         "model": m.model,
         "hardware": hardware_line(m.hardware),
@@ -668,8 +741,11 @@ def why_json(m: WhyModel) -> dict[str, Any]:
             "api_ps_gpu_fraction": p.ps_fraction if p is not None else None,
             "disagreement": p.disagreement if p is not None else None,
         },
-        "prefill": _rates_json(m.prefill_points, story.expected_prefill_tok_s if story else None, m.prefill_median_tok_s),
-        "decode": _rates_json(m.decode_points, story.expected_decode_tok_s if story else None, m.decode_median_tok_s),
+        "window": _window_json(m.window),
+        "viewer_note": m.viewer_note,
+        "prefill": _rates_json(m, "prefill"),
+        "decode": _rates_json(m, "decode"),
+        "ratio": {"measured": m.ratio, "prior": m.expected_ratio},
         "verdicts": [
             {
                 "code": g.code,
@@ -685,5 +761,5 @@ def why_json(m: WhyModel) -> dict[str, Any]:
         "doubts": [{"kind": d.kind, "contradicted": d.contradicted, "text": d.text} for d in m.doubts],
         "sentences": m.sentences,
         "notes": m.notes,
-        "requests": {"stored": m.requests_total, "in_window": m.window_requests, "diagnosed": m.diagnosed_requests},
+        "requests": {"judged": m.requests_total, "in_window": m.window_requests, "diagnosed": m.diagnosed_requests},
     }

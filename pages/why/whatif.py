@@ -185,12 +185,38 @@ def quant_choices(current: str | None) -> list[str]:
 
 
 @dataclass(frozen=True)
+class LoadedSizes:
+    """What the runner said it allocated when it loaded the model (every device and system memory), in bytes."""
+
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes
+
+
+def loaded_sizes(m: WhyModel) -> LoadedSizes | None:
+    """The runner's own buffer sizes from its load lines; None when they were not read (then only the prediction)."""
+    p = m.placement
+    r = p.runner if p is not None and p.from_runner else None
+    if r is None:
+        return None
+    weights = sum(d.model_bytes or 0 for d in r.devices) + (r.host_model_bytes or 0)
+    kv = sum(d.kv_bytes or 0 for d in r.devices) + (r.host_kv_bytes or 0)
+    compute = sum(d.compute_bytes or 0 for d in r.devices)
+    return LoadedSizes(weights, kv, compute) if weights else None
+
+
+@dataclass(frozen=True)
 class WhatIf:
     now: Prediction
     picked: Prediction
     suggestions: list[Suggestion]
     workload: Workload
     in_force: InForce
+    loaded: LoadedSizes | None = None  # what the runner allocated for the settings in force, in its own words
 
 
 def build_whatif(m: WhyModel, picked: RunnerSettings, picked_quant: str | None) -> WhatIf | None:
@@ -226,24 +252,23 @@ def build_whatif(m: WhyModel, picked: RunnerSettings, picked_quant: str | None) 
         host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
         bandwidth_bytes_s=hw.bandwidth_bytes_s,
     )
-    return WhatIf(now, at(picked, picked_quant), found, work, force)
+    return WhatIf(now, at(picked, picked_quant), found, work, force, loaded_sizes(m))
 
 
 def memory_figure(w: WhatIf) -> go.Figure:
     """Stacked bars, in GB: what the model holds now and under the picked settings, against the free GPU memory."""
     fig = go.Figure()
-    rows = [("now", w.now), ("picked", w.picked)]
-    parts = (
-        ("weights", "weights_bytes", "#4c78a8"),
-        ("KV cache", "kv_bytes", "#f58518"),
-        ("compute and output buffers", None, "#9d755d"),
-    )
-    for label, attr, color in parts:
-        xs = []
-        for _, p in rows:
-            mem = p.memory
-            xs.append((getattr(mem, attr) if attr else mem.compute_bytes + mem.output_bytes) / 1e9)
-        fig.add_bar(y=[r for r, _ in rows], x=xs, name=label, orientation="h", marker_color=color)
+    # Each row: (label, weights, KV cache, buffers) in bytes; the runner's own sizes first when it printed them.
+    rows = [
+        (label, m.weights_bytes, m.kv_bytes, m.compute_bytes + m.output_bytes)
+        for label, m in (("now, predicted", w.now.memory), ("picked, predicted", w.picked.memory))
+    ]
+    if w.loaded is not None:
+        rows.insert(0, ("loaded (the runner's words)", w.loaded.weights_bytes, w.loaded.kv_bytes, w.loaded.compute_bytes))
+    parts = (("weights", "#4c78a8"), ("KV cache", "#f58518"), ("compute and output buffers", "#9d755d"))
+    for i, (label, color) in enumerate(parts):
+        xs = [float(row[i + 1]) / 1e9 for row in rows]
+        fig.add_bar(y=[row[0] for row in rows], x=xs, name=label, orientation="h", marker_color=color)
     if w.in_force.free_vram_bytes is not None:
         fig.add_vline(
             x=w.in_force.free_vram_bytes / 1e9,

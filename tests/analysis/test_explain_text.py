@@ -94,3 +94,9 @@ def test_explain_energy() -> None:
     assert "0.188 J per token" in s and "3.00 J per token" in s and "16×" in s and "energy counter" in s
     assert "rough" in (explain_energy(PhaseEnergy(1.0, 1.0, 10, 10, 0.1, 0.1, "power_samples", True)) or "")
     assert explain_energy(PhaseEnergy(None, 300.0, None, 100, None, 3.0, "energy_counter", False)) is None
+
+
+def test_this_computers_cpu_is_not_yours_twice() -> None:
+    st = story("rtx-3090", [RateSample("r1", 512, 4030.0, 512.0, 100, 115.4)])
+    assert explain_rates(st, hardware_name="this computer's CPU", model_name="m")[0].startswith("On this computer's CPU, m ")
+    assert explain_rates(st, hardware_name="RTX 3090", model_name="m")[0].startswith("On your RTX 3090, m ")

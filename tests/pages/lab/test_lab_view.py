@@ -14,6 +14,8 @@ from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.ingest import store_row
 from collectors.lab.results import CANCELLED, DONE, RUNNING, ExperimentResult, RunState, lab_dir, write_result
 from pages.lab import view
+from pages.shared.window import ModelWindow
+from pages.why.view import build_why
 from store.ops import PutExperiment
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -35,8 +37,36 @@ def test_models_and_rates_come_from_the_store(tmp_path: Path) -> None:
     assert not unknown.measured and unknown.prefill_tok_s == view.FALLBACK_PREFILL_TOK_S
     cost = EXPERIMENTS["prompt-cache"].cost(make_params("prompt-cache"), 4096)
     sentence = view.cost_sentence(cost, rates)
-    assert sentence.startswith(f"Sends {cost.requests} requests") and "recent speed" in sentence
+    assert sentence.startswith(f"Sends {cost.requests} requests") and "as the Why page reads it" in sentence
     assert "slow machine" in view.cost_sentence(cost, unknown)
+
+
+def test_lab_reads_the_speeds_why_reads_in_the_same_window(tmp_path: Path) -> None:
+    """Issue 40 item 6: one function and one window for a model's speeds (Lab once said 3,477 / 4,039 tok/s where
+    Why's medians were 6,290-7,135: all requests of 7 days, short and impossible readings included)."""
+    now = time.time()
+    build_fixture_store(tmp_path, now)
+    measured = set()
+    for model in ("llama3.2:latest", "llama3.1:8b"):
+        for window_s in (300.0, 86_400.0):
+            why = build_why(db_path(tmp_path), model, now, window_s)
+            rates = view.recent_rates(db_path(tmp_path), model, now, window_s)
+            assert why is not None
+            if why.prefill_median_tok_s is None or why.decode_median_tok_s is None:
+                assert not rates.measured  # no reading that counts: the Lab's guess, said so
+                continue
+            assert rates.measured and rates.window == why.window
+            assert (rates.prefill_tok_s, rates.decode_tok_s) == (why.prefill_median_tok_s, why.decode_median_tok_s)
+            measured.add(model)
+    assert "llama3.2:latest" in measured
+
+
+def test_the_cost_says_which_request_gives_no_point() -> None:
+    """Lab said "sends 9 requests" and showed 8 points: the first is the warm-up."""
+    cost = EXPERIMENTS["prompt-length"].cost(make_params("prompt-length"), 8192)
+    assert cost.warm_up_requests == 1
+    sentence = view.cost_sentence(cost, view.Rates(1000.0, 50.0, True))
+    assert sentence.startswith(f"Sends {cost.requests} requests (the first a warm-up that gives no point)"), sentence
 
 
 def test_no_store_means_no_models_and_fallback_rates(tmp_path: Path) -> None:
@@ -109,3 +139,11 @@ def test_points_table_has_human_names_and_the_units_convention() -> None:
     }
     assert second["prompt tokens"] == "1,024" and second["first token"] == "3.20 s" and second["load"] == "250 ms"
     assert "None" not in frame.to_string() and not any("_" in c for c in frame.columns)
+
+
+def test_readings_set_apart_are_not_called_absent() -> None:
+    """Readings that exist but none counts (e.g. all above the ceiling of the hardware they ran on) are said so."""
+    cost = EXPERIMENTS["prompt-length"].cost(make_params("prompt-length"), 8192)
+    win = ModelWindow(1000.0, 300.0, 1000.0)
+    flagged = view.Rates(view.FALLBACK_PREFILL_TOK_S, view.FALLBACK_DECODE_TOK_S, False, 12, win)
+    assert "none of this model's 12 readings over the last 5 min" in view.cost_sentence(cost, flagged)

@@ -25,7 +25,14 @@ from typing import Any
 import pytest
 
 from analysis import wording as w
-from analysis.ceilings import MAX_PLAUSIBLE_FRACTION, MIN_RATE_TOKENS, ceilings_for, ollama_num_batch
+from analysis.ceilings import (
+    MAX_PLAUSIBLE_FRACTION,
+    MIN_RATE_TOKENS,
+    Efficiencies,
+    ceilings_for,
+    ollama_num_batch,
+    starting_efficiencies,
+)
 from analysis.hardware import spec_by_key
 from analysis.model_facts import model_facts_from_show
 from analysis.records import LoadedModel
@@ -147,7 +154,7 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
     facts = model_facts_from_show(show_json(fx.model), None)
     ubatch = ollama_num_batch(fx.loaded[0].context_length if fx.loaded else 8192)
 
-    def ceil_at(p: int, c: int) -> Any:
+    def ceil_at(p: int, c: int, efficiencies: Efficiencies = eff) -> Any:
         return ceilings_for(
             SPEC,
             facts,
@@ -155,7 +162,7 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
             prompt_tokens=p,
             vram_fraction=model.vram_fraction,
             host_bandwidth_bytes_s=hw.host_bandwidth_bytes_s,
-            efficiencies=eff,
+            efficiencies=efficiencies,
             bandwidth_bytes_s=hw.bandwidth_bytes_s,
             ubatch_tokens=ubatch,
         )
@@ -187,10 +194,11 @@ def _check(at: Any, fx: Fixture, data_dir: Path, now: float) -> None:
     assert metrics["Prefill, tok/s (median)"] == w.num(pp) and metrics["Decode, tok/s (median)"] == w.num(tg)
     assert metrics["Prefill ÷ decode"] == w.times(pp / tg)
 
-    # The expected ratio over the same prompts and contexts.
-    exp_pp = statistics.median(ceil_at(_computed(r), _computed(r)).prefill_expected_tok_s for r in pre_ok)
-    exp_tg = statistics.median(ceil_at(0, _context(r)).decode_expected_tok_s for r in dec_ok)
-    assert metrics["Expected ratio"] == w.times(exp_pp / exp_tg)
+    # The prior's ratio (the starting efficiencies, never fitted) over the same prompts and contexts.
+    prior = starting_efficiencies(SPEC, facts.quantization).serving(facts.layers)
+    exp_pp = statistics.median(ceil_at(_computed(r), _computed(r), prior).prefill_expected_tok_s for r in pre_ok)
+    exp_tg = statistics.median(ceil_at(0, _context(r), prior).decode_expected_tok_s for r in dec_ok)
+    assert metrics["Prior ratio"] == w.times(exp_pp / exp_tg)
     differ = not (1 / 1.5 <= (pp / tg) / (exp_pp / exp_tg) <= 1.5)
     assert ("The two ratios differ by more than" in text) == differ
 

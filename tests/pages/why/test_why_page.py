@@ -192,7 +192,8 @@ def test_demo_data_is_labelled_simulated(data_dir: Path, monkeypatch: pytest.Mon
     build_store(demo_dir, now, reqs=PLAIN[:3], gpu=False)
     w_ = StoreWriter(db_path(demo_dir))
     try:
-        sim = replace(gpu_with_energy(now - 1, 50.0, 1.0), name="Simulated NVIDIA GeForce RTX 4090", simulated=True)
+        # Sampled before the requests ran: the readings are judged against the GPU of their time.
+        sim = replace(gpu_with_energy(now - 600, 50.0, 1.0), name="Simulated NVIDIA GeForce RTX 4090", simulated=True)
         w_.write(PutGpuSamples([sim]))
     finally:
         w_.close()

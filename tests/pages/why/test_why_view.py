@@ -62,12 +62,15 @@ def test_unknown_gpu_still_draws_the_measured_points(tmp_path: Path) -> None:
     build_store(tmp_path, now, reqs=PLAIN[:4])
     known = build_why(db_path(tmp_path), "llama3.2:latest", now)
     assert known is not None and known.ceilings is not None and known.sentences
-    w_ = StoreWriter(db_path(tmp_path))
-    try:  # the newest sample now names a GPU the table does not know, with no clocks
-        w_.write(PutGpuSamples([replace(gpu_sample(now + 1, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)]))
+    other = tmp_path / "other"
+    other.mkdir()
+    build_store(other, now, reqs=PLAIN[:4], gpu=False)
+    w_ = StoreWriter(db_path(other))
+    try:  # the GPU of the readings' time is one the table does not know, with no clocks
+        w_.write(PutGpuSamples([replace(gpu_sample(now - 600, 50.0, name="NVIDIA Quantum X9000"), mem_clock_max_mhz=None)]))
     finally:
         w_.close()
-    m = build_why(db_path(tmp_path), "llama3.2:latest", now + 1)
+    m = build_why(db_path(other), "llama3.2:latest", now)
     assert m is not None and m.hardware.spec is None and m.ceilings is None and not m.sentences
     assert len(m.prefill_points) == 4 and m.ratio == known.ratio
     prefill = m.prefill_fig.to_dict()
