@@ -20,8 +20,7 @@ from analysis.hardware import BY_KEY
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, RunnerSettings, SettingsError
 from analysis.model_facts import TYPICAL_8B_Q4_K_M, TYPICAL_MODEL_NAME
 from analysis.records import InstalledModel
-from pages.shared import common, data, fmt
-from pages.shared.settings import client_host_line
+from pages.shared import common, fmt
 from pages.shared.window import window_words
 from pages.why import whatif
 from pages.why.report import build_report
