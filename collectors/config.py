@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import grp
 import ipaddress
 import os
-import pwd
 import re
 import stat
 from collections.abc import Mapping, Sequence
@@ -23,6 +21,7 @@ from pathlib import Path
 import platformdirs
 
 from collectors.ollama.journal import valid_unit_name
+from collectors.os_users import effective_uid, group_members, group_name, user_name
 from collectors.proxy.access import split_list
 from collectors.proxy.limits import Limits
 from store.schema import db_path as store_db_path
@@ -530,41 +529,30 @@ def prepare_data_dir(data_dir: Path) -> None:
 
 
 def _not_private(folder: Path) -> str | None:
-    """Why another local user could replace the files in ``folder`` (None: only we can)."""
+    """Why another local user could replace the files in ``folder`` (None: only we can, or the OS has no POSIX
+    owners and modes to judge by: on Windows a folder under the user's profile is private by its ACL)."""
+    me = effective_uid()
+    if me is None:
+        return None
     st = folder.stat()
-    me = os.geteuid()
     mode = f"mode {stat.S_IMODE(st.st_mode):o}"
     own = f"choose a folder of your own (the default is {default_data_dir()})"
     if st.st_uid != me:
-        owner, runner = _user_name(st.st_uid), _user_name(me)
+        owner, runner = user_name(st.st_uid), user_name(me)
         return f"belongs to {owner!r}, not to {runner!r} who runs the collector; that user could make it overwrite files: {own}"
     if st.st_mode & stat.S_IWOTH:
         return f"can be written by every user on this machine ({mode}): run `chmod go-w {folder}`, or {own}"
     if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, me):
-        group = _group_name(st.st_gid)
+        name = group_name(st.st_gid)
+        group = repr(name) if name is not None else f"gid {st.st_gid}"
         return f"can be written by the group {group}, which has other users ({mode}): run `chmod g-w {folder}`, or {own}"
     return None
 
 
 def _group_has_others(gid: int, uid: int) -> bool:
     """Whether users other than ``uid`` belong to group ``gid`` (a user's private group has none)."""
-    try:
-        group = grp.getgrgid(gid)
-    except KeyError:
+    members = group_members(gid)
+    if members is None:
         return True  # unknown: assume so
-    me = _user_name(uid)
-    return gid != os.getegid() or any(member != me for member in group.gr_mem)
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return repr(grp.getgrgid(gid).gr_name)
-    except KeyError:
-        return f"gid {gid}"
+    me = user_name(uid)
+    return gid != os.getegid() or any(member != me for member in members)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
@@ -47,7 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.lock import LockInfo, open_no_follow, read_lock
+from collectors.file_lock import BACKEND
+from collectors.lock import LockInfo, open_no_follow, read_lock, read_no_follow, write_at_start
 from collectors.stopping import follow_parent
 
 DEMO_LOCK = "demo.lock"
@@ -105,16 +105,13 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
     """The running demo of ``data_dir``, or None. Opens no socket and never blocks."""
     path = Path(data_dir) / DEMO_LOCK
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:  # none, or a symbolic link (ELOOP), which is no demo's lock
+        fd = read_no_follow(path)  # None: none, or a symbolic link, which is no demo's lock
+    except OSError:
+        return None
+    if fd is None:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # held by a live demo process
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        if not BACKEND.held_by_other(fd):
             return None
         try:
             raw = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
@@ -352,7 +349,7 @@ class EngineTraffic:
 
 
 class DemoLock:
-    """Exclusive flock on ``DIR/demo.lock`` for the life of the demo process."""
+    """Exclusive lock on ``DIR/demo.lock`` for the life of the demo process (collectors/file_lock.py)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / DEMO_LOCK
@@ -360,13 +357,10 @@ class DemoLock:
 
     def acquire(self, info: DemoInfo) -> None:
         fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not BACKEND.try_exclusive(fd):
             os.close(fd)
-            raise RuntimeError(f"a demo already runs for {self.path.parent}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(asdict(info)).encode(), 0)
+            raise RuntimeError(f"a demo already runs for {self.path.parent}")
+        write_at_start(fd, json.dumps(asdict(info)).encode())
         self._fd = fd
 
     def release(self) -> None:

@@ -40,7 +40,6 @@ import hashlib
 import ipaddress
 import logging
 import os
-import pwd
 import re
 import stat
 import sys
@@ -55,6 +54,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from collectors.host.proctable import Named, ProcessNames
+from collectors.os_users import user_name
 
 log = logging.getLogger(__name__)
 
@@ -372,12 +372,7 @@ def docker_forwarded(view: HostView, port: int) -> str | None:
 
 
 def _user(uid: int | None) -> str:
-    if uid is None:
-        return "an unknown user"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    return user_name(uid)
 
 
 def _as_user(uid: int | None) -> str:
