@@ -19,11 +19,10 @@ from pathlib import Path
 import ollama
 import pytest
 
-from collectors.lock import read_lock
 from store.schema import db_path
 from tests.support.engine_process import GREEDY, MODEL, require_llama_server, start_server_engine, words_prompt
 from tests.support.paths import REPO
-from tests.support.stripped_python import stripped_env
+from tests.support.stripped_python import listen_address, stripped_env
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -68,11 +67,9 @@ def test_the_stripped_collector_records_and_stops_on_every_os(tmp_path: Path, mo
         cmd = [sys.executable, "-m", "collectors", "--data", str(data), "--listen", "127.0.0.1:0"]
         proc = subprocess.Popen([*cmd, "--ollama", sim.base_url, "--interval", "0.2"], cwd=REPO, env=env, stdout=err, stderr=err)
         try:
-            wait_until(lambda: (i := read_lock(data)) is not None and bool(i.listen), timeout_s=60)
-            info = read_lock(data)
-            assert info is not None and proc.poll() is None
+            listen = wait_until(lambda: listen_address(err_path), timeout_s=60)
             time.sleep(3.0)  # discovery finds the runner (named llama-server.exe) through psutil
-            proxied = ollama.Client(host=f"http://{info.listen}")
+            proxied = ollama.Client(host=f"http://{listen}")
             proxied.generate(model=MODEL, prompt=words_prompt(40, 1), options={**GREEDY, "num_predict": NUM_PREDICT})
             direct = ollama.Client(host=sim.base_url)
             direct.generate(model=MODEL, prompt=words_prompt(90, 2), options={**GREEDY, "num_predict": NUM_PREDICT})

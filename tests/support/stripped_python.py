@@ -20,6 +20,7 @@ What cannot be taken away here (msvcrt, SIGBREAK, Windows paths) is beyond this 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ import builtins
 import importlib.abc
 import io
 import os
+import re
 import sys
 
 _BLOCKED = {BLOCKED_MODULES!r}
@@ -120,3 +122,11 @@ def stripped_env(root: Path, base: dict[str, str] | None = None) -> dict[str, st
 
 
 PYTHON = sys.executable
+
+
+def listen_address(log_path: Path) -> str | None:
+    """The proxy's address from a collector's log ("recording on HOST:PORT"). A test reads it there, not from the
+    lock: the stripped collector locks with ``os.lockf``, which this test's own Python (``flock``) does not see, as
+    no two OSes' collectors ever share a data folder."""
+    match = re.search(r"recording on (\S+:\d+) for", log_path.read_text(errors="replace"))
+    return match.group(1) if match else None
