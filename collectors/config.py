@@ -17,10 +17,12 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 
 from collectors.ollama.journal import valid_unit_name
+from collectors.ollama.log_places import default_log
 from collectors.os_users import effective_uid, group_members, group_name, user_name
 from collectors.proxy.access import split_list
 from collectors.proxy.limits import Limits
@@ -357,7 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ollama-log",
         metavar="PATH",
-        help="Ollama's log file, read for its runners' prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, else none",
+        help="Ollama's log file, read for its runners' timing and prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, "
+        "else where Ollama keeps it for a local Ollama (macOS ~/.ollama/logs/server.log, Homebrew "
+        "$(brew --prefix)/var/log/ollama.log, Windows %%LOCALAPPDATA%%\\Ollama\\server.log) when that file exists; "
+        "PHASEWATCH_OLLAMA_LOG set empty: none",
     )
     p.add_argument(
         "--ollama-journal",
@@ -379,6 +384,15 @@ def _ollama_log(text: str | None) -> Path | None:
             f"--ollama-log/PHASEWATCH_OLLAMA_LOG {text!r} is a folder; give Ollama's log file, e.g. ~/.ollama/logs/server.log"
         )
     return path
+
+
+def _log_where_ollama_keeps_it(ollama_url: str, env: Mapping[str, str]) -> Path | None:
+    """Without --ollama-log, PHASEWATCH_OLLAMA_LOG (set, even empty: none) or --ollama-journal: the log where the
+    watched Ollama's OS keeps it (collectors/ollama/log_places.py), when that Ollama is on this machine."""
+    host = urlsplit(ollama_url).hostname or ""
+    if not is_loopback(host):
+        return None  # a remote Ollama's log is on its own machine
+    return default_log(env, Path(env["HOME"]) if env.get("HOME") else Path.home())
 
 
 def _ollama_journal(args: argparse.Namespace, env: Mapping[str, str], log: Path | None) -> tuple[str | None, Path | None]:
@@ -483,6 +497,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
     ollama_log = _ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG"))
     ollama_journal, journal_dir = _ollama_journal(args, env, ollama_log)
+    if args.ollama_log is None and "PHASEWATCH_OLLAMA_LOG" not in env and ollama_journal is None:
+        ollama_log = _log_where_ollama_keeps_it(ollama_url, env)
 
     return Settings(
         ollama_url=ollama_url,

@@ -133,6 +133,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also append Ollama's log (access lines, load lines, the runner's output) to this file; "
         "it always goes to stdout, as from a service",
     )
+    ap.add_argument(
+        "--log-rotate",
+        action="store_true",
+        help="with --log-file: first rename it as Ollama's macOS and Windows apps do at each server start "
+        f"(server.log → server-1.log, the older ones shifted, {ollama_log.ROTATION_KEPT} kept)",
+    )
     args = ap.parse_args(argv)
     if args.engine != "sim" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
@@ -155,6 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     if args.log_file is not None:
+        if args.log_rotate:
+            ollama_log.rotate(args.log_file)
         ollama_log.open_file(args.log_file)
     faults = Faults()
     profile = PROFILES[args.hardware]
