@@ -34,6 +34,7 @@ class LockInfo:
     started_at_unix_s: float
     data_dir: str
     demo: bool = False
+    ollama_log: str = ""  # the Ollama log it reads: a file's path, "the journal of UNIT", or "" for none
 
 
 class LockHeldError(RuntimeError):
@@ -95,6 +96,7 @@ def _parse(text: str) -> LockInfo | None:
             started_at_unix_s=float(raw["started_at_unix_s"]),
             data_dir=str(raw["data_dir"]),
             demo=bool(raw.get("demo", False)),
+            ollama_log=str(raw.get("ollama_log", "")),
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -171,7 +173,9 @@ class CollectorLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5) -> LockInfo:
+    def acquire(
+        self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5, ollama_log: str = ""
+    ) -> LockInfo:
         """Take the lock and write our details; LockHeldError if another process has it, UnsafeFileError if the
         lock file is a symbolic link."""
         # Both fds are O_CLOEXEC by default: children don't inherit the locks.
@@ -191,9 +195,9 @@ class CollectorLock:
             raise
         self._fd, self._dir_fd = fd, (dir_fd if dir_fd >= 0 else None)
         self._started_at_unix_s = time.time()
-        return self.update(listen=listen, ollama_url=ollama_url, demo=demo)
+        return self.update(listen=listen, ollama_url=ollama_url, demo=demo, ollama_log=ollama_log)
 
-    def update(self, *, listen: str, ollama_url: str, demo: bool = False) -> LockInfo:
+    def update(self, *, listen: str, ollama_url: str, demo: bool = False, ollama_log: str = "") -> LockInfo:
         """Rewrite our details (e.g. once the real listening port is known)."""
         if self._fd is None:
             raise RuntimeError("lock not held")
@@ -204,6 +208,7 @@ class CollectorLock:
             started_at_unix_s=self._started_at_unix_s,
             data_dir=str(self._data_dir),
             demo=demo,
+            ollama_log=ollama_log,
         )
         write_at_start(self._fd, json.dumps(asdict(info)).encode())
         return info

@@ -98,6 +98,8 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
         st.markdown("**Ollama** · :red[not answering]" + (f" since {fmt.clock(since)}" if since is not None else ""))
         st.text(status.ollama.base_url)
     _ollama_sources(hb)
+    if hb is not None and not hb.log_problem and (reads := api.collector_log(ctx.data_dir)):
+        st.caption(f"Ollama's log: reads {_with_code(f'`{reads}`')}")
     # Proxy
     listen = (hb.listen if hb else None) or ctx.launch.listen or ctx.settings.listen
     st.markdown("**Proxy** · point your clients at it:")
