@@ -60,6 +60,7 @@ from collectors.os_users import user_name
 log = logging.getLogger(__name__)
 
 RUNNER_NAMES = ("llama-server",)
+MLX_RUNNER = "mlx runner"  # Runner.kind of ``ollama runner --mlx-engine --model NAME --port N``
 SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
 MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
@@ -109,7 +110,7 @@ class Runner:
     host: str = "127.0.0.1"
     n_ctx: int | None = None  # -c / --ctx-size as started
     n_parallel: int | None = None  # -np / --parallel
-    kind: str = "llama-server"  # or "ollama runner"
+    kind: str = "llama-server"  # or "ollama runner", or MLX_RUNNER
     # The rest of the settings in force, as on its command line (None: not given, the runner's default holds).
     n_batch: int | None = None  # -b
     n_ubatch: int | None = None  # -ub
@@ -203,7 +204,9 @@ def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
     if name in RUNNER_NAMES or exe in RUNNER_NAMES:
         kind = "llama-server"
     elif (name == "ollama" or exe == "ollama") and "runner" in argv[1:2]:
-        kind = "ollama runner"
+        # Apple Silicon's engine for safetensors models (Ollama's x/mlxrunner): no /slots; its lines are read by
+        # collectors/ollama/mlx_log.py. --model names the model, not a file.
+        kind = MLX_RUNNER if "--mlx-engine" in argv[2:] else "ollama runner"
     else:
         return None
     port = _int_or_none(_option(argv, "--port"))
