@@ -43,6 +43,7 @@ from analysis.runner_load import PlacementReader, RunnerDeviceRow, RunnerPlaceme
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
 from collectors.ollama.direct import GENERATION_PATHS, DirectTasks, RunnerRef
 from collectors.ollama.discovery import (
+    MLX_RUNNER,
     DigestCache,
     Discoverer,
     Discovery,
@@ -94,6 +95,7 @@ RUNNER_LINES_MISSING = (
     "`sudo systemctl restart ollama`); meanwhile Phasewatch records from the runner's /slots (progress and token "
     "counts, no exact timings)"
 )
+MLX_NO_SLOTS = "an MLX runner (Apple Silicon's engine): it has no /slots; its requests are told by Ollama's log"
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
 
 
@@ -528,6 +530,8 @@ class RunnerReader:
             state.next_poll_s = began_s + interval_s
 
     async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
+        if runner.kind == MLX_RUNNER:  # Apple Silicon's MLX runner has no /slots: never asked (its 404 says nothing)
+            return None, MLX_NO_SLOTS
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
         try:
             async with self._session.get(runner.base_url + "/slots", timeout=timeout, allow_redirects=False) as resp:
