@@ -19,6 +19,7 @@ from pathlib import Path
 import ollama
 import pytest
 
+from collectors.ollama.discovery import FOUND_SAME_USER
 from store.schema import db_path
 from tests.support.engine_process import GREEDY, MODEL, require_llama_server, start_server_engine, words_prompt
 from tests.support.paths import REPO
@@ -43,6 +44,11 @@ def rows(data: Path, sql: str) -> list[sqlite3.Row]:
         return []
     finally:
         conn.close()
+
+
+def runners_found(data: Path) -> str | None:
+    found = rows(data, "SELECT runners_found FROM collector_heartbeat ORDER BY rowid DESC LIMIT 1")
+    return found[0]["runners_found"] if found else None
 
 
 def finished(data: Path) -> list[sqlite3.Row]:
@@ -77,6 +83,7 @@ def test_the_stripped_collector_records_and_stops_on_every_os(tmp_path: Path, mo
             time.sleep(2.0)  # a second record of either would have come by now
             got = finished(data)
             assert sorted(r["seen_from"] for r in got) == ["proxy", "runner"], [dict(r) for r in got]
+            assert runners_found(data) == f"1 runner found {FOUND_SAME_USER}"  # through psutil: /proc/net is shut
             stop_started = time.monotonic()
             stop = subprocess.run([*cmd[:5], "--stop"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
             assert stop.returncode == 0, stop.stderr

@@ -54,7 +54,7 @@ def runner_rows(data: Path) -> list[sqlite3.Row]:
 
 def direct_generation(sim: SimProcess, words: int) -> dict[str, Any]:
     """One generation sent to sim directly; llama-server's own account of it."""
-    since = time.time_ns()
+    since = time.monotonic_ns()  # sim stamps what it sends to llama-server on the monotonic clock
     ollama.Client(host=sim.base_url).generate(
         model=MODEL, prompt=words_prompt(words, words), options={**GREEDY, "num_predict": 64, "seed": words}
     )
