@@ -215,7 +215,8 @@ class ServerChild:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with(os.getpid()),
+            # A function run in the child before exec needs fork (POSIX); Windows' process creation takes none.
+            preexec_fn=_die_with(os.getpid()) if hasattr(os, "fork") else None,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._pumps = [asyncio.create_task(self._pump(s)) for s in (self.proc.stdout, self.proc.stderr)]
