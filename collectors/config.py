@@ -497,7 +497,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
     ollama_log = _ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG"))
     ollama_journal, journal_dir = _ollama_journal(args, env, ollama_log)
-    if args.ollama_log is None and "PHASEWATCH_OLLAMA_LOG" not in env and ollama_journal is None:
+    # The demo's simulator is not the Ollama whose log lies where Ollama keeps it: never read for it.
+    if args.ollama_log is None and "PHASEWATCH_OLLAMA_LOG" not in env and ollama_journal is None and not args.demo:
         ollama_log = _log_where_ollama_keeps_it(ollama_url, env)
 
     return Settings(

@@ -45,6 +45,7 @@ def test_the_collector_reads_it_without_being_told(tmp_path: Path) -> None:
     assert load_settings([*base, "--ollama-log", str(other)], env).ollama_log == other  # told: that one
     assert load_settings(base, {**env, "PHASEWATCH_OLLAMA_LOG": ""}).ollama_log is None  # told: none
     assert load_settings([*base, "--ollama", "http://10.1.2.3:11434"], env).ollama_log is None  # its log is there
+    assert load_settings([*base, "--demo"], env).ollama_log is None  # the demo's simulator: not that Ollama's log
     journal = load_settings([*base, "--ollama-journal", "ollama"], env)
     assert journal.ollama_log is None and journal.ollama_journal == "ollama"
 
