@@ -20,8 +20,10 @@ While a prompt is being read, ``progress`` gives Live its reading from the ``Pro
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
+from analysis.model_names import same_model
 from analysis.records import (
     FinalMetrics,
     Outcome,
@@ -32,8 +34,11 @@ from analysis.records import (
     SeenFrom,
 )
 from collectors.ollama.discovery import MLX_RUNNER, Runner
-from collectors.ollama.mlx_log import MlxGeneration, MlxRequests, parse_mlx_line
+from collectors.ollama.mlx_log import MlxGeneration, MlxLine, MlxRequests, parse_mlx_line
 
+MAX_FINISHED_PROXIED = 256  # finished proxied requests kept to tell the proxy's generations from direct ones...
+FINISHED_PROXIED_KEPT_S = 120.0  # ...for this long at most (a log read comes within seconds of a request's end)
+END_SLACK_S = 2.0  # a proxied request's end and its runner line's reading: how far apart they may be and still fit
 RUNNER_SOURCE = "log"  # RequestRecord.runner_source: the figures are the runner's own lines in Ollama's log
 
 
@@ -57,6 +62,14 @@ class MlxDirect:
         self._opened: tuple[float, int] = (0.0, 0)  # when the open generation's cache line was read (wall s, mono ns)
         self._seq = 0  # generations recorded on this runner: each record's id is new, so none is written twice
         self.dropped = 0  # MLX lines read while not exactly one MLX runner was confirmed
+        self._proxied = False  # a proxied request of the runner's model was in flight while the open one ran
+        self.proxied = 0  # generations left to the proxy's records
+        self._finished: deque[tuple[float, str, int | None]] = deque(maxlen=MAX_FINISHED_PROXIED)  # (end, model, prompt)
+
+    @property
+    def runner(self) -> Runner | None:
+        """The one MLX runner whose lines are believed now, if any."""
+        return self._runner
 
     def runners_seen(self, confirmed: Iterable[Runner]) -> None:
         """The runners found now whose ``/v1/status`` answered: lines are believed only when one is an MLX runner."""
@@ -66,13 +79,33 @@ class MlxDirect:
             self._requests, self._open_id = MlxRequests(), None
         self._runner = runner
 
-    def lines(self, texts: Iterable[str]) -> list[RequestRecord]:
+    def proxied_finished(self, rec: RequestRecord) -> None:
+        """A proxied request ended: a generation of its model and prompt size ending about now is its, not direct."""
+        prompt = rec.metrics.prompt_eval_count if rec.metrics is not None else None
+        self._finished.append((self._clock(), rec.model, prompt))
+
+    def _proxy_finished_it(self, gen: MlxGeneration) -> bool:
+        now, model = self._clock(), (self._runner.model_path if self._runner else None) or ""
+        while self._finished and now - self._finished[0][0] > FINISHED_PROXIED_KEPT_S:
+            self._finished.popleft()
+        for i, (end, name, prompt) in enumerate(self._finished):
+            fits = abs(now - end) <= END_SLACK_S + (gen.took_s or 0.0) and prompt in (None, gen.prompt_tokens)
+            if fits and same_model(name, model):
+                del self._finished[i]  # it accounts for one generation only
+                return True
+        return False
+
+    def lines(self, texts: Iterable[str], proxied_models: Iterable[str] = ()) -> list[RequestRecord]:
         """Feed lines of Ollama's log as read; the generations they end, as final records."""
+        return self.feed((m for t in texts if (m := parse_mlx_line(t)) is not None), proxied_models)
+
+    def feed(self, lines: Iterable[MlxLine], proxied_models: Iterable[str] = ()) -> list[RequestRecord]:
+        """Feed the MLX runner's parsed lines, in order; ``proxied_models``: the models of the proxied requests in
+        flight now. A generation during which one of its model was in flight is the proxy's (the proxy records it
+        from Ollama's own reply, output tokens included): never recorded here too, only counted (``proxied``)."""
         done: list[RequestRecord] = []
-        for text in texts:
-            line = parse_mlx_line(text)
-            if line is None:
-                continue
+        busy_models = list(proxied_models)
+        for line in lines:
             if self._runner is None:
                 self.dropped += 1
                 continue
@@ -82,15 +115,21 @@ class MlxDirect:
                 self._seq += 1
                 self._open_id = f"runner-mlx-{self._runner.port}-{self._runner.pid}-{self._seq}"
                 self._opened = (self._clock(), self._mono_ns())
+                self._proxied = False
+            model = self._runner.model_path or ""
+            self._proxied = self._proxied or any(same_model(m, model) for m in busy_models)
             if gen is not None and self._open_id is not None:
-                done.append(self._record(gen, self._open_id))
+                if self._proxied or self._proxy_finished_it(gen):
+                    self.proxied += 1
+                else:
+                    done.append(self._record(gen, self._open_id))
                 self._open_id = None
         return done
 
     def progress(self) -> ProgressSample | None:
         """The open generation's prompt read so far, while it is being read (else None)."""
         gen = self._requests.current
-        if gen is None or self._open_id is None or not gen.reading:
+        if gen is None or self._open_id is None or self._proxied or not gen.reading:
             return None
         return ProgressSample(
             request_id=self._open_id,
@@ -104,7 +143,7 @@ class MlxDirect:
     def in_flight(self) -> RequestRecord | None:
         """The open generation as an in-flight record (for Live), else None."""
         gen = self._requests.current
-        if gen is None or self._open_id is None:
+        if gen is None or self._open_id is None or self._proxied:
             return None
         return self._record(gen, self._open_id)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from collectors.ollama.log import go_duration_s
+from collectors.ollama.go_duration import go_duration_s
 
 MAX_TOKENS = 10**9  # a count past this is no real prompt's
 _HEAD = r"time=\S{1,64} level=(?P<level>INFO|WARN|ERROR) source=[\w.\-]{1,64}:[0-9]{1,6} "

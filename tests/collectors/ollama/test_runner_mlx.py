@@ -1,5 +1,6 @@
 """An MLX runner (Apple Silicon's engine, issue 45) is never asked for /slots, which it lacks: the reader says what
-it is instead of "an older runner?". A real listener stands on its port and counts what it is asked."""
+it is instead of "an older runner?", and asked its /v1/status instead (the channel that confirms it runs, so its lines
+in Ollama's log are believed). A real listener stands on its port and counts what it is asked."""
 
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ def test_an_mlx_runner_is_not_asked_for_slots() -> None:
             return await reader._fetch(Runner(pid=1, port=port, model_path="qwen3:8b-mlx", kind=kind))
 
     try:
-        assert asyncio.run(fetch(MLX_RUNNER)) == (None, MLX_NO_SLOTS)
-        assert asked == []
+        readings, why = asyncio.run(fetch(MLX_RUNNER))
+        assert readings is None and why is not None and why.startswith(MLX_NO_SLOTS) and "HTTP 404" in why
+        assert asked == ["/v1/status"]
         readings, why = asyncio.run(fetch("llama-server"))  # the same port as a llama-server: asked, and 404 said
-        assert readings is None and why is not None and "HTTP 404" in why and asked == ["/slots"]
+        assert readings is None and why is not None and "HTTP 404" in why and asked == ["/v1/status", "/slots"]
     finally:
         server.shutdown()
