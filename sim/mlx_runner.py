@@ -32,6 +32,7 @@ from typing import Any
 
 from sim import ollama_log
 from sim.catalog import MODELS, find_model
+from sim.llama_server_engine import die_with
 from sim.ollama_time import format_go_duration
 from sim.profiles import PROFILES
 from sim.timing import StepWork, step_seconds
@@ -63,7 +64,8 @@ class _Runner:
         work = StepWork(decode_contexts=[context] if decode else [], prefill_chunks=[] if decode else [(context, tokens)])
         return step_seconds(self.facts, self.profile, 1.0, work)
 
-    def complete(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+    def complete(self, prompt: str, max_tokens: int, emit: Callable[[str], None] = lambda _t: None) -> dict[str, Any]:
+        """One completion; ``emit`` gets each output token's text as it is sampled (a streamed reply's chunks)."""
         ids = encode(prompt)
         total = len(ids)
         matched = 0
@@ -86,13 +88,20 @@ class _Runner:
             processed += chunk
             ollama_log.slog("Prompt processing progress", source="pipeline.go:204", processed=processed, total=left)
         out = max(1, min(max_tokens, MAX_OUTPUT_TOKENS))
+        words = make_prompt(out, seed=total).split(" ")
         for i in range(out):
             time.sleep(self._step_s(total + i, 1, decode=True))
+            emit((" " if i else "") + (words[i] if i < len(words) else "x"))
         peak = self.facts.size_bytes + (total + out) * 131_072
         ollama_log.slog("peak memory", source="pipeline.go:91", size=_go_bytes(peak))
         self.cached = ids
-        text = make_prompt(out, seed=total)
-        usage = {"prompt_tokens": total, "completion_tokens": out, "total_tokens": total + out}
+        text = " ".join(words[:out])
+        usage = {
+            "prompt_tokens": total,
+            "completion_tokens": out,
+            "total_tokens": total + out,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
         return {"object": "text_completion", "model": self.model, "choices": [{"text": text, "index": 0}], "usage": usage}
 
 
@@ -108,6 +117,25 @@ def _handler(runner: _Runner) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+            self._served(started_ns, status)
+
+        def _stream(self, started_ns: int, prompt: str, max_tokens: int) -> None:
+            """A streamed completion: a ``data:`` line per token, then one with the usage; the connection closes."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def emit(text: str) -> None:
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"text": text, "index": 0}]}).encode() + b"\n\n")
+                self.wfile.flush()
+
+            final = runner.complete(prompt, max_tokens, emit)
+            final["choices"] = []
+            emit_final = b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n"
+            self.wfile.write(emit_final)
+            self._served(started_ns, 200)
+
+        def _served(self, started_ns: int, status: int) -> None:
             took = format_go_duration(time.monotonic_ns() - started_ns)
             path = self.path.split("?", 1)[0]
             ollama_log.slog("ServeHTTP", source="server.go:225", method=self.command, path=path, took=took, status=status)
@@ -136,8 +164,12 @@ def _handler(runner: _Runner) -> type[BaseHTTPRequestHandler]:
                 if not 0 < len(encode(prompt)) <= MAX_PROMPT_TOKENS:
                     self._answer(t0, 400, {"error": "prompt empty or too long"})
                     return
+                max_tokens = int(body.get("max_tokens") or 16)
                 with runner.busy:
-                    self._answer(t0, 200, runner.complete(prompt, int(body.get("max_tokens") or 16)))
+                    if body.get("stream"):
+                        self._stream(t0, prompt, max_tokens)
+                    else:
+                        self._answer(t0, 200, runner.complete(prompt, max_tokens))
             else:
                 self._answer(t0, 404, {"error": "not found"})
 
@@ -170,6 +202,7 @@ def start_mlx_runner(model: str, port: int, on_line: Callable[[str], None] = oll
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
+        preexec_fn=die_with(os.getpid()) if hasattr(os, "fork") else None,  # a sim that dies takes its runner
     )
 
     def copy() -> None:
