@@ -43,7 +43,12 @@ PREFILL_CHUNK_TOKENS = 256  # tokens per prefill step, one progress line each
 HARDWARE = "m3-max"  # the Apple profile whose roofline times the steps
 MAX_PROMPT_TOKENS = 131_072  # a longer prompt is refused (400), as past a model's context
 MAX_OUTPUT_TOKENS = 4096
-_LAUNCHER = "import sys; sys.path.insert(0, {root!r}); from sim.mlx_runner import main; main(sys.argv[1:])\n"
+# The child's script, ``runner`` in a folder of its own (its cwd), which it removes once started: Python has read it.
+_LAUNCHER = (
+    "import os, shutil, sys; sys.path.insert(0, {root!r})\n"
+    "shutil.rmtree(os.getcwd(), ignore_errors=True)\n"
+    "from sim.mlx_runner import main; main(sys.argv[1:])\n"
+)
 
 
 def _go_bytes(n: int) -> str:
