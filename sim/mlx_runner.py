@@ -197,10 +197,17 @@ def start_mlx_runner(model: str, port: int, on_line: Callable[[str], None] = oll
     home = Path(tempfile.mkdtemp(prefix="sim-mlx-"))
     (home / "runner").write_text(_LAUNCHER.format(root=str(REPO_ROOT)), encoding="utf-8")
     argv = ["ollama", "runner", "--mlx-engine", "--model", model, "--port", str(port)]
+    # Run through a link named ``ollama`` where links can be made: the process is then named ``ollama`` too (its
+    # comm), as Ollama's runner is, which is what a process table watch keys on; else the interpreter's own name.
+    executable = home / "ollama"
+    try:
+        executable.symlink_to(sys.executable)
+    except (OSError, NotImplementedError):
+        executable = Path(sys.executable)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
         argv,
-        executable=sys.executable,
+        executable=executable,
         cwd=home,
         env=env,
         stdout=subprocess.PIPE,
