@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from analysis.records import Outcome, RequestRecord, SeenFrom
+from analysis.records import FinalMetrics, Outcome, RequestRecord, SeenFrom
 from collectors.ollama.discovery import MLX_RUNNER, Runner, runner_from_argv
 from collectors.ollama.mlx_direct import MlxDirect
 from pages.live.view import build_cards
@@ -149,3 +149,26 @@ def test_lines_with_no_one_mlx_runner_confirmed_are_dropped_not_recorded() -> No
     direct.runners_seen(two[:1])
     (rec,) = direct.lines(lines)
     assert rec.metrics is not None and rec.metrics.total_duration_ns == 1_500_000_000 and rec.metrics.eval_count is None
+
+
+def test_a_generation_a_just_finished_proxied_request_accounts_for_is_the_proxys() -> None:
+    """The proxy's request can end before the log read that holds its runner lines: its model and prompt size, ending
+    with it, make it the proxy's (recorded there with Ollama's output count); another prompt size does not."""
+    t = "time=2026-06-12T22:48:14.120+02:00 level=INFO"
+
+    def lines(total: int) -> list[str]:
+        return [
+            f'{t} source=prefix_cache.go:126 msg="cache miss" total={total} matched=0 cached=0 left={total}',
+            f"{t} source=server.go:225 msg=ServeHTTP method=POST path=/v1/completions took=0.5s status=200",
+        ]
+
+    direct = MlxDirect(read_tick_s=1.0)
+    direct.runners_seen([Runner(pid=7, port=7, model_path=MODEL, kind=MLX_RUNNER)])
+    proxied = RequestRecord(
+        id="p", started_at_unix_s=time.time(), client_addr=None, endpoint="/api/generate", model=MODEL, stream=False
+    )
+    proxied.metrics = FinalMetrics(prompt_eval_count=10, eval_count=4)
+    direct.proxied_finished(proxied)
+    assert direct.lines(lines(12)) != [], "another prompt size: not the proxy's"
+    assert direct.lines(lines(10)) == [] and direct.proxied == 1
+    assert direct.lines(lines(10)) != [], "the proxied request accounts for one generation only"
