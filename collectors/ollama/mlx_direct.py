@@ -113,8 +113,10 @@ class MlxDirect:
             gen = self._requests.feed(line)
             if self._requests.current is not None and self._requests.current is not opened:
                 self._seq += 1
-                self._open_id = f"runner-mlx-{self._runner.port}-{self._runner.pid}-{self._seq}"
                 self._opened = (self._clock(), self._mono_ns())
+                # With when it opened (ms): a restarted collector, counting from 1 again, never reuses a stored id.
+                opened_ms = round(self._opened[0] * 1000)
+                self._open_id = f"runner-mlx-{self._runner.port}-{self._runner.pid}-{opened_ms}-{self._seq}"
                 self._proxied = False
             model = self._runner.model_path or ""
             self._proxied = self._proxied or any(same_model(m, model) for m in busy_models)

@@ -4,6 +4,7 @@ generation, written once to a real SQLite store, and Live shows its prompt being
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -172,3 +173,21 @@ def test_a_generation_a_just_finished_proxied_request_accounts_for_is_the_proxys
     assert direct.lines(lines(12)) != [], "another prompt size: not the proxy's"
     assert direct.lines(lines(10)) == [] and direct.proxied == 1
     assert direct.lines(lines(10)) != [], "the proxied request accounts for one generation only"
+
+
+def test_a_restarted_reader_never_reuses_a_records_id() -> None:
+    """Ids are what the store upserts on: a collector restarted beside the same runner counts from 1 again, and its
+    first record must not replace the one the last collector wrote."""
+    t = "time=2026-06-12T22:48:14.120+02:00 level=INFO"
+    lines = [
+        f'{t} source=prefix_cache.go:126 msg="cache miss" total=10 matched=0 cached=0 left=10',
+        f"{t} source=server.go:225 msg=ServeHTTP method=POST path=/v1/completions took=0.5s status=200",
+    ]
+    runner = Runner(pid=7, port=7, model_path=MODEL, kind=MLX_RUNNER)
+    ids = []
+    for now in (1000.0, 2000.0):  # two collectors' lives
+        reader = MlxDirect(read_tick_s=1.0, clock=itertools.repeat(now).__next__)  # a clock standing at that moment
+        reader.runners_seen([runner])
+        (rec,) = reader.lines(lines)
+        ids.append(rec.id)
+    assert ids[0] != ids[1]
