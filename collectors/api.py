@@ -59,6 +59,7 @@ __all__ = [
     "RunState",
     "SettingsError",
     "cancel_run",
+    "collector_log",
     "collector_pid",
     "default_data_dir",
     "demo_runs",
@@ -85,6 +86,13 @@ __all__ = [
     "started_here",
     "stop_demo",
 ]
+
+
+def collector_log(data_dir: Path) -> str | None:
+    """The Ollama log the collector of ``data_dir`` reads (a path, or the journal of a unit); None: none, or no
+    collector runs."""
+    info = read_lock(data_dir)
+    return (info.ollama_log or None) if info is not None else None
 
 
 def collector_pid(data_dir: Path) -> int | None:

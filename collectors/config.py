@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import grp
 import ipaddress
 import os
-import pwd
 import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 
 from collectors.ollama.journal import valid_unit_name
+from collectors.ollama.log_places import default_log
+from collectors.os_users import effective_uid, group_members, group_name, user_name
 from collectors.proxy.access import split_list
 from collectors.proxy.limits import Limits
 from store.schema import db_path as store_db_path
@@ -358,7 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ollama-log",
         metavar="PATH",
-        help="Ollama's log file, read for its runners' prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, else none",
+        help="Ollama's log file, read for its runners' timing and prompt-progress lines; default $PHASEWATCH_OLLAMA_LOG, "
+        "else where Ollama keeps it for a local Ollama (macOS ~/.ollama/logs/server.log, Homebrew "
+        "$(brew --prefix)/var/log/ollama.log, Windows %%LOCALAPPDATA%%\\Ollama\\server.log) when that file exists; "
+        "PHASEWATCH_OLLAMA_LOG set empty: none",
     )
     p.add_argument(
         "--ollama-journal",
@@ -380,6 +384,15 @@ def _ollama_log(text: str | None) -> Path | None:
             f"--ollama-log/PHASEWATCH_OLLAMA_LOG {text!r} is a folder; give Ollama's log file, e.g. ~/.ollama/logs/server.log"
         )
     return path
+
+
+def _log_where_ollama_keeps_it(ollama_url: str, env: Mapping[str, str]) -> Path | None:
+    """Without --ollama-log, PHASEWATCH_OLLAMA_LOG (set, even empty: none) or --ollama-journal: the log where the
+    watched Ollama's OS keeps it (collectors/ollama/log_places.py), when that Ollama is on this machine."""
+    host = urlsplit(ollama_url).hostname or ""
+    if not is_loopback(host):
+        return None  # a remote Ollama's log is on its own machine
+    return default_log(env, Path(env["HOME"]) if env.get("HOME") else Path.home())
 
 
 def _ollama_journal(args: argparse.Namespace, env: Mapping[str, str], log: Path | None) -> tuple[str | None, Path | None]:
@@ -484,6 +497,9 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     pids = _pid_list(args.ollama_pids) if args.ollama_pids is not None else ()
     ollama_log = _ollama_log(args.ollama_log if args.ollama_log is not None else env.get("PHASEWATCH_OLLAMA_LOG"))
     ollama_journal, journal_dir = _ollama_journal(args, env, ollama_log)
+    # The demo's simulator is not the Ollama whose log lies where Ollama keeps it: never read for it.
+    if args.ollama_log is None and "PHASEWATCH_OLLAMA_LOG" not in env and ollama_journal is None and not args.demo:
+        ollama_log = _log_where_ollama_keeps_it(ollama_url, env)
 
     return Settings(
         ollama_url=ollama_url,
@@ -530,41 +546,30 @@ def prepare_data_dir(data_dir: Path) -> None:
 
 
 def _not_private(folder: Path) -> str | None:
-    """Why another local user could replace the files in ``folder`` (None: only we can)."""
+    """Why another local user could replace the files in ``folder`` (None: only we can, or the OS has no POSIX
+    owners and modes to judge by: on Windows a folder under the user's profile is private by its ACL)."""
+    me = effective_uid()
+    if me is None:
+        return None
     st = folder.stat()
-    me = os.geteuid()
     mode = f"mode {stat.S_IMODE(st.st_mode):o}"
     own = f"choose a folder of your own (the default is {default_data_dir()})"
     if st.st_uid != me:
-        owner, runner = _user_name(st.st_uid), _user_name(me)
+        owner, runner = user_name(st.st_uid), user_name(me)
         return f"belongs to {owner!r}, not to {runner!r} who runs the collector; that user could make it overwrite files: {own}"
     if st.st_mode & stat.S_IWOTH:
         return f"can be written by every user on this machine ({mode}): run `chmod go-w {folder}`, or {own}"
     if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, me):
-        group = _group_name(st.st_gid)
+        name = group_name(st.st_gid)
+        group = repr(name) if name is not None else f"gid {st.st_gid}"
         return f"can be written by the group {group}, which has other users ({mode}): run `chmod g-w {folder}`, or {own}"
     return None
 
 
 def _group_has_others(gid: int, uid: int) -> bool:
     """Whether users other than ``uid`` belong to group ``gid`` (a user's private group has none)."""
-    try:
-        group = grp.getgrgid(gid)
-    except KeyError:
+    members = group_members(gid)
+    if members is None:
         return True  # unknown: assume so
-    me = _user_name(uid)
-    return gid != os.getegid() or any(member != me for member in group.gr_mem)
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return repr(grp.getgrgid(gid).gr_name)
-    except KeyError:
-        return f"gid {gid}"
+    me = user_name(uid)
+    return gid != os.getegid() or any(member != me for member in members)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
@@ -47,10 +46,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.lock import LockInfo, open_no_follow, read_lock
-from collectors.stopping import follow_parent
+from collectors.file_lock import BACKEND
+from collectors.lock import LockInfo, open_no_follow, read_lock, read_no_follow, write_at_start
+from collectors.stopping import STOP_FILE, STOP_SIGNALS, follow_parent, request_stop, watch_stop_file
 
 DEMO_LOCK = "demo.lock"
+DEMO_STOP = "demo.stop"  # the stop file the demo watches (collectors/stopping.py)
 CHAT_MODEL = "llama3.2:latest"
 SECOND_MODEL = "llama3.1:8b"
 DEFAULT_HARDWARE = "rtx-3090"  # 24 GB (a 32k context by default), and prefill slow enough to watch a long prompt read
@@ -105,16 +106,13 @@ def read_demo_lock(data_dir: Path | str) -> DemoInfo | None:
     """The running demo of ``data_dir``, or None. Opens no socket and never blocks."""
     path = Path(data_dir) / DEMO_LOCK
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:  # none, or a symbolic link (ELOOP), which is no demo's lock
+        fd = read_no_follow(path)  # None: none, or a symbolic link, which is no demo's lock
+    except OSError:
+        return None
+    if fd is None:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # held by a live demo process
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        if not BACKEND.held_by_other(fd):
             return None
         try:
             raw = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
@@ -138,8 +136,7 @@ def stop_demo(data_dir: Path | str, timeout_s: float = 10.0) -> bool:
         return True
     if info.pid <= 0:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(info.pid, signal.SIGTERM)
+    request_stop(Path(data_dir) / DEMO_STOP, info.pid)  # no signal: the same on every OS (collectors/stopping.py)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if read_demo_lock(data_dir) is None:
@@ -175,20 +172,22 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the demo process dies, even by SIGKILL (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+    """In the child, before exec: get SIGTERM when the demo process dies, even by SIGKILL, where the C library
+    has Linux's ``prctl`` (elsewhere the collector follows its parent by polling, ``--exit-with-parent``)."""
+    import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = getattr(libc, "prctl", None)
+    if prctl is not None:
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _start(argv: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    # A function run in the child before exec needs fork (POSIX); Windows' Popen refuses one.
+    before_exec = {"preexec_fn": _die_with_parent} if hasattr(os, "fork") else {}
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-        )
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, **before_exec)  # type: ignore[call-overload]
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str, child: subprocess.Popen[bytes] | None = None) -> Any:
@@ -352,7 +351,7 @@ class EngineTraffic:
 
 
 class DemoLock:
-    """Exclusive flock on ``DIR/demo.lock`` for the life of the demo process."""
+    """Exclusive lock on ``DIR/demo.lock`` for the life of the demo process (collectors/file_lock.py)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / DEMO_LOCK
@@ -360,13 +359,10 @@ class DemoLock:
 
     def acquire(self, info: DemoInfo) -> None:
         fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not BACKEND.try_exclusive(fd):
             os.close(fd)
-            raise RuntimeError(f"a demo already runs for {self.path.parent}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(asdict(info)).encode(), 0)
+            raise RuntimeError(f"a demo already runs for {self.path.parent}")
+        write_at_start(fd, json.dumps(asdict(info)).encode())
         self._fd = fd
 
     def release(self) -> None:
@@ -377,7 +373,13 @@ class DemoLock:
             self._fd = None
 
 
-def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+def _stop_child(child: subprocess.Popen[bytes], timeout_s: float = 5.0, stop_file: Path | None = None) -> None:
+    """Stop a child: through its stop file where it watches one (the collector writes what it holds), else
+    by terminating it; killed if it has not exited within ``timeout_s``."""
+    if child.poll() is None and stop_file is not None:
+        request_stop(stop_file, child.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout_s)
     if child.poll() is None:
         child.terminate()
         try:
@@ -420,6 +422,7 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
     lock = DemoLock(data_dir)
     lock.acquire(DemoInfo(os.getpid(), sim_url, "this CPU" if real else hardware, time.time(), engine))
     children: list[subprocess.Popen[bytes]] = []
+    stop_files: dict[int, Path] = {}  # by pid: the children that watch a stop file (the collector)
     try:
         gguf = engine_gguf() if real else None
         sim = _start(_upstream_argv(engine, sim_port, hardware, num_parallel, gguf), data_dir / "sim.log")
@@ -442,6 +445,7 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
         ]
         collector = _start(collector_argv, data_dir / "collector.log")
         children.append(collector)
+        stop_files[collector.pid] = data_dir / STOP_FILE
         info: LockInfo = wait_for(lambda: (i := read_lock(data_dir)) is not None and i.listen and i, 30, "collector", collector)
         upstream = f"real llama.cpp engine ({ENGINE_MODEL} on this CPU)" if real else f"simulator ({hardware})"
         print(f"demo: {upstream} {sim_url}, proxy {info.listen}, data {data_dir}", flush=True)
@@ -459,7 +463,7 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
     finally:
         stop.set()
         for child in reversed(children):
-            _stop_child(child)
+            _stop_child(child, stop_file=stop_files.get(child.pid))
         lock.release()
 
 
@@ -489,12 +493,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: the demo of {args.data} did not stop", file=sys.stderr)
         return 1
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for name in STOP_SIGNALS:  # each where this OS has it
+        if (sig := getattr(signal, name, None)) is not None:
+            signal.signal(sig, lambda _signum, _frame: stop.set())
+    watch_stop_file(args.data.expanduser() / DEMO_STOP, stop.set)
     if args.exit_with_parent:
         follow_parent(stop.set)
     try:

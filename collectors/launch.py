@@ -26,6 +26,7 @@ from pathlib import Path
 from collectors import demo as demo_process
 from collectors.demo import read_demo_lock
 from collectors.lock import read_lock
+from collectors.stopping import new_group_options
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESPAWN_AFTER_S = 20.0  # give a starting child this long before trying again
@@ -62,6 +63,7 @@ def _tail(path: Path, n_lines: int = 6) -> str:
 
 def _spawn(key: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    new_session, creationflags = new_group_options()  # Ctrl-C goes to Streamlit, which the child then follows out
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
             argv,
@@ -69,7 +71,8 @@ def _spawn(key: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C in the terminal goes to Streamlit, which the child then follows out
+            start_new_session=new_session,
+            creationflags=creationflags,
         )
     _children[key] = (child, time.monotonic())
     return child

@@ -1,8 +1,9 @@
-"""One collector per data folder: an ``fcntl.flock`` on the folder itself and on ``<data>/collector.lock``.
+"""One collector per data folder: a lock on ``<data>/collector.lock`` and, where the OS can lock a folder
+(``flock``), on the folder itself (collectors/file_lock.py chooses how).
 
-The folder's lock is what keeps a second collector out: a user (or a cleanup script) can
-delete the lock file, never the folder while it holds the store. The holder writes who it
-is (JSON: pid, listen address, Ollama URL, start time) into the file. ``read_lock`` lets
+The folder's lock is what keeps a second collector out where it can be taken: a user (or a cleanup script) can
+delete the lock file, never the folder while it holds the store (on Windows an open file cannot be deleted).
+The holder writes who it is (JSON: pid, listen address, Ollama URL, start time) into the file. ``read_lock`` lets
 the Streamlit app find a running collector without opening a socket: the kernel drops a
 flock when its process dies, even by SIGKILL, so a lock file left behind by a dead collector reads as "nobody".
 """
@@ -10,13 +11,15 @@ flock when its process dies, even by SIGKILL, so a lock file left behind by a de
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from collectors.file_lock import BACKEND
+from store.no_follow import SymlinkRefused
+from store.no_follow import open_no_follow as _open_no_follow
 
 LOCK_NAME = "collector.lock"
 
@@ -31,6 +34,7 @@ class LockInfo:
     started_at_unix_s: float
     data_dir: str
     demo: bool = False
+    ollama_log: str = ""  # the Ollama log it reads: a file's path, "the journal of UNIT", or "" for none
 
 
 class LockHeldError(RuntimeError):
@@ -54,15 +58,28 @@ class UnsafeFileError(RuntimeError):
 
 
 def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
-    """``os.open`` that never follows a symbolic link at ``path`` (``O_NOFOLLOW``): UnsafeFileError instead."""
+    """``os.open`` that never follows a symbolic link at ``path``: UnsafeFileError instead."""
     try:
-        return os.open(path, flags | os.O_NOFOLLOW, mode)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
+        return _open_no_follow(path, flags, mode)
+    except SymlinkRefused:
         raise UnsafeFileError(
             f"{path} is a symbolic link, which the collector never writes through; delete it (check who made it) and start again"
         ) from None
+
+
+def write_at_start(fd: int, payload: bytes) -> None:
+    """Replace the file's content with ``payload`` (one small write: readers see all of it or nothing)."""
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, payload)
+
+
+def read_no_follow(path: Path) -> int | None:
+    """A read-only descriptor of ``path``, or None when it is missing or a symbolic link (not our file)."""
+    try:
+        return _open_no_follow(path, os.O_RDONLY)
+    except (FileNotFoundError, SymlinkRefused):
+        return None
 
 
 def lock_path(data_dir: Path | str) -> Path:
@@ -79,24 +96,22 @@ def _parse(text: str) -> LockInfo | None:
             started_at_unix_s=float(raw["started_at_unix_s"]),
             data_dir=str(raw["data_dir"]),
             demo=bool(raw.get("demo", False)),
+            ollama_log=str(raw.get("ollama_log", "")),
         )
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def _held_by_other(fd: int) -> bool:
-    """Whether another open file holds an exclusive flock on ``fd``'s file (a shared lock taken for an instant)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
+    """Whether another process holds the lock on ``fd``'s file (asked without keeping anything)."""
+    return BACKEND.held_by_other(fd)
 
 
 def _folder_held(data_dir: Path | str) -> bool:
+    if not BACKEND.locks_folders:
+        return False
     try:
-        fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(data_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return False
     try:
@@ -115,13 +130,8 @@ def read_lock(data_dir: Path | str) -> LockInfo | None:
     """
     path = lock_path(data_dir)
     unknown = LockInfo(None, "", "", 0.0, str(data_dir))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return unknown if _folder_held(data_dir) else None
-    except OSError as exc:  # ELOOP: a symbolic link, not our lock file
-        if exc.errno != errno.ELOOP:
-            raise
+    fd = read_no_follow(path)
+    if fd is None:
         return unknown if _folder_held(data_dir) else None
     try:
         if not _held_by_other(fd):
@@ -139,19 +149,14 @@ def read_lock(data_dir: Path | str) -> LockInfo | None:
         os.close(fd)
 
 
-def _flock_exclusive(fd: int, retry_s: float) -> bool:
-    """Take an exclusive flock, retrying for ``retry_s`` (a reader's momentary shared lock also blocks it)."""
+def _lock_exclusive(fd: int, retry_s: float) -> bool:
+    """Take the exclusive lock, retrying for ``retry_s`` (a reader's momentary probe may also block it)."""
     deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
+    while not BACKEND.try_exclusive(fd):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class CollectorLock:
@@ -168,28 +173,31 @@ class CollectorLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5) -> LockInfo:
+    def acquire(
+        self, *, listen: str, ollama_url: str, demo: bool = False, retry_s: float = 0.5, ollama_log: str = ""
+    ) -> LockInfo:
         """Take the lock and write our details; LockHeldError if another process has it, UnsafeFileError if the
         lock file is a symbolic link."""
         # Both fds are O_CLOEXEC by default: children don't inherit the locks.
-        dir_fd = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        dir_fd = os.open(self._data_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if BACKEND.locks_folders else -1
         fd = -1
         try:
-            if not _flock_exclusive(dir_fd, retry_s):
+            if dir_fd >= 0 and not _lock_exclusive(dir_fd, retry_s):
                 raise LockHeldError(self.path, read_lock(self._data_dir))
             fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
-            if not _flock_exclusive(fd, retry_s):
+            if not _lock_exclusive(fd, retry_s):
                 raise LockHeldError(self.path, read_lock(self._data_dir))
         except BaseException:
             if fd >= 0:
                 os.close(fd)
-            os.close(dir_fd)
+            if dir_fd >= 0:
+                os.close(dir_fd)
             raise
-        self._fd, self._dir_fd = fd, dir_fd
+        self._fd, self._dir_fd = fd, (dir_fd if dir_fd >= 0 else None)
         self._started_at_unix_s = time.time()
-        return self.update(listen=listen, ollama_url=ollama_url, demo=demo)
+        return self.update(listen=listen, ollama_url=ollama_url, demo=demo, ollama_log=ollama_log)
 
-    def update(self, *, listen: str, ollama_url: str, demo: bool = False) -> LockInfo:
+    def update(self, *, listen: str, ollama_url: str, demo: bool = False, ollama_log: str = "") -> LockInfo:
         """Rewrite our details (e.g. once the real listening port is known)."""
         if self._fd is None:
             raise RuntimeError("lock not held")
@@ -200,10 +208,9 @@ class CollectorLock:
             started_at_unix_s=self._started_at_unix_s,
             data_dir=str(self._data_dir),
             demo=demo,
+            ollama_log=ollama_log,
         )
-        payload = json.dumps(asdict(info)).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, payload, 0)  # one small write: readers see all of it or nothing
+        write_at_start(self._fd, json.dumps(asdict(info)).encode())
         return info
 
     def release(self) -> None:
@@ -212,11 +219,11 @@ class CollectorLock:
         fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)  # a clean stop leaves an empty file: nobody is running
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        BACKEND.unlock(fd)
         os.close(fd)
         if self._dir_fd is not None:
             dir_fd, self._dir_fd = self._dir_fd, None
-            os.close(dir_fd)  # closing drops the folder's flock
+            os.close(dir_fd)  # closing drops the folder's lock
 
     def __enter__(self) -> CollectorLock:
         return self

@@ -124,6 +124,13 @@ class StoreOpenError(RuntimeError):
     """The store in the data folder cannot be opened (the text says why)."""
 
 
+def _log_named(s: Settings) -> str:
+    """Which Ollama log the collector reads, for the sidebar (through the lock file: ``LockInfo.ollama_log``)."""
+    if s.ollama_journal is not None:
+        return f"the journal of {s.ollama_journal}"
+    return str(s.ollama_log) if s.ollama_log is not None else ""
+
+
 class CollectorService:
     """Everything ``python -m collectors`` runs. ``await start()``, then ``await stop()``.
 
@@ -269,7 +276,7 @@ class CollectorService:
             raise SettingsError(f"{exc.strerror or exc}; choose another --listen address or stop what uses it") from None
         host = s.listen.host
         self._listen = f"[{host}]:{self.proxy.port}" if ":" in host else f"{host}:{self.proxy.port}"
-        self.lock.update(listen=self._listen, ollama_url=s.ollama_url, demo=s.demo)
+        self.lock.update(listen=self._listen, ollama_url=s.ollama_url, demo=s.demo, ollama_log=_log_named(s))
         if not is_loopback(host):
             log.warning(
                 "listening on %s, which is not a loopback address: other machines with the token can use Ollama "

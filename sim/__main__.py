@@ -97,9 +97,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--engine",
         default="sim",
-        choices=["sim", "llama-server"],
+        choices=["sim", "llama-server", "mlx"],
         help="sim: the roofline model (default); llama-server: a real GGUF run by llama.cpp's llama-server "
-        "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py)",
+        "child, as Ollama >= 0.30 runs it (sim/llama_server_engine.py); mlx: a stand-in for Apple Silicon's MLX "
+        "runner child, 'ollama runner --mlx-engine' (sim/mlx_engine.py; --model-name picks a catalog model)",
     )
     ap.add_argument(
         "--gguf", default=None, metavar="PATH", help="with a real engine: the model file (python scripts/get_gemma.py writes one)"
@@ -133,8 +134,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also append Ollama's log (access lines, load lines, the runner's output) to this file; "
         "it always goes to stdout, as from a service",
     )
+    ap.add_argument(
+        "--log-rotate",
+        action="store_true",
+        help="with --log-file: first rename it as Ollama's macOS and Windows apps do at each server start "
+        f"(server.log → server-1.log, the older ones shifted, {ollama_log.ROTATION_KEPT} kept)",
+    )
     args = ap.parse_args(argv)
-    if args.engine != "sim" and not args.gguf:
+    if args.engine == "llama-server" and not args.gguf:
         ap.error(f"--engine {args.engine} needs --gguf PATH")
     if args.kv_cache_type != "f16" and args.flash_attention == "off":
         ap.error("a quantized KV cache needs flash attention (llama.cpp refuses it with --flash-attention off)")
@@ -155,6 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     if args.log_file is not None:
+        if args.log_rotate:
+            ollama_log.rotate(args.log_file)
         ollama_log.open_file(args.log_file)
     faults = Faults()
     profile = PROFILES[args.hardware]
@@ -194,6 +203,12 @@ async def serve(args: argparse.Namespace) -> None:
         app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
         add_engine_routes(app, child)
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
+    elif args.engine == "mlx":
+        from sim.mlx_engine import MlxEngine
+
+        mlx = MlxEngine(args.model_name, default_keep_alive_ns=args.keep_alive_ns)
+        app = build_app(mlx, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
+        args.hardware = f"a stand-in MLX runner for {mlx.model.name}"
     else:
         app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
     _start_lines(args, profile)

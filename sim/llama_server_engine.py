@@ -97,7 +97,7 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with(parent_pid: int) -> Callable[[], None]:
+def die_with(parent_pid: int) -> Callable[[], None]:
     """In the child before exec: a sim that dies, however, takes its runner with it (Linux only). SIGKILL, not
     SIGTERM: llama-server busy with a generation finishes its step before it heeds a SIGTERM, and a runner left
     decoding with no parent is what a stopped Ollama never leaves. A parent gone before the call (a race the
@@ -215,7 +215,8 @@ class ServerChild:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with(os.getpid()),
+            # A function run in the child before exec needs fork (POSIX); Windows' process creation takes none.
+            preexec_fn=die_with(os.getpid()) if hasattr(os, "fork") else None,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._pumps = [asyncio.create_task(self._pump(s)) for s in (self.proc.stdout, self.proc.stderr)]

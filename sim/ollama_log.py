@@ -28,6 +28,21 @@ from typing import TextIO
 
 _lock = threading.Lock()
 _file: TextIO | None = None
+ROTATION_KEPT = 5  # the apps' server.log and the older ones beside it: server-1.log … server-4.log
+
+
+def rotate(path: Path, kept: int = ROTATION_KEPT) -> None:
+    """Rename ``path`` as Ollama's desktop apps do at each server start: ``server-N.log`` → ``server-(N+1).log`` from
+    the oldest kept down, then ``server.log`` → ``server-1.log``; the oldest beyond ``kept`` is overwritten."""
+
+    def numbered(n: int) -> Path:
+        return path.with_name(f"{path.stem}-{n}{path.suffix}")
+
+    for n in range(kept - 2, 0, -1):
+        if numbered(n).exists():
+            numbered(n).replace(numbered(n + 1))
+    if path.exists():
+        path.replace(numbered(1))
 
 
 def open_file(path: Path) -> None:

@@ -10,7 +10,6 @@ checked against the size bound (``RetentionPolicy.max_bytes``) and the oldest ro
 from __future__ import annotations
 
 import collections
-import errno
 import logging
 import os
 import sqlite3
@@ -20,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from store.no_follow import SymlinkRefused, open_no_follow
 from store.ops import (
     DAY_S,
     ApplyRetention,
@@ -69,18 +69,15 @@ def create_no_follow(path: Path) -> None:
     """Create the store's files (and its -wal, -shm) ourselves, never through a symbolic link.
 
     SQLite follows a link at the store's path (and writes its -wal beside the target): whoever could place one
-    would make the collector overwrite any file it can write. ``O_NOFOLLOW`` refuses it; StoreError says so.
+    would make the collector overwrite any file it can write. ``open_no_follow`` refuses it; StoreError says so.
     """
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
-            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise StoreError(
-                    f"{p} is a symbolic link, which the collector never writes through; delete it "
-                    "(check who made it) and start again"
-                ) from None
-            raise
+            fd = open_no_follow(p, os.O_RDWR | os.O_CREAT, 0o600)
+        except SymlinkRefused:
+            raise StoreError(
+                f"{p} is a symbolic link, which the collector never writes through; delete it (check who made it) and start again"
+            ) from None
         os.close(fd)
 
 

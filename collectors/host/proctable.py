@@ -17,6 +17,18 @@ from dataclasses import dataclass
 import psutil
 
 NAME_SETTLE_S = 5.0  # a new process's name is read again this long (a forked child execs soon after)
+Owner = int | str  # who runs a process: its real uid where the OS has uids, else its user name (Windows)
+
+
+def owner_of(proc: psutil.Process) -> Owner:
+    """``proc``'s real uid where psutil has uids (POSIX), else its user name (``username()``, every OS)."""
+    uids = getattr(proc, "uids", None)
+    return uids().real if uids is not None else proc.username()
+
+
+def bare_name(name: str) -> str:
+    """A program's name without Windows' ``.exe`` (``llama-server.exe`` is ``llama-server``)."""
+    return name[:-4] if name.lower().endswith(".exe") else name
 
 
 @dataclass(frozen=True)
@@ -25,7 +37,7 @@ class Named:
     process it is; 0.0 when it could not be read)."""
 
     name: str
-    uid: int | None  # read only by a table made with owners=True
+    uid: Owner | None  # read only by a table made with owners=True
     create_time: float
     first_seen_s: float  # on the table's clock
 
@@ -79,10 +91,10 @@ class ProcessNames:
             proc = psutil.Process(pid)
             with proc.oneshot():
                 name = proc.name()
-                uid: int | None = None
+                uid: Owner | None = None
                 if self._owners:
                     with contextlib.suppress(psutil.Error, OSError):
-                        uid = proc.uids().real
+                        uid = owner_of(proc)
                 return Named(name, uid, proc.create_time(), first_seen_s)
         except (psutil.Error, OSError):  # gone meanwhile, or not ours to read
             return Named("", None, 0.0, first_seen_s)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from analysis.records import HostSample
-from collectors.host.proctable import Named, ProcessNames
+from collectors.host.proctable import Named, ProcessNames, bare_name
 
 # The server and its runners: ``ollama serve``, the llama.cpp ``llama-server`` child
 # (Ollama >= 0.30) and the older ``ollama_llama_server`` runner. Linux truncates a
@@ -25,7 +25,7 @@ PROCESS_RESCAN_S = 5.0  # a full /proc scan costs milliseconds: do it now and th
 
 
 def is_ollama_process(name: str) -> bool:
-    return name in OLLAMA_PROCESS_NAMES or name.removesuffix(".exe") in OLLAMA_PROCESS_NAMES
+    return bare_name(name) in OLLAMA_PROCESS_NAMES  # Windows: ollama.exe, llama-server.exe (any case of .exe)
 
 
 def is_sim_process(cmdline: list[str]) -> bool:

@@ -17,7 +17,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import signal
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ from collectors.lab.context import DEFAULT_CONTEXT_TOKENS
 from collectors.lab.experiments import EXPERIMENTS, make_params
 from collectors.lab.results import CANCELLED, DONE, FAILED, TIMED_OUT, ExperimentResult, lab_dir, write_result
 from collectors.lab.runner import DEFAULT_TIMEOUT_S, preflight, run_experiment
+from collectors.stopping import on_stop_signals
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 _TYPES: dict[str, type] = {"int": int, "float": float}
@@ -129,8 +129,7 @@ async def _dry_run(args: argparse.Namespace, params: dict[str, Any]) -> dict[str
 async def _run(args: argparse.Namespace, params: dict[str, Any], out: Path | None, bar: ProgressBar) -> ExperimentResult:
     cancel = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, cancel.set)
+    on_stop_signals(loop, cancel.set)
 
     def on_update(r: ExperimentResult) -> None:
         if out is not None:

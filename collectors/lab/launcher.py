@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from collectors.lab.results import FINAL_STATES, RUNNING, ExperimentResult, lab_dir, read_result
+from collectors.stopping import new_group_options
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +82,7 @@ def start_run(
     folder = lab_dir(data_dir)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / f"{run_id}.log"
+    new_session, creationflags = new_group_options()  # a process group of its own, on every OS
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
             command(experiment, ollama_url, model, data_dir, run_id, params, num_ctx),
@@ -88,7 +90,8 @@ def start_run(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
-            start_new_session=True,
+            start_new_session=new_session,
+            creationflags=creationflags,
         )
     with _lock:
         _children[run_id] = child

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import ipaddress
 import logging
 import os
-import pwd
 import re
 import stat
 import sys
@@ -54,11 +54,13 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from collectors.host.proctable import Named, ProcessNames
+from collectors.host.proctable import Named, Owner, ProcessNames, bare_name, owner_of
+from collectors.os_users import user_name
 
 log = logging.getLogger(__name__)
 
 RUNNER_NAMES = ("llama-server",)
+MLX_RUNNER = "mlx runner"  # Runner.kind of ``ollama runner --mlx-engine --model NAME --port N``
 SIM_DEFAULT_PORT = 11434  # python -m sim without --port
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})$")
 MAX_REASONS_SHOWN = 3  # runners not adopted, each with why, in the problem's text (the sidebar is narrow)
@@ -108,7 +110,7 @@ class Runner:
     host: str = "127.0.0.1"
     n_ctx: int | None = None  # -c / --ctx-size as started
     n_parallel: int | None = None  # -np / --parallel
-    kind: str = "llama-server"  # or "ollama runner"
+    kind: str = "llama-server"  # or "ollama runner", or MLX_RUNNER
     # The rest of the settings in force, as on its command line (None: not given, the runner's default holds).
     n_batch: int | None = None  # -b
     n_ubatch: int | None = None  # -ub
@@ -191,13 +193,20 @@ def _int_or_none(text: str | None) -> int | None:
         return None
 
 
+def _program(argv: Sequence[str]) -> str:
+    """The program's bare name from a command line's first word, whichever separator its OS uses."""
+    return bare_name(re.split(r"[\\/]", argv[0])[-1]) if argv else ""
+
+
 def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
     """A Runner when a process of this name and command line is one, else None."""
-    exe = Path(argv[0]).name if argv else ""
+    name, exe = bare_name(name), _program(argv)
     if name in RUNNER_NAMES or exe in RUNNER_NAMES:
         kind = "llama-server"
     elif (name == "ollama" or exe == "ollama") and "runner" in argv[1:2]:
-        kind = "ollama runner"
+        # Apple Silicon's engine for safetensors models (Ollama's x/mlxrunner): no /slots; its lines are read by
+        # collectors/ollama/mlx_log.py. --model names the model, not a file.
+        kind = MLX_RUNNER if "--mlx-engine" in argv[2:] else "ollama runner"
     else:
         return None
     port = _int_or_none(_option(argv, "--port"))
@@ -242,7 +251,7 @@ class ProcInfo:
 
     pid: int
     ppid: int
-    uid: int | None
+    uid: Owner | None  # the real uid, or the user's name where the OS has no uids
     name: str
     argv: tuple[str, ...]
     sockets: frozenset[int] | None = None  # inodes of the sockets it holds; None: not ours to see (another user's)
@@ -267,7 +276,7 @@ class Listener:
 
     address: IPAddress
     port: int
-    uid: int  # who created it
+    uid: Owner | None  # who created it (None: not known, psutil on another user's socket)
     inode: int  # names it in its holder's /proc/PID/fd (``socket:[INODE]``)
 
     def __str__(self) -> str:
@@ -355,8 +364,7 @@ def proc_hidepid(proc_root: Path = Path("/proc")) -> str | None:
 def server_port(p: ProcInfo) -> tuple[bool, int | None]:
     """(whether ``p`` is an Ollama server by its command line, the port its command line gives when it does).
     ``ollama serve`` takes its address from $OLLAMA_HOST, which another user cannot read."""
-    exe = Path(p.argv[0]).name if p.argv else ""
-    if (p.name == "ollama" or exe == "ollama") and p.argv[1:2] == ("serve",):
+    if "ollama" in (bare_name(p.name), _program(p.argv)) and p.argv[1:2] == ("serve",):
         return True, None
     if any(a == "-m" and b == "sim" for a, b in zip(p.argv, p.argv[1:], strict=False)):
         return True, _int_or_none(_option(p.argv, "--port")) or SIM_DEFAULT_PORT
@@ -371,16 +379,11 @@ def docker_forwarded(view: HostView, port: int) -> str | None:
     return None
 
 
-def _user(uid: int | None) -> str:
-    if uid is None:
-        return "an unknown user"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+def _user(uid: Owner | None) -> str:
+    return uid if isinstance(uid, str) else user_name(uid)
 
 
-def _as_user(uid: int | None) -> str:
+def _as_user(uid: Owner | None) -> str:
     return f"run the collector as {_user(uid)} (sudo -u {_user(uid)} ...) or as root"
 
 
@@ -537,7 +540,7 @@ def _netns(pid: int | str) -> str | None:
         return None
 
 
-_Facts = tuple[int, int | None, str, tuple[str, ...]]  # ppid, real uid, name, argv: fixed for a process's life
+_Facts = tuple[int, Owner | None, str, tuple[str, ...]]  # ppid, owner, name, argv: fixed for a process's life
 FactsCache = dict[tuple[int, float], _Facts]  # by (pid, start time): a pid reused is another process
 
 
@@ -549,7 +552,7 @@ def _info(proc: psutil.Process, *, sockets: bool, facts: FactsCache | None = Non
         known = facts.get(key) if facts is not None else None
         if known is None:
             with proc.oneshot():
-                known = (proc.ppid(), proc.uids().real, proc.name(), tuple(proc.cmdline()))
+                known = (proc.ppid(), owner_of(proc), proc.name(), tuple(proc.cmdline()))
             if facts is not None:
                 facts[key] = known
         ppid, uid, name, argv = known
@@ -575,16 +578,16 @@ def _process(pid: int) -> psutil.Process | None:
 
 def _candidates(
     table: dict[int, Named], facts: FactsCache | None
-) -> tuple[dict[int, ProcInfo], list[Runner], list[tuple[int, int | None]]]:
+) -> tuple[dict[int, ProcInfo], list[Runner], list[tuple[int, Owner | None]]]:
     """The runners, Ollama servers and docker-proxy processes in the table, read; the pythons (possible sims) apart."""
     procs: dict[int, ProcInfo] = {}
     runners: list[Runner] = []
-    pythons: list[tuple[int, int | None]] = []  # possible sims: read only when another user's runner needs it
+    pythons: list[tuple[int, Owner | None]] = []  # possible sims: read only when another user's runner needs it
     for pid, named in table.items():
         if named.name.startswith("python"):
             pythons.append((pid, named.uid))
             continue
-        if named.name not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
+        if bare_name(named.name) not in (*RUNNER_NAMES, "ollama", "docker-proxy"):
             continue
         proc = _process(pid)
         # a runner or an Ollama: whose sockets count
@@ -610,7 +613,7 @@ def _add_parents(procs: dict[int, ProcInfo], runners: list[Runner], facts: Facts
 
 
 def _add_sims(
-    procs: dict[int, ProcInfo], runners: list[Runner], pythons: list[tuple[int, int | None]], facts: FactsCache | None
+    procs: dict[int, ProcInfo], runners: list[Runner], pythons: list[tuple[int, Owner | None]], facts: FactsCache | None
 ) -> None:
     """Another user's runner is judged against every Ollama server of its parent's user, sims included."""
     judged_by_command_line = {p.uid for r in runners if (p := procs.get(procs[r.pid].ppid)) and p.sockets is None}
@@ -620,10 +623,75 @@ def _add_sims(
             procs[info.pid] = info
 
 
+def _my_owner() -> Owner | None:
+    try:
+        return owner_of(psutil.Process())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _listen_address(ip: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(ip.split("%", 1)[0])  # an IPv6 scope (fe80::1%eth0) is not part of the address
+    except ValueError:
+        return None
+
+
+def _system_listeners() -> list[tuple[int | None, str, int]] | None:
+    """(holder pid or None, address, port) of every listening TCP socket, from psutil's system-wide table; None
+    where the OS gives it to root alone (macOS)."""
+    try:
+        conns = psutil.net_connections("tcp")
+    except (psutil.Error, OSError):
+        return None
+    return [(c.pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr]
+
+
+def _own_listeners(pids: Sequence[int]) -> list[tuple[int | None, str, int]] | None:
+    """The listening TCP sockets of the processes ``pids`` that are ours to read; None when none is."""
+    out: list[tuple[int | None, str, int]] = []
+    read_any = False
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections("tcp")
+        except (psutil.Error, OSError):
+            continue
+        read_any = True
+        out.extend((pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr)
+    return out if read_any else None
+
+
+def psutil_listening(procs: dict[int, ProcInfo], me: Owner | None) -> list[Listener] | None:
+    """The listening sockets as psutil sees them (every OS), where /proc/net cannot be read; each process in
+    ``procs`` that is ours (run by ``me``, or ``me`` is root) is given the sockets it holds (``ProcInfo.sockets``,
+    by an id of this look's own); another user's keeps None (not ours to see). psutil names a
+    socket's holder only where the process is ours to read; another user's socket has no known owner, which keeps
+    any runner behind it from being adopted. Where the system-wide table is root's alone (macOS), only the sockets
+    of the candidates themselves are seen: a process of another user on the watched port goes unseen there."""
+    found = _system_listeners()
+    if found is None:
+        found = _own_listeners(list(procs))
+    if found is None:
+        return None
+    out: list[Listener] = []
+    held: dict[int, set[int]] = {pid: set() for pid, p in procs.items() if me in (0, p.uid)}
+    for i, (pid, ip, port) in enumerate(dict.fromkeys(found), start=1):
+        address = _listen_address(ip)
+        if address is None:
+            continue
+        holder = procs.get(pid) if pid is not None else None
+        out.append(Listener(address, port, holder.uid if holder is not None else None, -i))
+        if pid in held:
+            held[pid].add(-i)
+    for pid, ids in held.items():
+        procs[pid] = dataclasses.replace(procs[pid], sockets=frozenset(ids))
+    return out
+
+
 def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, facts: FactsCache | None = None) -> HostView:
     """What this user can see now: runner processes, their parents, Ollama servers, docker-proxy; the sockets.
     ``names`` and ``facts`` keep what was read of each process from one look to the next (``Discoverer``)."""
-    my_uid = os.getuid() if hasattr(os, "getuid") else None
+    my_uid = _my_owner()
     table = (names if names is not None else ProcessNames(owners=True)).refresh()
     if facts is not None:  # forget the processes gone
         for key in [key for key in facts if key[0] not in table or table[key[0]].create_time != key[1]]:
@@ -632,9 +700,12 @@ def look(proc_root: Path = Path("/proc"), names: ProcessNames | None = None, fac
     procs, runners, pythons = _candidates(table, facts)
     _add_parents(procs, runners, facts)
     _add_sims(procs, runners, pythons, facts)
+    listening = listening_sockets(proc_root)
+    if listening is None:  # no /proc/net (macOS, Windows, or forbidden): the OS's own view, through psutil
+        listening = psutil_listening(procs, my_uid)
     return HostView(
         procs=procs,
-        listening=listening_sockets(proc_root),
+        listening=listening,
         my_netns=_netns("self"),
         hidepid=proc_hidepid(proc_root),
         other_users_visible=others,
@@ -726,7 +797,7 @@ class ProcessWatch:
         return frozenset(
             (pid, named.create_time, named.name)
             for pid, named in self._names.refresh().items()
-            if named.name in RUNNER_PROCESS_NAMES
+            if bare_name(named.name) in RUNNER_PROCESS_NAMES
         )
 
     def runners_changed(self) -> bool:

@@ -49,12 +49,14 @@ from typing import Protocol
 from analysis.prompt_fit import FitLine, parse_fit_line
 from analysis.runner_load import LoadLine, parse_load_line
 from analysis.runner_waits import WaitLine, parse_wait_line
+from collectors.ollama.go_duration import MAX_GO_DURATION_S, go_duration_s
+from collectors.ollama.mlx_log import MlxLine, parse_mlx_line
 
 # The longest line looked at. The longest real one is Ollama's "starting llama-server" line (its runner's whole
 # command line, under 1 KiB with long paths); runner lines are under 200 characters.
 MAX_LOG_LINE_CHARS = 8192
 MAX_DURATION_MS = 7 * 24 * 3600 * 1000.0  # a week: a longer timing or load time is not a reading
-MAX_ACCESS_LATENCY_S = 7 * 24 * 3600.0  # the same for an access line's latency
+MAX_ACCESS_LATENCY_S = MAX_GO_DURATION_S  # the same for an access line's latency
 
 # Bounded digit runs: a longer number is not a reading (and int() of thousands of digits is refused by Python).
 _INT = r"[0-9]{1,18}"
@@ -80,23 +82,10 @@ _ACCESS = re.compile(
 _SLOG = re.compile(r'time=\S{1,64} level=INFO source=\S{1,128} msg="(?P<msg>(?:[^"\\]|\\.){0,256})"(?P<attrs>.*)')
 _RUNNER_START_MSG = re.compile(r"starting llama[ -]server")
 _RUNNER_STARTED_MSG = re.compile(r"(?:llama-server|llama runner) started in (?P<s>" + _NUM + r") seconds")
-_CMD_ATTR = re.compile(r' cmd="(?P<cmd>(?:[^"\\]|\\.)*)"')
-_PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
-_GO_DURATION_PART = re.compile(r"(" + _NUM + r")(h|ms|µs|μs|us|ns|m|s)")
-_GO_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ns": 1e-9}
 _FIELD_KEY = re.compile(r"[A-Za-z_][\w.]{0,31}", re.ASCII)
 _MAX_FIELDS = 16  # key = value pairs in one runner message; real ones have at most 4
-
-
-def go_duration_s(text: str) -> float | None:
-    """A Go duration as gin prints it ("36.330512ms", "1m2s", "512.3µs") in seconds; None if it is not one."""
-    if len(text) > 64:
-        return None
-    parts = _GO_DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    seconds = sum(float(n) * _GO_UNIT_S[u] for n, u in parts)
-    return seconds if math.isfinite(seconds) and seconds <= MAX_ACCESS_LATENCY_S else None
+_CMD_ATTR = re.compile(r' cmd="(?P<cmd>(?:[^"\\]|\\.)*)"')
+_PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
 
 
 @dataclass(frozen=True)
@@ -135,6 +124,7 @@ class LogEvent:
     load: LoadLine | None = None  # runner_load: the fact the line carries
     fit: FitLine | None = None  # prompt_fit: a cut prompt or a start line (analysis.prompt_fit)
     wait: WaitLine | None = None  # runner_wait: the wait the line tells of
+    mlx: MlxLine | None = None  # mlx: one of the MLX runner's per-request lines (collectors.ollama.mlx_log)
 
     @property
     def prompt_size_tokens(self) -> int | None:
@@ -282,6 +272,8 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     if (fit := parse_fit_line(line)) is not None:  # its own anchored, length-capped patterns: a cut prompt, start lines
         return LogEvent("prompt_fit", read_unix_s, 0, fit=fit)
     if line.startswith("time="):
+        if (mlx := parse_mlx_line(line)) is not None:  # the MLX runner's own lines: its anchored, whole-line patterns
+            return LogEvent("mlx", read_unix_s, 0, mlx=mlx)
         return _load_line(line, read_unix_s)
     if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns
         return LogEvent("runner_load", read_unix_s, 0, load=load)

@@ -8,10 +8,11 @@ names with ``--ollama-log``.
 
 from __future__ import annotations
 
-import grp
 import os
 from collections.abc import Iterable
 from pathlib import Path
+
+from collectors.os_users import effective_uid, group_id, group_name
 
 OLLAMA_UNIT = "ollama"
 UNIT_DIRS = (Path("/etc/systemd/system"), Path("/lib/systemd/system"), Path("/usr/lib/systemd/system"))
@@ -26,25 +27,22 @@ def has_ollama_unit(unit_dirs: Iterable[Path] = UNIT_DIRS) -> bool:
 
 def can_read_journal() -> bool:
     """Whether this user may read the system journal: root, or a member of one of ``JOURNAL_GROUPS``."""
-    if os.geteuid() == 0:
+    uid = effective_uid()
+    if uid is None:
+        return False  # no POSIX users (Windows): no journal either
+    if uid == 0:
         return True
     mine = set(os.getgroups()) | {os.getegid()}
-    for name in JOURNAL_GROUPS:
-        try:
-            if grp.getgrnam(name).gr_gid in mine:
-                return True
-        except KeyError:
-            continue
-    return False
+    return any(group_id(name) in mine for name in JOURNAL_GROUPS)
 
 
 def own_group() -> str:
     """The name of this process's group (the one to let read Ollama's log), or its number when it has no name."""
-    gid = os.getegid()
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
+    getegid = getattr(os, "getegid", None)
+    if getegid is None:
+        return "Users"  # Windows: no POSIX groups; its local users' group
+    gid = getegid()
+    return group_name(gid) or str(gid)
 
 
 def log_problem(

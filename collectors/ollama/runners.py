@@ -38,11 +38,12 @@ from typing import Any
 import aiohttp
 
 from analysis.model_names import same_model
-from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
+from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags, SeenFrom
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, RunnerPlacement, placement_rows
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
 from collectors.ollama.direct import GENERATION_PATHS, DirectTasks, RunnerRef
 from collectors.ollama.discovery import (
+    MLX_RUNNER,
     DigestCache,
     Discoverer,
     Discovery,
@@ -53,6 +54,7 @@ from collectors.ollama.discovery import (
     off_loop_daemon,
 )
 from collectors.ollama.log import LogEvent, LogSource, LogTail
+from collectors.ollama.mlx_direct import MlxDirect
 from collectors.ollama.slots import MAX_SLOTS, SlotReading, SlotsFormatError, parse_slots, slots_cap
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ RUNNER_LINES_MISSING = (
     "`sudo systemctl restart ollama`); meanwhile Phasewatch records from the runner's /slots (progress and token "
     "counts, no exact timings)"
 )
+MLX_NO_SLOTS = "an MLX runner (Apple Silicon's engine): it has no /slots; its requests are told by Ollama's log"
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
 
 
@@ -213,6 +216,11 @@ class RunnerReader:
         self.claims_by_order = 0  # live joins where more tasks than requests began: paired by start order (see _join)
         self.polls = 0
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
+        # Apple Silicon's MLX runner: no /slots, its requests told by its lines in Ollama's log, believed while
+        # exactly one is running and answers /v1/status (pids of those that did at their last poll).
+        self.mlx = MlxDirect(read_tick_s=busy_interval_s, clock=clock)
+        self._mlx_answered: set[int] = set()
+        self._mlx_out: list[RequestRecord] = []  # its generations to write (in flight, then finished)
         # Where each runner (by port) put its model, from its load lines in Ollama's log: they follow the line
         # that started it (its port), and carry no port themselves.
         self.placements: dict[int, PlacementReader] = {}
@@ -237,11 +245,14 @@ class RunnerReader:
     def drain_direct(self) -> tuple[list[RequestRecord], list[str]]:
         """Direct generations to write (in flight, then finished) and ids of direct rows to delete (a proxied
         request's after all); the service writes them before ``drain()``'s rows, which may belong to them."""
-        return self.direct.drain()
+        records, gone = self.direct.drain()
+        mlx, self._mlx_out = self._mlx_out, []
+        return records + mlx, gone
 
     def proxied_finished(self, rec: RequestRecord) -> None:
         """The service tells each finished proxied request: it may account for a runner task (never recorded twice)."""
         self.direct.proxied_finished(rec)
+        self.mlx.proxied_finished(rec)
 
     def flags(self, ts_unix_s: float) -> list[RunnerFlags]:
         """Each runner found and the settings its command line gives (the settings in force), for the store."""
@@ -528,6 +539,8 @@ class RunnerReader:
             state.next_poll_s = began_s + interval_s
 
     async def _fetch(self, runner: Runner) -> tuple[list[SlotReading] | None, str | None]:
+        if runner.kind == MLX_RUNNER:  # Apple Silicon's MLX runner has no /slots: never asked (its 404 says nothing)
+            return None, await self._mlx_status(runner)
         timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
         try:
             async with self._session.get(runner.base_url + "/slots", timeout=timeout, allow_redirects=False) as resp:
@@ -543,6 +556,42 @@ class RunnerReader:
             return None, f"cannot connect to the runner on port {runner.port}: {exc.os_error.strerror or exc}"
         except (aiohttp.ClientError, OSError) as exc:
             return None, f"/slots failed: {type(exc).__name__}: {exc}"
+
+    async def _mlx_status(self, runner: Runner) -> str:
+        """Ask an MLX runner its /v1/status: one that answers 200 is running, so its lines in the log are believed."""
+        timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
+        problem = MLX_NO_SLOTS
+        try:
+            async with self._session.get(runner.base_url + "/v1/status", timeout=timeout, allow_redirects=False) as resp:
+                ok = resp.status == 200
+                if not ok:
+                    problem = f"{MLX_NO_SLOTS}; its /v1/status answered HTTP {resp.status}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            ok, problem = False, f"cannot read the MLX runner on port {runner.port}: {type(exc).__name__}"
+        if ok:
+            self._mlx_answered.add(runner.pid)
+        else:
+            self._mlx_answered.discard(runner.pid)
+        self._mlx_runners_seen()
+        return problem
+
+    def _mlx_runners_seen(self) -> None:
+        self.mlx.runners_seen(s.runner for pid, s in self.runners.items() if pid in self._mlx_answered)
+
+    def _take_mlx_lines(self, events: list[LogEvent], requests: list[RequestRecord]) -> None:
+        """The MLX runner's lines: its generations (records, once each) and, while one reads its prompt, progress."""
+        lines = [e.mlx for e in events if e.mlx is not None]
+        if not lines:
+            return
+        self._mlx_runners_seen()
+        proxied = [r.model for r in requests if r.seen_from is not SeenFrom.RUNNER]
+        finished = self.mlx.feed(lines, proxied)
+        running = self.mlx.in_flight()
+        if running is not None:
+            self._mlx_out.append(running)
+        self._mlx_out += finished
+        if (sample := self.mlx.progress()) is not None:
+            self._queue.append(sample)
 
     # -- joining readings to requests -----------------------------------------------------------
 
@@ -668,6 +717,7 @@ class RunnerReader:
         self._fold_load_lines(events)
         self._fold_waits(events)
         self.direct.log_events(events)
+        self._take_mlx_lines(events, requests)
         # A progress line is a request's only when /slots showed its task id on the one runner, joined to that
         # request (or to a direct task), and its count fits that slot's context: anyone can make the runner print
         # text into this log, so a line naming no task, or a task no request holds, is dropped and counted.

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import signal
 import sys
 
 from analysis.records import RequestRecord
@@ -15,6 +14,7 @@ from collectors.config import SettingsError, load_limits, load_token, parse_list
 from collectors.proxy.access import split_list
 from collectors.proxy.limits import raise_fd_limit
 from collectors.proxy.recording import RecordingProxy, run_with_best_loop
+from collectors.stopping import on_stop_signals
 
 
 async def _serve(upstream: str, host: str, port: int, record_text: bool, print_records: bool, token: str | None = None) -> None:
@@ -35,8 +35,7 @@ async def _serve(upstream: str, host: str, port: int, record_text: bool, print_r
     print(f"listening on {host}:{proxy.port}, forwarding to {upstream}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(loop, stop.set)
     await stop.wait()
     await proxy.stop()
 

@@ -9,10 +9,12 @@ hundreds of concurrent requests.
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 
 FD_RESERVE = 64  # descriptors kept for the store, the samplers and the local routes
+# Where the OS sets no per-process descriptor limit to read (Windows: no ``resource``; sockets are handles, bounded
+# by memory), the connection cap is taken against this many.
+NO_RLIMIT_FDS = 8192
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class Limits:
 
 def raise_fd_limit() -> int:
     """Raise the soft open-file limit to the hard one (desktops often start at 1024); returns the soft limit."""
+    try:
+        import resource
+    except ImportError:
+        return NO_RLIMIT_FDS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     for want in (hard, 1 << 20, 10240):  # macOS refuses RLIM_INFINITY and values above OPEN_MAX
         if want == resource.RLIM_INFINITY or want <= soft:
@@ -71,5 +77,9 @@ def raise_fd_limit() -> int:
 
 
 def fd_soft_limit() -> int:
+    try:
+        import resource
+    except ImportError:
+        return NO_RLIMIT_FDS
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return 1 << 20 if soft == resource.RLIM_INFINITY else soft

@@ -42,6 +42,7 @@ from urllib.parse import unquote_to_bytes
 
 import httptools
 
+from collectors.proxy.bind import BACKLOG, exclusive_socket
 from collectors.proxy.limits import Limits, fd_soft_limit
 from collectors.proxy.refusals import Refusal, Refusals
 
@@ -1243,7 +1244,11 @@ class Relay:
         """Bind and serve; returns the port (``port`` 0 picks a free one)."""
         loop = asyncio.get_running_loop()
         self.max_clients = self.limits.connection_cap(fd_soft_limit())
-        self._server = await loop.create_server(lambda: _ClientSide(self), host, port, reuse_address=True, backlog=1024)
+        sock = exclusive_socket(host, port)  # Windows: no second process may bind the port (collectors/proxy/bind.py)
+        if sock is not None:
+            self._server = await loop.create_server(lambda: _ClientSide(self), sock=sock, backlog=BACKLOG)
+        else:
+            self._server = await loop.create_server(lambda: _ClientSide(self), host, port, reuse_address=True, backlog=BACKLOG)
         self.spawn(self._watch_timeouts())
         return int(self._server.sockets[0].getsockname()[1])
 

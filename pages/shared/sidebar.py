@@ -105,6 +105,8 @@ def render_sources(ctx: AppContext, status: data.Status, now_unix_s: float) -> N
     hb = None if starting is not None else status.heartbeat  # an earlier collector's words are not this one's
     _ollama_line(ctx, status)
     _ollama_sources(hb)
+    if hb is not None and not hb.log_problem and (reads := api.collector_log(ctx.data_dir)):
+        st.caption(f"Ollama's log: reads {_with_code(f'`{reads}`')}")
     _proxy_line(ctx, hb)
     if hb is not None and hb.proxy_refused:
         refused = md_escape(hb.proxy_refused)

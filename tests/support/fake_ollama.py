@@ -47,17 +47,19 @@ def fake_ollama(
     parallel: int = 1,
     location: str = "",
     user: str | None = None,
+    runner_name: str = "llama-server",
 ) -> Iterator[FakeTree]:
-    """The tree as ``user`` (None: as this process's user), once its runner answers."""
+    """The tree as ``user`` (None: as this process's user), once its runner answers; its runner's program is named
+    ``runner_name`` (``llama-server.exe``: as on Windows)."""
     python = os.path.realpath(python_for(user)[0][0] if user is not None else sys.executable)
     folder = Path(tempfile.mkdtemp(prefix="fake-ollama-"))
     folder.chmod(0o755)  # another user runs from it
-    for name in ("ollama", "llama-server"):
+    for name in ("ollama", runner_name):
         (folder / name).symlink_to(python)
     shutil.copy(SUPPORT / "fake_ollama_serve.py", folder / "serve")
     shutil.copy(SUPPORT / "slots_server.py", folder / "slots_server.py")
     argv = [str(folder / "ollama"), "serve", "--listen", f"{host}:{port}", "--model", model_path, "--digest", digest]
-    argv += ["--mode", mode, "-np", str(parallel), "--location", location]
+    argv += ["--mode", mode, "-np", str(parallel), "--location", location, "--runner-name", runner_name]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     as_user: dict[str, object] = {}
     if user is not None:

@@ -37,6 +37,7 @@ def main() -> None:
     p.add_argument("--mode", default="good")
     p.add_argument("-np", default="1")
     p.add_argument("--location", default="")
+    p.add_argument("--runner-name", default="llama-server")
     args = p.parse_args()
     host, _, port = args.listen.rpartition(":")
 
@@ -79,7 +80,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         runner_port = s.getsockname()[1]
     here = Path(__file__).resolve().parent
-    argv = [str(here / "llama-server"), str(here / "slots_server.py"), "--port", str(runner_port), "--model", args.model]
+    argv = [str(here / args.runner_name), str(here / "slots_server.py"), "--port", str(runner_port), "--model", args.model]
     runner = subprocess.Popen([*argv, "--mode", args.mode, "-np", args.np, "--location", args.location], stdin=subprocess.DEVNULL)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -46,9 +46,10 @@ class SimFactory(Protocol):
 
 
 @contextlib.contextmanager
-def start_sim(*args: str) -> Iterator[SimProcess]:
-    """Run ``python -m sim --port <free> *args``; yield once ``GET /`` answers; terminate (then kill) on exit."""
-    port = free_port()
+def start_sim(*args: str, port: int | None = None) -> Iterator[SimProcess]:
+    """Run ``python -m sim --port <port, else a free one> *args``; yield once ``GET /`` answers; terminate (then
+    kill) on exit."""
+    port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)  # noqa: SIM115 - closed below
     cmd = [sys.executable, "-m", "sim", "--port", str(port), *args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -35,7 +35,7 @@ def named_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def test_names_that_count_as_ollama() -> None:
-    for name in ("ollama", "llama-server", "ollama_llama_server", "ollama_llama_se", "ollama.exe"):
+    for name in ("ollama", "llama-server", "ollama_llama_server", "ollama_llama_se", "ollama.exe", "llama-server.EXE"):
         assert is_ollama_process(name)
     for name in ("python", "ollama-webui", "llama", ""):
         assert not is_ollama_process(name)

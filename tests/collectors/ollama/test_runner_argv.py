@@ -82,3 +82,26 @@ def test_only_a_local_ollama_has_runners_to_read() -> None:
     assert ollama_local_port("http://localhost") == 80
     assert ollama_local_port("http://[::1]:8080") == 8080
     assert ollama_local_port("http://gpu-box.lan:11434") is None
+
+
+def test_windows_and_mlx_runners() -> None:
+    """Issue 45: Windows names it ``llama-server.exe`` (a path with backslashes); Apple Silicon's MLX runner is
+    ``ollama runner --mlx-engine --model NAME --port N`` (a model's name, no file)."""
+    exe = r"C:\Users\me\AppData\Local\Programs\Ollama\lib\ollama\llama-server.exe"
+    found = runner_from_argv(7, "llama-server.exe", [exe, "--model", BLOB, "--port", "50001"])
+    assert found is not None and (found.kind, found.port, found.model_path) == ("llama-server", 50001, BLOB)
+    mlx = runner_from_argv(
+        8,
+        "ollama",
+        [
+            "/Applications/Ollama.app/Contents/Resources/ollama",
+            "runner",
+            "--mlx-engine",
+            "--model",
+            "qwen3:8b-mlx",
+            "--port",
+            "50002",
+        ],
+    )
+    assert mlx is not None and (mlx.kind, mlx.port, mlx.model_path) == ("mlx runner", 50002, "qwen3:8b-mlx")
+    assert runner_from_argv(9, "ollama.exe", ["ollama.exe", "runner", "--port", "50003"]) is not None
