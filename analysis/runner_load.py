@@ -19,7 +19,8 @@ Device names are the backends' own: ``CUDA0`` (ROCm builds say ``ROCm0``, MUSA `
 (Metal; its weights buffer is ``MTL0_Mapped``), ``SYCL0``; host buffers are ``CPU``, ``CPU_Mapped``,
 ``CPU_REPACK`` and ``<backend>_Host``. "offloaded N/M" counts the output layer as one of M (n_layer + 1), and
 the input embedding always stays in system memory: it is read one row per token, so it does not count against
-``gpu_fraction``, which is N ÷ M. A line longer than ``MAX_LINE_CHARS`` is not read.
+``gpu_fraction``, which is N ÷ M. A line counts only in that form, printed by the function named, after the prefix
+``analysis.log_grammar`` splits off; a line longer than ``MAX_LINE_CHARS`` is not read.
 """
 
 from __future__ import annotations
@@ -27,25 +28,34 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-MAX_LINE_CHARS = 1024
-MIB = 1024 * 1024
+from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 
-# llama.cpp's optional log prefix (--log-timestamps/--log-prefix: "0.00.090.578 I "), llama-server's module tag
-# ("cmn  ", "srv  "), then the printing function's name and its colon.
-_PFX = r"^(?:\d+\.\d+\.\d+\.\d+ [IWEDT] )?(?:[a-z]{2,5} +)?[A-Za-z_][A-Za-z0-9_]{0,63}: +"
+MIB = 1024 * 1024
+MAX_DEVICES = 16  # devices (and buffers) one runner's load lines may name; more are not a load's (dropped, counted)
+
 _DEV = r"(?P<dev>[A-Za-z][A-Za-z0-9_]{0,31})"
 _MIB = r"(?P<mib>\d{1,9}\.\d{2}) MiB"
-_USING = re.compile(
-    _PFX + r"using device " + _DEV + r" \((?P<desc>.{1,160}?)\)(?: \((?P<id>[^()]{0,64})\))? - (?P<free>\d{1,9}) MiB free$"
-)
-_LISTED = re.compile(_PFX + r"- " + _DEV + r" *: (?P<desc>.{1,160}) \((?P<total>\d{1,9}) MiB, (?P<free>\d{1,9}) MiB free\)$")
-_OFFLOADED = re.compile(_PFX + r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU$")
-_BUFFER = re.compile(_PFX + r"(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) +(?P<what>model|KV|compute) buffer size = +" + _MIB + r"$")
+# Each load line's message after its printing function (analysis.log_grammar), and the functions that print it,
+# named exactly (across llama.cpp versions): a line from another function (``xload_tensors:``) is none of them.
+_DESC = r"(?P<desc>[^()]{1,160}(?:\([^()]{0,32}\)[^()]{0,64}){0,4})"  # "NVIDIA H200", "Intel(R) Xeon(R) Processor"
+_USING = re.compile(r"using device " + _DEV + r" \(" + _DESC + r"\)(?: \((?P<id>[^()]{0,64})\))? - (?P<free>\d{1,9}) MiB free")
+_USING_FUNCS = frozenset({"llama_prepare_model_devices", "llama_model_load_from_file_impl"})
+_LISTED = re.compile(r"  - " + _DEV + r" *: " + _DESC + r" \((?P<total>\d{1,9}) MiB, (?P<free>\d{1,9}) MiB free\)")
+_LISTED_FUNC = ("cmn", "common_param")  # common_params_print_info's device_info, tagged and cut to 12
+_OFFLOADED = re.compile(r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU")
+_TENSOR_FUNCS = frozenset({"load_tensors", "llm_load_tensors"})
+_BUFFER = re.compile(r" *(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) (?P<what>model|KV|compute) buffer size = +" + _MIB)
+_BUFFER_FUNCS = {
+    "model": _TENSOR_FUNCS,
+    "KV": frozenset({"llama_kv_cache", "llama_kv_cache_unified", "llama_kv_cache_init"}),
+    "compute": frozenset({"sched_reserve", "graph_reserve", "llama_context", "llama_new_context_with_model"}),
+}
 _BREAKDOWN = re.compile(
-    _PFX + r"\| +- " + _DEV + r" \((?P<desc>.{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
-    r"\( *(?P<self>\d{1,9}) = +(?P<model>\d{1,9}) \+ +(?P<context>\d{1,9}) \+ +(?P<compute>\d{1,9})\) \+ +-?\d{1,9} \|$"
+    r"\| +- " + _DEV + r" \((?P<desc>[^()|]{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
+    r"\( *(?P<self>\d{1,9}) = +(?P<model>\d{1,9}) \+ +(?P<context>\d{1,9}) \+ +(?P<compute>\d{1,9})\) \+ +-?\d{1,9} \|"
 )
-_LAYER = re.compile(_PFX + r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d$")
+_BREAKDOWN_FUNCS = frozenset({"common_memory_breakdown_print", "llama_memory_breakdown_print"})
+_LAYER = re.compile(r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d")
 # Cheap first test: every load line carries one of these.
 _HINTS = ("MiB", "offloaded", "assigned to device", " + (")
 
@@ -75,14 +85,28 @@ def parse_load_line(line: str) -> LoadLine | None:
     """The load fact a runner's line carries, or None (also for a line over ``MAX_LINE_CHARS``)."""
     if len(line) > MAX_LINE_CHARS or not any(h in line for h in _HINTS):
         return None
-    line = line.rstrip("\r\n ")
-    if m := _BUFFER.match(line):
+    split = runner_line(line.rstrip("\r\n "))
+    return load_of(split) if split is not None else None
+
+
+def load_of(line: RunnerLine) -> LoadLine | None:
+    """The load fact one of the runner's lines, already split (``analysis.log_grammar``), carries; None for another."""
+    if line.tag:
+        return _listed(line.message) if (line.tag, line.func) == _LISTED_FUNC else None
+    text = line.message.rstrip(" ")
+    if m := _BUFFER.fullmatch(text):
+        if line.func not in _BUFFER_FUNCS[m.group("what")]:
+            return None
         return LoadLine("buffer", device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
-    if m := _OFFLOADED.match(line):
-        return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
-    if m := _USING.match(line):
+    if line.func in _TENSOR_FUNCS:
+        if m := _OFFLOADED.fullmatch(text):
+            return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
+        if m := _LAYER.fullmatch(text):
+            return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
+        return None
+    if line.func in _USING_FUNCS and (m := _USING.fullmatch(text)):
         return LoadLine("device", device=m.group("dev"), description=m.group("desc"), free_bytes=int(m.group("free")) * MIB)
-    if m := _BREAKDOWN.match(line):
+    if line.func in _BREAKDOWN_FUNCS and (m := _BREAKDOWN.fullmatch(text)):
         parts = (int(m.group("model")) * MIB, int(m.group("context")) * MIB, int(m.group("compute")) * MIB)
         return LoadLine(
             "device",
@@ -91,17 +115,20 @@ def parse_load_line(line: str) -> LoadLine | None:
             free_bytes=int(m.group("free")) * MIB,
             breakdown=parts,
         )
-    if m := _LISTED.match(line):
-        return LoadLine(
-            "device",
-            device=m.group("dev"),
-            description=m.group("desc").strip(),
-            total_bytes=int(m.group("total")) * MIB,
-            free_bytes=int(m.group("free")) * MIB,
-        )
-    if m := _LAYER.match(line):
-        return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
     return None
+
+
+def _listed(text: str) -> LoadLine | None:
+    m = _LISTED.fullmatch(text.rstrip(" "))
+    if m is None:
+        return None
+    return LoadLine(
+        "device",
+        device=m.group("dev"),
+        description=m.group("desc").strip(),
+        total_bytes=int(m.group("total")) * MIB,
+        free_bytes=int(m.group("free")) * MIB,
+    )
 
 
 def is_host_buffer(name: str) -> bool:

@@ -2,8 +2,9 @@
 checkpoints, a full re-processing forced by a lost cache.
 
 llama.cpp's ``llama-server`` (``tools/server/server-context.cpp``, ``server-task.cpp``) prints these at
-``--log-verbosity 4`` and Ollama passes them into its log. Each pattern below is the exact form the runner prints
-(``slot %12.*s: id %2d | task %d | …`` and ``srv  %12.*s: …``: the function's name cut to 12 characters)::
+``--log-verbosity 4`` and Ollama passes them into its log. Each pattern below is the exact message the runner prints
+after the prefix ``analysis.log_grammar`` splits off (``slot %12.*s: id %2d | task %d | …`` and ``srv  %12.*s: …``:
+the function's name cut to 12 characters and right-aligned in 12)::
 
     srv    load_model: initializing, n_slots = 2, n_ctx_slot = 20480, kv_unified = 'false'
     srv  get_availabl: updating prompt cache
@@ -41,56 +42,43 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from analysis import wording as w
+from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 from analysis.model_names import same_model
 from analysis.records import RequestRecord
 
-MAX_LINE_CHARS = 1024
 MIB = 1024 * 1024
 
-# llama.cpp's optional log prefix (--log-timestamps/--log-prefix), the module tag, the function's name (cut to 12).
-_PFX = r"^(?:\d+\.\d+\.\d+\.\d+ [IWEDT] )?"
-_SLOT = _PFX + r"slot +[A-Za-z_][A-Za-z0-9_()]{0,11}: id +(?P<slot>\d{1,4}) \| task (?P<task>-?\d{1,12}) \| "
-_SRV = _PFX + r"srv +[A-Za-z_][A-Za-z0-9_()]{0,11}: +"
 _F = r"\d{1,12}\.\d{1,3}"
 _I = r"-?\d{1,12}"
-
 _MIB_G = r"(?P<mib>" + _F + r") MiB"
 _POS = r"\(pos_min = " + _I + r", pos_max = " + _I + r", n_tokens = (?P<n>\d{1,12}), "
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("n_slots", re.compile(_SRV + r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?$")),
+# The message after llama-server's "srv  <function>: " (analysis.log_grammar), each in its exact form.
+_SRV_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("n_slots", re.compile(r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?")),
     (
         "save",
         re.compile(
-            _SRV
-            + r"- saving prompt with length (?P<n>\d{1,9}), total state size = "
-            + _MIB_G
-            + r"(?: \(draft: "
-            + _F
-            + r" MiB\))?$"
+            r" - saving prompt with length (?P<n>\d{1,9}), total state size = " + _MIB_G + r"(?: \(draft: " + _F + r" MiB\))?"
         ),
     ),
-    ("save_skipped", re.compile(_SRV + r"- prompt is already in the cache, skipping$")),
-    (
-        "save_skipped",
-        re.compile(_SRV + r"- prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping$"),
-    ),
-    (
-        "cache_evict",
-        re.compile(_SRV + r"- making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)$"),
-    ),
-    ("cache_load", re.compile(_SRV + r"- found better prompt with f_keep = " + _F + r", f_sim = " + _F + r"$")),
-    ("cache_update", re.compile(_SRV + r"prompt cache update took (?P<ms>" + _F + r") ms$")),
-    ("idle_save", re.compile(_SLOT + r"saving idle slot to prompt cache$")),
+    ("save_skipped", re.compile(r" - prompt is already in the cache, skipping")),
+    ("save_skipped", re.compile(r" - prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping")),
+    ("cache_evict", re.compile(r" - making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)")),
+    ("cache_load", re.compile(r" - found better prompt with f_keep = " + _F + r", f_sim = " + _F)),
+    ("cache_update", re.compile(r"prompt cache update took (?P<ms>" + _F + r") ms")),
+)
+# The message after "slot <function>: id N | task N | ".
+_SLOT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("idle_save", re.compile(r"saving idle slot to prompt cache")),
     (
         "checkpoint_restore",
-        re.compile(_SLOT + r"restored context checkpoint " + _POS + r"n_past = " + _I + r", size = " + _MIB_G + r"\)$"),
+        re.compile(r"restored context checkpoint " + _POS + r"n_past = " + _I + r", size = " + _MIB_G + r"\)"),
     ),
-    ("full_reprocess", re.compile(_SLOT + r"forcing full prompt re-processing due to lack of cache data\b.{0,300}$")),
+    ("full_reprocess", re.compile(r"forcing full prompt re-processing due to lack of cache data\b.{0,300}")),
     (
         "checkpoint_erase",
         re.compile(
-            _SLOT
-            + r"erased invalidated context checkpoint "
+            r"erased invalidated context checkpoint "
             + _POS
             + r"n_swa = "
             + _I
@@ -98,13 +86,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             + _I
             + r", size = "
             + _MIB_G
-            + r"\)$"
+            + r"\)"
         ),
     ),
-    (
-        "checkpoint_create",
-        re.compile(_SLOT + r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)$"),
-    ),
+    ("checkpoint_create", re.compile(r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)")),
 )
 # Cheap first test: every line above carries one of these.
 _HINTS = ("prompt", "checkpoint", "n_slots", "idle slot")
@@ -127,17 +112,28 @@ def parse_wait_line(line: str) -> WaitLine | None:
     """The wait a runner's line tells of, or None (also for a line over ``MAX_LINE_CHARS``)."""
     if len(line) > MAX_LINE_CHARS or not any(h in line for h in _HINTS):
         return None
-    line = line.rstrip("\r\n ")
-    for kind, pattern in _PATTERNS:
-        m = pattern.match(line)
+    split = runner_line(line.rstrip("\r\n "))
+    return wait_of(split) if split is not None else None
+
+
+def wait_of(line: RunnerLine) -> WaitLine | None:
+    """The wait one of llama-server's lines, already split (``analysis.log_grammar``), tells of; None for another."""
+    if line.tag == "srv":
+        patterns = _SRV_PATTERNS
+    elif line.is_slot:
+        patterns = _SLOT_PATTERNS
+    else:
+        return None
+    message = line.message.rstrip(" ")
+    for kind, pattern in patterns:
+        m = pattern.fullmatch(message)
         if m is None:
             continue
         g = m.groupdict()
-        task = int(g["task"]) if g.get("task") is not None else None
         return WaitLine(
             kind,
-            slot_id=int(g["slot"]) if g.get("slot") is not None else None,
-            task_id=task if task is not None and task >= 0 else None,
+            slot_id=line.slot_id,
+            task_id=line.task_id,
             size_bytes=round(float(g["mib"]) * MIB) if g.get("mib") else None,
             tokens=int(g["n"]) if g.get("n") else None,
             duration_ms=float(g["ms"]) if g.get("ms") else None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.runner_waits import MAX_LINE_CHARS, MIB, WaitJoiner, WaitLine, parse_wait_line, waits_label, what_changes
+from analysis.log_grammar import MAX_LINE_CHARS
+from analysis.runner_waits import MIB, WaitJoiner, WaitLine, parse_wait_line, waits_label, what_changes
 from collectors.ollama.log import parse_line
 from tests.support.real_gpu import LOG
 

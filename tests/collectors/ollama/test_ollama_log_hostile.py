@@ -47,7 +47,7 @@ def test_lines_of_repeated_fragments_parse_in_bounded_time() -> None:
     lines = [
         repeated(fragment, chars, prefix)
         for fragment in FRAGMENTS
-        for prefix in ("", SLOT, 'time=x level=INFO source=x.go:1 msg="')
+        for prefix in ("", SLOT, 'time=2026-06-12T22:48:14.120Z level=INFO source=x.go:1 msg="')
         for chars in (MAX_LOG_LINE_CHARS - 16, 14 * 1024, 28 * 1024)
     ]
     for line in lines:  # the shortest first: the old parser failed on the first, in seconds rather than minutes
@@ -99,8 +99,8 @@ def test_numbers_that_are_not_finite_or_beyond_any_reading_are_refused() -> None
         SLOT + f"prompt processing, n_tokens = {'9' * 5000}, progress = 0.5",  # int() refuses 5,000 digits
         SLOT + f"prompt processing, n_tokens = 10, progress = {huge}",
         SLOT + f"stop processing: n_tokens = {'9' * 30}, truncated = 0",
-        f'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in {huge} seconds"',
-        'time=x level=INFO source=llama_server.go:1362 msg="llama runner started in 86400000.00 seconds"',
+        f'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in {huge} seconds"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama runner started in 86400000.00 seconds"',
         f'[GIN] 2026/06/12 - 22:48:16 | 200 | {"9" * 20}h | 10.0.0.7 | POST     "/api/chat"',
     ]:
         event = parse_line(line, 1.0)
@@ -123,11 +123,11 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         # a load line inside another message: would switch the log's figures off (a runner on port 1 never found)
         'time=2026-06-12T22:48:14.120+02:00 level=WARN source=server.go:1 msg="bad grammar: starting llama-server '
         '--model /m --port 1"',
-        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=server.go:1 msg="echo" cmd="starting llama-server --port 1"',
-        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'time=2026-06-12T22:48:14.120Z level=INFO source=server.go:1 msg="echo" cmd="starting llama-server --port 1"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
         'cmd="/b/llama-server --port 40123 --port 1"',  # two ports: not a command line to believe
         # a day of load from a message that only contains the words
-        'time=x level=INFO source=x.go:1 msg="request: llama runner started in 86399.00 seconds"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=x.go:1 msg="request: llama runner started in 86399.00 seconds"',
         "grammar: llama-server started in 86399.00 seconds",
         # an access line inside another, or with text after its path
         'srv  log_server_r: [GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"',
@@ -142,11 +142,14 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         ("slot      release: id  0 | task 5 | stop processing: n_tokens = 9999, truncated = 0", "release"),
         ("0.09.894.504 I slot launch_slot_: id  0 | task 5 | processing task, is_child = 0", "launch"),
         (
-            'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+            'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
             'cmd="/b/llama-server --model /m --port 40123 -np 2"',
             "runner_start",
         ),
-        ('time=x level=INFO source=server.go:1 msg="llama runner started in 2.31 seconds"', "runner_started"),
+        (
+            'time=2026-06-12T22:48:14.120Z level=INFO source=server.go:1 msg="llama runner started in 2.31 seconds"',
+            "runner_started",
+        ),
         ('[GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"', "access"),
         ('[GIN] 2026/06/12 - 22:48:16 | 404 |      1.2ms |       10.0.0.9 | GET      "/a\\"b"', "access"),
     ]
@@ -167,7 +170,7 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         min_size=1,
         max_size=6,
     ),
-    st.sampled_from(["", SLOT, "0.00.001.410 I " + SLOT, "[GIN] ", 'time=x level=INFO source=x msg="']),
+    st.sampled_from(["", SLOT, "0.00.001.410 I " + SLOT, "[GIN] ", 'time=2026-06-12T22:48:14.120Z level=INFO source=x msg="']),
 )
 def test_fuzzed_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
     parts = [fragment * count for fragment, count in runs]

@@ -116,9 +116,15 @@ def test_a_line_read_after_its_request_was_written_writes_it_again() -> None:
 
 def test_the_start_lines_are_read_from_the_end_of_the_log(tmp_path: Path) -> None:
     log = tmp_path / "ollama.log"
-    old = 'time=x level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:4096]"'
-    new = 'time=x level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:0 OLLAMA_NUM_PARALLEL:2]"'
-    vram = 'time=x level=INFO source=routes.go:2 msg="vram-based default context" total_vram="23.5 GiB" default_num_ctx=32768'
+    old = 'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:4096]"'
+    new = (
+        'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" '
+        'env="map[OLLAMA_CONTEXT_LENGTH:0 OLLAMA_NUM_PARALLEL:2]"'
+    )
+    vram = (
+        'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:2 msg="vram-based default context" '
+        'total_vram="23.5 GiB" default_num_ctx=32768'
+    )
     log.write_text("\n".join([old, "[GIN] noise", new, vram, ""]))
     settings = read_start_lines(log, 1.0)
     assert settings == ServerSettings({"OLLAMA_CONTEXT_LENGTH": "0", "OLLAMA_NUM_PARALLEL": "2"}, 32768, "23.5 GiB", (), 1.0)
