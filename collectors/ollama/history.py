@@ -236,7 +236,8 @@ class LogHistory:
             if task is not None:
                 self.counts.incomplete_tasks += 1  # the same id launched again (a restarted runner): the first never ended
             task = self._open[key] = _Task(self._port, event.task_id, event.read_unix_s)
-            (task.waits,) = self._joiner().launch(event.slot_id, event.task_id)
+            launched = self._joiner().launch(event.slot_id, event.task_id)
+            task.waits = launched[0] if launched else None
             self._take_load(task)
             if len(self._open) > MAX_OPEN_TASKS:
                 del self._open[next(iter(self._open))]

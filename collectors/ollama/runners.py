@@ -95,6 +95,7 @@ RUNNER_LINES_MISSING = (
     "counts, no exact timings)"
 )
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
+MAX_WAIT_RUNNERS = 8  # runners (by port) whose wait lines are folded at once: runners come and go, the newest kept
 
 
 def classify_slots_answer(status: int, body: bytes, max_slots: int = MAX_SLOTS) -> tuple[list[SlotReading] | None, str | None]:
@@ -222,6 +223,7 @@ class RunnerReader:
         self._waits: dict[int | None, WaitJoiner] = {}
         self._waits_unjoined: dict[tuple[int | None, int], float] = {}  # (port, task) → when read
         self._waits_queue: dict[str, RequestWaitsRow] = {}
+        self.wait_lines_dropped = 0  # wait and task lines naming a slot or slot count the runner does not have
 
     # -- what others read ------------------------------------------------------------------
 
@@ -306,30 +308,45 @@ class RunnerReader:
         out, self._waits_queue = list(self._waits_queue.values()), {}
         return out
 
-    def _fold_waits(self, events: list[LogEvent]) -> None:
-        """The runner's waits and task lines, in the order it printed them, then joined to requests. Like its load
-        lines they carry no port: they are the runner Ollama started last's, or the only one's."""
+    def _waits_target(self) -> tuple[int | None, dict[int, int | None]]:
+        """Whose the next wait lines are (they carry no port): the runner Ollama started last, or the only one; and each
+        found runner's slot count by port, from its command line (-np), to hold the lines' slot ids to."""
         port = self._loading_port
         if port is None and len(self.runners) == 1:
             port = next(iter(self.runners.values())).runner.port
+        return port, {state.runner.port: state.runner.n_parallel for state in self.runners.values()}
+
+    def _fold_waits(
+        self, events: list[LogEvent], port: int | None, slots_by_port: dict[int, int | None]
+    ) -> list[tuple[int | None, int, float]]:
+        """The runner's waits and task lines, in the order it printed them: the (port, task, when read) whose waits
+        changed, to join to requests on the loop. Runs in the log's worker thread; each line costs the same however
+        many came before (the joiner's tables are bounded: analysis.runner_waits)."""
+        started = [e.port for e in events if e.kind == "runner_start" and e.port is not None]
+        if started:
+            port = started[-1]  # like _fold_load_lines: the lines after a start are that runner's
         joiner = self._waits.get(port)
         if joiner is None:
-            for old in list(self._waits)[: max(0, len(self._waits) - 7)]:  # runners come and go: keep the newest
+            for old in list(self._waits)[: max(0, len(self._waits) - (MAX_WAIT_RUNNERS - 1))]:  # runners come and go
                 del self._waits[old]
-            joiner = self._waits[port] = WaitJoiner()
+            joiner = self._waits[port] = WaitJoiner(slots_by_port.get(port) if port is not None else None)
+        dropped_before = joiner.dropped
+        changed: dict[tuple[int | None, int], float] = {}
         for event in events:
-            changed = []
+            tasks = []
             if event.kind == "runner_wait" and event.wait is not None:
-                changed = joiner.wait(event.wait)
+                tasks = joiner.wait(event.wait)
             elif event.task_id is not None and event.kind == "launch":
-                changed = joiner.launch(event.slot_id, event.task_id)
+                tasks = joiner.launch(event.slot_id, event.task_id)
             elif event.task_id is not None and event.kind == "new_prompt":
-                changed = joiner.new_prompt(event.task_id)
+                tasks = joiner.new_prompt(event.task_id)
             elif event.task_id is not None and event.kind == "release":
-                changed = joiner.release(event.slot_id, event.task_id)
-            for task in changed:
-                self._waits_unjoined[(port, task.task_id)] = event.read_unix_s
-        self._join_waits()
+                tasks = joiner.release(event.slot_id, event.task_id)
+            for task in tasks:
+                changed[(port, task.task_id)] = event.read_unix_s
+        self.wait_lines_dropped += joiner.dropped - dropped_before
+        # Only tasks the joiner still holds can be joined: a flood of launches leaves its newest MAX_TASKS_KEPT.
+        return [(p, t, at) for (p, t), at in changed.items() if t in joiner.tasks]
 
     def _join_waits(self) -> None:
         by_task = {task: rid for (_pid, task), rid in self._tasks.items()} if len(self.runners) <= 1 else {}
@@ -627,7 +644,9 @@ class RunnerReader:
     def _read_log(self, requests: list[RequestRecord]) -> None:
         """Read the log and join its events now, on the caller's thread (tests; the loop uses the one below)."""
         assert self._log is not None
-        self._take_log(self._log, self._log.read(self._clock()), requests)
+        target = self._waits_target()
+        events = self._log.read(self._clock())
+        self._take_log(self._log, events, requests, self._fold_waits(events, *target))
 
     def _read_log_if_written(self) -> None:
         """Start a read of the log unless one runs; a file is read only once written since (a quiet log costs one
@@ -640,33 +659,46 @@ class RunnerReader:
         self._log_read = asyncio.ensure_future(self._read_log_in_thread(source))
 
     async def _read_log_in_thread(self, source: LogSource) -> None:
-        """Read and parse the log in a worker thread, off the loop that relays every proxied request (a flood of
-        lines, up to a read's cap, costs that thread's time, not the clients'); then join its events here, on the
-        loop. One read at a time; the lines are stamped with the time the read began."""
+        """Read and parse the log, and fold the runner's waits, in a worker thread, off the loop that relays every
+        proxied request (a flood of lines, up to a read's cap, costs that thread's time, not the clients'); then join
+        its events here, on the loop. One read at a time; the lines are stamped with the time the read began."""
         try:
-            events = await asyncio.to_thread(source.read, self._clock())
-            self._take_log(source, events, list(self._in_flight()))
+            target = self._waits_target()  # read on the loop: the runners as discovery last found them
+
+            def read_and_fold() -> tuple[list[LogEvent], list[tuple[int | None, int, float]]]:
+                events = source.read(self._clock())
+                return events, self._fold_waits(events, *target)
+
+            events, changed = await asyncio.to_thread(read_and_fold)
+            self._take_log(source, events, list(self._in_flight()), changed)
         except Exception:
             self.errors += 1
             log.exception("reading Ollama's log failed")
         finally:
             self._log_read = None
 
-    def _take_log(self, source: LogSource, events: list[LogEvent], requests: list[RequestRecord]) -> None:
+    def _take_log(
+        self,
+        source: LogSource,
+        events: list[LogEvent],
+        requests: list[RequestRecord],
+        waits_changed: list[tuple[int | None, int, float]],
+    ) -> None:
         if source.problem != self._log_problem:  # say it once, in words, when it changes
             self._log_problem = source.problem
             if self._log_problem:
                 log.warning("Ollama's log: %s; live progress comes from the runners' /slots alone meanwhile", self._log_problem)
             else:
                 log.info("Ollama's log: reading it")
+        for port, task_id, read_s in waits_changed:
+            self._waits_unjoined[(port, task_id)] = read_s
+        self._join_waits()  # these, and a task /slots joined since
         if not events:
-            self._join_waits()  # a task /slots joined since
             return
         self._watch_runner_lines(events)
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._look_now = True  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
-        self._fold_waits(events)
         self.direct.log_events(events)
         # A progress line is a request's only when /slots showed its task id on the one runner, joined to that
         # request (or to a direct task), and its count fits that slot's context: anyone can make the runner print
@@ -744,7 +776,7 @@ class RunnerReader:
 
     def log_dropped(self) -> dict[str, int]:
         """Log lines not believed, by why: the direct records' (``DirectTasks.dropped``) and the progress rows'."""
-        return {**self.direct.dropped, "progress": self.log_lines_dropped}
+        return {**self.direct.dropped, "progress": self.log_lines_dropped, "wait": self.wait_lines_dropped}
 
     @property
     def log_unknown_lines(self) -> int:
