@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 
 MIB = 1024 * 1024
-MAX_DEVICES = 16  # devices (and buffers) one runner's load lines may name; more are not a load's (dropped, counted)
+MAX_DEVICES = 16  # devices and buffers one load's lines may name; more are not a load's (dropped, counted)
+MAX_LAYERS = 1024  # layers one load's debug lines may place (the largest models have under 200)
 
 _DEV = r"(?P<dev>[A-Za-z][A-Za-z0-9_]{0,31})"
 _MIB = r"(?P<mib>\d{1,9}\.\d{2}) MiB"
@@ -58,6 +59,11 @@ _BREAKDOWN_FUNCS = frozenset({"common_memory_breakdown_print", "llama_memory_bre
 _LAYER = re.compile(r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d")
 # Cheap first test: every load line carries one of these.
 _HINTS = ("MiB", "offloaded", "assigned to device", " + (")
+# The last line of the runner's start (tools/server/server.cpp): from here on it serves, and prints no load line.
+# Older builds: "main: server is listening on http://127.0.0.1:8080 - starting the main loop".
+_HOST = r"(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]{2,39}\]|localhost)"
+_LISTENING = re.compile(r"listening on http://" + _HOST + r":(?P<port>[0-9]{1,5})")
+_LISTENING_OLD = re.compile(r"server is listening on http://" + _HOST + r":(?P<port>[0-9]{1,5}) - starting the main loop")
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,18 @@ def load_of(line: RunnerLine) -> LoadLine | None:
             breakdown=parts,
         )
     return None
+
+
+def listening_port(line: RunnerLine) -> int | None:
+    """The port of the runner's "listening on" line (the end of its start), or None for any other line."""
+    if (line.tag, line.func) == ("srv", "llama_server"):
+        m = _LISTENING.fullmatch(line.message.rstrip(" "))
+    elif (line.tag, line.func) == ("", "main"):
+        m = _LISTENING_OLD.fullmatch(line.message.rstrip(" "))
+    else:
+        return None
+    port = int(m.group("port")) if m else 0
+    return port if 0 < port < 65536 else None
 
 
 def _listed(text: str) -> LoadLine | None:
@@ -210,11 +228,29 @@ class PlacementReader:
     layer_devices: dict[int, str] = field(default_factory=dict)
     breakdown: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the memory table's, by device
     lines: int = 0
+    dropped: int = 0  # facts beyond MAX_DEVICES names or MAX_LAYERS layers
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def feed(self, fact: LoadLine) -> None:
+    def _names(self) -> set[str]:
+        return {*self.descriptions, *self.free, *self.total, *self.model, *self.kv, *self.compute, *self.breakdown}
+
+    def _room_for(self, fact: LoadLine) -> bool:
+        """Whether the fact names no device or buffer beyond the ``MAX_DEVICES`` this load already named, and no
+        layer beyond ``MAX_LAYERS``."""
+        dev = fact.device
+        if dev is not None and dev not in self._names() and len(self._names()) >= MAX_DEVICES:
+            return False
+        new_layer = fact.kind == "layer" and fact.layers is not None and fact.layers not in self.layer_devices
+        return not (new_layer and len(self.layer_devices) >= MAX_LAYERS)
+
+    def feed(self, fact: LoadLine) -> bool:
+        """Fold one fact in; False (and counted in ``dropped``) when there is no room for it (``_room_for``): more
+        devices or layers than a load has are not a load's."""
+        if not self._room_for(fact):
+            self.dropped += 1
+            return False
         self.lines += 1
         dev = fact.device
         if fact.kind == "offloaded" and fact.layers is not None and fact.layers_total is not None:
@@ -223,14 +259,7 @@ class PlacementReader:
                 self.kv.clear()
             self.offloaded = (fact.layers, fact.layers_total)
         elif fact.kind == "device" and dev is not None:
-            if fact.description:
-                self.descriptions[dev] = fact.description
-            if fact.free_bytes is not None:
-                self.free.setdefault(dev, fact.free_bytes)  # the first: before this runner took any
-            if fact.total_bytes is not None:
-                self.total[dev] = fact.total_bytes
-            if fact.breakdown is not None:
-                self.breakdown[dev] = fact.breakdown
+            self._device(dev, fact)
         elif fact.kind == "buffer" and dev is not None and fact.size_bytes is not None:
             if fact.what == "model":
                 self.model[dev] = fact.size_bytes
@@ -240,13 +269,22 @@ class PlacementReader:
                 self.compute[dev] = fact.size_bytes
         elif fact.kind == "layer" and dev is not None and fact.layers is not None:
             self.layer_devices[fact.layers] = dev
+        return True
+
+    def _device(self, dev: str, fact: LoadLine) -> None:
+        if fact.description:
+            self.descriptions[dev] = fact.description
+        if fact.free_bytes is not None:
+            self.free.setdefault(dev, fact.free_bytes)  # the first: before this runner took any
+        if fact.total_bytes is not None:
+            self.total[dev] = fact.total_bytes
+        if fact.breakdown is not None:
+            self.breakdown[dev] = fact.breakdown
 
     def feed_line(self, line: str) -> bool:
         """Feed a raw line; True when it was a load line."""
         fact = parse_load_line(line)
-        if fact is not None:
-            self.feed(fact)
-        return fact is not None
+        return fact is not None and self.feed(fact)
 
     def placement(self) -> RunnerPlacement | None:
         """The placement so far; None before any figure of where the model went."""

@@ -48,7 +48,7 @@ from typing import Protocol
 
 from analysis.log_grammar import INT, MAX_LINE_CHARS, NUM, runner_line, slog_line, strip_llama_prefix, to_float, to_int
 from analysis.prompt_fit import FitLine, fit_of
-from analysis.runner_load import LoadLine, load_of
+from analysis.runner_load import LoadLine, listening_port, load_of
 from analysis.runner_waits import WaitLine, wait_of
 
 MAX_LOG_LINE_CHARS = MAX_LINE_CHARS  # the one cap (analysis.log_grammar), under the name this module's readers use
@@ -103,7 +103,8 @@ class AccessLine:
 class LogEvent:
     """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
-    runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
+    runner_start | runner_listening | runner_started (a load: the runner's port from Ollama's line, the runner's own
+    last line of its start naming its port, then Ollama's word of its load time), runner_load (one of the runner's
     load lines: where it put the model, ``analysis.runner_load``), prompt_fit (a prompt Ollama cut, or one of its
     start lines with the settings in force, ``analysis.prompt_fit``), runner_wait (a prompt-cache save or load, a
     context checkpoint, a forced re-processing: ``analysis.runner_waits``).
@@ -243,6 +244,8 @@ def _runner_line(text: str, read_unix_s: float) -> LogEvent | None:
         return _timing(strip_llama_prefix(text), read_unix_s, None, None)  # the older timing block's own lines
     if (load := load_of(line)) is not None:
         return LogEvent("runner_load", read_unix_s, 0, load=load)
+    if (port := listening_port(line)) is not None:
+        return LogEvent("runner_listening", read_unix_s, 0, port=port)
     if (wait := wait_of(line)) is not None:
         return LogEvent("runner_wait", read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
     if not line.is_slot:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags
@@ -95,7 +96,11 @@ RUNNER_LINES_MISSING = (
     "counts, no exact timings)"
 )
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
-MAX_WAIT_RUNNERS = 8  # runners (by port) whose wait lines are folded at once: runners come and go, the newest kept
+MAX_WAIT_RUNNERS = 8  # runners (by port) whose wait lines and placements are kept: runners come and go, the newest kept
+# A start line is read at most this long after Ollama wrote it (a log read every step, a worker thread, a busy
+# machine): the runner it started began after that.
+START_LINE_READ_LAG_S = 10.0
+MAX_START_SEQUENCES = 4  # starts told of and not yet confirmed by discovery (models loaded one after another)
 
 
 def classify_slots_answer(status: int, body: bytes, max_slots: int = MAX_SLOTS) -> tuple[list[SlotReading] | None, str | None]:
@@ -126,6 +131,7 @@ class RunnerState:
     problem: str | None = None
     next_poll_s: float = 0.0  # monotonic
     polling: bool = False
+    started_unix_s: float | None = None  # when its process started (psutil), to confirm a start sequence as its own
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self.runner)
@@ -151,6 +157,14 @@ class _Track:
     decode_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_DECODE_ROWS_KEPT))
 
 
+def process_started_unix_s(pid: int) -> float | None:
+    """When process ``pid`` started (its creation time, as the OS keeps it); None when it cannot be read."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
 def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
     if not digest:
         return None
@@ -158,6 +172,17 @@ def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
         if m.digest == digest or m.digest.removeprefix("sha256:") == digest:
             return m.name
     return None
+
+
+@dataclass
+class _StartSequence:
+    """A runner's start as Ollama's log tells it: from Ollama's ``starting llama-server`` line (its port) to the
+    runner's own listening line (or Ollama's "started in"); its load lines fold into ``reader``."""
+
+    port: int
+    read_unix_s: float  # when its start line was read
+    reader: PlacementReader = field(default_factory=PlacementReader)
+    up: bool = False  # the runner said it listens: no load line after this is its
 
 
 class RunnerReader:
@@ -214,10 +239,14 @@ class RunnerReader:
         self.claims_by_order = 0  # live joins where more tasks than requests began: paired by start order (see _join)
         self.polls = 0
         self.direct = DirectTasks(clock=clock, log_read_bound_s=busy_interval_s)
-        # Where each runner (by port) put its model, from its load lines in Ollama's log: they follow the line
-        # that started it (its port), and carry no port themselves.
+        # Where each runner (by port) put its model, from its load lines in Ollama's log: they carry no port, and
+        # count only inside a start sequence (``_StartSequence``) a runner found on that port confirms as its own.
         self.placements: dict[int, PlacementReader] = {}
+        self._placement_pid: dict[int, int] = {}  # port → the runner process whose start sequence it is
+        # The starts Ollama's log told of, not yet taken by their runner (the newest last; its lines are read into it).
+        self._sequences: deque[_StartSequence] = deque(maxlen=MAX_START_SEQUENCES)
         self._loading_port: int | None = None
+        self.load_lines_dropped = 0  # load lines outside a start sequence, or beyond a load's bounds
         # The runner's own waits before each task's prompt (analysis.runner_waits), per runner port (None: not known),
         # and the tasks whose waits changed and are not yet joined to a request (joined when /slots shows the task).
         self._waits: dict[int | None, WaitJoiner] = {}
@@ -269,13 +298,20 @@ class RunnerReader:
             for r in (state.runner,)
         ]
 
+    def _placement(self, state: RunnerState) -> RunnerPlacement | None:
+        """The runner's placement from its own start sequence (None: not read, or not confirmed as this process's)."""
+        port = state.runner.port
+        reader = self.placements.get(port)
+        if reader is None or self._placement_pid.get(port) != state.runner.pid:
+            return None
+        return reader.placement()
+
     def placement_rows(self, ts_unix_s: float) -> dict[int, list[RunnerDeviceRow]]:
         """Each found runner's placement from its own load lines, by port, for the store (runners whose load was
         not read, e.g. loaded before the collector started, have none)."""
         out: dict[int, list[RunnerDeviceRow]] = {}
         for state in self.runners.values():
-            reader = self.placements.get(state.runner.port)
-            placement = reader.placement() if reader is not None else None
+            placement = self._placement(state)
             if placement is not None:
                 port = state.runner.port
                 out[port] = placement_rows(placement, ts_unix_s=ts_unix_s, port=port, model=state.model, digest=state.digest)
@@ -285,23 +321,58 @@ class RunnerReader:
         """Where the runner serving ``model`` put it, in its own load lines; None when no found runner serves it or
         its load was not read."""
         for state in self.runners.values():
-            if state.model is not None and same_model(model, state.model):
-                reader = self.placements.get(state.runner.port)
-                if reader is not None and (placement := reader.placement()) is not None:
-                    return placement
+            matches = state.model is not None and same_model(model, state.model)
+            if matches and (placement := self._placement(state)) is not None:
+                return placement
         return None
 
     def _fold_load_lines(self, events: list[LogEvent]) -> None:
+        """A load line counts only inside the start sequence Ollama's log told of last (its ``starting llama-server``
+        line, to the runner's listening line): one after the runner is up, or with no start, is dropped and counted."""
         for event in events:
+            seq = self._sequences[-1] if self._sequences else None
             if event.kind == "runner_start" and event.port is not None:
                 self._loading_port = event.port
-                self.placements[event.port] = PlacementReader()  # a new load on that port: its own figures
+                self._sequences.append(_StartSequence(event.port, event.read_unix_s))
             elif event.kind == "runner_load" and event.load is not None:
-                port = self._loading_port
-                if port is None and len(self.runners) == 1:
-                    port = next(iter(self.runners.values())).runner.port
-                if port is not None:
-                    self.placements.setdefault(port, PlacementReader()).feed(event.load)
+                if seq is None or seq.up or not seq.reader.feed(event.load):
+                    self.load_lines_dropped += 1
+            elif event.kind in ("runner_listening", "runner_started") and seq is not None:
+                seq.up = seq.up or event.port in (None, seq.port)
+        self._adopt_sequences()
+
+    def _started_after(self, seq: _StartSequence) -> RunnerState | None:
+        """The runner found on the sequence's port if its process started after the start line was written."""
+        for state in self.runners.values():
+            started = state.started_unix_s
+            if state.runner.port == seq.port and started is not None and started >= seq.read_unix_s - START_LINE_READ_LAG_S:
+                return state
+        return None
+
+    def _adopt_sequences(self) -> None:
+        """A start sequence becomes the placement of the runner on its port whose process started after its start line
+        was written (a forged start line naming a running runner's port is not that runner's), once per runner process
+        (a later sequence naming the same process changes nothing). The newest such sequence for a port is the one
+        Ollama wrote for it; older ones for that port are let go."""
+        for seq in reversed(list(self._sequences)):
+            if seq not in self._sequences:
+                continue  # let go as older than one taken
+            state = self._started_after(seq)
+            if state is None:
+                continue
+            pid = state.runner.pid
+            if self._placement_pid.get(seq.port) == pid and self.placements.get(seq.port) is not seq.reader:
+                continue  # this process's own sequence was taken already
+            self.placements[seq.port] = seq.reader
+            self._placement_pid[seq.port] = pid
+            for other in [o for o in self._sequences if o.port == seq.port and o is not seq and o.read_unix_s <= seq.read_unix_s]:
+                self._sequences.remove(other)
+            if seq.up:
+                self._sequences.remove(seq)  # complete and taken: nothing more to read into it
+        live = {s.runner.port for s in self.runners.values()}
+        for port in [p for p in self.placements if p not in live][: max(0, len(self.placements) - MAX_WAIT_RUNNERS)]:
+            del self.placements[port]  # runners come and go: a gone runner's is let go
+            self._placement_pid.pop(port, None)
 
     def drain_waits(self) -> list[RequestWaitsRow]:
         """The runner waits joined to requests since the last call (one row per request, the latest)."""
@@ -478,6 +549,7 @@ class RunnerReader:
                 lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found.runners],
                 "runner-digests",
             )
+            started = await off_loop_daemon(lambda: [process_started_unix_s(r.pid) for r in found.runners], "runner-starts")
         except Exception:
             self.errors += 1
             log.exception("runner discovery failed")
@@ -488,9 +560,10 @@ class RunnerReader:
             log.info("runners: %s", f"found {found.found_by}" if found.found_by else found.problem)
         self.discovery = found
         kept: dict[int, RunnerState] = {}
-        for runner, digest in zip(found.runners, digests, strict=True):
+        for runner, digest, started_s in zip(found.runners, digests, started, strict=True):
             old = self.runners.get(runner.pid)
-            kept[runner.pid] = old if old is not None and old.runner == runner else RunnerState(runner, digest=digest)
+            new = RunnerState(runner, digest=digest, started_unix_s=started_s)
+            kept[runner.pid] = old if old is not None and old.runner == runner and old.started_unix_s == started_s else new
         gone = set(self.runners) - set(kept)
         if gone or set(kept) - set(self.runners):
             log.info("runners: %s", ", ".join(f"pid {r.runner.pid} port {r.runner.port}" for r in kept.values()) or "none")
@@ -498,6 +571,7 @@ class RunnerReader:
             self.direct.runner_gone(pid)
         self.runners = kept
         self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
+        self._adopt_sequences()  # a runner Ollama just started: its start sequence is now confirmed
 
     def _interval_s(self, state: RunnerState, requests: list[RequestRecord]) -> float:
         """How often to read this runner now: fastest while a slot reads a proxied request's prompt (read taking
@@ -776,7 +850,12 @@ class RunnerReader:
 
     def log_dropped(self) -> dict[str, int]:
         """Log lines not believed, by why: the direct records' (``DirectTasks.dropped``) and the progress rows'."""
-        return {**self.direct.dropped, "progress": self.log_lines_dropped, "wait": self.wait_lines_dropped}
+        return {
+            **self.direct.dropped,
+            "progress": self.log_lines_dropped,
+            "wait": self.wait_lines_dropped,
+            "load": self.load_lines_dropped,
+        }
 
     @property
     def log_unknown_lines(self) -> int:
