@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 # The longest line any reader looks at: Ollama's "server config" line lists every OLLAMA_* variable (OLLAMA_ORIGINS
 # is long), its "starting llama-server" line the runner's command line (under 1 KiB with long paths); the runner's
@@ -202,6 +203,14 @@ def slog_line(line: str) -> SlogLine | None:
         attrs[m.group("key")] = value
         pos = m.end()
     return SlogLine(head.group("time"), head.group("level"), head.group("source"), msg, attrs)
+
+
+def slog_time_unix_s(slog: SlogLine) -> float | None:
+    """The slog line's own time as a Unix time (its zone given: Z or an offset)."""
+    try:
+        return datetime.fromisoformat(slog.time.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def to_int(text: str | None) -> int | None:

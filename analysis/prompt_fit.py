@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from analysis.log_grammar import MAX_LINE_CHARS, SlogLine, slog_line
+from analysis.log_grammar import MAX_LINE_CHARS, SlogLine, slog_line, slog_time_unix_s
 from analysis.records import RequestRecord
 
 MAX_ENV_VARS = 128
@@ -68,6 +68,7 @@ class FitLine:
     attrs: Mapping[str, str] = field(default_factory=dict)  # inference_compute: library, name, description, total, …
     default_num_ctx: int | None = None  # vram_default
     total_vram: str | None = None  # vram_default, as printed ("24.0 GiB")
+    logged_unix_s: float | None = None  # the line's own time (Ollama's slog stamp)
 
 
 def parse_env_map(text: str) -> dict[str, str]:
@@ -101,7 +102,9 @@ def fit_of(slog: SlogLine) -> FitLine | None:
         return None
     if slog.msg == "server config":
         m = _ENV_MAP.fullmatch(a.get("env", "")) if slog.keys == ("env",) else None
-        return FitLine(LineKind.SERVER_CONFIG, env=parse_env_map(m.group("env"))) if m else None
+        if m is None:
+            return None
+        return FitLine(LineKind.SERVER_CONFIG, env=parse_env_map(m.group("env")), logged_unix_s=slog_time_unix_s(slog))
     if slog.msg == "vram-based default context":
         if slog.keys != ("total_vram", "default_num_ctx"):
             return None
@@ -130,6 +133,19 @@ def truncation_limit(num_ctx: int, num_keep: int = NUM_KEEP_DEFAULT, *, adds_bos
         return 0
     keep = max(0, min(num_keep + (1 if adds_bos else 0), num_ctx - 1))
     return num_ctx - max((num_ctx - keep) // 2, 1)
+
+
+def is_cut_for(line: FitLine, num_ctx: int | None, kept_tokens: int | None) -> bool:
+    """Whether a ``truncating input prompt`` line is Ollama's own cut of a prompt that ran at ``num_ctx`` and was kept
+    at ``kept_tokens`` (the reply's prompt_eval_count): the prompt longer than the context, the kept count the cut
+    length for that context and the line's keep, and the reply's count. Anyone can have such a line printed into the
+    log; one whose numbers are not Ollama's cut of this request is not about it."""
+    if num_ctx is None or num_ctx <= 1 or kept_tokens is None or None in (line.limit, line.prompt, line.keep, line.new):
+        return False
+    assert line.limit is not None and line.prompt is not None and line.keep is not None
+    if line.new != kept_tokens or line.new != line.limit or line.prompt <= num_ctx - 1 or line.keep >= num_ctx:
+        return False
+    return line.limit == num_ctx - max((num_ctx - line.keep) // 2, 1)
 
 
 def truncate(

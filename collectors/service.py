@@ -70,7 +70,7 @@ from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import OllamaPoller
 from collectors.ollama.progress_estimate import ProgressEstimator
-from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_start_lines, wants_count, with_count
+from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_ollama_start_lines, wants_count, with_count
 from collectors.ollama.runners import RunnerReader
 from collectors.proxy import refusals
 from collectors.proxy.recording import RecordingProxy
@@ -292,9 +292,9 @@ class CollectorService:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
         elif s.ollama_log is not None:
             self._log_source = LogTail(s.ollama_log)
-            started = await asyncio.to_thread(read_start_lines, s.ollama_log, self._clock())
+            started = await asyncio.to_thread(read_ollama_start_lines, s.ollama_log, self._clock())
             if started is not None:  # Ollama wrote them when it started, before this collector
-                self.fit.settings, self.fit.settings_changed = started, True
+                self.fit.start_with(started, self._clock())
         if self._log_source is not None:
             self._log_source = FitTap(self._log_source, self.fit)
         self.runners = RunnerReader(
