@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import BinaryIO
 
+from analysis.log_grammar import slog_line, slog_time_unix_s
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
 from analysis.runner_waits import TaskWaits, WaitJoiner
@@ -51,12 +52,10 @@ STAMP_RESOLUTION_S = 1.0  # the coarsest stamp (gin's access line, a journal's s
 
 # Ollama's slog line: ``time=2026-12-04T18:31:01.404+00:00 level=INFO …``; the journal's ISO prefix:
 # ``2026-12-04T18:31:01+0000 host ollama[123]: …`` (journalctl -o short-iso), stripped before parsing.
-_SLOG_TIME = re.compile(r"time=(\S{10,40}) ")
 _JOURNAL_ISO = re.compile(
     r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[+-]\d\d:?\d\d|Z)) \S{1,255} [\w.@-]{1,255}\[\d{1,10}\]: "
 )
 _JOURNAL_SHORT = re.compile(r"[A-Z][a-z]{2} [ 0-3]\d \d\d:\d\d:\d\d \S{1,255} [\w.@-]{1,255}\[\d{1,10}\]: ")
-_CMD = re.compile(r' cmd="((?:[^"\\]|\\.){1,8192})"')
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})")
 
 
@@ -156,10 +155,9 @@ class LogHistory:
     def feed(self, line: str) -> None:
         self.counts.lines += 1
         line = self._strip_journal_prefix(line)
-        if line.startswith("time="):
-            m = _SLOG_TIME.match(line)
-            if m and (when := _iso_s(m.group(1))) is not None:
-                self._stamped(when, when + SLOG_RESOLUTION_S)
+        slog = slog_line(line) if line.startswith("time=") else None  # Ollama's own line, in its exact form only
+        if slog is not None and (when := slog_time_unix_s(slog)) is not None:
+            self._stamped(when, when + SLOG_RESOLUTION_S)
         event = parse_line(line, self._stamp if self._stamp is not None else 0.0)
         if event is None:
             return
@@ -244,10 +242,11 @@ class LogHistory:
     def _runner_started(self, line: str, event: LogEvent) -> None:
         assert event.port is not None
         model_path = None
-        m = _CMD.search(line)
-        if m:
+        slog = slog_line(line)
+        cmd = slog.attrs.get("cmd") if slog is not None else None
+        if cmd:
             try:
-                argv = shlex.split(m.group(1).replace('\\"', '"'))
+                argv = shlex.split(cmd)
             except ValueError:
                 argv = []
             runner = runner_from_argv(0, "llama-server", argv) if argv else None
