@@ -237,3 +237,86 @@ def test_a_journal_message_is_split_on_newlines_only() -> None:
         assert tail.unknown_lines == 8 and tail.known_lines == 1
     finally:
         tail.close()
+
+
+# Fragments of the wait, load, fit and settings lines (issue 39: the fuzzing extended to their grammars), each with
+# the characters their patterns split on; whole lines start with each of their prefixes.
+GRAMMAR_FRAGMENTS = [
+    " - saving prompt with length 1, total state size = 1.000 MiB",
+    "restored context checkpoint (pos_min = 0, pos_max = 1, n_tokens = 2, ",
+    "forcing full prompt re-processing due to lack of cache data",
+    "created context checkpoint 1 of 32 (pos_min = 0, ",
+    "initializing, n_slots = 2, n_ctx_slot = 4096",
+    "prompt cache update took 1.00 ms",
+    "offloaded 7/19 layers to GPU",
+    "   CUDA0 model buffer size =  1.00 MiB",
+    "using device CUDA0 (NVIDIA H200 (x) ) (0000:00:06.0) - 1 MiB free",
+    "  - CUDA0   : Intel(R) Xeon(R) (1 MiB, 1 MiB free)",
+    "|   - CUDA0 (H200)  | 1 = 1 + (1 =  1 +  1 +  1) +  -1 |",
+    "layer  12 assigned to device CUDA1, is_swa = 0",
+    "listening on http://127.0.0.1:1",
+    ' msg="truncating input prompt" limit=1 prompt=2 keep=1 new=1',
+    ' msg="server config" env="map[OLLAMA_NUM_PARALLEL:64 ',
+    ' msg="inference compute" id=GPU-1 library=CUDA name=CUDA0 total="1 GiB"',
+    ' total_vram="1 GiB" default_num_ctx=1',
+    ' x=\\"\\\\\\u00e9"',
+]
+SPLITTERS = [" ", "|", "=", ",", "(", ")", '"', "\\", "0", "9" * 20]
+GRAMMAR_PREFIXES = [
+    "",
+    "srv   prompt_save: ",
+    "srv  get_availabl: ",
+    "slot   operator(): id  0 | task 5 | ",
+    "0.00.001.410 I srv    load_model: ",
+    "load_tensors: ",
+    "llama_kv_cache: ",
+    "sched_reserve: ",
+    "llama_prepare_model_devices: ",
+    "cmn  common_param: ",
+    "common_memory_breakdown_print: ",
+    "srv  llama_server: ",
+    "time=2026-12-04T18:31:01.404+00:00 level=WARN source=llama_server.go:314 msg=",
+    "time=2026-12-04T18:31:01.404+00:00 level=INFO source=routes.go:1741 msg=",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*GRAMMAR_FRAGMENTS, " ", "|", "=", ",", "(", ")", '"', "\\", "0", "9" * 20]), st.integers(1, 300)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(GRAMMAR_PREFIXES),
+)
+def test_fuzzed_wait_load_fit_and_settings_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
+    from analysis.prompt_fit import parse_fit_line
+    from analysis.runner_load import parse_load_line
+    from analysis.runner_waits import parse_wait_line
+
+    line = (prefix + "".join(fragment * count for fragment, count in runs))[: 2 * MAX_LOG_LINE_CHARS]
+    for parse in (parse_wait_line, parse_load_line, parse_fit_line, lambda x: parse_line(x, 1.0)):
+        start = time.perf_counter()
+        fact = parse(line)
+        took_s = time.perf_counter() - start
+        assert took_s < LINE_BUDGET_S, f"{len(line)} characters took {took_s:.3f} s"
+        for name in ("size_bytes", "free_bytes", "total_bytes", "tokens", "limit", "prompt", "new", "duration_ms"):
+            value = getattr(fact, name, None)
+            assert value is None or (math.isfinite(value) and value >= 0), (name, value)
+
+
+def test_repeated_grammar_fragments_at_the_length_cap_parse_in_bounded_time() -> None:
+    from analysis.prompt_fit import parse_fit_line
+    from analysis.runner_load import parse_load_line
+    from analysis.runner_waits import parse_wait_line
+
+    for fragment in GRAMMAR_FRAGMENTS:
+        for prefix in GRAMMAR_PREFIXES:
+            line = repeated(fragment, MAX_LOG_LINE_CHARS - len(prefix), prefix)
+            for parse in (parse_wait_line, parse_load_line, parse_fit_line, lambda x: parse_line(x, 1.0)):
+                start = time.perf_counter()
+                parse(line)
+                took_s = time.perf_counter() - start
+                assert took_s < LINE_BUDGET_S, f"{line[:60]!r}… took {took_s:.3f} s"
