@@ -748,7 +748,7 @@ class CollectorService:
             store_shed=None if self.writer is None else self.writer.shed_count,
             store_queued_bytes=None if self.writer is None else self.writer.queued_bytes,
             store_reopened=None if self.writer is None else self.writer.reopened_count,
-            log_dropped=None if self.runners is None else self.runners.log_dropped(),
+            log_dropped=None if self.runners is None else {**self.runners.log_dropped(), "settings": self.fit.settings_dropped},
             loads=self.loads,
             unloads=self.unloads,
             energy_j_by_phase=self.energy_j_by_phase,
