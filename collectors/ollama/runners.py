@@ -854,7 +854,7 @@ class RunnerReader:
             **self.direct.dropped,
             "progress": self.log_lines_dropped,
             "wait": self.wait_lines_dropped,
-            "load": self.load_lines_dropped,
+            "placement": self.load_lines_dropped,
         }
 
     @property

@@ -78,7 +78,7 @@ def test_forged_load_lines_after_the_runner_is_up_do_not_put_a_layer_on_a_gpu(tm
     r._read_log([])
     after = r.placement_of("m:1b")
     assert after == before, "no load line after the runner is up moves its placement"
-    assert r.log_dropped()["load"] == len(FORGED_LOAD) - 1  # xload_tensors: is no load line at all
+    assert r.log_dropped()["placement"] == len(FORGED_LOAD) - 1  # xload_tensors: is no load line at all
 
 
 def test_a_forged_start_line_naming_the_real_port_does_not_wipe_the_real_placement(tmp_path: Path) -> None:
@@ -120,4 +120,4 @@ def test_device_names_in_one_load_are_bounded(tmp_path: Path) -> None:
     runner_up(r, clock.now)
     placement = r.placement_of("m:1b")
     assert placement is not None and len(placement.devices) <= MAX_DEVICES
-    assert r.log_dropped()["load"] >= 5_000 - MAX_DEVICES
+    assert r.log_dropped()["placement"] >= 5_000 - MAX_DEVICES
