@@ -12,7 +12,8 @@ length …"). At start Ollama logs the settings it runs with::
     time=… level=INFO source=types.go:42 msg="inference compute" id=GPU-… library=CUDA name=CUDA0 total="24.0 GiB" …
     time=… level=INFO source=routes.go:1914 msg="vram-based default context" total_vram="24.0 GiB" default_num_ctx=32768
 
-Pure: the line parsers (anchored, length-capped: a line longer than ``MAX_LINE_CHARS`` is not one of these),
+Pure: the line parsers (each line split by ``analysis.log_grammar``, then its message, level and attributes in
+their exact form; a line longer than ``MAX_LINE_CHARS`` is not one of these),
 the cut Ollama makes, the context's source for one request, and the sentences the pages show.
 """
 
@@ -23,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from analysis.log_grammar import MAX_LINE_CHARS, SlogLine, slog_line, slog_time_unix_s
 from analysis.records import RequestRecord
 
-MAX_LINE_CHARS = 8192  # the server config line lists every variable (OLLAMA_ORIGINS is long); nothing else is near
 MAX_ENV_VARS = 128
 NUM_KEEP_DEFAULT = 4  # api.DefaultOptions().NumKeep
 # The 400 a runner that cannot shift answers; the older Go runner's text for the same refusal.
@@ -39,19 +40,12 @@ CHARS_PER_TOKEN_ESTIMATE = 4.0
 ESTIMATE_MARGIN = 1.25  # an estimate must exceed the context by this much before it says "cut"
 SIGNATURE_SLACK_TOKENS = 8  # prompt_eval_count this close to the cut length: the reply's signature of a cut
 
-_TS = r"(?:time=\S{1,64} )?level=(?P<level>[A-Z]{1,8}) (?:source=\S{1,128} )?"
-_TRUNCATING = re.compile(
-    r"^.{0,256}?" + _TS + r'msg="truncating input prompt" limit=(?P<limit>\d{1,9}) prompt=(?P<prompt>\d{1,9})'
-    r" keep=(?P<keep>\d{1,9}) new=(?P<new>\d{1,9})\s*$"
-)
-_SERVER_CONFIG = re.compile(r"^.{0,256}?" + _TS + r'msg="server config" env="map\[(?P<env>.{0,7000})\]"\s*$')
-_VRAM_DEFAULT = re.compile(
-    r"^.{0,256}?" + _TS + r'msg="vram-based default context" total_vram="(?P<vram>[0-9.]{1,12} ?[KMGT]?i?B)"'
-    r" default_num_ctx=(?P<ctx>\d{1,9})\s*$"
-)
-_COMPUTE = re.compile(r"^.{0,256}?" + _TS + r'msg="inference compute" (?P<attrs>.{0,2000})$')
+_COUNT = re.compile(r"[0-9]{1,9}")
+_VRAM = re.compile(r"[0-9.]{1,12} ?[KMGT]?i?B")
+_ENV_MAP = re.compile(r"map\[(?P<env>.{0,7000})\]")
 _ENV_KEY = re.compile(r"(?:^| )(?P<key>[A-Z][A-Z0-9_]{0,63}):")
-_ATTR = re.compile(r'(?P<key>[a-z_]{1,32})=(?P<value>"(?:[^"\\]|\\.){0,256}"|\S{0,256})')
+_TRUNCATING_KEYS = ("limit", "prompt", "keep", "new")
+_COMPUTE_ATTR = re.compile(r"[a-z_]{1,32}")
 
 
 class LineKind(StrEnum):
@@ -74,12 +68,7 @@ class FitLine:
     attrs: Mapping[str, str] = field(default_factory=dict)  # inference_compute: library, name, description, total, …
     default_num_ctx: int | None = None  # vram_default
     total_vram: str | None = None  # vram_default, as printed ("24.0 GiB")
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-    return value
+    logged_unix_s: float | None = None  # the line's own time (Ollama's slog stamp)
 
 
 def parse_env_map(text: str) -> dict[str, str]:
@@ -96,26 +85,36 @@ def parse_fit_line(line: str) -> FitLine | None:
     """The fact one log line carries, or None for any other line (cheap for the common case)."""
     if len(line) > MAX_LINE_CHARS or "msg=" not in line:
         return None
-    if "truncating input prompt" in line:
-        m = _TRUNCATING.match(line)
-        if m is None:
+    slog = slog_line(line)
+    return fit_of(slog) if slog is not None else None
+
+
+def fit_of(slog: SlogLine) -> FitLine | None:
+    """The fact one of Ollama's own lines, already split (``analysis.log_grammar``), carries: each in its exact form
+    (its message, level and attributes, in Ollama's order); None for any other."""
+    a = slog.attrs
+    if slog.msg == "truncating input prompt":
+        if slog.level != "WARN" or slog.keys != _TRUNCATING_KEYS or not all(_COUNT.fullmatch(v) for v in a.values()):
             return None
-        limit, prompt, keep, new = (int(m.group(k)) for k in ("limit", "prompt", "keep", "new"))
+        limit, prompt, keep, new = (int(a[k]) for k in _TRUNCATING_KEYS)
         return FitLine(LineKind.TRUNCATED, limit=limit, prompt=prompt, keep=keep, new=new)
-    if "server config" in line:
-        m = _SERVER_CONFIG.match(line)
-        return FitLine(LineKind.SERVER_CONFIG, env=parse_env_map(m.group("env"))) if m else None
-    if "vram-based default context" in line:
-        m = _VRAM_DEFAULT.match(line)
+    if slog.level != "INFO":
+        return None
+    if slog.msg == "server config":
+        m = _ENV_MAP.fullmatch(a.get("env", "")) if slog.keys == ("env",) else None
         if m is None:
             return None
-        return FitLine(LineKind.VRAM_DEFAULT, default_num_ctx=int(m.group("ctx")), total_vram=m.group("vram"))
-    if "inference compute" in line:
-        m = _COMPUTE.match(line)
-        if m is None:
+        return FitLine(LineKind.SERVER_CONFIG, env=parse_env_map(m.group("env")), logged_unix_s=slog_time_unix_s(slog))
+    if slog.msg == "vram-based default context":
+        if slog.keys != ("total_vram", "default_num_ctx"):
             return None
-        attrs = {a.group("key"): _unquote(a.group("value")) for a in _ATTR.finditer(m.group("attrs"))}
-        return FitLine(LineKind.COMPUTE, attrs=attrs)
+        if not _VRAM.fullmatch(a["total_vram"]) or not _COUNT.fullmatch(a["default_num_ctx"]):
+            return None
+        return FitLine(LineKind.VRAM_DEFAULT, default_num_ctx=int(a["default_num_ctx"]), total_vram=a["total_vram"])
+    if slog.msg == "inference compute":
+        if not all(_COMPUTE_ATTR.fullmatch(k) for k in a):
+            return None
+        return FitLine(LineKind.COMPUTE, attrs={k: v[:256] for k, v in a.items()})
     return None
 
 
@@ -134,6 +133,19 @@ def truncation_limit(num_ctx: int, num_keep: int = NUM_KEEP_DEFAULT, *, adds_bos
         return 0
     keep = max(0, min(num_keep + (1 if adds_bos else 0), num_ctx - 1))
     return num_ctx - max((num_ctx - keep) // 2, 1)
+
+
+def is_cut_for(line: FitLine, num_ctx: int | None, kept_tokens: int | None) -> bool:
+    """Whether a ``truncating input prompt`` line is Ollama's own cut of a prompt that ran at ``num_ctx`` and was kept
+    at ``kept_tokens`` (the reply's prompt_eval_count): the prompt longer than the context, the kept count the cut
+    length for that context and the line's keep, and the reply's count. Anyone can have such a line printed into the
+    log; one whose numbers are not Ollama's cut of this request is not about it."""
+    if num_ctx is None or num_ctx <= 1 or kept_tokens is None or None in (line.limit, line.prompt, line.keep, line.new):
+        return False
+    assert line.limit is not None and line.prompt is not None and line.keep is not None
+    if line.new != kept_tokens or line.new != line.limit or line.prompt <= num_ctx - 1 or line.keep >= num_ctx:
+        return False
+    return line.limit == num_ctx - max((num_ctx - line.keep) // 2, 1)
 
 
 def truncate(

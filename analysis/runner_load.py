@@ -19,7 +19,8 @@ Device names are the backends' own: ``CUDA0`` (ROCm builds say ``ROCm0``, MUSA `
 (Metal; its weights buffer is ``MTL0_Mapped``), ``SYCL0``; host buffers are ``CPU``, ``CPU_Mapped``,
 ``CPU_REPACK`` and ``<backend>_Host``. "offloaded N/M" counts the output layer as one of M (n_layer + 1), and
 the input embedding always stays in system memory: it is read one row per token, so it does not count against
-``gpu_fraction``, which is N ÷ M. A line longer than ``MAX_LINE_CHARS`` is not read.
+``gpu_fraction``, which is N ÷ M. A line counts only in that form, printed by the function named, after the prefix
+``analysis.log_grammar`` splits off; a line longer than ``MAX_LINE_CHARS`` is not read.
 """
 
 from __future__ import annotations
@@ -27,27 +28,42 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-MAX_LINE_CHARS = 1024
-MIB = 1024 * 1024
+from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 
-# llama.cpp's optional log prefix (--log-timestamps/--log-prefix: "0.00.090.578 I "), llama-server's module tag
-# ("cmn  ", "srv  "), then the printing function's name and its colon.
-_PFX = r"^(?:\d+\.\d+\.\d+\.\d+ [IWEDT] )?(?:[a-z]{2,5} +)?[A-Za-z_][A-Za-z0-9_]{0,63}: +"
+MIB = 1024 * 1024
+MAX_DEVICES = 16  # devices and buffers one load's lines may name; more are not a load's (dropped, counted)
+MAX_LAYERS = 1024  # layers one load's debug lines may place (the largest models have under 200)
+
 _DEV = r"(?P<dev>[A-Za-z][A-Za-z0-9_]{0,31})"
 _MIB = r"(?P<mib>\d{1,9}\.\d{2}) MiB"
-_USING = re.compile(
-    _PFX + r"using device " + _DEV + r" \((?P<desc>.{1,160}?)\)(?: \((?P<id>[^()]{0,64})\))? - (?P<free>\d{1,9}) MiB free$"
-)
-_LISTED = re.compile(_PFX + r"- " + _DEV + r" *: (?P<desc>.{1,160}) \((?P<total>\d{1,9}) MiB, (?P<free>\d{1,9}) MiB free\)$")
-_OFFLOADED = re.compile(_PFX + r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU$")
-_BUFFER = re.compile(_PFX + r"(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) +(?P<what>model|KV|compute) buffer size = +" + _MIB + r"$")
+# Each load line's message after its printing function (analysis.log_grammar), and the functions that print it,
+# named exactly (across llama.cpp versions): a line from another function (``xload_tensors:``) is none of them.
+_DESC = r"(?P<desc>[^()]{1,160}(?:\([^()]{0,32}\)[^()]{0,64}){0,4})"  # "NVIDIA H200", "Intel(R) Xeon(R) Processor"
+_USING = re.compile(r"using device " + _DEV + r" \(" + _DESC + r"\)(?: \((?P<id>[^()]{0,64})\))? - (?P<free>\d{1,9}) MiB free")
+_USING_FUNCS = frozenset({"llama_prepare_model_devices", "llama_model_load_from_file_impl"})
+_LISTED = re.compile(r"  - " + _DEV + r" *: " + _DESC + r" \((?P<total>\d{1,9}) MiB, (?P<free>\d{1,9}) MiB free\)")
+_LISTED_FUNC = ("cmn", "common_param")  # common_params_print_info's device_info, tagged and cut to 12
+_OFFLOADED = re.compile(r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU")
+_TENSOR_FUNCS = frozenset({"load_tensors", "llm_load_tensors"})
+_BUFFER = re.compile(r" *(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) (?P<what>model|KV|compute) buffer size = +" + _MIB)
+_BUFFER_FUNCS = {
+    "model": _TENSOR_FUNCS,
+    "KV": frozenset({"llama_kv_cache", "llama_kv_cache_unified", "llama_kv_cache_init"}),
+    "compute": frozenset({"sched_reserve", "graph_reserve", "llama_context", "llama_new_context_with_model"}),
+}
 _BREAKDOWN = re.compile(
-    _PFX + r"\| +- " + _DEV + r" \((?P<desc>.{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
-    r"\( *(?P<self>\d{1,9}) = +(?P<model>\d{1,9}) \+ +(?P<context>\d{1,9}) \+ +(?P<compute>\d{1,9})\) \+ +-?\d{1,9} \|$"
+    r"\| +- " + _DEV + r" \((?P<desc>[^()|]{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
+    r"\( *(?P<self>\d{1,9}) = +(?P<model>\d{1,9}) \+ +(?P<context>\d{1,9}) \+ +(?P<compute>\d{1,9})\) \+ +-?\d{1,9} \|"
 )
-_LAYER = re.compile(_PFX + r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d$")
+_BREAKDOWN_FUNCS = frozenset({"common_memory_breakdown_print", "llama_memory_breakdown_print"})
+_LAYER = re.compile(r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d")
 # Cheap first test: every load line carries one of these.
 _HINTS = ("MiB", "offloaded", "assigned to device", " + (")
+# The last line of the runner's start (tools/server/server.cpp): from here on it serves, and prints no load line.
+# Older builds: "main: server is listening on http://127.0.0.1:8080 - starting the main loop".
+_HOST = r"(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]{2,39}\]|localhost)"
+_LISTENING = re.compile(r"listening on http://" + _HOST + r":(?P<port>[0-9]{1,5})")
+_LISTENING_OLD = re.compile(r"server is listening on http://" + _HOST + r":(?P<port>[0-9]{1,5}) - starting the main loop")
 
 
 @dataclass(frozen=True)
@@ -75,14 +91,28 @@ def parse_load_line(line: str) -> LoadLine | None:
     """The load fact a runner's line carries, or None (also for a line over ``MAX_LINE_CHARS``)."""
     if len(line) > MAX_LINE_CHARS or not any(h in line for h in _HINTS):
         return None
-    line = line.rstrip("\r\n ")
-    if m := _BUFFER.match(line):
+    split = runner_line(line.rstrip("\r\n "))
+    return load_of(split) if split is not None else None
+
+
+def load_of(line: RunnerLine) -> LoadLine | None:
+    """The load fact one of the runner's lines, already split (``analysis.log_grammar``), carries; None for another."""
+    if line.tag:
+        return _listed(line.message) if (line.tag, line.func) == _LISTED_FUNC else None
+    text = line.message.rstrip(" ")
+    if m := _BUFFER.fullmatch(text):
+        if line.func not in _BUFFER_FUNCS[m.group("what")]:
+            return None
         return LoadLine("buffer", device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
-    if m := _OFFLOADED.match(line):
-        return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
-    if m := _USING.match(line):
+    if line.func in _TENSOR_FUNCS:
+        if m := _OFFLOADED.fullmatch(text):
+            return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
+        if m := _LAYER.fullmatch(text):
+            return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
+        return None
+    if line.func in _USING_FUNCS and (m := _USING.fullmatch(text)):
         return LoadLine("device", device=m.group("dev"), description=m.group("desc"), free_bytes=int(m.group("free")) * MIB)
-    if m := _BREAKDOWN.match(line):
+    if line.func in _BREAKDOWN_FUNCS and (m := _BREAKDOWN.fullmatch(text)):
         parts = (int(m.group("model")) * MIB, int(m.group("context")) * MIB, int(m.group("compute")) * MIB)
         return LoadLine(
             "device",
@@ -91,17 +121,32 @@ def parse_load_line(line: str) -> LoadLine | None:
             free_bytes=int(m.group("free")) * MIB,
             breakdown=parts,
         )
-    if m := _LISTED.match(line):
-        return LoadLine(
-            "device",
-            device=m.group("dev"),
-            description=m.group("desc").strip(),
-            total_bytes=int(m.group("total")) * MIB,
-            free_bytes=int(m.group("free")) * MIB,
-        )
-    if m := _LAYER.match(line):
-        return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
     return None
+
+
+def listening_port(line: RunnerLine) -> int | None:
+    """The port of the runner's "listening on" line (the end of its start), or None for any other line."""
+    if (line.tag, line.func) == ("srv", "llama_server"):
+        m = _LISTENING.fullmatch(line.message.rstrip(" "))
+    elif (line.tag, line.func) == ("", "main"):
+        m = _LISTENING_OLD.fullmatch(line.message.rstrip(" "))
+    else:
+        return None
+    port = int(m.group("port")) if m else 0
+    return port if 0 < port < 65536 else None
+
+
+def _listed(text: str) -> LoadLine | None:
+    m = _LISTED.fullmatch(text.rstrip(" "))
+    if m is None:
+        return None
+    return LoadLine(
+        "device",
+        device=m.group("dev"),
+        description=m.group("desc").strip(),
+        total_bytes=int(m.group("total")) * MIB,
+        free_bytes=int(m.group("free")) * MIB,
+    )
 
 
 def is_host_buffer(name: str) -> bool:
@@ -183,11 +228,29 @@ class PlacementReader:
     layer_devices: dict[int, str] = field(default_factory=dict)
     breakdown: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the memory table's, by device
     lines: int = 0
+    dropped: int = 0  # facts beyond MAX_DEVICES names or MAX_LAYERS layers
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def feed(self, fact: LoadLine) -> None:
+    def _names(self) -> set[str]:
+        return {*self.descriptions, *self.free, *self.total, *self.model, *self.kv, *self.compute, *self.breakdown}
+
+    def _room_for(self, fact: LoadLine) -> bool:
+        """Whether the fact names no device or buffer beyond the ``MAX_DEVICES`` this load already named, and no
+        layer beyond ``MAX_LAYERS``."""
+        dev = fact.device
+        if dev is not None and dev not in self._names() and len(self._names()) >= MAX_DEVICES:
+            return False
+        new_layer = fact.kind == "layer" and fact.layers is not None and fact.layers not in self.layer_devices
+        return not (new_layer and len(self.layer_devices) >= MAX_LAYERS)
+
+    def feed(self, fact: LoadLine) -> bool:
+        """Fold one fact in; False (and counted in ``dropped``) when there is no room for it (``_room_for``): more
+        devices or layers than a load has are not a load's."""
+        if not self._room_for(fact):
+            self.dropped += 1
+            return False
         self.lines += 1
         dev = fact.device
         if fact.kind == "offloaded" and fact.layers is not None and fact.layers_total is not None:
@@ -196,14 +259,7 @@ class PlacementReader:
                 self.kv.clear()
             self.offloaded = (fact.layers, fact.layers_total)
         elif fact.kind == "device" and dev is not None:
-            if fact.description:
-                self.descriptions[dev] = fact.description
-            if fact.free_bytes is not None:
-                self.free.setdefault(dev, fact.free_bytes)  # the first: before this runner took any
-            if fact.total_bytes is not None:
-                self.total[dev] = fact.total_bytes
-            if fact.breakdown is not None:
-                self.breakdown[dev] = fact.breakdown
+            self._device(dev, fact)
         elif fact.kind == "buffer" and dev is not None and fact.size_bytes is not None:
             if fact.what == "model":
                 self.model[dev] = fact.size_bytes
@@ -213,13 +269,22 @@ class PlacementReader:
                 self.compute[dev] = fact.size_bytes
         elif fact.kind == "layer" and dev is not None and fact.layers is not None:
             self.layer_devices[fact.layers] = dev
+        return True
+
+    def _device(self, dev: str, fact: LoadLine) -> None:
+        if fact.description:
+            self.descriptions[dev] = fact.description
+        if fact.free_bytes is not None:
+            self.free.setdefault(dev, fact.free_bytes)  # the first: before this runner took any
+        if fact.total_bytes is not None:
+            self.total[dev] = fact.total_bytes
+        if fact.breakdown is not None:
+            self.breakdown[dev] = fact.breakdown
 
     def feed_line(self, line: str) -> bool:
         """Feed a raw line; True when it was a load line."""
         fact = parse_load_line(line)
-        if fact is not None:
-            self.feed(fact)
-        return fact is not None
+        return fact is not None and self.feed(fact)
 
     def placement(self) -> RunnerPlacement | None:
         """The placement so far; None before any figure of where the model went."""

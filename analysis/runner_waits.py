@@ -2,8 +2,9 @@
 checkpoints, a full re-processing forced by a lost cache.
 
 llama.cpp's ``llama-server`` (``tools/server/server-context.cpp``, ``server-task.cpp``) prints these at
-``--log-verbosity 4`` and Ollama passes them into its log. Each pattern below is the exact form the runner prints
-(``slot %12.*s: id %2d | task %d | …`` and ``srv  %12.*s: …``: the function's name cut to 12 characters)::
+``--log-verbosity 4`` and Ollama passes them into its log. Each pattern below is the exact message the runner prints
+after the prefix ``analysis.log_grammar`` splits off (``slot %12.*s: id %2d | task %d | …`` and ``srv  %12.*s: …``:
+the function's name cut to 12 characters and right-aligned in 12)::
 
     srv    load_model: initializing, n_slots = 2, n_ctx_slot = 20480, kv_unified = 'false'
     srv  get_availabl: updating prompt cache
@@ -41,56 +42,43 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from analysis import wording as w
+from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 from analysis.model_names import same_model
 from analysis.records import RequestRecord
 
-MAX_LINE_CHARS = 1024
 MIB = 1024 * 1024
 
-# llama.cpp's optional log prefix (--log-timestamps/--log-prefix), the module tag, the function's name (cut to 12).
-_PFX = r"^(?:\d+\.\d+\.\d+\.\d+ [IWEDT] )?"
-_SLOT = _PFX + r"slot +[A-Za-z_][A-Za-z0-9_()]{0,11}: id +(?P<slot>\d{1,4}) \| task (?P<task>-?\d{1,12}) \| "
-_SRV = _PFX + r"srv +[A-Za-z_][A-Za-z0-9_()]{0,11}: +"
 _F = r"\d{1,12}\.\d{1,3}"
 _I = r"-?\d{1,12}"
-
 _MIB_G = r"(?P<mib>" + _F + r") MiB"
 _POS = r"\(pos_min = " + _I + r", pos_max = " + _I + r", n_tokens = (?P<n>\d{1,12}), "
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("n_slots", re.compile(_SRV + r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?$")),
+# The message after llama-server's "srv  <function>: " (analysis.log_grammar), each in its exact form.
+_SRV_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("n_slots", re.compile(r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?")),
     (
         "save",
         re.compile(
-            _SRV
-            + r"- saving prompt with length (?P<n>\d{1,9}), total state size = "
-            + _MIB_G
-            + r"(?: \(draft: "
-            + _F
-            + r" MiB\))?$"
+            r" - saving prompt with length (?P<n>\d{1,9}), total state size = " + _MIB_G + r"(?: \(draft: " + _F + r" MiB\))?"
         ),
     ),
-    ("save_skipped", re.compile(_SRV + r"- prompt is already in the cache, skipping$")),
-    (
-        "save_skipped",
-        re.compile(_SRV + r"- prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping$"),
-    ),
-    (
-        "cache_evict",
-        re.compile(_SRV + r"- making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)$"),
-    ),
-    ("cache_load", re.compile(_SRV + r"- found better prompt with f_keep = " + _F + r", f_sim = " + _F + r"$")),
-    ("cache_update", re.compile(_SRV + r"prompt cache update took (?P<ms>" + _F + r") ms$")),
-    ("idle_save", re.compile(_SLOT + r"saving idle slot to prompt cache$")),
+    ("save_skipped", re.compile(r" - prompt is already in the cache, skipping")),
+    ("save_skipped", re.compile(r" - prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping")),
+    ("cache_evict", re.compile(r" - making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)")),
+    ("cache_load", re.compile(r" - found better prompt with f_keep = " + _F + r", f_sim = " + _F)),
+    ("cache_update", re.compile(r"prompt cache update took (?P<ms>" + _F + r") ms")),
+)
+# The message after "slot <function>: id N | task N | ".
+_SLOT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("idle_save", re.compile(r"saving idle slot to prompt cache")),
     (
         "checkpoint_restore",
-        re.compile(_SLOT + r"restored context checkpoint " + _POS + r"n_past = " + _I + r", size = " + _MIB_G + r"\)$"),
+        re.compile(r"restored context checkpoint " + _POS + r"n_past = " + _I + r", size = " + _MIB_G + r"\)"),
     ),
-    ("full_reprocess", re.compile(_SLOT + r"forcing full prompt re-processing due to lack of cache data\b.{0,300}$")),
+    ("full_reprocess", re.compile(r"forcing full prompt re-processing due to lack of cache data\b.{0,300}")),
     (
         "checkpoint_erase",
         re.compile(
-            _SLOT
-            + r"erased invalidated context checkpoint "
+            r"erased invalidated context checkpoint "
             + _POS
             + r"n_swa = "
             + _I
@@ -98,13 +86,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             + _I
             + r", size = "
             + _MIB_G
-            + r"\)$"
+            + r"\)"
         ),
     ),
-    (
-        "checkpoint_create",
-        re.compile(_SLOT + r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)$"),
-    ),
+    ("checkpoint_create", re.compile(r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)")),
 )
 # Cheap first test: every line above carries one of these.
 _HINTS = ("prompt", "checkpoint", "n_slots", "idle slot")
@@ -127,17 +112,28 @@ def parse_wait_line(line: str) -> WaitLine | None:
     """The wait a runner's line tells of, or None (also for a line over ``MAX_LINE_CHARS``)."""
     if len(line) > MAX_LINE_CHARS or not any(h in line for h in _HINTS):
         return None
-    line = line.rstrip("\r\n ")
-    for kind, pattern in _PATTERNS:
-        m = pattern.match(line)
+    split = runner_line(line.rstrip("\r\n "))
+    return wait_of(split) if split is not None else None
+
+
+def wait_of(line: RunnerLine) -> WaitLine | None:
+    """The wait one of llama-server's lines, already split (``analysis.log_grammar``), tells of; None for another."""
+    if line.tag == "srv":
+        patterns = _SRV_PATTERNS
+    elif line.is_slot:
+        patterns = _SLOT_PATTERNS
+    else:
+        return None
+    message = line.message.rstrip(" ")
+    for kind, pattern in patterns:
+        m = pattern.fullmatch(message)
         if m is None:
             continue
         g = m.groupdict()
-        task = int(g["task"]) if g.get("task") is not None else None
         return WaitLine(
             kind,
-            slot_id=int(g["slot"]) if g.get("slot") is not None else None,
-            task_id=task if task is not None and task >= 0 else None,
+            slot_id=line.slot_id,
+            task_id=line.task_id,
             size_bytes=round(float(g["mib"]) * MIB) if g.get("mib") else None,
             tokens=int(g["n"]) if g.get("n") else None,
             duration_ms=float(g["ms"]) if g.get("ms") else None,
@@ -228,22 +224,55 @@ def waits_row(request_id: str, task: TaskWaits, *, ts_unix_s: float, port: int |
     return RequestWaitsRow(request_id, ts_unix_s, port, task.task_id, json.dumps(task.to_json(), sort_keys=True))
 
 
+# Bounds on what one runner's lines can make the joiner keep (each line names its slot and task, and anyone can have
+# lines printed): tasks whose waits are kept, task-less lines waiting for the next launch, slots believed.
+MAX_TASKS_KEPT = 256
+MAX_PENDING_LINES = 64
+MAX_SLOTS_BELIEVED = 256  # the same bound as /slots' (collectors.ollama.slots.MAX_SLOTS)
+_WAIT_KINDS = {
+    "save": "prompt_cache_save",
+    "cache_load": "prompt_cache_load",
+    "checkpoint_restore": "checkpoint_restore",
+    "checkpoint_erase": "checkpoint_erase",
+    "full_reprocess": "full_reprocess",
+    "checkpoint_create": "checkpoint_create",
+}
+
+
 class WaitJoiner:
     """Folds one runner's lines, in the order it printed them, into each task's waits.
 
     ``launch``, ``new_prompt`` and ``release`` are the task lines ``collectors.ollama.log`` already reads; ``wait``
-    takes this module's lines. Each returns the tasks whose waits changed (to store again)."""
+    takes this module's lines. Each returns the tasks whose waits changed (to store again); each costs time
+    independent of how many lines came before (the tables are bounded), so a flood folds in time linear in its lines.
 
-    def __init__(self) -> None:
-        self.n_slots: int | None = None
-        self.tasks: dict[int, TaskWaits] = {}
-        self._busy: dict[int, int] = {}  # slot → task processing in it
+    ``slots``: how many slots the runner has, as a channel other than its lines says (its command line's ``-np``, or
+    its ``/slots``); a line naming a slot beyond them, or a slot count that disagrees, is not the runner's: dropped
+    and counted in ``dropped``. Which task a wait belongs to is still only the lines' word: a request gets a task's
+    waits only once ``/slots`` showed that task serving it (the reader's join)."""
+
+    def __init__(self, slots: int | None = None) -> None:
+        self.slots = min(slots, MAX_SLOTS_BELIEVED) if slots is not None and slots > 0 else None
+        self.n_slots: int | None = self.slots
+        self.tasks: dict[int, TaskWaits] = {}  # in launch order: the oldest is let go first
+        self.dropped = 0  # lines naming a slot the runner does not have, or a slot count it does not run with
+        self._busy: dict[int, int] = {}  # slot → task processing in it (at most ``slots`` entries)
         self._pending: list[WaitLine] = []  # task-less lines printed before the next launch
         self._launched: int | None = None  # the task launched last, until its prompt arrives
         self._last_save: tuple[int, WaitLine] | None = None  # (task, line) of the last save, until skipped or not
 
+    def _slot_believed(self, slot_id: int | None) -> bool:
+        limit = self.slots if self.slots is not None else MAX_SLOTS_BELIEVED
+        if slot_id is None or 0 <= slot_id < limit:
+            return True
+        self.dropped += 1
+        return False
+
     def launch(self, slot_id: int | None, task_id: int) -> list[TaskWaits]:
+        if not self._slot_believed(slot_id):
+            return []
         others = sum(1 for s, t in self._busy.items() if s != slot_id and t != task_id)
+        self.tasks.pop(task_id, None)  # launched again (a restarted runner): now the newest
         task = self.tasks[task_id] = TaskWaits(task_id, slot_id, self.n_slots, others)
         if slot_id is not None:
             self._busy[slot_id] = task_id
@@ -251,7 +280,8 @@ class WaitJoiner:
         pending, self._pending = self._pending, []
         for line in pending:
             self._apply(task, line)
-        self._trim()
+        while len(self.tasks) > MAX_TASKS_KEPT:  # the oldest launched: dicts keep insertion order
+            del self.tasks[next(iter(self.tasks))]
         return [task]
 
     def new_prompt(self, task_id: int) -> list[TaskWaits]:
@@ -264,6 +294,8 @@ class WaitJoiner:
         return [task]
 
     def release(self, slot_id: int | None, task_id: int) -> list[TaskWaits]:
+        if not self._slot_believed(slot_id):
+            return []
         if slot_id is not None and self._busy.get(slot_id) == task_id:
             del self._busy[slot_id]
         task = self.tasks.get(task_id)
@@ -273,25 +305,17 @@ class WaitJoiner:
         return [task]
 
     def wait(self, line: WaitLine) -> list[TaskWaits]:
+        if not self._slot_believed(line.slot_id):
+            return []
         if line.kind == "n_slots":
+            if line.tokens is None or (self.slots is not None and line.tokens != self.slots) or line.tokens > MAX_SLOTS_BELIEVED:
+                self.dropped += 1
+                return []
             self.n_slots = line.tokens
             self._busy.clear()  # a new load: no task runs
             return []
         if line.kind == "save_skipped":
-            if self._last_save is not None:  # the save before it copied nothing
-                owner, save = self._last_save
-                self._last_save = None
-                task = self.tasks.get(owner)
-                wait = task.waits.get("prompt_cache_save") if task is not None else None
-                if task is not None and wait is not None:
-                    wait.count -= 1
-                    wait.size_bytes -= save.size_bytes or 0
-                    if wait.count <= 0:
-                        del task.waits["prompt_cache_save"]
-                    return [task]
-                if save in self._pending:
-                    self._pending.remove(save)
-            return []
+            return self._save_skipped()
         if line.task_id is not None:
             task = self.tasks.get(line.task_id)
         elif self._launched is not None:
@@ -300,22 +324,33 @@ class WaitJoiner:
             self._pending.append(line)
             if line.kind == "save":
                 self._last_save = (-1, line)
-            del self._pending[:-64]  # bounded: a runner that never launches a task
+            del self._pending[:-MAX_PENDING_LINES]  # bounded: a runner that never launches a task
             return []
         if task is None:
             return []
         self._apply(task, line)
         return [task]
 
+    def _save_skipped(self) -> list[TaskWaits]:
+        """The save before this line copied nothing ("already in the cache", "exceeds cache size limit")."""
+        if self._last_save is None:
+            return []
+        owner, save = self._last_save
+        self._last_save = None
+        task = self.tasks.get(owner)
+        wait = task.waits.get("prompt_cache_save") if task is not None else None
+        if task is not None and wait is not None:
+            wait.count -= 1
+            wait.size_bytes -= save.size_bytes or 0
+            if wait.count <= 0:
+                del task.waits["prompt_cache_save"]
+            return [task]
+        if save in self._pending:
+            self._pending.remove(save)
+        return []
+
     def _apply(self, task: TaskWaits, line: WaitLine) -> None:
-        kind = {
-            "save": "prompt_cache_save",
-            "cache_load": "prompt_cache_load",
-            "checkpoint_restore": "checkpoint_restore",
-            "checkpoint_erase": "checkpoint_erase",
-            "full_reprocess": "full_reprocess",
-            "checkpoint_create": "checkpoint_create",
-        }.get(line.kind)
+        kind = _WAIT_KINDS.get(line.kind)
         if line.kind == "cache_update" and line.duration_ms is not None:
             task.cache_update_ms += line.duration_ms
         if kind is None:
@@ -323,12 +358,6 @@ class WaitJoiner:
         task.add(kind, line.size_bytes, line.tokens)
         if line.kind == "save":
             self._last_save = (task.task_id, line)
-
-    def _trim(self) -> None:
-        """Keep the newest tasks only: a long-running runner prints thousands."""
-        if len(self.tasks) > 256:
-            for key in sorted(self.tasks)[: len(self.tasks) - 256]:
-                del self.tasks[key]
 
 
 def part_words(wait: RunnerWait) -> str:

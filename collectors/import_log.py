@@ -34,7 +34,14 @@ from collectors.lock import CollectorLock, LockHeldError, UnsafeFileError, lock_
 from collectors.ollama.direct import DURATION_MATCH_NS
 from collectors.ollama.history import Generation, HistoryCounts, LogHistory, RunnerStart, read_lines
 from collectors.stopping import stop_collector
-from store.history import RecordedFigures, model_names_by_digest, placement_read_at, recorded_between, runner_models_by_port
+from store.history import (
+    RecordedFigures,
+    model_names_by_digest,
+    placement_read_at,
+    recorded_between,
+    runner_models_by_port,
+    watched,
+)
 from store.ops import PutRequest, PutRequestWaits, PutRunnerPlacement, RetentionPolicy
 from store.queries import open_readonly, request_waits, resolve_db
 from store.schema import StoreError
@@ -54,6 +61,7 @@ class ImportResult:
     recorded: int = 0  # new records written
     already: int = 0  # generations the store had (recorded live, or imported before)
     too_old: int = 0  # older than the store keeps requests
+    refused_live: int = 0  # at a time a collector recorded, and not among what it recorded: it did not believe them
     unnamed: int = 0  # written with the model unknown (no digest or runner the store knows)
     placements: int = 0  # runner ports whose placement was written
     waits: int = 0  # generations whose runner waits (prompt-cache saves, checkpoints, …) were written
@@ -69,6 +77,14 @@ class ImportResult:
         ]
         if self.too_old:
             parts.append(f"{self.too_old} older than the store keeps")
+        if self.refused_live:
+            parts.append(f"{self.refused_live} at a time a collector recorded and did not record them (not believed then)")
+        refused = c.refused_tasks + c.refused_loads + c.refused_load_lines
+        if refused:
+            parts.append(
+                f"{refused} not believed as the live collector would not ({c.refused_tasks} tasks whose lines are not one "
+                f"runner's in time, {c.refused_loads} load times, {c.refused_load_lines} load lines outside a runner's start)"
+            )
         if self.unnamed:
             parts.append(f"{self.unnamed} with the model unknown (the store knows no model by that runner or digest)")
         if c.incomplete_tasks:
@@ -153,6 +169,9 @@ class _Importer:
                 self.taken.add(match.id)
                 self.result.already += 1
                 matched[match.id] = gen
+                continue
+            if watched(self.conn, gen.end_lo_unix_s, gen.end_hi_unix_s):
+                self.result.refused_live += 1  # a collector recorded then and did not record this: not resurrected
                 continue
             model = self.model_of(gen.runner, rec.started_at_unix_s)
             self.result.unnamed += not model

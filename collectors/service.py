@@ -70,7 +70,7 @@ from collectors.ollama.log import LogSource, LogTail
 from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
 from collectors.ollama.poller import PS_AFTER_FINISH_S, OllamaPoller, ps_at_interval
 from collectors.ollama.progress_estimate import ProgressEstimator
-from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_start_lines, wants_count, with_count
+from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_ollama_start_lines, wants_count, with_count
 from collectors.ollama.runners import RunnerReader
 from collectors.proxy import refusals
 from collectors.proxy.recording import RecordingProxy
@@ -301,9 +301,9 @@ class CollectorService:
             self._log_source = JournalTail(s.ollama_journal, journal_dir=s.journal_dir)
         elif s.ollama_log is not None:
             self._log_source = LogTail(s.ollama_log)
-            started = await asyncio.to_thread(read_start_lines, s.ollama_log, self._clock())
+            started = await asyncio.to_thread(read_ollama_start_lines, s.ollama_log, self._clock())
             if started is not None:  # Ollama wrote them when it started, before this collector
-                self.fit.settings, self.fit.settings_changed = started, True
+                self.fit.start_with(started, self._clock())
         if self._log_source is not None:
             self._log_source = FitTap(self._log_source, self.fit)
         self.runners = RunnerReader(
@@ -770,7 +770,7 @@ class CollectorService:
             store_shed=None if self.writer is None else self.writer.shed_count,
             store_queued_bytes=None if self.writer is None else self.writer.queued_bytes,
             store_reopened=None if self.writer is None else self.writer.reopened_count,
-            log_dropped=None if self.runners is None else self.runners.log_dropped(),
+            log_dropped=None if self.runners is None else {**self.runners.log_dropped(), "settings": self.fit.settings_dropped},
             loads=self.loads,
             unloads=self.unloads,
             energy_j_by_phase=self.energy_j_by_phase,

@@ -43,8 +43,17 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from analysis.log_grammar import runner_line
 from analysis.memory import KV_TYPE_BYTES
-from analysis.runner_load import LoadLine, PlacementReader, gpu_layers_to_ask, parse_device_list, ps_sizes
+from analysis.runner_load import (
+    LoadLine,
+    PlacementReader,
+    gpu_layers_to_ask,
+    listening_port,
+    load_of,
+    parse_device_list,
+    ps_sizes,
+)
 from sim import ollama_log
 from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
 from sim.catalog import ModelFacts
@@ -148,6 +157,7 @@ class ServerChild:
         self.gpu_layers = gpu_layers
         # Where the child put the model, from its own load lines, as Ollama >= 0.30 reads them for /api/ps.
         self.placement = PlacementReader()
+        self.starting = True  # until the child's own listening line: only then are its load lines its placement
         self.num_ctx = num_ctx  # per slot, what /api/ps shows
         self.num_batch = num_batch
         self.port = free_loopback_port()
@@ -228,6 +238,7 @@ class ServerChild:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 async with session.get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:
+                        self.starting = False  # it serves: no line from here on is a load line of its
                         took_s = time.monotonic() - started_s
                         ollama_log.slog(f"llama-server started in {took_s:.2f} seconds", source="llama_server.go:1362")
                         return
@@ -247,7 +258,12 @@ class ServerChild:
                 return
             text = line.decode("utf-8", errors="replace").rstrip("\n")
             self.log.append(text)
-            self.placement.feed_line(text)
+            if self.starting:  # its load lines come before it listens: after that, a client can have any line echoed
+                split = runner_line(text)
+                if split is not None and listening_port(split) == self.port:
+                    self.starting = False
+                elif split is not None and (fact := load_of(split)) is not None:
+                    self.placement.feed(fact)
             ollama_log.line(text)
 
     def last_error(self) -> str:

@@ -86,3 +86,25 @@ def placement_read_at(conn: sqlite3.Connection) -> dict[int, float]:
     except sqlite3.OperationalError:
         return {}
     return {int(port): float(ts) for port, ts in rows if ts is not None}
+
+
+# While a collector records it writes a host sample every second, rolled up per minute once old.
+WATCH_GAP_S = 5.0
+
+
+def watched(conn: sqlite3.Connection, lo_unix_s: float, hi_unix_s: float) -> bool:
+    """Whether a collector was recording over [lo, hi]: a host sample within ``WATCH_GAP_S`` of it, or a minute's
+    rollup holding samples of the minute it began in. What such a collector did not record, it did not believe."""
+    try:
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM host_samples WHERE ts_unix_s BETWEEN ? AND ? LIMIT 1)",
+            (lo_unix_s - WATCH_GAP_S, hi_unix_s + WATCH_GAP_S),
+        ).fetchone()
+        if n:
+            return True
+        (m,) = conn.execute(
+            "SELECT COUNT(*) FROM host_minutes WHERE minute_unix_s = ? AND n > 0", (int(lo_unix_s // 60) * 60,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # an older store without the tables
+        return False
+    return bool(m)

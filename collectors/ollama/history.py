@@ -28,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import BinaryIO
 
+from analysis.log_grammar import slog_line, slog_time_unix_s
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
-from analysis.runner_load import PlacementReader, RunnerPlacement
+from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
 from analysis.runner_waits import TaskWaits, WaitJoiner
 from collectors.ollama.direct import ACCESS_SLACK_S, GENERATION_PATHS, LOAD_FOLLOWS_S, LOG_TIMING_BOUND_S
 from collectors.ollama.discovery import runner_from_argv
@@ -47,15 +48,14 @@ MAX_WAITING_ACCESS_LINES = 64
 MAX_ENDED_WAITING = 256  # ended tasks waiting for their window's end (a log whose stamps stop advancing holds them)
 NO_NEXT_STAMP_BOUND_S = 60.0  # a task after the log's last stamp: its end is within this of it, at most
 SLOG_RESOLUTION_S = 1e-3  # Ollama's time= stamps are printed to the millisecond
+STAMP_RESOLUTION_S = 1.0  # the coarsest stamp (gin's access line, a journal's short time): whole seconds
 
 # Ollama's slog line: ``time=2026-12-04T18:31:01.404+00:00 level=INFO …``; the journal's ISO prefix:
 # ``2026-12-04T18:31:01+0000 host ollama[123]: …`` (journalctl -o short-iso), stripped before parsing.
-_SLOG_TIME = re.compile(r"time=(\S{10,40}) ")
 _JOURNAL_ISO = re.compile(
     r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[+-]\d\d:?\d\d|Z)) \S{1,255} [\w.@-]{1,255}\[\d{1,10}\]: "
 )
 _JOURNAL_SHORT = re.compile(r"[A-Z][a-z]{2} [ 0-3]\d \d\d:\d\d:\d\d \S{1,255} [\w.@-]{1,255}\[\d{1,10}\]: ")
-_CMD = re.compile(r' cmd="((?:[^"\\]|\\.){1,8192})"')
 _BLOB_DIGEST = re.compile(r"sha256[-:]([0-9a-f]{64})")
 
 
@@ -82,6 +82,8 @@ class _Task:
     port: int | None
     task_id: int
     launched_unix_s: float
+    slot_id: int | None = None  # every line of the task names the slot it launched on
+    lines_disagree: bool = False  # a line of it named another slot: not one runner's sequence
     prompt_total: int | None = None
     prompt_eval: tuple[float, int] | None = None  # (ms, tokens computed)
     eval: tuple[float, int] | None = None  # (ms, tokens)
@@ -112,6 +114,12 @@ class HistoryCounts:
     dropped_tasks: int = 0  # past MAX_OPEN_TASKS, or lines of a task whose start the log does not hold
     long_lines: int = 0
     loads: int = 0
+    # Lines not believed, as the live collector does not believe them: a task whose lines name two slots or whose
+    # timings do not fit between the stamps around it (printed at once, as an echo prints them), a load time longer
+    # than the time since its runner's start, a load line after the runner listened.
+    refused_tasks: int = 0
+    refused_loads: int = 0
+    refused_load_lines: int = 0
 
 
 @dataclass
@@ -119,6 +127,7 @@ class _Runner:
     start: RunnerStart
     placement: PlacementReader = field(default_factory=PlacementReader)
     placement_unix_s: float | None = None  # the stamp of its last load line
+    up: bool = False  # its listening line (or Ollama's "started in") was read: no load line after it is its own
     load: tuple[float, float] | None = None  # (stamp of "started in", seconds) until a task takes it
     waits: WaitJoiner = field(default_factory=WaitJoiner)  # its waits and task lines, folded in the order printed
 
@@ -139,16 +148,16 @@ class LogHistory:
         self._no_next_stamp: list[_Task] = []  # released since the last stamp: the next one ends their window
         self._lines: deque[AccessLine] = deque(maxlen=MAX_WAITING_ACCESS_LINES)  # generation lines no task took yet
         self._portless_waits = WaitJoiner()
+        self._placed: dict[int, tuple[float, RunnerPlacement, RunnerStart]] = {}  # the first placement per port
 
     # -- lines -----------------------------------------------------------------------------------
 
     def feed(self, line: str) -> None:
         self.counts.lines += 1
         line = self._strip_journal_prefix(line)
-        if line.startswith("time="):
-            m = _SLOG_TIME.match(line)
-            if m and (when := _iso_s(m.group(1))) is not None:
-                self._stamped(when, when + SLOG_RESOLUTION_S)
+        slog = slog_line(line) if line.startswith("time=") else None  # Ollama's own line, in its exact form only
+        if slog is not None and (when := slog_time_unix_s(slog)) is not None:
+            self._stamped(when, when + SLOG_RESOLUTION_S)
         event = parse_line(line, self._stamp if self._stamp is not None else 0.0)
         if event is None:
             return
@@ -194,18 +203,36 @@ class LogHistory:
         if kind == "runner_start" and event.port is not None:
             self._runner_started(line, event)
         elif kind == "runner_started" and self._port is not None and event.duration_ms is not None:
-            self._runners[self._port].load = (event.read_unix_s, event.duration_ms / 1000)
-            self.counts.loads += 1
-        elif kind == "runner_load" and event.load is not None and self._port is not None:
-            runner = self._runners[self._port]
-            runner.placement.feed(event.load)
-            runner.placement_unix_s = event.read_unix_s
+            self._runner_up(self._runners[self._port], event)
+        elif kind == "runner_listening" and self._port is not None and event.port == self._port:
+            self._runners[self._port].up = True
+        elif kind == "runner_load" and event.load is not None:
+            self._load_line(event.load, event.read_unix_s)
         elif kind == "access" and event.access is not None:
             self._access(event.access)
         elif kind == "runner_wait" and event.wait is not None:
             self._joiner().wait(event.wait)  # like the load lines, the newest started runner's
         elif event.task_id is not None and kind in ("launch", "new_prompt", "prompt_eval", "eval", "release"):
             self._task_line(event)
+
+    def _load_line(self, fact: LoadLine, read_unix_s: float) -> None:
+        """A load line counts only inside the start of the runner started last (before it listened)."""
+        runner = self._runners.get(self._port) if self._port is not None else None
+        if runner is None or runner.up or not runner.placement.feed(fact):
+            self.counts.refused_load_lines += 1
+            return
+        runner.placement_unix_s = read_unix_s
+
+    def _runner_up(self, runner: _Runner, event: LogEvent) -> None:
+        """Ollama's "started in X seconds": believed when X fits between its start line's stamp and this line's."""
+        assert event.duration_ms is not None
+        runner.up = True
+        took_s = event.duration_ms / 1000
+        if took_s > event.read_unix_s - runner.start.stamp_unix_s + STAMP_RESOLUTION_S:
+            self.counts.refused_loads += 1
+            return
+        runner.load = (event.read_unix_s, took_s)
+        self.counts.loads += 1
 
     def _joiner(self) -> WaitJoiner:
         """The wait joiner of the runner started last (one for a log that shows no runner start)."""
@@ -215,17 +242,24 @@ class LogHistory:
     def _runner_started(self, line: str, event: LogEvent) -> None:
         assert event.port is not None
         model_path = None
-        m = _CMD.search(line)
-        if m:
+        slog = slog_line(line)
+        cmd = slog.attrs.get("cmd") if slog is not None else None
+        if cmd:
             try:
-                argv = shlex.split(m.group(1).replace('\\"', '"'))
+                argv = shlex.split(cmd)
             except ValueError:
                 argv = []
             runner = runner_from_argv(0, "llama-server", argv) if argv else None
             model_path = runner.model_path if runner is not None else None
         digest_m = _BLOB_DIGEST.search(model_path.rsplit("/", 1)[-1]) if model_path else None
         start = RunnerStart(event.port, model_path, digest_m.group(1) if digest_m else None, event.read_unix_s)
-        self._runners[event.port] = _Runner(start)  # a new load on that port: its own figures
+        old = self._runners.get(event.port)
+        placed = old.placement.placement() if old is not None else None
+        if old is not None and placed is not None and old.placement_unix_s is not None:
+            # once per port: a start line naming a port whose runner placed its model already (anyone can print
+            # one) does not replace that placement (Ollama picks a free port for each runner)
+            self._placed.setdefault(event.port, (old.placement_unix_s, placed, old.start))
+        self._runners[event.port] = _Runner(start)  # a new load on that port: its tasks and load time
         self._port = event.port
 
     def _task_line(self, event: LogEvent) -> None:
@@ -235,8 +269,9 @@ class LogHistory:
         if event.kind == "launch":
             if task is not None:
                 self.counts.incomplete_tasks += 1  # the same id launched again (a restarted runner): the first never ended
-            task = self._open[key] = _Task(self._port, event.task_id, event.read_unix_s)
-            (task.waits,) = self._joiner().launch(event.slot_id, event.task_id)
+            task = self._open[key] = _Task(self._port, event.task_id, event.read_unix_s, event.slot_id)
+            launched = self._joiner().launch(event.slot_id, event.task_id)
+            task.waits = launched[0] if launched else None
             self._take_load(task)
             if len(self._open) > MAX_OPEN_TASKS:
                 del self._open[next(iter(self._open))]
@@ -245,6 +280,8 @@ class LogHistory:
         if task is None:
             self.counts.dropped_tasks += event.kind == "release"  # its start is not in this log
             return
+        if event.slot_id is not None and event.slot_id != task.slot_id:
+            task.lines_disagree = True
         if event.kind == "new_prompt":
             task.prompt_total = event.tokens
             self._joiner().new_prompt(event.task_id)
@@ -292,8 +329,7 @@ class LogHistory:
         self._ended.append(task)
         self._no_next_stamp.append(task)
         if len(self._ended) > MAX_ENDED_WAITING:  # stamps that do not advance: the oldest goes out as it stands
-            self._emit(self._generation(self._ended.popleft()))
-            self.counts.generations += 1
+            self._out(self._ended.popleft())
 
     # -- out -------------------------------------------------------------------------------------
 
@@ -305,8 +341,18 @@ class LogHistory:
             if not final and (task.end_hi is None or now is None or now < task.end_lo + ACCESS_WAIT_S):
                 return
             self._ended.popleft()
-            self._emit(self._generation(task))
-            self.counts.generations += 1
+            self._out(task)
+
+    def _out(self, task: _Task) -> None:
+        """Emit an ended task as a generation when its lines are one runner's sequence in time: all on the slot it
+        launched on, its timings no longer than the time between the stamps around its launch and its release."""
+        gen = self._generation(task)
+        took_s = _runner_s(task)
+        if task.lines_disagree or took_s > gen.end_hi_unix_s - task.launched_unix_s + STAMP_RESOLUTION_S:
+            self.counts.refused_tasks += 1
+            return
+        self._emit(gen)
+        self.counts.generations += 1
 
     def finish(self) -> None:
         """The log ended: every ended task is emitted (tasks still running are not generations yet)."""
@@ -322,7 +368,7 @@ class LogHistory:
             placement = runner.placement.placement()
             if placement is not None and runner.placement_unix_s is not None:
                 out[port] = (runner.placement_unix_s, placement, runner.start)
-        return out
+        return {**out, **self._placed}  # a port's first placement stands
 
     def _generation(self, task: _Task) -> Generation:
         assert task.end_lo is not None and task.prompt_eval is not None and task.eval is not None
@@ -371,6 +417,7 @@ def _record(task: _Task, end: float, end_bound_s: float) -> RequestRecord:
         id=f"log-{task.port or 0}-{task.task_id}-{int(end)}",
         started_at_unix_s=start - load_s,
         client_addr=access.client if access is not None else None,
+        client_unverified=access is not None,  # Ollama's text, as the live collector stores it
         endpoint=access.path if access is not None else None,
         model="",  # named by the importer from the store's digests and runners
         stream=None,

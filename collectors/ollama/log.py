@@ -46,30 +46,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from analysis.prompt_fit import FitLine, parse_fit_line
-from analysis.runner_load import LoadLine, parse_load_line
-from analysis.runner_waits import WaitLine, parse_wait_line
+from analysis.log_grammar import INT, MAX_LINE_CHARS, NUM, runner_line, slog_line, strip_llama_prefix, to_float, to_int
+from analysis.prompt_fit import FitLine, fit_of
+from analysis.runner_load import LoadLine, listening_port, load_of
+from analysis.runner_waits import WaitLine, wait_of
 from collectors.ollama.go_duration import MAX_GO_DURATION_S, go_duration_s
 from collectors.ollama.mlx_log import MlxLine, parse_mlx_line
 
-# The longest line looked at. The longest real one is Ollama's "starting llama-server" line (its runner's whole
-# command line, under 1 KiB with long paths); runner lines are under 200 characters.
-MAX_LOG_LINE_CHARS = 8192
+MAX_LOG_LINE_CHARS = MAX_LINE_CHARS  # the one cap (analysis.log_grammar), under the name this module's readers use
 MAX_DURATION_MS = 7 * 24 * 3600 * 1000.0  # a week: a longer timing or load time is not a reading
 MAX_ACCESS_LATENCY_S = MAX_GO_DURATION_S  # the same for an access line's latency
 
-# Bounded digit runs: a longer number is not a reading (and int() of thousands of digits is refused by Python).
-_INT = r"[0-9]{1,18}"
-_NUM = r"[0-9]{1,15}(?:\.[0-9]{1,9})?"
-_INT_RE = re.compile(_INT)
-_NUM_RE = re.compile(_NUM)
-# llama.cpp's own log prefix, present when the runner is started without --no-log-timestamps/--no-log-prefix.
-_LLAMA_PREFIX = re.compile(r"(?:[0-9]{1,6}\.[0-9]{2}\.[0-9]{3}\.[0-9]{3} )?(?:[IWED] )?")
-# "slot %12.*s: id %2d | task %d | " (llama.cpp's SLT_* macros): the function name is exactly 12 characters wide.
-_SLOT = re.compile(r"slot (?P<func>[ \w()]{12}): id +(?P<slot>" + _INT + r") \| task (?P<task>-?" + _INT + r") \| ", re.ASCII)
 # A timing line, in its own message or bare as a line of the older timing block (its format pads it with spaces).
 _TIMING = re.compile(
-    r" *(?P<kind>prompt eval|eval|total) time = +(?P<ms>" + _NUM + r") ms / +(?P<n>" + _INT + r") tokens(?: \(.*\))?"
+    r" *(?P<kind>prompt eval|eval|total) time = +(?P<ms>" + NUM + r") ms / +(?P<n>" + INT + r") tokens(?: \(.*\))?"
 )
 # Ollama's access line (gin, colours off): "[GIN] %v | %3d | %13v | %15s | %-7s %#v"; gin's %#v quotes the path as
 # Go quotes a string, so a quote inside it is escaped and the line ends at the path's closing quote.
@@ -78,14 +68,14 @@ _ACCESS = re.compile(
     r" *(?P<latency>[^\s|]{1,32}) \|"
     r' *(?P<client>[^\s|]{0,64}) \| (?P<method>[A-Z]{1,16}) +"(?P<path>(?:[^"\\\x00-\x1f]|\\.){1,256})"'
 )
-# Ollama's own line (Go's slog text handler, AddSource on): time, level, source, then the message, Go-quoted.
-_SLOG = re.compile(r'time=\S{1,64} level=INFO source=\S{1,128} msg="(?P<msg>(?:[^"\\]|\\.){0,256})"(?P<attrs>.*)')
-_RUNNER_START_MSG = re.compile(r"starting llama[ -]server")
-_RUNNER_STARTED_MSG = re.compile(r"(?:llama-server|llama runner) started in (?P<s>" + _NUM + r") seconds")
+# Ollama's two lines of a load (llm/llama_server.go), older builds' words too.
+RUNNER_START_MSGS = ("starting llama-server", "starting llama server")
+_RUNNER_STARTED_MSG = re.compile(r"(?:llama-server|llama runner) started in (?P<s>" + NUM + r") seconds")
+_PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
 _FIELD_KEY = re.compile(r"[A-Za-z_][\w.]{0,31}", re.ASCII)
 _MAX_FIELDS = 16  # key = value pairs in one runner message; real ones have at most 4
-_CMD_ATTR = re.compile(r' cmd="(?P<cmd>(?:[^"\\]|\\.)*)"')
-_PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
+
+
 
 
 @dataclass(frozen=True)
@@ -104,7 +94,8 @@ class AccessLine:
 class LogEvent:
     """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
     launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
-    runner_start | runner_started (a load: the runner's port, then its load time), runner_load (one of the runner's
+    runner_start | runner_listening | runner_started (a load: the runner's port from Ollama's line, the runner's own
+    last line of its start naming its port, then Ollama's word of its load time), runner_load (one of the runner's
     load lines: where it put the model, ``analysis.runner_load``), prompt_fit (a prompt Ollama cut, or one of its
     start lines with the settings in force, ``analysis.prompt_fit``), runner_wait (a prompt-cache save or load, a
     context checkpoint, a forced re-processing: ``analysis.runner_waits``).
@@ -134,17 +125,8 @@ class LogEvent:
         return round(self.tokens / self.fraction)
 
 
-def _int(text: str | None) -> int | None:
-    """A token count as the runner prints it: digits only, at most 18 (it fits 64 bits)."""
-    return int(text) if text is not None and _INT_RE.fullmatch(text) else None
-
-
-def _float(text: str | None, limit: float) -> float | None:
-    """A decimal as the runner prints it, finite and at most ``limit``; None otherwise (never inf, never raises)."""
-    if text is None or not _NUM_RE.fullmatch(text):
-        return None
-    value = float(text)
-    return value if math.isfinite(value) and value <= limit else None
+_int = to_int
+_float = to_float
 
 
 def _fields(text: str) -> dict[str, str] | None:
@@ -178,28 +160,26 @@ def _access(line: str, read_unix_s: float) -> LogEvent | None:
     return LogEvent("access", read_unix_s, 0, access=line_)
 
 
-def _go_unquote(text: str) -> str:
-    """A Go-quoted string's content, for the escapes slog writes (\\ and \"); others are kept as written."""
-    return re.sub(r'\\([\\"])', r"\1", text)
-
-
-def _load_line(line: str, read_unix_s: float) -> LogEvent | None:
-    """Ollama's own structured line, when it is one of the two a load writes."""
-    m = _SLOG.fullmatch(line)
-    if not m:
+def _ollama_line(line: str, read_unix_s: float) -> LogEvent | None:
+    """One of Ollama's own lines (Go's slog): a cut prompt or a start line with the settings in force
+    (``analysis.prompt_fit``), or one of the two a load writes."""
+    slog = slog_line(line)
+    if slog is None:
         return None
-    msg = _go_unquote(m.group("msg"))
-    if _RUNNER_START_MSG.fullmatch(msg):
-        cmd = _CMD_ATTR.fullmatch(m.group("attrs"))
-        if cmd is None:
+    if (fit := fit_of(slog)) is not None:
+        return LogEvent("prompt_fit", read_unix_s, 0, fit=fit)
+    if slog.level != "INFO":
+        return None
+    if slog.msg in RUNNER_START_MSGS:
+        if slog.keys != ("cmd",):
             return None
-        ports = {int(p.group("port")) for p in _PORT_ARG.finditer(_go_unquote(cmd.group("cmd")))}
+        ports = {int(p.group("port")) for p in _PORT_ARG.finditer(slog.attrs["cmd"])}
         if len(ports) != 1:
             return None  # none, or two that disagree: not a command line to believe
         [port] = ports
         return LogEvent("runner_start", read_unix_s, 0, port=port) if 0 < port < 65536 else None
-    started = _RUNNER_STARTED_MSG.fullmatch(msg)
-    if started and not m.group("attrs"):
+    started = _RUNNER_STARTED_MSG.fullmatch(slog.msg)
+    if started and not slog.attrs:
         took_s = _float(started.group("s"), MAX_DURATION_MS / 1000)
         return LogEvent("runner_started", read_unix_s, 0, duration_ms=took_s * 1000) if took_s is not None else None
     return None
@@ -249,19 +229,26 @@ def _slot_message(msg: str, read_unix_s: float, slot: int, task: int | None) -> 
 
 
 def _runner_line(text: str, read_unix_s: float) -> LogEvent | None:
-    """A line llama-server wrote: after its optional log prefix, a slot line or a bare line of the timing block."""
-    prefix = _LLAMA_PREFIX.match(text)
-    if prefix is not None and prefix.end():
-        text = text[prefix.end() :]
-    m = _SLOT.match(text)
-    if m is None:
-        return _timing(text, read_unix_s, None, None)  # the older timing block's own lines, or nothing
-    task = int(m.group("task"))
-    return _slot_message(text[m.end() :], read_unix_s, int(m.group("slot")), task if task >= 0 else None)
+    """A line llama-server wrote, after its optional log prefix: a load line (``analysis.runner_load``), a wait
+    (``analysis.runner_waits``), a slot line, or a bare line of the older timing block."""
+    line = runner_line(text)
+    if line is None:
+        return _timing(strip_llama_prefix(text), read_unix_s, None, None)  # the older timing block's own lines
+    if (load := load_of(line)) is not None:
+        return LogEvent("runner_load", read_unix_s, 0, load=load)
+    if (port := listening_port(line)) is not None:
+        return LogEvent("runner_listening", read_unix_s, 0, port=port)
+    if (wait := wait_of(line)) is not None:
+        return LogEvent("runner_wait", read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
+    if not line.is_slot:
+        return None
+    assert line.slot_id is not None
+    return _slot_message(line.message, read_unix_s, line.slot_id, line.task_id)
 
 
 def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
-    """The event a log line carries, or None for a line that is not one this module understands.
+    """The event a log line carries, or None for a line that is not one this module understands. Each line is split
+    once by ``analysis.log_grammar``; what it says is read from the message that is left.
 
     Time is linear in the line's length, which is at most ``MAX_LOG_LINE_CHARS`` (a longer line is None at once)."""
     if len(line) > MAX_LOG_LINE_CHARS:
@@ -269,16 +256,10 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
     line = line.rstrip("\r")
     if line.startswith("[GIN] "):
         return _access(line, read_unix_s)
-    if (fit := parse_fit_line(line)) is not None:  # its own anchored, length-capped patterns: a cut prompt, start lines
-        return LogEvent("prompt_fit", read_unix_s, 0, fit=fit)
     if line.startswith("time="):
         if (mlx := parse_mlx_line(line)) is not None:  # the MLX runner's own lines: its anchored, whole-line patterns
             return LogEvent("mlx", read_unix_s, 0, mlx=mlx)
-        return _load_line(line, read_unix_s)
-    if (load := parse_load_line(line)) is not None:  # its own anchored, length-capped patterns
-        return LogEvent("runner_load", read_unix_s, 0, load=load)
-    if (wait := parse_wait_line(line)) is not None:  # its own anchored, length-capped patterns
-        return LogEvent("runner_wait", read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
+        return _ollama_line(line, read_unix_s)
     return _runner_line(line, read_unix_s)
 
 

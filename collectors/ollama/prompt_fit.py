@@ -16,10 +16,11 @@ import dataclasses
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import aiohttp
+import psutil
 
 from analysis.model_names import same_model
 from analysis.prompt_fit import (
@@ -28,6 +29,7 @@ from analysis.prompt_fit import (
     FitLine,
     LineKind,
     ServerSettings,
+    is_cut_for,
     num_ctx_in_force,
     parse_fit_line,
     truncation_limit,
@@ -42,18 +44,65 @@ KEEP_LINES = 256
 KEEP_RECORDS = 64  # finished requests a late line may still be joined to
 KEEP_RECORDS_S = 60.0
 LINE_SLACK_S = 2.0  # a line is read up to one log poll (and a write) after Ollama wrote it
+START_STAMP_SLACK_S = 2.0  # a slog stamp (ms) against a process start time (the OS's, to 10 ms)
+START_SET_S = 30.0  # Ollama writes its start lines within its first seconds (GPU discovery can take a few)
+OLLAMA_PROCESS_ASK_S = 5.0  # the Ollama process is looked up at most this often (a flood of forged lines: once)
 TOKENIZE_TIMEOUT_S = 10.0  # a runner's /tokenize of a long prompt, on a busy machine
 
 
-class FitBook:
-    """What Ollama's log said about cut prompts and its settings; joins it to finished requests."""
+def ollama_serve_started_unix_s() -> float | None:
+    """When the one ``ollama serve`` process this user can see started; None when none or several are seen (another
+    user's process hidden by hidepid, or sim standing in for Ollama)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "create_time"]):
+        info = proc.info
+        argv = info.get("cmdline") or []
+        is_ollama = info.get("name") == "ollama" or (bool(argv) and os.path.basename(argv[0]) == "ollama")
+        if is_ollama and argv[1:2] == ["serve"] and info.get("create_time") is not None:
+            found.append(float(info["create_time"]))
+    return found[0] if len(found) == 1 else None
 
-    def __init__(self) -> None:
+
+_NONE_TAKEN = -1.0  # no set of start lines taken yet
+
+
+class FitBook:
+    """What Ollama's log said about cut prompts and its settings; joins it to finished requests.
+
+    Anyone can have lines printed into the log, so a start line counts only as Ollama's own: a set (its ``server
+    config`` line, then the ``inference compute`` and ``vram-based default context`` lines within
+    ``START_SET_S``) is taken once per Ollama process, known by its process start (``ollama_started``); where no
+    Ollama process can be seen, only the first set. Any other start line is dropped and counted."""
+
+    def __init__(self, ollama_started: Callable[[], float | None] = ollama_serve_started_unix_s) -> None:
         self.settings = ServerSettings()
         self.settings_changed = False
+        self.settings_dropped = 0  # start lines not taken: a second set for the same Ollama process, or out of a set
+        self._ollama_started = ollama_started
+        self._asked: tuple[float, float | None] | None = None  # (when asked, the answer): asked at most every 5 s
+        self._taken_for = _NONE_TAKEN  # the Ollama process start the settings are of (None: not seen)
+        self._set_open_until = 0.0  # read time until which the taken set's other start lines belong to it
         self._lines: deque[tuple[float, FitLine]] = deque(maxlen=KEEP_LINES)  # unclaimed cut-prompt lines
         self._recent: deque[tuple[float, RequestRecord]] = deque(maxlen=KEEP_RECORDS)
         self._late: list[RequestRecord] = []
+
+    def start_with(self, settings: ServerSettings, read_unix_s: float) -> None:
+        """The set read from the log's end when the collector starts (``read_start_lines``): this Ollama's."""
+        self.settings, self.settings_changed = settings, True
+        self._taken_for = self._ollama_start(read_unix_s) or 0.0
+
+    def _ollama_start(self, now_unix_s: float) -> float | None:
+        if self._asked is None or now_unix_s - self._asked[0] > OLLAMA_PROCESS_ASK_S or now_unix_s < self._asked[0]:
+            self._asked = (now_unix_s, self._ollama_started())
+        return self._asked[1]
+
+    def _take_set(self, read_unix_s: float) -> bool:
+        """Whether a ``server config`` line read now starts the settings of an Ollama process not yet taken."""
+        started = self._ollama_start(read_unix_s)
+        if self._taken_for == _NONE_TAKEN or (started is not None and started != self._taken_for):
+            self._taken_for = started or 0.0
+            return True
+        return False
 
     def feed(self, events: Sequence[LogEvent]) -> None:
         for event in events:
@@ -62,9 +111,15 @@ class FitBook:
                 continue
             if line.kind is LineKind.TRUNCATED:
                 self._lines.append((event.read_unix_s, line))
-            else:
+            elif line.kind is LineKind.SERVER_CONFIG and self._take_set(event.read_unix_s):
                 self.settings = self.settings.fold(line, event.read_unix_s)
                 self.settings_changed = True
+                self._set_open_until = event.read_unix_s + START_SET_S
+            elif line.kind is not LineKind.SERVER_CONFIG and event.read_unix_s <= self._set_open_until:
+                self.settings = self.settings.fold(line, event.read_unix_s)
+                self.settings_changed = True
+            else:
+                self.settings_dropped += 1
         if self._lines and self._recent:
             self._join_late()
 
@@ -108,12 +163,14 @@ class FitBook:
         return rows
 
     def _claim(self, rec: RequestRecord) -> FitLine | None:
+        """The cut-prompt line about ``rec``: read while it ran (or soon after), and its numbers Ollama's cut of this
+        request (``is_cut_for``: its context, its reply's prompt count). Any other is someone else's, or forged."""
         kept = rec.metrics.prompt_eval_count if rec.metrics is not None else None
         if kept is None or rec.status_code not in (None, 200):
             return None
         end_s = rec.wall_s(rec.final_chunk_ns) if rec.final_chunk_ns is not None else None
         for i, (read_s, line) in enumerate(self._lines):
-            if line.new != kept or read_s < rec.started_at_unix_s - LINE_SLACK_S:
+            if not is_cut_for(line, rec.num_ctx_in_force, kept) or read_s < rec.started_at_unix_s - LINE_SLACK_S:
                 continue
             if end_s is not None and read_s > end_s + KEEP_RECORDS_S:
                 continue
@@ -215,8 +272,12 @@ class FitTap:
         self.source.close()
 
 
-def read_start_lines(path: Path, now_unix_s: float, max_bytes: int = START_SCAN_BYTES) -> ServerSettings | None:
-    """The settings of Ollama's last start in the log file's last ``max_bytes`` (None: none there, or unreadable)."""
+def read_start_lines(
+    path: Path, now_unix_s: float, max_bytes: int = START_SCAN_BYTES, *, ollama_started_unix_s: float | None = None
+) -> ServerSettings | None:
+    """The settings of Ollama's start in the log file's last ``max_bytes`` (None: none there, or unreadable): the first
+    set written since the Ollama process started (``ollama_started_unix_s``, its ``server config`` stamp no earlier),
+    or, where the process is not known, the last set there."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -232,6 +293,18 @@ def read_start_lines(path: Path, now_unix_s: float, max_bytes: int = START_SCAN_
         line = parse_fit_line(raw.decode("utf-8", "replace"))
         if line is None or line.kind is LineKind.TRUNCATED:
             continue
-        if line.kind is LineKind.SERVER_CONFIG or settings is not None:
-            settings = (settings or ServerSettings()).fold(line, now_unix_s)
+        if line.kind is LineKind.SERVER_CONFIG:
+            if ollama_started_unix_s is not None and settings is not None:
+                break  # the first set of this Ollama process was read: a later one is not its start
+            stamp = line.logged_unix_s
+            if ollama_started_unix_s is not None and (stamp is None or stamp < ollama_started_unix_s - START_STAMP_SLACK_S):
+                continue  # an earlier Ollama process's
+            settings = ServerSettings().fold(line, now_unix_s)
+        elif settings is not None:
+            settings = settings.fold(line, now_unix_s)
     return settings
+
+
+def read_ollama_start_lines(path: Path, now_unix_s: float) -> ServerSettings | None:
+    """``read_start_lines`` for the Ollama process running now, where one can be seen."""
+    return read_start_lines(path, now_unix_s, ollama_started_unix_s=ollama_serve_started_unix_s())

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 
 from analysis.model_names import same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags, SeenFrom
@@ -98,6 +99,11 @@ RUNNER_LINES_MISSING = (
 )
 MLX_NO_SLOTS = "an MLX runner (Apple Silicon's engine): it has no /slots; its requests are told by Ollama's log"
 MAX_BODY_BYTES = 4 << 20  # /slots carries prompt text; a larger body is not read
+MAX_WAIT_RUNNERS = 8  # runners (by port) whose wait lines and placements are kept: runners come and go, the newest kept
+# A start line is read at most this long after Ollama wrote it (a log read every step, a worker thread, a busy
+# machine): the runner it started began after that.
+START_LINE_READ_LAG_S = 10.0
+MAX_START_SEQUENCES = 4  # starts told of and not yet confirmed by discovery (models loaded one after another)
 
 
 def classify_slots_answer(status: int, body: bytes, max_slots: int = MAX_SLOTS) -> tuple[list[SlotReading] | None, str | None]:
@@ -128,6 +134,7 @@ class RunnerState:
     problem: str | None = None
     next_poll_s: float = 0.0  # monotonic
     polling: bool = False
+    started_unix_s: float | None = None  # when its process started (psutil), to confirm a start sequence as its own
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self.runner)
@@ -153,6 +160,14 @@ class _Track:
     decode_rows: deque[ProgressSample] = field(default_factory=lambda: deque(maxlen=MAX_DECODE_ROWS_KEPT))
 
 
+def process_started_unix_s(pid: int) -> float | None:
+    """When process ``pid`` started (its creation time, as the OS keeps it); None when it cannot be read."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
 def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
     if not digest:
         return None
@@ -160,6 +175,17 @@ def _model_of(digest: str | None, models: Sequence[LoadedModel]) -> str | None:
         if m.digest == digest or m.digest.removeprefix("sha256:") == digest:
             return m.name
     return None
+
+
+@dataclass
+class _StartSequence:
+    """A runner's start as Ollama's log tells it: from Ollama's ``starting llama-server`` line (its port) to the
+    runner's own listening line (or Ollama's "started in"); its load lines fold into ``reader``."""
+
+    port: int
+    read_unix_s: float  # when its start line was read
+    reader: PlacementReader = field(default_factory=PlacementReader)
+    up: bool = False  # the runner said it listens: no load line after this is its
 
 
 class RunnerReader:
@@ -221,15 +247,20 @@ class RunnerReader:
         self.mlx = MlxDirect(read_tick_s=busy_interval_s, clock=clock)
         self._mlx_answered: set[int] = set()
         self._mlx_out: list[RequestRecord] = []  # its generations to write (in flight, then finished)
-        # Where each runner (by port) put its model, from its load lines in Ollama's log: they follow the line
-        # that started it (its port), and carry no port themselves.
+        # Where each runner (by port) put its model, from its load lines in Ollama's log: they carry no port, and
+        # count only inside a start sequence (``_StartSequence``) a runner found on that port confirms as its own.
         self.placements: dict[int, PlacementReader] = {}
+        self._placement_pid: dict[int, int] = {}  # port → the runner process whose start sequence it is
+        # The starts Ollama's log told of, not yet taken by their runner (the newest last; its lines are read into it).
+        self._sequences: deque[_StartSequence] = deque(maxlen=MAX_START_SEQUENCES)
         self._loading_port: int | None = None
+        self.load_lines_dropped = 0  # load lines outside a start sequence, or beyond a load's bounds
         # The runner's own waits before each task's prompt (analysis.runner_waits), per runner port (None: not known),
         # and the tasks whose waits changed and are not yet joined to a request (joined when /slots shows the task).
         self._waits: dict[int | None, WaitJoiner] = {}
         self._waits_unjoined: dict[tuple[int | None, int], float] = {}  # (port, task) → when read
         self._waits_queue: dict[str, RequestWaitsRow] = {}
+        self.wait_lines_dropped = 0  # wait and task lines naming a slot or slot count the runner does not have
 
     # -- what others read ------------------------------------------------------------------
 
@@ -278,13 +309,20 @@ class RunnerReader:
             for r in (state.runner,)
         ]
 
+    def _placement(self, state: RunnerState) -> RunnerPlacement | None:
+        """The runner's placement from its own start sequence (None: not read, or not confirmed as this process's)."""
+        port = state.runner.port
+        reader = self.placements.get(port)
+        if reader is None or self._placement_pid.get(port) != state.runner.pid:
+            return None
+        return reader.placement()
+
     def placement_rows(self, ts_unix_s: float) -> dict[int, list[RunnerDeviceRow]]:
         """Each found runner's placement from its own load lines, by port, for the store (runners whose load was
         not read, e.g. loaded before the collector started, have none)."""
         out: dict[int, list[RunnerDeviceRow]] = {}
         for state in self.runners.values():
-            reader = self.placements.get(state.runner.port)
-            placement = reader.placement() if reader is not None else None
+            placement = self._placement(state)
             if placement is not None:
                 port = state.runner.port
                 out[port] = placement_rows(placement, ts_unix_s=ts_unix_s, port=port, model=state.model, digest=state.digest)
@@ -294,53 +332,103 @@ class RunnerReader:
         """Where the runner serving ``model`` put it, in its own load lines; None when no found runner serves it or
         its load was not read."""
         for state in self.runners.values():
-            if state.model is not None and same_model(model, state.model):
-                reader = self.placements.get(state.runner.port)
-                if reader is not None and (placement := reader.placement()) is not None:
-                    return placement
+            matches = state.model is not None and same_model(model, state.model)
+            if matches and (placement := self._placement(state)) is not None:
+                return placement
         return None
 
     def _fold_load_lines(self, events: list[LogEvent]) -> None:
+        """A load line counts only inside the start sequence Ollama's log told of last (its ``starting llama-server``
+        line, to the runner's listening line): one after the runner is up, or with no start, is dropped and counted."""
         for event in events:
+            seq = self._sequences[-1] if self._sequences else None
             if event.kind == "runner_start" and event.port is not None:
                 self._loading_port = event.port
-                self.placements[event.port] = PlacementReader()  # a new load on that port: its own figures
+                self._sequences.append(_StartSequence(event.port, event.read_unix_s))
             elif event.kind == "runner_load" and event.load is not None:
-                port = self._loading_port
-                if port is None and len(self.runners) == 1:
-                    port = next(iter(self.runners.values())).runner.port
-                if port is not None:
-                    self.placements.setdefault(port, PlacementReader()).feed(event.load)
+                if seq is None or seq.up or not seq.reader.feed(event.load):
+                    self.load_lines_dropped += 1
+            elif event.kind in ("runner_listening", "runner_started") and seq is not None:
+                seq.up = seq.up or event.port in (None, seq.port)
+        self._adopt_sequences()
+
+    def _started_after(self, seq: _StartSequence) -> RunnerState | None:
+        """The runner found on the sequence's port if its process started after the start line was written."""
+        for state in self.runners.values():
+            started = state.started_unix_s
+            if state.runner.port == seq.port and started is not None and started >= seq.read_unix_s - START_LINE_READ_LAG_S:
+                return state
+        return None
+
+    def _adopt_sequences(self) -> None:
+        """A start sequence becomes the placement of the runner on its port whose process started after its start line
+        was written (a forged start line naming a running runner's port is not that runner's), once per runner process
+        (a later sequence naming the same process changes nothing). The newest such sequence for a port is the one
+        Ollama wrote for it; older ones for that port are let go."""
+        for seq in reversed(list(self._sequences)):
+            if seq not in self._sequences:
+                continue  # let go as older than one taken
+            state = self._started_after(seq)
+            if state is None:
+                continue
+            pid = state.runner.pid
+            if self._placement_pid.get(seq.port) == pid and self.placements.get(seq.port) is not seq.reader:
+                continue  # this process's own sequence was taken already
+            self.placements[seq.port] = seq.reader
+            self._placement_pid[seq.port] = pid
+            for other in [o for o in self._sequences if o.port == seq.port and o is not seq and o.read_unix_s <= seq.read_unix_s]:
+                self._sequences.remove(other)
+            if seq.up:
+                self._sequences.remove(seq)  # complete and taken: nothing more to read into it
+        live = {s.runner.port for s in self.runners.values()}
+        for port in [p for p in self.placements if p not in live][: max(0, len(self.placements) - MAX_WAIT_RUNNERS)]:
+            del self.placements[port]  # runners come and go: a gone runner's is let go
+            self._placement_pid.pop(port, None)
 
     def drain_waits(self) -> list[RequestWaitsRow]:
         """The runner waits joined to requests since the last call (one row per request, the latest)."""
         out, self._waits_queue = list(self._waits_queue.values()), {}
         return out
 
-    def _fold_waits(self, events: list[LogEvent]) -> None:
-        """The runner's waits and task lines, in the order it printed them, then joined to requests. Like its load
-        lines they carry no port: they are the runner Ollama started last's, or the only one's."""
+    def _waits_target(self) -> tuple[int | None, dict[int, int | None]]:
+        """Whose the next wait lines are (they carry no port): the runner Ollama started last, or the only one; and each
+        found runner's slot count by port, from its command line (-np), to hold the lines' slot ids to."""
         port = self._loading_port
         if port is None and len(self.runners) == 1:
             port = next(iter(self.runners.values())).runner.port
+        return port, {state.runner.port: state.runner.n_parallel for state in self.runners.values()}
+
+    def _fold_waits(
+        self, events: list[LogEvent], port: int | None, slots_by_port: dict[int, int | None]
+    ) -> list[tuple[int | None, int, float]]:
+        """The runner's waits and task lines, in the order it printed them: the (port, task, when read) whose waits
+        changed, to join to requests on the loop. Runs in the log's worker thread; each line costs the same however
+        many came before (the joiner's tables are bounded: analysis.runner_waits)."""
+        started = [e.port for e in events if e.kind == "runner_start" and e.port is not None]
+        if started:
+            port = started[-1]  # like _fold_load_lines: the lines after a start are that runner's
         joiner = self._waits.get(port)
         if joiner is None:
-            for old in list(self._waits)[: max(0, len(self._waits) - 7)]:  # runners come and go: keep the newest
+            for old in list(self._waits)[: max(0, len(self._waits) - (MAX_WAIT_RUNNERS - 1))]:  # runners come and go
                 del self._waits[old]
-            joiner = self._waits[port] = WaitJoiner()
+            joiner = self._waits[port] = WaitJoiner(slots_by_port.get(port) if port is not None else None)
+        dropped_before = joiner.dropped
+        changed: dict[tuple[int | None, int], float] = {}
         for event in events:
-            changed = []
+            tasks = []
             if event.kind == "runner_wait" and event.wait is not None:
-                changed = joiner.wait(event.wait)
+                tasks = joiner.wait(event.wait)
             elif event.task_id is not None and event.kind == "launch":
-                changed = joiner.launch(event.slot_id, event.task_id)
+                tasks = joiner.launch(event.slot_id, event.task_id)
             elif event.task_id is not None and event.kind == "new_prompt":
-                changed = joiner.new_prompt(event.task_id)
+                tasks = joiner.new_prompt(event.task_id)
             elif event.task_id is not None and event.kind == "release":
-                changed = joiner.release(event.slot_id, event.task_id)
-            for task in changed:
-                self._waits_unjoined[(port, task.task_id)] = event.read_unix_s
-        self._join_waits()
+                tasks = joiner.release(event.slot_id, event.task_id)
+            for task in tasks:
+                changed[(port, task.task_id)] = event.read_unix_s
+        self.wait_lines_dropped += joiner.dropped - dropped_before
+        # Only tasks the joiner still holds can be joined: a flood of launches leaves its newest MAX_TASKS_KEPT.
+        return [(p, t, at) for (p, t), at in changed.items() if t in joiner.tasks]
 
     def _join_waits(self) -> None:
         by_task = {task: rid for (_pid, task), rid in self._tasks.items()} if len(self.runners) <= 1 else {}
@@ -472,6 +560,7 @@ class RunnerReader:
                 lambda: [self._digests.digest(r.model_path) if r.model_path else None for r in found.runners],
                 "runner-digests",
             )
+            started = await off_loop_daemon(lambda: [process_started_unix_s(r.pid) for r in found.runners], "runner-starts")
         except Exception:
             self.errors += 1
             log.exception("runner discovery failed")
@@ -482,9 +571,10 @@ class RunnerReader:
             log.info("runners: %s", f"found {found.found_by}" if found.found_by else found.problem)
         self.discovery = found
         kept: dict[int, RunnerState] = {}
-        for runner, digest in zip(found.runners, digests, strict=True):
+        for runner, digest, started_s in zip(found.runners, digests, started, strict=True):
             old = self.runners.get(runner.pid)
-            kept[runner.pid] = old if old is not None and old.runner == runner else RunnerState(runner, digest=digest)
+            new = RunnerState(runner, digest=digest, started_unix_s=started_s)
+            kept[runner.pid] = old if old is not None and old.runner == runner and old.started_unix_s == started_s else new
         gone = set(self.runners) - set(kept)
         if gone or set(kept) - set(self.runners):
             log.info("runners: %s", ", ".join(f"pid {r.runner.pid} port {r.runner.port}" for r in kept.values()) or "none")
@@ -492,6 +582,7 @@ class RunnerReader:
             self.direct.runner_gone(pid)
         self.runners = kept
         self._tasks = {k: v for k, v in self._tasks.items() if k[0] in kept}
+        self._adopt_sequences()  # a runner Ollama just started: its start sequence is now confirmed
 
     def _interval_s(self, state: RunnerState, requests: list[RequestRecord]) -> float:
         """How often to read this runner now: fastest while a slot reads a proxied request's prompt (read taking
@@ -676,7 +767,9 @@ class RunnerReader:
     def _read_log(self, requests: list[RequestRecord]) -> None:
         """Read the log and join its events now, on the caller's thread (tests; the loop uses the one below)."""
         assert self._log is not None
-        self._take_log(self._log, self._log.read(self._clock()), requests)
+        target = self._waits_target()
+        events = self._log.read(self._clock())
+        self._take_log(self._log, events, requests, self._fold_waits(events, *target))
 
     def _read_log_if_written(self) -> None:
         """Start a read of the log unless one runs; a file is read only once written since (a quiet log costs one
@@ -689,33 +782,46 @@ class RunnerReader:
         self._log_read = asyncio.ensure_future(self._read_log_in_thread(source))
 
     async def _read_log_in_thread(self, source: LogSource) -> None:
-        """Read and parse the log in a worker thread, off the loop that relays every proxied request (a flood of
-        lines, up to a read's cap, costs that thread's time, not the clients'); then join its events here, on the
-        loop. One read at a time; the lines are stamped with the time the read began."""
+        """Read and parse the log, and fold the runner's waits, in a worker thread, off the loop that relays every
+        proxied request (a flood of lines, up to a read's cap, costs that thread's time, not the clients'); then join
+        its events here, on the loop. One read at a time; the lines are stamped with the time the read began."""
         try:
-            events = await asyncio.to_thread(source.read, self._clock())
-            self._take_log(source, events, list(self._in_flight()))
+            target = self._waits_target()  # read on the loop: the runners as discovery last found them
+
+            def read_and_fold() -> tuple[list[LogEvent], list[tuple[int | None, int, float]]]:
+                events = source.read(self._clock())
+                return events, self._fold_waits(events, *target)
+
+            events, changed = await asyncio.to_thread(read_and_fold)
+            self._take_log(source, events, list(self._in_flight()), changed)
         except Exception:
             self.errors += 1
             log.exception("reading Ollama's log failed")
         finally:
             self._log_read = None
 
-    def _take_log(self, source: LogSource, events: list[LogEvent], requests: list[RequestRecord]) -> None:
+    def _take_log(
+        self,
+        source: LogSource,
+        events: list[LogEvent],
+        requests: list[RequestRecord],
+        waits_changed: list[tuple[int | None, int, float]],
+    ) -> None:
         if source.problem != self._log_problem:  # say it once, in words, when it changes
             self._log_problem = source.problem
             if self._log_problem:
                 log.warning("Ollama's log: %s; live progress comes from the runners' /slots alone meanwhile", self._log_problem)
             else:
                 log.info("Ollama's log: reading it")
+        for port, task_id, read_s in waits_changed:
+            self._waits_unjoined[(port, task_id)] = read_s
+        self._join_waits()  # these, and a task /slots joined since
         if not events:
-            self._join_waits()  # a task /slots joined since
             return
         self._watch_runner_lines(events)
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._look_now = True  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
-        self._fold_waits(events)
         self.direct.log_events(events)
         self._take_mlx_lines(events, requests)
         # A progress line is a request's only when /slots showed its task id on the one runner, joined to that
@@ -794,7 +900,12 @@ class RunnerReader:
 
     def log_dropped(self) -> dict[str, int]:
         """Log lines not believed, by why: the direct records' (``DirectTasks.dropped``) and the progress rows'."""
-        return {**self.direct.dropped, "progress": self.log_lines_dropped}
+        return {
+            **self.direct.dropped,
+            "progress": self.log_lines_dropped,
+            "wait": self.wait_lines_dropped,
+            "placement": self.load_lines_dropped,
+        }
 
     @property
     def log_unknown_lines(self) -> int:

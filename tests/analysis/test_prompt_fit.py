@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from analysis.log_grammar import MAX_LINE_CHARS
 from analysis.phases import Flag, split_record
 from analysis.prompt_fit import (
-    MAX_LINE_CHARS,
     TOO_LONG_MESSAGE,
     CtxSource,
     LineKind,

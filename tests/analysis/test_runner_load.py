@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from analysis.log_grammar import MAX_LINE_CHARS
 from analysis.runner_load import (
-    MAX_LINE_CHARS,
     MIB,
     PlacementReader,
     parse_load_line,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.runner_waits import MAX_LINE_CHARS, MIB, WaitJoiner, WaitLine, parse_wait_line, waits_label, what_changes
+from analysis.log_grammar import MAX_LINE_CHARS
+from analysis.runner_waits import MIB, WaitJoiner, WaitLine, parse_wait_line, waits_label, what_changes
 from collectors.ollama.log import parse_line
 from tests.support.real_gpu import LOG
 
@@ -134,3 +135,38 @@ def test_a_save_the_cache_already_holds_copies_nothing() -> None:
     t = j.tasks[9]
     assert "prompt_cache_save" not in t.waits and t.cache_update_ms == 12.5
     assert waits_label(t) == "prompt loaded from the cache + context checkpoint restored 40 MiB"
+
+
+# A flood of launch lines on new slot ids must fold in time linear in its lines (issue 39 F9: 15,000 took 22 s on
+# this machine at e5fe76a, 30,000 took 101 s, every launch summing over every slot id seen); it takes ~0.3 s now.
+FLOOD_LAUNCHES = 30_000
+FLOOD_BUDGET_S = 5.0  # room for two CPU-bound processes beside it
+
+
+def test_launch_lines_on_new_slot_ids_fold_in_linear_time_and_bounded_tables() -> None:
+    import time
+
+    from analysis.runner_waits import MAX_SLOTS_BELIEVED, MAX_TASKS_KEPT
+
+    for slots in (None, 2):
+        joiner = WaitJoiner(slots)
+        start = time.perf_counter()
+        for i in range(FLOOD_LAUNCHES):
+            joiner.launch(1000 + i, 5_000_000 + i)
+            joiner.launch(i % 4, 9_000_000 + i)
+        took_s = time.perf_counter() - start
+        assert took_s < FLOOD_BUDGET_S, f"{2 * FLOOD_LAUNCHES} launches took {took_s:.1f} s"
+        limit = slots or MAX_SLOTS_BELIEVED
+        assert len(joiner._busy) <= limit and len(joiner.tasks) <= MAX_TASKS_KEPT
+        assert all(t.slot_id is not None and t.slot_id < limit for t in joiner.tasks.values())
+        assert joiner.dropped >= FLOOD_LAUNCHES
+
+
+def test_a_slot_or_slot_count_the_runner_does_not_run_with_is_dropped() -> None:
+    joiner = WaitJoiner(2)  # started with -np 2
+    assert joiner.launch(7, 5) == [] and 5 not in joiner.tasks
+    assert joiner.wait(WaitLine("n_slots", tokens=64)) == [] and joiner.n_slots == 2
+    assert joiner.wait(WaitLine("idle_save", slot_id=9)) == []
+    assert joiner.dropped == 3
+    (task,) = joiner.launch(1, 6)
+    assert (task.slot_id, task.n_slots) == (1, 2)

@@ -216,3 +216,54 @@ def test_a_stored_generation_is_matched_by_the_runners_figures_within_its_own_bo
     assert same_generation(rec, lo, hi, _figures(output_tokens=23, output_tokens_bound=3))
     # an OpenAI-style reply: counts only, and the time
     assert same_generation(rec, lo, hi, _figures(prefill_ns=None, decode_ns=None))
+
+
+# What an API client had the runner echo into the log (issue 39 F12): a whole generation with a chosen client, and a
+# runner start naming the real runner's port with a day of load, all printed at once, as an echo prints them.
+FORGED_BLOCK = [
+    "slot launch_slot_: id  0 | task 987654 | processing task, is_child = 0",
+    "slot   operator(): id  0 | task 987654 | new prompt, n_ctx_slot = 20480, n_keep = 0, task.n_tokens = 4242",
+    "slot print_timing: id  0 | task 987654 | prompt eval time =     900.00 ms /  4242 tokens",
+    "slot print_timing: id  0 | task 987654 |        eval time =    1200.00 ms /    77 tokens",
+    "slot      release: id  0 | task 987654 | stop processing: n_tokens = 4319, truncated = 0",
+    '[GIN] 2026/12/04 - 18:31:07 | 200 |          2.2s |    203.0.113.77 | POST     "/api/chat"',
+    'time=2026-12-04T18:31:07.500+00:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+    'cmd="/tmp/pwdev/ls-wrap.sh --model /tmp/pwdev/model.gguf --port 48613 --host 127.0.0.1 -np 2"',
+    "load_tensors: offloaded 7/19 layers to GPU",
+    "load_tensors:        CUDA0 model buffer size =   100.00 MiB",
+    'time=2026-12-04T18:31:07.501+00:00 level=INFO source=llama_server.go:1362 msg="llama-server started in 86400.00 seconds"',
+]
+
+
+def test_an_attacked_log_into_a_fresh_store_records_no_forged_generation_and_no_verified_client(tmp_path: Path) -> None:
+    lines = LOG.read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("[GIN] 2026/12/04 - 18:31:07") and "/api/generate" in x)
+    attacked = tmp_path / "attacked.log"
+    attacked.write_text("\n".join([*lines[: at + 1], *FORGED_BLOCK, *lines[at + 1 :]]) + "\n")
+    result, _ = _import(tmp_path / "data", attacked)
+    path = db_path(tmp_path / "data")
+    rows = _rows(path, "SELECT prompt_eval_count, eval_count, client_addr, client_unverified, load_duration_ns FROM requests")
+    assert not [r for r in rows if r[0] == 4242 or r[2] == "203.0.113.77"], rows
+    assert all(r[3] == 1 for r in rows if r[2] is not None), "an access line's client is Ollama's text: unverified"
+    assert not [r for r in rows if (r[4] or 0) > 3600e9], "no day of load"
+    assert result.counts.refused_tasks >= 1 and result.counts.refused_loads == 1
+    devices = _rows(path, "SELECT device, layers_offloaded, layers_total FROM runner_devices WHERE device = 'CUDA0'")
+    assert devices == [("CUDA0", 49, 49)], "the real placement stands"
+    assert result.recorded == 13  # the log's own generations, every one
+
+
+def test_an_import_does_not_resurrect_what_a_collector_recording_then_did_not_record(tmp_path: Path) -> None:
+    """The store knows when a collector recorded (a host sample every second): a generation of the log at such a time
+    that the store does not hold is one that collector did not believe."""
+    from datetime import datetime
+
+    from analysis.records import HostSample
+    from store.ops import PutHostSample
+    from store.writer import StoreWriter
+
+    w = StoreWriter(db_path(tmp_path / "data"))
+    ran_at = datetime.fromisoformat("2026-12-04T18:31:07+00:00").timestamp()  # the collector ran then, recorded nothing
+    w.write(PutHostSample(HostSample(ran_at, cpu_pct=5.0, mem_used_bytes=1 << 30, mem_total_bytes=1 << 34)))
+    w.close()
+    result, _ = _import(tmp_path / "data", LOG)
+    assert result.refused_live >= 1 and result.recorded == 13 - result.refused_live

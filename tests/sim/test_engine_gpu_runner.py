@@ -67,6 +67,24 @@ def test_a_cpu_build_says_size_vram_0() -> None:
     assert loaded_sizes(runner.placement, estimate_bytes=300_000_000) == (300_000_000, 0)
 
 
+def test_load_lines_echoed_after_the_runner_listens_do_not_change_api_ps() -> None:
+    """A client can have the runner echo any line (an invalid grammar, verbatim): sim's /api/ps reads only the lines
+    of the runner's start, up to its own listening line (issue 39 F10: forged lines made it say 0.98 in VRAM)."""
+    runner = ServerChild(cast(Any, engine_like()), 4096, 512)
+    real = (
+        "load_tensors:   CPU_Mapped model buffer size =   241.41 MiB\nllama_kv_cache:        CPU KV buffer size =    18.00 MiB\n"
+    )
+    forged = (
+        "load_tensors: offloaded 19/19 layers to GPU\n"
+        "load_tensors:        CUDA0 model buffer size =  9999.00 MiB\n"
+        "llama_kv_cache:      CUDA0 KV buffer size =  9999.00 MiB\n"
+    )
+    other_port = f"srv  llama_server: listening on http://127.0.0.1:{runner.port + 1}\n"
+    pumped(runner, real + other_port + f"srv  llama_server: listening on http://127.0.0.1:{runner.port}\n" + forged)
+    assert loaded_sizes(runner.placement, estimate_bytes=300_000_000) == (300_000_000, 0)
+    assert not runner.starting
+
+
 def test_every_layer_when_the_model_fits_the_gpus_the_build_lists(tmp_path: Path) -> None:
     fake = tmp_path / "llama-server"
     fake.write_text(

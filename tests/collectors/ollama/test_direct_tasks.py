@@ -354,11 +354,15 @@ def test_access_and_load_lines_parse_and_hostile_ones_do_not() -> None:
     for hostile in ('[GIN] 2026/13/45 - 99:99:99 | 200 | 1s | x | POST "/api/chat"', "[GIN] | 200 |", "[GIN] " + "x" * 100_000):
         assert parse_line(hostile, 1.0) is None
     start_line = (
-        'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="/b/llama-server --model /m --port 40123"'
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'cmd="/b/llama-server --model /m --port 40123"'
     )
     start = parse_line(start_line, 1.0)
     assert start is not None and start.kind == "runner_start" and start.port == 40123
-    done = parse_line('time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"', 1.0)
+    done = parse_line(
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"',
+        1.0,
+    )
     assert done is not None and done.kind == "runner_started" and done.duration_ms == 2310.0
 
 
@@ -446,12 +450,12 @@ def test_a_load_counts_only_within_its_own_lines_and_on_a_found_runners_port() -
     the runner's; a real one, then a task on that port at once, is. A load for a port no task runs on is dropped."""
     clock = Clock()
     start = (
-        'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
         f'cmd="/b/llama-server --model /m --port {RUNNER.port} -np 2"'
     )
     log_lines(d := tasks(clock), clock.now, start)
     clock.now += 2.5
-    day = 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 86400.00 seconds"'
+    day = 'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in 86400.00 seconds"'
     log_lines(d, clock.now + 0.5, day)  # read half a second before /slots first shows the task
     run_tasks(d, clock, Gen(1, took_s=4.0))
     clock.now += GRACE_S
@@ -463,7 +467,11 @@ def test_a_load_counts_only_within_its_own_lines_and_on_a_found_runners_port() -
     d = tasks(clock)
     log_lines(d, clock.now, start)
     clock.now += 2.5
-    log_lines(d, clock.now + 0.5, 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"')
+    log_lines(
+        d,
+        clock.now + 0.5,
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in 2.31 seconds"',
+    )
     run_tasks(d, clock, Gen(1, took_s=4.0))
     clock.now += GRACE_S
     d.step()
@@ -472,7 +480,11 @@ def test_a_load_counts_only_within_its_own_lines_and_on_a_found_runners_port() -
     # A load on a port where no runner's task follows it: kept LOAD_KEPT_S, then dropped.
     log_lines(d, clock.now, start.replace(str(RUNNER.port), "1"))
     clock.now += 1.0
-    log_lines(d, clock.now, 'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in 0.50 seconds"')
+    log_lines(
+        d,
+        clock.now,
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in 0.50 seconds"',
+    )
     clock.now += LOAD_KEPT_S + 1
     d.step()
     assert d.dropped == {"load": 1} and finished(d) == []

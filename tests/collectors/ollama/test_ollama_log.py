@@ -37,7 +37,8 @@ def test_captured_llama_server_output() -> None:
     progress = [e for e in events if e.kind == "progress"]
     assert [e.tokens for e in progress] == [512, 1024, 1536, 2048, 2560, 3072, 3089, 3597]
     assert [e.fraction for e in progress][:2] == [0.14, 0.28]
-    assert {(e.slot_id, e.task_id) for e in events if e.kind != "runner_wait"} == {(0, 1)}
+    assert {(e.slot_id, e.task_id) for e in events if e.kind not in ("runner_wait", "runner_listening")} == {(0, 1)}
+    assert [e.port for e in events if e.kind == "runner_listening"] == [36233]  # the end of its start
     # The runner's slot count (analysis.runner_waits): nothing was cached yet, so no save and no forced re-processing.
     assert [e.wait.kind for e in events if e.wait is not None] == ["n_slots"]
     sizes = [e.prompt_size_tokens for e in progress]
@@ -48,7 +49,7 @@ def test_captured_llama_server_output() -> None:
     task = [(e.kind, e.tokens) for e in events if e.kind in ("launch", "new_prompt", "release")]
     assert task == [("launch", 0), ("release", 3604)], task  # this build logs no "new prompt" line at this verbosity
     assert all(e.read_unix_s == 100.0 for e in events), "stamped on read: the lines carry no time of their own"
-    assert len(lines) - len(events) == 13
+    assert len(lines) - len(events) == 12
 
 
 @pytest.mark.parametrize("log", SIM_LOGS, ids=lambda p: p.stem)

@@ -47,7 +47,7 @@ def test_lines_of_repeated_fragments_parse_in_bounded_time() -> None:
     lines = [
         repeated(fragment, chars, prefix)
         for fragment in FRAGMENTS
-        for prefix in ("", SLOT, 'time=x level=INFO source=x.go:1 msg="')
+        for prefix in ("", SLOT, 'time=2026-06-12T22:48:14.120Z level=INFO source=x.go:1 msg="')
         for chars in (MAX_LOG_LINE_CHARS - 16, 14 * 1024, 28 * 1024)
     ]
     for line in lines:  # the shortest first: the old parser failed on the first, in seconds rather than minutes
@@ -99,8 +99,8 @@ def test_numbers_that_are_not_finite_or_beyond_any_reading_are_refused() -> None
         SLOT + f"prompt processing, n_tokens = {'9' * 5000}, progress = 0.5",  # int() refuses 5,000 digits
         SLOT + f"prompt processing, n_tokens = 10, progress = {huge}",
         SLOT + f"stop processing: n_tokens = {'9' * 30}, truncated = 0",
-        f'time=x level=INFO source=llama_server.go:1362 msg="llama-server started in {huge} seconds"',
-        'time=x level=INFO source=llama_server.go:1362 msg="llama runner started in 86400000.00 seconds"',
+        f'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama-server started in {huge} seconds"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:1362 msg="llama runner started in 86400000.00 seconds"',
         f'[GIN] 2026/06/12 - 22:48:16 | 200 | {"9" * 20}h | 10.0.0.7 | POST     "/api/chat"',
     ]:
         event = parse_line(line, 1.0)
@@ -123,11 +123,11 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         # a load line inside another message: would switch the log's figures off (a runner on port 1 never found)
         'time=2026-06-12T22:48:14.120+02:00 level=WARN source=server.go:1 msg="bad grammar: starting llama-server '
         '--model /m --port 1"',
-        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=server.go:1 msg="echo" cmd="starting llama-server --port 1"',
-        'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'time=2026-06-12T22:48:14.120Z level=INFO source=server.go:1 msg="echo" cmd="starting llama-server --port 1"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
         'cmd="/b/llama-server --port 40123 --port 1"',  # two ports: not a command line to believe
         # a day of load from a message that only contains the words
-        'time=x level=INFO source=x.go:1 msg="request: llama runner started in 86399.00 seconds"',
+        'time=2026-06-12T22:48:14.120Z level=INFO source=x.go:1 msg="request: llama runner started in 86399.00 seconds"',
         "grammar: llama-server started in 86399.00 seconds",
         # an access line inside another, or with text after its path
         'srv  log_server_r: [GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"',
@@ -142,11 +142,14 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         ("slot      release: id  0 | task 5 | stop processing: n_tokens = 9999, truncated = 0", "release"),
         ("0.09.894.504 I slot launch_slot_: id  0 | task 5 | processing task, is_child = 0", "launch"),
         (
-            'time=2026-06-12T22:48:14.120+02:00 level=INFO source=llama_server.go:431 msg="starting llama-server" '
+            'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
             'cmd="/b/llama-server --model /m --port 40123 -np 2"',
             "runner_start",
         ),
-        ('time=x level=INFO source=server.go:1 msg="llama runner started in 2.31 seconds"', "runner_started"),
+        (
+            'time=2026-06-12T22:48:14.120Z level=INFO source=server.go:1 msg="llama runner started in 2.31 seconds"',
+            "runner_started",
+        ),
         ('[GIN] 2026/06/12 - 22:48:16 | 200 |     26.1s |       10.0.0.9 | POST     "/api/chat"', "access"),
         ('[GIN] 2026/06/12 - 22:48:16 | 404 |      1.2ms |       10.0.0.9 | GET      "/a\\"b"', "access"),
     ]
@@ -167,7 +170,7 @@ def test_fragments_inside_other_lines_are_not_read() -> None:
         min_size=1,
         max_size=6,
     ),
-    st.sampled_from(["", SLOT, "0.00.001.410 I " + SLOT, "[GIN] ", 'time=x level=INFO source=x msg="']),
+    st.sampled_from(["", SLOT, "0.00.001.410 I " + SLOT, "[GIN] ", 'time=2026-06-12T22:48:14.120Z level=INFO source=x msg="']),
 )
 def test_fuzzed_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
     parts = [fragment * count for fragment, count in runs]
@@ -234,3 +237,86 @@ def test_a_journal_message_is_split_on_newlines_only() -> None:
         assert tail.unknown_lines == 8 and tail.known_lines == 1
     finally:
         tail.close()
+
+
+# Fragments of the wait, load, fit and settings lines (issue 39: the fuzzing extended to their grammars), each with
+# the characters their patterns split on; whole lines start with each of their prefixes.
+GRAMMAR_FRAGMENTS = [
+    " - saving prompt with length 1, total state size = 1.000 MiB",
+    "restored context checkpoint (pos_min = 0, pos_max = 1, n_tokens = 2, ",
+    "forcing full prompt re-processing due to lack of cache data",
+    "created context checkpoint 1 of 32 (pos_min = 0, ",
+    "initializing, n_slots = 2, n_ctx_slot = 4096",
+    "prompt cache update took 1.00 ms",
+    "offloaded 7/19 layers to GPU",
+    "   CUDA0 model buffer size =  1.00 MiB",
+    "using device CUDA0 (NVIDIA H200 (x) ) (0000:00:06.0) - 1 MiB free",
+    "  - CUDA0   : Intel(R) Xeon(R) (1 MiB, 1 MiB free)",
+    "|   - CUDA0 (H200)  | 1 = 1 + (1 =  1 +  1 +  1) +  -1 |",
+    "layer  12 assigned to device CUDA1, is_swa = 0",
+    "listening on http://127.0.0.1:1",
+    ' msg="truncating input prompt" limit=1 prompt=2 keep=1 new=1',
+    ' msg="server config" env="map[OLLAMA_NUM_PARALLEL:64 ',
+    ' msg="inference compute" id=GPU-1 library=CUDA name=CUDA0 total="1 GiB"',
+    ' total_vram="1 GiB" default_num_ctx=1',
+    ' x=\\"\\\\\\u00e9"',
+]
+SPLITTERS = [" ", "|", "=", ",", "(", ")", '"', "\\", "0", "9" * 20]
+GRAMMAR_PREFIXES = [
+    "",
+    "srv   prompt_save: ",
+    "srv  get_availabl: ",
+    "slot   operator(): id  0 | task 5 | ",
+    "0.00.001.410 I srv    load_model: ",
+    "load_tensors: ",
+    "llama_kv_cache: ",
+    "sched_reserve: ",
+    "llama_prepare_model_devices: ",
+    "cmn  common_param: ",
+    "common_memory_breakdown_print: ",
+    "srv  llama_server: ",
+    "time=2026-12-04T18:31:01.404+00:00 level=WARN source=llama_server.go:314 msg=",
+    "time=2026-12-04T18:31:01.404+00:00 level=INFO source=routes.go:1741 msg=",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*GRAMMAR_FRAGMENTS, " ", "|", "=", ",", "(", ")", '"', "\\", "0", "9" * 20]), st.integers(1, 300)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(GRAMMAR_PREFIXES),
+)
+def test_fuzzed_wait_load_fit_and_settings_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
+    from analysis.prompt_fit import parse_fit_line
+    from analysis.runner_load import parse_load_line
+    from analysis.runner_waits import parse_wait_line
+
+    line = (prefix + "".join(fragment * count for fragment, count in runs))[: 2 * MAX_LOG_LINE_CHARS]
+    for parse in (parse_wait_line, parse_load_line, parse_fit_line, lambda x: parse_line(x, 1.0)):
+        start = time.perf_counter()
+        fact = parse(line)
+        took_s = time.perf_counter() - start
+        assert took_s < LINE_BUDGET_S, f"{len(line)} characters took {took_s:.3f} s"
+        for name in ("size_bytes", "free_bytes", "total_bytes", "tokens", "limit", "prompt", "new", "duration_ms"):
+            value = getattr(fact, name, None)
+            assert value is None or (math.isfinite(value) and value >= 0), (name, value)
+
+
+def test_repeated_grammar_fragments_at_the_length_cap_parse_in_bounded_time() -> None:
+    from analysis.prompt_fit import parse_fit_line
+    from analysis.runner_load import parse_load_line
+    from analysis.runner_waits import parse_wait_line
+
+    for fragment in GRAMMAR_FRAGMENTS:
+        for prefix in GRAMMAR_PREFIXES:
+            line = repeated(fragment, MAX_LOG_LINE_CHARS - len(prefix), prefix)
+            for parse in (parse_wait_line, parse_load_line, parse_fit_line, lambda x: parse_line(x, 1.0)):
+                start = time.perf_counter()
+                parse(line)
+                took_s = time.perf_counter() - start
+                assert took_s < LINE_BUDGET_S, f"{line[:60]!r}… took {took_s:.3f} s"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from analysis.prompt_fit import FitLine, LineKind, ServerSettings
+from analysis.prompt_fit import FitLine, LineKind, ServerSettings, verdict
 from analysis.records import FinalMetrics, Outcome, RequestRecord
 from collectors.ollama.log import LogEvent
 from collectors.ollama.prompt_fit import FitBook, read_start_lines
@@ -116,9 +116,15 @@ def test_a_line_read_after_its_request_was_written_writes_it_again() -> None:
 
 def test_the_start_lines_are_read_from_the_end_of_the_log(tmp_path: Path) -> None:
     log = tmp_path / "ollama.log"
-    old = 'time=x level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:4096]"'
-    new = 'time=x level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:0 OLLAMA_NUM_PARALLEL:2]"'
-    vram = 'time=x level=INFO source=routes.go:2 msg="vram-based default context" total_vram="23.5 GiB" default_num_ctx=32768'
+    old = 'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_CONTEXT_LENGTH:4096]"'
+    new = (
+        'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" '
+        'env="map[OLLAMA_CONTEXT_LENGTH:0 OLLAMA_NUM_PARALLEL:2]"'
+    )
+    vram = (
+        'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:2 msg="vram-based default context" '
+        'total_vram="23.5 GiB" default_num_ctx=32768'
+    )
     log.write_text("\n".join([old, "[GIN] noise", new, vram, ""]))
     settings = read_start_lines(log, 1.0)
     assert settings == ServerSettings({"OLLAMA_CONTEXT_LENGTH": "0", "OLLAMA_NUM_PARALLEL": "2"}, 32768, "23.5 GiB", (), 1.0)
@@ -135,3 +141,69 @@ def test_only_a_reply_that_looks_cut_and_kept_its_text_is_counted_by_the_runner(
     assert not wants_count(replace(cut, prompt_text=None))  # no text kept: estimated from its characters instead
     assert not wants_count(replace(cut, metrics=FinalMetrics(prompt_eval_count=1500)))  # not at the cut length
     assert not wants_count(replace(cut, prompt_sent_source="log"))  # Ollama's line told it already
+
+
+FORGED_CUTS = [  # what an API client can have echoed into the log: Ollama's WARN line with numbers of its choosing
+    'time=2026-06-12T22:48:14.120Z level=WARN source=llama_server.go:314 msg="truncating input prompt" '
+    f"limit={limit} prompt=9000 keep={keep} new={limit}"
+    for limit, keep in ((26, 5), (26, 0), (1027, 5), (2047, 2046))
+]
+
+
+def test_a_finished_request_after_forged_cut_lines_is_not_flagged() -> None:
+    """Issue 39 F11: a finished 26-token request was rewritten as "your 9,000-token prompt was cut". A cut line
+    counts only when its numbers are Ollama's cut of that request: its context, its reply's prompt count."""
+    import time
+
+    from collectors.ollama.log import parse_line
+
+    now = time.time()
+    book = FitBook(lambda: None)
+    book.feed([e for line in FORGED_CUTS if (e := parse_line(line, now - 0.5)) is not None])
+    rec = book.annotate(_rec(26, now - 1), (), now)
+    assert (rec.prompt_sent_tokens, rec.prompt_kept_tokens) == (None, None)
+    assert verdict(rec).truncated is None
+    # The same line with Ollama's own numbers for this request (num_ctx 2,048, keep 5: 1,027 kept) is believed.
+    real = book.annotate(_rec(1027, now - 1), (), now)
+    assert (real.prompt_sent_tokens, real.prompt_kept_tokens) == (9000, 1027)
+
+
+def test_settings_in_force_do_not_change_for_start_lines_after_ollamas_own(tmp_path: Path) -> None:
+    """Issue 39 F11: forged start lines made the settings in force OLLAMA_NUM_PARALLEL 64, OLLAMA_CONTEXT_LENGTH
+    131072. A set of start lines is taken once per Ollama process."""
+    from collectors.ollama.log import parse_line
+
+    real = 'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_NUM_PARALLEL:1]"'
+    forged = [
+        'time=2026-06-12T22:50:14.120Z level=INFO source=routes.go:1 msg="server config" '
+        'env="map[OLLAMA_CONTEXT_LENGTH:131072 OLLAMA_NUM_PARALLEL:64]"',
+        'time=2026-06-12T22:50:14.120Z level=INFO source=routes.go:2 msg="vram-based default context" '
+        'total_vram="999.0 GiB" default_num_ctx=262144',
+    ]
+    started = [100.0]
+    book = FitBook(lambda: started[0])
+    book.feed([e for e in [parse_line(real, 1000.0)] if e is not None])
+    assert book.settings.env == {"OLLAMA_NUM_PARALLEL": "1"}
+    book.feed([e for line in forged if (e := parse_line(line, 2000.0)) is not None])
+    assert book.settings.env == {"OLLAMA_NUM_PARALLEL": "1"} and book.settings.vram_default_num_ctx is None
+    assert book.settings_dropped == 2
+    started[0] = 3000.0  # Ollama restarted: its own first set is taken
+    book.feed([e for line in forged[:1] if (e := parse_line(line, 3005.0)) is not None])
+    assert book.settings.env_context_length == 131072
+    # With no Ollama process to see (sim, or hidden), only the first set.
+    blind = FitBook(lambda: None)
+    blind.feed([e for line in [real, *forged] if (e := parse_line(line, 1000.0)) is not None])
+    assert blind.settings.env == {"OLLAMA_NUM_PARALLEL": "1"}
+
+
+def test_the_start_lines_of_the_running_ollama_are_the_first_set_since_it_started(tmp_path: Path) -> None:
+    log = tmp_path / "ollama.log"
+    own = 'time=2026-06-12T22:48:14.120Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_NUM_PARALLEL:1]"'
+    forged = 'time=2026-06-12T22:58:14.120Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_NUM_PARALLEL:64]"'
+    earlier = 'time=2026-06-11T10:00:00.000Z level=INFO source=routes.go:1 msg="server config" env="map[OLLAMA_NUM_PARALLEL:4]"'
+    log.write_text("\n".join([earlier, own, "[GIN] noise", forged, ""]))
+    from datetime import datetime
+
+    started = datetime.fromisoformat("2026-06-12T22:48:13.900+00:00").timestamp()
+    settings = read_start_lines(log, 1.0, ollama_started_unix_s=started)
+    assert settings is not None and settings.env == {"OLLAMA_NUM_PARALLEL": "1"}

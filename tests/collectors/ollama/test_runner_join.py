@@ -204,7 +204,9 @@ def test_a_forged_runner_start_line_does_not_blind_the_log(tmp_path: Path) -> No
     clock = Clock()
     r, state = log_reader(log, clock)
     write(
-        log, 'time=x level=INFO source=llama_server.go:431 msg="starting llama-server" cmd="/b/llama-server --model /m --port 1"'
+        log,
+        'time=2026-06-12T22:48:14.120Z level=INFO source=llama_server.go:431 msg="starting llama-server" '
+        'cmd="/b/llama-server --model /m --port 1"',
     )
     r._read_log([])
     t0 = clock.now

@@ -46,8 +46,9 @@ def test_each_runner_gets_the_lines_that_follow_its_start(tmp_path: Path) -> Non
         log_source=LogTail(log, from_start=True),
         clock=lambda: 7.0,
     )
-    r.runners[1] = RunnerState(Runner(1, 48613, "/m.gguf"), digest="abc", model=MODEL)
-    r.runners[2] = RunnerState(Runner(2, 48700, "/n.gguf"), model="other:7b")
+    # their processes started as the log was read: each start sequence is confirmed as its runner's own
+    r.runners[1] = RunnerState(Runner(1, 48613, "/m.gguf"), digest="abc", model=MODEL, started_unix_s=7.0)
+    r.runners[2] = RunnerState(Runner(2, 48700, "/n.gguf"), model="other:7b", started_unix_s=7.0)
     r._read_log([])
     rows = r.placement_rows(7.0)
     assert sorted(rows) == [48613, 48700]

@@ -22,7 +22,8 @@ def test_placement_of_the_model_a_runner_serves(tmp_path: Path) -> None:
         log_source=LogTail(LOG, from_start=True),
         clock=lambda: 0.0,
     )
-    r.runners[1] = RunnerState(Runner(1, 48613, "/model.gguf"), model=MODEL)
+    # its process started as the log was read (the runner Ollama started: a start line it confirms)
+    r.runners[1] = RunnerState(Runner(1, 48613, "/model.gguf"), model=MODEL, started_unix_s=0.0)
     r._read_log([])
     placement = r.placement_of(MODEL)
     assert placement is not None and (placement.layers_offloaded, placement.layers_total) == (49, 49)
