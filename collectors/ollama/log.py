@@ -37,7 +37,6 @@ Anything else is counted as unknown and skipped: format drift never stops the co
 from __future__ import annotations
 
 import errno
-import math
 import os
 import re
 import time
@@ -74,8 +73,6 @@ _RUNNER_STARTED_MSG = re.compile(r"(?:llama-server|llama runner) started in (?P<
 _PORT_ARG = re.compile(r"(?:^| )--port[ =](?P<port>[0-9]{1,5})(?= |$)")
 _FIELD_KEY = re.compile(r"[A-Za-z_][\w.]{0,31}", re.ASCII)
 _MAX_FIELDS = 16  # key = value pairs in one runner message; real ones have at most 4
-
-
 
 
 @dataclass(frozen=True)
