@@ -25,20 +25,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from analysis.log_grammar import slog_line
 from collectors.ollama.go_duration import go_duration_s
 
 MAX_TOKENS = 10**9  # a count past this is no real prompt's
-_HEAD = r"time=\S{1,64} level=(?P<level>INFO|WARN|ERROR) source=[\w.\-]{1,64}:[0-9]{1,6} "
-_INT = r"([0-9]{1,10})"
-_CACHE = re.compile(
-    _HEAD + r'msg="cache (?P<hit>hit|miss)" total=' + _INT + " matched=" + _INT + " cached=" + _INT + " left=" + _INT
-)
-_PROGRESS = re.compile(_HEAD + r'msg="Prompt processing progress" processed=' + _INT + " total=" + _INT)
-_PEAK = re.compile(_HEAD + r'msg="peak memory" size=(?:"[0-9.]{1,16} [KMGTP]?i?B"|[0-9.]{1,16}[KMGTP]?i?B)')
-_SERVED = re.compile(
-    _HEAD + r"msg=ServeHTTP method=(?P<method>[A-Z]{3,7}) path=(?P<path>/[\w/]{1,64}) took=(?P<took>\S{1,32})"
-    r" status=(?P<status>[0-9]{3})"
-)
+# Each message's attributes, in the order the runner prints them; any other set or order is not its line.
+_ATTRS = {
+    "cache hit": ("total", "matched", "cached", "left"),
+    "cache miss": ("total", "matched", "cached", "left"),
+    "Prompt processing progress": ("processed", "total"),
+    "peak memory": ("size",),
+    "ServeHTTP": ("method", "path", "took", "status"),
+}
+_COUNT = re.compile(r"[0-9]{1,10}")
+_SIZE = re.compile(r"[0-9.]{1,16} ?[KMGTP]?i?B")
+_METHOD = re.compile(r"[A-Z]{3,7}")
+_PATH = re.compile(r"/[\w/]{1,64}")
+_STATUS = re.compile(r"[0-9]{3}")
 
 
 @dataclass(frozen=True)
@@ -72,26 +75,52 @@ class ServedLine:
 MlxLine = CacheLine | ProgressLine | PeakLine | ServedLine
 
 
-def _whole(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    return pattern.fullmatch(text.rstrip("\r\n"))
+def _counts(attrs: dict[str, str], keys: tuple[str, ...]) -> list[int] | None:
+    values = [attrs[k] for k in keys]
+    return [int(v) for v in values] if all(_COUNT.fullmatch(v) for v in values) else None
+
+
+def _cache(hit: bool, attrs: dict[str, str]) -> CacheLine | None:
+    nums = _counts(attrs, _ATTRS["cache hit"])
+    if nums is None:
+        return None
+    total, matched, cached, left = nums
+    if total > MAX_TOKENS or cached + left != total or matched > total or (not hit) != (cached == 0):
+        return None
+    return CacheLine(hit, total, matched, cached, left)
+
+
+def _progress(attrs: dict[str, str]) -> ProgressLine | None:
+    nums = _counts(attrs, _ATTRS["Prompt processing progress"])
+    if nums is None:
+        return None
+    processed, left = nums
+    return ProgressLine(processed, left) if 0 < processed <= left <= MAX_TOKENS else None
+
+
+def _served(attrs: dict[str, str]) -> ServedLine | None:
+    method, path, took, status = (attrs[k] for k in _ATTRS["ServeHTTP"])
+    if not (_METHOD.fullmatch(method) and _PATH.fullmatch(path) and _STATUS.fullmatch(status)):
+        return None
+    took_s = go_duration_s(took)
+    return ServedLine(method, path, took_s, int(status)) if took_s is not None else None
 
 
 def parse_mlx_line(text: str) -> MlxLine | None:
-    """The MLX runner's line ``text`` means, or None when it is none of them in its exact form."""
-    if (m := _whole(_CACHE, text)) is not None and m["level"] == "INFO":
-        total, matched, cached, left = (int(m[i]) for i in (3, 4, 5, 6))
-        if total > MAX_TOKENS or cached + left != total or matched > total or (m["hit"] == "miss") != (cached == 0):
-            return None
-        return CacheLine(m["hit"] == "hit", total, matched, cached, left)
-    if (m := _whole(_PROGRESS, text)) is not None and m["level"] == "INFO":
-        processed, left = int(m[2]), int(m[3])
-        return ProgressLine(processed, left) if 0 < processed <= left <= MAX_TOKENS else None
-    if (m := _whole(_PEAK, text)) is not None and m["level"] == "INFO":
-        return PeakLine()
-    if (m := _whole(_SERVED, text)) is not None:
-        took_s = go_duration_s(m["took"])
-        return ServedLine(m["method"], m["path"], took_s, int(m["status"])) if took_s is not None else None
-    return None
+    """The MLX runner's line ``text`` means, or None when it is none of them in its exact form (Ollama's slog line
+    as ``analysis.log_grammar`` reads it, its message one of the four, with exactly that message's attributes)."""
+    slog = slog_line(text)
+    if slog is None or tuple(slog.attrs) != _ATTRS.get(slog.msg):
+        return None
+    if slog.msg == "ServeHTTP":
+        return _served(slog.attrs)
+    if slog.level != "INFO":
+        return None
+    if slog.msg.startswith("cache "):
+        return _cache(slog.msg == "cache hit", slog.attrs)
+    if slog.msg == "peak memory":
+        return PeakLine() if _SIZE.fullmatch(slog.attrs["size"]) else None
+    return _progress(slog.attrs)
 
 
 @dataclass
