@@ -256,6 +256,19 @@ def _before_prefill_label(waits: TaskWaits | None) -> str:
     return f"runner: {named}" if named else "queue"
 
 
+def time_origin(rec: RequestRecord) -> str:
+    """What the detail's time axis counts from, in words: the proxy's receipt, or for a request the proxy never saw
+    the first moment its record knows (``collectors.ollama.direct`` places it there: the load the log timed just
+    before its task, else the task's start)."""
+    if not rec.direct:
+        return "the proxy received the request"
+    if rec.runner_source == PhaseSource.ACCESS:
+        return "Ollama received the request (its access line)"
+    if rec.metrics is not None and rec.metrics.load_duration_ns:
+        return "the runner's model began to load"
+    return "the runner started the task"
+
+
 def waterfall_spans(
     rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None
 ) -> tuple[list[Span], list[Span], float | None]:
@@ -502,7 +515,8 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
     waits = runner_waits_of(db, rec)
     ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0])
-    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}")
+    title = f"Where the time went: {fmt.label(rec.model)}"
+    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, title, origin=time_origin(rec))
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses, placement = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)
@@ -532,6 +546,8 @@ def seen_from(row: RequestSummary | RequestRecord) -> str:
     """ "proxy", or for a generation a client sent Ollama directly, where its figures come from."""
     if not row.direct:
         return "proxy"
+    if row.runner_source == PhaseSource.ACCESS:
+        return "direct · Ollama's access line (no runner task)"
     return "direct · Ollama's log (exact)" if row.runner_source == "log" else "direct · /slots readings (bounded)"
 
 
@@ -539,6 +555,13 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     """For a direct record: what it was recorded from, each value's bound, and what only the proxy would add."""
     if not row.direct:
         return None
+    if row.runner_source == PhaseSource.ACCESS:
+        return (
+            "Sent to Ollama directly (not through the proxy) and answered with an error before any runner task of it"
+            " was seen: recorded from Ollama's access line alone (its status, route, client address and how long it"
+            " took; its end to the second). Not known: its model and any phase. The line is Ollama's text, unverified:"
+            " anyone who can reach the runner can make it write such a line."
+        )
     bounds = []
     if row.runner_source == PhaseSource.LOG:
         bounds.append("prefill and decode as the runner timed them, to 0.01 ms")

@@ -402,9 +402,14 @@ def _add_band_traces(
 
 
 def phase_waterfall_figure(
-    ollama_spans: Sequence[Span], client_spans: Sequence[Span], ttft_ms: float | None, title: str
+    ollama_spans: Sequence[Span],
+    client_spans: Sequence[Span],
+    ttft_ms: float | None,
+    title: str,
+    origin: str = "the proxy received the request",
 ) -> go.Figure:
-    """Phases of one request as bars on one time axis: what Ollama reported above what the client saw."""
+    """Phases of one request as bars on one time axis: what Ollama reported above what the client saw. ``origin``:
+    the moment the axis counts from, in words (a direct request's is the runner's, not the proxy's)."""
     fig = go.Figure()
     rows = (("Ollama reported", ollama_spans), ("client saw (proxy)", client_spans))
     for row_label, spans in rows:
@@ -437,7 +442,7 @@ def phase_waterfall_figure(
             font={"color": "#ef5350"},
         )
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
+    fig.update_xaxes(title_text=f"ms since {origin}", rangemode="tozero")
     fig.update_yaxes(categoryorder="array", categoryarray=["client saw (proxy)", "Ollama reported"])
     _base_layout(fig, title, 300, "waterfall")
     # Labels that do not fit their bar are hidden rather than shrunk to nothing (the legend and hover name them).
