@@ -321,6 +321,8 @@ def waterfall_spans(
     return ollama, client, ttft_ms
 
 
+MODEL_NOT_KNOWN = "model not known"  # a direct request recorded from Ollama's access line alone: the line names none
+
 # How the detail names each source of a value.
 SOURCE_NAMES: dict[str, str] = {
     PhaseSource.OLLAMA: "Ollama's durations and counts",
@@ -587,11 +589,24 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
 
 
+def detail_heading(rec: RequestRecord) -> str:
+    """The detail's first line: model, route, kind, client, when, outcome (an error's status) and where it was seen."""
+    client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
+    if rec.client_unverified:
+        client += " (unverified)"  # from Ollama's access line (direct_sentence says why)
+    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
+    model = fmt.label(rec.model) if rec.model else MODEL_NOT_KNOWN
+    status = f" {rec.status_code}" if rec.status_code is not None and rec.status_code >= 400 else ""
+    return f"{model} · {route} · {rec.kind} · {where} · {rec.outcome.value}{status} · {seen_from(rec)}"
+
+
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
     route = fmt.label(row.endpoint) if row.endpoint is not None else "direct" if row.direct else "route not known"
-    return f"{fmt.when(row.started_at_unix_s)} · {fmt.label(row.model)} · {route} · {took} · {row.id[:8]}"
+    model = fmt.label(row.model) if row.model else MODEL_NOT_KNOWN
+    return f"{fmt.when(row.started_at_unix_s)} · {model} · {route} · {took} · {row.id[:8]}"
 
 
 @dataclass(frozen=True)
