@@ -355,6 +355,8 @@ class LlamaServerEngine:
         self.default_keep_alive_ns = default_keep_alive_ns
         self.runner: ServerChild | None = None
         self.records: deque[EngineRecord] = deque(maxlen=ENGINE_LOG_MAX)
+        # Requests sent again after a live child's connection failed (path, error, attempt), for tests: GET /sim/engine.
+        self.connection_retries: deque[dict[str, Any]] = deque(maxlen=ENGINE_LOG_MAX)
         self._session: aiohttp.ClientSession | None = None
         self._sched_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(num_parallel)  # Ollama's per-model semaphore in front of the child
@@ -480,6 +482,7 @@ class LlamaServerEngine:
             raise EngineError(500, f"llama-server process has terminated: {runner.last_error()}") from exc
         if attempt >= CONNECTION_RETRIES:
             raise EngineError(500, f"llama-server {path}: {exc} (its process still running)") from exc
+        self.connection_retries.append({"path": path, "error": str(exc), "attempt": attempt + 1})
 
     def _completion_body(self, req: GenRequest, prompt_ids: list[int], runner: ServerChild) -> dict[str, Any]:
         room = runner.num_ctx - len(prompt_ids)
@@ -685,6 +688,7 @@ async def _get_engine_log(request: web.Request) -> web.Response:
             "gguf": engine.model.path,
             "n_threads": engine.n_threads,
             "runner": engine.runner_state(),
+            "connection_retries": list(engine.connection_retries),
             "requests": [r.to_json() for r in engine.records],
         }
     )
