@@ -31,6 +31,14 @@ def _whose_total(p: Phases) -> str:
     if p.total_s is not None:
         return " in Ollama"
     return " seen by the client" if p.client_s is not None else ""
+def _no_timing(record: RequestRecord, p: Phases, total: float | None) -> str:
+    """A request with no phase timed: what the proxy saw of it, or for a direct one what Ollama's access line said."""
+    if record.direct:  # no proxy saw it
+        took = f"; Ollama's access line says it took {w.secs(total)}" if total is not None else ""
+        return f"This request ({record.outcome.value}) carries no timing from a runner{took}."
+    seen = f"{p.token_chunks} token chunks" if p.token_chunks else "no tokens"
+    took = f" in {w.secs(p.client_s)}" if p.client_s is not None else ""
+    return f"This request ({record.outcome.value}) carries no timing from Ollama; the proxy saw {seen}{took}."
 
 
 def _where_time_went(record: RequestRecord, p: Phases) -> str:
@@ -38,9 +46,7 @@ def _where_time_went(record: RequestRecord, p: Phases) -> str:
     if total is None and record.direct:  # no access line fitted it, and no proxy saw it: its phases are all there is
         total = sum(v for v in (p.load_s, p.queue_s, p.prefill_s, p.decode_s) if v is not None) or None
     if total is None or total <= 0 or (p.load_s is None and p.prefill_s is None and p.decode_s is None):
-        seen = f"{p.token_chunks} token chunks" if p.token_chunks else "no tokens"
-        took = f" in {w.secs(p.client_s)}" if p.client_s is not None else ""
-        return f"This request ({record.outcome.value}) carries no timing from Ollama; the proxy saw {seen}{took}."
+        return _no_timing(record, p, total)
     parts: list[str] = []
     if p.load_s and p.load_s >= MIN_PART_SHARE * total:
         parts.append(f"{w.secs(p.load_s)} loading {record.model}")

@@ -63,6 +63,7 @@ class PhaseSource(StrEnum):
     COUNTED = "counted"  # chunks counted by the proxy (one token each)
     SLOTS = "slots"  # the runner's /slots readings
     LOG = "log"  # Ollama's log lines
+    ACCESS = "access"  # Ollama's access line alone (a direct request it answered with an error before any runner task)
     ESTIMATE = "estimate"  # computed from a model of the hardware, not measured
 
 
@@ -499,8 +500,11 @@ def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
         values.update(load_s=None, load_source=None)  # /slots does not tell whether a load came first: not known
     elif values.get("load_source") is not None:
         values["load_source"] = PhaseSource.LOG  # the log tells each load ("llama-server started in X seconds"), or none
+    client_s = values.get("client_s")
     for key in ("transport_s", "ttft_s", "client_s"):
         values.pop(key, None)
+    if rec.runner_source == PhaseSource.ACCESS and client_s is not None:
+        values["total_s"] = client_s  # failed before any runner task: its span is the access line's latency, all it has
 
 
 def _split_usage(m: FinalMetrics, kind: RequestKind) -> dict[str, Any]:

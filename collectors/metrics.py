@@ -635,7 +635,8 @@ def _stats_families(stats: RequestStats) -> Iterator[Metric]:
     requests = CounterMetricFamily(
         "phasewatch_requests",
         "Finished generation requests, by outcome and source: proxy (relayed by the proxy), or sent to Ollama "
-        "directly and recorded from its runner with figures from its log (exact) or its /slots (bounded).",
+        "directly and recorded from its runner with figures from its log (exact) or its /slots (bounded), or from "
+        "Ollama's access line alone (access: answered with an error before any runner task).",
         labels=["endpoint", "model", "outcome", "source"],
     )
     for (endpoint, model, outcome, source), n in sorted(stats.counts.items()):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -79,6 +80,13 @@ HEALTH_POLL_S = 0.01
 STOP_TIMEOUT_S = 5.0
 RUNNER_LOG_LINES = 2000  # the child's last lines, kept for errors and for /sim/engine
 LIST_DEVICES_TIMEOUT_S = 30.0  # `llama-server --list-devices` loads the backends and exits
+# A connection error to the child is its death only when the child has exited: a crash closes its sockets a moment
+# before its exit is reaped, so the exit is waited for this long before the child is taken to be alive.
+EXIT_REAP_S = 0.5
+# ...and a live child's connection error is a pooled keep-alive connection it closed (llama-server drops one idle
+# for 5 s) or a reset: the request is sent again on a fresh connection this many times, as Go's HTTP client that
+# Ollama uses retries a request that a reused connection failed before any answer.
+CONNECTION_RETRIES = 2
 # llama-server's stop_type -> Ollama's done_reason.
 DONE_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
 
@@ -215,6 +223,15 @@ class ServerChild:
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None else 0
 
+    async def has_exited(self, within_s: float) -> bool:
+        """Whether the child has exited, waiting up to ``within_s`` for an exit under way to be reaped."""
+        if self.proc is None:
+            return True
+        if self.proc.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), within_s)
+        return self.proc.returncode is not None
+
     async def start(self, session: aiohttp.ClientSession) -> None:
         """Start the child and wait until it answers ``/health`` with 200 (model loaded, warmed up); say both in
         Ollama's log as Ollama does (``starting llama-server cmd=…``, ``llama-server started in X seconds``)."""
@@ -316,6 +333,15 @@ def loaded_sizes(placement: PlacementReader, estimate_bytes: int) -> tuple[int, 
     return sizes if sizes is not None else (estimate_bytes, 0)
 
 
+@dataclass
+class _Stream:
+    """One generation's relay so far: its prompt, the tokens sampled, whether any chunk came back."""
+
+    prompt_ids: list[int]
+    sampled: list[int] = field(default_factory=list)
+    started: bool = False
+
+
 class LlamaServerEngine:
     """A ``sim.backend.Backend`` that serves one GGUF through a ``llama-server`` child process."""
 
@@ -346,6 +372,8 @@ class LlamaServerEngine:
         self.default_keep_alive_ns = default_keep_alive_ns
         self.runner: ServerChild | None = None
         self.records: deque[EngineRecord] = deque(maxlen=ENGINE_LOG_MAX)
+        # Requests sent again after a live child's connection failed (path, error, attempt), for tests: GET /sim/engine.
+        self.connection_retries: deque[dict[str, Any]] = deque(maxlen=ENGINE_LOG_MAX)
         self._session: aiohttp.ClientSession | None = None
         self._sched_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(num_parallel)  # Ollama's per-model semaphore in front of the child
@@ -453,10 +481,25 @@ class LlamaServerEngine:
     async def _tokenize(self, runner: ServerChild, text: str) -> list[int]:
         """The prompt as the child tokenizes it (BOS added), as Ollama tokenizes before it sends."""
         body = {"content": text, "add_special": True, "parse_special": False}
-        async with self.session().post(runner.base_url + "/tokenize", json=body) as r:
-            if r.status != 200:
-                raise EngineError(500, f"llama-server /tokenize answered {r.status}: {(await r.text())[:200]}")
-            return [int(t) for t in (await r.json())["tokens"]]
+        for attempt in itertools.count():
+            try:
+                async with self.session().post(runner.base_url + "/tokenize", json=body) as r:
+                    if r.status != 200:
+                        raise EngineError(500, f"llama-server /tokenize answered {r.status}: {(await r.text())[:200]}")
+                    return [int(t) for t in (await r.json())["tokens"]]
+            except aiohttp.ClientError as exc:
+                await self._connection_failed(runner, "/tokenize", exc, attempt)
+        raise AssertionError("unreachable")
+
+    async def _connection_failed(self, runner: ServerChild, path: str, exc: BaseException, attempt: int) -> None:
+        """A request to the child failed on its connection before any answer: the child's death when it has exited
+        (its exit status and last lines, as Ollama says it); else returns, for the caller to send it again, until
+        ``CONNECTION_RETRIES``, after which the error itself is the answer (the child still runs: not terminated)."""
+        if await runner.has_exited(EXIT_REAP_S):
+            raise EngineError(500, f"llama-server process has terminated: {runner.last_error()}") from exc
+        if attempt >= CONNECTION_RETRIES:
+            raise EngineError(500, f"llama-server {path}: {exc} (its process still running)") from exc
+        self.connection_retries.append({"path": path, "error": str(exc), "attempt": attempt + 1})
 
     def _completion_body(self, req: GenRequest, prompt_ids: list[int], runner: ServerChild) -> dict[str, Any]:
         room = runner.num_ctx - len(prompt_ids)
@@ -509,57 +552,65 @@ class LlamaServerEngine:
 
     async def _relay(self, req: GenRequest, runner: ServerChild, record: EngineRecord) -> AsyncGenerator[Event, None]:
         truth = req.truth
-        try:
-            prompt_ids = await self._tokenize(runner, render_prompt(req))
-        except aiohttp.ClientError as exc:
-            raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
+        prompt_ids = await self._tokenize(runner, render_prompt(req))
         prompt_ids = fit_prompt(prompt_ids, runner.num_ctx, can_shift=self.context_shift and req.shift)
         truth.prompt_tokens = record.prompt_tokens = len(prompt_ids)
         body = self._completion_body(req, prompt_ids, runner)
-        sampled: list[int] = []
-        started = False  # a chunk came back: errors from now on end the stream instead of answering 500
-        record.sent_ns = truth.prefill_start_ns = time.monotonic_ns()
-        try:
-            async with self.session().post(runner.base_url + "/completion", json=body) as r:
-                if r.status != 200:
-                    raise EngineError(500, f"llama-server /completion answered {r.status}: {(await r.text())[:200]}")
-                async for raw in r.content:
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    now = time.monotonic_ns()
-                    chunk = json.loads(line[5:])
-                    if "error" in chunk:
-                        yield Failed(f"llama-server: {chunk['error']}")
-                        return
-                    started = True
-                    ids = [int(t) for t in chunk.get("tokens") or []]
-                    if chunk.get("stop"):
-                        record.final_ns = now
-                        done = self._done(chunk, record, prompt_ids, sampled)
-                        if chunk.get("stop_type") == "eos":
-                            # The end token: counted in predicted_n, never sent as text.
-                            truth.token_sampled_ns.append(now)
-                            yield Token("", 0, now, eos=True)
-                        truth.cached_tokens = done.prompt_eval_cached_count
-                        yield done
-                        return
-                    text = str(chunk.get("content") or "")
-                    if not ids and not text:
-                        continue
-                    sampled.extend(ids)
-                    if record.first_chunk_ns is None:
-                        record.first_chunk_ns = truth.prefill_end_ns = now
-                    record.last_chunk_ns = now
-                    record.chunks += 1
-                    truth.token_sampled_ns.append(now)
-                    yield Token(text, ids[-1] if ids else 0, now)
-        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
-            if not started:
-                raise EngineError(500, f"llama-server process has terminated: {exc}; {runner.last_error()}") from exc
-            yield Failed(f"llama-server: {exc}")
-            return
-        if started:
+        stream = _Stream(prompt_ids)
+        for attempt in itertools.count():
+            record.sent_ns = truth.prefill_start_ns = time.monotonic_ns()
+            try:
+                async for ev in self._completion(req, runner, record, body, stream):
+                    yield ev
+                return
+            except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+                if stream.started:  # a chunk came back: the stream ends with the error instead of a 500
+                    yield Failed(f"llama-server: {exc}")
+                    return
+                # Before any answer: the child's death, or a connection of a live child to send it again on.
+                retries = attempt if isinstance(exc, aiohttp.ClientConnectionError) else CONNECTION_RETRIES
+                await self._connection_failed(runner, "/completion", exc, retries)
+
+    async def _completion(
+        self, req: GenRequest, runner: ServerChild, record: EngineRecord, body: dict[str, Any], stream: _Stream
+    ) -> AsyncGenerator[Event, None]:
+        """One ``POST /completion`` to the child, relayed as events; connection errors are the caller's."""
+        truth = req.truth
+        async with self.session().post(runner.base_url + "/completion", json=body) as r:
+            if r.status != 200:
+                raise EngineError(500, f"llama-server /completion answered {r.status}: {(await r.text())[:200]}")
+            async for raw in r.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                now = time.monotonic_ns()
+                chunk = json.loads(line[5:])
+                if "error" in chunk:
+                    yield Failed(f"llama-server: {chunk['error']}")
+                    return
+                stream.started = True
+                ids = [int(t) for t in chunk.get("tokens") or []]
+                if chunk.get("stop"):
+                    record.final_ns = now
+                    done = self._done(chunk, record, stream.prompt_ids, stream.sampled)
+                    if chunk.get("stop_type") == "eos":
+                        # The end token: counted in predicted_n, never sent as text.
+                        truth.token_sampled_ns.append(now)
+                        yield Token("", 0, now, eos=True)
+                    truth.cached_tokens = done.prompt_eval_cached_count
+                    yield done
+                    return
+                text = str(chunk.get("content") or "")
+                if not ids and not text:
+                    continue
+                stream.sampled.extend(ids)
+                if record.first_chunk_ns is None:
+                    record.first_chunk_ns = truth.prefill_end_ns = now
+                record.last_chunk_ns = now
+                record.chunks += 1
+                truth.token_sampled_ns.append(now)
+                yield Token(text, ids[-1] if ids else 0, now)
+        if stream.started:
             yield Failed("llama-server ended the stream without its final chunk")
         else:
             raise EngineError(500, f"llama-server ended the stream early; {runner.last_error()}")
@@ -654,6 +705,7 @@ async def _get_engine_log(request: web.Request) -> web.Response:
             "gguf": engine.model.path,
             "n_threads": engine.n_threads,
             "runner": engine.runner_state(),
+            "connection_retries": list(engine.connection_retries),
             "requests": [r.to_json() for r in engine.records],
         }
     )

@@ -35,9 +35,11 @@ into Ollama's log): a task's log lines wait, by task id, until /slots shows that
 size, the output count, the slot's context at release, the time between the polls around it), else the
 record keeps its /slots figures; a load line counts only for a runner found on its port, and no longer than
 the time between its two lines. What is not confirmed is dropped and counted (``dropped``), never recorded.
-Route, status and client come from Ollama's access line only when its end second and latency fit this task
-and, after every other generation took the one line that fits it alone, no other: the client is then marked
-unverified (``client_unverified``: the line is Ollama's text, not a socket this collector saw).
+Route, status and client come from Ollama's access line only when its end second, latency and status fit this
+task (``access_fit``: a task the runner ran to its end is not a 5xx line's) and, after every other generation
+took the one line that fits it alone, no other: the client is then marked unverified (``client_unverified``: the
+line is Ollama's text, not a socket this collector saw). An error line no generation owns is a direct request
+that failed before a runner took it: recorded from the line alone (``access_failures``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
+from collectors.ollama.access_failures import FAILED_WAIT_S, FailureBudget, failed_record, is_failure
+from collectors.ollama.access_fit import ACCESS_SLACK_S, Claimant, fits_line
 from collectors.ollama.log import AccessLine, LogEvent
 from collectors.ollama.slots import SlotReading
 
@@ -72,7 +76,6 @@ MAX_PENDING_LOADS = 8  # loads (a "started in" line after its "starting llama-se
 LOAD_KEPT_S = 60.0  # ...this long at most
 LOAD_SLACK_S = 1.0  # a load's stated seconds may pass the time between its two lines by this (each read within a tick)
 LOG_TIMING_BOUND_S = 5e-6  # the runner prints its timings to 0.01 ms
-ACCESS_SLACK_S = 1.5  # an access line's second and a task's end: how far apart they may be and still fit
 # A task starting within this of a load's end on its runner (a log read or a poll later) is the one that waited for
 # it; a load for an empty prompt (a client's preload) runs no task, and the next task is not its.
 LOAD_FOLLOWS_S = 1.0
@@ -213,6 +216,9 @@ class DirectTasks:
         self._last_poll: dict[int, float] = {}  # pid → time of its last /slots reading
         self._finished: deque[tuple[float, RequestRecord]] = deque()  # proxied, (end wall time, record)
         self._finished_ids: set[str] = set()  # their ids
+        self._failure_owners: set[str] = set()  # finished proxied requests that took an error access line
+        self._failure_budget = FailureBudget()
+        self.recorded_failed = 0  # direct requests recorded from an error access line alone (access_failures)
         self._owned: set[str] = set()  # proxied request ids already matched to a task
         # task id → its lines, while no runner's /slots has shown it (oldest first: they expire in order)
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
@@ -220,7 +226,7 @@ class DirectTasks:
         self._load_start: tuple[int, float] | None = None  # (port, read time) of the last "starting llama-server"
         self._loads: OrderedDict[int, tuple[float, float]] = OrderedDict()  # port → (load end read time, seconds)
         # spans of tasks decided without an access line (they may own one still waiting): rivals for the lines
-        self._decided_spans: deque[tuple[float, float]] = deque(maxlen=1024)
+        self._decided: deque[Claimant] = deque(maxlen=1024)
         self._out: list[RequestRecord] = []
         self._retracted: list[str] = []
         self.recorded = 0  # direct records written (finished)
@@ -228,7 +234,9 @@ class DirectTasks:
         self.claims_corrected = 0  # live claims whose prompt size the finished request's own count disproved
         # Log lines not believed, by why (module doc): "unconfirmed" (no runner's /slots showed their task),
         # "ambiguous" (two runners showed that task id), "disagrees" (/slots contradicts them), "capped" (past
-        # MAX_LINES_PER_TASK), "load" (a load line no runner's task confirmed, or longer than its own lines allow).
+        # MAX_LINES_PER_TASK), "load" (a load line no runner's task confirmed, or longer than its own lines allow),
+        # "access_ambiguous" (an error access line a generation recorded without one may own), "access_flood" (error
+        # access lines past access_failures.MAX_FAILED_PER_MIN).
         self.dropped: dict[str, int] = {}
 
     # -- what the reader feeds -------------------------------------------------------------------
@@ -352,9 +360,10 @@ class DirectTasks:
             figures = self._figures(task, count_dropped=True)
             self._fit_access(task, figures)
             if task.access is None:
-                self._decided_spans.append((figures.start, figures.end if figures.end is not None else figures.start))
+                self._decided.append(self._claimant(task, figures))
             self._out.append(self._record(task, final=True, figures=figures))
             self.recorded += 1
+        self._record_failures(now)
 
     def drain(self) -> tuple[list[RequestRecord], list[str]]:
         """(records to write, in order: in-flight updates and finished ones; ids of direct rows to delete)."""
@@ -587,6 +596,7 @@ class DirectTasks:
 
     def _let_go(self, rec: RequestRecord) -> None:
         self._owned.discard(rec.id)
+        self._failure_owners.discard(rec.id)
         self._finished_ids.discard(rec.id)
 
     def _prompt_size(self, task: _Task) -> int | None:
@@ -692,42 +702,81 @@ class DirectTasks:
 
     # -- the access line -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _fits_line(line: AccessLine, start: float, end: float) -> bool:
-        """Whether a request that ended in the line's second after its latency can have run this task: ended with
-        it, and begun no later (it may have waited for a load or a slot first)."""
-        if not line.ended_unix_s - ACCESS_SLACK_S <= end <= line.ended_unix_s + 1 + ACCESS_SLACK_S:
-            return False
-        return line.ended_unix_s - line.latency_s <= start + ACCESS_SLACK_S
-
     def _fit_access(self, task: _Task, figures: _Figures) -> None:
         """This task's access line: the one that fits it once every generation that fits one line alone has
         taken it (tasks still tracked, proxied requests, tasks decided without one); none while two still fit."""
-        start = figures.start - (task.load_s or 0.0)
-        end = figures.end if figures.end is not None else figures.start
-        if not any(self._fits_line(a, start, end) for a in self._access):
+        me = self._claimant(task, figures)
+        if not any(fits_line(a, me) for a in self._access):
             return
         # every line of about that second: a rival's other choices free this task's
-        lines = [a for a in self._access if abs(a.ended_unix_s - end) <= 1 + 2 * ACCESS_SLACK_S]
+        lines = [a for a in self._access if abs(a.ended_unix_s - me.end) <= 1 + 2 * ACCESS_SLACK_S]
         lo = min(a.ended_unix_s for a in lines) - ACCESS_SLACK_S
         hi = max(a.ended_unix_s for a in lines) + 1 + ACCESS_SLACK_S
-        spans = [(start, end), *self._rival_spans(lo, hi)]
-        candidates = [{i for i, a in enumerate(lines) if self._fits_line(a, s, e)} for s, e in spans]
+        claimants = [me, *self._rivals(lo, hi)]
+        candidates = [{i for i, a in enumerate(lines) if fits_line(a, c)} for c in claimants]
         mine = self._assign(candidates).get(0)
         if mine is not None:
             task.access = lines[mine]
             self._access.remove(task.access)
 
-    def _rival_spans(self, lo: float, hi: float) -> list[tuple[float, float]]:
-        """(start, end) of every other generation that ended between ``lo`` and ``hi``: an access line may be its."""
-        spans = [
-            (self._late_start(t), e)
+    def _record_failures(self, now: float) -> None:
+        """Error access lines no generation can own once every one that might has been decided: a direct request
+        Ollama failed before any runner task of it was seen (``access_failures``). A line a proxied request with
+        that status fits is the proxy's; one an undecided task fits waits for it; one a task decided without a
+        line fits may be that task's: dropped, counted, never a second record."""
+        due = [a for a in self._access if is_failure(a) and a.ended_unix_s + 1 + FAILED_WAIT_S <= now]
+        undecided = self._undecided() if due else []
+        for line in due:
+            if any(fits_line(line, c) for c in undecided):
+                continue
+            self._access.remove(line)
+            owner = self._proxied_failure(line)
+            if owner is not None:
+                self._failure_owners.add(owner)
+            elif any(fits_line(line, c) for c in self._decided):
+                self._drop("access_ambiguous")
+            elif not self._failure_budget.allow(now):
+                self._drop("access_flood")
+            else:
+                self._out.append(failed_record(line, now, self._to_mono))
+                self.recorded_failed += 1
+
+    def _proxied_failure(self, line: AccessLine) -> str | None:
+        """The finished proxied request answered with this error line's status that the line fits, if any."""
+        for end, rec in self._finished:
+            if rec.id in self._failure_owners or rec.status_code != line.status:
+                continue
+            if fits_line(line, Claimant(rec.started_at_unix_s, end, status=rec.status_code)):
+                return rec.id
+        return None
+
+    def _undecided(self) -> list[Claimant]:
+        """The unclaimed tasks that ended and wait to be decided, as possible owners of an access line."""
+        return [
+            Claimant(self._late_start(t), e)
+            for t in self._tasks.values()
+            if (e := t.ended_unix_s) is not None and t.claimed_by is None
+        ]
+
+    @staticmethod
+    def _claimant(task: _Task, figures: _Figures) -> Claimant:
+        """The task as an access line's possible owner: its span (its load included), and whether the runner ran it
+        to its end (it decoded and its runner did not go away: Ollama answered it, so a 5xx line is not its)."""
+        start = figures.start - (task.load_s or 0.0)
+        end = figures.end if figures.end is not None else figures.start
+        return Claimant(start, end, answered=figures.decode_start is not None and not task.gone)
+
+    def _rivals(self, lo: float, hi: float) -> list[Claimant]:
+        """Every other generation that ended between ``lo`` and ``hi``: an access line may be its. A finished
+        proxied request's line has its status."""
+        rivals = [
+            Claimant(self._late_start(t), e)
             for t in self._tasks.values()
             if (e := t.ended_unix_s) is not None and lo <= e <= hi and t.claimed_by is None  # a claimed one: its request's
         ]
-        spans += [(rec.started_at_unix_s, e) for e, rec in self._finished if lo <= e <= hi]
-        spans += [(s, e) for s, e in self._decided_spans if lo <= e <= hi]
-        return spans
+        rivals += [Claimant(rec.started_at_unix_s, e, status=rec.status_code) for e, rec in self._finished if lo <= e <= hi]
+        rivals += [c for c in self._decided if lo <= c.end <= hi]
+        return rivals
 
     @staticmethod
     def _assign(candidates: list[set[int]]) -> dict[int, int]:

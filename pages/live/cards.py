@@ -80,6 +80,10 @@ class Card:
     slots_busy: int | None = None  # queued: how many of its model's generations a slot works on now
     runner_waits: str | None = None  # finished: what the runner did before reading the prompt, in its own words
     slowed_by: str | None = None  # running: another request's prompt being read beside it now (pages.live.slowed)
+    # decoding: the reply's tokens are the runner's count (/slots n_decoded, the log's n_gen), not chunks the proxy
+    # saw: a direct request, or one not streamed to its client.
+    counted_by_runner: bool = False
+    rate_so_far_tok_s: float | None = None  # decoding: the reply's tokens per second since they were first counted
 
     @property
     def key(self) -> str:
@@ -193,29 +197,13 @@ def in_flight_cards(
             prompt_chars=rec.prompt_chars,
             direct=rec.direct,
         )
-        decoded = _decoded_readings(samples) if rec.direct else []
+        # No chunk seen (direct, or not streamed to its client): whether it decodes is what the runner says now.
+        decoded = _decoded_readings(samples) if not rec.token_chunk_ns else []
         if decoded:
-            cards.append(_direct_decode_card(base, samples, decoded, now_unix_s, decode_ceiling))
+            cards.append(_runner_decode_card(base, samples, decoded, now_unix_s, decode_ceiling))
             continue
         if rec.token_chunk_ns:
-            tokens = len(rec.token_chunk_ns)
-            prompt = _last(samples, "prompt_tokens")
-            ctx_used = _last(samples, "ctx_used_tokens") or (None if prompt is None else prompt + tokens)
-            # Without a prompt size the ceiling is taken at the reply's own length (a lower bound on the context).
-            silent = (now_ns - rec.token_chunk_ns[-1]) / 1e9
-            cards.append(
-                replace(
-                    base,
-                    phase="decoding",
-                    tokens_so_far=tokens,
-                    live_tok_s=live_tok_s(rec.token_chunk_ns, now_ns),
-                    spark_tok_s=spark(rec.token_chunk_ns, now_ns),
-                    decode_ceiling_tok_s=decode_ceiling(rec.model, ctx_used if ctx_used is not None else tokens),
-                    ctx_used_tokens=ctx_used,
-                    silent_s=silent if silent >= 2.0 else None,
-                    phase_started_unix_s=rec.wall_s(rec.token_chunk_ns[0]),
-                )
-            )
+            cards.append(_chunk_decode_card(base, rec, samples, now_ns, decode_ceiling))
             continue
         if head is not None and rec.id in needs_load_ids:
             ready = {m: min(t, ready_unix_s.get(m, t)) for m, t in loads.loaded_since_unix_s.items()}
@@ -239,6 +227,29 @@ def in_flight_cards(
         began = min(s.ts_unix_s for s in preferred(samples))
         cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
     return cards
+
+
+def _chunk_decode_card(
+    base: Card, rec: RequestRecord, samples: Sequence[ProgressSample], now_ns: int, decode_ceiling: DecodeCeiling
+) -> Card:
+    """A streamed generation writing its reply, from the chunks the proxy saw (each one token)."""
+    tokens = len(rec.token_chunk_ns)
+    prompt = _last(samples, "prompt_tokens")
+    ctx_used = _last(samples, "ctx_used_tokens") or (None if prompt is None else prompt + tokens)
+    # Without a prompt size the ceiling is taken at the reply's own length (a lower bound on the context).
+    silent = (now_ns - rec.token_chunk_ns[-1]) / 1e9
+    return replace(
+        base,
+        phase="decoding",
+        tokens_so_far=tokens,
+        live_tok_s=live_tok_s(rec.token_chunk_ns, now_ns),
+        spark_tok_s=spark(rec.token_chunk_ns, now_ns),
+        decode_ceiling_tok_s=decode_ceiling(rec.model, ctx_used if ctx_used is not None else tokens),
+        ctx_used_tokens=ctx_used,
+        silent_s=silent if silent >= 2.0 else None,
+        phase_started_unix_s=rec.wall_s(rec.token_chunk_ns[0]),
+        rate_so_far_tok_s=rate_so_far_tok_s([(rec.wall_s(ns), k + 1) for k, ns in enumerate(rec.token_chunk_ns)]),
+    )
 
 
 def _runner_work(
@@ -310,19 +321,35 @@ def _load_card(
 
 
 def _decoded_readings(samples: Sequence[ProgressSample]) -> list[tuple[float, int]]:
-    """(time, tokens written so far) from the runner's readings once it writes, oldest first."""
-    runner = sorted((s for s in samples if s.source in READ_SOURCES), key=lambda s: s.ts_unix_s)
-    return [(s.ts_unix_s, s.decoded_tokens) for s in runner if s.decoded_tokens]
+    """(time, tokens written so far) from the runner's readings once it writes, oldest first: its /slots, else the
+    log (the two are read at different moments: mixed, the count could step back)."""
+    for source in READ_SOURCES:
+        runner = sorted((s for s in samples if s.source is source), key=lambda s: s.ts_unix_s)
+        decoded = [(s.ts_unix_s, s.decoded_tokens) for s in runner if s.decoded_tokens]
+        if decoded:
+            return decoded
+    return []
 
 
-def _direct_decode_card(
+def rate_so_far_tok_s(counts: Sequence[tuple[float, int]]) -> float | None:
+    """The reply's tokens per second so far: the tokens counted after the first count, over the time between the
+    first count and the latest one. ``counts``: (time, tokens so far), oldest first. None (unknown, not 0) until
+    two counts apart in time."""
+    if len(counts) < 2:
+        return None
+    (t0, n0), (t1, n1) = counts[0], counts[-1]
+    return max(n1 - n0, 0) / (t1 - t0) if t1 > t0 else None
+
+
+def _runner_decode_card(
     base: Card,
     samples: Sequence[ProgressSample],
     decoded: list[tuple[float, int]],
     now_unix_s: float,
     decode_ceiling: DecodeCeiling,
 ) -> Card:
-    """A direct generation writing its reply, from the runner's token counts (no stream: no gaps between tokens)."""
+    """A generation writing its reply that the proxy sees no chunk of (a direct one, or one not streamed to its
+    client), from the runner's token counts: no gaps between tokens."""
     tokens = decoded[-1][1]
     ctx_used = _last(samples, "ctx_used_tokens")
     return replace(
@@ -335,6 +362,8 @@ def _direct_decode_card(
         ctx_used_tokens=ctx_used,
         n_ctx=base.n_ctx or _last(samples, "n_ctx"),
         phase_started_unix_s=decoded[0][0],
+        counted_by_runner=True,
+        rate_so_far_tok_s=rate_so_far_tok_s(decoded),
     )
 
 

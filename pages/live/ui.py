@@ -237,8 +237,9 @@ def _decoding_body(card: Card, record_text: bool) -> None:
     """Tokens so far, the rate now against the decode ceiling, and the reply's tail when text is recorded."""
     ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
     n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
-    counted = " (the runner's count)" if card.direct else ""
-    line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now · context {ctx} of {n_ctx}"
+    counted = " (the runner's count)" if card.counted_by_runner else ""
+    so_far = f" · {fmt.rate(card.rate_so_far_tok_s)} so far" if card.rate_so_far_tok_s is not None else ""
+    line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now{so_far} · context {ctx} of {n_ctx}"
     if card.silent_s is not None:
         line += f" · no token for {card.silent_s:.0f} s"
     st.markdown(line)

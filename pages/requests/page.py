@@ -16,10 +16,10 @@ from pages.requests.view import (
     build_detail,
     build_history,
     csv_bytes,
+    detail_heading,
     display_frame,
     linked_request,
     request_label,
-    seen_from,
 )
 from pages.shared import common, fmt
 from pages.shared.import_offer import offer_log_import
@@ -129,12 +129,7 @@ detail = build_detail(ctx.db_path, request_id) if request_id else None
 
 def show_detail(d: DetailModel) -> None:
     rec = d.record
-    client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
-    if rec.client_unverified:
-        client += " (unverified)"  # from Ollama's access line (direct_sentence says why)
-    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
-    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
-    st.text(f"{fmt.label(rec.model)} · {route} · {rec.kind} · {where} · {rec.outcome.value} · {seen_from(rec)}")
+    st.text(detail_heading(rec))
     common.whole_text_on_demand("model name", rec.model, fmt.LABEL_MAX_CHARS, "req_model_whole")
     for sentence in d.sentences:
         st.text(fmt.label(sentence, fmt.SENTENCE_MAX_CHARS))  # text, not Markdown: the sentences carry model names

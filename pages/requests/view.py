@@ -289,6 +289,17 @@ def neighbour_spans(rec: RequestRecord, split: WaitSplit | None) -> list[Span]:
         # Its size only: the model is this one's (the same runner), and a client's text never goes into a label.
         out.append(Span(f"another request's prefill: {size}prompt", max(a, 0.0), b))
     return out
+def time_origin(rec: RequestRecord) -> str:
+    """What the detail's time axis counts from, in words: the proxy's receipt, or for a request the proxy never saw
+    the first moment its record knows (``collectors.ollama.direct`` places it there: the load the log timed just
+    before its task, else the task's start)."""
+    if not rec.direct:
+        return "the proxy received the request"
+    if rec.runner_source == PhaseSource.ACCESS:
+        return "Ollama received the request (its access line)"
+    if rec.metrics is not None and rec.metrics.load_duration_ns:
+        return "the runner's model began to load"
+    return "the runner started the task"
 
 
 def waterfall_spans(
@@ -344,6 +355,8 @@ def waterfall_spans(
     ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None and rec.stream else None
     return ollama, client, ttft_ms
 
+
+MODEL_NOT_KNOWN = "model not known"  # a direct request recorded from Ollama's access line alone: the line names none
 
 # How the detail names each source of a value.
 SOURCE_NAMES: dict[str, str] = {
@@ -572,9 +585,9 @@ def build_detail(db: Path, request_id: str) -> DetailModel | None:
     rec, ph = stored.record, stored.phases  # the phases stored at write time, not split again
     waits = runner_waits_of(db, rec, ph)
     ollama, client, ttft_ms = waterfall_spans(rec, ph, waits[0], waits[1])
-    waterfall = charts.phase_waterfall_figure(
-        ollama, client, ttft_ms, f"Where the time went: {fmt.label(rec.model)}", others=neighbour_spans(rec, waits[1])
-    )
+    title = f"Where the time went: {fmt.label(rec.model)}"
+    others = neighbour_spans(rec, waits[1])
+    waterfall = charts.phase_waterfall_figure(ollama, client, ttft_ms, title, others=others, origin=time_origin(rec))
     gaps = charts.token_gaps_figure(rec.token_chunk_ns, rec.received_ns) if len(rec.token_chunk_ns) >= 2 else None
     sentences, diagnoses, placement = explain(db, rec, ph, waits)
     direct = direct_sentence(rec)
@@ -604,6 +617,8 @@ def seen_from(row: RequestSummary | RequestRecord) -> str:
     """ "proxy", or for a generation a client sent Ollama directly, where its figures come from."""
     if not row.direct:
         return "proxy"
+    if row.runner_source == PhaseSource.ACCESS:
+        return "direct · Ollama's access line (no runner task)"
     return "direct · Ollama's log (exact)" if row.runner_source == "log" else "direct · /slots readings (bounded)"
 
 
@@ -611,6 +626,13 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     """For a direct record: what it was recorded from, each value's bound, and what only the proxy would add."""
     if not row.direct:
         return None
+    if row.runner_source == PhaseSource.ACCESS:
+        return (
+            "Sent to Ollama directly (not through the proxy) and answered with an error before any runner task of it"
+            " was seen: recorded from Ollama's access line alone (its status, route, client address and how long it"
+            " took; its end to the second). Not known: its model and any phase. The line is Ollama's text, unverified:"
+            " anyone who can reach the runner can make it write such a line."
+        )
     bounds = []
     if row.runner_source == PhaseSource.LOG:
         bounds.append("prefill and decode as the runner timed them, to 0.01 ms")
@@ -636,11 +658,24 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
     return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
 
 
+def detail_heading(rec: RequestRecord) -> str:
+    """The detail's first line: model, route, kind, client, when, outcome (an error's status) and where it was seen."""
+    client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
+    if rec.client_unverified:
+        client += " (unverified)"  # from Ollama's access line (direct_sentence says why)
+    where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
+    route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
+    model = fmt.label(rec.model) if rec.model else MODEL_NOT_KNOWN
+    status = f" {rec.status_code}" if rec.status_code is not None and rec.status_code >= 400 else ""
+    return f"{model} · {route} · {rec.kind} · {where} · {rec.outcome.value}{status} · {seen_from(rec)}"
+
+
 def request_label(row: RequestSummary) -> str:
     """Selectbox label of one request (text only: the widget never renders Markdown)."""
     took = fmt.seconds(row.client_s) if row.client_s is not None else row.outcome.value
     route = fmt.label(row.endpoint) if row.endpoint is not None else "direct" if row.direct else "route not known"
-    return f"{fmt.when(row.started_at_unix_s)} · {fmt.label(row.model)} · {route} · {took} · {row.id[:8]}"
+    model = fmt.label(row.model) if row.model else MODEL_NOT_KNOWN
+    return f"{fmt.when(row.started_at_unix_s)} · {model} · {route} · {took} · {row.id[:8]}"
 
 
 @dataclass(frozen=True)

@@ -427,9 +427,11 @@ def phase_waterfall_figure(
     title: str,
     *,
     others: Sequence[Span] = (),
+    origin: str = "the proxy received the request",
 ) -> go.Figure:
     """Phases of one request as bars on one time axis: what Ollama reported above what the client saw; ``others``:
-    other requests' prefills that slowed it, on a row of their own above (analysis.wait_split)."""
+    other requests' prefills that slowed it, on a row of their own above (analysis.wait_split). ``origin``: the
+    moment the axis counts from, in words (a direct request's is the runner's, not the proxy's)."""
     fig = go.Figure()
     rows = ((OTHERS_ROW, others), ("Ollama reported", ollama_spans), ("client saw (proxy)", client_spans))
     for row_label, spans in rows:
@@ -462,7 +464,7 @@ def phase_waterfall_figure(
             font={"color": "#ef5350"},
         )
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title_text="ms since the proxy received the request", rangemode="tozero")
+    fig.update_xaxes(title_text=f"ms since {origin}", rangemode="tozero")
     order = ["client saw (proxy)", "Ollama reported", *([OTHERS_ROW] if others else [])]
     fig.update_yaxes(categoryorder="array", categoryarray=order)
     _base_layout(fig, title, 300 + (60 if others else 0), "waterfall")
