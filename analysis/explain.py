@@ -31,6 +31,8 @@ def _whose_total(p: Phases) -> str:
     if p.total_s is not None:
         return " in Ollama"
     return " seen by the client" if p.client_s is not None else ""
+
+
 def _no_timing(record: RequestRecord, p: Phases, total: float | None) -> str:
     """A request with no phase timed: what the proxy saw of it, or for a direct one what Ollama's access line said."""
     if record.direct:  # no proxy saw it

@@ -289,6 +289,8 @@ def neighbour_spans(rec: RequestRecord, split: WaitSplit | None) -> list[Span]:
         # Its size only: the model is this one's (the same runner), and a client's text never goes into a label.
         out.append(Span(f"another request's prefill: {size}prompt", max(a, 0.0), b))
     return out
+
+
 def time_origin(rec: RequestRecord) -> str:
     """What the detail's time axis counts from, in words: the proxy's receipt, or for a request the proxy never saw
     the first moment its record knows (``collectors.ollama.direct`` places it there: the load the log timed just
