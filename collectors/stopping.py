@@ -43,7 +43,10 @@ def request_stop(path: Path, pid: int) -> None:
 
 
 def _asks_me(path: Path) -> bool:
-    fd = read_no_follow(path)
+    try:
+        fd = read_no_follow(path)
+    except OSError:  # the folder is not one (a file, gone, not ours): nobody can ask; its own check says why
+        return False
     if fd is None:
         return False
     try:
