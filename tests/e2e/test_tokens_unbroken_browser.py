@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.e2e.support import run_app, screenshot, wait_ready, wait_until
+from tests.e2e.support import Stack, post_json, run_app, screenshot, wait_ready, wait_until
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -78,3 +78,42 @@ def test_no_command_or_port_wraps_inside_a_token(browser: Browser, tmp_path: Pat
                     screenshot(page, f"tokens-{name or 'live'}-{width}")
             finally:
                 context.close()
+
+
+# Each header and cell of a static table: whether its text runs past its cell, or the table past the page.
+CELLS_JS = """(sel) => Array.from(document.querySelectorAll(sel)).map(el => {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const box = el.getBoundingClientRect(), ink = range.getBoundingClientRect();
+    const table = el.closest('table').getBoundingClientRect();
+    const main = document.querySelector('[data-testid="stMain"] .block-container').getBoundingClientRect();
+    return {text: el.textContent.trim(), overflows: el.scrollWidth > el.clientWidth + 1 || ink.right > box.right + 1,
+            tableOut: table.right > main.right + 1};
+})"""
+
+
+def test_the_loaded_models_table_shows_every_header_and_value_whole(browser: Browser, stack: Stack) -> None:
+    """The Live page's Loaded models at 1280 and 1920 px: every column's header whole ("quantizati…" was cut by
+    st.dataframe's canvas, and so was the placement note), no cell's text past its cell, the table inside the page,
+    and no word broken across lines. Screenshots ``loaded-models-<width>.png``."""
+    post_json(f"http://{stack.proxy}/api/generate", {"model": "llama3.2", "prompt": "hi", "stream": False})
+    for width in WIDTHS_PX:
+        context = browser.new_context(viewport={"width": width, "height": 1400})
+        page = context.new_page()
+        try:
+            page.goto(stack.app_url)
+            wait_ready(page)
+            table = page.locator('[data-testid="stTable"]')
+            wait_until(lambda: table.count() > 0 and "llama3.2" in table.first.inner_text(), 60, "the models table")  # noqa: B023
+            wait_ready(page)
+            cells = page.evaluate(CELLS_JS, '[data-testid="stTable"] th, [data-testid="stTable"] td')
+            headers = [c["text"] for c in page.evaluate(CELLS_JS, '[data-testid="stTable"] th')]
+            assert {"model", "quantization", "placement from", "unloads in"} <= set(headers), headers
+            for cell in cells:
+                assert not cell["overflows"] and not cell["tableOut"], (width, cell)
+            for cell in _codes(page, '[data-testid="stTable"] th, [data-testid="stTable"] td'):
+                assert not cell["breaks"], (width, cell)  # wrapped at spaces only
+            table.first.scroll_into_view_if_needed()
+            screenshot(page, f"loaded-models-{width}")
+        finally:
+            context.close()
