@@ -160,6 +160,10 @@ def test_every_page_with_a_real_runner_keeps_its_tokens_and_table_cells_whole(
                 wait_ready(page)
                 if name == "requests":
                     pick_request(page, str(out["id"]))
+                elif name == "why":  # both charts drawn before the checks and the screenshot
+                    plots = page.locator('[data-testid="stPlotlyChart"] .js-plotly-plot .main-svg')
+                    wait_until(lambda: plots.count() >= 2, 60, "the Why page's charts")  # noqa: B023
+                    wait_ready(page)
                 elif name == "":
                     table = page.locator('[data-testid="stTable"]')
                     wait_until(lambda: table.count() > 0, 60, "the loaded models")  # noqa: B023
