@@ -55,6 +55,9 @@ def _cut(message: str) -> str:
 # Ollama's 400 for a capability the model lacks (docs/ollama-api.md §5: `x:latest does not support tools`,
 # `"x" does not support thinking`, `"x" does not support generate`): what it means, what to change in the client.
 _CAPABILITY = re.compile(r"does not support (tools|thinking|generate|chat|embeddings|insert)\b")
+# Images to a model without vision: Ollama passes on its llama-server's refusal whole ("Multimodal data provided,
+# but model does not support multimodal requests."); its capability check's own wording is "does not support vision".
+_NO_VISION = re.compile(r"does not support (?:multimodal requests|vision)\b")
 CAPABILITY_ADVICE: dict[str, str] = {
     "tools": (
         "The client sent tools (function calling) to a model without tool support: Ollama refuses the whole request. "
@@ -74,6 +77,11 @@ CAPABILITY_ADVICE: dict[str, str] = {
         "with it, or pick a model for chat."
     ),
     "embeddings": "The model cannot make embeddings: the client asked /api/embed of a model for text. Pick an embedding model.",
+    "vision": (
+        "The client sent images to a model that cannot see them (no vision): Ollama's runner refuses the whole "
+        "request. Leave images out for this model in the client (Open WebUI: remove the attached image, or turn "
+        "vision off in the model's settings), or pick a vision model (ollama show MODEL lists vision)."
+    ),
     "insert": (
         "The client sent a suffix (fill-in-the-middle) to a model that cannot insert. Leave the suffix out, or pick a "
         "model whose capabilities list insert."
@@ -85,5 +93,7 @@ def capability_advice(status_code: int | None, error: str | None) -> str | None:
     """For Ollama's 400 about a capability the model lacks: what it means and what to change; None otherwise."""
     if status_code != 400 or not error:
         return None
+    if _NO_VISION.search(error):
+        return CAPABILITY_ADVICE["vision"]
     match = _CAPABILITY.search(error)
     return CAPABILITY_ADVICE[match.group(1)] if match else None

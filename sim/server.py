@@ -93,6 +93,30 @@ def _keep_alive(body: dict[str, Any]) -> int | None:
 
 THINK_LEVELS = ("low", "medium", "high", "max")
 
+# Images sent to a model without vision: Ollama (llm/llama_server.go, 2026) hands the prompt and the images to its
+# llama-server child, which refuses with this body (llama.cpp 0c1e570, measured: HTTP 400), and Ollama passes that
+# body on whole, as the text of its own {"error": ...} with the same status.
+NO_VISION_ERROR = (
+    '{"error":{"code":400,"message":"Multimodal data provided, but model does not support multimodal requests.",'
+    '"type":"invalid_request_error"}}'
+)
+
+
+def _refuse_what_the_model_lacks(model: ModelFacts, body: dict[str, Any], chat: bool) -> None:
+    """Ollama's 400s for tools (a chat's) or images sent to a model without tools or vision."""
+    if chat and body.get("tools") and "tools" not in model.capabilities:
+        raise ApiError(400, f"{model.name} does not support tools")
+    if _has_images(body, chat) and "vision" not in model.capabilities:
+        raise ApiError(400, NO_VISION_ERROR)
+
+
+def _has_images(body: dict[str, Any], chat: bool) -> bool:
+    """Whether the request carries images: /api/generate's ``images``, or any chat message's."""
+    if not chat:
+        return bool(body.get("images"))
+    messages = body.get("messages")
+    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("images") for m in messages)
+
 
 def think_level(think: object, model: ModelFacts, model_str: str) -> str | None:
     """The thinking level a request gets (None: no thinking), or ApiError with Ollama's text.
@@ -342,8 +366,7 @@ class _Generation:
         seed = seed_for(self.cfg, opts, prompt_ids)
         pieces = answers.format_answer(body.get("format"), seed)
         tools = body.get("tools") if chat else None
-        if tools and "tools" not in model.capabilities:
-            raise ApiError(400, f"{model.name} does not support tools")
+        _refuse_what_the_model_lacks(model, body, chat)
         call = answers.tool_call(tools, messages, seed) if chat else None
         if call is not None:
             fmt.tool_calls = [{"id": answers.call_id(seed), "function": {"index": 0, **call}}]

@@ -342,7 +342,9 @@ def show_context(model: LiveModel) -> None:
             )
         st.caption(line)
     else:
-        st.dataframe(model.models_table, hide_index=True, key="live_models")
+        # A static table, not st.dataframe: its canvas cut headers and values at 1280 px ("quantizati…", the
+        # placement note); here each cell wraps at its spaces and the row grows instead (issue 42).
+        st.table(model.models_table.astype(object).fillna("—"), hide_index=True)
         if model.models_figure is not None:
             st.plotly_chart(model.models_figure, key="live_models_fig", config={"displaylogo": False})
 
