@@ -16,6 +16,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 # Where Markdown's autolinks start (http://, www., e-mail): a word joiner (invisible) breaks each one.
 _AUTOLINK_START = re.compile(r"(?i)(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)")
 WORD_JOINER = "\u2060"
+_DATE = re.compile(r"\b([0-9]{4})-([0-9]{2})-([0-9]{2})\b")
 GB = 1e9
 MB = 1e6
 UNKNOWN = "—"
@@ -122,3 +123,9 @@ def md_escape(text: str) -> str:
     the text after escapes are resolved, so a word joiner goes where each would start.
     """
     return _MD_SPECIAL.sub(r"\\\1", _AUTOLINK_START.sub(WORD_JOINER, text))
+
+
+def unbroken_dates(text: str) -> str:
+    """``text`` with a word joiner (invisible) after each hyphen of a date, so a wrapping cell never breaks one; for
+    display only: the view-models and ``--json`` keep the plain date."""
+    return _DATE.sub(lambda m: f"{m[1]}-{WORD_JOINER}{m[2]}-{WORD_JOINER}{m[3]}", text)

@@ -288,7 +288,9 @@ def _show_whatif(m: WhyModel) -> None:
         return
     force = whatif.in_force(m)
     st.markdown("**Settings in force**, and where each comes from:")
-    table = pd.DataFrame([{"setting": r.name, "value": r.value, "from": r.source} for r in force.rows])
+    # The table wraps its cells at spaces and hyphens: a date keeps its hyphens unbroken ("2026- / 12-07" at 1280 px).
+    rows = [{"setting": r.name, "value": r.value, "from": fmt.unbroken_dates(r.source)} for r in force.rows]
+    table = pd.DataFrame(rows)
     with st.container(key="why_in_force"):
         st.table(table.set_index("setting"))  # a small static table: its text is in the page, not drawn on a canvas
     st.caption(fmt.md_escape(f"GPU memory for it: {force.free_vram_source}. Pick other settings below to see their effect."))

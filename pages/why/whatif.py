@@ -47,9 +47,7 @@ class InForce:
 
 def _read(flag: str, runner: RunnerFlags) -> str:
     # The runner may have exited since (the store keeps it): when it was read says which one served the requests.
-    # A word joiner after each hyphen: the table wraps this cell, and it broke the date there ("2026- / 12-07").
-    read = fmt.when(runner.ts_unix_s).replace("-", "-" + fmt.WORD_JOINER)
-    return f"the runner's command line ({flag}, pid {runner.pid}, read {read})"
+    return f"the runner's command line ({flag}, pid {runner.pid}, read {fmt.when(runner.ts_unix_s)})"
 
 
 def _unset(default: str, runner: RunnerFlags | None) -> str:

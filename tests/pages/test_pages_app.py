@@ -78,7 +78,7 @@ def test_live_page_shows_flight_gpu_models_host_and_sources(fixture_store: Fixtu
     assert any("no generation recorded, neither through the proxy nor from Ollama's runner" in w.value for w in at.warning)
     assert "OLLAMA_HOST=127.0.0.1:11435" in [c.value for c in at.code]
 
-    models = next(d.value for d in at.dataframe if "context length" in d.value.columns)
+    models = next(t.value for t in at.table if "context length" in t.value.columns)
     row = models.set_index("model").loc["llama3.1:70b"]
     assert row["on GPU %"] == 50 and row["context length"] == 4096 and row["in system memory"] == "22.5 GB"
     assert any("where the weights sit" in title_of(f) for f in figs)

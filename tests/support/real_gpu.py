@@ -74,7 +74,10 @@ def real_gpu_store(data_dir: Path, *, with_placement: bool, with_waits: bool = F
             clock=lambda: runners[0].ts_unix_s,
         )
         for f in runners:
-            r.runners[f.pid] = RunnerState(Runner(f.pid, f.port, "/model.gguf"), digest=f.digest, model=f.model)
+            # The runner's process started after Ollama's start line for it was read (the replay reads the whole log
+            # at the runner's first sighting): what confirms the start sequence as its own (collectors.ollama.runners).
+            state = RunnerState(Runner(f.pid, f.port, "/model.gguf"), digest=f.digest, model=f.model, started_unix_s=f.ts_unix_s)
+            r.runners[f.pid] = state
         if with_waits:
             pid = runners[0].pid
             r._tasks.update({(pid, task): rid for task, rid in task_of_request(path).items() if not rid.startswith("direct-")})
