@@ -85,6 +85,11 @@ def stored_placement(stack: Stack) -> object:
     return (found[0], found[2]) if found is not None else None
 
 
+def whole_placement(stack: Stack) -> bool:
+    found = stored_placement(stack)
+    return isinstance(found, tuple) and found[0].host_kv_bytes is not None
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("forged")
@@ -106,7 +111,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         post(listen_url(data) + "/api/generate", {"model": MODEL, "prompt": "", "keep_alive": "30m"})
         runner = engine_state(sim)["runner"]
         s = Stack(sim, log, data, proc, runner["base_url"], runner["port"])
-        wait_until(lambda: stored_placement(s), 60, "the runner's own placement in the store")
+        # Whole: the runner's KV line comes after its model line, and a store read between them is half a placement.
+        wait_until(lambda: whole_placement(s), 60, "the runner's own placement in the store, KV included")
         yield s
 
 
