@@ -148,3 +148,58 @@ def whole(base_url: str, prompt: str) -> None:
     ollama.Client(host=base_url, timeout=300).generate(
         model=MODEL, prompt=prompt, stream=False, options={**GREEDY, "num_predict": 20}
     )
+
+
+def _direct_pair(data: Path, since: float, n: int) -> list[str] | None:
+    """The ``n`` direct records finished since ``since``, in the order they began (None: not all written yet)."""
+    conn = queries.open_readonly(db_path(data))
+    try:
+        rows = [s.record for s in queries.requests_in_window(conn, since - 1, time.time() + 1)]
+    finally:
+        conn.close()
+    done = [r for r in rows if r.direct and r.metrics is not None and r.started_at_unix_s >= since - 1]
+    done.sort(key=lambda r: r.started_at_unix_s)
+    return [r.id for r in done] if len(done) >= n else None
+
+
+def test_direct_one_slot_queues_and_finished_first_gives_neither(tmp_path: Path) -> None:
+    """Issue 46's other two cases, sent directly, on one slot (-np 1): a short chat sent 1 s into a 600-word
+    prompt waits for the slot (ttft_queue naming the long one, not interference, its queue from Ollama's access
+    line); the same pair with the long one finished before the short chat is sent gets neither verdict."""
+    log_file = tmp_path / "ollama.log"
+    data = tmp_path / "data"
+    with (
+        start_server_engine("--num-parallel", "1", "--log-file", str(log_file)) as sim,
+        collector(data, "--ollama", sim.base_url, "--ollama-log", str(log_file)),
+    ):
+        ollama.Client(host=sim.base_url).generate(model=MODEL, prompt="", keep_alive="10m")
+        time.sleep(3.0)
+        since = time.time()
+        long = threading.Thread(target=generate, args=(sim.base_url, words_prompt(600, seed=60), 8))
+        long.start()
+        time.sleep(1.0)
+        generate(sim.base_url, "Say hello.", 16)
+        long.join(timeout=300)
+        queued = wait_until(lambda: _direct_pair(data, since, 2), 90, "the queued pair")
+        time.sleep(2.0)
+        since_after = time.time()
+        generate(sim.base_url, words_prompt(600, seed=61), 8)  # finished before the short chat is sent
+        time.sleep(1.0)
+        generate(sim.base_url, "Say hello.", 16)
+        after = wait_until(lambda: _direct_pair(data, since_after, 2), 90, "the pair one after the other")
+    path = db_path(data)
+    for (long_id, short_id), queue_expected in ((queued[:2], True), (after[:2], False)):
+        short = load_request(path, short_id)
+        assert short is not None
+        waits, split = runner_waits_of(path, short.record, short.phases)
+        assert split is not None and split.hits == (), split
+        _, ds, _ = explain(path, short.record, short.phases, (waits, split))
+        codes = {d.code for d in ds}
+        assert INTERFERENCE not in codes, [d.sentence for d in ds]
+        if queue_expected:
+            assert short.record.metrics is not None and short.record.metrics.total_duration_ns is not None
+            assert [o.id for o in split.holders] == [long_id], split
+            assert split.queue_s is not None and split.queue_s > 0.5 * split.wait_s > 0.4, split  # sent 1 s in
+            assert "ttft_queue" in codes, [d.sentence for d in ds]
+        else:
+            assert not split.queue_s and "ttft_queue" not in codes, (split, [d.sentence for d in ds])
