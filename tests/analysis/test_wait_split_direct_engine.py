@@ -140,7 +140,6 @@ def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) 
             continue
         queued += 1
         assert split.queue_s == pytest.approx(behind, rel=0.2), (split, behind)
-        assert "ttft_queue" in {d.code for d in ds}, [d.sentence for d in ds]
     assert queued >= 2 and unmatched <= 1, (queued, unmatched)
 
 
