@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from analysis.model_names import same_model
 from analysis.phases import Phases
-from analysis.records import RequestRecord
+from analysis.records import RequestRecord, SeenFrom
 
 # Neighbours considered for one request, the closest in time first: a flood of requests must not make a page
 # slow; a slot holder further off than this many requests cannot matter to a runner's handful of slots.
@@ -69,6 +69,9 @@ def busy_of(rec: RequestRecord, ph: Phases) -> Busy:
     prefill = (rec.wall_s(p0), rec.wall_s(p1)) if p0 is not None and p1 is not None and p1 >= p0 else None
     held = (rec.wall_s(p0), rec.wall_s(end)) if p0 is not None and end is not None and end >= p0 else None
     wait_start = rec.wall_s(ph.load_end_ns) if ph.load_end_ns is not None else rec.started_at_unix_s
+    arrived = direct_arrival_s(rec, ph)
+    if arrived is not None:
+        wait_start = min(wait_start, arrived)
     return Busy(
         id=rec.id,
         model=rec.model,
@@ -78,8 +81,23 @@ def busy_of(rec: RequestRecord, ph: Phases) -> Busy:
         prefill=prefill,
         held=held,
         tokens_s=tuple(rec.wall_s(t) for t in rec.token_chunk_ns),
-        started_s=rec.started_at_unix_s,
+        started_s=min(rec.started_at_unix_s, arrived) if arrived is not None else rec.started_at_unix_s,
     )
+
+
+def direct_arrival_s(rec: RequestRecord, ph: Phases) -> float | None:
+    """When a direct request reached Ollama (wall-clock s; None: not a direct record, or not known). A direct
+    record begins when the runner took its task; when Ollama's access line gave its whole latency
+    (``total_duration_ns``) and it loaded nothing, it arrived that long before its end. The latency is gin's own
+    (Go's duration to the nanosecond; gin truncates it to the second past a minute); the end is the runner's
+    release as read (within the record's ``ends_bound_s``: a log read or a poll), so its time before the runner
+    took its task is known to that bound plus Ollama's time to send the reply."""
+    m = rec.metrics
+    if rec.seen_from is not SeenFrom.RUNNER or m is None or not m.total_duration_ns or m.load_duration_ns:
+        return None
+    if ph.decode_end_ns is None:
+        return None
+    return rec.wall_s(ph.decode_end_ns) - m.total_duration_ns / 1e9
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, waits_label
-from analysis.wait_split import BATCH, QUEUE, RUNNER, UNEXPLAINED, WaitSplit, split_for
+from analysis.wait_split import BATCH, QUEUE, RUNNER, UNEXPLAINED, WaitSplit, direct_arrival_s, split_for
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
@@ -551,8 +551,11 @@ def runner_waits_of(db: Path, rec: RequestRecord, ph: Phases | None = None) -> t
     try:
         waits = queries.request_waits(conn, [rec.id]).get(rec.id)
         slots = slot_count(conn, rec.model, waits)
-        # Its neighbours: every request alive between its arrival and its end (a slot holder started before it).
-        around = queries.requests_in_window(conn, rec.started_at_unix_s, rec.wall_s(end_ns) + 1.0, limit=SPLIT_NEIGHBOURS)
+        # Its neighbours: every request alive between its arrival and its end (a slot holder started before it); a
+        # direct request arrived before its task began, by what Ollama's access line says.
+        arrived = direct_arrival_s(rec, ph) if ph is not None else None
+        since = min(rec.started_at_unix_s, arrived) if arrived is not None else rec.started_at_unix_s
+        around = queries.requests_in_window(conn, since, rec.wall_s(end_ns) + 1.0, limit=SPLIT_NEIGHBOURS)
     finally:
         conn.close()
     named = waits is not None and bool(waits.before_prefill())

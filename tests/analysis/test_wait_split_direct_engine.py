@@ -80,7 +80,9 @@ def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) 
     """One slot, a streamed generation and three non-streamed ones sent at once, directly: the runner names a
     prompt-cache save before each task that takes the used slot, but what waited was the queue. A direct record
     begins when the runner took its task (its time in Ollama's queue is not seen), so no wait of it is the
-    runner's beyond what is left after its slot came free, and no verdict calls it the runner's work."""
+    runner's beyond what is left after its slot came free, and no verdict calls it the runner's work. Its time
+    before that comes from Ollama's access line (its whole latency, before the runner's release): each queued
+    request's queue within 20% of its wait behind the others as the clients saw it."""
     log_file = tmp_path / "ollama.log"
     data = tmp_path / "data"
     with (
@@ -94,6 +96,7 @@ def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) 
         threads += [threading.Thread(target=whole, args=(sim.base_url, words_prompt(100 + i, seed=51 + i))) for i in range(3)]
         for t in threads:
             t.start()
+        sent = (since, time.time())  # the clients' own clock: every request sent in this interval
         for t in threads:
             t.join(timeout=300)
 
@@ -108,16 +111,94 @@ def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) 
 
         ids = wait_until(direct, 90, "four direct records")
     path = db_path(data)
-    for rid in ids:
-        stored = load_request(path, rid)
-        assert stored is not None
-        waits, split = runner_waits_of(path, stored.record, stored.phases)
+    stored = [load_request(path, rid) for rid in ids]
+    # each end as read, and how late it may have been read (a log read or a poll after the release)
+    ends = {
+        s.record.id: (s.record.wall_s(s.record.final_chunk_ns), s.record.ends_bound_s or 0.0)
+        for s in stored
+        if s and s.record.final_chunk_ns
+    }
+    queued = unmatched = 0
+    for s in stored:
+        assert s is not None
+        waits, split = runner_waits_of(path, s.record, s.phases)
         assert split is not None and split.runner_wait_s <= split.wait_s + 1e-9
-        _, ds, _ = explain(path, stored.record, stored.phases, (waits, split))
+        _, ds, _ = explain(path, s.record, s.phases, (waits, split))
         assert "ttft_runner_wait" not in {d.code for d in ds}, [d.sentence for d in ds]
+        assert s.phases.prefill_start_ns is not None
+        start = s.record.wall_s(s.phases.prefill_start_ns)
+        # Its wait behind the others, from the clients' clock and the others' ends: sent → the last other reply
+        # before its prompt was read. The split has it from Ollama's access line (its whole latency) and the runner.
+        before = [e for rid, (e, bound) in ends.items() if rid != s.record.id and e <= start + bound + 0.05]
+        behind = max(before, default=sent[1]) - sum(sent) / 2
+        if behind < 1.0:
+            continue
+        assert s.record.metrics is not None
+        if s.record.metrics.total_duration_ns is None:  # no access line fitted it alone: its queue is not known
+            assert (split.queue_s or 0.0) < 0.1, split  # not claimed: only the gap between its task and the last
+            unmatched += 1
+            continue
+        queued += 1
+        assert split.queue_s == pytest.approx(behind, rel=0.2), (split, behind)
+    assert queued >= 2 and unmatched <= 1, (queued, unmatched)
 
 
 def whole(base_url: str, prompt: str) -> None:
     ollama.Client(host=base_url, timeout=300).generate(
         model=MODEL, prompt=prompt, stream=False, options={**GREEDY, "num_predict": 20}
     )
+
+
+def _direct_pair(data: Path, since: float, n: int) -> list[str] | None:
+    """The ``n`` direct records finished since ``since``, in the order they began (None: not all written yet)."""
+    conn = queries.open_readonly(db_path(data))
+    try:
+        rows = [s.record for s in queries.requests_in_window(conn, since - 1, time.time() + 1)]
+    finally:
+        conn.close()
+    done = [r for r in rows if r.direct and r.metrics is not None and r.started_at_unix_s >= since - 1]
+    done.sort(key=lambda r: r.started_at_unix_s)
+    return [r.id for r in done] if len(done) >= n else None
+
+
+def test_direct_one_slot_queues_and_finished_first_gives_neither(tmp_path: Path) -> None:
+    """Issue 46's other two cases, sent directly, on one slot (-np 1): a short chat sent 1 s into a 600-word
+    prompt waits for the slot (ttft_queue naming the long one, not interference, its queue from Ollama's access
+    line); the same pair with the long one finished before the short chat is sent gets neither verdict."""
+    log_file = tmp_path / "ollama.log"
+    data = tmp_path / "data"
+    with (
+        start_server_engine("--num-parallel", "1", "--log-file", str(log_file)) as sim,
+        collector(data, "--ollama", sim.base_url, "--ollama-log", str(log_file)),
+    ):
+        ollama.Client(host=sim.base_url).generate(model=MODEL, prompt="", keep_alive="10m")
+        time.sleep(3.0)
+        since = time.time()
+        long = threading.Thread(target=generate, args=(sim.base_url, words_prompt(600, seed=60), 8))
+        long.start()
+        time.sleep(1.0)
+        generate(sim.base_url, "Say hello.", 16)
+        long.join(timeout=300)
+        queued = wait_until(lambda: _direct_pair(data, since, 2), 90, "the queued pair")
+        time.sleep(2.0)
+        since_after = time.time()
+        generate(sim.base_url, words_prompt(600, seed=61), 8)  # finished before the short chat is sent
+        time.sleep(1.0)
+        generate(sim.base_url, "Say hello.", 16)
+        after = wait_until(lambda: _direct_pair(data, since_after, 2), 90, "the pair one after the other")
+    path = db_path(data)
+    for (long_id, short_id), queue_expected in ((queued[:2], True), (after[:2], False)):
+        short = load_request(path, short_id)
+        assert short is not None
+        waits, split = runner_waits_of(path, short.record, short.phases)
+        assert split is not None and split.hits == (), split
+        _, ds, _ = explain(path, short.record, short.phases, (waits, split))
+        codes = {d.code for d in ds}
+        assert INTERFERENCE not in codes, [d.sentence for d in ds]
+        if queue_expected:
+            assert short.record.metrics is not None and short.record.metrics.total_duration_ns is not None
+            assert [o.id for o in split.holders] == [long_id], split
+            assert split.queue_s is not None and split.queue_s > 0.5 * split.wait_s > 0.4, split  # sent 1 s in
+            assert "ttft_queue" in codes, [d.sentence for d in ds]
+        else:
+            assert not split.queue_s and "ttft_queue" not in codes, (split, [d.sentence for d in ds])
