@@ -46,6 +46,9 @@ def test_what_if_predicts_fit_and_rates_for_other_settings(stack: Stack, page: P
         client.generate(model=MODEL, prompt=prompt, options={"num_predict": 40, "num_ctx": 8192})
 
     wait_until(lambda: len(_recorded(stack)) >= 2, 60, "both requests in the store")
+    # Taller than the page: What-if's boxes sit at its foot, and a drop-down opened at the viewport's edge lists
+    # no option to click (the page grew past the default 3,400 px with the prior, the window and the waits).
+    page.set_viewport_size({"width": 1400, "height": 5200})
     page.goto(stack.app_url + "/why")
     wait_ready(page)
     wait_until(lambda: page.get_by_text("What if", exact=True).count() > 0, 60, "the What if section")
