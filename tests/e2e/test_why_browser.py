@@ -152,7 +152,7 @@ def test_why_page_in_the_browser(stack: Stack, page: Page) -> None:
     # has stood within 1.7× of the measured ratio (75× measured beside 127× expected on a busy two-core machine).
     measured, expected = metric_value(page, "Prefill ÷ decode"), metric_value(page, "Prior ratio")
     assert measured.endswith("×") and expected.endswith("×")
-    assert 1 / 2.5 <= float(measured[:-1]) / float(expected[:-1]) <= 2.5, (measured, expected)
+    assert 1 / 2.0 <= float(measured[:-1]) / float(expected[:-1]) <= 2.0, (measured, expected)
     assert "first principles and the hardware table (before any reading) expect about" in sentence
 
 
