@@ -270,7 +270,7 @@ def no_store_state(ctx: AppContext) -> None:
         st.info(
             "**Nothing recorded yet: the demo is filling it.** "
             + (
-                "Its simulator, collector and synthetic users are starting; their first requests show here within "
+                "Its collector and synthetic users are starting; their first requests show here within "
                 "a few seconds, with nothing to do on your side."
                 if starting
                 else fmt.md_escape(ctx.launch.message[:1].upper() + ctx.launch.message[1:]) + "."

@@ -60,7 +60,9 @@ def test_one_slot_the_short_chat_queues_on_the_real_runner(one_slot: ProxyThread
     split, ds = verdicts(short, [long], 1)
     assert split.hits == () and [o.id for o in split.holders] == [long.id], split
     assert split.queue_s is not None and split.queue_s > 0.5 * split.wait_s
-    assert "ttft_queue" in codes(ds) and INTERFERENCE not in codes(ds), [d.sentence for d in ds]
+    # Queue, not interference, nor the runner's work. Whether its first token was slow enough for a verdict at all
+    # depends on the machine's speed (none in a busy full run; ttft_queue or ttft_prompt alone).
+    assert not codes(ds) & {INTERFERENCE, "ttft_runner_wait"}, [d.sentence for d in ds]
 
 
 def test_long_prompt_finished_first_gives_neither_on_the_real_runner(proxy: ProxyThread) -> None:

@@ -255,7 +255,10 @@ def test_request_detail_shows_waterfall_gaps_rates_and_story(fixture_store: Fixt
     assert not at.exception
     figs = figures(at)
     waterfall = next(f for f in figs if "Where the time went" in title_of(f))
-    assert {"load", "queue", "prefill", "decode", "waiting for first byte", "streaming tokens"} <= trace_names(waterfall)
+    names = trace_names(waterfall)
+    assert {"load", "prefill", "decode", "waiting for first byte", "streaming tokens"} <= names
+    # The time before prefill: a queue only where the slots are known to have all been held (analysis.wait_split)
+    assert {"queue", "wait (unexplained)"} & names, names
     decode = next(t for t in waterfall["data"] if t["name"] == "decode")
     assert rec.metrics is not None and rec.metrics.eval_duration_ns is not None
     assert decode["x"][0] == pytest.approx(rec.metrics.eval_duration_ns / 1e6, rel=1e-6)  # the store's number, in ms
