@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from analysis.model_names import same_model
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.ollama.access_failures import FAILED_WAIT_S, FailureBudget, failed_record, is_failure
-from collectors.ollama.access_fit import ACCESS_SLACK_S, Claimant, fits_line
+from collectors.ollama.access_fit import ACCESS_SLACK_S, ANSWER_LAG_S, Claimant, fits_line
 from collectors.ollama.log import AccessLine, LogEvent
 from collectors.ollama.slots import SlotReading
 
@@ -267,11 +267,19 @@ class DirectTasks:
         self._check_claim(rec, end)
 
     def slots_read(
-        self, runner: RunnerRef, readings: Iterable[SlotReading], ts: float, claims: Mapping[int, str]
+        self,
+        runner: RunnerRef,
+        readings: Iterable[SlotReading],
+        ts: float,
+        claims: Mapping[int, str],
+        *,
+        asked: float | None = None,
     ) -> list[tuple[str, SlotReading]]:
-        """One /slots reading of a runner; returns the (direct request id, reading) pairs to keep as progress rows."""
+        """One /slots reading of a runner, answered by ``ts`` (and asked for at ``asked``: the runner read its state
+        between the two); returns the (direct request id, reading) pairs to keep as progress rows. What the next
+        reading finds changed happened after this one's ``asked``: each interval's lower bound."""
         prev = self._last_poll.get(runner.pid)
-        self._last_poll[runner.pid] = ts
+        self._last_poll[runner.pid] = min(ts, asked) if asked is not None else ts
         progress: list[tuple[str, SlotReading]] = []
         seen_slots: set[int] = set()
         for slot in readings:
@@ -746,17 +754,13 @@ class DirectTasks:
         for end, rec in self._finished:
             if rec.id in self._failure_owners or rec.status_code != line.status:
                 continue
-            if fits_line(line, Claimant(rec.started_at_unix_s, end, status=rec.status_code)):
+            if fits_line(line, _proxied(rec, end)):
                 return rec.id
         return None
 
     def _undecided(self) -> list[Claimant]:
         """The unclaimed tasks that ended and wait to be decided, as possible owners of an access line."""
-        return [
-            Claimant(self._late_start(t), e)
-            for t in self._tasks.values()
-            if (e := t.ended_unix_s) is not None and t.claimed_by is None
-        ]
+        return [self._span(t) for t in self._tasks.values() if t.ended_unix_s is not None and t.claimed_by is None]
 
     @staticmethod
     def _claimant(task: _Task, figures: _Figures) -> Claimant:
@@ -764,17 +768,18 @@ class DirectTasks:
         to its end (it decoded and its runner did not go away: Ollama answered it, so a 5xx line is not its)."""
         start = figures.start - (task.load_s or 0.0)
         end = figures.end if figures.end is not None else figures.start
-        return Claimant(start, end, answered=figures.decode_start is not None and not task.gone)
+        lo, hi = task.end if task.end is not None else (end, end)
+        return Claimant(start, max(end, hi), answered=figures.decode_start is not None and not task.gone, earliest_end=lo)
 
     def _rivals(self, lo: float, hi: float) -> list[Claimant]:
         """Every other generation that ended between ``lo`` and ``hi``: an access line may be its. A finished
         proxied request's line has its status."""
         rivals = [
-            Claimant(self._late_start(t), e)
+            self._span(t)
             for t in self._tasks.values()
             if (e := t.ended_unix_s) is not None and lo <= e <= hi and t.claimed_by is None  # a claimed one: its request's
         ]
-        rivals += [Claimant(rec.started_at_unix_s, e, status=rec.status_code) for e, rec in self._finished if lo <= e <= hi]
+        rivals += [_proxied(rec, e) for e, rec in self._finished if lo <= e <= hi]
         rivals += [c for c in self._decided if lo <= c.end <= hi]
         return rivals
 
@@ -795,6 +800,12 @@ class DirectTasks:
                 return assigned
             for line, k in alone.items():
                 assigned[k] = line
+
+    @classmethod
+    def _span(cls, task: _Task) -> Claimant:
+        """A rival task as an access line's possible owner: as late a start and as wide an end as its polls allow."""
+        lo, hi = task.end if task.end is not None else (task.first_seen_unix_s, task.first_seen_unix_s)
+        return Claimant(cls._late_start(task), hi, earliest_end=lo)
 
     @staticmethod
     def _late_start(task: _Task) -> float:
@@ -927,3 +938,9 @@ class DirectTasks:
 
     def _to_mono(self, wall_s: float, now_wall_s: float) -> int:
         return self._mono_ns() - round((now_wall_s - wall_s) * 1e9)
+
+
+def _proxied(rec: RequestRecord, end: float) -> Claimant:
+    """A finished proxied request as an access line's possible owner: its last chunk reached the proxy at ``end``,
+    a moment after Ollama wrote it and about when its handler returned (the line's end)."""
+    return Claimant(rec.started_at_unix_s, end, status=rec.status_code, earliest_end=end - ANSWER_LAG_S)

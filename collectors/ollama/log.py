@@ -85,6 +85,7 @@ class AccessLine:
     client: str  # as Ollama printed it: who sent the request is not verified by anything in the log
     method: str
     path: str  # as gin quoted it, escapes kept
+    read_unix_s: float | None = None  # when it was read: the request ended no later (None: not known)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,9 @@ def _access(line: str, read_unix_s: float) -> LogEvent | None:
         return None
     if latency_s is None:
         return None
-    line_ = AccessLine(stamp, int(m.group("status")), latency_s, m.group("client"), m.group("method"), m.group("path"))
+    line_ = AccessLine(
+        stamp, int(m.group("status")), latency_s, m.group("client"), m.group("method"), m.group("path"), read_unix_s
+    )
     return LogEvent("access", read_unix_s, 0, access=line_)
 
 

@@ -607,6 +607,7 @@ class RunnerReader:
         # each prefill reading was up to 0.5 s late, which the ETA extrapolates over the rest of the prompt.
         began_s = time.monotonic()
         try:
+            asked = self._clock()
             readings, problem = await self._fetch(state.runner)
             self.polls += 1
             ts = self._clock()
@@ -617,7 +618,7 @@ class RunnerReader:
             state.problem = problem
             if readings is not None:
                 state.slots = readings
-                self._join(state, readings, requests, ts)
+                self._join(state, readings, requests, ts, asked)
             elif "connect" in (problem or ""):
                 self._look_now = True  # gone or restarted: look again
         except Exception:
@@ -686,7 +687,14 @@ class RunnerReader:
 
     # -- joining readings to requests -----------------------------------------------------------
 
-    def _join(self, state: RunnerState, readings: list[SlotReading], requests: list[RequestRecord], ts: float) -> None:
+    def _join(
+        self,
+        state: RunnerState,
+        readings: list[SlotReading],
+        requests: list[RequestRecord],
+        ts: float,
+        asked: float | None = None,
+    ) -> None:
         pid = state.runner.pid
         if state.model is None:
             return  # which model it serves is not known yet (/api/ps not read): no join is safe
@@ -697,7 +705,7 @@ class RunnerReader:
                 self._add(rid, slot, ts)
         claims = {task: rid for (p, task), rid in self._tasks.items() if p == pid}
         ref = RunnerRef(pid, state.runner.port, state.model)
-        for rid, slot in self.direct.slots_read(ref, readings, ts, claims):
+        for rid, slot in self.direct.slots_read(ref, readings, ts, claims, asked=asked):
             if slot.processed_tokens is not None:
                 self._add(rid, slot, ts)
 
@@ -822,6 +830,7 @@ class RunnerReader:
         if any(e.kind in ("runner_start", "runner_started") for e in events):
             self._look_now = True  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
+        self._look_at_launches(events)
         self.direct.log_events(events)
         self._take_mlx_lines(events, requests)
         # A progress line is a request's only when /slots showed its task id on the one runner, joined to that
@@ -835,6 +844,20 @@ class RunnerReader:
                 self.log_lines_dropped += 1
                 continue
             self._add_log(rid, event)
+
+    def _look_at_launches(self, events: list[LogEvent]) -> None:
+        """A launch line for a task no runner's last reading shows: read the runners now, not at the idle pace. A
+        task shorter than a poll interval that a queued one follows at once on its slot is otherwise never shown by
+        /slots (its id is passed over), and its lines are dropped as unconfirmed: on one slot at 1 Hz, one of four
+        requests sent together was lost so. The line only makes the reader look sooner (at most once a step): what
+        it finds is the runner's own answer."""
+        shown = {slot.task_id for state in self.runners.values() for slot in state.slots}
+        if not any(e.kind == "launch" and e.task_id not in shown for e in events):
+            return
+        now = time.monotonic()
+        for state in self.runners.values():
+            if state.runner.kind != MLX_RUNNER and state.problem is None:
+                state.next_poll_s = min(state.next_poll_s, now)
 
     def _log_request(self, event: LogEvent) -> str | None:
         """The request a progress or timing line is about: the one joined to its task on the one runner whose last

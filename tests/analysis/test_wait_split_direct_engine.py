@@ -76,11 +76,6 @@ def test_direct_short_chat_during_a_long_prompt(tmp_path: Path) -> None:
     assert INTERFERENCE not in {d.code for d in long_ds}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 40: in the full suite (2 of 2 runs) the fourth direct record was not stored within 90 s, while the "
-    "test passes alone (2 of 2); cause not found yet",
-)
 def test_direct_four_at_once_on_one_slot_no_runner_wait_verdict(tmp_path: Path) -> None:
     """One slot, a streamed generation and three non-streamed ones sent at once, directly: the runner names a
     prompt-cache save before each task that takes the used slot, but what waited was the queue. A direct record

@@ -552,3 +552,42 @@ def test_a_proxied_claim_of_another_task_is_corrected_by_its_own_prompt_count() 
     recs = finished(d)
     assert [(r.runner_task_id, r.metrics.prompt_eval_count if r.metrics else None) for r in recs] == [(10, 500)]
     assert d.matched_proxied == 1 and d.claims_corrected == 1
+
+
+def test_four_sent_at_once_on_one_slot_each_take_their_own_access_line() -> None:
+    """Issue 40: four requests sent together to a one-slot runner end about a second apart (each ~1 s of work in
+    turn). Each line fits only the generation whose end, as bounded by the polls around it (4 Hz), meets the line's
+    second: every record gets its own client. The rule before (a 1.5 s window either side of an end) let each line
+    fit two or three of them, and none was told."""
+    clock = Clock()
+    d = tasks(clock)
+    sent = clock.now
+    took_s = (1.2, 1.0, 1.1, 1.3)
+    starts = [sum(took_s[:i]) + 0.05 for i in range(4)]
+    gens = [
+        Gen(10 + 20 * i, prompt=100, cached=0, output=20, start_s=s, took_s=t)
+        for i, (s, t) in enumerate(zip(starts, took_s, strict=True))
+    ]
+
+    def reading(at_s: float) -> SlotReading:
+        begun = [g for g in gens if g.start_s < at_s]  # the slot shows the last task it took
+        return begun[-1].reading(at_s) if begun else gens[0].reading(at_s)
+
+    lines_at: list[tuple[float, str]] = []
+    for i, g in enumerate(gens):
+        end = sent + g.start_s + g.took_s + 0.01  # Ollama's handler returns just after the runner's last answer
+        lines_at.append((end, gin(end, f"{end - sent:.6f}s", f"10.0.0.{i + 1}", "/api/generate")))
+    at = 0.0
+    while at <= starts[-1] + took_s[-1] + 0.5:
+        clock.now = sent + at
+        d.slots_read(RUNNER, [reading(at)], clock.now, {})
+        log_lines(d, clock.now, *[line for end, line in lines_at if end <= clock.now])
+        lines_at = [(end, line) for end, line in lines_at if end > clock.now]
+        d.step()
+        at += 0.25
+    clock.now += GRACE_S
+    d.step()
+    recs = {r.runner_task_id: r for r in finished(d)}
+    assert sorted(recs) == [g.task for g in gens]
+    assert [recs[g.task].client_addr for g in gens] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert all(recs[g.task].metrics.total_duration_ns for g in gens)  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -237,3 +238,22 @@ def test_a_forged_runner_start_line_does_not_blind_the_log(tmp_path: Path) -> No
     recs, _ = r.drain_direct()
     (rec,) = [x for x in recs if x.final_chunk_ns is not None]
     assert rec.runner_source == "log" and rec.metrics is not None and rec.metrics.prompt_eval_count == 136
+
+
+def test_a_launch_line_for_a_task_no_reading_shows_brings_the_next_poll_forward() -> None:
+    """Issue 40: a direct task shorter than the idle interval that a queued one follows at once on its slot is never
+    shown by /slots (its id is passed over) unless the reader looks while it runs: its launch line asks for a look now.
+    A task the last reading shows already asks for nothing (the line is only a hint: what counts is /slots)."""
+    r, state = reader()
+    state.slots = [reading(0, 7, 64, 64)]
+    later = time.monotonic() + IDLE_INTERVAL_S
+    state.next_poll_s = later
+    launch = "slot launch_slot_: id  0 | task {} | processing task, is_child = 0"
+    shown = parse_line(launch.format(7), 1.0)
+    assert shown is not None
+    r._look_at_launches([shown])
+    assert state.next_poll_s == later
+    unseen = parse_line(launch.format(9), 1.0)
+    assert unseen is not None
+    r._look_at_launches([unseen])
+    assert state.next_poll_s <= time.monotonic()
