@@ -16,7 +16,7 @@ from collectors.metrics import FAMILIES, Family, MetricsSnapshot, RequestStats, 
 from store.rows import request_row
 from store.tables import PHASES_VERSION, RequestRow
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs/metrics.md"
 # A line of §7's table: | `exposed name` | type | `label`, `label` (or —) |
 DOC_LINE = re.compile(r"^\| `(?P<name>[a-z_:]+)` \| (?P<kind>counter|gauge|histogram) \| (?P<labels>[^|]*) \|$")
 
