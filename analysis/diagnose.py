@@ -174,6 +174,32 @@ def explain_decode_use(use: DecodeUse, eff: Efficiencies | None) -> str:
     return text + "decode is waiting on memory, as the bandwidth ceiling assumes."
 
 
+def _request_ceilings(
+    phases: Phases,
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    *,
+    vram_fraction: float,
+    host_bandwidth_bytes_s: float | None,
+    efficiencies: Efficiencies | None,
+    bandwidth_bytes_s: float | None,
+    ubatch_tokens: int,
+) -> Ceilings:
+    """The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context."""
+    prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
+    return ceilings_for(
+        spec,
+        facts,
+        prompt_tokens=max(prompt - cached, 0) if cached <= prompt else prompt,
+        context_tokens=prompt + (phases.output_tokens or 0) // 2,
+        vram_fraction=vram_fraction,
+        host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+        efficiencies=efficiencies,
+        bandwidth_bytes_s=bandwidth_bytes_s,
+        ubatch_tokens=ubatch_tokens,
+    )
+
+
 def diagnose_request(
     record: RequestRecord,
     phases: Phases,
@@ -203,17 +229,14 @@ def diagnose_request(
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
     (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused)."""
-    frac_vram = (
-        gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
-    )
     if ceilings is None and spec is not None and facts is not None:
-        # The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context.
-        prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
-        ceilings = ceilings_for(
+        frac_vram = gpu_fraction
+        if frac_vram is None:  # /api/ps's share, when no better source said it
+            frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+        ceilings = _request_ceilings(
+            phases,
             spec,
             facts,
-            prompt_tokens=max(prompt - cached, 0) if cached <= prompt else prompt,
-            context_tokens=prompt + (phases.output_tokens or 0) // 2,
             vram_fraction=frac_vram,
             host_bandwidth_bytes_s=host_bandwidth_bytes_s,
             efficiencies=efficiencies,
