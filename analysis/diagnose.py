@@ -28,38 +28,72 @@ class Severity(StrEnum):
     WARNING = "warning"  # costs speed, and there is something to do about it
 
 
+class DiagnosisCode(StrEnum):
+    """What a diagnosis found. The values are stored and exported (the Why page's JSON, the report): never change one.
+
+    Every table keyed by these (CODES below, the Why report's fixes, analysis.doubt.ADVICE_FROM) names only members,
+    and CODES and the fixes name every one (tests/analysis/test_diagnosis_codes.py).
+    """
+
+    PARTIAL_OFFLOAD = "partial_offload"
+    MEMORY_CLOCK_LOW = "memory_clock_low"
+    POWER_CAPPED = "power_capped"
+    CACHE_HIT = "cache_hit"
+    CACHE_SUSPECTED = "cache_suspected"
+    ONE_TOKEN_REPLY = "one_token_reply"
+    TTFT_LOAD = "ttft_load"
+    TTFT_PROMPT = "ttft_prompt"
+    TTFT_QUEUE = "ttft_queue"
+    TTFT_RUNNER_WAIT = "ttft_runner_wait"
+    INTERFERENCE = "interference"
+    TTFT_WAIT_UNEXPLAINED = "ttft_wait_unexplained"
+    DECODE_ABOVE_CEILING = "decode_above_ceiling"
+    DECODE_SLOW = "decode_slow"
+    PREFILL_ABOVE_CEILING = "prefill_above_ceiling"
+    PROMPT_TRUNCATED = "prompt_truncated"
+    NUM_CTX_IGNORED = "num_ctx_ignored"
+
+
 @dataclass(frozen=True)
 class Diagnosis:
-    code: str
+    code: DiagnosisCode
     severity: Severity
     sentence: str
     numbers: dict[str, float] = field(default_factory=dict)  # the figures the sentence quotes, unformatted
 
+    def __post_init__(self) -> None:
+        DiagnosisCode(self.code)  # a ValueError for a code outside the vocabulary, wherever it was typed
 
-CODES: dict[str, str] = {
-    "partial_offload": "part of the model sits in system memory, so decode reads it at system-memory speed",
-    "memory_clock_low": "the GPU memory clock ran below its maximum (a lower P-state), lowering bandwidth",
-    "power_capped": "the GPU ran at its power limit, or NVML reported power-cap throttling",
-    "cache_hit": "prompt-cache hits inflate Ollama's own prefill rate",
-    "cache_suspected": "Ollama's prefill rate is above the hardware ceiling: cache hits this server does not report",
-    "one_token_reply": "a one-token reply: no interval to time decode over",
-    "ttft_load": "time to first token went mostly to loading the model",
-    "ttft_prompt": "time to first token went mostly to reading a long prompt",
-    "ttft_queue": "time to first token went mostly to waiting for a free slot: every slot was busy",
-    "ttft_runner_wait": (
+
+# What each code means, in the page's words.
+CODES: dict[DiagnosisCode, str] = {
+    DiagnosisCode.PARTIAL_OFFLOAD: "part of the model sits in system memory, so decode reads it at system-memory speed",
+    DiagnosisCode.MEMORY_CLOCK_LOW: "the GPU memory clock ran below its maximum (a lower P-state), lowering bandwidth",
+    DiagnosisCode.POWER_CAPPED: "the GPU ran at its power limit, or NVML reported power-cap throttling",
+    DiagnosisCode.CACHE_HIT: "prompt-cache hits inflate Ollama's own prefill rate",
+    DiagnosisCode.CACHE_SUSPECTED: "Ollama's prefill rate is above the hardware ceiling: cache hits this server does not report",
+    DiagnosisCode.ONE_TOKEN_REPLY: "a one-token reply: no interval to time decode over",
+    DiagnosisCode.TTFT_LOAD: "time to first token went mostly to loading the model",
+    DiagnosisCode.TTFT_PROMPT: "time to first token went mostly to reading a long prompt",
+    DiagnosisCode.TTFT_QUEUE: "time to first token went mostly to waiting for a free slot: every slot was busy",
+    DiagnosisCode.TTFT_RUNNER_WAIT: (
         "time to first token went mostly to the runner's own work before it read the prompt (prompt-cache saves and "
         "loads, context checkpoints, a re-processing forced by a lost cache), named from its own log lines"
     ),
-    "interference": (
+    DiagnosisCode.INTERFERENCE: (
         "another request's prompt was read on the same runner during this request's wait, prefill or decode, and "
         "cost it time (measured from the overlap of their intervals)"
     ),
-    "ttft_wait_unexplained": "time to first token went mostly to a wait before the prompt was read that nothing explains",
-    "decode_above_ceiling": "a decode rate above what the hardware allows: a reading that cannot be true",
-    "decode_slow": "decode well below the expected rate, with no other cause found",
-    "prefill_above_ceiling": "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true",
-    "prompt_truncated": "the prompt was longer than the context: Ollama cut it, and the model did not read all of it",
-    "num_ctx_ignored": "options.num_ctx was sent on a /v1 route, where Ollama ignores it",
+    DiagnosisCode.TTFT_WAIT_UNEXPLAINED: (
+        "time to first token went mostly to a wait before the prompt was read that nothing explains"
+    ),
+    DiagnosisCode.DECODE_ABOVE_CEILING: "a decode rate above what the hardware allows: a reading that cannot be true",
+    DiagnosisCode.DECODE_SLOW: "decode well below the expected rate, with no other cause found",
+    DiagnosisCode.PREFILL_ABOVE_CEILING: (
+        "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true"
+    ),
+    DiagnosisCode.PROMPT_TRUNCATED: "the prompt was longer than the context: Ollama cut it, and the model did not read all of it",
+    DiagnosisCode.NUM_CTX_IGNORED: "options.num_ctx was sent on a /v1 route, where Ollama ignores it",
 }
 
 # A part that is this close to fully in VRAM counts as fully on the GPU (Ollama rounds).
@@ -140,6 +174,32 @@ def explain_decode_use(use: DecodeUse, eff: Efficiencies | None) -> str:
     return text + "decode is waiting on memory, as the bandwidth ceiling assumes."
 
 
+def _request_ceilings(
+    phases: Phases,
+    spec: HardwareSpec,
+    facts: ModelFacts,
+    *,
+    vram_fraction: float,
+    host_bandwidth_bytes_s: float | None,
+    efficiencies: Efficiencies | None,
+    bandwidth_bytes_s: float | None,
+    ubatch_tokens: int,
+) -> Ceilings:
+    """The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context."""
+    prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
+    return ceilings_for(
+        spec,
+        facts,
+        prompt_tokens=max(prompt - cached, 0) if cached <= prompt else prompt,
+        context_tokens=prompt + (phases.output_tokens or 0) // 2,
+        vram_fraction=vram_fraction,
+        host_bandwidth_bytes_s=host_bandwidth_bytes_s,
+        efficiencies=efficiencies,
+        bandwidth_bytes_s=bandwidth_bytes_s,
+        ubatch_tokens=ubatch_tokens,
+    )
+
+
 def diagnose_request(
     record: RequestRecord,
     phases: Phases,
@@ -169,17 +229,14 @@ def diagnose_request(
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
     (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused)."""
-    frac_vram = (
-        gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
-    )
     if ceilings is None and spec is not None and facts is not None:
-        # The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context.
-        prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0
-        ceilings = ceilings_for(
+        frac_vram = gpu_fraction
+        if frac_vram is None:  # /api/ps's share, when no better source said it
+            frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+        ceilings = _request_ceilings(
+            phases,
             spec,
             facts,
-            prompt_tokens=max(prompt - cached, 0) if cached <= prompt else prompt,
-            context_tokens=prompt + (phases.output_tokens or 0) // 2,
             vram_fraction=frac_vram,
             host_bandwidth_bytes_s=host_bandwidth_bytes_s,
             efficiencies=efficiencies,
@@ -204,7 +261,7 @@ def diagnose_request(
         if d is not None:
             out.append(d)
     if _decode_explained(out):
-        out = [d for d in out if d.code != "decode_slow"]
+        out = [d for d in out if d.code != DiagnosisCode.DECODE_SLOW]
     out.sort(key=lambda d: 0 if d.severity is Severity.WARNING else 1)
     return out
 
@@ -213,7 +270,7 @@ def _decode_explained(found: Sequence[Diagnosis]) -> bool:
     """ "decode_slow" is the fallback explanation: another diagnosis explains a slow decode when it names the
     placement, the memory clock, the power cap, or another request's prompt read while this one decoded."""
     return any(
-        d.code in ("partial_offload", "memory_clock_low", "power_capped")
+        d.code in (DiagnosisCode.PARTIAL_OFFLOAD, DiagnosisCode.MEMORY_CLOCK_LOW, DiagnosisCode.POWER_CAPPED)
         or (d.code == INTERFERENCE and d.numbers.get("decode_overlap_s", 0.0) > 0)
         for d in found
     )
@@ -258,7 +315,7 @@ def _partial_offload(
                 f"({w.times(full_expected / c.decode_expected_tok_s)} faster)"
             )
     text += ". A smaller quantization, a shorter context (num_ctx) or closing other GPU programs lets it fit."
-    return Diagnosis("partial_offload", Severity.WARNING, text, nums)
+    return Diagnosis(DiagnosisCode.PARTIAL_OFFLOAD, Severity.WARNING, text, nums)
 
 
 def _memory_clock(record: RequestRecord, phases: Phases, samples: Sequence[GpuSample]) -> Diagnosis | None:
@@ -287,7 +344,7 @@ def _memory_clock(record: RequestRecord, phases: Phases, samples: Sequence[GpuSa
         bw_max = 2 * max_clock * 1e6 * during[0].mem_bus_width_bits / 8
         nums.update(bandwidth_bytes_s=bw_now, max_bandwidth_bytes_s=bw_max)
         text = text[:-1] + f" ({w.gb_s(bw_now)} instead of {w.gb_s(bw_max)})."
-    return Diagnosis("memory_clock_low", Severity.WARNING if frac < 0.9 else Severity.INFO, text, nums)
+    return Diagnosis(DiagnosisCode.MEMORY_CLOCK_LOW, Severity.WARNING if frac < 0.9 else Severity.INFO, text, nums)
 
 
 def _power_cap(record: RequestRecord, phases: Phases, samples: Sequence[GpuSample]) -> Diagnosis | None:
@@ -313,7 +370,7 @@ def _power_cap(record: RequestRecord, phases: Phases, samples: Sequence[GpuSampl
         f"The GPU {drew} in {len(at_cap)} of {len(during)} samples ({w.pct(share)}) during this request, "
         "so its clocks were held down; prefill, which is limited by compute, suffers most."
     )
-    return Diagnosis("power_capped", Severity.WARNING, text, nums)
+    return Diagnosis(DiagnosisCode.POWER_CAPPED, Severity.WARNING, text, nums)
 
 
 def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
@@ -330,7 +387,7 @@ def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
             nums["prefill_tok_s"] = phases.prefill_tok_s
             were = "was" if computed == 1 else "were"
             text += f", but only {w.count(computed)} {were}, at {w.tok_s(phases.prefill_tok_s)}"
-        return Diagnosis("cache_hit", Severity.INFO, text + ".", nums)
+        return Diagnosis(DiagnosisCode.CACHE_HIT, Severity.INFO, text + ".", nums)
     # Older servers do not report cached tokens: a rate above the ceiling gives the hits away.
     rate = phases.ollama_prefill_tok_s
     if cached is None and c is not None and rate and prompt and rate > CEILING_SLACK * c.prefill_ceiling_tok_s:
@@ -340,7 +397,7 @@ def _cache(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
             f"{w.tok_s(c.prefill_ceiling_tok_s)} this hardware allows for this model at that length: most of the "
             "prompt must have come from the prompt cache, which this Ollama version does not report, so that rate is inflated."
         )
-        return Diagnosis("cache_suspected", Severity.INFO, text, nums)
+        return Diagnosis(DiagnosisCode.CACHE_SUSPECTED, Severity.INFO, text, nums)
     return None
 
 
@@ -349,8 +406,8 @@ def _prompt_fit(phases: Phases) -> list[Diagnosis | None]:
     cut = phases.flag_text.get(Flag.PROMPT_TRUNCATED)
     ignored = phases.flag_text.get(Flag.NUM_CTX_IGNORED)
     return [
-        Diagnosis("prompt_truncated", Severity.WARNING, cut[0].upper() + cut[1:]) if cut else None,
-        Diagnosis("num_ctx_ignored", Severity.INFO, ignored[0].upper() + ignored[1:]) if ignored else None,
+        Diagnosis(DiagnosisCode.PROMPT_TRUNCATED, Severity.WARNING, cut[0].upper() + cut[1:]) if cut else None,
+        Diagnosis(DiagnosisCode.NUM_CTX_IGNORED, Severity.INFO, ignored[0].upper() + ignored[1:]) if ignored else None,
     ]
 
 
@@ -363,10 +420,10 @@ def _one_token(phases: Phases) -> Diagnosis | None:
     )
     if phases.ollama_decode_tok_s:
         text = text[:-1] + f" (Ollama's formula gives {w.tok_s(phases.ollama_decode_tok_s)})."
-    return Diagnosis("one_token_reply", Severity.INFO, text, {"output_tokens": 1.0})
+    return Diagnosis(DiagnosisCode.ONE_TOKEN_REPLY, Severity.INFO, text, {"output_tokens": 1.0})
 
 
-INTERFERENCE = "interference"  # the code of a request slowed by another request's prefill (CODES, the fixes table)
+INTERFERENCE = DiagnosisCode.INTERFERENCE  # a request slowed by another request's prefill
 # Another request's prefill is worth a verdict when it cost this request at least this long, and this share of it.
 INTERFERENCE_MIN_S = 0.5
 INTERFERENCE_MIN_FRACTION = 0.10
@@ -494,7 +551,7 @@ def _queue(lead: str, nums: dict[str, float], split: WaitSplit) -> Diagnosis:
         f"{lead} was spent waiting for a free slot: every slot of the runner held another request's task ({held}{more}). "
         "Ollama serves OLLAMA_NUM_PARALLEL requests per model at a time; raising it (memory allowing) shortens the queue."
     )
-    return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+    return Diagnosis(DiagnosisCode.TTFT_QUEUE, Severity.WARNING, text, nums)
 
 
 def _load(record: RequestRecord, lead: str, nums: dict[str, float]) -> Diagnosis:
@@ -502,7 +559,7 @@ def _load(record: RequestRecord, lead: str, nums: dict[str, float]) -> Diagnosis
         f"{lead} went to loading {record.model} into memory: it was not loaded, or a changed option (such as num_ctx) "
         "forced a reload. A longer keep_alive keeps it loaded between requests."
     )
-    return Diagnosis("ttft_load", Severity.INFO, text, nums)
+    return Diagnosis(DiagnosisCode.TTFT_LOAD, Severity.INFO, text, nums)
 
 
 def _prompt(phases: Phases, lead: str, nums: dict[str, float]) -> Diagnosis:
@@ -513,7 +570,7 @@ def _prompt(phases: Phases, lead: str, nums: dict[str, float]) -> Diagnosis:
         f"{lead} went to reading the {w.count(computed)}-token prompt{rate}; a shorter prompt, or one that repeats an "
         "earlier prefix so the prompt cache can serve it, starts answering sooner."
     )
-    return Diagnosis("ttft_prompt", Severity.INFO, text, nums)
+    return Diagnosis(DiagnosisCode.TTFT_PROMPT, Severity.INFO, text, nums)
 
 
 def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | None, all_slots_busy: bool | None) -> Diagnosis:
@@ -541,13 +598,13 @@ def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | N
             + "; ".join(said)
             + f". What changes it: {what_changes(waits)}."  # type: ignore[arg-type]  # named implies waits
         )
-        return Diagnosis("ttft_runner_wait", Severity.WARNING, text, nums)
+        return Diagnosis(DiagnosisCode.TTFT_RUNNER_WAIT, Severity.WARNING, text, nums)
     if all_slots_busy:
         text = (
             f"{lead} was spent waiting for a free slot: every slot of the runner was serving another request. "
             "Ollama serves OLLAMA_NUM_PARALLEL requests per model at a time; raising it (memory allowing) shortens the queue."
         )
-        return Diagnosis("ttft_queue", Severity.WARNING, text, nums)
+        return Diagnosis(DiagnosisCode.TTFT_QUEUE, Severity.WARNING, text, nums)
     free = "while a slot was free" if all_slots_busy is False else "(whether every slot was busy is not known)"
     source = (
         "the runner's log lines for it name no prompt-cache or checkpoint work"
@@ -556,7 +613,7 @@ def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | N
         "context checkpoints) was not read for it"
     )
     text = f"{lead} passed before the prompt was read {free}; this wait is unexplained: {source}."
-    return Diagnosis("ttft_wait_unexplained", Severity.INFO, text, nums)
+    return Diagnosis(DiagnosisCode.TTFT_WAIT_UNEXPLAINED, Severity.INFO, text, nums)
 
 
 def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
@@ -571,7 +628,7 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
             f"{w.count(c.context_tokens)} tokens of context: this reading cannot "
             "be true (check the GPU and model this request was matched to)."
         )
-        return Diagnosis("decode_above_ceiling", Severity.WARNING, text, nums)
+        return Diagnosis(DiagnosisCode.DECODE_ABOVE_CEILING, Severity.WARNING, text, nums)
     if measured < DECODE_SLOW_FRACTION_OF_EXPECTED * c.decode_expected_tok_s:
         text = (
             f"Decode ran at {w.tok_s(measured)}, {w.pct(measured / c.decode_expected_tok_s)} of the "
@@ -580,7 +637,7 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
             "That usually means partial CPU offload, a low memory clock or a power cap; other requests running at the same "
             "time also share the bandwidth."
         )
-        return Diagnosis("decode_slow", Severity.INFO, text, nums)
+        return Diagnosis(DiagnosisCode.DECODE_SLOW, Severity.INFO, text, nums)
     return None
 
 
@@ -602,4 +659,4 @@ def _prefill_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
         "this reading cannot be true, so it is kept out of medians and calibration."
     )
     nums = {"measured_tok_s": measured, "ceiling_tok_s": c.prefill_ceiling_tok_s}
-    return Diagnosis("prefill_above_ceiling", Severity.WARNING, text, nums)
+    return Diagnosis(DiagnosisCode.PREFILL_ABOVE_CEILING, Severity.WARNING, text, nums)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from analysis import wording as w
 from analysis.ceilings import MAX_PLAUSIBLE_FRACTION
+from analysis.diagnose import DiagnosisCode
 from analysis.story import Status, Story
 
 MOST = 0.5  # more than this share of a kind's timed readings above their ceiling: the inputs are doubted
@@ -23,10 +24,18 @@ GPU = "gpu"
 MODEL_SIZE = "model_size"
 # Verdicts computed from each input: none is given while the readings contradict it. Those from measured intervals
 # alone (interference, the queue, the runner's own wait: analysis.wait_split) depend on no doubted input.
-ADVICE_FROM = {
-    PLACEMENT: frozenset({"partial_offload"}),
-    GPU: frozenset({"partial_offload", "decode_above_ceiling", "decode_slow", "prefill_above_ceiling"}),
-    MODEL_SIZE: frozenset({"partial_offload", "decode_above_ceiling", "decode_slow", "prefill_above_ceiling"}),
+_FROM_CEILINGS = frozenset(
+    {
+        DiagnosisCode.PARTIAL_OFFLOAD,
+        DiagnosisCode.DECODE_ABOVE_CEILING,
+        DiagnosisCode.DECODE_SLOW,
+        DiagnosisCode.PREFILL_ABOVE_CEILING,
+    }
+)
+ADVICE_FROM: dict[str, frozenset[DiagnosisCode]] = {
+    PLACEMENT: frozenset({DiagnosisCode.PARTIAL_OFFLOAD}),
+    GPU: _FROM_CEILINGS,
+    MODEL_SIZE: _FROM_CEILINGS,
 }
 
 
@@ -39,7 +48,7 @@ class Doubt:
     text: str
 
     @property
-    def withheld(self) -> frozenset[str]:
+    def withheld(self) -> frozenset[DiagnosisCode]:
         """The verdict codes computed from the contradicted input."""
         return ADVICE_FROM[self.contradicted]
 

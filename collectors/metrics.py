@@ -22,8 +22,9 @@ from __future__ import annotations
 import bisect
 import math
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -47,89 +48,15 @@ OTHER_LABEL = "other"
 # theirs stop at 10 s (TTFT) or ~82 s (durations), and at home a long prompt on a small GPU or a CPU takes
 # minutes to prefill, and a model load from a slow disk as long. Past the last advisory bound the series
 # goes on roughly doubling (15, 30, 60 s, … 10 min for TTFT; up to ~22 min for whole requests).
-TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,  # OTel advisory
-    15.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,  # Phasewatch: long home prompts
-)
-TPOT_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,  # OTel advisory
-    5.0,
-    10.0,
-)
-DURATION_BUCKETS_S = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,  # OTel advisory
-    163.84,
-    327.68,
-    655.36,
-    1310.72,  # Phasewatch: minutes-long generations on home hardware
-)
+_OTEL_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TTFT_BUCKETS_S = (*_OTEL_TTFT_BUCKETS_S, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)  # long home prompts
+_OTEL_TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+TPOT_BUCKETS_S = (*_OTEL_TPOT_BUCKETS_S, 5.0, 10.0)
+_OTEL_DURATION_BUCKETS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+DURATION_BUCKETS_S = (*_OTEL_DURATION_BUCKETS_S, 163.84, 327.68, 655.36, 1310.72)  # minutes-long generations at home
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel advisory, to 1 M tokens
-ITL_BUCKETS_S = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)  # vLLM's inter-token latency buckets, to 10 s
+# vLLM's inter-token latency buckets, to 10 s.
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 RATE_BUCKETS_TOK_S = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000, 20000, 50000)
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5)
 
@@ -322,6 +249,208 @@ HISTOGRAMS: dict[str, HistogramSpec] = {
         ),
     )
 }
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family the collector exposes: declared here once, built from here by ``collect``, documented in
+    docs/metrics.md §7 (tests/collectors/test_metric_families.py holds the three to each other)."""
+
+    name: str  # a counter's samples are named ``{name}_total`` (prometheus_client adds it)
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def exposed_name(self) -> str:
+        """The name a scrape shows: with ``_total`` for a counter."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
+_GPU_LABELS = ("gpu", "uuid", "name", "simulated")
+# (metric suffix, help, GpuSample attribute, unit multiplier)
+_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+    ("utilization_ratio", "Share of the last sample period a kernel ran (not a share of compute).", "util_gpu_pct", 0.01),
+    (
+        "memory_utilization_ratio",
+        "Share of the last sample period memory was read or written (not bandwidth).",
+        "util_mem_pct",
+        0.01,
+    ),
+    ("memory_used_bytes", "GPU memory in use.", "mem_used_bytes", 1),
+    ("memory_total_bytes", "GPU memory in total.", "mem_total_bytes", 1),
+    ("power_watts", "Board power draw.", "power_w", 1),
+    ("power_limit_watts", "Enforced power limit.", "power_limit_w", 1),
+    ("temperature_celsius", "GPU temperature.", "temperature_c", 1),
+    ("sm_clock_hertz", "Current SM clock.", "sm_clock_mhz", 1e6),
+    ("sm_clock_max_hertz", "Maximum SM clock.", "sm_clock_max_mhz", 1e6),
+    ("memory_clock_hertz", "Current memory clock.", "mem_clock_mhz", 1e6),
+    ("memory_clock_max_hertz", "Maximum memory clock.", "mem_clock_max_mhz", 1e6),
+    ("memory_bus_width_bytes", "Memory bus width (bytes moved per transfer).", "mem_bus_width_bits", 1 / 8),
+    ("pcie_tx_bytes_per_second", "PCIe transmit throughput.", "pcie_tx_bytes_s", 1),
+    ("pcie_rx_bytes_per_second", "PCIe receive throughput.", "pcie_rx_bytes_s", 1),
+    ("performance_state", "Performance state (0 = fastest, 15 = slowest).", "pstate", 1),
+    ("clocks_event_reasons", "NVML clocks-event (throttle) reasons bitmask.", "throttle_reasons", 1),
+    ("ollama_memory_used_bytes", "GPU memory used by Ollama's processes.", "ollama_mem_bytes", 1),
+)
+
+# Every family but the histograms (HISTOGRAMS above, whose buckets are declared with them), in the order a scrape shows.
+_FAMILIES = (
+    Family("phasewatch_ollama_up", "gauge", "1 when the last poll of Ollama answered.", ("url",)),
+    Family("phasewatch_ollama_info", "gauge", "Ollama's version, as a label.", ("version",)),
+    Family("phasewatch_ollama_loaded_models", "gauge", "Models loaded in Ollama (/api/ps)."),
+    Family(
+        "phasewatch_model_loaded_bytes",
+        "gauge",
+        "Memory a loaded model holds (/api/ps), by where: vram (GPU memory) or ram (system memory: partly offloaded).",
+        ("model", "memory"),
+    ),
+    Family("phasewatch_model_context_tokens", "gauge", "Context length a loaded model was loaded with.", ("model",)),
+    Family(
+        "phasewatch_model_vram_ratio",
+        "gauge",
+        "Share of a loaded model held in GPU memory (1: all of it; below 1: partly in system memory).",
+        ("model",),
+    ),
+    Family("phasewatch_model_loads", "counter", "Times a model appeared in /api/ps.", ("model",)),
+    Family("phasewatch_model_unloads", "counter", "Times a model left /api/ps.", ("model",)),
+    Family("phasewatch_gpu_source_info", "gauge", "Where the GPU readings come from, as a label.", ("source",)),
+    *(Family(f"phasewatch_gpu_{suffix}", "gauge", help_text, _GPU_LABELS) for suffix, help_text, _, _ in _GPU_GAUGES),
+    Family(
+        "phasewatch_gpu_throttled",
+        "gauge",
+        "1 while the GPU's clocks are held down for this reason (NVML clocks-event reasons).",
+        (*_GPU_LABELS, "reason"),
+    ),
+    Family("phasewatch_gpu_energy_joules", "counter", "Energy used since the driver loaded.", _GPU_LABELS),
+    Family("phasewatch_host_cpu_ratio", "gauge", "Machine CPU use (1 = all cores busy)."),
+    Family("phasewatch_host_memory_used_bytes", "gauge", "Machine memory in use."),
+    Family("phasewatch_host_memory_total_bytes", "gauge", "Machine memory in total."),
+    Family("phasewatch_ollama_cpu_ratio", "gauge", "CPU use of Ollama's processes (1 = one core)."),
+    Family("phasewatch_ollama_resident_memory_bytes", "gauge", "Resident memory of Ollama's processes."),
+    Family("phasewatch_host_disk_read_bytes_per_second", "gauge", "Disk read rate (shows a model loading)."),
+    Family(
+        "phasewatch_energy_joules",
+        "counter",
+        "GPU energy (all GPUs, idle draw included) over the "
+        "load, prefill and decode of finished requests; requests running at the same "
+        "time share it, each counting it.",
+        ("phase",),
+    ),
+    Family(
+        "phasewatch_requests",
+        "counter",
+        "Finished generation requests, by outcome and source: proxy (relayed by the proxy), or sent to Ollama "
+        "directly and recorded from its runner with figures from its log (exact) or its /slots (bounded), or from "
+        "Ollama's access line alone (access: answered with an error before any runner task).",
+        ("endpoint", "model", "outcome", "source"),
+    ),
+    Family(
+        "phasewatch_requests_rejected",
+        "counter",
+        "Requests Ollama refused without running them, by model and reason: queue_full is its 503 when more "
+        "than OLLAMA_MAX_QUEUE requests wait for a load (docs/ollama-api.md §7).",
+        ("model", "reason"),
+    ),
+    Family("phasewatch_prompt_tokens", "counter", "Prompt tokens of finished requests (prompt_eval_count).", ("model",)),
+    Family(
+        "phasewatch_prompt_cached_tokens",
+        "counter",
+        "Prompt tokens served from the KV cache (where Ollama reports it).",
+        ("model",),
+    ),
+    Family("phasewatch_generation_tokens", "counter", "Output tokens of finished requests (eval_count).", ("model",)),
+    Family(
+        "phasewatch_decode_tokens",
+        "counter",
+        "Decode intervals of rated requests (eval_count - 1): divided by "
+        'phasewatch_phase_seconds_total{phase="decode"}, the decode rate.',
+        ("model",),
+    ),
+    Family(
+        "phasewatch_thinking_tokens",
+        "counter",
+        "Thinking tokens of thinking replies (part of the output tokens; they cost decode time like any other).",
+        ("model",),
+    ),
+    Family(
+        "phasewatch_phase_seconds",
+        "counter",
+        "Time finished requests spent in each phase (load, queue, prefill, decode), per model.",
+        ("model", "phase"),
+    ),
+    Family(
+        "phasewatch_requests_running",
+        "gauge",
+        "Generations running now, by phase (prefill includes the wait for a slot).",
+        ("phase",),
+    ),
+    Family("phasewatch_slot_context_tokens", "gauge", "Context tokens a runner slot holds now.", ("model", "slot")),
+    Family("phasewatch_slot_context_max_tokens", "gauge", "Context size of a runner slot.", ("model", "slot")),
+    Family(
+        "phasewatch_proxy_refused",
+        "counter",
+        "Requests the proxy answered itself, never forwarded (400 malformed, 408 too slow, 431 head too large, "
+        "501, 505, 401/403 access, 503 at the connection bound), and requests cut to make room (status none), "
+        "by status and reason; each is also a warning in the collector's log.",
+        ("status", "reason"),
+    ),
+    Family("phasewatch_store_pending_records", "gauge", "Records waiting to be written to the store."),
+    Family("phasewatch_store_write_failing", "gauge", "1 while the last store write failed (retried)."),
+    Family("phasewatch_store_dropped_records", "counter", "Records the store refused and dropped."),
+    Family(
+        "phasewatch_store_shed_records",
+        "counter",
+        "Records shed, oldest first, because those waiting for the store passed its byte cap.",
+    ),
+    Family("phasewatch_store_pending_bytes", "gauge", "Memory held by the records waiting for the store."),
+    Family(
+        "phasewatch_store_reopened",
+        "counter",
+        "Times the store file was found deleted or replaced and recording went on in a fresh file.",
+    ),
+    Family(
+        "phasewatch_ollama_log_dropped_lines",
+        "counter",
+        "Lines of Ollama's log not believed (the runner's /slots did not confirm them), by why.",
+        ("reason",),
+    ),
+)
+# name → family: every family the collector may expose, and the only place their type, help and labels are written.
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (*_FAMILIES, *(Family(s.name, "histogram", s.help, s.labels) for s in HISTOGRAMS.values()))
+}
+
+
+def _declared(name: str, kind: Kind) -> Family:
+    family = FAMILIES[name]  # a KeyError here: declare the family above (and give it its line in docs/metrics.md)
+    if family.kind != kind:
+        raise TypeError(f"{name} is declared a {family.kind}, built as a {kind}")
+    return family
+
+
+def counter_family(name: str, value: float | None = None) -> CounterMetricFamily:
+    """The declared counter ``name``: with ``value``, its one label-less sample; else empty, with its labels."""
+    f = _declared(name, "counter")
+    if value is not None:
+        return CounterMetricFamily(name, f.help, value=value)
+    return CounterMetricFamily(name, f.help, labels=list(f.labels))
+
+
+def gauge_family(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """The declared gauge ``name``: with ``value``, its one label-less sample; else empty, with its labels."""
+    f = _declared(name, "gauge")
+    if value is not None:
+        return GaugeMetricFamily(name, f.help, value=value)
+    return GaugeMetricFamily(name, f.help, labels=list(f.labels))
+
+
+def histogram_family(name: str) -> HistogramMetricFamily:
+    f = _declared(name, "histogram")
+    return HistogramMetricFamily(name, f.help, labels=list(f.labels))
+
 
 PHASES = ("load", "queue", "prefill", "decode")
 # The thinking time of a row; None (a reply that did not think, or not kept apart): unknown, not observed.
@@ -524,56 +653,24 @@ class MetricsSnapshot:
     proxy_refused: dict[tuple[str, str], int] | None = None
 
 
-# (metric suffix, help, GpuSample attribute, unit multiplier)
-_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
-    ("utilization_ratio", "Share of the last sample period a kernel ran (not a share of compute).", "util_gpu_pct", 0.01),
-    (
-        "memory_utilization_ratio",
-        "Share of the last sample period memory was read or written (not bandwidth).",
-        "util_mem_pct",
-        0.01,
-    ),
-    ("memory_used_bytes", "GPU memory in use.", "mem_used_bytes", 1),
-    ("memory_total_bytes", "GPU memory in total.", "mem_total_bytes", 1),
-    ("power_watts", "Board power draw.", "power_w", 1),
-    ("power_limit_watts", "Enforced power limit.", "power_limit_w", 1),
-    ("temperature_celsius", "GPU temperature.", "temperature_c", 1),
-    ("sm_clock_hertz", "Current SM clock.", "sm_clock_mhz", 1e6),
-    ("sm_clock_max_hertz", "Maximum SM clock.", "sm_clock_max_mhz", 1e6),
-    ("memory_clock_hertz", "Current memory clock.", "mem_clock_mhz", 1e6),
-    ("memory_clock_max_hertz", "Maximum memory clock.", "mem_clock_max_mhz", 1e6),
-    ("memory_bus_width_bytes", "Memory bus width (bytes moved per transfer).", "mem_bus_width_bits", 1 / 8),
-    ("pcie_tx_bytes_per_second", "PCIe transmit throughput.", "pcie_tx_bytes_s", 1),
-    ("pcie_rx_bytes_per_second", "PCIe receive throughput.", "pcie_rx_bytes_s", 1),
-    ("performance_state", "Performance state (0 = fastest, 15 = slowest).", "pstate", 1),
-    ("clocks_event_reasons", "NVML clocks-event (throttle) reasons bitmask.", "throttle_reasons", 1),
-    ("ollama_memory_used_bytes", "GPU memory used by Ollama's processes.", "ollama_mem_bytes", 1),
-)
-_GPU_LABELS = ["gpu", "uuid", "name", "simulated"]
-
-
 def _gpu_families(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
     if not gpus:
         return
     labels = [[str(g.index), g.uuid, g.name, str(g.simulated).lower()] for g in gpus]
-    for suffix, help_text, attr, scale in _GPU_GAUGES:
-        fam = GaugeMetricFamily(f"phasewatch_gpu_{suffix}", help_text, labels=_GPU_LABELS)
+    for suffix, _, attr, scale in _GPU_GAUGES:
+        fam = gauge_family(f"phasewatch_gpu_{suffix}")
         for g, lab in zip(gpus, labels, strict=True):
             value = getattr(g, attr)
             if value is not None:  # a reading the source did not give is absent, not zero
                 fam.add_metric(lab, value * scale)
         yield fam
-    throttle = GaugeMetricFamily(
-        "phasewatch_gpu_throttled",
-        "1 while the GPU's clocks are held down for this reason (NVML clocks-event reasons).",
-        labels=[*_GPU_LABELS, "reason"],
-    )
+    throttle = gauge_family("phasewatch_gpu_throttled")
     for g, lab in zip(gpus, labels, strict=True):
         if g.throttle_reasons is not None:
             for reason, bit in THROTTLE_REASONS.items():
                 throttle.add_metric([*lab, reason], 1 if g.throttle_reasons & bit else 0)
     yield throttle
-    energy = CounterMetricFamily("phasewatch_gpu_energy_joules", "Energy used since the driver loaded.", labels=_GPU_LABELS)
+    energy = counter_family("phasewatch_gpu_energy_joules")
     for g, lab in zip(gpus, labels, strict=True):
         if g.energy_j is not None:
             energy.add_metric(lab, g.energy_j)
@@ -583,36 +680,22 @@ def _gpu_families(gpus: Sequence[GpuSample]) -> Iterator[Metric]:
 def _host_families(host: HostSample | None) -> Iterator[Metric]:
     if host is None:
         return
-    for name, help_text, value in (
-        ("phasewatch_host_cpu_ratio", "Machine CPU use (1 = all cores busy).", host.cpu_pct / 100),
-        ("phasewatch_host_memory_used_bytes", "Machine memory in use.", host.mem_used_bytes),
-        ("phasewatch_host_memory_total_bytes", "Machine memory in total.", host.mem_total_bytes),
-        (
-            "phasewatch_ollama_cpu_ratio",
-            "CPU use of Ollama's processes (1 = one core).",
-            None if host.ollama_cpu_pct is None else host.ollama_cpu_pct / 100,
-        ),
-        ("phasewatch_ollama_resident_memory_bytes", "Resident memory of Ollama's processes.", host.ollama_rss_bytes),
-        ("phasewatch_host_disk_read_bytes_per_second", "Disk read rate (shows a model loading).", host.disk_read_bytes_s),
+    for name, value in (
+        ("phasewatch_host_cpu_ratio", host.cpu_pct / 100),
+        ("phasewatch_host_memory_used_bytes", host.mem_used_bytes),
+        ("phasewatch_host_memory_total_bytes", host.mem_total_bytes),
+        ("phasewatch_ollama_cpu_ratio", None if host.ollama_cpu_pct is None else host.ollama_cpu_pct / 100),
+        ("phasewatch_ollama_resident_memory_bytes", host.ollama_rss_bytes),
+        ("phasewatch_host_disk_read_bytes_per_second", host.disk_read_bytes_s),
     ):
         if value is not None:
-            yield GaugeMetricFamily(name, help_text, value=value)
+            yield gauge_family(name, value)
 
 
 def _model_families(models: Sequence[LoadedModel]) -> Iterator[Metric]:
-    loaded = GaugeMetricFamily(
-        "phasewatch_model_loaded_bytes",
-        "Memory a loaded model holds (/api/ps), by where: vram (GPU memory) or ram (system memory: partly offloaded).",
-        labels=["model", "memory"],
-    )
-    context = GaugeMetricFamily(
-        "phasewatch_model_context_tokens", "Context length a loaded model was loaded with.", labels=["model"]
-    )
-    vram_ratio = GaugeMetricFamily(
-        "phasewatch_model_vram_ratio",
-        "Share of a loaded model held in GPU memory (1: all of it; below 1: partly in system memory).",
-        labels=["model"],
-    )
+    loaded = gauge_family("phasewatch_model_loaded_bytes")
+    context = gauge_family("phasewatch_model_context_tokens")
+    vram_ratio = gauge_family("phasewatch_model_vram_ratio")
     for m in models[:LABEL_VALUES_MAX]:
         name = bound_label(m.name)
         loaded.add_metric([name, "vram"], m.size_vram_bytes)
@@ -624,153 +707,96 @@ def _model_families(models: Sequence[LoadedModel]) -> Iterator[Metric]:
     yield from (loaded, context, vram_ratio)
 
 
-def _per_model(name: str, help_text: str, values: dict[str, int] | dict[str, float]) -> CounterMetricFamily:
-    fam = CounterMetricFamily(name, help_text, labels=["model"])
-    for model, value in sorted(values.items()):
-        fam.add_metric([model], value)
+def _counter_of(name: str, values: Mapping[Any, float]) -> CounterMetricFamily:
+    """The declared counter ``name`` with one sample per key (a label value, or a tuple of them in label order)."""
+    fam = counter_family(name)
+    for key, value in sorted(values.items()):
+        fam.add_metric(list(key) if isinstance(key, tuple) else [key], value)
     return fam
 
 
 def _stats_families(stats: RequestStats) -> Iterator[Metric]:
-    requests = CounterMetricFamily(
-        "phasewatch_requests",
-        "Finished generation requests, by outcome and source: proxy (relayed by the proxy), or sent to Ollama "
-        "directly and recorded from its runner with figures from its log (exact) or its /slots (bounded), or from "
-        "Ollama's access line alone (access: answered with an error before any runner task).",
-        labels=["endpoint", "model", "outcome", "source"],
-    )
-    for (endpoint, model, outcome, source), n in sorted(stats.counts.items()):
-        requests.add_metric([endpoint, model, outcome, source], n)
-    yield requests
-    rejected = CounterMetricFamily(
-        "phasewatch_requests_rejected",
-        "Requests Ollama refused without running them, by model and reason: queue_full is its 503 when more "
-        "than OLLAMA_MAX_QUEUE requests wait for a load (docs/ollama-api.md §7).",
-        labels=["model", "reason"],
-    )
-    for (model, reason), n in sorted(stats.rejected.items()):
-        rejected.add_metric([model, reason], n)
-    yield rejected
-    yield _per_model("phasewatch_prompt_tokens", "Prompt tokens of finished requests (prompt_eval_count).", stats.prompt_tokens)
-    yield _per_model(
-        "phasewatch_prompt_cached_tokens",
-        "Prompt tokens served from the KV cache (where Ollama reports it).",
-        stats.cached_tokens,
-    )
-    yield _per_model("phasewatch_generation_tokens", "Output tokens of finished requests (eval_count).", stats.output_tokens)
-    yield _per_model(
-        "phasewatch_decode_tokens",
-        "Decode intervals of rated requests (eval_count - 1): divided by "
-        'phasewatch_phase_seconds_total{phase="decode"}, the decode rate.',
-        stats.decode_tokens,
-    )
-    yield _per_model(
-        "phasewatch_thinking_tokens",
-        "Thinking tokens of thinking replies (part of the output tokens; they cost decode time like any other).",
-        stats.thinking_tokens,
-    )
-    phases = CounterMetricFamily(
-        "phasewatch_phase_seconds",
-        "Time finished requests spent in each phase (load, queue, prefill, decode), per model.",
-        labels=["model", "phase"],
-    )
+    yield _counter_of("phasewatch_requests", stats.counts)
+    yield _counter_of("phasewatch_requests_rejected", stats.rejected)
+    yield _counter_of("phasewatch_prompt_tokens", stats.prompt_tokens)
+    yield _counter_of("phasewatch_prompt_cached_tokens", stats.cached_tokens)
+    yield _counter_of("phasewatch_generation_tokens", stats.output_tokens)
+    yield _counter_of("phasewatch_decode_tokens", stats.decode_tokens)
+    yield _counter_of("phasewatch_thinking_tokens", stats.thinking_tokens)
+    phases = counter_family("phasewatch_phase_seconds")
     for (model, phase), seconds in sorted(stats.phase_s.items()):
         phases.add_metric([model, phase], seconds)
     yield phases
     by_name: dict[str, HistogramMetricFamily] = {}
     for (name, labels), hist in sorted(stats.histograms.items()):
-        spec = HISTOGRAMS[name]
         fam = by_name.get(name)
         if fam is None:
-            fam = by_name[name] = HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
+            fam = by_name[name] = histogram_family(name)
         fam.add_metric(list(labels), hist.buckets(), hist.total)
-    for name, spec in HISTOGRAMS.items():  # declared even before the first observation, so dashboards find them
-        yield by_name.get(name) or HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
+    for name in HISTOGRAMS:  # declared even before the first observation, so dashboards find them
+        yield by_name.get(name) or histogram_family(name)
 
 
 def _refused_families(counts: dict[tuple[str, str], int] | None) -> Iterator[Metric]:
     if counts is None:  # no proxy: unknown, not zero
         return
-    refused = CounterMetricFamily(
-        "phasewatch_proxy_refused",
-        "Requests the proxy answered itself, never forwarded (400 malformed, 408 too slow, 431 head too large, "
-        "501, 505, 401/403 access, 503 at the connection bound), and requests cut to make room (status none), "
-        "by status and reason; each is also a warning in the collector's log.",
-        labels=["status", "reason"],
-    )
-    for (status, reason), n in sorted(counts.items()):
-        refused.add_metric([status, reason], n)
-    yield refused
+    yield _counter_of("phasewatch_proxy_refused", counts)
+
+
+def _ollama_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    if snap.ollama is None:
+        return
+    up = gauge_family("phasewatch_ollama_up")
+    up.add_metric([snap.ollama.base_url], 1 if snap.ollama.up else 0)
+    yield up
+    if snap.ollama.version:
+        info = gauge_family("phasewatch_ollama_info")
+        info.add_metric([bound_label(snap.ollama.version)], 1)
+        yield info
+    if snap.ollama.up:  # the list is known only while Ollama answers
+        yield gauge_family("phasewatch_ollama_loaded_models", len(snap.loaded_models))
+
+
+def _slot_families(slots: Sequence[SlotUse]) -> Iterator[Metric]:
+    held = gauge_family("phasewatch_slot_context_tokens")
+    size = gauge_family("phasewatch_slot_context_max_tokens")
+    for s in slots:
+        held.add_metric([bound_label(s.model), str(s.slot)], s.context_tokens)
+        size.add_metric([bound_label(s.model), str(s.slot)], s.context_max_tokens)
+    yield from (held, size)
 
 
 class PhasewatchCollector(Collector):
-    """A ``prometheus_client`` collector over the collector's state: ``snapshot()`` is read at each scrape."""
+    """A ``prometheus_client`` collector over the collector's state: ``snapshot()`` is read at each scrape.
+
+    Every family comes from FAMILIES (``counter_family``, ``gauge_family``, ``histogram_family``): an undeclared
+    one cannot be built.
+    """
 
     def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
-        if snap.ollama is not None:
-            up = GaugeMetricFamily("phasewatch_ollama_up", "1 when the last poll of Ollama answered.", labels=["url"])
-            up.add_metric([snap.ollama.base_url], 1 if snap.ollama.up else 0)
-            yield up
-            if snap.ollama.version:
-                info = GaugeMetricFamily("phasewatch_ollama_info", "Ollama's version, as a label.", labels=["version"])
-                info.add_metric([bound_label(snap.ollama.version)], 1)
-                yield info
-            if snap.ollama.up:  # the list is known only while Ollama answers
-                yield GaugeMetricFamily(
-                    "phasewatch_ollama_loaded_models", "Models loaded in Ollama (/api/ps).", value=len(snap.loaded_models)
-                )
+        yield from _ollama_families(snap)
         yield from _model_families(snap.loaded_models)
-        loads = CounterMetricFamily("phasewatch_model_loads", "Times a model appeared in /api/ps.", labels=["model"])
-        unloads = CounterMetricFamily("phasewatch_model_unloads", "Times a model left /api/ps.", labels=["model"])
-        for fam, values in ((loads, snap.loads), (unloads, snap.unloads)):
-            for model, n in sorted(values.items()):
-                fam.add_metric([model], n)
-            yield fam
+        yield _counter_of("phasewatch_model_loads", snap.loads)
+        yield _counter_of("phasewatch_model_unloads", snap.unloads)
         if snap.gpu_source is not None:
-            src = GaugeMetricFamily(
-                "phasewatch_gpu_source_info", "Where the GPU readings come from, as a label.", labels=["source"]
-            )
+            src = gauge_family("phasewatch_gpu_source_info")
             src.add_metric([snap.gpu_source], 1)
             yield src
         yield from _gpu_families(snap.gpus)
         yield from _host_families(snap.host)
-        energy = CounterMetricFamily(
-            "phasewatch_energy_joules",
-            "GPU energy (all GPUs, idle draw included) over the "
-            "load, prefill and decode of finished requests; requests running at the same "
-            "time share it, each counting it.",
-            labels=["phase"],
-        )
-        for phase, joules in sorted(snap.energy_j_by_phase.items()):
-            energy.add_metric([phase], joules)
-        yield energy
+        yield _counter_of("phasewatch_energy_joules", snap.energy_j_by_phase)
         yield from _stats_families(snap.stats)
-        running = GaugeMetricFamily(
-            "phasewatch_requests_running",
-            "Generations running now, by phase (prefill includes the wait for a slot).",
-            labels=["phase"],
-        )
+        running = gauge_family("phasewatch_requests_running")
         for phase in ("load", "prefill", "decode"):
             running.add_metric([phase], snap.in_flight_by_phase.get(phase, 0))
         yield running
-        slots = GaugeMetricFamily(
-            "phasewatch_slot_context_tokens", "Context tokens a runner slot holds now.", labels=["model", "slot"]
-        )
-        slots_max = GaugeMetricFamily(
-            "phasewatch_slot_context_max_tokens", "Context size of a runner slot.", labels=["model", "slot"]
-        )
-        for s in snap.slots:
-            slots.add_metric([bound_label(s.model), str(s.slot)], s.context_tokens)
-            slots_max.add_metric([bound_label(s.model), str(s.slot)], s.context_max_tokens)
-        yield from (slots, slots_max)
+        yield from _slot_families(snap.slots)
         yield from _refused_families(snap.proxy_refused)
-        yield GaugeMetricFamily(
-            "phasewatch_store_pending_records", "Records waiting to be written to the store.", value=snap.store_pending
-        )
+        yield gauge_family("phasewatch_store_pending_records", snap.store_pending)
         yield from _drop_metrics(snap)
 
 
@@ -789,39 +815,14 @@ def render(snap: MetricsSnapshot) -> str:
 def _drop_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     """The store's write health and what it, and the log reader, dropped or shed."""
     if snap.store_failing is not None:
-        yield GaugeMetricFamily(
-            "phasewatch_store_write_failing",
-            "1 while the last store write failed (retried).",
-            value=1 if snap.store_failing else 0,
-        )
-    if snap.store_dropped is not None:
-        yield CounterMetricFamily(
-            "phasewatch_store_dropped_records", "Records the store refused and dropped.", value=snap.store_dropped
-        )
-    if snap.store_shed is not None:
-        yield CounterMetricFamily(
-            "phasewatch_store_shed_records",
-            "Records shed, oldest first, because those waiting for the store passed its byte cap.",
-            value=snap.store_shed,
-        )
-    if snap.store_queued_bytes is not None:
-        yield GaugeMetricFamily(
-            "phasewatch_store_pending_bytes",
-            "Memory held by the records waiting for the store.",
-            value=snap.store_queued_bytes,
-        )
-    if snap.store_reopened is not None:
-        yield CounterMetricFamily(
-            "phasewatch_store_reopened",
-            "Times the store file was found deleted or replaced and recording went on in a fresh file.",
-            value=snap.store_reopened,
-        )
+        yield gauge_family("phasewatch_store_write_failing", 1 if snap.store_failing else 0)
+    for name, value in (
+        ("phasewatch_store_dropped_records", snap.store_dropped),
+        ("phasewatch_store_shed_records", snap.store_shed),
+        ("phasewatch_store_pending_bytes", snap.store_queued_bytes),
+        ("phasewatch_store_reopened", snap.store_reopened),
+    ):
+        if value is not None:  # None: no store, unknown
+            yield (gauge_family if FAMILIES[name].kind == "gauge" else counter_family)(name, value)
     if snap.log_dropped is not None:
-        dropped = CounterMetricFamily(
-            "phasewatch_ollama_log_dropped_lines",
-            "Lines of Ollama's log not believed (the runner's /slots did not confirm them), by why.",
-            labels=["reason"],
-        )
-        for reason, n in sorted(snap.log_dropped.items()):
-            dropped.add_metric([reason], n)
-        yield dropped
+        yield _counter_of("phasewatch_ollama_log_dropped_lines", snap.log_dropped)

@@ -147,6 +147,33 @@ def _rollup_params(values: dict[str, SqlValue], **extra: SqlValue) -> dict[str, 
     return values
 
 
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, init=False)
+class RowsOp(Op[None], Generic[R]):
+    """A write of a batch of rows, taken from any iterable and kept as a tuple: the op may wait in the writer's
+    queue, where a generator would be spent and a list could change under it.
+
+    It carries one record per row (at least one: an empty batch still replaces what was there); an op whose batch is
+    one reading (an /api/ps snapshot, Ollama's settings) says ``per_row = False`` and weighs one record.
+    """
+
+    per_row: ClassVar[bool] = True
+    rows: tuple[R, ...]
+
+    def __init__(self, rows: Iterable[R]) -> None:
+        object.__setattr__(self, "rows", tuple(rows))
+
+    @property
+    def weight(self) -> int:
+        return max(1, len(self.rows)) if self.per_row else 1
+
+    @property
+    def size_bytes(self) -> int:
+        return OP_BYTES * self.weight
+
+
 # ---------------------------------------------------------------- requests
 
 
@@ -286,25 +313,12 @@ def _rederive(conn: sqlite3.Connection, values: Sequence[Any]) -> None:
 # ---------------------------------------------------------------- samples and polls
 
 
-@dataclass(frozen=True)
-class PutGpuSamples(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutGpuSamples(RowsOp[GpuSample]):
     """One poll of every GPU: the raw samples and their per-minute rollups."""
 
-    samples: tuple[GpuSample, ...]
-
-    def __init__(self, samples: Iterable[GpuSample]) -> None:
-        object.__setattr__(self, "samples", tuple(samples))
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.samples))
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * max(1, len(self.samples))
-
     def apply(self, tx: Tx) -> None:
-        params = [GPU_SAMPLES.params(s) for s in self.samples]
+        params = [GPU_SAMPLES.params(s) for s in self.rows]
         tx.conn.executemany(GPU_SAMPLES.insert_sql(), params)
         tx.conn.executemany(GPU_ROLLUP_SQL, [_rollup_params(dict(p)) for p in params])
 
@@ -319,127 +333,77 @@ class PutHostSample(Op[None]):
         tx.conn.execute(HOST_ROLLUP_SQL, _rollup_params(dict(params)))
 
 
-@dataclass(frozen=True)
-class PutLoadedModels(Op[None]):
-    """One /api/ps poll: the snapshot (also when nothing is loaded) and its models."""
+@dataclass(frozen=True, init=False)
+class PutLoadedModels(RowsOp[LoadedModel]):
+    """One /api/ps poll: the snapshot (also when nothing is loaded) and its models (one reading: one record)."""
 
+    per_row = False
     ts_unix_s: float
-    models: tuple[LoadedModel, ...]
 
     def __init__(self, ts_unix_s: float, models: Iterable[LoadedModel]) -> None:
+        super().__init__(models)
         object.__setattr__(self, "ts_unix_s", ts_unix_s)
-        object.__setattr__(self, "models", tuple(models))
 
     def apply(self, tx: Tx) -> None:
         conn = tx.conn
         conn.execute(
-            PS_SNAPSHOTS.insert_sql("INSERT OR REPLACE"), PS_SNAPSHOTS.params(PsSnapshotRow(self.ts_unix_s, len(self.models)))
+            PS_SNAPSHOTS.insert_sql("INSERT OR REPLACE"), PS_SNAPSHOTS.params(PsSnapshotRow(self.ts_unix_s, len(self.rows)))
         )
         conn.execute("DELETE FROM loaded_models WHERE ts_unix_s = ?", (self.ts_unix_s,))
         # The snapshot's time, whatever the models say: one snapshot, one time.
         conn.executemany(
-            LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.models]
+            LOADED_MODELS.insert_sql(), [{**LOADED_MODELS.params(m), "ts_unix_s": self.ts_unix_s} for m in self.rows]
         )
 
 
-@dataclass(frozen=True)
-class PutInstalledModels(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutInstalledModels(RowsOp[InstalledModel]):
     """One /api/tags poll: the installed models, replacing the whole previous list (a removed model disappears)."""
-
-    models: tuple[InstalledModel, ...]
-
-    def __init__(self, models: Iterable[InstalledModel]) -> None:
-        object.__setattr__(self, "models", tuple(models))
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.models))
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * self.weight
 
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM installed_models")
-        tx.conn.executemany(INSTALLED_MODELS.insert_sql(), [INSTALLED_MODELS.params(m) for m in self.models])
+        tx.conn.executemany(INSTALLED_MODELS.insert_sql(), [INSTALLED_MODELS.params(m) for m in self.rows])
 
 
-@dataclass(frozen=True)
-class PutRunners(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutRunners(RowsOp[RunnerFlags]):
     """The runner processes found now, with the settings on their command lines. A runner that has exited keeps
     its row (the settings that served its requests, and when they were last read); a pid used again replaces it."""
 
-    runners: tuple[RunnerFlags, ...]
-
-    def __init__(self, runners: Iterable[RunnerFlags]) -> None:
-        object.__setattr__(self, "runners", tuple(runners))
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.runners))
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * self.weight
-
     def apply(self, tx: Tx) -> None:
-        tx.conn.executemany(RUNNERS.insert_sql("INSERT OR REPLACE"), [RUNNERS.params(r) for r in self.runners])
+        tx.conn.executemany(RUNNERS.insert_sql("INSERT OR REPLACE"), [RUNNERS.params(r) for r in self.rows])
 
 
-@dataclass(frozen=True)
-class PutOllamaSettings(Op[None]):
-    """The settings Ollama's start lines said (``collectors.ollama.prompt_fit``), replacing the previous set."""
+@dataclass(frozen=True, init=False)
+class PutOllamaSettings(RowsOp[OllamaSettingRow]):
+    """The settings Ollama's start lines said (``collectors.ollama.prompt_fit``), replacing the previous set (one
+    reading: one record)."""
 
-    rows: tuple[OllamaSettingRow, ...]
-
-    def __init__(self, rows: Iterable[OllamaSettingRow]) -> None:
-        object.__setattr__(self, "rows", tuple(rows))
+    per_row = False
 
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM ollama_settings")
         tx.conn.executemany(OLLAMA_SETTINGS.insert_sql("INSERT OR REPLACE"), [OLLAMA_SETTINGS.params(r) for r in self.rows])
 
 
-@dataclass(frozen=True)
-class PutRunnerPlacement(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutRunnerPlacement(RowsOp[RunnerDeviceRow]):
     """Where one runner (by port) put its model, per device, from its own load lines: replaces that port's rows."""
 
     port: int
-    rows: tuple[RunnerDeviceRow, ...]
 
     def __init__(self, port: int, rows: Iterable[RunnerDeviceRow]) -> None:
+        super().__init__(rows)
         object.__setattr__(self, "port", port)
-        object.__setattr__(self, "rows", tuple(rows))
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.rows))
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * self.weight
 
     def apply(self, tx: Tx) -> None:
         tx.conn.execute("DELETE FROM runner_devices WHERE port = ?", (self.port,))
         tx.conn.executemany(RUNNER_DEVICES.insert_sql(), [RUNNER_DEVICES.params(r) for r in self.rows])
 
 
-@dataclass(frozen=True)
-class PutRequestWaits(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutRequestWaits(RowsOp[RequestWaitsRow]):
     """The runner's own waits before requests' prompts were read (one row per request, replaced)."""
-
-    rows: tuple[RequestWaitsRow, ...]
-
-    def __init__(self, rows: Iterable[RequestWaitsRow]) -> None:
-        object.__setattr__(self, "rows", tuple(rows))
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.rows))
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * self.weight
 
     def apply(self, tx: Tx) -> None:
         # A row whose request is not written yet waits for the next change of its task (the reader sends it again).
@@ -493,28 +457,15 @@ class PutHostBandwidth(Op[None]):
         tx.conn.execute(HOST_BANDWIDTH.insert_sql("INSERT OR REPLACE"), HOST_BANDWIDTH.params(self.measurement))
 
 
-@dataclass(frozen=True)
-class PutProgress(Op[None]):
+@dataclass(frozen=True, init=False)
+class PutProgress(RowsOp[ProgressSample]):
     """Progress readings of running generations. A reading of a request not stored (yet) is dropped: the
     request row is written on the same collector tick, before its readings."""
-
-    samples: tuple[ProgressSample, ...]
-
-    def __init__(self, samples: Iterable[ProgressSample]) -> None:
-        object.__setattr__(self, "samples", tuple(samples))
-
-    @property
-    def weight(self) -> int:
-        return len(self.samples)
-
-    @property
-    def size_bytes(self) -> int:
-        return OP_BYTES * max(1, len(self.samples))
 
     def apply(self, tx: Tx) -> None:
         sql = PROGRESS_SAMPLES.insert_sql("INSERT OR REPLACE")
         conn = tx.conn
-        for sample in self.samples:
+        for sample in self.rows:
             found = conn.execute(_EXACT_PROMPT_SQL, (sample.request_id,)).fetchone()
             if found is None:
                 continue
@@ -524,7 +475,7 @@ class PutProgress(Op[None]):
             conn.execute(sql, PROGRESS_SAMPLES.params(sample))
         # Readings drained after their request finished (the last polls, the prompt's size known once decoding
         # began): a finished /v1 row is split again with them.
-        ids = sorted({s.request_id for s in self.samples if s.source is not ProgressSource.ESTIMATE})
+        ids = sorted({s.request_id for s in self.rows if s.source is not ProgressSource.ESTIMATE})
         for rid in ids:
             values = conn.execute(
                 f"SELECT {REQUESTS.select_list('r.')}, t.gaps_le_i64 FROM requests r "

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model, value_for_model
+from analysis.phases import Flag
 from analysis.progress import READ_SOURCES, preferred, prefill_eta_unix_s, prefill_rate_tok_s, prompt_size_tokens
 from analysis.prompt_fit import cut_sentence
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
@@ -445,7 +446,7 @@ def finished_cards(
 
 def _prompt_cut(r: RequestSummary) -> str | None:
     """The prompt_truncated flag's numbers in the card's words (the whole sentence, with the fix, in Requests)."""
-    if "prompt_truncated" not in r.flags:
+    if Flag.PROMPT_TRUNCATED not in r.flags:
         return None
     kept = r.prompt_kept_tokens if r.prompt_kept_tokens is not None else r.prompt_tokens
     refused = r.outcome is Outcome.HTTP_ERROR

@@ -18,7 +18,7 @@ from pathlib import Path
 from analysis import wording as w
 from analysis.accelerator import Hardware, HardwareKind, resolve_hardware
 from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, ollama_num_batch, starting_efficiencies
-from analysis.diagnose import Diagnosis, diagnose_request
+from analysis.diagnose import Diagnosis, DiagnosisCode, diagnose_request
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
 from analysis.hardware import HardwareSpec, match_gpu
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
@@ -297,7 +297,7 @@ class ModelBasis:
         return self.story.model.efficiencies if self.story is not None else None
 
     @property
-    def withheld(self) -> frozenset[str]:
+    def withheld(self) -> frozenset[DiagnosisCode]:
         """Verdicts computed from an input the readings contradict: not given."""
         return frozenset(code for d in self.doubts for code in d.withheld)
 

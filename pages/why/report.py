@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from analysis import wording as w
-from analysis.diagnose import CODES
+from analysis.diagnose import CODES, DiagnosisCode
 from analysis.model_names import ModelName, parse_model_name
 from analysis.phases import FLAG_CODES, Flag
 from analysis.printable import printable
@@ -33,24 +33,34 @@ from store.tables import OllamaSettingRow
 DEFAULT_SINCE_S = 24 * 3600.0
 MAX_LOAD_LINES = 8  # the newest loads that are not a first use, one line each
 
-# What to change for each diagnosis the Why page groups (analysis.diagnose.CODES says what each means).
-DIAGNOSIS_FIXES: dict[str, str] = {
-    "partial_offload": "a smaller quantization or num_ctx, or fewer models loaded at once, so it fits in GPU memory",
-    "memory_clock_low": "check the GPU's power-management mode (persistence mode, a fixed P-state)",
-    "power_capped": "raise the GPU's power limit, or improve its cooling",
-    "ttft_load": "keep the model loaded: OLLAMA_KEEP_ALIVE, and the same options from every client",
-    "ttft_prompt": "shorter prompts, or reuse a prefix the prompt cache keeps",
-    "ttft_queue": "more slots (OLLAMA_NUM_PARALLEL) or fewer requests at once",
-    "interference": (
+# What to change for each diagnosis the Why page groups (analysis.diagnose.CODES says what each means): every code,
+# None where there is nothing to change (a reading to doubt, not a cost) or its sentence already names what changes it.
+DIAGNOSIS_FIXES: dict[DiagnosisCode, str | None] = {
+    DiagnosisCode.PARTIAL_OFFLOAD: "a smaller quantization or num_ctx, or fewer models loaded at once, so it fits in GPU memory",
+    DiagnosisCode.MEMORY_CLOCK_LOW: "check the GPU's power-management mode (persistence mode, a fixed P-state)",
+    DiagnosisCode.POWER_CAPPED: "raise the GPU's power limit, or improve its cooling",
+    DiagnosisCode.TTFT_LOAD: "keep the model loaded: OLLAMA_KEEP_ALIVE, and the same options from every client",
+    DiagnosisCode.TTFT_PROMPT: "shorter prompts, or reuse a prefix the prompt cache keeps",
+    DiagnosisCode.TTFT_QUEUE: "more slots (OLLAMA_NUM_PARALLEL) or fewer requests at once",
+    DiagnosisCode.INTERFERENCE: (
         "fewer parallel slots (OLLAMA_NUM_PARALLEL), a smaller batch (-b/-ub, num_batch: chunked prefill trades the long "
         "prompt's speed for its neighbours'), or a separate runner for long documents"
     ),
-    "decode_slow": "look at the GPU's clocks, power and other work on it during these requests",
-    "prompt_truncated": (
+    DiagnosisCode.DECODE_SLOW: "look at the GPU's clocks, power and other work on it during these requests",
+    DiagnosisCode.PROMPT_TRUNCATED: (
         "a larger num_ctx for that client: options.num_ctx on the /api routes, OLLAMA_CONTEXT_LENGTH (the app's context "
         "slider) for /v1, which ignores options"
     ),
-    "num_ctx_ignored": "set OLLAMA_CONTEXT_LENGTH, or use a model created with PARAMETER num_ctx: /v1 ignores options",
+    DiagnosisCode.NUM_CTX_IGNORED: (
+        "set OLLAMA_CONTEXT_LENGTH, or use a model created with PARAMETER num_ctx: /v1 ignores options"
+    ),
+    DiagnosisCode.CACHE_HIT: None,
+    DiagnosisCode.CACHE_SUSPECTED: None,
+    DiagnosisCode.ONE_TOKEN_REPLY: None,
+    DiagnosisCode.TTFT_RUNNER_WAIT: None,
+    DiagnosisCode.TTFT_WAIT_UNEXPLAINED: None,
+    DiagnosisCode.DECODE_ABOVE_CEILING: None,
+    DiagnosisCode.PREFILL_ABOVE_CEILING: None,
 }
 NO_CEILING = " (no ceiling: GPU or model unknown)"
 QUEUE_FULL_FIX = "raise OLLAMA_MAX_QUEUE, or send fewer requests that need a load at the same time"
@@ -234,18 +244,18 @@ def _flag_lines(loads: list[Load], inputs: list[LoadInput], views: list[WhyModel
             f"  {QUEUE_FULL} × {sum(rejected.values())}: Ollama answered 503, more than OLLAMA_MAX_QUEUE requests "
             f"waited for a load ({per}). Fix: {QUEUE_FULL_FIX}."
         )
-    diagnosed: Counter[str] = Counter()
+    diagnosed: Counter[DiagnosisCode] = Counter()
     for m in views:
         for g in m.diagnoses:
             diagnosed[g.code] += g.requests
     for code, n in diagnosed.most_common():
-        fix = DIAGNOSIS_FIXES.get(code)
-        out.append(f"  {code} × {n}: {CODES.get(code, code)}." + (f" Fix: {fix}." if fix else ""))
-    for code, n in flags.items():
-        if code in diagnosed:  # the diagnosis above says it in the page's words
+        fix = DIAGNOSIS_FIXES[code]
+        out.append(f"  {code} × {n}: {CODES[code]}." + (f" Fix: {fix}." if fix else ""))
+    for flag_code, n in flags.items():
+        if flag_code in diagnosed:  # the diagnosis above says it in the page's words
             continue
-        meaning = FLAG_CODES.get(Flag(code)) if code in {f.value for f in Flag} else None
-        out.append(f"  {code} × {n}" + (f": {meaning}." if meaning else ""))
+        meaning = FLAG_CODES.get(Flag(flag_code)) if flag_code in {f.value for f in Flag} else None
+        out.append(f"  {flag_code} × {n}" + (f": {meaning}." if meaning else ""))
     return out if len(out) > 1 else [*out, "  none"]
 
 

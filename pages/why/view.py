@@ -31,7 +31,7 @@ from analysis.ceilings import (
     Efficiencies,
     curve_tokens,
 )
-from analysis.diagnose import CODES, DecodeUse, Severity, decode_use, explain_decode_use
+from analysis.diagnose import CODES, DecodeUse, Diagnosis, DiagnosisCode, Severity, decode_use, explain_decode_use
 from analysis.doubt import Doubt
 from analysis.energy import PhaseEnergy, energy_for_request
 from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, explain_rates, explain_thinking_replies
@@ -95,7 +95,7 @@ _open = queries.open_reader  # None while there is no store yet
 
 @dataclass(frozen=True)
 class DiagnosisGroup:
-    code: str
+    code: DiagnosisCode
     what: str  # what the diagnosis means, in general
     severity: Severity
     requests: int  # how many of the diagnosed requests had it
@@ -256,10 +256,10 @@ def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
     )
 
 
-def _group(diagnosed: Sequence[tuple[RequestRecord, list[Any]]]) -> list[DiagnosisGroup]:
-    counts: Counter[str] = Counter()
-    latest: dict[str, tuple[float, str, Severity, dict[str, float]]] = {}
-    by_request: dict[str, dict[str, dict[str, float]]] = {}
+def _group(diagnosed: Sequence[tuple[RequestRecord, list[Diagnosis]]]) -> list[DiagnosisGroup]:
+    counts: Counter[DiagnosisCode] = Counter()
+    latest: dict[DiagnosisCode, tuple[float, str, Severity, dict[str, float]]] = {}
+    by_request: dict[DiagnosisCode, dict[str, dict[str, float]]] = {}
     for rec, ds in diagnosed:
         for d in {d.code: d for d in ds}.values():
             counts[d.code] += 1
@@ -267,7 +267,7 @@ def _group(diagnosed: Sequence[tuple[RequestRecord, list[Any]]]) -> list[Diagnos
             if d.code not in latest or rec.started_at_unix_s > latest[d.code][0]:
                 latest[d.code] = (rec.started_at_unix_s, d.sentence, d.severity, dict(d.numbers))
     groups = [
-        DiagnosisGroup(code, CODES.get(code, code), latest[code][2], n, latest[code][1], latest[code][3], by_request[code])
+        DiagnosisGroup(code, CODES[code], latest[code][2], n, latest[code][1], latest[code][3], by_request[code])
         for code, n in counts.items()
     ]
     groups.sort(key=lambda g: (g.severity != Severity.WARNING, -g.requests, g.code))

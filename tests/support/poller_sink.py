@@ -30,11 +30,11 @@ class RecordingSink:
         if isinstance(op, PutOllamaStatus):
             self.statuses.append(op.status)
         elif isinstance(op, PutLoadedModels):
-            self.snapshots.append((op.ts_unix_s, list(op.models)))
+            self.snapshots.append((op.ts_unix_s, list(op.rows)))
         elif isinstance(op, PutModelInfo):
             self.shows.append((op.digest, op.name, op.show))
         elif isinstance(op, PutInstalledModels):
-            self.installed.append([m.name for m in op.models])
+            self.installed.append([m.name for m in op.rows])
         else:
             raise AssertionError(f"the poller submitted {op!r}")
 
