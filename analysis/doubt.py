@@ -25,8 +25,10 @@ MODEL_SIZE = "model_size"
 # alone (interference, the queue, the runner's own wait: analysis.wait_split) depend on no doubted input.
 ADVICE_FROM = {
     PLACEMENT: frozenset({"partial_offload"}),
-    GPU: frozenset({"partial_offload", "decode_above_ceiling", "decode_slow", "prefill_above_ceiling"}),
-    MODEL_SIZE: frozenset({"partial_offload", "decode_above_ceiling", "decode_slow", "prefill_above_ceiling"}),
+    GPU: frozenset({"partial_offload", "decode_above_ceiling", "decode_speculative", "decode_slow", "prefill_above_ceiling"}),
+    MODEL_SIZE: frozenset(
+        {"partial_offload", "decode_above_ceiling", "decode_speculative", "decode_slow", "prefill_above_ceiling"}
+    ),
 }
 
 

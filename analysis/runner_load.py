@@ -329,30 +329,23 @@ class PlacementReader:
         fact = parse_load_line(line)
         return fact is not None and self.feed(fact)
 
+    def _device_sizes(self) -> tuple[dict[str, int], ...]:
+        """Each kind's bytes by device (model, KV, RS, compute, output), the memory table's where no line said."""
+        model, kv, rs = _by_device(self.model), _by_device(self.kv), _by_device(self.rs)
+        compute, output = _by_device(self.compute), _by_device(self.output)
+        for d, (table_model, table_context, table_compute) in self.breakdown.items():
+            model.setdefault(d, table_model)
+            if d not in rs:  # the table's "context" is the KV cache and the recurrent state together
+                kv.setdefault(d, table_context)
+            compute.setdefault(d, table_compute)
+        return model, kv, rs, compute, output
+
     def placement(self) -> RunnerPlacement | None:
         """The placement so far; None before any figure of where the model went."""
         if self.offloaded is None and not self.model:
             return None
 
-        def by_device(sizes: dict[str, int]) -> dict[str, int]:
-            out: dict[str, int] = {}
-            for buf, size in sizes.items():
-                d = buffer_device(buf)
-                if d is not None:
-                    out[d] = out.get(d, 0) + size
-            return out
-
-        def on_host(sizes: dict[str, int]) -> int | None:
-            host = [size for buf, size in sizes.items() if is_host_buffer(buf)]
-            return sum(host) if host else None
-
-        model, kv, compute = by_device(self.model), by_device(self.kv), by_device(self.compute)
-        rs, output = by_device(self.rs), by_device(self.output)
-        for d, (table_model, table_context, table_compute) in self.breakdown.items():  # where no buffer line said
-            model.setdefault(d, table_model)
-            if d not in rs:  # the table's "context" is the KV cache and the recurrent state together
-                kv.setdefault(d, table_context)
-            compute.setdefault(d, table_compute)
+        model, kv, rs, compute, output = self._device_sizes()
         names = [d for d in dict.fromkeys([*model, *kv, *rs, *self.free]) if is_gpu_device(d)]
         if not model and self.offloaded is None:
             names = []
@@ -379,14 +372,29 @@ class PlacementReader:
             offloaded[0] if offloaded is not None else None,
             layers_total,
             tuple(devices),
-            on_host(self.model),
-            on_host(self.kv),
-            on_host(self.rs),
-            on_host(self.output),
+            _on_host(self.model),
+            _on_host(self.kv),
+            _on_host(self.rs),
+            _on_host(self.output),
         )
         if offloaded == (0, 0):
             placement = replace(placement, layers_total=None)
         return placement
+
+
+def _by_device(sizes: dict[str, int]) -> dict[str, int]:
+    """Buffer sizes by the device each buffer lives on (host and split buffers left out)."""
+    out: dict[str, int] = {}
+    for buf, size in sizes.items():
+        d = buffer_device(buf)
+        if d is not None:
+            out[d] = out.get(d, 0) + size
+    return out
+
+
+def _on_host(sizes: dict[str, int]) -> int | None:
+    host = [size for buf, size in sizes.items() if is_host_buffer(buf)]
+    return sum(host) if host else None
 
 
 def placement_from_lines(lines: list[str] | tuple[str, ...]) -> RunnerPlacement | None:
