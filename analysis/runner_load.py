@@ -72,7 +72,12 @@ _BREAKDOWN = re.compile(
 _BREAKDOWN_FUNCS = frozenset({"common_memory_breakdown_print", "llama_memory_breakdown_print"})
 _LAYER = re.compile(r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d")
 # Cheap first test: every load line carries one of these.
-_HINTS = ("MiB", "offloaded", "assigned to device", " + (")
+_HINTS = ("MiB", "offloaded", "assigned to device", " + (", "loading draft model")
+# A runner with a draft model (speculative decoding) loads it after its own: "srv    load_model: loading draft model
+# '%s'" (tools/server, SRV_INF) or, in today's builds, "common_speculative_init_result: loading draft model '%s'".
+# Every load line after it is the draft's.
+_DRAFT = re.compile(r"loading draft model '(?P<path>[^'\x00-\x1f]{1,4096})'")
+_DRAFT_FUNCS = frozenset({("srv", "load_model"), ("", "common_speculative_init_result")})
 # The last line of the runner's start (tools/server/server.cpp): from here on it serves, and prints no load line.
 # Older builds: "main: server is listening on http://127.0.0.1:8080 - starting the main loop".
 _HOST = r"(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]{2,39}\]|localhost)"
@@ -83,7 +88,8 @@ _LISTENING_OLD = re.compile(r"server is listening on http://" + _HOST + r":(?P<p
 @dataclass(frozen=True)
 class LoadLine:
     """One understood load line. ``kind``: device (using device / device list / breakdown row), offloaded,
-    buffer (one of ``BUFFER_KINDS``: model, KV, RS, compute, output), layer (a debug line: one layer's device)."""
+    buffer (one of ``BUFFER_KINDS``: model, KV, RS, compute, output), layer (a debug line: one layer's device),
+    draft (the draft model's load begins: the lines after it are the draft's)."""
 
     kind: str
     device: str | None = None  # "CUDA0"; for buffer lines the buffer's name ("CPU_Mapped", "MTL0_Mapped")
@@ -111,6 +117,8 @@ def parse_load_line(line: str) -> LoadLine | None:
 
 def load_of(line: RunnerLine) -> LoadLine | None:
     """The load fact one of the runner's lines, already split (``analysis.log_grammar``), carries; None for another."""
+    if (line.tag, line.func) in _DRAFT_FUNCS and _DRAFT.fullmatch(line.message.rstrip(" ")):
+        return LoadLine("draft")
     if line.tag:
         return _listed(line.message) if (line.tag, line.func) == _LISTED_FUNC else None
     text = line.message.rstrip(" ")
@@ -220,6 +228,7 @@ class RunnerPlacement:
     host_kv_bytes: int | None
     host_rs_bytes: int | None = None
     host_output_bytes: int | None = None  # llama.cpp keeps the logits in host memory (CUDA_Host, CPU)
+    draft: RunnerPlacement | None = None  # the draft model's own placement (speculative decoding), loaded after this
 
     @property
     def gpu_fraction(self) -> float | None:
@@ -237,13 +246,17 @@ class RunnerPlacement:
 
     @property
     def gpu_bytes(self) -> int | None:
-        """Everything the runner put on its GPUs: weights, KV cache, recurrent state, compute and output buffers."""
-        return sum_known(*(b for d in self.devices for b in d.buffer_sizes))
+        """Everything the runner put on its GPUs: weights, KV cache, recurrent state, compute and output buffers, its
+        draft model's included."""
+        draft = self.draft.gpu_bytes if self.draft is not None else None
+        return sum_known(*(b for d in self.devices for b in d.buffer_sizes), draft)
 
     @property
     def host_bytes(self) -> int | None:
-        """What the runner's buffer lines put in system memory (its host compute buffers are not kept)."""
-        return sum_known(self.host_model_bytes, self.host_kv_bytes, self.host_rs_bytes, self.host_output_bytes)
+        """What the runner's buffer lines put in system memory, its draft model's included (host compute buffers are
+        not kept)."""
+        draft = self.draft.host_bytes if self.draft is not None else None
+        return sum_known(self.host_model_bytes, self.host_kv_bytes, self.host_rs_bytes, self.host_output_bytes, draft)
 
 
 @dataclass
@@ -264,6 +277,7 @@ class PlacementReader:
     breakdown: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the memory table's, by device
     lines: int = 0
     dropped: int = 0  # facts beyond MAX_DEVICES names or MAX_LAYERS layers
+    draft: PlacementReader | None = None  # the draft model's lines, once its load began
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -284,6 +298,12 @@ class PlacementReader:
     def feed(self, fact: LoadLine) -> bool:
         """Fold one fact in; False (and counted in ``dropped``) when there is no room for it (``_room_for``): more
         devices or layers than a load has are not a load's."""
+        if self.draft is not None:  # the draft's load: its figures are its own, never this model's
+            return self.draft.feed(fact)
+        if fact.kind == "draft":
+            self.draft = PlacementReader()
+            self.lines += 1
+            return True
         if not self._room_for(fact):
             self.dropped += 1
             return False
@@ -340,6 +360,19 @@ class PlacementReader:
             compute.setdefault(d, table_compute)
         return model, kv, rs, compute, output
 
+    def _layers_on(self, device: str, offloaded: int | None, weights: dict[str, int]) -> tuple[int | None, bool]:
+        """(layers on the device, estimated): as debug lines said; else all offloaded ones on the only GPU with
+        weights; else shared out among the GPUs by their model bytes (estimated). ``weights``: GPUs with weights."""
+        if self.layer_devices:
+            return sum(1 for v in self.layer_devices.values() if v == device), False
+        if offloaded is None:
+            return None, False
+        if len(weights) <= 1:
+            return (offloaded if device in weights or not weights else 0), False
+        if device in weights:
+            return round(offloaded * weights[device] / sum(weights.values())), True
+        return None, False
+
     def placement(self) -> RunnerPlacement | None:
         """The placement so far; None before any figure of where the model went."""
         if self.offloaded is None and not self.model:
@@ -352,19 +385,11 @@ class PlacementReader:
         offloaded = self.offloaded
         if offloaded is None:  # a build with no GPU backend prints no "offloaded" line: all of it is in system memory
             offloaded = (0, 0) if not names else None
-        said = {d: sum(1 for v in self.layer_devices.values() if v == d) for d in names}
         n = offloaded[0] if offloaded is not None else None
         gpus_with_weights = [d for d in names if model.get(d)]
         devices = []
         for d in names:
-            layers: int | None = said[d] if self.layer_devices else None
-            estimated = False
-            if layers is None and n is not None:
-                if len(gpus_with_weights) <= 1:
-                    layers = n if d in gpus_with_weights or not gpus_with_weights else 0
-                elif model.get(d):
-                    total_model = sum(model[g] for g in gpus_with_weights)
-                    layers, estimated = round(n * model[d] / total_model), True
+            layers, estimated = self._layers_on(d, n, {g: model[g] for g in gpus_with_weights})
             sizes = (model.get(d), kv.get(d), compute.get(d), self.free.get(d), self.total.get(d), rs.get(d), output.get(d))
             devices.append(DevicePlacement(d, self.descriptions.get(d), layers, estimated, *sizes))
         layers_total = offloaded[1] if offloaded is not None and offloaded[1] else None
@@ -379,6 +404,8 @@ class PlacementReader:
         )
         if offloaded == (0, 0):
             placement = replace(placement, layers_total=None)
+        if self.draft is not None:
+            placement = replace(placement, draft=self.draft.placement())
         return placement
 
 

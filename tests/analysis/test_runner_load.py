@@ -118,6 +118,45 @@ def test_rs_and_output_buffer_lines(line: str, what: str, device: str, mib: floa
     assert fact.size_bytes == round(mib * MIB)
 
 
+SPEC_LOG = REPO / "tests" / "data" / "runner_logs" / "speculative_draft_simple_gemma3_270m.log"
+
+
+def test_a_draft_models_load_is_its_own_not_the_models() -> None:
+    """Captured: the real llama-server (CPU build) with Gemma 3 270M as its own draft (``-md``): two loads, each
+    with its weights, its two KV caches (full and sliding-window) and its output and compute buffers."""
+    p = placement_from_lines(SPEC_LOG.read_text().splitlines())
+    assert p is not None and p.devices == () and p.gpu_fraction == 0.0
+    assert p.host_kv_bytes == (6 + 15) * MIB, "the draft's KV caches are not added to the model's"
+    assert p.host_model_bytes == round(235.16 * MIB) + round(12.66 * MIB)
+    assert p.draft is not None and p.draft.host_kv_bytes == (6 + 15) * MIB
+    assert p.draft.host_model_bytes == p.host_model_bytes and p.draft.host_output_bytes == 1 * MIB
+    both = 2 * (round(235.16 * MIB) + round(12.66 * MIB) + 21 * MIB + 1 * MIB)
+    assert p.host_bytes == both, "memory totals count the draft's buffers too"
+
+
+def test_a_draft_on_the_gpu_leaves_the_models_placement_alone() -> None:
+    draft = [
+        "common_speculative_init_result: loading draft model '/models/draft-0.6b.gguf'",
+        "load_tensors: offloaded 29/29 layers to GPU",
+        "load_tensors:        CUDA0 model buffer size =   402.10 MiB",
+        "llama_kv_cache:      CUDA0 KV buffer size =   224.00 MiB",
+        "sched_reserve:      CUDA0 compute buffer size =   300.75 MiB",
+    ]
+    main = placement_from_lines(lines("h200_cuda_gemma3_12b.log"))
+    p = placement_from_lines([*lines("h200_cuda_gemma3_12b.log"), *draft])
+    assert main is not None and p is not None
+    assert (p.layers_offloaded, p.layers_total) == (49, 49), "the draft's 29/29 is not the model's"
+    assert p.devices == main.devices and p.gpu_model_bytes == main.gpu_model_bytes
+    assert p.draft is not None and p.draft.gpu_model_bytes == round(402.10 * MIB)
+    assert p.gpu_bytes == (main.gpu_bytes or 0) + round(402.10 * MIB) + 224 * MIB + round(300.75 * MIB)
+    older = placement_from_lines(
+        [*lines("h200_cuda_gemma3_12b.log"), "srv    load_model: loading draft model '/m/d.gguf'", *draft[1:]]
+    )
+    assert older is not None and older.layers_offloaded == 49 and older.draft is not None
+    forged = placement_from_lines([*lines("h200_cuda_gemma3_12b.log"), "srv    load_model: loading draft model '/m/d.gguf' x"])
+    assert forged is not None and forged.draft is None, "anchored at both ends"
+
+
 def test_debug_lines_give_each_gpus_layers_exactly() -> None:
     debug = [
         f"load_tensors: layer {i:3d} assigned to device {'CPU' if i < 19 else 'CUDA0' if i < 40 else 'CUDA1'}, is_swa = 0"
