@@ -7,7 +7,10 @@ shape); the two-GPU partial offload is printed with the format strings of that l
 ("%s: %10s KV/compute buffer size = %8.2f MiB"). The hybrid model's lines (``hybrid_qwen3next_two_gpus.log``) are
 written with the format strings of the llama-server this project builds (``strings llama-server``):
 "%s: %10s RS buffer size = %8.2f MiB" (``llama_memory_recurrent``) and "%s: %10s  output buffer size = %8.2f MiB"
-(``llama_context``, two spaces); their sizes are a qwen3-next-shaped model's, not a capture."""
+(``llama_context``, two spaces); their sizes are a qwen3-next-shaped model's, not a capture. ``hybrid_lfm2_cpu_captured.log``
+is a capture: that llama-server (CPU only) loading an LFM2-shaped hybrid GGUF of random weights
+(``make_lfm2_gguf.py`` beside it: short-convolution layers with a recurrent state, two attention layers with a KV
+cache), started with Ollama's flags and ``-c 2048 -np 2 -t 2``."""
 
 from __future__ import annotations
 
@@ -76,6 +79,15 @@ def test_a_hybrid_models_recurrent_state_and_output_buffers_are_placed_per_devic
     assert p.gpu_bytes == sum(round(m * MIB) for m in gpu_said)
     host = round(315.30 * MIB) + round(0.58 * MIB)
     assert ps_sizes(p) == (p.gpu_bytes + host, p.gpu_bytes), "/api/ps's size counts every buffer, as Ollama's does"
+
+
+def test_a_captured_hybrid_models_kv_cache_and_recurrent_state() -> None:
+    p = placement_from_lines(lines("hybrid_lfm2_cpu_captured.log"))
+    assert p is not None and p.devices == () and p.gpu_fraction == 0.0
+    assert p.host_kv_bytes == 2 * MIB, "llama_kv_cache:        CPU KV buffer size =     2.00 MiB"
+    assert p.host_rs_bytes == round(0.02 * MIB), "llama_memory_recurrent:        CPU RS buffer size =     0.02 MiB"
+    assert p.host_output_bytes == 0, "the runner said 0.00 MiB: known, and zero"
+    assert p.host_bytes == round(14.80 * MIB) + 2 * MIB + round(0.02 * MIB)
 
 
 def test_rs_and_output_buffers_in_the_stored_rows() -> None:
