@@ -52,9 +52,10 @@ def test_api_ps_sizes_come_from_the_cuda_runners_load_lines() -> None:
     assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "49"
     pumped(runner, H200_LINES.read_text())
     size, vram = loaded_sizes(runner.placement, estimate_bytes=24_000_000_000)
-    # CUDA0: weights 6,314.23 + KV 2,560 + 960 + compute 874.02 MiB; the input embedding (540 MiB) in system memory.
+    # CUDA0: weights 6,314.23 + KV 2,560 + 960 + compute 874.02 MiB; the input embedding (540 MiB) and the output
+    # buffer (CUDA_Host, 2 MiB) in system memory: every buffer kind Ollama's pattern takes counts.
     assert vram == round(6314.23 * MIB) + 3520 * MIB + round(874.02 * MIB)
-    assert size == vram + 540 * MIB
+    assert size == vram + 540 * MIB + 2 * MIB
 
 
 def test_a_cpu_build_says_size_vram_0() -> None:
