@@ -200,6 +200,7 @@ class ServerChild:
             engine.kv_cache_type,
             "--n-gpu-layers",
             str(gpu_layers),
+            *engine.draft_args(),
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
             "--log-verbosity",
             "4",
@@ -345,6 +346,16 @@ class _Stream:
 class LlamaServerEngine:
     """A ``sim.backend.Backend`` that serves one GGUF through a ``llama-server`` child process."""
 
+    def draft_args(self) -> list[str]:
+        """The child's speculative-decoding flags, in llama-server's own names (``--spec-draft-model``,
+        ``--spec-type draft-simple``, ``--spec-draft-n-max``); none without a draft model."""
+        if self.draft_gguf is None:
+            return []
+        args = ["--spec-draft-model", self.draft_gguf, "--spec-type", "draft-simple"]
+        if self.draft_max_tokens is not None:
+            args += ["--spec-draft-n-max", str(self.draft_max_tokens)]
+        return args
+
     def __init__(
         self,
         gguf_path: str | os.PathLike[str],
@@ -359,8 +370,12 @@ class LlamaServerEngine:
         max_queue: int = 512,
         default_keep_alive_ns: int = 5 * 60 * 10**9,
         context_shift: bool = True,
+        draft_gguf: str | None = None,
+        draft_max_tokens: int | None = None,
     ) -> None:
         self.binary = find_llama_server(binary)
+        self.draft_gguf = draft_gguf  # speculative decoding: the draft model the child checks proposals of
+        self.draft_max_tokens = draft_max_tokens
         self.context_shift = context_shift  # False: a long prompt is a 400, as from a runner that cannot shift
         self.model: GgufModelFacts = read_model_facts(gguf_path, model_name)
         self.n_threads = n_threads
