@@ -53,6 +53,20 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _draft_ceiling(parser: argparse.ArgumentParser, tokens_per_step: float | None, plain_tok_s: float) -> float | None:
+    """The decode ceiling with a draft yielding ``tokens_per_step`` tokens a step; None without one."""
+    if tokens_per_step is None:
+        return None
+    if not 1.0 <= tokens_per_step <= MAX_MEAN_LEN:
+        parser.error(f"--tokens-per-step must be from 1 to {MAX_MEAN_LEN:.0f}")
+    return speculative_decode_ceiling_tok_s(plain_tok_s, tokens_per_step)
+
+
+def _print_draft_ceiling(ceiling_tok_s: float | None, tokens_per_step: float | None) -> None:
+    if ceiling_tok_s is not None and tokens_per_step is not None:
+        print(f"decode with a draft: ceiling {ceiling_tok_s:8.1f} tok/s at {tokens_per_step:.2f} tokens a step")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -95,12 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.tokens_per_step is not None and not 1.0 <= args.tokens_per_step <= MAX_MEAN_LEN:
-        parser.error(f"--tokens-per-step must be from 1 to {MAX_MEAN_LEN:.0f}")
+    draft_ceiling = _draft_ceiling(parser, args.tokens_per_step, c.decode_ceiling_tok_s)
     out = c.as_dict()
-    draft_ceiling = None
-    if args.tokens_per_step is not None:
-        draft_ceiling = speculative_decode_ceiling_tok_s(c.decode_ceiling_tok_s, args.tokens_per_step)
     out["tokens_per_step"] = args.tokens_per_step
     out["speculative_decode_ceiling_tok_s"] = draft_ceiling
     out["gpu"] = spec.name if spec else None
@@ -119,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
         f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context"
     )
-    if draft_ceiling is not None:
-        print(f"decode with a draft: ceiling {draft_ceiling:8.1f} tok/s at {args.tokens_per_step:.2f} tokens a step")
+    _print_draft_ceiling(draft_ceiling, args.tokens_per_step)
     compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
     bound = f"compute-bound, η {eff.eta_compute:.2f}" if compute_bound else f"memory-bound, η {eff.eta_bw:.2f}"
     print(
