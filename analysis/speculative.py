@@ -32,6 +32,7 @@ MAX_TYPE_CHARS = 32
 MAX_NAME_CHARS = 80  # a draft model's file name as sentences quote it
 MAX_DRAFT_TOKENS = 4096  # a --spec-draft-n-max above this is not a setting (llama-server's n-gram default is 64)
 MAX_MEAN_LEN = 4097.0  # 1 + MAX_DRAFT_TOKENS: tokens one verification step can yield
+RATE_PRINT_SLACK = 1e-5  # "%0.5f" of accepted ÷ drafted rounds by at most half of this
 TIMING_FUNC = "print_timing"  # print_timings, cut to 12 by the slot line's format
 
 _ACCEPTANCE = re.compile(
@@ -109,7 +110,8 @@ class DraftAcceptance:
 
 def acceptance_of(line: RunnerLine) -> DraftAcceptance | None:
     """The drafting a slot's ``draft acceptance`` timing line reports, or None for any other line (or one whose
-    figures contradict each other: more accepted than drafted, a mean step under one token)."""
+    figures contradict each other: more accepted than drafted, a rate that is not accepted ÷ drafted, a mean step
+    under one token)."""
     if not line.is_slot or line.func != TIMING_FUNC:
         return None
     m = _ACCEPTANCE.fullmatch(line.message.rstrip(" "))
@@ -117,7 +119,9 @@ def acceptance_of(line: RunnerLine) -> DraftAcceptance | None:
         return None
     accepted, drafted = int(m.group("accepted")), int(m.group("drafted"))
     mean = float(m.group("mean")) if m.group("mean") is not None else None
-    if accepted > drafted or (mean is not None and not 1.0 <= mean <= MAX_MEAN_LEN):
+    if not 0 <= accepted <= drafted or drafted == 0 or (mean is not None and not 1.0 <= mean <= MAX_MEAN_LEN):
+        return None
+    if abs(float(m.group("rate")) - accepted / drafted) > RATE_PRINT_SLACK:  # the runner prints accepted ÷ drafted
         return None
     return DraftAcceptance(accepted, drafted, mean)
 

@@ -8,6 +8,8 @@ slot prefix "slot %12.*s: id %2d | task %d | "; older builds end before ", mean 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analysis import roofline
 from analysis.ceilings import Ceilings, ceilings_for_request, judge_decode
@@ -58,6 +60,8 @@ def test_the_runners_acceptance_line_new_and_old() -> None:
         NEW.replace("print_timing", "launch_slot_"),  # only print_timings prints it
         "srv  print_timing: draft acceptance = 0.62500 (   50 accepted /    80 generated), mean len =  2.25",  # no slot
         NEW.replace("(   50 accepted", "(   90 accepted"),  # more accepted than drafted
+        NEW.replace("0.62500", "0.90000"),  # the rate printed is accepted ÷ drafted
+        "slot print_timing: id  0 | task 7 | draft acceptance = 0.00000 (    0 accepted /     0 generated)",
         NEW.replace("mean len =  2.25", "mean len =  0.50"),  # a step yields its own token at least
         'msg="draft acceptance = 0.62500 (   50 accepted /    80 generated)"',
         "x" * MAX_LINE_CHARS + NEW,
@@ -66,6 +70,13 @@ def test_the_runners_acceptance_line_new_and_old() -> None:
 )
 def test_lines_that_are_not_the_runners_acceptance(line: str) -> None:
     assert acceptance_of_text(line) is None
+
+
+@given(st.text(max_size=200), st.integers(0, len(NEW)))
+def test_any_text_spliced_into_the_line_is_read_or_refused_never_fatal(noise: str, at: int) -> None:
+    said = acceptance_of_text(NEW[:at] + noise + NEW[at:])
+    assert said is None or (0 <= said.accepted_tokens <= said.drafted_tokens and said.drafted_tokens > 0)
+    assert said is None or said.mean_tokens_per_step is None or 1.0 <= said.mean_tokens_per_step
 
 
 def test_tokens_per_step_measured_else_the_settings_bound_else_unknown() -> None:
