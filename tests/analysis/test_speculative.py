@@ -76,7 +76,7 @@ def test_lines_that_are_not_the_runners_acceptance(line: str) -> None:
 def test_any_text_spliced_into_the_line_is_read_or_refused_never_fatal(noise: str, at: int) -> None:
     said = acceptance_of_text(NEW[:at] + noise + NEW[at:])
     assert said is None or (0 <= said.accepted_tokens <= said.drafted_tokens and said.drafted_tokens > 0)
-    assert said is None or said.mean_tokens_per_step is None or 1.0 <= said.mean_tokens_per_step
+    assert said is None or said.mean_tokens_per_step is None or said.mean_tokens_per_step >= 1.0
 
 
 def test_tokens_per_step_measured_else_the_settings_bound_else_unknown() -> None:
