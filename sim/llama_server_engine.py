@@ -157,6 +157,17 @@ class EngineRecord:
         return dict(self.__dict__)
 
 
+def speculative_flags(draft_gguf: str | None, draft_max_tokens: int | None) -> list[str]:
+    """A child's speculative-decoding flags, in llama-server's own names (``--spec-draft-model``, ``--spec-type
+    draft-simple``, ``--spec-draft-n-max``); none without a draft model."""
+    if draft_gguf is None:
+        return []
+    flags = ["--spec-draft-model", draft_gguf, "--spec-type", "draft-simple"]
+    if draft_max_tokens is not None:
+        flags += ["--spec-draft-n-max", str(draft_max_tokens)]
+    return flags
+
+
 class ServerChild:
     """One ``llama-server`` child: its process, port, settings and keep-alive."""
 
@@ -200,7 +211,7 @@ class ServerChild:
             engine.kv_cache_type,
             "--n-gpu-layers",
             str(gpu_layers),
-            *engine.draft_args(),
+            *speculative_flags(engine.draft_gguf, engine.draft_max_tokens),
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
             "--log-verbosity",
             "4",
@@ -345,16 +356,6 @@ class _Stream:
 
 class LlamaServerEngine:
     """A ``sim.backend.Backend`` that serves one GGUF through a ``llama-server`` child process."""
-
-    def draft_args(self) -> list[str]:
-        """The child's speculative-decoding flags, in llama-server's own names (``--spec-draft-model``,
-        ``--spec-type draft-simple``, ``--spec-draft-n-max``); none without a draft model."""
-        if self.draft_gguf is None:
-            return []
-        args = ["--spec-draft-model", self.draft_gguf, "--spec-type", "draft-simple"]
-        if self.draft_max_tokens is not None:
-            args += ["--spec-draft-n-max", str(self.draft_max_tokens)]
-        return args
 
     def __init__(
         self,

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from analysis.runner_load import MIB
+from analysis.speculative import Speculation
+from collectors.ollama.discovery import runner_from_argv
 from sim.catalog import BY_NAME
 from sim.llama_server_engine import LlamaServerEngine, ServerChild, loaded_sizes
 from tests.support.paths import REPO
@@ -34,6 +36,8 @@ def engine_like(binary: Path | str = "/bin/false") -> Any:
         kv_cache_type="f16",
         default_keep_alive_ns=5 * 60 * 10**9,
         gpu_devices=None,
+        draft_gguf=None,  # no draft model: no speculative decoding
+        draft_max_tokens=None,
     )
 
 
@@ -106,3 +110,14 @@ def test_every_layer_when_the_model_fits_the_gpus_the_build_lists(tmp_path: Path
     (tmp_path / "cpu-build").chmod(0o755)
     assert asyncio.run(LlamaServerEngine.devices(cpu)) == []
     assert LlamaServerEngine._gpu_layers(cpu, 20480, []) == 0
+
+
+def test_a_draft_model_reaches_the_childs_command_line_as_discovery_reads_it() -> None:
+    engine = engine_like()
+    engine.draft_gguf, engine.draft_max_tokens = "/d.gguf", 4
+    runner = ServerChild(cast(Any, engine), 4096, 512)
+    found = runner_from_argv(1, "llama-server", runner.argv)
+    assert found is not None and found.model_path == "/m.gguf"
+    assert found.speculation == Speculation("/d.gguf", ("draft-simple",), 4, None)
+    plain = runner_from_argv(1, "llama-server", ServerChild(cast(Any, engine_like()), 4096, 512).argv)
+    assert plain is not None and not plain.speculation.active
