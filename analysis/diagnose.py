@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from analysis import roofline
 from analysis import wording as w
 from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
@@ -617,7 +618,7 @@ def _speculative_decode(measured: float, c: Ceilings, spec: Speculation | None, 
             "the runner accepts is not known here."
         )
         return Diagnosis("decode_speculative", Severity.INFO, text, {**nums, "tokens_per_step_needed": needed})
-    bound = per_step.tokens * plain
+    bound = roofline.speculative_decode_ceiling_tok_s(plain, per_step.tokens)
     nums |= {"tokens_per_step": per_step.tokens, "speculative_ceiling_tok_s": bound}
     if measured > CEILING_SLACK * bound:
         text = (
