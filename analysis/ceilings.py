@@ -326,8 +326,15 @@ def judge_rate(measured_tok_s: float, ceiling_tok_s: float, expected_tok_s: floa
     return RateVerdict(measured_tok_s, ceiling_tok_s, expected_tok_s, frac, measured_tok_s / expected_tok_s, frac > 1.0)
 
 
-def judge_decode(measured_tok_s: float, c: Ceilings) -> RateVerdict:
-    return judge_rate(measured_tok_s, c.decode_ceiling_tok_s, c.decode_expected_tok_s)
+def judge_decode(measured_tok_s: float, c: Ceilings, tokens_per_step: float = 1.0) -> RateVerdict:
+    """Decode against its ceiling; with speculative decoding each weight read yields ``tokens_per_step`` tokens
+    (``analysis.speculative``), so the ceiling and the expected rate are that many times the one-token ones (the
+    draft's own time is left out: the expected rate is then a best case)."""
+    return judge_rate(
+        measured_tok_s,
+        roofline.speculative_decode_ceiling_tok_s(c.decode_ceiling_tok_s, tokens_per_step),
+        roofline.speculative_decode_ceiling_tok_s(c.decode_expected_tok_s, tokens_per_step),
+    )
 
 
 def judge_prefill(measured_tok_s: float, c: Ceilings) -> RateVerdict:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from analysis import roofline
 from analysis import wording as w
 from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
@@ -20,6 +21,7 @@ from analysis.model_facts import ModelFacts
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, part_words, what_changes
+from analysis.speculative import DraftAcceptance, Speculation, TokensPerStep, is_speculating, tokens_per_step
 from analysis.wait_split import Busy, Hit, WaitSplit
 
 
@@ -49,6 +51,7 @@ class DiagnosisCode(StrEnum):
     TTFT_WAIT_UNEXPLAINED = "ttft_wait_unexplained"
     DECODE_ABOVE_CEILING = "decode_above_ceiling"
     DECODE_SLOW = "decode_slow"
+    DECODE_SPECULATIVE = "decode_speculative"
     PREFILL_ABOVE_CEILING = "prefill_above_ceiling"
     PROMPT_TRUNCATED = "prompt_truncated"
     NUM_CTX_IGNORED = "num_ctx_ignored"
@@ -89,6 +92,10 @@ CODES: dict[DiagnosisCode, str] = {
     ),
     DiagnosisCode.DECODE_ABOVE_CEILING: "a decode rate above what the hardware allows: a reading that cannot be true",
     DiagnosisCode.DECODE_SLOW: "decode well below the expected rate, with no other cause found",
+    DiagnosisCode.DECODE_SPECULATIVE: (
+        "decode above the one-token-per-weight-read ceiling on a runner that drafts (speculative decoding): each read "
+        "of the weights checks several proposed tokens, so the reading can be true"
+    ),
     DiagnosisCode.PREFILL_ABOVE_CEILING: (
         "a prefill rate (cache hits excluded) above what the hardware allows: a reading that cannot be true"
     ),
@@ -217,6 +224,8 @@ def diagnose_request(
     waits: TaskWaits | None = None,
     all_slots_busy: bool | None = None,
     split: WaitSplit | None = None,
+    speculation: Speculation | None = None,
+    draft: DraftAcceptance | None = None,
 ) -> list[Diagnosis]:
     """Every diagnosis that applies to this request, most costly first; [] for a clean one.
 
@@ -228,7 +237,10 @@ def diagnose_request(
     load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size.
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
-    (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused)."""
+    (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused).
+
+    ``speculation``: the runner's drafting settings (its command line); ``draft``: what its timing line said this
+    task accepted (``analysis.speculative``). With either, decode may beat the one-token ceiling."""
     if ceilings is None and spec is not None and facts is not None:
         frac_vram = gpu_fraction
         if frac_vram is None:  # /api/ps's share, when no better source said it
@@ -254,7 +266,7 @@ def diagnose_request(
         _one_token(phases) if generation else None,
         _interference(phases, split) if generation else None,
         _ttft(record, phases, waits, all_slots_busy, split) if generation else None,
-        _decode_vs_ceiling(phases, ceilings) if generation else None,
+        _decode_vs_ceiling(phases, ceilings, speculation, draft) if generation else None,
         _prefill_vs_ceiling(phases, ceilings),
         *_prompt_fit(phases),
     ):
@@ -616,10 +628,14 @@ def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | N
     return Diagnosis(DiagnosisCode.TTFT_WAIT_UNEXPLAINED, Severity.INFO, text, nums)
 
 
-def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
+def _decode_vs_ceiling(
+    phases: Phases, c: Ceilings | None, spec: Speculation | None = None, said: DraftAcceptance | None = None
+) -> Diagnosis | None:
     measured = phases.decode_tok_s
     if c is None or not measured or (phases.output_tokens or 0) < 2:
         return None
+    if is_speculating(spec, said):
+        return _speculative_decode(measured, c, spec, said)
     nums = {"measured_tok_s": measured, "ceiling_tok_s": c.decode_ceiling_tok_s, "expected_tok_s": c.decode_expected_tok_s}
     if measured > CEILING_SLACK * c.decode_ceiling_tok_s:
         text = (
@@ -639,6 +655,54 @@ def _decode_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:
         )
         return Diagnosis(DiagnosisCode.DECODE_SLOW, Severity.INFO, text, nums)
     return None
+
+
+def _speculative_decode(measured: float, c: Ceilings, spec: Speculation | None, said: DraftAcceptance | None) -> Diagnosis | None:
+    """A drafting runner's decode: above the one-token ceiling it is explained, up to the tokens a step yields
+    (measured, or the most the settings allow); beyond that it still cannot be true. Below the one-token ceiling
+    nothing is said: the expected rate assumes one token a step, and the draft's own cost is not modelled."""
+    plain = c.decode_ceiling_tok_s
+    if measured <= CEILING_SLACK * plain:
+        return None
+    per_step = tokens_per_step(spec, said)
+    nums = {"measured_tok_s": measured, "ceiling_tok_s": plain, "expected_tok_s": c.decode_expected_tok_s}
+    how = _drafting_words(spec, said, per_step)
+    reads = f"{w.gb_s(c.bandwidth_bytes_s)} over {w.gb(c.decode_bytes_per_token)} a step"
+    lead = f"{how[0].upper()}{how[1:]}; measured {w.tok_s(measured)} is above the one-token-per-weight-read ceiling"
+    if per_step is None:
+        needed = measured / plain
+        text = (
+            f"{lead} {w.tok_s(plain)} ({reads}), which a draft allows: it needs {needed:.2f} tokens a step. How many "
+            "the runner accepts is not known here."
+        )
+        return Diagnosis(DiagnosisCode.DECODE_SPECULATIVE, Severity.INFO, text, {**nums, "tokens_per_step_needed": needed})
+    bound = roofline.speculative_decode_ceiling_tok_s(plain, per_step.tokens)
+    nums |= {"tokens_per_step": per_step.tokens, "speculative_ceiling_tok_s": bound}
+    if measured > CEILING_SLACK * bound:
+        text = (
+            f"Decode at {w.tok_s(measured)} is above even the {w.tok_s(bound)} that {per_step.tokens:.2f} tokens per "
+            f"read of the weights allow ({how}; one token a step: {w.tok_s(plain)}): this reading cannot be true "
+            "(check the GPU and model this request was matched to)."
+        )
+        return Diagnosis(DiagnosisCode.DECODE_ABOVE_CEILING, Severity.WARNING, text, nums)
+    text = f"{lead} {w.tok_s(plain)} ({reads}), within the {w.tok_s(bound)} that {per_step.tokens:.2f} tokens a step allow."
+    return Diagnosis(DiagnosisCode.DECODE_SPECULATIVE, Severity.INFO, text, nums)
+
+
+def _drafting_words(spec: Speculation | None, said: DraftAcceptance | None, per_step: TokensPerStep | None) -> str:
+    """ "the runner drafts (a draft model (d.gguf), up to 3 drafted tokens a step): it proposes tokens the main model
+    checks 2.25 at a time on average (the runner's own count: 50 of 80 drafted tokens accepted)"."""
+    setting = spec.describe() if spec is not None and spec.active else "a draft"
+    checks = "several at a time"
+    if per_step is not None:
+        checks = f"{per_step.tokens:.2f} at a time on average" if per_step.measured else f"up to {per_step.tokens:.0f} at a time"
+    text = f"the runner drafts ({setting}): it proposes tokens the main model checks {checks}"
+    if said is not None and said.drafted_tokens > 0:
+        text += (
+            f" (the runner's own count: {w.count(said.accepted_tokens)} of {w.count(said.drafted_tokens)} drafted tokens "
+            "accepted)"
+        )
+    return text
 
 
 def _prefill_vs_ceiling(phases: Phases, c: Ceilings | None) -> Diagnosis | None:

@@ -28,6 +28,7 @@ _FROM_CEILINGS = frozenset(
     {
         DiagnosisCode.PARTIAL_OFFLOAD,
         DiagnosisCode.DECODE_ABOVE_CEILING,
+        DiagnosisCode.DECODE_SPECULATIVE,
         DiagnosisCode.DECODE_SLOW,
         DiagnosisCode.PREFILL_ABOVE_CEILING,
     }

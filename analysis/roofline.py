@@ -26,6 +26,13 @@ def decode_ceiling_tok_s(bandwidth_bytes_s: float, weights_bytes: float, kv_byte
     return bandwidth_bytes_s / decode_bytes_per_token(weights_bytes, kv_bytes_per_tok, context_tokens)
 
 
+def speculative_decode_ceiling_tok_s(plain_ceiling_tok_s: float, tokens_per_step: float) -> float:
+    """Upper bound on decode when each read of the weights verifies a draft and yields ``tokens_per_step`` tokens on
+    average (the accepted ones plus the model's own): the one-token ceiling that many times. The draft's own reads
+    only lower it, so it stays a bound."""
+    return plain_ceiling_tok_s * max(tokens_per_step, 1.0)
+
+
 def decode_flops_per_token(params: float, layers: int, hidden: int, context_tokens: int) -> float:
     """FLOPs for one decode token: 2N for the matmuls plus 4·L·c·d for attention."""
     return 2.0 * params + 4.0 * layers * max(context_tokens, 0) * hidden

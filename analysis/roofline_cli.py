@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from analysis.ceilings import compute_ceilings, ollama_num_batch, starting_efficiencies
 from analysis.hardware import close_matches, resolve_spec
-from analysis.roofline import kv_bytes_per_token
+from analysis.roofline import kv_bytes_per_token, speculative_decode_ceiling_tok_s
+from analysis.speculative import MAX_MEAN_LEN
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -41,8 +42,29 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-bandwidth-gbs", type=float, help="system memory bandwidth for the offloaded part")
     p.add_argument("--eta-bw", type=float, help="decode efficiency (fraction of the bandwidth ceiling)")
     p.add_argument("--eta-compute", type=float, help="prefill efficiency (fraction of the compute ceiling)")
+    p.add_argument(
+        "--tokens-per-step",
+        type=float,
+        default=None,
+        help="speculative decoding: tokens one read of the weights yields on average (the runner's 'mean len'; "
+        "1 + --spec-draft-n-max at most)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
+
+
+def _draft_ceiling(parser: argparse.ArgumentParser, tokens_per_step: float | None, plain_tok_s: float) -> float | None:
+    """The decode ceiling with a draft yielding ``tokens_per_step`` tokens a step; None without one."""
+    if tokens_per_step is None:
+        return None
+    if not 1.0 <= tokens_per_step <= MAX_MEAN_LEN:
+        parser.error(f"--tokens-per-step must be from 1 to {MAX_MEAN_LEN:.0f}")
+    return speculative_decode_ceiling_tok_s(plain_tok_s, tokens_per_step)
+
+
+def _print_draft_ceiling(ceiling_tok_s: float | None, tokens_per_step: float | None) -> None:
+    if ceiling_tok_s is not None and tokens_per_step is not None:
+        print(f"decode with a draft: ceiling {ceiling_tok_s:8.1f} tok/s at {tokens_per_step:.2f} tokens a step")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    draft_ceiling = _draft_ceiling(parser, args.tokens_per_step, c.decode_ceiling_tok_s)
     out = c.as_dict()
+    out["tokens_per_step"] = args.tokens_per_step
+    out["speculative_decode_ceiling_tok_s"] = draft_ceiling
     out["gpu"] = spec.name if spec else None
     out["gpu_key"] = spec.key if spec else None
     out["quant"] = args.quant
@@ -104,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         f"decode : ceiling {c.decode_ceiling_tok_s:8.1f} tok/s, expected {c.decode_expected_tok_s:8.1f} "
         f"(η {eff.eta_bw:.2f}) at {c.context_tokens} tokens of context"
     )
+    _print_draft_ceiling(draft_ceiling, args.tokens_per_step)
     compute_bound = c.prefill_intensity_flop_per_byte >= c.ridge_point_flop_per_byte
     bound = f"compute-bound, η {eff.eta_compute:.2f}" if compute_bound else f"memory-bound, η {eff.eta_bw:.2f}"
     print(

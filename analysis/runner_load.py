@@ -3,7 +3,7 @@
 Ollama passes its runner's output into its own log, so the collector (``collectors.ollama.log``) and sim (which
 starts a real ``llama-server``) read the same lines. Each pattern below is the exact form the runner prints,
 anchored at both ends (llama.cpp's ``src/llama.cpp``, ``src/llama-model.cpp``, ``src/llama-kv-cache.cpp``,
-``src/llama-context.cpp``, ``common/fit.cpp``)::
+``src/llama-memory-recurrent.cpp``, ``src/llama-context.cpp``, ``common/fit.cpp``)::
 
     llama_prepare_model_devices: using device CUDA0 (NVIDIA H200) (0000:00:06.0) - 142629 MiB free
     cmn  common_param:   - CUDA0   : NVIDIA H200 (143155 MiB, 142629 MiB free)
@@ -11,6 +11,8 @@ anchored at both ends (llama.cpp's ``src/llama.cpp``, ``src/llama-model.cpp``, `
     load_tensors:        CUDA0 model buffer size =  6314.23 MiB
     load_tensors:   CPU_Mapped model buffer size =   540.00 MiB
     llama_kv_cache:      CUDA0 KV buffer size =  2560.00 MiB
+    llama_memory_recurrent:      CUDA0 RS buffer size =    75.38 MiB        (hybrid and recurrent models)
+    llama_context:  CUDA_Host  output buffer size =     2.00 MiB
     sched_reserve:      CUDA0 compute buffer size =   874.02 MiB
     common_memory_breakdown_print: |   - CUDA0 (H200) | 143155 = 142629 + (10708 =  6314 +    3520 +     874) +      -10181 |
     load_tensors: layer  12 assigned to device CUDA1, is_swa = 0      (debug verbosity only)
@@ -45,11 +47,23 @@ _LISTED = re.compile(r"  - " + _DEV + r" *: " + _DESC + r" \((?P<total>\d{1,9}) 
 _LISTED_FUNC = ("cmn", "common_param")  # common_params_print_info's device_info, tagged and cut to 12
 _OFFLOADED = re.compile(r"offloaded (?P<n>\d{1,4})/(?P<m>\d{1,4}) layers to GPU")
 _TENSOR_FUNCS = frozenset({"load_tensors", "llm_load_tensors"})
-_BUFFER = re.compile(r" *(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47}) (?P<what>model|KV|compute) buffer size = +" + _MIB)
+# Every kind Ollama's own pattern takes, ``(model|KV|compute|output|RS)`` (its llm/llama_server.go). The formats:
+# "%s: %12s model buffer size", "%s: %10s KV buffer size", "%s: %10s RS buffer size", "%s: %10s compute buffer
+# size" and, with two spaces, "%s: %10s  output buffer size" (each "= %8.2f MiB"; checked against the strings of
+# the llama-server this project builds). The separator is captured so that "output" takes exactly its two.
+_BUFFER = re.compile(
+    r" *(?P<buf>[A-Za-z][A-Za-z0-9_]{0,47})(?P<sep> {1,2})(?P<what>model|KV|compute|output|RS) buffer size = +" + _MIB
+)
+BUFFER_KINDS = ("model", "KV", "RS", "compute", "output")
 _BUFFER_FUNCS = {
     "model": _TENSOR_FUNCS,
     "KV": frozenset({"llama_kv_cache", "llama_kv_cache_unified", "llama_kv_cache_init"}),
+    # The recurrent state of hybrid and recurrent models (Mamba, qwen3-next, nemotron-h, lfm2, granite4): its own
+    # class since mid-2025, named llama_kv_cache_recurrent before.
+    "RS": frozenset({"llama_memory_recurrent", "llama_kv_cache_recurrent"}),
     "compute": frozenset({"sched_reserve", "graph_reserve", "llama_context", "llama_new_context_with_model"}),
+    # The logits and embeddings of a step, printed by the context's constructor after its first output_reserve.
+    "output": frozenset({"llama_context", "llama_new_context_with_model"}),
 }
 _BREAKDOWN = re.compile(
     r"\| +- " + _DEV + r" \((?P<desc>[^()|]{1,160})\) +\| +(?P<total>\d{1,9}) = (?P<free>\d{1,9}) \+ "
@@ -58,7 +72,12 @@ _BREAKDOWN = re.compile(
 _BREAKDOWN_FUNCS = frozenset({"common_memory_breakdown_print", "llama_memory_breakdown_print"})
 _LAYER = re.compile(r"layer +(?P<layer>\d{1,4}) assigned to device " + _DEV + r", is_swa = \d")
 # Cheap first test: every load line carries one of these.
-_HINTS = ("MiB", "offloaded", "assigned to device", " + (")
+_HINTS = ("MiB", "offloaded", "assigned to device", " + (", "loading draft model")
+# A runner with a draft model (speculative decoding) loads it after its own: "srv    load_model: loading draft model
+# '%s'" (tools/server, SRV_INF) or, in today's builds, "common_speculative_init_result: loading draft model '%s'".
+# Every load line after it is the draft's.
+_DRAFT = re.compile(r"loading draft model '(?P<path>[^'\x00-\x1f]{1,4096})'")
+_DRAFT_FUNCS = frozenset({("srv", "load_model"), ("", "common_speculative_init_result")})
 # The last line of the runner's start (tools/server/server.cpp): from here on it serves, and prints no load line.
 # Older builds: "main: server is listening on http://127.0.0.1:8080 - starting the main loop".
 _HOST = r"(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]{2,39}\]|localhost)"
@@ -69,14 +88,15 @@ _LISTENING_OLD = re.compile(r"server is listening on http://" + _HOST + r":(?P<p
 @dataclass(frozen=True)
 class LoadLine:
     """One understood load line. ``kind``: device (using device / device list / breakdown row), offloaded,
-    buffer (model, KV or compute), layer (a debug line: one layer's device)."""
+    buffer (one of ``BUFFER_KINDS``: model, KV, RS, compute, output), layer (a debug line: one layer's device),
+    draft (the draft model's load begins: the lines after it are the draft's)."""
 
     kind: str
     device: str | None = None  # "CUDA0"; for buffer lines the buffer's name ("CPU_Mapped", "MTL0_Mapped")
     description: str | None = None  # "NVIDIA H200"
     free_bytes: int | None = None
     total_bytes: int | None = None
-    what: str | None = None  # buffer lines: model | KV | compute
+    what: str | None = None  # buffer lines: model | KV | RS | compute | output
     size_bytes: int | None = None
     layers: int | None = None  # offloaded: N; layer: the layer's index
     layers_total: int | None = None  # offloaded: M
@@ -97,11 +117,13 @@ def parse_load_line(line: str) -> LoadLine | None:
 
 def load_of(line: RunnerLine) -> LoadLine | None:
     """The load fact one of the runner's lines, already split (``analysis.log_grammar``), carries; None for another."""
+    if (line.tag, line.func) in _DRAFT_FUNCS and _DRAFT.fullmatch(line.message.rstrip(" ")):
+        return LoadLine("draft")
     if line.tag:
         return _listed(line.message) if (line.tag, line.func) == _LISTED_FUNC else None
     text = line.message.rstrip(" ")
     if m := _BUFFER.fullmatch(text):
-        if line.func not in _BUFFER_FUNCS[m.group("what")]:
+        if line.func not in _BUFFER_FUNCS[m.group("what")] or (m.group("sep") == "  ") != (m.group("what") == "output"):
             return None
         return LoadLine("buffer", device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
     if line.func in _TENSOR_FUNCS:
@@ -180,6 +202,19 @@ class DevicePlacement:
     compute_bytes: int | None
     free_bytes_at_load: int | None  # free on the device when the runner looked, before it loaded
     total_bytes: int | None
+    rs_bytes: int | None = None  # recurrent state (hybrid and recurrent models' "RS" buffers)
+    output_bytes: int | None = None  # the step's logits ("output" buffer)
+
+    @property
+    def buffer_sizes(self) -> tuple[int | None, ...]:
+        """Every buffer kind the runner prints for this device (``BUFFER_KINDS``' order), None where it said none."""
+        return (self.model_bytes, self.kv_bytes, self.rs_bytes, self.compute_bytes, self.output_bytes)
+
+
+def sum_known(*parts: int | None) -> int | None:
+    """The sum of the sizes said; None when none was (unknown is never 0)."""
+    said = [p for p in parts if p is not None]
+    return sum(said) if said else None
 
 
 @dataclass(frozen=True)
@@ -191,6 +226,9 @@ class RunnerPlacement:
     devices: tuple[DevicePlacement, ...]  # GPUs only
     host_model_bytes: int | None  # weights kept in system memory (CPU_Mapped, CPU, CPU_REPACK buffers)
     host_kv_bytes: int | None
+    host_rs_bytes: int | None = None
+    host_output_bytes: int | None = None  # llama.cpp keeps the logits in host memory (CUDA_Host, CPU)
+    draft: RunnerPlacement | None = None  # the draft model's own placement (speculative decoding), loaded after this
 
     @property
     def gpu_fraction(self) -> float | None:
@@ -208,9 +246,17 @@ class RunnerPlacement:
 
     @property
     def gpu_bytes(self) -> int | None:
-        """Everything the runner put on its GPUs: weights, KV cache and compute buffers."""
-        parts = [p for d in self.devices for p in (d.model_bytes, d.kv_bytes, d.compute_bytes) if p is not None]
-        return sum(parts) if parts else None
+        """Everything the runner put on its GPUs: weights, KV cache, recurrent state, compute and output buffers, its
+        draft model's included."""
+        draft = self.draft.gpu_bytes if self.draft is not None else None
+        return sum_known(*(b for d in self.devices for b in d.buffer_sizes), draft)
+
+    @property
+    def host_bytes(self) -> int | None:
+        """What the runner's buffer lines put in system memory, its draft model's included (host compute buffers are
+        not kept)."""
+        draft = self.draft.host_bytes if self.draft is not None else None
+        return sum_known(self.host_model_bytes, self.host_kv_bytes, self.host_rs_bytes, self.host_output_bytes, draft)
 
 
 @dataclass
@@ -224,17 +270,21 @@ class PlacementReader:
     total: dict[str, int] = field(default_factory=dict)
     model: dict[str, int] = field(default_factory=dict)  # by buffer name
     kv: dict[str, int] = field(default_factory=dict)  # by buffer name, summed (a sliding-window model has two caches)
+    rs: dict[str, int] = field(default_factory=dict)  # by buffer name, summed (one per buffer type, as the KV cache)
     compute: dict[str, int] = field(default_factory=dict)  # by buffer name, the latest
+    output: dict[str, int] = field(default_factory=dict)  # by buffer name, the latest
     layer_devices: dict[int, str] = field(default_factory=dict)
     breakdown: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # the memory table's, by device
     lines: int = 0
     dropped: int = 0  # facts beyond MAX_DEVICES names or MAX_LAYERS layers
+    draft: PlacementReader | None = None  # the draft model's lines, once its load began
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
     def _names(self) -> set[str]:
-        return {*self.descriptions, *self.free, *self.total, *self.model, *self.kv, *self.compute, *self.breakdown}
+        buffers = (*self.model, *self.kv, *self.rs, *self.compute, *self.output)
+        return {*self.descriptions, *self.free, *self.total, *buffers, *self.breakdown}
 
     def _room_for(self, fact: LoadLine) -> bool:
         """Whether the fact names no device or buffer beyond the ``MAX_DEVICES`` this load already named, and no
@@ -248,6 +298,12 @@ class PlacementReader:
     def feed(self, fact: LoadLine) -> bool:
         """Fold one fact in; False (and counted in ``dropped``) when there is no room for it (``_room_for``): more
         devices or layers than a load has are not a load's."""
+        if self.draft is not None:  # the draft's load: its figures are its own, never this model's
+            return self.draft.feed(fact)
+        if fact.kind == "draft":
+            self.draft = PlacementReader()
+            self.lines += 1
+            return True
         if not self._room_for(fact):
             self.dropped += 1
             return False
@@ -257,19 +313,26 @@ class PlacementReader:
             if self.offloaded is not None or self.model:  # a second model load in the same runner: its own figures
                 self.model.clear()
                 self.kv.clear()
+                self.rs.clear()
             self.offloaded = (fact.layers, fact.layers_total)
         elif fact.kind == "device" and dev is not None:
             self._device(dev, fact)
         elif fact.kind == "buffer" and dev is not None and fact.size_bytes is not None:
-            if fact.what == "model":
-                self.model[dev] = fact.size_bytes
-            elif fact.what == "KV":
-                self.kv[dev] = self.kv.get(dev, 0) + fact.size_bytes
-            else:
-                self.compute[dev] = fact.size_bytes
+            self._buffer(dev, fact.what, fact.size_bytes)
         elif fact.kind == "layer" and dev is not None and fact.layers is not None:
             self.layer_devices[fact.layers] = dev
         return True
+
+    def _buffer(self, name: str, what: str | None, size: int) -> None:
+        if what == "model":
+            self.model[name] = size
+        elif what in ("KV", "RS"):  # caches: one line per buffer type, a model may have several (SWA, hybrid)
+            cache = self.kv if what == "KV" else self.rs
+            cache[name] = cache.get(name, 0) + size
+        elif what == "output":
+            self.output[name] = size
+        else:
+            self.compute[name] = size
 
     def _device(self, dev: str, fact: LoadLine) -> None:
         if fact.description:
@@ -286,56 +349,79 @@ class PlacementReader:
         fact = parse_load_line(line)
         return fact is not None and self.feed(fact)
 
+    def _device_sizes(self) -> tuple[dict[str, int], ...]:
+        """Each kind's bytes by device (model, KV, RS, compute, output), the memory table's where no line said."""
+        model, kv, rs = _by_device(self.model), _by_device(self.kv), _by_device(self.rs)
+        compute, output = _by_device(self.compute), _by_device(self.output)
+        for d, (table_model, table_context, table_compute) in self.breakdown.items():
+            model.setdefault(d, table_model)
+            if d not in rs:  # the table's "context" is the KV cache and the recurrent state together
+                kv.setdefault(d, table_context)
+            compute.setdefault(d, table_compute)
+        return model, kv, rs, compute, output
+
+    def _layers_on(self, device: str, offloaded: int | None, weights: dict[str, int]) -> tuple[int | None, bool]:
+        """(layers on the device, estimated): as debug lines said; else all offloaded ones on the only GPU with
+        weights; else shared out among the GPUs by their model bytes (estimated). ``weights``: GPUs with weights."""
+        if self.layer_devices:
+            return sum(1 for v in self.layer_devices.values() if v == device), False
+        if offloaded is None:
+            return None, False
+        if len(weights) <= 1:
+            return (offloaded if device in weights or not weights else 0), False
+        if device in weights:
+            return round(offloaded * weights[device] / sum(weights.values())), True
+        return None, False
+
     def placement(self) -> RunnerPlacement | None:
         """The placement so far; None before any figure of where the model went."""
         if self.offloaded is None and not self.model:
             return None
 
-        def by_device(sizes: dict[str, int]) -> dict[str, int]:
-            out: dict[str, int] = {}
-            for buf, size in sizes.items():
-                d = buffer_device(buf)
-                if d is not None:
-                    out[d] = out.get(d, 0) + size
-            return out
-
-        def on_host(sizes: dict[str, int]) -> int | None:
-            host = [size for buf, size in sizes.items() if is_host_buffer(buf)]
-            return sum(host) if host else None
-
-        model, kv, compute = by_device(self.model), by_device(self.kv), by_device(self.compute)
-        for d, (table_model, table_context, table_compute) in self.breakdown.items():  # where no buffer line said
-            model.setdefault(d, table_model)
-            kv.setdefault(d, table_context)
-            compute.setdefault(d, table_compute)
-        names = [d for d in dict.fromkeys([*model, *kv, *self.free]) if is_gpu_device(d)]
+        model, kv, rs, compute, output = self._device_sizes()
+        names = [d for d in dict.fromkeys([*model, *kv, *rs, *self.free]) if is_gpu_device(d)]
         if not model and self.offloaded is None:
             names = []
         offloaded = self.offloaded
         if offloaded is None:  # a build with no GPU backend prints no "offloaded" line: all of it is in system memory
             offloaded = (0, 0) if not names else None
-        said = {d: sum(1 for v in self.layer_devices.values() if v == d) for d in names}
         n = offloaded[0] if offloaded is not None else None
         gpus_with_weights = [d for d in names if model.get(d)]
         devices = []
         for d in names:
-            layers: int | None = said[d] if self.layer_devices else None
-            estimated = False
-            if layers is None and n is not None:
-                if len(gpus_with_weights) <= 1:
-                    layers = n if d in gpus_with_weights or not gpus_with_weights else 0
-                elif model.get(d):
-                    total_model = sum(model[g] for g in gpus_with_weights)
-                    layers, estimated = round(n * model[d] / total_model), True
-            sizes = (model.get(d), kv.get(d), compute.get(d), self.free.get(d), self.total.get(d))
+            layers, estimated = self._layers_on(d, n, {g: model[g] for g in gpus_with_weights})
+            sizes = (model.get(d), kv.get(d), compute.get(d), self.free.get(d), self.total.get(d), rs.get(d), output.get(d))
             devices.append(DevicePlacement(d, self.descriptions.get(d), layers, estimated, *sizes))
         layers_total = offloaded[1] if offloaded is not None and offloaded[1] else None
         placement = RunnerPlacement(
-            offloaded[0] if offloaded is not None else None, layers_total, tuple(devices), on_host(self.model), on_host(self.kv)
+            offloaded[0] if offloaded is not None else None,
+            layers_total,
+            tuple(devices),
+            _on_host(self.model),
+            _on_host(self.kv),
+            _on_host(self.rs),
+            _on_host(self.output),
         )
         if offloaded == (0, 0):
             placement = replace(placement, layers_total=None)
+        if self.draft is not None:
+            placement = replace(placement, draft=self.draft.placement())
         return placement
+
+
+def _by_device(sizes: dict[str, int]) -> dict[str, int]:
+    """Buffer sizes by the device each buffer lives on (host and split buffers left out)."""
+    out: dict[str, int] = {}
+    for buf, size in sizes.items():
+        d = buffer_device(buf)
+        if d is not None:
+            out[d] = out.get(d, 0) + size
+    return out
+
+
+def _on_host(sizes: dict[str, int]) -> int | None:
+    host = [size for buf, size in sizes.items() if is_host_buffer(buf)]
+    return sum(host) if host else None
 
 
 def placement_from_lines(lines: list[str] | tuple[str, ...]) -> RunnerPlacement | None:
@@ -354,7 +440,11 @@ SOURCE_LOG = "runner log"  # the runner's own load lines, read from Ollama's log
 class RunnerDeviceRow:
     """One device's share of a runner's model as the runner's own load lines said: one row per (runner port,
     device), replaced at each load. The ``HOST_DEVICE`` row holds what stayed in system memory. The runner-wide
-    ``layers_offloaded``/``layers_total`` repeat on each row. None: the runner did not say (never 0)."""
+    ``layers_offloaded``/``layers_total`` repeat on each row. None: the runner did not say (never 0).
+
+    The store keeps three sizes a device: ``kv_bytes`` is llama.cpp's own "context" (its memory table's column: the KV
+    cache and the recurrent state together) and ``compute_bytes`` holds the output buffer too, so that every byte
+    the runner allocated is in some row (``placement_rows``)."""
 
     ts_unix_s: float  # when the load lines were read
     port: int
@@ -388,8 +478,8 @@ def placement_rows(
             layers=d.layers,
             layers_estimated=d.layers_estimated,
             model_bytes=d.model_bytes,
-            kv_bytes=d.kv_bytes,
-            compute_bytes=d.compute_bytes,
+            kv_bytes=sum_known(d.kv_bytes, d.rs_bytes),
+            compute_bytes=sum_known(d.compute_bytes, d.output_bytes),
             free_bytes_at_load=d.free_bytes_at_load,
             total_bytes=d.total_bytes,
             **common,  # type: ignore[arg-type]
@@ -405,8 +495,8 @@ def placement_rows(
             layers=None,
             layers_estimated=False,
             model_bytes=p.host_model_bytes,
-            kv_bytes=p.host_kv_bytes,
-            compute_bytes=None,
+            kv_bytes=sum_known(p.host_kv_bytes, p.host_rs_bytes),
+            compute_bytes=p.host_output_bytes,
             free_bytes_at_load=None,
             total_bytes=None,
             **common,  # type: ignore[arg-type]
@@ -416,7 +506,8 @@ def placement_rows(
 
 
 def placement_from_rows(rows: list[RunnerDeviceRow] | tuple[RunnerDeviceRow, ...]) -> RunnerPlacement | None:
-    """A runner's placement back from its stored rows (one port's); None for none."""
+    """A runner's placement back from its stored rows (one port's); None for none. The recurrent state comes back
+    inside ``kv_bytes`` and the output buffer inside ``compute_bytes``, as they were stored."""
     if not rows:
         return None
     first = rows[0]
@@ -442,6 +533,7 @@ def placement_from_rows(rows: list[RunnerDeviceRow] | tuple[RunnerDeviceRow, ...
         devices,
         host.model_bytes if host is not None else None,
         host.kv_bytes if host is not None else None,
+        host_output_bytes=host.compute_bytes if host is not None else None,
     )
 
 
@@ -531,11 +623,10 @@ def parse_device_list(text: str) -> list[LoadLine]:
 def ps_sizes(p: RunnerPlacement) -> tuple[int, int] | None:
     """(size, size_vram) as Ollama ≥ 0.30 answers /api/ps from its runner's load lines: every buffer the runner
     allocated, and the part of it on GPUs. None when the runner said no buffer size."""
-    gpu = [b for d in p.devices for b in (d.model_bytes, d.kv_bytes, d.compute_bytes) if b is not None]
-    host = [b for b in (p.host_model_bytes, p.host_kv_bytes) if b is not None]
-    if not gpu and not host:
+    gpu, host = p.gpu_bytes, p.host_bytes
+    if gpu is None and host is None:
         return None
-    return sum(gpu) + sum(host), sum(gpu)
+    return (gpu or 0) + (host or 0), gpu or 0
 
 
 def gpu_layers_to_ask(devices: list[LoadLine], need_bytes: int, layers_total: int) -> int:

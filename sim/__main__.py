@@ -120,6 +120,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with a real engine: flash attention (OLLAMA_FLASH_ATTENTION; default auto, llama-server's own)",
     )
     ap.add_argument(
+        "--draft-gguf",
+        default=None,
+        metavar="PATH",
+        help="with --engine llama-server: a draft model for speculative decoding, passed to the child as "
+        "--spec-draft-model PATH --spec-type draft-simple (llama-server's own flags)",
+    )
+    ap.add_argument(
+        "--draft-max",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --draft-gguf: tokens drafted a step at most (--spec-draft-n-max; default llama-server's own)",
+    )
+    ap.add_argument(
         "--llama-server",
         default=None,
         metavar="PATH",
@@ -195,6 +209,8 @@ async def serve(args: argparse.Namespace) -> None:
                 max_queue=args.max_queue,
                 default_keep_alive_ns=args.keep_alive_ns,
                 context_shift=not args.no_context_shift,
+                draft_gguf=args.draft_gguf,
+                draft_max_tokens=args.draft_max,
                 **({"default_num_ctx": args.context_length} if args.context_length else {}),
             )
         except EngineUnavailable as e:

@@ -157,6 +157,17 @@ class EngineRecord:
         return dict(self.__dict__)
 
 
+def speculative_flags(draft_gguf: str | None, draft_max_tokens: int | None) -> list[str]:
+    """A child's speculative-decoding flags, in llama-server's own names (``--spec-draft-model``, ``--spec-type
+    draft-simple``, ``--spec-draft-n-max``); none without a draft model."""
+    if draft_gguf is None:
+        return []
+    flags = ["--spec-draft-model", draft_gguf, "--spec-type", "draft-simple"]
+    if draft_max_tokens is not None:
+        flags += ["--spec-draft-n-max", str(draft_max_tokens)]
+    return flags
+
+
 class ServerChild:
     """One ``llama-server`` child: its process, port, settings and keep-alive."""
 
@@ -200,6 +211,7 @@ class ServerChild:
             engine.kv_cache_type,
             "--n-gpu-layers",
             str(gpu_layers),
+            *speculative_flags(engine.draft_gguf, engine.draft_max_tokens),
             # As Ollama: every line the child logs (per-batch progress included), none stamped (Ollama stamps its own).
             "--log-verbosity",
             "4",
@@ -359,8 +371,12 @@ class LlamaServerEngine:
         max_queue: int = 512,
         default_keep_alive_ns: int = 5 * 60 * 10**9,
         context_shift: bool = True,
+        draft_gguf: str | None = None,
+        draft_max_tokens: int | None = None,
     ) -> None:
         self.binary = find_llama_server(binary)
+        self.draft_gguf = draft_gguf  # speculative decoding: the draft model the child checks proposals of
+        self.draft_max_tokens = draft_max_tokens
         self.context_shift = context_shift  # False: a long prompt is a 400, as from a runner that cannot shift
         self.model: GgufModelFacts = read_model_facts(gguf_path, model_name)
         self.n_threads = n_threads

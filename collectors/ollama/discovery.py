@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from analysis.speculative import Speculation, draft_tokens_of, spec_types_of
 from collectors.host.proctable import Named, Owner, ProcessNames, bare_name, owner_of
 from collectors.os_users import user_name
 
@@ -119,6 +120,7 @@ class Runner:
     flash_attn: str | None = None  # -fa on|off|auto (a bare -fa, as older builds and the Go runner take it: on)
     gpu_layers: str | None = None  # -ngl: a number, auto or all
     threads: int | None = None  # -t
+    speculation: Speculation = field(default_factory=Speculation)  # its draft model and speculative settings
 
     @property
     def base_url(self) -> str:
@@ -186,6 +188,17 @@ def _flash_attn(argv: Sequence[str]) -> str | None:
     return value
 
 
+def speculation_from_argv(argv: Sequence[str]) -> Speculation:
+    """The draft model and speculative settings a llama-server command line gives (``analysis.speculative``), under
+    today's names and the older ones; a value llama-server would refuse counts as not given."""
+    return Speculation(
+        draft_model=_option(argv, "--spec-draft-model", "-md", "--model-draft"),
+        spec_types=spec_types_of(_option(argv, "--spec-type")) or (),
+        draft_max_tokens=draft_tokens_of(_option(argv, "--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")),
+        draft_min_tokens=draft_tokens_of(_option(argv, "--spec-draft-n-min", "--draft-min", "--draft-n-min")),
+    )
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -229,6 +242,7 @@ def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
         flash_attn=_flash_attn(argv),
         gpu_layers=_option(argv, "--gpu-layers", "--n-gpu-layers", "-ngl"),
         threads=_int_or_none(_option(argv, "--threads", "-t")),
+        speculation=speculation_from_argv(argv),
     )
 
 

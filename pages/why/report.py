@@ -60,6 +60,7 @@ DIAGNOSIS_FIXES: dict[DiagnosisCode, str | None] = {
     DiagnosisCode.TTFT_RUNNER_WAIT: None,
     DiagnosisCode.TTFT_WAIT_UNEXPLAINED: None,
     DiagnosisCode.DECODE_ABOVE_CEILING: None,
+    DiagnosisCode.DECODE_SPECULATIVE: None,
     DiagnosisCode.PREFILL_ABOVE_CEILING: None,
 }
 NO_CEILING = " (no ceiling: GPU or model unknown)"

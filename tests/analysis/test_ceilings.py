@@ -237,6 +237,22 @@ def test_cli_json_in_a_real_process() -> None:
     assert abs(data["decode_expected_tok_s"] / 115.4 - 1) < 0.25
 
 
+def test_cli_speculative_decode_ceiling(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: with a draft, one read of the weights yields the tokens a step accepts: the ceiling that many times."""
+    assert main([*ARGS, "--bandwidth-gbs", "100", "--tflops", "10", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["speculative_decode_ceiling_tok_s"] is None and plain["tokens_per_step"] is None
+    assert main([*ARGS, "--bandwidth-gbs", "100", "--tflops", "10", "--tokens-per-step", "2.5", "--json"]) == 0
+    drafted = json.loads(capsys.readouterr().out)
+    assert drafted["speculative_decode_ceiling_tok_s"] == pytest.approx(2.5 * plain["decode_ceiling_tok_s"])
+    assert drafted["decode_ceiling_tok_s"] == plain["decode_ceiling_tok_s"], "the one-token ceiling stays"
+    assert main([*ARGS, "--bandwidth-gbs", "100", "--tflops", "10", "--tokens-per-step", "2.5"]) == 0
+    ceiling = drafted["speculative_decode_ceiling_tok_s"]
+    assert f"decode with a draft: ceiling {ceiling:8.1f} tok/s at 2.50 tokens a step" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*ARGS, "--bandwidth-gbs", "100", "--tflops", "10", "--tokens-per-step", "0.5"])
+
+
 def test_cli_unknown_gpu_exits_2_with_close_matches() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "analysis.roofline_cli", "--gpu", "RTX 4095", *ARGS, "--json"],

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from analysis.runner_load import MIB
+from analysis.speculative import Speculation
+from collectors.ollama.discovery import runner_from_argv
 from sim.catalog import BY_NAME
 from sim.llama_server_engine import LlamaServerEngine, ServerChild, loaded_sizes
 from tests.support.paths import REPO
@@ -34,6 +36,8 @@ def engine_like(binary: Path | str = "/bin/false") -> Any:
         kv_cache_type="f16",
         default_keep_alive_ns=5 * 60 * 10**9,
         gpu_devices=None,
+        draft_gguf=None,  # no draft model: no speculative decoding
+        draft_max_tokens=None,
     )
 
 
@@ -52,9 +56,10 @@ def test_api_ps_sizes_come_from_the_cuda_runners_load_lines() -> None:
     assert runner.argv[runner.argv.index("--n-gpu-layers") + 1] == "49"
     pumped(runner, H200_LINES.read_text())
     size, vram = loaded_sizes(runner.placement, estimate_bytes=24_000_000_000)
-    # CUDA0: weights 6,314.23 + KV 2,560 + 960 + compute 874.02 MiB; the input embedding (540 MiB) in system memory.
+    # CUDA0: weights 6,314.23 + KV 2,560 + 960 + compute 874.02 MiB; the input embedding (540 MiB) and the output
+    # buffer (CUDA_Host, 2 MiB) in system memory: every buffer kind Ollama's pattern takes counts.
     assert vram == round(6314.23 * MIB) + 3520 * MIB + round(874.02 * MIB)
-    assert size == vram + 540 * MIB
+    assert size == vram + 540 * MIB + 2 * MIB
 
 
 def test_a_cpu_build_says_size_vram_0() -> None:
@@ -105,3 +110,14 @@ def test_every_layer_when_the_model_fits_the_gpus_the_build_lists(tmp_path: Path
     (tmp_path / "cpu-build").chmod(0o755)
     assert asyncio.run(LlamaServerEngine.devices(cpu)) == []
     assert LlamaServerEngine._gpu_layers(cpu, 20480, []) == 0
+
+
+def test_a_draft_model_reaches_the_childs_command_line_as_discovery_reads_it() -> None:
+    engine = engine_like()
+    engine.draft_gguf, engine.draft_max_tokens = "/d.gguf", 4
+    runner = ServerChild(cast(Any, engine), 4096, 512)
+    found = runner_from_argv(1, "llama-server", runner.argv)
+    assert found is not None and found.model_path == "/m.gguf"
+    assert found.speculation == Speculation("/d.gguf", ("draft-simple",), 4, None)
+    plain = runner_from_argv(1, "llama-server", ServerChild(cast(Any, engine_like()), 4096, 512).argv)
+    assert plain is not None and not plain.speculation.active

@@ -152,6 +152,7 @@ def test_mutated_lines_never_fatal(data: st.DataObject) -> None:
             "runner_start",
             "runner_started",
             "runner_load",
+            "runner_listening",
             "prompt_fit",
             "runner_wait",
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analysis.speculative import Speculation
 from collectors.ollama.discovery import Runner, ollama_local_port, runner_from_argv
 
 BLOB = "/usr/share/ollama/.ollama/models/blobs/sha256-" + "0f" * 32
@@ -48,6 +49,34 @@ def test_the_settings_in_force_are_read_from_the_command_line() -> None:
     bare = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1"])
     assert bare is not None
     assert (bare.n_batch, bare.cache_type_k, bare.flash_attn, bare.gpu_layers, bare.threads) == (None,) * 5
+
+
+def test_a_draft_model_and_the_speculative_settings_are_read() -> None:
+    """llama-server's names today (``--spec-draft-model``/``-md``, ``--spec-type``, ``--spec-draft-n-max/min``) and
+    the older ones (``--model-draft``, ``--draft-max``, ``--draft-min``)."""
+    draft = "/models/blobs/sha256-" + "d" * 64
+    today = ["llama-server", "--port", "1", "-m", BLOB, "-md", draft, "--spec-type", "draft-simple"]
+    today += ["--spec-draft-n-max", "8", "--spec-draft-n-min", "2"]
+    r = runner_from_argv(3, "llama-server", today)
+    assert r is not None and r.model_path == BLOB, "-md is the draft, not the model"
+    assert r.speculation == Speculation(draft, ("draft-simple",), 8, 2) and r.speculation.active
+    older = ["llama-server", "--port", "1", f"--model-draft={draft}", "--draft-max", "16", "--draft-min=4"]
+    r = runner_from_argv(3, "llama-server", older)
+    assert r is not None and r.speculation == Speculation(draft, (), 16, 4)
+    mtp = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1", "--spec-type", "none,draft-mtp"])
+    assert mtp is not None and mtp.speculation == Speculation(None, ("draft-mtp",), None, None) and mtp.speculation.active
+    off = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1", "--spec-type", "none"])
+    assert off is not None and not off.speculation.active
+    bare = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1"])
+    assert bare is not None and bare.speculation == Speculation() and not bare.speculation.active
+
+
+def test_speculative_values_llama_server_would_refuse_are_not_guessed() -> None:
+    odd = ["llama-server", "--port", "1", "--spec-type", "draft mtp<b>", "--spec-draft-n-max", "-3"]
+    r = runner_from_argv(3, "llama-server", [*odd, "--draft-min", "9" * 40])
+    assert r is not None and r.speculation == Speculation()
+    many = runner_from_argv(3, "llama-server", ["llama-server", "--port", "1", "--spec-type", ",".join(["ngram-mod"] * 9)])
+    assert many is not None and many.speculation.spec_types == ()
 
 
 def test_flash_attention_as_a_bare_flag_and_the_go_runner_kv_type() -> None:

@@ -5,11 +5,15 @@ size_vram 0 for it, as Ollama does for a CPU-only model, and passes -ngl 0 (the 
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import ollama
 import pytest
 
+from analysis.runner_load import MIB
 from store import queries
 from store.schema import StoreError, db_path
 from tests.support.collector_process import collector
@@ -53,3 +57,48 @@ def test_the_cpu_runners_placement_is_stored_from_its_load_lines(tmp_path: Path)
         assert placement.host_model_bytes is not None and placement.host_model_bytes > 0.9 * gguf.stat().st_size
         (loaded,) = client.ps().models
         assert not loaded.size_vram and loaded.size is not None and loaded.size > gguf.stat().st_size
+
+
+MAKE_HYBRID = Path(__file__).parents[2] / "data" / "runner_load" / "make_lfm2_gguf.py"
+_BUFFER_MIB = re.compile(r"^(?:llama_kv_cache|llama_memory_recurrent): +CPU (KV|RS) buffer size = +([0-9.]+) MiB$")
+
+
+@pytest.mark.slow
+def test_a_hybrid_models_recurrent_state_is_stored_with_its_kv_cache(tmp_path: Path) -> None:
+    """Issue 41: a hybrid model (LFM2's shape: convolution layers with a recurrent state, attention layers with a KV
+    cache; random weights) served by the real runner through sim: its "RS buffer size" line reaches the store, in
+    the KV column as llama.cpp's own memory table counts it ("context")."""
+    require_llama_server()
+    gguf = tmp_path / "lfm2.gguf"
+    subprocess.run([sys.executable, str(MAKE_HYBRID), str(gguf)], check=True, timeout=120)
+    data = tmp_path / "data"
+    name = "lfm2:tiny"
+    with (
+        start_server_engine("--gguf", str(gguf), "--model-name", name) as sim,
+        collector(data, "--ollama", sim.base_url, "--ollama-log", str(sim.log_path)),
+    ):
+
+        def reading_the_log() -> object:
+            conn = queries.open_readonly(db_path(data))
+            try:
+                beat = queries.latest_heartbeat(conn)
+            finally:
+                conn.close()
+            return beat is not None and beat.log_problem is None
+
+        wait_until(reading_the_log, 60, "the collector reading sim's log", ignoring=(StoreError,))
+        ollama.Client(host=sim.base_url).generate(model=name, prompt="", keep_alive="5m")
+        port = engine_state(sim)["runner"]["port"]
+
+        def stored() -> object:
+            conn = queries.open_readonly(db_path(data))
+            try:
+                return queries.runner_placement(conn, name, None, port=port)
+            finally:
+                conn.close()
+
+        placement, _, _ = wait_until(stored, 60, "the hybrid runner's placement in the store")
+        said = [m.groups() for line in sim.log_path.read_text().splitlines() if (m := _BUFFER_MIB.match(line))]
+        kinds = {kind for kind, _ in said}
+        assert kinds == {"KV", "RS"}, said
+        assert placement.host_kv_bytes == sum(round(float(mib) * MIB) for _, mib in said)
