@@ -570,6 +570,17 @@ CREATE TRIGGER request_minutes_move AFTER UPDATE OF started_at_unix_s ON request
 """
 request_minutes_step = _script(_V19)
 
+# v20: which program sent each request (NULL: not known): its User-Agent's first product and version
+# (analysis.client_program), and the local process behind a loopback client's socket: name, pid and user
+# (collectors.proxy.client_process).
+_V20 = """
+ALTER TABLE requests ADD COLUMN client_program TEXT;
+ALTER TABLE requests ADD COLUMN client_program_version TEXT;
+ALTER TABLE requests ADD COLUMN client_process TEXT;
+ALTER TABLE requests ADD COLUMN client_pid INTEGER;
+ALTER TABLE requests ADD COLUMN client_user TEXT;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -591,6 +602,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V17),
     _script(_V18),
     request_minutes_step,
+    _script(_V20),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
