@@ -56,7 +56,7 @@ def program_of(user_agent: str | None) -> ClientProgram:
 
 
 def program_label(product: str | None, version: str | None) -> str | None:
-    """"product version" for a table or a sentence ("ollama-python 0.6.1"); None when the product is unknown."""
+    """ "product version" for a table or a sentence ("ollama-python 0.6.1"); None when the product is unknown."""
     if product is None:
         return None
     return product if version is None else f"{product} {version}"

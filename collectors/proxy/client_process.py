@@ -7,10 +7,10 @@ the OS and our rights, so it is chosen by what works, not by the platform's name
 owner is hidden (Linux: another user's process, for a collector not run as root), that client's process stays
 unknown. Unknown is None, never "" or 0.
 
-Cost: one scan of the table reads every socket and, on Linux, every process's open files (~13 ms with ~130 sockets
-on the development machine, measured in ``tests/collectors/proxy/test_client_process.py``), so it never runs on the
-event loop: a single worker thread scans once for every connection waiting, and each connection is looked up once,
-its answer kept for its later requests. Both are bounded.
+Cost: one scan of the table reads every socket and, on Linux, every process's open files (12-60 ms with ~130
+sockets on the shared development machine, quiet to busy; ``tests/collectors/proxy/test_client_process.py`` prints
+it), so it never runs on the event loop: a single worker thread scans once for every connection waiting, and each
+connection is looked up once, its answer kept for its later requests. Both are bounded.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import re
-import itertools
 import ssl
 import time
 from collections import deque
