@@ -60,3 +60,11 @@ def program_label(product: str | None, version: str | None) -> str | None:
     if product is None:
         return None
     return product if version is None else f"{product} {version}"
+
+
+def process_label(name: str | None, pid: int | None, user: str | None) -> str | None:
+    """ "python (pid 4242, user ana)": the local process behind a client's socket; None when not known."""
+    if pid is None:
+        return None
+    who = f"pid {pid}" + (f", user {user}" if user is not None else "")
+    return f"{name if name is not None else 'a process'} ({who})"

@@ -227,8 +227,10 @@ def recent_requests(
     outcome: str | Outcome | None = None,
     limit: int = 5000,
     until_unix_s: float | None = None,
+    program: str | None = None,
 ) -> list[RequestSummary]:
-    """Requests started since ``since_unix_s``, newest first, with their phases and rates."""
+    """Requests started since ``since_unix_s``, newest first, with their phases and rates (``program``: the
+    User-Agent's product, ``client_program``)."""
     where = ["started_at_unix_s >= ?"]
     args: list[Any] = [since_unix_s]
     if until_unix_s is not None:
@@ -243,6 +245,9 @@ def recent_requests(
     if outcome is not None:
         where.append("outcome = ?")
         args.append(Outcome(outcome).value)
+    if program is not None:
+        where.append("client_program = ?")
+        args.append(program)
     sql = (
         f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests WHERE {' AND '.join(where)} "
         "ORDER BY started_at_unix_s DESC LIMIT ?"
@@ -264,6 +269,23 @@ def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[
         f"{_MODELS_CTE} SELECT model FROM m WHERE model IS NOT NULL AND EXISTS "
         "(SELECT 1 FROM requests r WHERE r.model = m.model AND r.started_at_unix_s >= ?) ORDER BY model",
         (since_unix_s,),
+    )
+    return [r[0] for r in rows]
+
+
+MAX_PROGRAMS_LISTED = 200  # programs a filter offers at most: each client names its own, a hostile one any number
+
+
+def request_programs(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
+    """The programs (User-Agent products) that sent requests since a moment, by name, for filters; one index seek
+    apiece on requests_program_started, at most ``MAX_PROGRAMS_LISTED``."""
+    rows = conn.execute(
+        "WITH RECURSIVE p(program) AS (SELECT MIN(client_program) FROM requests UNION ALL "
+        "SELECT (SELECT MIN(client_program) FROM requests WHERE client_program > p.program) FROM p "
+        "WHERE p.program IS NOT NULL) "
+        "SELECT program FROM p WHERE program IS NOT NULL AND EXISTS (SELECT 1 FROM requests r "
+        "WHERE r.client_program = p.program AND r.started_at_unix_s >= ?) ORDER BY program LIMIT ?",
+        (since_unix_s, MAX_PROGRAMS_LISTED),
     )
     return [r[0] for r in rows]
 
@@ -301,12 +323,19 @@ def stored_requests(
     model: str | None = None,
     endpoint: str | None = None,
     outcome: str | Outcome | None = None,
+    program: str | None = None,
 ) -> Iterator[StoredRequest]:
     """Every request started in [since, until] that matches the filters (None = any, as ``recent_requests``),
     oldest first, token times included (for export)."""
     where: list[str] = ["r.started_at_unix_s >= ?"]
     args: list[Any] = [since_unix_s]
-    for column, value in (("started_at_unix_s <=", until_unix_s), ("model =", model), ("endpoint =", endpoint)):
+    filters = (
+        ("started_at_unix_s <=", until_unix_s),
+        ("model =", model),
+        ("endpoint =", endpoint),
+        ("client_program =", program),
+    )
+    for column, value in filters:
         if value is not None:
             where.append(f"r.{column} ?")
             args.append(value)
