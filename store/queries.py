@@ -805,6 +805,38 @@ def last_load_s(conn: sqlite3.Connection, model: str, min_load_s: float = 0.1) -
     return None if row is None else float(row[0])
 
 
+@dataclass(frozen=True)
+class ProgramCounts:
+    """Finished requests per program (User-Agent product) in a window: the most frequent named, the rest counted."""
+
+    named: list[tuple[str, int]]  # (program, requests), most requests first, at most the ``most`` asked for
+    others: int  # programs not named, beyond ``most``
+    others_requests: int
+    unknown_requests: int  # requests naming no program (no User-Agent with a product, or direct)
+
+
+def program_counts(conn: sqlite3.Connection, since_unix_s: float, most: int) -> ProgramCounts:
+    """Finished requests since ``since_unix_s`` per program; each group read once, never all kept in memory."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    cur.execute(
+        "SELECT client_program, COUNT(*) FROM requests WHERE started_at_unix_s >= ? AND outcome != 'in_flight' "
+        "GROUP BY client_program ORDER BY 2 DESC, 1",
+        (since_unix_s,),
+    )
+    named: list[tuple[str, int]] = []
+    others = others_requests = unknown = 0
+    for program, n in cur:
+        if program is None:
+            unknown = int(n)
+        elif len(named) < most:
+            named.append((str(program), int(n)))
+        else:
+            others += 1
+            others_requests += int(n)
+    return ProgramCounts(named, others, others_requests, unknown)
+
+
 def load_inputs(conn: sqlite3.Connection, since_unix_s: float) -> list[LoadInput]:
     """Finished requests since ``since_unix_s`` as ``analysis.reloads`` reads them (no text)."""
     rows = _rows(

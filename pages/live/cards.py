@@ -51,7 +51,7 @@ class PrefillView:
 
 
 def program_text(rec: RequestRecord | RequestSummary) -> str | None:
-    """"ollama-python 0.6.1 · python (pid 42, user ana)": what is known of the program that sent it; None: nothing."""
+    """ "ollama-python 0.6.1 · python (pid 42, user ana)": what is known of the program that sent it; None: nothing."""
     parts = (
         program_label(rec.client_program, rec.client_program_version),
         process_label(rec.client_process, rec.client_pid, rec.client_user),

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -20,9 +21,9 @@ from tests.support.live_cards import LOADED, T0, record
 from tests.support.paths import REPO
 from tests.support.records import make_record
 
-PROGRAM = dict(client_program="ollama-python", client_program_version="0.6.1", client_process="python")
+PROGRAM: dict[str, Any] = dict(client_program="ollama-python", client_program_version="0.6.1", client_process="python")
 HOSTILE = "<b>bold</b>*x*[a](http://e.vil)"  # a User-Agent's product is the client's own text
-PROCESS = dict(client_pid=4242, client_user="ana")
+PROCESS: dict[str, Any] = dict(client_pid=4242, client_user="ana")
 
 
 def test_running_cards_name_the_program() -> None:

@@ -20,6 +20,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pages.requests.usage import UNKNOWN_PROGRAM, load_usage, usage_frame
+from pages.why.report import build_report
 from store import queries
 from store.export import ExportWindow, csv_text
 from store.ops import PutRequest
@@ -102,3 +103,13 @@ def test_requests_page_column_and_filter(recorded: tuple[Path, int], monkeypatch
     at.selectbox(key="req_program").select("report-bot").run()
     assert not at.exception, [e.value for e in at.exception]
     assert list(at.dataframe(key="req_table").value["program"]) == ["report-bot 2.1"]
+
+
+def test_report_names_the_programs(recorded: tuple[Path, int]) -> None:
+    data, _ = recorded
+    report = build_report(data)
+    assert report is not None
+    line = next(x for x in report.splitlines() if x.startswith("Requests:"))
+    assert line == (
+        "Requests: 3 finished, from 1 client address: 127.0.0.1; by program (User-Agent): ollama-python × 2, report-bot × 1"
+    )
