@@ -201,7 +201,7 @@ class RecordingProxy:
     # 2 s. The collector parses every tick anyway (in_flight_sliced).
     PUMP_INTERVAL_S = 2.0
     STOP_GRACE_S = 2.0  # how long stop() lets running streams finish
-    # How long a finished request waits for its client's process to be looked up (a scan takes ~13 ms, more on a
+    # How long a finished request waits for its client's process to be looked up (a scan took 12-60 ms here, more on a
     # busy machine) before it is handed over with the process unknown.
     PROCESS_WAIT_S = 1.0
 
