@@ -72,6 +72,15 @@ def test_export_names_each_program_and_process(recorded: tuple[Path, int]) -> No
     with queries.open_reader(db_path(data)) as conn:
         only_bot = list(csv.DictReader(io.StringIO(csv_text(conn, ExportWindow(program="report-bot")))))
     assert [r["client_program"] for r in only_bot] == ["report-bot"]  # the page's filter, in its download too
+    cli = subprocess.run(
+        [sys.executable, "-m", "store", "export", "--data", str(data), "--format", "csv", "--program", "ollama-python"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert [r["client_program"] for r in csv.DictReader(io.StringIO(cli))] == ["ollama-python"] * 2
 
 
 def test_usage_per_program(recorded: tuple[Path, int]) -> None:
