@@ -150,6 +150,13 @@ class RequestRecord:
     prompt_kept_tokens: int | None = None
     num_ctx_in_force: int | None = None
     num_ctx_source: str | None = None
+    # Which program sent it (None: not known): its User-Agent's first product and version (analysis.client_program),
+    # and, for a client on this machine where the OS shows it, the process behind the client's socket.
+    client_program: str | None = None
+    client_program_version: str | None = None
+    client_process: str | None = None  # the process's name
+    client_pid: int | None = None
+    client_user: str | None = None  # the process's user (login name, or "uid N")
 
     @property
     def direct(self) -> bool:

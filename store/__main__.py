@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--model", help="only this model (as the request named it)")
     export.add_argument("--endpoint", help="only this route, e.g. /api/chat")
     export.add_argument("--outcome", help="only this outcome: ok, http_error, client_disconnected, ...")
+    export.add_argument("--program", help="only this program, as its User-Agent named it (client_program), e.g. ollama-python")
     export.add_argument("--out", metavar="FILE", help="write here instead of standard output")
     sub.add_parser("import-log", help="record the generations an Ollama log holds (python -m collectors.import_log)")
     return parser
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model=args.model,
             endpoint=args.endpoint,
             outcome=Outcome(args.outcome).value if args.outcome else None,
+            program=args.program,
         )
         conn = open_readonly(data)
     except (ValueError, StoreError) as exc:

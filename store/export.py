@@ -15,6 +15,10 @@ runner: ``runner_source`` says whether its figures are the runner's own timings 
 readings of its /slots, and the ``*_bound`` columns how far each value can be off; its route, client and
 ``stream`` are empty where they are not known, and ``client_unverified`` is true where they came from Ollama's
 access line (text in its log, not a socket the collector saw).
+
+Which program sent it: ``client_program`` and ``client_program_version``, its User-Agent's first product and
+version; ``client_process``, ``client_pid`` and ``client_user``, the local process behind a loopback client's socket
+where the OS showed it. Each is empty where not known.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ EXPORT_KEYS: tuple[str, ...] = (
     "stream",
     "batch_size",
     "client_addr",
+    "client_program",
+    "client_program_version",
+    "client_process",
+    "client_pid",
+    "client_user",
     "status",
     "status_code",
     "error",
@@ -121,12 +130,13 @@ class ExportWindow:
     model: str | None = None
     endpoint: str | None = None
     outcome: str | None = None
+    program: str | None = None  # the User-Agent's product (client_program)
 
 
 def export_rows(conn: sqlite3.Connection, window: ExportWindow | float = 0.0) -> Iterator[dict[str, Any]]:
     """One dict per request of the window (a bare number: started since then), oldest first."""
     w = window if isinstance(window, ExportWindow) else ExportWindow(since_unix_s=window)
-    for stored in stored_requests(conn, w.since_unix_s, w.until_unix_s, w.model, w.endpoint, w.outcome):
+    for stored in stored_requests(conn, w.since_unix_s, w.until_unix_s, w.model, w.endpoint, w.outcome, w.program):
         rec = stored.record
         phases = stored.phases.to_json_dict()
         out: dict[str, Any] = {
@@ -139,6 +149,11 @@ def export_rows(conn: sqlite3.Connection, window: ExportWindow | float = 0.0) ->
             "stream": rec.stream,
             "batch_size": rec.batch_size,
             "client_addr": rec.client_addr,
+            "client_program": rec.client_program,
+            "client_program_version": rec.client_program_version,
+            "client_process": rec.client_process,
+            "client_pid": rec.client_pid,
+            "client_user": rec.client_user,
             "status": rec.outcome.value,
             "status_code": rec.status_code,
             "error": rec.error,

@@ -227,8 +227,10 @@ def recent_requests(
     outcome: str | Outcome | None = None,
     limit: int = 5000,
     until_unix_s: float | None = None,
+    program: str | None = None,
 ) -> list[RequestSummary]:
-    """Requests started since ``since_unix_s``, newest first, with their phases and rates."""
+    """Requests started since ``since_unix_s``, newest first, with their phases and rates (``program``: the
+    User-Agent's product, ``client_program``)."""
     where = ["started_at_unix_s >= ?"]
     args: list[Any] = [since_unix_s]
     if until_unix_s is not None:
@@ -243,6 +245,9 @@ def recent_requests(
     if outcome is not None:
         where.append("outcome = ?")
         args.append(Outcome(outcome).value)
+    if program is not None:
+        where.append("client_program = ?")
+        args.append(program)
     sql = (
         f"SELECT {REQUEST_SUMMARIES.select_list()} FROM requests WHERE {' AND '.join(where)} "
         "ORDER BY started_at_unix_s DESC LIMIT ?"
@@ -264,6 +269,23 @@ def request_models(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[
         f"{_MODELS_CTE} SELECT model FROM m WHERE model IS NOT NULL AND EXISTS "
         "(SELECT 1 FROM requests r WHERE r.model = m.model AND r.started_at_unix_s >= ?) ORDER BY model",
         (since_unix_s,),
+    )
+    return [r[0] for r in rows]
+
+
+MAX_PROGRAMS_LISTED = 200  # programs a filter offers at most: each client names its own, a hostile one any number
+
+
+def request_programs(conn: sqlite3.Connection, since_unix_s: float = 0.0) -> list[str]:
+    """The programs (User-Agent products) that sent requests since a moment, by name, for filters; one index seek
+    apiece on requests_program_started, at most ``MAX_PROGRAMS_LISTED``."""
+    rows = conn.execute(
+        "WITH RECURSIVE p(program) AS (SELECT MIN(client_program) FROM requests UNION ALL "
+        "SELECT (SELECT MIN(client_program) FROM requests WHERE client_program > p.program) FROM p "
+        "WHERE p.program IS NOT NULL) "
+        "SELECT program FROM p WHERE program IS NOT NULL AND EXISTS (SELECT 1 FROM requests r "
+        "WHERE r.client_program = p.program AND r.started_at_unix_s >= ?) ORDER BY program LIMIT ?",
+        (since_unix_s, MAX_PROGRAMS_LISTED),
     )
     return [r[0] for r in rows]
 
@@ -301,12 +323,19 @@ def stored_requests(
     model: str | None = None,
     endpoint: str | None = None,
     outcome: str | Outcome | None = None,
+    program: str | None = None,
 ) -> Iterator[StoredRequest]:
     """Every request started in [since, until] that matches the filters (None = any, as ``recent_requests``),
     oldest first, token times included (for export)."""
     where: list[str] = ["r.started_at_unix_s >= ?"]
     args: list[Any] = [since_unix_s]
-    for column, value in (("started_at_unix_s <=", until_unix_s), ("model =", model), ("endpoint =", endpoint)):
+    filters = (
+        ("started_at_unix_s <=", until_unix_s),
+        ("model =", model),
+        ("endpoint =", endpoint),
+        ("client_program =", program),
+    )
+    for column, value in filters:
         if value is not None:
             where.append(f"r.{column} ?")
             args.append(value)
@@ -774,6 +803,38 @@ def last_load_s(conn: sqlite3.Connection, model: str, min_load_s: float = 0.1) -
         (model, min_load_s),
     ).fetchone()
     return None if row is None else float(row[0])
+
+
+@dataclass(frozen=True)
+class ProgramCounts:
+    """Finished requests per program (User-Agent product) in a window: the most frequent named, the rest counted."""
+
+    named: list[tuple[str, int]]  # (program, requests), most requests first, at most the ``most`` asked for
+    others: int  # programs not named, beyond ``most``
+    others_requests: int
+    unknown_requests: int  # requests naming no program (no User-Agent with a product, or direct)
+
+
+def program_counts(conn: sqlite3.Connection, since_unix_s: float, most: int) -> ProgramCounts:
+    """Finished requests since ``since_unix_s`` per program; each group read once, never all kept in memory."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    cur.execute(
+        "SELECT client_program, COUNT(*) FROM requests WHERE started_at_unix_s >= ? AND outcome != 'in_flight' "
+        "GROUP BY client_program ORDER BY 2 DESC, 1",
+        (since_unix_s,),
+    )
+    named: list[tuple[str, int]] = []
+    others = others_requests = unknown = 0
+    for program, n in cur:
+        if program is None:
+            unknown = int(n)
+        elif len(named) < most:
+            named.append((str(program), int(n)))
+        else:
+            others += 1
+            others_requests += int(n)
+    return ProgramCounts(named, others, others_requests, unknown)
 
 
 def load_inputs(conn: sqlite3.Connection, since_unix_s: float) -> list[LoadInput]:

@@ -570,6 +570,19 @@ CREATE TRIGGER request_minutes_move AFTER UPDATE OF started_at_unix_s ON request
 """
 request_minutes_step = _script(_V19)
 
+# v20: which program sent each request (NULL: not known): its User-Agent's first product and version
+# (analysis.client_program), and the local process behind a loopback client's socket: name, pid and user
+# (collectors.proxy.client_process). The index lets the Requests page list the programs of a window one index seek
+# apiece, as it lists models (store.queries.request_programs).
+_V20 = """
+ALTER TABLE requests ADD COLUMN client_program TEXT;
+ALTER TABLE requests ADD COLUMN client_program_version TEXT;
+ALTER TABLE requests ADD COLUMN client_process TEXT;
+ALTER TABLE requests ADD COLUMN client_pid INTEGER;
+ALTER TABLE requests ADD COLUMN client_user TEXT;
+CREATE INDEX requests_program_started ON requests(client_program, started_at_unix_s);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
@@ -591,6 +604,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V17),
     _script(_V18),
     request_minutes_step,
+    _script(_V20),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -297,6 +297,13 @@ class RequestSummary:
     num_ctx_source: str | None  # an analysis.prompt_fit.CtxSource
     # v17: the client address and route came from Ollama's access line (a direct record's), not a socket: unverified
     client_unverified: bool
+    # v20: which program sent it (NULL: not known): its User-Agent's first product and version, and the local process
+    # behind the client's socket where the OS showed it (name, pid, user). Client text, shown as text.
+    client_program: str | None
+    client_program_version: str | None
+    client_process: str | None
+    client_pid: int | None
+    client_user: str | None
 
     @property
     def direct(self) -> bool:

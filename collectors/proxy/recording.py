@@ -14,9 +14,11 @@ too large to decode in one slice (a 16 MB embeddings reply), and a request body 
 the same bound (a vision request's images), are decoded in a worker process instead
 (``collectors.proxy.big_bodies``; the body's facts: ``collectors.proxy.request_facts``).
 
-Privacy: no header is ever recorded (so no ``Authorization`` or cookie), the
+Privacy: no header is recorded (so no ``Authorization`` or cookie) but the
+``User-Agent``'s first product and version (``analysis.client_program``); the
 relay keeps no state between clients, and prompt/response text is recorded only
-with ``record_text=True``.
+with ``record_text=True``. Which local process a loopback client is, is looked up
+once per connection off the event loop (``collectors.proxy.client_process``).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from aiohttp import web
 from yarl import URL
 
 from analysis.chunks import StreamParser, stream_format
+from analysis.client_program import program_of
 from analysis.error_notes import http_error_note, malformed_note, stream_error_note
 from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
+from collectors.proxy.client_process import ClientProcess, ClientProcesses
 from collectors.proxy.limits import Limits
 from collectors.proxy.refusals import Refusal, Refusals
 from collectors.proxy.relay import Exchange, Failure, Headers, Refused, Relay, RequestHead, Target
@@ -75,6 +79,13 @@ class _Exchange(Exchange):
         self.decoding = asyncio.Lock()  # one coroutine at a time hands the parser's deferred chunk to the worker
         self.body_facts: asyncio.Task[None] | None = None  # a large request body being described in the worker
         self.body_note: str | None = None  # why the request body's facts are missing (the worker did not parse it)
+        # Done once the client's local process is known, or known not to be looked up (collectors.proxy.client_process)
+        self.process_known: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def process_found(self, process: ClientProcess | None) -> None:
+        _set_process(self.record, process)
+        if not self.process_known.done():
+            self.process_known.set_result(None)
 
     # -- relay hooks ------------------------------------------------------------------------------
 
@@ -190,6 +201,9 @@ class RecordingProxy:
     # 2 s. The collector parses every tick anyway (in_flight_sliced).
     PUMP_INTERVAL_S = 2.0
     STOP_GRACE_S = 2.0  # how long stop() lets running streams finish
+    # How long a finished request waits for its client's process to be looked up (a scan took 12-60 ms here, more on a
+    # busy machine) before it is handed over with the process unknown.
+    PROCESS_WAIT_S = 1.0
 
     def __init__(
         self,
@@ -218,6 +232,7 @@ class RecordingProxy:
         self._finalisers: set[asyncio.Task[None]] = set()
         self._relay = Relay(self._route, self.limits)
         self._big_bodies = BigBodyDecoder(self.limits)
+        self.client_processes = ClientProcesses()
         self._pump: asyncio.Task[None] | None = None
         self._work: asyncio.Event | None = None
         self._port = 0
@@ -261,6 +276,7 @@ class RecordingProxy:
         if self._finalisers:
             await asyncio.wait(set(self._finalisers), timeout=self.STOP_GRACE_S * 2)
         self._big_bodies.close()  # large bodies still being parsed are recorded unparsed, not lost
+        self.client_processes.close()
         if self._finalisers:
             await asyncio.wait(set(self._finalisers), timeout=self.STOP_GRACE_S)
         if self._pump is not None:
@@ -345,7 +361,10 @@ class RecordingProxy:
             kind=RequestKind.EMBED if head.path in EMBED_ENDPOINTS else RequestKind.GENERATE,
             received_ns=head.received_ns,
         )
+        record.client_program, record.client_program_version = program_of(_user_agent(head))
         ex = _Exchange(self, record)
+        if not self.client_processes.find(head.connection, head.peer, head.ours, ex.process_found):
+            ex.process_known.set_result(None)  # not looked up: unknown
         self._live[record.id] = ex
         # Ask for an uncompressed body: we parse it (Ollama does not compress anyway).
         return self._upstream, ex, drop | {b"accept-encoding"}
@@ -434,6 +453,9 @@ class RecordingProxy:
         try:
             if ex.body_facts is not None:
                 await ex.body_facts
+            if not ex.process_known.done():  # a reply faster than the scan: wait for it a moment, no longer
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(ex.process_known), self.PROCESS_WAIT_S)
             await self._parse_pending(ex)
             if ex.parser is not None:
                 ex.parser.end()  # a JSON body (or a last unterminated line) is complete only now
@@ -506,6 +528,21 @@ class RecordingProxy:
         self._apply_summary(record, ex, final=False)
         record.outcome = Outcome.IN_FLIGHT
         return record
+
+
+def _user_agent(head: RequestHead) -> str | None:
+    """The request's first User-Agent header as text (HTTP header bytes are Latin-1); None without one."""
+    for name, value in head.headers:
+        if name.lower() == b"user-agent":
+            return value[:1024].decode("latin-1")  # only its start is read (analysis.client_program)
+    return None
+
+
+def _set_process(record: RequestRecord, process: ClientProcess | None) -> None:
+    """The client's local process, once looked up (on the event loop; the record's next write stores it)."""
+    # A record already handed over (a reply faster than the scan) is not changed behind the writer's back.
+    if process is not None and record.outcome is Outcome.IN_FLIGHT:
+        record.client_process, record.client_pid, record.client_user = process.name, process.pid, process.user
 
 
 # -- running it alone (benchmarks, debugging) ---------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import re
@@ -248,6 +249,11 @@ class RequestHead:
     headers: Headers
     client_addr: str
     received_ns: int
+    # Which connection it came on (a number unique in this relay) and the socket's two ends, (host, port): the
+    # recording looks up the client's local process once per connection (collectors.proxy.client_process).
+    connection: int = 0
+    peer: tuple[str, int] | None = None
+    ours: tuple[str, int] | None = None
 
 
 Route = Callable[[RequestHead], tuple[Target, Exchange, frozenset[bytes]]]  # target, hooks, extra headers to drop
@@ -433,6 +439,9 @@ _INTERNAL_ERROR = (
 )
 
 
+_CONNECTION_NUMBERS = itertools.count(1)
+
+
 class _ClientSide(asyncio.Protocol):
     """One client connection: parses its requests and relays them one at a time."""
 
@@ -442,6 +451,9 @@ class _ClientSide(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.client_addr = ""
+        self.connection = next(_CONNECTION_NUMBERS)
+        self.peer: tuple[str, int] | None = None
+        self.ours: tuple[str, int] | None = None
         self.read_ns = time.monotonic_ns()  # last byte from the client
         self.waiting_since_ns = self.read_ns  # when this connection last had no request in flight
         self.requests: deque[_Request] = deque()  # [0] is active; the rest were pipelined behind it
@@ -469,6 +481,9 @@ class _ClientSide(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         peer = transport.get_extra_info("peername")
         self.client_addr = str(peer[0]) if isinstance(peer, tuple) else ""
+        ours = transport.get_extra_info("sockname")
+        self.peer = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) and len(peer) >= 2 else None
+        self.ours = (str(ours[0]), int(ours[1])) if isinstance(ours, tuple) and len(ours) >= 2 else None
         self.relay.admit(self)
 
     def data_received(self, data: bytes) -> None:
@@ -572,6 +587,9 @@ class _ClientSide(asyncio.Protocol):
                 headers=self._headers,
                 client_addr=self.client_addr,
                 received_ns=self.read_ns,
+                connection=self.connection,
+                peer=self.peer,
+                ours=self.ours,
             )
             target, exchange, drop = self.relay.route(head)
         except Refused as refused:

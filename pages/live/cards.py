@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from analysis.client_program import process_label, program_label
 from analysis.model_names import same_model, value_for_model
 from analysis.phases import Flag
 from analysis.progress import READ_SOURCES, preferred, prefill_eta_unix_s, prefill_rate_tok_s, prompt_size_tokens
@@ -48,6 +49,16 @@ class PrefillView:
         if not self.prompt_tokens:
             return None
         return min(max(self.processed_tokens / self.prompt_tokens, 0.0), 1.0)
+
+
+def program_text(rec: RequestRecord | RequestSummary) -> str | None:
+    """ "ollama-python 0.6.1 · python (pid 42, user ana)": what is known of the program that sent it; None: nothing."""
+    parts = (
+        program_label(rec.client_program, rec.client_program_version),
+        process_label(rec.client_process, rec.client_pid, rec.client_user),
+    )
+    known = [p for p in parts if p is not None]
+    return " · ".join(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ class Card:
     # saw: a direct request, or one not streamed to its client.
     counted_by_runner: bool = False
     rate_so_far_tok_s: float | None = None  # decoding: the reply's tokens per second since they were first counted
+    program: str | None = None  # which program sent it (User-Agent, local process): client text; None: not known
 
     @property
     def key(self) -> str:
@@ -190,6 +202,7 @@ def in_flight_cards(
             request_id=rec.id,
             model=rec.model,
             client=rec.client_addr or UNKNOWN_CLIENT,
+            program=program_text(rec),
             endpoint=rec.endpoint or UNKNOWN_ROUTE,
             phase="waiting",
             elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
@@ -426,6 +439,7 @@ def finished_cards(
                 request_id=r.id,
                 model=r.model,
                 client=r.client_addr or UNKNOWN_CLIENT,
+                program=program_text(r),
                 endpoint=r.endpoint or UNKNOWN_ROUTE,
                 phase="finished",
                 elapsed_s=max(0.0, r.ended_at_unix_s - r.started_at_unix_s),

@@ -202,8 +202,9 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
     model = fmt.md_escape(fmt.label(card.model or "unknown model"))  # cut and escaped, as in wait_caption
     with st.container(border=True, key=f"card_{card.request_id}"):
         direct = ":orange-badge[direct] " if card.direct else ""
+        program = f" ({fmt.md_escape(fmt.label(card.program))})" if card.program is not None else ""  # a client's text
         st.markdown(
-            f"{direct}**{model}** · {fmt.md_escape(fmt.label(card.client))} · "
+            f"{direct}**{model}** · {fmt.md_escape(fmt.label(card.client))}{program} · "
             f"{fmt.md_escape(fmt.label(card.endpoint))} — **{PHASE_WORDS.get(card.phase, card.phase)}** · "
             f"{fmt.seconds(card.state_s if card.state_s is not None else card.elapsed_s)}"
         )

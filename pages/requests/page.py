@@ -1,5 +1,5 @@
 """Requests: the filterable history with CSV download, one request's phases, gaps, rates and story, and usage
-totals per model and per client (with their CSV)."""
+totals per model, per client and per program (with their CSV)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.error_notes import capability_advice
-from pages.requests.usage import PERIODS_S, UsageRow, load_usage, usage_csv, usage_frame
+from pages.requests.usage import GROUPINGS, PERIODS_S, UsageRow, load_usage, usage_csv, usage_frame
 from pages.requests.view import (
     SHOWN_ROWS,
     DetailModel,
@@ -39,13 +39,21 @@ if first is None:
     common.no_store_state(ctx)
     st.stop()
 
-f1, f2, f3 = st.columns(3)
+f1, f2, f3, f4 = st.columns(4)
 # Names from clients are cut in the menus (fmt.label); the value picked stays whole.
 model = f1.selectbox("Model", [ANY, *first.options.models], format_func=fmt.label, key="req_model")
 endpoint = f2.selectbox("Endpoint", [ANY, *first.options.endpoints], format_func=fmt.label, key="req_endpoint")
 outcome = f3.selectbox("Outcome", [ANY, *first.options.outcomes], key="req_outcome")
-filters = (None if model == ANY else model, None if endpoint == ANY else endpoint, None if outcome == ANY else outcome)
-history = first if filters == (None, None, None) else build_history(ctx.db_path, start, now, *filters)
+program = f4.selectbox(
+    "Program",
+    [ANY, *first.options.programs],
+    format_func=fmt.label,
+    key="req_program",
+    help="The program that sent the request, as its User-Agent names itself (requests that named none are in 'any').",
+)
+picked = (model, endpoint, outcome, program)
+filters = tuple(None if value == ANY else value for value in picked)
+history = first if filters == (None, None, None, None) else build_history(ctx.db_path, start, now, *filters)
 assert history is not None  # the store existed a moment ago; it is never deleted while the app runs
 
 # A ?request= link (a Live card's "Details in Requests", or one pasted) opens that request whatever the window.
@@ -60,7 +68,7 @@ if link is not None and link.label is None:
 if not history.rows and not (link and link.label):
     st.info(
         "No requests in this window"
-        + (" match these filters." if filters != (None, None, None) else ".")
+        + (" match these filters." if filters != (None, None, None, None) else ".")
         + " Widen the time window in the sidebar, or run a prompt with any client: one that talks to Ollama "
         "directly is recorded from its runner with no change to it (marked direct); pointed at the proxy, its own "
         "time to first token, every gap between its tokens and its address are recorded too:",
@@ -188,7 +196,7 @@ def usage_rows(db: str, minute: int) -> list[UsageRow]:
 usage = usage_rows(str(ctx.db_path), int(now // 60))
 u1, u2 = st.columns(2)
 period = u1.segmented_control("Over the last", list(PERIODS_S), default="7 days", key="usage_period") or "7 days"
-by = u2.segmented_control("Totals per", ["model", "client"], default="model", key="usage_by") or "model"
+by = u2.segmented_control("Totals per", list(GROUPINGS), default="model", key="usage_by") or "model"
 frame = usage_frame(usage, by, period)
 if frame.empty:
     st.caption(f"No finished request in the last {period}.")
@@ -206,5 +214,5 @@ st.download_button(
     mime="text/csv",
     key="usage_csv",
     on_click="ignore",
-    help="Totals per model and per client over 1, 7 and 30 days, with the records without each figure.",
+    help="Totals per model, per client and per program over 1, 7 and 30 days, with the records without each figure.",
 )

@@ -1,4 +1,4 @@
-"""Usage: totals per model and per client over the last 1, 7 and 30 days (requests, prompt and output tokens, GPU
+"""Usage: totals per model, per client and per program over the last 1, 7 and 30 days (requests, prompt and output tokens, GPU
 time, energy), for the Requests page and its CSV (no Streamlit).
 
 A figure no record gives stays unknown: a total sums the records that have it, and says how many had none (never
@@ -31,6 +31,8 @@ from store.tables import RequestSummary
 PERIODS_S = {"1 day": 86_400.0, "7 days": 7 * 86_400.0, "30 days": 30 * 86_400.0}
 USAGE_ROWS_MAX = 200_000  # requests read for the 30 days at most (the newest)
 DIRECT_CLIENT = "direct (client not known)"
+UNKNOWN_PROGRAM = "program not known"  # no User-Agent naming a product (or a direct record): a group, never ""
+GROUPINGS = ("model", "client", "program")
 CLUSTER_GAP_S = 5.0  # GPU samples are read once for requests closer than this
 SAMPLE_PAD_S = 3.0  # samples read around each window, so both of its ends have one on either side
 
@@ -47,6 +49,7 @@ class RequestUsage:
     output_tokens: int | None
     gpu_s: float | None
     energy_j: float | None
+    program: str = UNKNOWN_PROGRAM  # the User-Agent's product (its versions together)
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ class Total:
 
 @dataclass(frozen=True)
 class UsageRow:
-    by: str  # "model" | "client"
+    by: str  # one of GROUPINGS
     key: str
     period: str  # a key of PERIODS_S
     requests: int
@@ -96,11 +99,12 @@ def _total(items: Sequence[RequestUsage], figure: str, scale: float = 1.0) -> To
 
 
 def usage_totals(items: Sequence[RequestUsage], now_unix_s: float) -> list[UsageRow]:
-    """Per period, per model and per client (most requests first), the totals of the requests started in it."""
+    """Per period, per model, per client and per program (most requests first), the totals of the requests started
+    in it."""
     out: list[UsageRow] = []
     for period, span_s in PERIODS_S.items():
         inside = [u for u in items if u.started_at_unix_s >= now_unix_s - span_s]
-        for by in ("model", "client"):
+        for by in GROUPINGS:
             groups: dict[str, list[RequestUsage]] = {}
             for u in inside:
                 groups.setdefault(getattr(u, by), []).append(u)
@@ -173,6 +177,7 @@ def load_usage(db: Path, now_unix_s: float) -> list[UsageRow] | None:
             r.output_tokens,
             gpu_s_of(r),
             energy.get(r.id),
+            r.client_program if r.client_program is not None else UNKNOWN_PROGRAM,
         )
         for r in rows
     ]

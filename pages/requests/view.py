@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.client_program import process_label, program_label
 from analysis.diagnose import Diagnosis
 from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
@@ -42,6 +43,8 @@ HISTORY_COLUMNS = {
     "outcome": "outcome",
     "seen": "seen from",
     "client": "client",
+    "program": "program",
+    "process": "process",
     "ttft_s": "first token (s)",
     "server_ttft_s": "first token, server side (s)",
     "ttfa_s": "first answer token (s)",
@@ -70,6 +73,7 @@ class HistoryOptions:
     models: list[str]
     endpoints: list[str]
     outcomes: list[str]
+    programs: list[str]  # User-Agent products seen in the window (store.queries.MAX_PROGRAMS_LISTED at most)
 
 
 def load_history(
@@ -80,6 +84,7 @@ def load_history(
     endpoint: str | None,
     outcome: str | None,
     limit: int | None,
+    program: str | None = None,
 ) -> tuple[list[RequestSummary], HistoryOptions] | None:
     """Requests started in the window that match the filters (None = any), newest first."""
     with _open(db) as conn:
@@ -93,11 +98,13 @@ def load_history(
             outcome=outcome,
             limit=limit if limit is not None else 10_000_000,
             until_unix_s=end_unix_s,
+            program=program,
         )
         options = HistoryOptions(
             models=queries.request_models(conn, start_unix_s),
             endpoints=list(ENDPOINTS),
             outcomes=[o.value for o in Outcome],
+            programs=queries.request_programs(conn, start_unix_s),
         )
     return rows, options
 
@@ -159,9 +166,10 @@ def build_history(
     model: str | None = None,
     endpoint: str | None = None,
     outcome: str | None = None,
+    program: str | None = None,
 ) -> HistoryModel | None:
     """The filtered history (None = any value); None when there is no store yet."""
-    result = load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1)
+    result = load_history(db, start_unix_s, end_unix_s, model, endpoint, outcome, limit=SHOWN_ROWS + 1, program=program)
     if result is None:
         return None
     rows, options = result
@@ -176,6 +184,8 @@ def history_frame(rows: Sequence[RequestSummary]) -> pd.DataFrame:
         return pd.DataFrame(columns=list(HISTORY_COLUMNS.values()))
     frame["time"] = pd.to_datetime(frame["started_at_unix_s"], unit="s", utc=True).dt.tz_convert(_local_tz()).dt.tz_localize(None)
     frame["client"] = frame["client_addr"]
+    frame["program"] = [program_label(r.client_program, r.client_program_version) for r in rows]
+    frame["process"] = [process_label(r.client_process, r.client_pid, r.client_user) for r in rows]
     frame["seen"] = [seen_from(r) for r in rows]
     frame["outcome"] = frame["outcome"].map(str)
     frame["kind"] = frame["kind"].map(str)
@@ -206,7 +216,7 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
     def known(v: object) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v))
 
-    for col in ("endpoint", "client"):  # a direct record's route and client, where no access line told them
+    for col in ("endpoint", "client", "program", "process"):  # a direct record's route and client; a program unknown
         out[col] = [v if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in DURATION_COLUMNS:
         out[col] = [fmt.seconds(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
@@ -214,7 +224,13 @@ def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
         out[col] = [fmt.count(float(v)) if known(v) else fmt.UNKNOWN for v in out[col]]
     for col in RATE_COLUMNS:
         out[col] = [f"{float(v):,.1f}" if known(v) else fmt.UNKNOWN for v in out[col]]
-    for col in ("model", "endpoint", "client"):  # from clients: cut (the detail below offers the whole name)
+    for col in (
+        "model",
+        "endpoint",
+        "client",
+        "program",
+        "process",
+    ):  # from clients: cut (the detail below offers the whole name)
         out[col] = [fmt.label(v) if isinstance(v, str) else v for v in out[col]]
     return out.rename(columns={c: c.removesuffix(" (s)") for c in DURATION_COLUMNS})
 
@@ -226,11 +242,17 @@ def _local_tz() -> object:
 
 
 def csv_bytes(
-    db: Path, start_unix_s: float, end_unix_s: float, model: str | None, endpoint: str | None, outcome: str | None
+    db: Path,
+    start_unix_s: float,
+    end_unix_s: float,
+    model: str | None,
+    endpoint: str | None,
+    outcome: str | None,
+    program: str | None = None,
 ) -> bytes:
     """Every matching request of the window as CSV: ``python -m store export``'s file (its columns, UTC times with
     their zone), one export for the page and the command line, never prompt or reply text."""
-    window = ExportWindow(start_unix_s, end_unix_s, model, endpoint, outcome)
+    window = ExportWindow(start_unix_s, end_unix_s, model, endpoint, outcome, program)
     with _open(db) as conn:
         return csv_text(conn, window).encode()
 
@@ -668,6 +690,16 @@ def detail_heading(rec: RequestRecord) -> str:
     client = fmt.label(rec.client_addr) if rec.client_addr is not None else "a client not known"
     if rec.client_unverified:
         client += " (unverified)"  # from Ollama's access line (direct_sentence says why)
+    program = [
+        fmt.label(text)
+        for text in (
+            program_label(rec.client_program, rec.client_program_version),
+            process_label(rec.client_process, rec.client_pid, rec.client_user),
+        )
+        if text is not None
+    ]
+    if program:
+        client += f" ({', '.join(program)})"
     where = f"from {client} · {fmt.when(rec.started_at_unix_s)}"
     route = fmt.label(rec.endpoint) if rec.endpoint is not None else "route not known"
     model = fmt.label(rec.model) if rec.model else MODEL_NOT_KNOWN

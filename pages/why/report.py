@@ -32,6 +32,7 @@ from store.tables import OllamaSettingRow
 
 DEFAULT_SINCE_S = 24 * 3600.0
 MAX_LOAD_LINES = 8  # the newest loads that are not a first use, one line each
+MAX_PROGRAMS_NAMED = 5  # programs the report names (most requests first); the rest are counted
 
 # What to change for each diagnosis the Why page groups (analysis.diagnose.CODES says what each means): every code,
 # None where there is nothing to change (a reading to doubt, not a cost) or its sentence already names what changes it.
@@ -143,6 +144,7 @@ class _Reads:
     flags: dict[str, int]
     started_with: list[OllamaSettingRow]  # Ollama's start lines, as stored (its log)
     installed: list[str]  # the names /api/tags last listed
+    programs: queries.ProgramCounts  # finished requests per program (User-Agent product)
 
 
 def _vouched(r: _Reads) -> set[ModelName]:
@@ -221,8 +223,21 @@ def _client_words(inputs: list[LoadInput]) -> str:
     return "; ".join(parts)
 
 
-def _request_lines(inputs: list[LoadInput], loads: list[Load]) -> list[str]:
-    who = _client_words(inputs)
+def _program_words(programs: queries.ProgramCounts) -> str:
+    """Which programs sent them, as their User-Agents name themselves (the client's text, escaped with the report):
+    the most frequent by name, the rest and those naming none counted."""
+    parts = [f"{name} × {w.count(n)}" for name, n in programs.named]
+    if programs.others:
+        parts.append(
+            f"{w.count(programs.others)} other program{'' if programs.others == 1 else 's'} × {w.count(programs.others_requests)}"
+        )
+    if programs.unknown_requests:
+        parts.append(f"{w.count(programs.unknown_requests)} naming no program")
+    return f"by program (User-Agent): {', '.join(parts)}" if parts else ""
+
+
+def _request_lines(inputs: list[LoadInput], loads: list[Load], programs: queries.ProgramCounts) -> list[str]:
+    who = "; ".join(words for words in (_client_words(inputs), _program_words(programs)) if words)
     out = [f"Requests: {w.count(len(inputs))} finished" + (f", {who}" if who else "")]
     by_cause = Counter(ld.cause.value.replace("_", " ") for ld in loads)
     out.append(
@@ -280,6 +295,7 @@ def build_report(data_dir: Path, now_unix_s: float | None = None, since_s: float
             queries.flag_counts(conn, since),
             queries.ollama_settings(conn),
             [m.name for m in queries.installed_models(conn)],
+            queries.program_counts(conn, since, MAX_PROGRAMS_NAMED),
         )
     # Clients on other machines are never named: their loads read "a client on another machine".
     loads = [Load(**{**ld.__dict__, "client": _safe_client(ld.client)}) for ld in reloads(r.inputs, r.ps, r.snapshot_ts).loads]
@@ -291,7 +307,7 @@ def build_report(data_dir: Path, now_unix_s: float | None = None, since_s: float
     lines = [f"Phasewatch report: data folder {data_dir.name!r}, the last {_window_words(since_s)} to {when} UTC"]
     lines += _ollama_lines(r)
     lines += _model_lines(views, unnamed)
-    lines += _request_lines(r.inputs, loads)
+    lines += _request_lines(r.inputs, loads, r.programs)
     lines += _flag_lines(loads, r.inputs, views, r.flags)
     # Whatever a client, Ollama, a runner's line or a driver put in a name is written escaped: one line stays one.
     return "\n".join(printable(line) for line in lines) + "\n"

@@ -71,7 +71,8 @@ def test_the_report_after_hostile_model_names(proxy: ProxyThread, data_dir: Path
     assert not CONTROL.findall(out), [line for line in out.splitlines() if CONTROL.search(line)]
     lines = out.splitlines()
     assert [line for line in lines if line.startswith("Requests:")] == [
-        f"Requests: {len(records)} finished, from 1 client address: 127.0.0.1"
+        f"Requests: {len(records)} finished, from 1 client address: 127.0.0.1; by program (User-Agent): Python-urllib × "
+        f"{len(records)}"
     ]
     assert sum(line == "Flags seen:" for line in lines) == 1 and "  none" not in lines
     assert "192.168.7.42" not in out and "/home" not in out and "alice" not in out
