@@ -143,7 +143,9 @@ class ResponsesFormat:
         output: list[dict[str, Any]] = []
         if thinking:
             summary = [{"type": "summary_text", "text": thinking}]
-            output.append({"id": f"rs_{self.response_id}", "type": "reasoning", "summary": summary, "encrypted_content": thinking})
+            output.append(
+                {"id": f"rs_{self.response_id}", "type": "reasoning", "summary": summary, "encrypted_content": thinking}
+            )
         output.append(self._message_item("completed"))
         return self._response("completed", output, self._usage(done))
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import anthropic_api, answers, embed_api, ollama_log, openai_api, registry, responses_api
+from sim import answers, anthropic_api, embed_api, ollama_log, openai_api, registry, responses_api
 from sim.backend import Backend, Done, EngineError, GenRequest
 from sim.catalog import ModelFacts
 from sim.faults import FaultError, Faults
