@@ -78,7 +78,10 @@ def test_anthropic_messages_not_streamed(sim: SimProcess, proxy: ProxyThread) ->
 
 def test_openai_responses_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
     client = _openai(proxy)
-    call = lambda: client.responses.create(model=MODEL, input="codex " + PROMPT, max_output_tokens=NUM_PREDICT, stream=True)  # noqa: E731
+
+    def call() -> Any:
+        return client.responses.create(model=MODEL, input="codex " + PROMPT, max_output_tokens=NUM_PREDICT, stream=True)
+
     rec, ph, t = call_recorded(sim, proxy, call)
     _check_streamed(rec, ph, t, "/v1/responses")
     assert rec.num_predict == NUM_PREDICT and rec.metrics is not None and rec.metrics.done_reason == "completed"
@@ -86,9 +89,12 @@ def test_openai_responses_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
 
 def test_openai_responses_not_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
     client = _openai(proxy)
-    call = lambda: client.responses.create(
-        model=MODEL, input="whole " + PROMPT, instructions="be brief", max_output_tokens=NUM_PREDICT
-    )  # noqa: E731
+
+    def call() -> Any:
+        return client.responses.create(
+            model=MODEL, input="whole " + PROMPT, instructions="be brief", max_output_tokens=NUM_PREDICT
+        )
+
     rec, ph, t = call_recorded(sim, proxy, call)
     _check_whole(rec, ph, t, "/v1/responses")
     assert rec.prompt_chars == len("whole " + PROMPT) + len("be brief")
@@ -99,13 +105,13 @@ def test_thinking_apart(sim: SimProcess, proxy: ProxyThread, route: str) -> None
     """qwen3 thinks first (32 to 96 tokens): its thinking events are tokens apart from the answer's, the first
     answer timed."""
     ask = route + " why is the sky blue? " + PROMPT  # a long prompt: TTFT ~0.4 s, so 5% is tens of ms
-    if route == "/v1/messages":
-        stream: Any = _anthropic(proxy).messages.stream(
-            model=THINKER, max_tokens=120, messages=[{"role": "user", "content": ask}]
-        )
-        call: Any = lambda: _events(stream)  # noqa: E731
-    else:
-        call = lambda: _openai(proxy).responses.create(model=THINKER, input=ask, max_output_tokens=120, stream=True)  # noqa: E731
+
+    def call() -> Any:
+        if route == "/v1/messages":
+            messages: Any = [{"role": "user", "content": ask}]
+            return _events(_anthropic(proxy).messages.stream(model=THINKER, max_tokens=120, messages=messages))
+        return _openai(proxy).responses.create(model=THINKER, input=ask, max_output_tokens=120, stream=True)
+
     rec, ph, t = call_recorded(sim, proxy, call)
     k = t["thinking_chunks"]
     assert k > 0 and rec.thinking_chunks == k
