@@ -448,7 +448,7 @@ def split_record(rec: RequestRecord) -> Phases:
     if openai:
         flags.add(
             Flag.NO_SERVER_TIMINGS,
-            "the OpenAI-compatible route sends no durations: load, queue and prefill are unknown"
+            f"the {rec.endpoint} route sends no durations: load, queue and prefill are unknown"
             + ("; decode is timed from the stream's first to last content chunk" if rec.stream else ""),
         )
 

@@ -94,7 +94,7 @@ def split_with_readings(rec: RequestRecord, readings: Sequence[ProgressSample]) 
     text = dict(phases.flag_text)
     if "prefill_s" in fill and Flag.NO_SERVER_TIMINGS in text:
         text[Flag.NO_SERVER_TIMINGS] = (
-            f"the OpenAI-compatible route sends no durations: load and queue are unknown; prefill is timed from the "
+            f"the {rec.endpoint} route sends no durations: load and queue are unknown; prefill is timed from the "
             f"runner's {source} readings to the first content chunk; decode from the stream's first to last content chunk"
         )
     flags = list(phases.flags)
