@@ -155,6 +155,12 @@ def head_facts(endpoint: str, body: bytes, *, max_label_chars: int = 256) -> dic
     return {"model": _label(_model_from_start(body), max_label_chars), "stream": _streams_by_default(endpoint)}
 
 
+def _v1_token_limit(endpoint: str, obj: dict[str, Any]) -> int | None:
+    """The output limit a /v1 body sets: the Responses API's ``max_output_tokens``, else OpenAI's and Anthropic's."""
+    limit = obj.get("max_output_tokens") if endpoint == "/v1/responses" else None
+    return _int_or_none(limit) or _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
+
+
 def describe_request(
     endpoint: str, body: bytes, *, record_text: bool, truncated: bool = False, max_label_chars: int = 256
 ) -> dict[str, Any]:
@@ -180,10 +186,7 @@ def describe_request(
         stream = False
     options = obj.get("options") if isinstance(obj.get("options"), dict) else {}
     assert isinstance(options, dict)
-    num_predict = _int_or_none(options.get("num_predict"))
-    if not native:
-        limit = obj.get("max_output_tokens") if endpoint == "/v1/responses" else None
-        num_predict = _int_or_none(limit) or _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
+    num_predict = _int_or_none(options.get("num_predict")) if native else _v1_token_limit(endpoint, obj)
     model_value = obj.get("model")
     fields: dict[str, Any] = {
         "model": _label(model_value, max_label_chars) if isinstance(model_value, str) else "",
@@ -197,19 +200,25 @@ def describe_request(
         fields["batch_size"] = _batch_size(endpoint, obj)
     if (chars := prompt_chars(obj, endpoint)) is not None:
         fields["prompt_chars"] = chars
-    if record_text:
-        if endpoint == "/v1/responses":
-            fields["prompt_text"] = "\n".join(_responses_input(obj) or []) or None
-        elif "messages" in obj:
-            fields["prompt_text"] = _message_text(obj["messages"])
-        elif isinstance(obj.get("prompt"), str):
-            fields["prompt_text"] = obj["prompt"]
-        elif isinstance(obj.get("prompt"), list):
-            fields["prompt_text"] = "\n".join(p for p in obj["prompt"] if isinstance(p, str))
-        elif kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
-            inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
-            fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
+    if record_text and (text := _prompt_text(endpoint, obj, kind)) is not None:
+        fields["prompt_text"] = text
     return fields
+
+
+def _prompt_text(endpoint: str, obj: dict[str, Any], kind: RequestKind) -> str | None:
+    """The prompt's text, kept only with --record-text; None when the body names none."""
+    if endpoint == "/v1/responses":
+        return "\n".join(_responses_input(obj) or []) or None
+    if "messages" in obj:
+        return _message_text(obj["messages"])
+    if isinstance(obj.get("prompt"), str):
+        return str(obj["prompt"])
+    if isinstance(obj.get("prompt"), list):
+        return "\n".join(p for p in obj["prompt"] if isinstance(p, str))
+    if kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
+        inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
+        return "\n".join(p for p in inputs if isinstance(p, str))
+    return None
 
 
 def describe_body(body: bytes, endpoint: str, record_text: bool, max_label_chars: int) -> dict[str, Any]:

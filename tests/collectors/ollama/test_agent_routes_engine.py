@@ -112,9 +112,7 @@ def test_agent_routes_through_the_proxy_once_each_and_a_direct_one_with_its_rout
     assert len(proxied) == len(PROXIED) and len(direct) == 1, [dict(r) for r in got]
     for row, (route, stream, _) in zip(proxied, PROXIED, strict=True):
         t = engine[row["prompt_tokens"]]["timings"]
-        print(
-            f"{route} stream={stream}: prompt {row['prompt_tokens']}, output {row['output_tokens']} ({t['predicted_n']}), ttft {row['ttft_s']}"
-        )
+        print(route, stream, row["prompt_tokens"], row["output_tokens"], t["predicted_n"], row["ttft_s"])
         assert (row["endpoint"], bool(row["stream"]), row["outcome"]) == (route, stream, "ok"), dict(row)
         assert row["prompt_tokens"] == t["cache_n"] + t["prompt_n"] and row["prompt_tokens_source"] == "usage"
         assert row["output_tokens"] == t["predicted_n"] and row["output_tokens_source"] == "usage", dict(row)
