@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from analysis.agent_events import EventFacts, read_event
 from analysis.records import FinalMetrics
 
 MAX_PROBLEMS_KEPT = 5  # malformed chunks described in full; the rest are only counted
@@ -117,7 +118,7 @@ def _fast_object(line: bytes) -> dict[str, Any] | None:
 
 def _numbers_read(obj: dict[str, Any]) -> bool:
     """Whether the summary reads numbers from this object (a final chunk's counts, usage, an error object)."""
-    return obj.get("done") is True or "usage" in obj or "error" in obj
+    return obj.get("done") is True or "usage" in obj or "error" in obj or "response" in obj
 
 
 def _decode_stdlib(raw: bytes) -> Decoded:
@@ -593,17 +594,13 @@ class StreamParser:
         s.chunk_count += 1
         if "error" in obj and obj["error"] is not None:
             s.error = _error_text(obj["error"])
+        if ("type" in obj or obj.get("object") == "response") and (
+            facts := read_event(obj, whole=self.format is StreamFormat.JSON)
+        ) is not None:
+            self._take_event(t_ns, facts)
+            return
         thinking, answer, text = _content(obj)
-        # A whole JSON body is no stream: its content arrives at once, so it times no token.
-        if (thinking or answer) and self.format is not StreamFormat.JSON:
-            s.token_chunk_ns.append(t_ns)
-            if thinking:
-                s.thinking_chunks += 1
-                s.last_thinking_ns = t_ns
-            if answer and s.first_answer_ns is None:
-                s.first_answer_ns = t_ns
-        if self._keep_text and text:
-            s.text = (s.text or "") + text
+        self._take_content(t_ns, thinking, answer, text)
         if obj.get("done") is True or (self.format is StreamFormat.JSON and _is_embedding(obj)):
             s.final_chunk_ns = t_ns
             self._native_metrics(obj)
@@ -616,6 +613,36 @@ class StreamParser:
                     self._publish_metrics()
         if isinstance(obj.get("usage"), dict):
             self._usage(obj["usage"])
+
+    def _take_content(self, t_ns: int, thinking: bool, answer: bool, text: str) -> None:
+        s = self._summary
+        # A whole JSON body is no stream: its content arrives at once, so it times no token.
+        if (thinking or answer) and self.format is not StreamFormat.JSON:
+            s.token_chunk_ns.append(t_ns)
+            if thinking:
+                s.thinking_chunks += 1
+                s.last_thinking_ns = t_ns
+            if answer and s.first_answer_ns is None:
+                s.first_answer_ns = t_ns
+        if self._keep_text and text:
+            s.text = (s.text or "") + text
+
+    def _take_event(self, t_ns: int, facts: EventFacts) -> None:
+        """One event of /v1/messages or /v1/responses (``analysis.agent_events``)."""
+        s = self._summary
+        self._take_content(t_ns, facts.thinking, facts.answer, facts.text)
+        if facts.error is not None:
+            s.error = facts.error
+        if not facts.final:
+            return
+        s.final_chunk_ns = t_ns
+        if facts.reason is not None:
+            self._metric_values["done_reason"] = facts.reason
+        # message_stop follows message_delta with no counts: what an earlier event said stays.
+        for name, value in (("prompt_eval_count", facts.prompt_tokens), ("eval_count", facts.output_tokens)):
+            if value is not None:
+                self._metric_values[name] = _count(value)
+        self._publish_metrics()
 
     def _malformed(self, problem: str) -> None:
         s = self._summary

@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from analysis import prompt_fit
-from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord
+from analysis.records import AGENT_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord
 
 NS_PER_S = 1_000_000_000
 
@@ -52,6 +52,12 @@ _WIRE_FIELDS: dict[str, str] = {
     "eval_duration": "eval_duration_ns",
 }
 _COUNT_FIELDS = {"prompt_eval_count", "prompt_eval_cached_count", "eval_count"}
+
+
+def no_durations_route(endpoint: str | None) -> str:
+    """How a sentence names a /v1 route that sends no durations: the agents' by their path (Anthropic's is no
+    OpenAI route), the others as OpenAI-compatible."""
+    return f"the {endpoint} route" if endpoint in AGENT_ENDPOINTS else "the OpenAI-compatible route"
 
 
 class PhaseSource(StrEnum):
@@ -448,7 +454,7 @@ def split_record(rec: RequestRecord) -> Phases:
     if openai:
         flags.add(
             Flag.NO_SERVER_TIMINGS,
-            "the OpenAI-compatible route sends no durations: load, queue and prefill are unknown"
+            f"{no_durations_route(rec.endpoint)} sends no durations: load, queue and prefill are unknown"
             + ("; decode is timed from the stream's first to last content chunk" if rec.stream else ""),
         )
 

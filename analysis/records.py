@@ -65,6 +65,8 @@ class RequestKind(StrEnum):
 
 
 EMBED_ENDPOINTS = frozenset({"/api/embed", "/api/embeddings", "/v1/embeddings"})
+# The coding agents' chat routes: Anthropic's Messages API (Claude Code) and OpenAI's Responses API (Codex).
+AGENT_ENDPOINTS = frozenset({"/v1/messages", "/v1/responses"})
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class RequestRecord:
     id: str  # uuid4 hex, assigned by the proxy (direct: "runner-" + the runner's port, pid and task id)
     started_at_unix_s: float  # wall clock when the request arrived (direct: when its task began)
     client_addr: str | None  # None: not known (a direct record without an unambiguous access line)
-    # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", or an embed route; None: not known
+    # "/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", an agent route (AGENT_ENDPOINTS) or an
+    # embed route; None: not known
     endpoint: str | None
     model: str
     stream: bool | None  # None: not known (direct)

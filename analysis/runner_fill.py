@@ -36,6 +36,7 @@ from analysis.phases import (
     Flag,
     Phases,
     PhaseSource,
+    no_durations_route,
     split_record,
 )
 from analysis.records import ProgressSample, ProgressSource, RequestKind, RequestRecord
@@ -94,7 +95,7 @@ def split_with_readings(rec: RequestRecord, readings: Sequence[ProgressSample]) 
     text = dict(phases.flag_text)
     if "prefill_s" in fill and Flag.NO_SERVER_TIMINGS in text:
         text[Flag.NO_SERVER_TIMINGS] = (
-            f"the OpenAI-compatible route sends no durations: load and queue are unknown; prefill is timed from the "
+            f"{no_durations_route(rec.endpoint)} sends no durations: load and queue are unknown; prefill is timed from the "
             f"runner's {source} readings to the first content chunk; decode from the stream's first to last content chunk"
         )
     flags = list(phases.flags)

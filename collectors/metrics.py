@@ -64,6 +64,8 @@ RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5)
 OPERATIONS = {
     "/api/chat": "chat",
     "/v1/chat/completions": "chat",
+    "/v1/messages": "chat",
+    "/v1/responses": "chat",
     "/api/generate": "text_completion",
     "/v1/completions": "text_completion",
     "/api/embed": "embeddings",

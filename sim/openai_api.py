@@ -36,7 +36,7 @@ from sim.truth import TruthRecord
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error"}
 
 
-def _oai_error(status: int, message: str, request_id: str) -> web.Response:
+def oai_error(status: int, message: str, request_id: str) -> web.Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "api_error"), "param": None, "code": None}
     return web.json_response({"error": err}, status=status, headers={"X-Sim-Request-Id": request_id})
 
@@ -156,7 +156,7 @@ class _OpenAiGeneration:
             return await self._run()
         except ApiError as e:
             self.truth.status, self.truth.error, self.truth.done_ns = e.status, e.message, time.monotonic_ns()
-            return _oai_error(e.status, e.message, self.rid)
+            return oai_error(e.status, e.message, self.rid)
 
     async def _run(self) -> web.StreamResponse:
         body = await read_json(self.request)

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import answers, embed_api, ollama_log, openai_api, registry
+from sim import answers, anthropic_api, embed_api, ollama_log, openai_api, registry, responses_api
 from sim.backend import Backend, Done, EngineError, GenRequest
 from sim.catalog import ModelFacts
 from sim.faults import FaultError, Faults
@@ -511,6 +511,8 @@ def build_app(backend: Backend, config: ServerConfig, faults: Faults) -> web.App
     r.add_post("/sim/faults", post_faults)
     r.add_delete("/sim/faults", delete_faults)
     openai_api.add_routes(app)
+    anthropic_api.add_routes(app)
+    responses_api.add_routes(app)
     embed_api.add_routes(app)
     registry.add_routes(app)
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model
-from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
+from analysis.records import AGENT_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.ollama.access_failures import FAILED_WAIT_S, FailureBudget, failed_record, is_failure
 from collectors.ollama.access_fit import ACCESS_SLACK_S, ANSWER_LAG_S, Claimant, fits_line
 from collectors.ollama.log import AccessLine, LogEvent
@@ -79,7 +79,7 @@ LOG_TIMING_BOUND_S = 5e-6  # the runner prints its timings to 0.01 ms
 # A task starting within this of a load's end on its runner (a log read or a poll later) is the one that waited for
 # it; a load for an empty prompt (a client's preload) runs no task, and the next task is not its.
 LOAD_FOLLOWS_S = 1.0
-GENERATION_PATHS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"})
+GENERATION_PATHS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"} | AGENT_ENDPOINTS)
 DURATION_MATCH_NS = 20_000  # the log's 0.01 ms rounding, twice
 WINDOW_SLACK_S = 0.5  # the log's durations against the polls around the task: a log read's tick and the rounding
 TASK_LINE_KINDS = frozenset({"launch", "new_prompt", "prompt_eval", "eval", "release"})

@@ -39,7 +39,7 @@ from yarl import URL
 from analysis.chunks import StreamParser, stream_format
 from analysis.client_program import program_of
 from analysis.error_notes import http_error_note, malformed_note, stream_error_note
-from analysis.records import EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
+from analysis.records import AGENT_ENDPOINTS, EMBED_ENDPOINTS, Outcome, RequestKind, RequestRecord
 from collectors.proxy.access import HostPolicy, OriginPolicy
 from collectors.proxy.big_bodies import BigBodyDecoder, NotParsed
 from collectors.proxy.client_process import ClientProcess, ClientProcesses
@@ -50,7 +50,9 @@ from collectors.proxy.request_facts import describe_body, describe_request, head
 
 log = logging.getLogger(__name__)
 
-RECORDED_ENDPOINTS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"} | EMBED_ENDPOINTS)
+RECORDED_ENDPOINTS = frozenset(
+    {"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"} | AGENT_ENDPOINTS | EMBED_ENDPOINTS
+)
 LOCAL_PREFIX = "/phasewatch/"
 ERROR_BODY_CHARS = 2000  # how much of an upstream error body a record keeps
 # Added to recorded responses so a client (the Lab page, a test) can find its record.

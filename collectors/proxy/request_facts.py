@@ -27,25 +27,44 @@ def _keep_alive_text(value: object) -> str | None:
     return json.dumps(value)[:100]
 
 
+def _parts_text(content: object) -> str | None:
+    """A message's text: a string, or its parts' (OpenAI) or blocks' (Anthropic) ``text`` joined; None: neither."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else None
+
+
 def _message_contents(messages: object) -> list[str]:
-    """The text content of each chat message (OpenAI content parts joined)."""
+    """The text content of each chat message (content parts or blocks joined)."""
     out = []
     for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(content, str):
+        if isinstance(message, dict) and (content := _parts_text(message.get("content"))) is not None:
             out.append(content)
     return out
 
 
-def prompt_chars(obj: dict[str, Any]) -> int | None:
-    """Characters of the prompt a generation body carries (messages' content, or prompt plus system); None
-    when it names none. Only the count: the Live page estimates prefill from it, with or without --record-text."""
+def _responses_input(obj: dict[str, Any]) -> list[str] | None:
+    """/v1/responses: its ``instructions`` and the text of its ``input`` (a string, or message items)."""
+    value = obj.get("input")
+    texts = [obj["instructions"]] if isinstance(obj.get("instructions"), str) else []
+    if isinstance(value, str):
+        return [*texts, value]
+    if not isinstance(value, list):
+        return None
+    return texts + _message_contents(value)
+
+
+def prompt_chars(obj: dict[str, Any], endpoint: str = "") -> int | None:
+    """Characters of the prompt a generation body carries (messages' content with Anthropic's ``system``, the
+    Responses API's input and instructions, or prompt plus system); None when it names none. Only the count:
+    the Live page estimates prefill from it, with or without --record-text."""
+    if endpoint == "/v1/responses":
+        texts = _responses_input(obj)
+        return sum(len(t) for t in texts) if texts is not None else None
     if "messages" in obj:
-        return sum(len(c) for c in _message_contents(obj["messages"])) if isinstance(obj["messages"], list) else None
+        if not isinstance(obj["messages"], list):
+            return None
+        return sum(len(c) for c in _message_contents(obj["messages"])) + len(_parts_text(obj.get("system")) or "")
     prompt = obj.get("prompt")
     if isinstance(prompt, list):  # /v1/completions accepts a list of prompts
         prompt = "".join(p for p in prompt if isinstance(p, str))
@@ -136,6 +155,12 @@ def head_facts(endpoint: str, body: bytes, *, max_label_chars: int = 256) -> dic
     return {"model": _label(_model_from_start(body), max_label_chars), "stream": _streams_by_default(endpoint)}
 
 
+def _v1_token_limit(endpoint: str, obj: dict[str, Any]) -> int | None:
+    """The output limit a /v1 body sets: the Responses API's ``max_output_tokens``, else OpenAI's and Anthropic's."""
+    limit = obj.get("max_output_tokens") if endpoint == "/v1/responses" else None
+    return _int_or_none(limit) or _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
+
+
 def describe_request(
     endpoint: str, body: bytes, *, record_text: bool, truncated: bool = False, max_label_chars: int = 256
 ) -> dict[str, Any]:
@@ -161,9 +186,7 @@ def describe_request(
         stream = False
     options = obj.get("options") if isinstance(obj.get("options"), dict) else {}
     assert isinstance(options, dict)
-    num_predict = _int_or_none(options.get("num_predict"))
-    if not native:
-        num_predict = _int_or_none(obj.get("max_completion_tokens")) or _int_or_none(obj.get("max_tokens"))
+    num_predict = _int_or_none(options.get("num_predict")) if native else _v1_token_limit(endpoint, obj)
     model_value = obj.get("model")
     fields: dict[str, Any] = {
         "model": _label(model_value, max_label_chars) if isinstance(model_value, str) else "",
@@ -175,19 +198,27 @@ def describe_request(
     }
     if kind is RequestKind.EMBED:
         fields["batch_size"] = _batch_size(endpoint, obj)
-    if (chars := prompt_chars(obj)) is not None:
+    if (chars := prompt_chars(obj, endpoint)) is not None:
         fields["prompt_chars"] = chars
-    if record_text:
-        if "messages" in obj:
-            fields["prompt_text"] = _message_text(obj["messages"])
-        elif isinstance(obj.get("prompt"), str):
-            fields["prompt_text"] = obj["prompt"]
-        elif isinstance(obj.get("prompt"), list):
-            fields["prompt_text"] = "\n".join(p for p in obj["prompt"] if isinstance(p, str))
-        elif kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
-            inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
-            fields["prompt_text"] = "\n".join(p for p in inputs if isinstance(p, str))
+    if record_text and (text := _prompt_text(endpoint, obj, kind)) is not None:
+        fields["prompt_text"] = text
     return fields
+
+
+def _prompt_text(endpoint: str, obj: dict[str, Any], kind: RequestKind) -> str | None:
+    """The prompt's text, kept only with --record-text; None when the body names none."""
+    if endpoint == "/v1/responses":
+        return "\n".join(_responses_input(obj) or []) or None
+    if "messages" in obj:
+        return _message_text(obj["messages"])
+    if isinstance(obj.get("prompt"), str):
+        return str(obj["prompt"])
+    if isinstance(obj.get("prompt"), list):
+        return "\n".join(p for p in obj["prompt"] if isinstance(p, str))
+    if kind is RequestKind.EMBED and isinstance(obj.get("input"), str | list):
+        inputs = obj["input"] if isinstance(obj["input"], list) else [obj["input"]]
+        return "\n".join(p for p in inputs if isinstance(p, str))
+    return None
 
 
 def describe_body(body: bytes, endpoint: str, record_text: bool, max_label_chars: int) -> dict[str, Any]:

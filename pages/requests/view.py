@@ -65,7 +65,7 @@ HISTORY_COLUMNS = {
 
 
 _open = queries.open_reader  # None while there is no store yet
-ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions")
+ENDPOINTS = ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses")
 
 
 @dataclass(frozen=True)

@@ -315,3 +315,14 @@ def test_the_log_lines_not_believed_are_counted_by_why() -> None:
     assert m[("phasewatch_ollama_log_dropped_lines_total", (("reason", "load"),))] == 1
     assert m[("phasewatch_ollama_log_dropped_lines_total", (("reason", "progress"),))] == 2
     assert not any(name.startswith("phasewatch_ollama_log") for name, _ in parse_exposition(render(MetricsSnapshot())))
+
+
+def test_every_recorded_route_has_its_opentelemetry_operation() -> None:
+    """The agents' routes are chats (gen_ai.operation.name), like every other route the proxy records: none falls
+    into "other"."""
+    from analysis.records import AGENT_ENDPOINTS
+    from collectors.metrics import OPERATIONS
+    from collectors.proxy.recording import RECORDED_ENDPOINTS
+
+    assert AGENT_ENDPOINTS <= RECORDED_ENDPOINTS and set(RECORDED_ENDPOINTS) <= set(OPERATIONS)
+    assert {OPERATIONS[e] for e in AGENT_ENDPOINTS} == {"chat"}

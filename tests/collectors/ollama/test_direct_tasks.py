@@ -282,6 +282,20 @@ def test_the_access_line_tells_route_and_client_only_when_it_fits_one_generation
     assert all(r.runner_source == "log" for r in recs)
 
 
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/responses"])
+def test_the_coding_agents_routes_are_generations_whose_route_the_access_line_tells(path: str) -> None:
+    """Claude Code's /v1/messages and Codex's /v1/responses sent straight to Ollama: its access line names the route."""
+    clock = Clock()
+    d = tasks(clock)
+    log_lines(d, T0 + 0.5, *TASK_LINES)
+    run_tasks(d, clock, Gen(7))
+    log_lines(d, clock.now, *TIMING_LINES, gin(clock.now, "26.1s", "10.0.0.7", path))
+    clock.now += GRACE_S
+    d.step()
+    (rec,) = finished(d)
+    assert (rec.endpoint, rec.client_addr, rec.status_code) == (path, "10.0.0.7", 200)
+
+
 def test_two_generations_ending_within_a_second_are_told_apart_by_their_latency() -> None:
     """Issue 34: a 26 s generation and a 3 s one end in the same second; the access lines' latencies (26.9 s,
     3.59 s) say which is whose: the short line fits only the short task, so the long one takes the other line."""
