@@ -442,9 +442,7 @@ class DirectTasks:
         if slot.task_id is None:
             return None
         if before != slot.task_id and before not in (-1, None):
-            self._ended_unseen_after(runner, before, ts, prev)
-        if isinstance(before, int) and before >= 0 and slot.task_id > before + 1 and prev is not None:
-            self._stepped(runner, slot.slot_id, before, slot.task_id, prev, ts)
+            self._moved_on(runner, slot, before, ts, prev)
         task = self._tasks.get((runner.pid, slot.task_id))
         if not slot.is_processing and (task is None or not task.seen_processing):
             if before not in (-1, slot.task_id) and prev is not None:
@@ -464,6 +462,12 @@ class DirectTasks:
             self.claimed(runner, slot.task_id, claims[slot.task_id])
         task.runner.model = task.runner.model or runner.model
         return task
+
+    def _moved_on(self, runner: RunnerRef, slot: SlotReading, before: int | None, ts: float, prev: float | None) -> None:
+        """The slot shows another task than at the last poll: the one before ended, and ids in between ran meanwhile."""
+        self._ended_unseen_after(runner, before, ts, prev)
+        if before is not None and slot.task_id is not None and slot.task_id > before + 1 and prev is not None:
+            self._stepped(runner, slot.slot_id, before, slot.task_id, prev, ts)
 
     def _stepped(self, runner: RunnerRef, slot_id: int, before: int, after: int, prev: float, ts: float) -> None:
         """The slot went from task ``before`` to ``after`` between two polls: the ids in between ran there meanwhile

@@ -676,9 +676,9 @@ def _direct_embed_sentence(row: RequestSummary | RequestRecord) -> str:
     return (
         "An embed call sent to Ollama directly (not through the proxy): each input was its own runner task (its prompt"
         " read, nothing decoded), gathered into this one record by Ollama's access line of the call; prompt tokens"
-        " are the runner's count, summed; its time is the call's latency as that line gives it, ending when its last input was released. Its route"
-        " and client address are from that line, unverified: anyone who can reach the runner can make it write such"
-        " a line."
+        " are the runner's count, summed; its time is the call's latency as that line gives it, ending when its last"
+        " input was released. Its route and client address are from that line, unverified: anyone who can reach the"
+        " runner can make it write such a line."
     )
 
 

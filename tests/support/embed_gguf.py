@@ -11,13 +11,14 @@ import struct
 from pathlib import Path
 
 from gguf import GGUFReader, GGUFValueType
+from gguf.gguf_reader import ReaderField
 
 POOLING_MEAN = 1  # llama.cpp's LLAMA_POOLING_TYPE_MEAN
 _HEADER_BYTES = 24  # magic, version (u32), tensor count (u64), key/value count (u64)
 
 
-def _field_end(field: object) -> int:
-    return int(field.offset) + sum(int(p.nbytes) for p in field.parts)  # type: ignore[attr-defined]
+def _field_end(field: ReaderField) -> int:
+    return int(field.offset) + sum(int(p.nbytes) for p in field.parts)
 
 
 def with_pooling(src: Path, dst: Path, pooling_type: int = POOLING_MEAN) -> Path:

@@ -110,9 +110,9 @@ def test_without_the_calls_line_each_input_is_an_embedding_alone_never_a_generat
     clock.now += CALL_LINE_WAIT_S
     d.step()
     recs = finished(d)  # ...then each is recorded alone: an embedding of its own tokens, its call's size unknown
-    assert sorted(r.runner_task_id for r in recs) == sorted(INPUTS)
+    assert len(recs) == len(INPUTS) and {r.runner_task_id for r in recs} == set(INPUTS)
     assert all(r.kind is RequestKind.EMBED and r.batch_size is None and r.endpoint is None for r in recs)
-    assert sorted(r.metrics.prompt_eval_count for r in recs if r.metrics) == sorted(INPUTS.values())
+    assert {r.runner_task_id: r.metrics.prompt_eval_count if r.metrics else None for r in recs} == INPUTS
 
 
 def test_a_forged_embed_line_alone_makes_no_record_and_forged_task_lines_no_input() -> None:
