@@ -136,12 +136,17 @@ class EmbedCalls:
                 still.append(inp)
         self._waiting = still
         for key, call in list(self._calls.items()):
-            if now >= call.line.ended_unix_s + 1 + ACCESS_SLACK_S + settle_s:
-                out.append(_record(call.inputs, call.line, to_mono))
-                self.recorded_calls += 1
-                del self._calls[key]
-                if call.line in self._lines:
-                    self._lines.remove(call.line)
+            if now < call.line.ended_unix_s + 1 + ACCESS_SLACK_S + settle_s:
+                continue
+            del self._calls[key]
+            if call.line in self._lines:
+                self._lines.remove(call.line)
+            # A proxied call whose request finished after its first inputs were gathered: the proxy's, all of it.
+            if any(_proxied_covers(rec, end, inp) for end, rec in finished for inp in call.inputs):
+                self.proxied_inputs += len(call.inputs)
+                continue
+            out.append(_record(call.inputs, call.line, to_mono))
+            self.recorded_calls += 1
         return out
 
 

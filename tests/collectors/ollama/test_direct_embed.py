@@ -155,3 +155,36 @@ def test_a_generation_beside_it_stays_a_generation() -> None:
     d.step()
     (rec,) = finished(d)
     assert rec.kind is RequestKind.GENERATE and rec.metrics is not None and rec.metrics.eval_count == 4
+
+
+def test_a_proxied_embed_call_is_the_proxys_even_when_it_finishes_after_its_inputs_were_gathered() -> None:
+    clock = Clock()
+    d = tasks(clock)
+    d.slots_read(RUNNER, [idle(9, 30)], clock.now, {})
+    feed(d, clock.now + 0.3, *[x for t in (11, 13, 15) for x in input_lines(t, INPUTS[t])])
+    clock.now += 1.0
+    d.slots_read(RUNNER, [idle(15, INPUTS[15])], clock.now, {})
+    feed(d, clock.now + 0.5, *[x for t in (17, 19, 21) for x in input_lines(t, INPUTS[t])], gin(T0 + 1.0, "1.6s"))
+    clock.now += 1.0
+    d.slots_read(RUNNER, [idle(21, INPUTS[21])], clock.now, {})
+    for _ in range(4):  # its inputs are due and gathered by the line before the proxy has finished the request
+        clock.now += 1.0
+        d.step()
+    proxied = RequestRecord(
+        id="p-embed",
+        started_at_unix_s=T0 + 0.2,
+        client_addr="127.0.0.1",
+        endpoint="/api/embed",
+        model="embedgemma:270m",
+        stream=False,
+        kind=RequestKind.EMBED,
+        batch_size=6,
+        received_ns=0,
+        closed_ns=round(1.7e9),
+        outcome=Outcome.OK,
+    )
+    d.proxied_finished(proxied)
+    for _ in range(int(SETTLE_S)):
+        clock.now += 1.0
+        d.step()
+    assert finished(d) == [] and d.embeds.proxied_inputs == len(INPUTS) and d.embeds.recorded_calls == 0
