@@ -15,7 +15,7 @@ import ollama
 import pytest
 
 from store.schema import db_path
-from tests.support.collector_process import collector
+from tests.support.collector_process import collector, listen_url
 from tests.support.engine_process import engine_state, words_prompt
 from tests.support.sim_process import start_sim
 from tests.support.waiting import wait_until
@@ -78,3 +78,13 @@ def test_a_direct_embed_call_of_many_inputs_is_one_embedding_record(embed_gguf: 
             tmp_path / "data", f"SELECT id FROM requests WHERE kind = 'generate' AND started_at_unix_s >= {started - 2}"
         )
         assert generations == []
+
+        # The same call through the collector's proxy: the proxy's record, and no direct one beside it.
+        since = time.time()
+        proxied = ollama.Client(host=listen_url(tmp_path / "data")).embed(model=MODEL, input=texts[:20])
+        assert len(proxied.embeddings) == 20
+        every = f"SELECT * FROM requests WHERE outcome <> 'in_flight' AND started_at_unix_s >= {since - 2}"
+        wait_until(lambda: rows(tmp_path / "data", every), timeout_s=RECORD_WAIT_S, what="the proxied record")
+        time.sleep(12.0)  # past the inputs' waits and the call's: a direct record would be written by now
+        recs = rows(tmp_path / "data", every)
+        assert [(r["seen_from"], r["kind"], r["batch_size"]) for r in recs] == [("proxy", "embed", 20)], recs
