@@ -17,6 +17,7 @@ from analysis import wording as w
 from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
+from analysis.model_names import is_cloud
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, part_words, what_changes
@@ -168,7 +169,11 @@ def diagnose_request(
     load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size.
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
-    (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused)."""
+    (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused).
+
+    A cloud model's request ran on ollama.com: no diagnosis of this machine (its GPU, ceilings, slots) applies."""
+    if is_cloud(record.model):
+        return []
     frac_vram = (
         gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
     )
