@@ -141,6 +141,13 @@ def explain_decode_use(use: DecodeUse, eff: Efficiencies | None) -> str:
     return text + "decode is waiting on memory, as the bandwidth ceiling assumes."
 
 
+def _vram_share(gpu_fraction: float | None, loaded: LoadedModel | None) -> float:
+    """The share of the model on the GPU: the runner's own word when given, else /api/ps's, else all of it."""
+    if gpu_fraction is not None:
+        return gpu_fraction
+    return vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+
+
 def diagnose_request(
     record: RequestRecord,
     phases: Phases,
@@ -174,9 +181,7 @@ def diagnose_request(
     A cloud model's request ran on ollama.com: no diagnosis of this machine (its GPU, ceilings, slots) applies."""
     if is_cloud(record.model):
         return []
-    frac_vram = (
-        gpu_fraction if gpu_fraction is not None else vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
-    )
+    frac_vram = _vram_share(gpu_fraction, loaded)
     if ceilings is None and spec is not None and facts is not None:
         # The prefill ceiling at the prompt tokens computed (the rate's own), the decode one at its context.
         prompt, cached = phases.prompt_tokens or 0, phases.cached_tokens or 0

@@ -433,10 +433,7 @@ def split_record(rec: RequestRecord) -> Phases:
     """
     flags = _Flags()
     kind = RequestKind(rec.kind)
-    openai = (rec.endpoint or "").startswith("/v1/") and not rec.direct  # a direct record's figures are the runner's
-    # A cloud model ran on ollama.com: Ollama's durations in its reply are not this machine's phases, so like a /v1
-    # reply it keeps its counts and the client's times only.
-    cloud = is_cloud(rec.model) and not rec.direct
+    openai, cloud = _counts_only(rec)
     counts_only = openai or cloud
     m = rec.metrics
     values: dict[str, Any] = {}
@@ -484,6 +481,15 @@ def split_record(rec: RequestRecord) -> Phases:
         _as_direct(rec, values)
     _fit_flags(rec, flags)
     return _result(values, flags)
+
+
+def _counts_only(rec: RequestRecord) -> tuple[bool, bool]:
+    """(an OpenAI-compatible route's reply, a cloud model's): replies whose counts alone are this machine's. A /v1
+    reply sends no durations; a cloud model ran on ollama.com, so the durations in its reply are not this machine's
+    phases. A direct record's figures are the runner's: neither."""
+    if rec.direct:
+        return False, False
+    return (rec.endpoint or "").startswith("/v1/"), is_cloud(rec.model)
 
 
 def _counts_only_flags(rec: RequestRecord, flags: _Flags, *, cloud: bool, openai: bool) -> None:
