@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from pages.shared.basis import rate_samples
+from pages.why.view import build_why
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
@@ -28,3 +29,18 @@ def test_rate_samples_leave_cloud_requests_out(tmp_path: Path) -> None:
     assert sorted(r.id for r in rows) == ["cloud", "local"]
     generations, embeds = rate_samples(rows)
     assert [s.request_id for s in generations] == ["local"] and embeds == []
+
+
+def test_why_says_a_cloud_model_ran_elsewhere(tmp_path: Path) -> None:
+    now = time.time()
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        w.write(PutRequest(make_record("cloud", now - 30, model="gpt-oss:120b-cloud")))
+        w.write(PutRequest(make_record("local", now - 20, model="gpt-oss:120b")))
+    finally:
+        w.close()
+    cloud = build_why(db_path(tmp_path), "gpt-oss:120b-cloud", now)
+    local = build_why(db_path(tmp_path), "gpt-oss:120b", now)
+    assert cloud is not None and local is not None
+    assert any("is a cloud model: it runs on ollama.com" in n for n in cloud.notes)
+    assert not any("cloud model" in n for n in local.notes)
