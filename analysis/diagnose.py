@@ -18,6 +18,7 @@ from analysis import wording as w
 from analysis.ceilings import DEFAULT_UBATCH_TOKENS, MAX_PLAUSIBLE_FRACTION, Ceilings, Efficiencies, ceilings_for, vram_fraction
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts
+from analysis.model_names import is_cloud
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
 from analysis.runner_waits import TaskWaits, part_words, what_changes
@@ -207,6 +208,13 @@ def _request_ceilings(
     )
 
 
+def _vram_share(gpu_fraction: float | None, loaded: LoadedModel | None) -> float:
+    """The share of the model on the GPU: the runner's own word when given, else /api/ps's, else all of it."""
+    if gpu_fraction is not None:
+        return gpu_fraction
+    return vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
+
+
 def diagnose_request(
     record: RequestRecord,
     phases: Phases,
@@ -240,16 +248,17 @@ def diagnose_request(
     (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused).
 
     ``speculation``: the runner's drafting settings (its command line); ``draft``: what its timing line said this
-    task accepted (``analysis.speculative``). With either, decode may beat the one-token ceiling."""
+    task accepted (``analysis.speculative``). With either, decode may beat the one-token ceiling.
+
+    A cloud model's request ran on ollama.com: no diagnosis of this machine (its GPU, ceilings, slots) applies."""
+    if is_cloud(record.model):
+        return []
     if ceilings is None and spec is not None and facts is not None:
-        frac_vram = gpu_fraction
-        if frac_vram is None:  # /api/ps's share, when no better source said it
-            frac_vram = vram_fraction(loaded.size_bytes, loaded.size_vram_bytes) if loaded else 1.0
         ceilings = _request_ceilings(
             phases,
             spec,
             facts,
-            vram_fraction=frac_vram,
+            vram_fraction=_vram_share(gpu_fraction, loaded),
             host_bandwidth_bytes_s=host_bandwidth_bytes_s,
             efficiencies=efficiencies,
             bandwidth_bytes_s=bandwidth_bytes_s,

@@ -55,3 +55,13 @@ def value_for_model(by_name: Mapping[str, V], name: str) -> V | None:
     """The value under any spelling of ``name`` (``llama3.2`` finds ``llama3.2:latest``); None where there is none."""
     wanted = parse_model_name(name)
     return next((v for k, v in by_name.items() if v is not None and parse_model_name(k) == wanted), None)
+
+
+CLOUD_TAG = "cloud"
+
+
+def is_cloud(name: str) -> bool:
+    """Whether ``name`` is one of Ollama's cloud models (run on ollama.com, no local runner): its tag is ``cloud``
+    (``glm-4.6:cloud``) or ends in ``-cloud`` (``gpt-oss:120b-cloud``)."""
+    tag = parse_model_name(name).tag
+    return tag == CLOUD_TAG or tag.endswith("-" + CLOUD_TAG)

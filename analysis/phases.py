@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from analysis import prompt_fit
+from analysis.model_names import is_cloud
 from analysis.records import AGENT_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord
 
 NS_PER_S = 1_000_000_000
@@ -96,6 +97,7 @@ class Flag(StrEnum):
     INVALID_TEXT = "invalid_text"
     PROMPT_TRUNCATED = "prompt_truncated"
     NUM_CTX_IGNORED = "num_ctx_ignored"
+    CLOUD = "cloud"
 
 
 # What each flag means. The per-reading text (with numbers) is in Phases.flag_text.
@@ -128,6 +130,7 @@ FLAG_CODES: dict[Flag, str] = {
         "the model did not read all of it"
     ),
     Flag.NUM_CTX_IGNORED: "options.num_ctx was sent on a /v1 route, where Ollama ignores it",
+    Flag.CLOUD: "a cloud model: it ran on ollama.com, so no phase of it ran here and no local ceiling applies",
 }
 
 
@@ -436,7 +439,8 @@ def split_record(rec: RequestRecord) -> Phases:
     """
     flags = _Flags()
     kind = RequestKind(rec.kind)
-    openai = (rec.endpoint or "").startswith("/v1/") and not rec.direct  # a direct record's figures are the runner's
+    openai, cloud = _counts_only(rec)
+    counts_only = openai or cloud
     m = rec.metrics
     values: dict[str, Any] = {}
     if m is not None:
@@ -444,19 +448,18 @@ def split_record(rec: RequestRecord) -> Phases:
         if problem:
             flags.add(Flag.INVALID_METRICS, problem)
             m = None
-    if m is not None and openai:
-        values = _split_usage(m, kind)
+    if m is not None and counts_only:
+        values = _split_usage(m, kind, PhaseSource.USAGE if openai else PhaseSource.OLLAMA)
     elif m is not None:
         values = _split_server(m, flags, kind=kind)
-    elif Flag.INVALID_METRICS not in flags.text and kind is not RequestKind.UNLOAD and not (openai and rec.outcome == Outcome.OK):
+    elif (
+        Flag.INVALID_METRICS not in flags.text
+        and kind is not RequestKind.UNLOAD
+        and not (counts_only and rec.outcome is Outcome.OK)
+    ):
         why = "still running" if rec.outcome == Outcome.IN_FLIGHT else f"the request ended as {rec.outcome}"
         flags.add(Flag.MISSING_METRICS, f"no final metrics: {why}")
-    if openai:
-        flags.add(
-            Flag.NO_SERVER_TIMINGS,
-            f"{no_durations_route(rec.endpoint)} sends no durations: load, queue and prefill are unknown"
-            + ("; decode is timed from the stream's first to last content chunk" if rec.stream else ""),
-        )
+    _counts_only_flags(rec, flags, cloud=cloud, openai=openai)
 
     chunks = list(rec.token_chunk_ns)
     values["token_chunks"] = len(chunks)
@@ -474,9 +477,9 @@ def split_record(rec: RequestRecord) -> Phases:
 
     if kind in (RequestKind.LOAD, RequestKind.UNLOAD):
         _place_load(rec, values)
-    elif m is not None and rec.final_chunk_ns is not None and not openai:
+    elif m is not None and rec.final_chunk_ns is not None and not counts_only:
         _place_server(rec, m, values, flags, kind)
-    if kind is RequestKind.GENERATE and rec.stream and chunks and openai:  # no durations: the stream times decode
+    if kind is RequestKind.GENERATE and rec.stream and chunks and counts_only:  # no durations: the stream times decode
         _decode_from_stream(chunks, values, flags)
     if kind is RequestKind.GENERATE and rec.stream:
         _split_thinking(rec, chunks, values)
@@ -484,6 +487,32 @@ def split_record(rec: RequestRecord) -> Phases:
         _as_direct(rec, values)
     _fit_flags(rec, flags)
     return _result(values, flags)
+
+
+def _counts_only(rec: RequestRecord) -> tuple[bool, bool]:
+    """(an OpenAI-compatible route's reply, a cloud model's): replies whose counts alone are this machine's. A /v1
+    reply sends no durations; a cloud model ran on ollama.com, so the durations in its reply are not this machine's
+    phases. A direct record's figures are the runner's: neither."""
+    if rec.direct:
+        return False, False
+    return (rec.endpoint or "").startswith("/v1/"), is_cloud(rec.model)
+
+
+def _counts_only_flags(rec: RequestRecord, flags: _Flags, *, cloud: bool, openai: bool) -> None:
+    """Why a reply's durations are not this machine's phases: a cloud model's, or a /v1 route that sends none."""
+    if cloud:
+        flags.add(
+            Flag.CLOUD,
+            "a cloud model: it ran on ollama.com, not here; its tokens are Ollama's count and its times the client's"
+            + (" (decode from the stream's first to last content chunk)" if rec.stream else "")
+            + "; load, queue and prefill did not happen on this machine, and no local ceiling applies",
+        )
+    elif openai:
+        flags.add(
+            Flag.NO_SERVER_TIMINGS,
+            f"{no_durations_route(rec.endpoint)} sends no durations: load, queue and prefill are unknown"
+            + ("; decode is timed from the stream's first to last content chunk" if rec.stream else ""),
+        )
 
 
 def _fit_flags(rec: RequestRecord, flags: _Flags) -> None:
@@ -513,16 +542,16 @@ def _as_direct(rec: RequestRecord, values: dict[str, Any]) -> None:
         values["total_s"] = client_s  # failed before any runner task: its span is the access line's latency, all it has
 
 
-def _split_usage(m: FinalMetrics, kind: RequestKind) -> dict[str, Any]:
-    """An OpenAI-compatible reply: counts from ``usage``, no durations."""
+def _split_usage(m: FinalMetrics, kind: RequestKind, source: PhaseSource = PhaseSource.USAGE) -> dict[str, Any]:
+    """A reply whose counts alone are this machine's: an OpenAI-compatible one (``usage``), or a cloud model's."""
     output = None if kind is RequestKind.EMBED else m.eval_count
     return {
         "done_reason": m.done_reason,
         "prompt_tokens": m.prompt_eval_count,
         "cached_tokens": m.prompt_eval_cached_count,
         "output_tokens": output,
-        "prompt_tokens_source": _src(m.prompt_eval_count, PhaseSource.USAGE),
-        "output_tokens_source": _src(output, PhaseSource.USAGE),
+        "prompt_tokens_source": _src(m.prompt_eval_count, source),
+        "output_tokens_source": _src(output, source),
     }
 
 

@@ -82,6 +82,7 @@ class EmbedRequest:
     truth: TruthRecord
     num_ctx: int | None = None
     keep_alive_ns: int | None = None
+    texts: list[str] | None = None  # the inputs as sent: a real runner tokenizes them itself
 
 
 @dataclass(frozen=True)

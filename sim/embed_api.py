@@ -102,7 +102,7 @@ class _Embedding:
                 ids = ids[:limit]
             inputs.append(ids)
         try:
-            done = await backend.embed(EmbedRequest(model, inputs, self.truth, num_ctx, ka))
+            done = await backend.embed(EmbedRequest(model, inputs, self.truth, num_ctx, ka, texts=texts))
         except EngineError as e:
             raise ApiError(e.status, e.message) from None
         vectors = [vector(model, t, dims or None) for t in texts]

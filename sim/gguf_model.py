@@ -144,6 +144,7 @@ class GgufModelFacts(ModelFacts):
 
     path: str = ""
     file_sha256: str = ""
+    pooling_type: int | None = None  # <arch>.pooling_type: declared by an embedding model (None: a generator)
     gguf_info: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -186,6 +187,8 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
     file_type = meta.get("general.file_type", -1)
     head_count = int(num("attention.head_count", 1)) or 1
     embedding = int(num("embedding_length"))
+    # Ollama: a GGUF that declares pooling is an embedding model (its runner is started with --embedding).
+    pooling = meta.get(f"{arch}.pooling_type")
     stat = path.stat()
     return GgufModelFacts(
         name=name,
@@ -205,7 +208,8 @@ def read_model_facts(gguf_path: str | os.PathLike[str], name: str = DEFAULT_MODE
         vocab_size=n_vocab,
         rope_freq_base=num("rope.freq_base", 10000.0),
         modified_at=rfc3339_from_unix_s(stat.st_mtime),
-        capabilities=("completion",),
+        capabilities=("embedding",) if isinstance(pooling, int) else ("completion",),
+        pooling_type=pooling if isinstance(pooling, int) else None,
         template="{{ .Prompt }}",  # a base model: plain completion
         license=str(meta.get("general.license", "")),
         path=str(path),

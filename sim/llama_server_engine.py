@@ -56,7 +56,19 @@ from analysis.runner_load import (
     ps_sizes,
 )
 from sim import ollama_log
-from sim.backend import Done, EngineError, Event, Failed, GenRequest, Loaded, LoadedInfo, SlotAcquired, Token
+from sim.backend import (
+    Done,
+    EmbedDone,
+    EmbedRequest,
+    EngineError,
+    Event,
+    Failed,
+    GenRequest,
+    Loaded,
+    LoadedInfo,
+    SlotAcquired,
+    Token,
+)
 from sim.catalog import ModelFacts
 from sim.context_fit import fit_prompt
 from sim.gguf_model import (
@@ -152,6 +164,7 @@ class EngineRecord:
     last_chunk_ns: int | None = None  # last chunk with a token received
     final_ns: int | None = None  # the final chunk (with timings) received
     cancelled: bool = False
+    embedding: bool = False  # one input of an embed call (POST /embedding: its prompt read, nothing decoded)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -218,6 +231,9 @@ class ServerChild:
             "--no-log-prefix",
             "--no-log-timestamps",
         ]
+        if engine.model.pooling_type is not None:
+            # As Ollama starts the runner of a GGUF that declares pooling: its /embedding pools by the file's type.
+            self.argv.append("--embedding")
         self.proc: asyncio.subprocess.Process | None = None
         self.keep_alive_ns = engine.default_keep_alive_ns
         self.expires_at_unix_s: float | None = time.time() + self.keep_alive_ns / 1e9 if self.keep_alive_ns >= 0 else None
@@ -649,6 +665,48 @@ class LlamaServerEngine:
             eval_ns=round(float(t.get("predicted_ms", 0.0)) * 1e6),
             context_ids=prompt_ids + sampled,
         )
+
+    # --- embeddings ---------------------------------------------------------------------
+    async def embed(self, req: EmbedRequest) -> EmbedDone:
+        """Each input its own ``POST /embedding`` to the child, all at once behind the per-model semaphore, as
+        Ollama's embed handler sends them (one runner task each: its prompt read, then released at once)."""
+        if self.model.pooling_type is None:
+            raise EngineError(400, f'"{self.model.name}" does not support embeddings')
+        truth = req.truth
+        runner = await self._get_runner(req.num_ctx, None, req.keep_alive_ns, truth)
+        try:
+            loaded_ns = time.monotonic_ns()
+            texts = req.texts if req.texts is not None else []
+            counts = await asyncio.gather(*(self._embed_one(runner, truth, text) for text in texts))
+            truth.prompt_tokens = sum(counts)
+            if truth.prefill_start_ns is not None:
+                truth.prefill_end_ns = time.monotonic_ns()
+            return EmbedDone(loaded_ns, sum(counts), (truth.prefill_end_ns or loaded_ns) - (truth.prefill_start_ns or loaded_ns))
+        finally:
+            self._release(runner)
+
+    async def _embed_one(self, runner: ServerChild, truth: Any, text: str) -> int:
+        """One input: tokenized by the child (BOS/EOS as the model adds them), cut to the slot's context, sent as
+        its token ids; returns its token count."""
+        async with self._slots:
+            ids = (await self._tokenize(runner, text))[: runner.num_ctx]
+            record = EngineRecord(truth.id, self.model.name, runner.pid, runner.num_ctx, runner.num_batch, embedding=True)
+            record.prompt_tokens = len(ids)
+            self.records.append(record)
+            record.sent_ns = time.monotonic_ns()
+            if truth.prefill_start_ns is None:
+                truth.prefill_start_ns = record.sent_ns  # the call's first input sent
+            for attempt in itertools.count():
+                try:
+                    async with self.session().post(runner.base_url + "/embedding", json={"content": ids}) as r:
+                        if r.status != 200:
+                            raise EngineError(500, f"llama-server /embedding answered {r.status}: {(await r.text())[:200]}")
+                        await r.read()
+                        record.final_ns = time.monotonic_ns()
+                        return len(ids)
+                except aiohttp.ClientError as exc:
+                    await self._connection_failed(runner, "/embedding", exc, attempt)
+        raise AssertionError("unreachable")
 
     # --- Backend API --------------------------------------------------------------------
     async def load(self, model: ModelFacts, num_ctx: int | None, keep_alive_ns: int | None) -> None:

@@ -54,3 +54,14 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for k in ("PHASEWATCH_DEMO", "OLLAMA_HOST", "PHASEWATCH_LISTEN"):
         monkeypatch.delenv(k, raising=False)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def embed_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma's GGUF with ``<arch>.pooling_type`` added: an embedding model (none ships here), written once per run
+    (tests/support/embed_gguf.py). Skips, as the engine tests do, when the GGUF is missing."""
+    from tests.support.embed_gguf import with_pooling
+    from tests.support.engine_process import require_llama_server
+
+    _, src = require_llama_server()
+    return with_pooling(src, tmp_path_factory.mktemp("embed-gguf") / "embedgemma.gguf")

@@ -51,9 +51,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model
-from analysis.records import AGENT_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
+from analysis.records import AGENT_ENDPOINTS, EMBED_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.ollama.access_failures import FAILED_WAIT_S, FailureBudget, failed_record, is_failure
 from collectors.ollama.access_fit import ACCESS_SLACK_S, ANSWER_LAG_S, Claimant, fits_line
+from collectors.ollama.embed_calls import EmbedCalls, EmbedInput, input_tokens
 from collectors.ollama.log import AccessLine, LogEvent
 from collectors.ollama.slots import SlotReading
 
@@ -83,6 +84,9 @@ GENERATION_PATHS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completion
 DURATION_MATCH_NS = 20_000  # the log's 0.01 ms rounding, twice
 WINDOW_SLACK_S = 0.5  # the log's durations against the polls around the task: a log read's tick and the rounding
 TASK_LINE_KINDS = frozenset({"launch", "new_prompt", "prompt_eval", "eval", "release"})
+# Task ids a slot stepped over between two polls (an embed call's inputs run tens of milliseconds each): kept per
+# runner and slot, so a task's lines that name that slot and an id in between are its runner's (``_between``).
+MAX_STEPS = 64
 
 
 @dataclass
@@ -131,6 +135,7 @@ class _Task:
     gone: bool = False  # its runner went away: no line is its any more
     lines: list[LogEvent] = field(default_factory=list)  # its log lines, as read (at most MAX_LINES_PER_TASK)
     load_s: float | None = None
+    between: bool = False  # known only from its slot's step over its id between two polls: an embedding input or nothing
     # deciding
     claimed_by: str | None = None  # a proxied request's id, from the live join
     emitted: bool = False  # an in-flight direct row was written
@@ -229,6 +234,9 @@ class DirectTasks:
         self._decided: deque[Claimant] = deque(maxlen=1024)
         self._out: list[RequestRecord] = []
         self._retracted: list[str] = []
+        self.embeds = EmbedCalls()  # embed calls' inputs, gathered into one record each (collectors.ollama.embed_calls)
+        # (runner, slot, id before, id after, poll before, poll after): a slot's steps over task ids between two polls
+        self._steps: deque[tuple[RunnerRef, int, int, int, float, float]] = deque(maxlen=MAX_STEPS)
         self.recorded = 0  # direct records written (finished)
         self.matched_proxied = 0  # ended tasks found to be a proxied request's
         self.claims_corrected = 0  # live claims whose prompt size the finished request's own count disproved
@@ -314,6 +322,8 @@ class DirectTasks:
             if event.kind == "access" and event.access is not None:
                 if event.access.method == "POST" and event.access.path in GENERATION_PATHS:
                     self._access.append(event.access)
+                elif event.access.method == "POST" and event.access.path in EMBED_ENDPOINTS:
+                    self.embeds.line(event.access)
             elif event.kind == "runner_start" and event.port is not None:
                 self._load_start = (event.port, event.read_unix_s)
             elif event.kind == "runner_started":
@@ -358,6 +368,11 @@ class DirectTasks:
             due += [t for t in ended[: len(self._tasks) - MAX_TASKS] if t not in due]
         for task in due:
             self._forget(task)
+            if self._embedding_input(task):
+                continue
+            if task.between:
+                self._drop("unconfirmed", len(task.lines))  # a stepped-over id that is no embedding: as never shown
+                continue
             owner = self._proxied_owner(task, now)
             if owner is not None:
                 self.matched_proxied += 1
@@ -371,7 +386,43 @@ class DirectTasks:
                 self._decided.append(self._claimant(task, figures))
             self._out.append(self._record(task, final=True, figures=figures))
             self.recorded += 1
+        self._out += self.embeds.step(
+            now,
+            proxied=self._finished,
+            line_expected=self.log_readable,
+            settle_s=max(self.grace_s, self.log_wait_s) + self.grace_s,
+            to_mono=lambda wall_s: self._to_mono(wall_s, now),
+        )
         self._record_failures(now)
+
+    def _embedding_input(self, task: _Task) -> bool:
+        """An unclaimed task its own lines and /slots show to be one input of an embed call: handed to ``embeds``
+        (its in-flight row, if one was written, taken back)."""
+        if task.claimed_by is not None or task.gone or task.end is None:
+            return False
+        decoded = task.decode_start is not None or bool(task.decoded)
+        tokens = input_tokens(task.lines, decoded=decoded, final_ctx=task.final_ctx)
+        if tokens is None:
+            return False
+        start = task.start if task.start is not None else (task.first_seen_unix_s, task.first_seen_unix_s)
+        self.embeds.add(
+            EmbedInput(
+                task.id,
+                task.runner.port,
+                task.runner.pid,
+                task.task_id,
+                task.runner.model or "",
+                start[0],
+                start[1],
+                task.end[0],
+                task.end[1],
+                tokens,
+                task.load_s,
+            )
+        )
+        if task.emitted:
+            self._retracted.append(task.id)
+        return True
 
     def drain(self) -> tuple[list[RequestRecord], list[str]]:
         """(records to write, in order: in-flight updates and finished ones; ids of direct rows to delete)."""
@@ -391,7 +442,7 @@ class DirectTasks:
         if slot.task_id is None:
             return None
         if before != slot.task_id and before not in (-1, None):
-            self._ended_unseen_after(runner, before, ts, prev)
+            self._moved_on(runner, slot, before, ts, prev)
         task = self._tasks.get((runner.pid, slot.task_id))
         if not slot.is_processing and (task is None or not task.seen_processing):
             if before not in (-1, slot.task_id) and prev is not None:
@@ -411,6 +462,30 @@ class DirectTasks:
             self.claimed(runner, slot.task_id, claims[slot.task_id])
         task.runner.model = task.runner.model or runner.model
         return task
+
+    def _moved_on(self, runner: RunnerRef, slot: SlotReading, before: int | None, ts: float, prev: float | None) -> None:
+        """The slot shows another task than at the last poll: the one before ended, and ids in between ran meanwhile."""
+        self._ended_unseen_after(runner, before, ts, prev)
+        if before is not None and slot.task_id is not None and slot.task_id > before + 1 and prev is not None:
+            self._stepped(runner, slot.slot_id, before, slot.task_id, prev, ts)
+
+    def _stepped(self, runner: RunnerRef, slot_id: int, before: int, after: int, prev: float, ts: float) -> None:
+        """The slot went from task ``before`` to ``after`` between two polls: the ids in between ran there meanwhile
+        or are the runner's own (a /slots poll, a /tokenize); lines waiting for such an id whose launch line names
+        this slot are its tasks'."""
+        self._steps.append((runner, slot_id, before, after, prev, ts))
+        for task_id in [t for t in self._pending if before < t < after]:
+            if any(e.kind == "launch" and e.slot_id == slot_id for e in self._pending[task_id].lines):
+                self._between(runner, slot_id, task_id, prev, ts)
+
+    def _between(self, runner: RunnerRef, slot_id: int, task_id: int, prev: float, ts: float) -> None:
+        """A task known from its slot's step over its id: it began and ended between the two polls."""
+        if task_id in self._pids_of:
+            return  # a task of that id is tracked already: its lines are its
+        task = self._new(runner, task_id, slot_id, ts)
+        task.between = True
+        task.start = task.end = (prev, ts)
+        task.start_lo = prev
 
     def _slots_vanished(self, runner: RunnerRef, seen_slots: set[int], ts: float, prev: float | None) -> None:
         """Slots this reading no longer lists: their tasks ended since the last one (and the slot is forgotten)."""
@@ -502,8 +577,13 @@ class DirectTasks:
             pending = self._pending[event.task_id] = _Pending(event.read_unix_s)
         if len(pending.lines) >= MAX_LINES_PER_TASK:
             self._drop("capped")
-        else:
-            pending.lines.append(event)
+            return
+        pending.lines.append(event)
+        if event.kind == "launch" and event.slot_id is not None:
+            steps = [s for s in self._steps if s[1] == event.slot_id and s[2] < event.task_id < s[3]]
+            if len({s[0].pid for s in steps}) == 1:  # two runners stepped over that id: whose it is is not known
+                runner, slot_id, _, _, prev, ts = steps[-1]
+                self._between(runner, slot_id, event.task_id, prev, ts)
 
     def _expire(self, now: float) -> None:
         """Lines whose task no runner showed within ``PENDING_TTL_S``, and loads no task followed: dropped."""

@@ -18,6 +18,7 @@ from pages.requests.view import (
     csv_bytes,
     detail_heading,
     display_frame,
+    history_caption,
     linked_request,
     request_label,
 )
@@ -78,12 +79,8 @@ if not history.rows and not (link and link.label):
     offer_log_import(ctx)  # nothing recorded at all, and Ollama's log is readable: its history
     st.stop()
 
-n_rows = len(history.rows)
 window = next((label for label, s in common.WINDOWS_S.items() if s == ctx.window_s), fmt.seconds(ctx.window_s))
-caption = f"{n_rows:,} request{'s' if n_rows != 1 else ''} in the last {window}, newest first."
-if history.truncated:
-    caption = f"The latest {SHOWN_ROWS:,} requests, newest first; more match: narrow the window or filters, or download them all."
-st.caption(caption)
+st.caption(history_caption(history.rows, window, history.truncated, SHOWN_ROWS))
 table = st.dataframe(
     display_frame(history.frame),
     hide_index=True,

@@ -1,6 +1,7 @@
 """Usage: totals per model, per client and per program over the last 1, 7 and 30 days (requests, prompt and output tokens, GPU
 time, energy), for the Requests page and its CSV (no Streamlit).
 
+Embed calls are counted apart among the requests (``embeddings``): one call of many inputs is one request.
 A figure no record gives stays unknown: a total sums the records that have it, and says how many had none (never
 counted as 0); with none at all the total is unknown. A figure counts only where it applies: output tokens for
 generations, prompt tokens, GPU time and energy for generations and embeddings (a load or unload reads no prompt).
@@ -64,6 +65,7 @@ class UsageRow:
     key: str
     period: str  # a key of PERIODS_S
     requests: int
+    embeddings: int  # of the requests, embed calls (a direct one gathered from its inputs' runner tasks)
     prompt_tokens: Total
     output_tokens: Total
     gpu_s: Total
@@ -115,6 +117,7 @@ def usage_totals(items: Sequence[RequestUsage], now_unix_s: float) -> list[Usage
                         key,
                         period,
                         len(group),
+                        sum(1 for u in group if u.kind is RequestKind.EMBED),
                         _total(group, "prompt_tokens"),
                         _total(group, "output_tokens"),
                         _total(group, "gpu_s"),
@@ -199,7 +202,8 @@ def usage_frame(rows: Sequence[UsageRow], by: str, period: str) -> pd.DataFrame:
     for r in rows:
         if r.by != by or r.period != period:
             continue
-        line: dict[str, object] = {by: fmt.label(r.key), "requests": r.requests}  # names come from clients: cut as everywhere
+        # names come from clients: cut as everywhere
+        line: dict[str, object] = {by: fmt.label(r.key), "requests": r.requests, "of which embeddings": r.embeddings}
         for label, name, digits in (*FIGURES, ("energy (Wh)", "energy_wh", 3)):
             total: Total = getattr(r, name)
             line[label] = _value(total, digits)
@@ -213,9 +217,9 @@ def usage_csv(rows: Sequence[UsageRow]) -> bytes:
     out = io.StringIO()
     w = csv.writer(out, lineterminator=CSV_LINE_END)
     names = ("prompt_tokens", "output_tokens", "gpu_s", "energy_wh")
-    w.writerow(["period", "by", "key", "requests", *(c for n in names for c in (n, f"{n}_records_without"))])
+    w.writerow(["period", "by", "key", "requests", "embeddings", *(c for n in names for c in (n, f"{n}_records_without"))])
     for r in rows:
-        cells: list[object] = [r.period, r.by, csv_cell(r.key), r.requests]  # names come from clients
+        cells: list[object] = [r.period, r.by, csv_cell(r.key), r.requests, r.embeddings]  # names come from clients
         for n in names:
             t: Total = getattr(r, n)
             cells += ["" if t.value is None else (round(t.value, 6) if isinstance(t.value, float) else t.value), t.unknown]

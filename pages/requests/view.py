@@ -660,6 +660,8 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
             " took; its end to the second). Not known: its model and any phase. The line is Ollama's text, unverified:"
             " anyone who can reach the runner can make it write such a line."
         )
+    if row.kind is RequestKind.EMBED:
+        return _direct_embed_sentence(row)
     bounds = []
     if row.runner_source == PhaseSource.LOG:
         bounds.append("prefill and decode as the runner timed them, to 0.01 ms")
@@ -683,6 +685,37 @@ def direct_sentence(row: RequestSummary | RequestRecord) -> str | None:
             " can make it write such a line."
         )
     return text + " Through the proxy it would also show the client's time to first token and every gap between tokens."
+
+
+def _direct_embed_sentence(row: RequestSummary | RequestRecord) -> str:
+    """A direct embed call: gathered from its inputs' runner tasks by Ollama's access line, or one input alone."""
+    if row.endpoint is None:
+        return (
+            "Sent to Ollama directly (not through the proxy): one input of an embed call, recorded from its runner"
+            " task (its prompt read, nothing decoded). No access line fitted it alone, so its call's size, route,"
+            " client address and time are not known; its prompt tokens are the runner's count."
+        )
+    return (
+        "An embed call sent to Ollama directly (not through the proxy): each input was its own runner task (its prompt"
+        " read, nothing decoded), gathered into this one record by Ollama's access line of the call; prompt tokens"
+        " are the runner's count, summed; its time is the call's latency as that line gives it, ending when its last"
+        " input was released. Its route and client address are from that line, unverified: anyone who can reach the"
+        " runner can make it write such a line."
+    )
+
+
+def history_caption(rows: Sequence[RequestSummary], window: str, truncated: bool, shown_max: int) -> str:
+    """The history's caption: how many requests, the embed calls among them counted apart (a direct one of many
+    inputs is one call, not a request per input)."""
+    embeds = sum(1 for r in rows if r.kind is RequestKind.EMBED)
+    of_which = f" ({embeds:,} of them embed call{'s' if embeds != 1 else ''})" if embeds else ""
+    if truncated:
+        return (
+            f"The latest {shown_max:,} requests{of_which}, newest first; more match: narrow the window or filters, or"
+            " download them all."
+        )
+    n = len(rows)
+    return f"{n:,} request{'s' if n != 1 else ''}{of_which} in the last {window}, newest first."
 
 
 def detail_heading(rec: RequestRecord) -> str:

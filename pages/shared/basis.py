@@ -22,6 +22,7 @@ from analysis.diagnose import Diagnosis, DiagnosisCode, diagnose_request
 from analysis.doubt import PLACEMENT, Doubt, doubt_inputs
 from analysis.hardware import HardwareSpec, match_gpu
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
+from analysis.model_names import is_cloud
 from analysis.phases import Phases
 from analysis.records import (
     UNIFIED_MEMORY_KINDS,
@@ -245,7 +246,9 @@ def ubatch_for(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[
 
 def rate_samples(rows: Sequence[RequestSummary]) -> tuple[list[RateSample], list[RateSample]]:
     """Each request's rates as the story reads them: generations, and embeddings apart (prefill only: the prompt
-    read, nothing decoded; rate = prompt tokens ÷ prefill time, analysis.phases)."""
+    read, nothing decoded; rate = prompt tokens ÷ prefill time, analysis.phases). A cloud model's requests ran on
+    ollama.com: no local ceiling judges them, and none is calibrated on them."""
+    rows = [r for r in rows if not is_cloud(r.model)]
     samples = [
         RateSample(r.id, r.computed_prompt_tokens, r.prefill_tok_s, r.decode_context_tokens, r.output_tokens, r.decode_tok_s)
         for r in rows

@@ -38,7 +38,7 @@ from analysis.explain import ThinkingReply, explain_embeddings, explain_energy, 
 from analysis.hardware import HardwareSpec
 from analysis.interference import Interference, describe, find_interference
 from analysis.model_facts import ModelFacts, is_embedding_model
-from analysis.model_names import same_model
+from analysis.model_names import is_cloud, same_model
 from analysis.phases import Phases
 from analysis.records import (
     GpuSample,
@@ -576,7 +576,7 @@ def build_why(
         window_requests=len(reads.mine),
         window=win,
         viewer_note=viewer_note(hw, reads.gpus, reads.viewer_gpus) if preview is None else None,
-        notes=notes,
+        notes=[*notes, *cloud_notes(model)],
         embed_points=curves.embed_r,
         embed=embeds,
         embed_sentence=explain_embeddings(embeds) if embeds is not None else None,
@@ -590,6 +590,16 @@ def build_why(
 
 # ---------------------------------------------------------------------------------------------
 # Lines the page prints
+
+
+def cloud_notes(model: str) -> list[str]:
+    """A cloud model's requests ran on ollama.com: said, since no figure of this machine judges them."""
+    if not is_cloud(model):
+        return []
+    return [
+        f"{model} is a cloud model: it runs on ollama.com, not on this machine, so none of its requests is set against"
+        " this machine's ceilings or counted in its rates; the Requests page keeps their tokens and the client's times."
+    ]
 
 
 def hardware_line(hw: Hardware) -> str:

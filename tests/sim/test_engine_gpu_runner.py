@@ -29,6 +29,7 @@ def engine_like(binary: Path | str = "/bin/false") -> Any:
             size_bytes=MODEL.size_bytes,
             kv_bytes_per_token=MODEL.kv_bytes_per_token,
             block_count=MODEL.block_count,
+            pooling_type=None,  # a generator: no --embedding
         ),
         num_parallel=2,
         n_threads=8,

@@ -54,3 +54,38 @@ def direct_failure(t0: float) -> RequestRecord:
     """A direct chat Ollama answered 500 after 28.2 s, ending in the same second as ``direct_success(t0)``."""
     line = AccessLine(ended_unix_s=t0 + 1, status=500, latency_s=28.2, client="10.0.0.6", method="POST", path="/api/chat")
     return failed_record(line, t0 + 45, to_mono)
+
+
+EMBED_INPUTS = 40
+
+
+def direct_embed(t0: float) -> RequestRecord:
+    """A direct /api/embed call of ``EMBED_INPUTS`` inputs begun at ``t0`` (0.1 s each, 7 + i % 5 tokens), gathered
+    by ``collectors.ollama.embed_calls`` from its inputs' runner tasks and its access line (200, 4.05 s)."""
+    from collectors.ollama.embed_calls import EmbedCalls, EmbedInput
+
+    calls = EmbedCalls()
+    for i in range(EMBED_INPUTS):
+        a, b = t0 + 0.1 * i, t0 + 0.1 * (i + 1)
+        calls.add(
+            EmbedInput(
+                f"direct-39513-4343-{100 + 2 * i}-{int(a)}",
+                39513,
+                4343,
+                100 + 2 * i,
+                "embedgemma:270m",
+                a,
+                a,
+                b,
+                b,
+                7 + i % 5,
+                None,
+            )
+        )
+    calls.line(
+        AccessLine(
+            ended_unix_s=float(int(t0 + 4.0)), status=200, latency_s=4.05, client="10.0.0.7", method="POST", path="/api/embed"
+        )
+    )
+    (rec,) = calls.step(t0 + 30, proxied=[], line_expected=True, settle_s=0.0, to_mono=lambda w: to_mono(w, t0 + 30))
+    return rec
