@@ -29,6 +29,7 @@ RELEASED = {
     "ttft_wait_unexplained",
     "decode_above_ceiling",
     "decode_slow",
+    "decode_speculative",  # added with speculative decoding (issue 41)
     "prefill_above_ceiling",
     "prompt_truncated",
     "num_ctx_ignored",
