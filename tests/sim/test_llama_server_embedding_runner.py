@@ -23,6 +23,8 @@ def engine_like(model: Any) -> Any:
         flash_attn="auto",
         kv_cache_type="f16",
         default_keep_alive_ns=5 * 60 * 10**9,
+        draft_gguf=None,  # no draft model: no speculative decoding
+        draft_max_tokens=None,
     )
 
 
