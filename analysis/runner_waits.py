@@ -207,7 +207,7 @@ class TaskWaits:
 
 @dataclass(frozen=True)
 class RequestWaitsRow:
-    """One request's runner waits as stored (v14 ``request_waits``): the task's ``TaskWaits`` as JSON."""
+    """One request's runner waits as stored (v16 ``request_waits``): the task's ``TaskWaits`` as JSON."""
 
     request_id: str
     ts_unix_s: float  # when the lines were read
