@@ -40,7 +40,7 @@ import errno
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -235,35 +235,58 @@ def _timing(text: str, read_unix_s: float, slot: int | None, task: int | None) -
     return LogEvent(kind, read_unix_s, n, slot, task, duration_ms=ms)
 
 
+def _progress(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    if f is None or n is None or ("batch.n_tokens" in f and _int(f["batch.n_tokens"]) is None):
+        return None
+    frac = _float(f.get("progress"), 1e6)
+    return LogEvent(EventKind.PROGRESS, read_unix_s, n, slot, task, fraction=frac) if frac is not None else None
+
+
+def _done(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    return LogEvent(EventKind.DONE, read_unix_s, n, slot, task) if n is not None else None
+
+
+def _launch(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    if rest and _fields(rest) is None:  # "processing task, is_child = 0"; older builds print no fields
+        return None
+    return LogEvent(EventKind.LAUNCH, read_unix_s, 0, slot, task) if task is not None else None
+
+
+def _new_prompt(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("task.n_tokens")) if f else None
+    return LogEvent(EventKind.NEW_PROMPT, read_unix_s, n, slot, task) if n is not None and task is not None else None
+
+
+def _release(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    return LogEvent(EventKind.RELEASE, read_unix_s, n, slot, task) if n is not None and task is not None else None
+
+
+# A slot message's head (the text before its first ", ") and what reads the rest. Newer builds print "prompt
+# processing" where older ones printed "prompt processing progress".
+_SLOT_HEADS: dict[str, Callable[[str, float, int, int | None], LogEvent | None]] = {
+    "prompt processing progress": _progress,
+    "prompt processing": _progress,
+    "prompt processing done": _done,
+    "processing task": _launch,
+    "new prompt": _new_prompt,
+}
+
+
 def _slot_message(msg: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
     """The message of a ``slot …: id N | task N |`` line: its head names it, its fields are split, not matched."""
     head, _, rest = msg.partition(", ")
-    if head in ("prompt processing progress", "prompt processing"):  # newer builds print the latter
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        if f is None or n is None or ("batch.n_tokens" in f and _int(f["batch.n_tokens"]) is None):
-            return None
-        frac = _float(f.get("progress"), 1e6)
-        if frac is None:
-            return None
-        return LogEvent(EventKind.PROGRESS, read_unix_s, n, slot, task, fraction=frac)
-    if head == "prompt processing done":
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        return LogEvent(EventKind.DONE, read_unix_s, n, slot, task) if n is not None else None
-    if head == "processing task":  # "processing task, is_child = 0"; older builds print no fields
-        if rest and _fields(rest) is None:
-            return None
-        return LogEvent(EventKind.LAUNCH, read_unix_s, 0, slot, task) if task is not None else None
-    if head == "new prompt":
-        f = _fields(rest)
-        n = _int(f.get("task.n_tokens")) if f else None
-        return LogEvent(EventKind.NEW_PROMPT, read_unix_s, n, slot, task) if n is not None and task is not None else None
+    if (read := _SLOT_HEADS.get(head)) is not None:
+        return read(rest, read_unix_s, slot, task)
     stop, colon, rest = msg.partition(": ")
     if stop == "stop processing" and colon:
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        return LogEvent(EventKind.RELEASE, read_unix_s, n, slot, task) if n is not None and task is not None else None
+        return _release(rest, read_unix_s, slot, task)
     return _timing(msg, read_unix_s, slot, task)
 
 
