@@ -21,7 +21,7 @@ from analysis.model_facts import ModelFacts
 from analysis.model_names import is_cloud
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, part_words, what_changes
+from analysis.runner_waits import TaskWaits, WaitKind, part_words, what_changes
 from analysis.speculative import DraftAcceptance, Speculation, TokensPerStep, is_speculating, tokens_per_step
 from analysis.wait_split import Busy, Hit, WaitSplit
 
@@ -605,7 +605,7 @@ def _wait_before_prefill(lead: str, nums: dict[str, float], waits: TaskWaits | N
                 nums[f"{x.kind}_mib"] = x.size_bytes / (1024 * 1024)
         said = []
         for x in named:
-            if x.kind == "prompt_cache_save":
+            if x.kind is WaitKind.PROMPT_CACHE_SAVE:
                 tokens = f" ({w.count(x.tokens)} tokens)" if x.tokens else ""
                 whose = "another conversation's state" if x.count == 1 else f"{x.count} conversations' states"
                 said.append(

@@ -120,8 +120,13 @@ def energy_for_request(record: RequestRecord, phases: Phases, samples: Sequence[
         decode_j=dec.joules if dec else None,
         prompt_tokens_computed=computed,
         output_intervals=intervals,
-        j_per_prompt_token=pre.joules / computed if pre and computed and computed > 0 else None,
-        j_per_output_token=dec.joules / intervals if dec and intervals and intervals > 0 else None,
+        j_per_prompt_token=_per_token_j(pre, computed),
+        j_per_output_token=_per_token_j(dec, intervals),
         method=methods.pop() if len(methods) == 1 else "mixed",
         coarse=any(e.coarse for e in (pre, dec) if e is not None),
     )
+
+
+def _per_token_j(energy: WindowEnergy | None, tokens: int | None) -> float | None:
+    """Joules per token; None where the energy or a positive token count is not known."""
+    return energy.joules / tokens if energy and tokens and tokens > 0 else None

@@ -43,25 +43,38 @@ def _no_timing(record: RequestRecord, p: Phases, total: float | None) -> str:
     return f"This request ({record.outcome.value}) carries no timing from Ollama; the proxy saw {seen}{took}."
 
 
-def _where_time_went(record: RequestRecord, p: Phases) -> str:
+def _time_total_s(record: RequestRecord, p: Phases) -> float | None:
+    """The time the parts are shares of: Ollama's total, else the client's; a direct record no access line fitted and
+    no proxy saw has only its phases."""
     total = p.total_s if p.total_s is not None else p.client_s
-    if total is None and record.direct:  # no access line fitted it, and no proxy saw it: its phases are all there is
+    if total is None and record.direct:
         total = sum(v for v in (p.load_s, p.queue_s, p.prefill_s, p.decode_s) if v is not None) or None
-    if total is None or total <= 0 or (p.load_s is None and p.prefill_s is None and p.decode_s is None):
-        return _no_timing(record, p, total)
+    return total
+
+
+def _time_parts(record: RequestRecord, p: Phases, total_s: float) -> list[str]:
+    """Each phase that took at least ``MIN_PART_SHARE`` of ``total_s``, in words."""
     parts: list[str] = []
-    if p.load_s and p.load_s >= MIN_PART_SHARE * total:
+    if p.load_s and p.load_s >= MIN_PART_SHARE * total_s:
         parts.append(f"{w.secs(p.load_s)} loading {record.model}")
-    if p.queue_s and p.queue_s >= MIN_PART_SHARE * total:
+    if p.queue_s and p.queue_s >= MIN_PART_SHARE * total_s:
         parts.append(f"{w.secs(p.queue_s)} waiting before the prompt was read")  # a slot, or the runner's own work
-    if p.prefill_s and p.prefill_s >= MIN_PART_SHARE * total:
+    if p.prefill_s and p.prefill_s >= MIN_PART_SHARE * total_s:
         computed = (p.prompt_tokens or 0) - (p.cached_tokens or 0)
         rate = f" at {w.tok_s(p.prefill_tok_s)}" if p.prefill_tok_s else ""
         # Cache hits are worded once, by the diagnosis, and only when they matter.
         parts.append(f"{w.secs(p.prefill_s)} reading {w.count(computed)} prompt tokens{rate}")
-    if p.decode_s and p.decode_s >= MIN_PART_SHARE * total:
+    if p.decode_s and p.decode_s >= MIN_PART_SHARE * total_s:
         rate = f" at {w.tok_s(p.decode_tok_s)}" if p.decode_tok_s else ""
         parts.append(f"{w.secs(p.decode_s)} writing {w.count(p.output_tokens or 0)} tokens{rate}")
+    return parts
+
+
+def _where_time_went(record: RequestRecord, p: Phases) -> str:
+    total = _time_total_s(record, p)
+    if total is None or total <= 0 or (p.load_s is None and p.prefill_s is None and p.decode_s is None):
+        return _no_timing(record, p, total)
+    parts = _time_parts(record, p, total)
     if not parts:
         return f"The whole request took {w.secs(total)}."
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]

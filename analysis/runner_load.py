@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from analysis.log_grammar import MAX_LINE_CHARS, RunnerLine, runner_line
 
@@ -85,13 +86,21 @@ _LISTENING = re.compile(r"listening on http://" + _HOST + r":(?P<port>[0-9]{1,5}
 _LISTENING_OLD = re.compile(r"server is listening on http://" + _HOST + r":(?P<port>[0-9]{1,5}) - starting the main loop")
 
 
+class LoadLineKind(StrEnum):
+    """What a load line says (``LoadLine.kind``)."""
+
+    DEVICE = "device"  # using device / device list / breakdown row
+    OFFLOADED = "offloaded"  # N of M layers offloaded
+    BUFFER = "buffer"  # one of ``BUFFER_KINDS``: model, KV, RS, compute, output
+    LAYER = "layer"  # a debug line: one layer's device
+    DRAFT = "draft"  # the draft model's load begins: the lines after it are the draft's
+
+
 @dataclass(frozen=True)
 class LoadLine:
-    """One understood load line. ``kind``: device (using device / device list / breakdown row), offloaded,
-    buffer (one of ``BUFFER_KINDS``: model, KV, RS, compute, output), layer (a debug line: one layer's device),
-    draft (the draft model's load begins: the lines after it are the draft's)."""
+    """One understood load line, of a ``LoadLineKind``."""
 
-    kind: str
+    kind: LoadLineKind
     device: str | None = None  # "CUDA0"; for buffer lines the buffer's name ("CPU_Mapped", "MTL0_Mapped")
     description: str | None = None  # "NVIDIA H200"
     free_bytes: int | None = None
@@ -118,26 +127,28 @@ def parse_load_line(line: str) -> LoadLine | None:
 def load_of(line: RunnerLine) -> LoadLine | None:
     """The load fact one of the runner's lines, already split (``analysis.log_grammar``), carries; None for another."""
     if (line.tag, line.func) in _DRAFT_FUNCS and _DRAFT.fullmatch(line.message.rstrip(" ")):
-        return LoadLine("draft")
+        return LoadLine(LoadLineKind.DRAFT)
     if line.tag:
         return _listed(line.message) if (line.tag, line.func) == _LISTED_FUNC else None
     text = line.message.rstrip(" ")
     if m := _BUFFER.fullmatch(text):
         if line.func not in _BUFFER_FUNCS[m.group("what")] or (m.group("sep") == "  ") != (m.group("what") == "output"):
             return None
-        return LoadLine("buffer", device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
+        return LoadLine(LoadLineKind.BUFFER, device=m.group("buf"), what=m.group("what"), size_bytes=_mib(m.group("mib")))
     if line.func in _TENSOR_FUNCS:
         if m := _OFFLOADED.fullmatch(text):
-            return LoadLine("offloaded", layers=int(m.group("n")), layers_total=int(m.group("m")))
+            return LoadLine(LoadLineKind.OFFLOADED, layers=int(m.group("n")), layers_total=int(m.group("m")))
         if m := _LAYER.fullmatch(text):
-            return LoadLine("layer", device=m.group("dev"), layers=int(m.group("layer")))
+            return LoadLine(LoadLineKind.LAYER, device=m.group("dev"), layers=int(m.group("layer")))
         return None
     if line.func in _USING_FUNCS and (m := _USING.fullmatch(text)):
-        return LoadLine("device", device=m.group("dev"), description=m.group("desc"), free_bytes=int(m.group("free")) * MIB)
+        return LoadLine(
+            LoadLineKind.DEVICE, device=m.group("dev"), description=m.group("desc"), free_bytes=int(m.group("free")) * MIB
+        )
     if line.func in _BREAKDOWN_FUNCS and (m := _BREAKDOWN.fullmatch(text)):
         parts = (int(m.group("model")) * MIB, int(m.group("context")) * MIB, int(m.group("compute")) * MIB)
         return LoadLine(
-            "device",
+            LoadLineKind.DEVICE,
             device=m.group("dev"),
             total_bytes=int(m.group("total")) * MIB,
             free_bytes=int(m.group("free")) * MIB,
@@ -163,7 +174,7 @@ def _listed(text: str) -> LoadLine | None:
     if m is None:
         return None
     return LoadLine(
-        "device",
+        LoadLineKind.DEVICE,
         device=m.group("dev"),
         description=m.group("desc").strip(),
         total_bytes=int(m.group("total")) * MIB,
@@ -292,7 +303,7 @@ class PlacementReader:
         dev = fact.device
         if dev is not None and dev not in self._names() and len(self._names()) >= MAX_DEVICES:
             return False
-        new_layer = fact.kind == "layer" and fact.layers is not None and fact.layers not in self.layer_devices
+        new_layer = fact.kind is LoadLineKind.LAYER and fact.layers is not None and fact.layers not in self.layer_devices
         return not (new_layer and len(self.layer_devices) >= MAX_LAYERS)
 
     def feed(self, fact: LoadLine) -> bool:
@@ -300,7 +311,7 @@ class PlacementReader:
         devices or layers than a load has are not a load's."""
         if self.draft is not None:  # the draft's load: its figures are its own, never this model's
             return self.draft.feed(fact)
-        if fact.kind == "draft":
+        if fact.kind is LoadLineKind.DRAFT:
             self.draft = PlacementReader()
             self.lines += 1
             return True
@@ -309,17 +320,17 @@ class PlacementReader:
             return False
         self.lines += 1
         dev = fact.device
-        if fact.kind == "offloaded" and fact.layers is not None and fact.layers_total is not None:
+        if fact.kind is LoadLineKind.OFFLOADED and fact.layers is not None and fact.layers_total is not None:
             if self.offloaded is not None or self.model:  # a second model load in the same runner: its own figures
                 self.model.clear()
                 self.kv.clear()
                 self.rs.clear()
             self.offloaded = (fact.layers, fact.layers_total)
-        elif fact.kind == "device" and dev is not None:
+        elif fact.kind is LoadLineKind.DEVICE and dev is not None:
             self._device(dev, fact)
-        elif fact.kind == "buffer" and dev is not None and fact.size_bytes is not None:
+        elif fact.kind is LoadLineKind.BUFFER and dev is not None and fact.size_bytes is not None:
             self._buffer(dev, fact.what, fact.size_bytes)
-        elif fact.kind == "layer" and dev is not None and fact.layers is not None:
+        elif fact.kind is LoadLineKind.LAYER and dev is not None and fact.layers is not None:
             self.layer_devices[fact.layers] = dev
         return True
 
@@ -610,7 +621,7 @@ def parse_device_list(text: str) -> list[LoadLine]:
         if m := _AVAILABLE.match(line.rstrip()):
             out.append(
                 LoadLine(
-                    "device",
+                    LoadLineKind.DEVICE,
                     device=m.group("dev"),
                     description=m.group("desc"),
                     total_bytes=int(m.group("total")) * MIB,

@@ -39,6 +39,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from analysis import wording as w
@@ -48,35 +49,71 @@ from analysis.records import RequestRecord
 
 MIB = 1024 * 1024
 
+
+class WaitLineKind(StrEnum):
+    """What one of the runner's wait lines says (``WaitLine.kind``): each has its patterns below."""
+
+    N_SLOTS = "n_slots"
+    SAVE = "save"
+    SAVE_SKIPPED = "save_skipped"
+    CACHE_EVICT = "cache_evict"
+    CACHE_LOAD = "cache_load"
+    CACHE_UPDATE = "cache_update"
+    IDLE_SAVE = "idle_save"
+    CHECKPOINT_RESTORE = "checkpoint_restore"
+    FULL_REPROCESS = "full_reprocess"
+    CHECKPOINT_ERASE = "checkpoint_erase"
+    CHECKPOINT_CREATE = "checkpoint_create"
+
+
+class WaitKind(StrEnum):
+    """A named part of the time before (or during) prefill, as stored in ``request_waits`` (its values never change)."""
+
+    PROMPT_CACHE_SAVE = "prompt_cache_save"
+    PROMPT_CACHE_LOAD = "prompt_cache_load"
+    CHECKPOINT_RESTORE = "checkpoint_restore"
+    CHECKPOINT_ERASE = "checkpoint_erase"
+    FULL_REPROCESS = "full_reprocess"
+    CHECKPOINT_CREATE = "checkpoint_create"
+
+
+_WAIT_KIND_VALUES = frozenset(k.value for k in WaitKind)
+
 _F = r"\d{1,12}\.\d{1,3}"
 _I = r"-?\d{1,12}"
 _MIB_G = r"(?P<mib>" + _F + r") MiB"
 _POS = r"\(pos_min = " + _I + r", pos_max = " + _I + r", n_tokens = (?P<n>\d{1,12}), "
 # The message after llama-server's "srv  <function>: " (analysis.log_grammar), each in its exact form.
-_SRV_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("n_slots", re.compile(r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?")),
+_SRV_PATTERNS: tuple[tuple[WaitLineKind, re.Pattern[str]], ...] = (
+    (WaitLineKind.N_SLOTS, re.compile(r"initializing, n_slots = (?P<n>\d{1,4}), n_ctx_slot = \d{1,9}(?:, .{0,80})?")),
     (
-        "save",
+        WaitLineKind.SAVE,
         re.compile(
             r" - saving prompt with length (?P<n>\d{1,9}), total state size = " + _MIB_G + r"(?: \(draft: " + _F + r" MiB\))?"
         ),
     ),
-    ("save_skipped", re.compile(r" - prompt is already in the cache, skipping")),
-    ("save_skipped", re.compile(r" - prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping")),
-    ("cache_evict", re.compile(r" - making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)")),
-    ("cache_load", re.compile(r" - found better prompt with f_keep = " + _F + r", f_sim = " + _F)),
-    ("cache_update", re.compile(r"prompt cache update took (?P<ms>" + _F + r") ms")),
+    (WaitLineKind.SAVE_SKIPPED, re.compile(r" - prompt is already in the cache, skipping")),
+    (
+        WaitLineKind.SAVE_SKIPPED,
+        re.compile(r" - prompt state size " + _F + r" MiB exceeds cache size limit " + _F + r" MiB, skipping"),
+    ),
+    (
+        WaitLineKind.CACHE_EVICT,
+        re.compile(r" - making room for prompt cache entry, removing oldest entry \(size = " + _MIB_G + r"\)"),
+    ),
+    (WaitLineKind.CACHE_LOAD, re.compile(r" - found better prompt with f_keep = " + _F + r", f_sim = " + _F)),
+    (WaitLineKind.CACHE_UPDATE, re.compile(r"prompt cache update took (?P<ms>" + _F + r") ms")),
 )
 # The message after "slot <function>: id N | task N | ".
-_SLOT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("idle_save", re.compile(r"saving idle slot to prompt cache")),
+_SLOT_PATTERNS: tuple[tuple[WaitLineKind, re.Pattern[str]], ...] = (
+    (WaitLineKind.IDLE_SAVE, re.compile(r"saving idle slot to prompt cache")),
     (
-        "checkpoint_restore",
+        WaitLineKind.CHECKPOINT_RESTORE,
         re.compile(r"restored context checkpoint " + _POS + r"n_past = " + _I + r", size = " + _MIB_G + r"\)"),
     ),
-    ("full_reprocess", re.compile(r"forcing full prompt re-processing due to lack of cache data\b.{0,300}")),
+    (WaitLineKind.FULL_REPROCESS, re.compile(r"forcing full prompt re-processing due to lack of cache data\b.{0,300}")),
     (
-        "checkpoint_erase",
+        WaitLineKind.CHECKPOINT_ERASE,
         re.compile(
             r"erased invalidated context checkpoint "
             + _POS
@@ -89,7 +126,10 @@ _SLOT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             + r"\)"
         ),
     ),
-    ("checkpoint_create", re.compile(r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)")),
+    (
+        WaitLineKind.CHECKPOINT_CREATE,
+        re.compile(r"created context checkpoint \d{1,6} of \d{1,6} " + _POS + r"size = " + _MIB_G + r"\)"),
+    ),
 )
 # Cheap first test: every line above carries one of these.
 _HINTS = ("prompt", "checkpoint", "n_slots", "idle slot")
@@ -97,10 +137,9 @@ _HINTS = ("prompt", "checkpoint", "n_slots", "idle slot")
 
 @dataclass(frozen=True)
 class WaitLine:
-    """One understood line. ``kind``: n_slots | save | save_skipped | cache_evict | cache_load | cache_update |
-    idle_save | checkpoint_restore | full_reprocess | checkpoint_erase | checkpoint_create."""
+    """One understood line: what it says, the slot and task it names, and its figures."""
 
-    kind: str
+    kind: WaitLineKind
     slot_id: int | None = None
     task_id: int | None = None  # None: the line names no task ("task -1", or a srv line)
     size_bytes: int | None = None
@@ -142,23 +181,29 @@ def wait_of(line: RunnerLine) -> WaitLine | None:
 
 
 # The named parts of the time before prefill, and what each one is in words.
-WAIT_NAMES: dict[str, str] = {
-    "prompt_cache_save": "prompt-cache save",
-    "prompt_cache_load": "prompt loaded from the cache",
-    "checkpoint_restore": "context checkpoint restored",
-    "checkpoint_erase": "context checkpoints erased",
-    "full_reprocess": "full re-processing (cache lost)",
-    "checkpoint_create": "context checkpoints written",
+WAIT_NAMES: dict[WaitKind, str] = {
+    WaitKind.PROMPT_CACHE_SAVE: "prompt-cache save",
+    WaitKind.PROMPT_CACHE_LOAD: "prompt loaded from the cache",
+    WaitKind.CHECKPOINT_RESTORE: "context checkpoint restored",
+    WaitKind.CHECKPOINT_ERASE: "context checkpoints erased",
+    WaitKind.FULL_REPROCESS: "full re-processing (cache lost)",
+    WaitKind.CHECKPOINT_CREATE: "context checkpoints written",
 }
 # Kinds that happen before the prompt is read (checkpoint_create happens while it is read).
-BEFORE_PREFILL = ("prompt_cache_save", "prompt_cache_load", "checkpoint_restore", "checkpoint_erase", "full_reprocess")
+BEFORE_PREFILL = (
+    WaitKind.PROMPT_CACHE_SAVE,
+    WaitKind.PROMPT_CACHE_LOAD,
+    WaitKind.CHECKPOINT_RESTORE,
+    WaitKind.CHECKPOINT_ERASE,
+    WaitKind.FULL_REPROCESS,
+)
 
 
 @dataclass
 class RunnerWait:
     """One kind of wait in one task, summed: how often, how many bytes, how many tokens (the largest)."""
 
-    kind: str
+    kind: WaitKind
     count: int = 0
     size_bytes: int = 0
     tokens: int | None = None
@@ -173,11 +218,11 @@ class TaskWaits:
     n_slots: int | None  # the runner's slot count, from its load line
     other_slots_busy: int  # slots processing another task when this one was launched
     cache_update_ms: float = 0.0  # the runner's own timing of its cache update while picking the slot
-    waits: dict[str, RunnerWait] = field(default_factory=dict)
+    waits: dict[WaitKind, RunnerWait] = field(default_factory=dict)
     new_prompt_seen: bool = False
     released: bool = False
 
-    def add(self, kind: str, size_bytes: int | None, tokens: int | None) -> None:
+    def add(self, kind: WaitKind, size_bytes: int | None, tokens: int | None) -> None:
         wait = self.waits.setdefault(kind, RunnerWait(kind))
         wait.count += 1
         wait.size_bytes += size_bytes or 0
@@ -194,7 +239,12 @@ class TaskWaits:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TaskWaits:
-        waits = {v["kind"]: RunnerWait(**v) for v in obj.get("waits", []) if isinstance(v, dict) and "kind" in v}
+        # A kind this version does not know (a newer Phasewatch's) is left out, never guessed at.
+        waits = {
+            WaitKind(v["kind"]): RunnerWait(**{**v, "kind": WaitKind(v["kind"])})
+            for v in obj.get("waits", [])
+            if isinstance(v, dict) and isinstance(v.get("kind"), str) and v["kind"] in _WAIT_KIND_VALUES
+        }
         fields = {k: obj.get(k) for k in ("task_id", "slot_id", "n_slots", "other_slots_busy")}
         return cls(
             **fields,  # type: ignore[arg-type]
@@ -207,7 +257,7 @@ class TaskWaits:
 
 @dataclass(frozen=True)
 class RequestWaitsRow:
-    """One request's runner waits as stored (v14 ``request_waits``): the task's ``TaskWaits`` as JSON."""
+    """One request's runner waits as stored (v16 ``request_waits``): the task's ``TaskWaits`` as JSON."""
 
     request_id: str
     ts_unix_s: float  # when the lines were read
@@ -229,13 +279,14 @@ def waits_row(request_id: str, task: TaskWaits, *, ts_unix_s: float, port: int |
 MAX_TASKS_KEPT = 256
 MAX_PENDING_LINES = 64
 MAX_SLOTS_BELIEVED = 256  # the same bound as /slots' (collectors.ollama.slots.MAX_SLOTS)
-_WAIT_KINDS = {
-    "save": "prompt_cache_save",
-    "cache_load": "prompt_cache_load",
-    "checkpoint_restore": "checkpoint_restore",
-    "checkpoint_erase": "checkpoint_erase",
-    "full_reprocess": "full_reprocess",
-    "checkpoint_create": "checkpoint_create",
+# The lines that are waits, and the wait each one is (the other lines steer the joiner: slots, skipped saves, timing).
+WAIT_OF_LINE: dict[WaitLineKind, WaitKind] = {
+    WaitLineKind.SAVE: WaitKind.PROMPT_CACHE_SAVE,
+    WaitLineKind.CACHE_LOAD: WaitKind.PROMPT_CACHE_LOAD,
+    WaitLineKind.CHECKPOINT_RESTORE: WaitKind.CHECKPOINT_RESTORE,
+    WaitLineKind.CHECKPOINT_ERASE: WaitKind.CHECKPOINT_ERASE,
+    WaitLineKind.FULL_REPROCESS: WaitKind.FULL_REPROCESS,
+    WaitLineKind.CHECKPOINT_CREATE: WaitKind.CHECKPOINT_CREATE,
 }
 
 
@@ -307,14 +358,14 @@ class WaitJoiner:
     def wait(self, line: WaitLine) -> list[TaskWaits]:
         if not self._slot_believed(line.slot_id):
             return []
-        if line.kind == "n_slots":
+        if line.kind is WaitLineKind.N_SLOTS:
             if line.tokens is None or (self.slots is not None and line.tokens != self.slots) or line.tokens > MAX_SLOTS_BELIEVED:
                 self.dropped += 1
                 return []
             self.n_slots = line.tokens
             self._busy.clear()  # a new load: no task runs
             return []
-        if line.kind == "save_skipped":
+        if line.kind is WaitLineKind.SAVE_SKIPPED:
             return self._save_skipped()
         if line.task_id is not None:
             task = self.tasks.get(line.task_id)
@@ -322,7 +373,7 @@ class WaitJoiner:
             task = self.tasks.get(self._launched)
         else:
             self._pending.append(line)
-            if line.kind == "save":
+            if line.kind is WaitLineKind.SAVE:
                 self._last_save = (-1, line)
             del self._pending[:-MAX_PENDING_LINES]  # bounded: a runner that never launches a task
             return []
@@ -338,34 +389,34 @@ class WaitJoiner:
         owner, save = self._last_save
         self._last_save = None
         task = self.tasks.get(owner)
-        wait = task.waits.get("prompt_cache_save") if task is not None else None
+        wait = task.waits.get(WaitKind.PROMPT_CACHE_SAVE) if task is not None else None
         if task is not None and wait is not None:
             wait.count -= 1
             wait.size_bytes -= save.size_bytes or 0
             if wait.count <= 0:
-                del task.waits["prompt_cache_save"]
+                del task.waits[WaitKind.PROMPT_CACHE_SAVE]
             return [task]
         if save in self._pending:
             self._pending.remove(save)
         return []
 
     def _apply(self, task: TaskWaits, line: WaitLine) -> None:
-        kind = _WAIT_KINDS.get(line.kind)
-        if line.kind == "cache_update" and line.duration_ms is not None:
+        kind = WAIT_OF_LINE.get(line.kind)
+        if line.kind is WaitLineKind.CACHE_UPDATE and line.duration_ms is not None:
             task.cache_update_ms += line.duration_ms
         if kind is None:
             return
         task.add(kind, line.size_bytes, line.tokens)
-        if line.kind == "save":
+        if line.kind is WaitLineKind.SAVE:
             self._last_save = (task.task_id, line)
 
 
 def part_words(wait: RunnerWait) -> str:
     """One named part in words: "prompt-cache save 1,362 MiB", "2 context checkpoints erased (640 MiB)"."""
-    name = WAIT_NAMES.get(wait.kind, wait.kind)
-    if wait.kind == "full_reprocess":
+    name = WAIT_NAMES[wait.kind]
+    if wait.kind is WaitKind.FULL_REPROCESS:
         return name
-    if wait.kind in ("checkpoint_erase", "checkpoint_create"):
+    if wait.kind in (WaitKind.CHECKPOINT_ERASE, WaitKind.CHECKPOINT_CREATE):
         n = f"{wait.count} " if wait.count > 1 else "1 "
         noun = name.replace("checkpoints", "checkpoint" if wait.count == 1 else "checkpoints")
         return f"{n}{noun}" + (f" ({w.mib(wait.size_bytes)})" if wait.size_bytes else "")
@@ -388,13 +439,13 @@ def what_changes(waits: TaskWaits) -> str:
     """What changes these waits, in words (llama-server's own options; Ollama sets some of them for it)."""
     kinds = {x.kind for x in waits.before_prefill()}
     out = []
-    if "prompt_cache_save" in kinds or "prompt_cache_load" in kinds:
+    if WaitKind.PROMPT_CACHE_SAVE in kinds or WaitKind.PROMPT_CACHE_LOAD in kinds:
         out.append(
             "the runner copies an idle slot's state from the GPU into its RAM prompt cache before it takes a new prompt: "
             "fewer slots (OLLAMA_NUM_PARALLEL) or a shorter context leave less to copy, and llama-server's --cache-ram 0 "
             "turns the prompt cache off"
         )
-    if kinds & {"full_reprocess", "checkpoint_erase", "checkpoint_restore"}:
+    if kinds & {WaitKind.FULL_REPROCESS, WaitKind.CHECKPOINT_ERASE, WaitKind.CHECKPOINT_RESTORE}:
         out.append(
             "with a sliding-window model the runner keeps context checkpoints and, when none fits the new prompt, drops "
             "them and reads the whole prompt again: a prompt that repeats the earlier prefix keeps them usable, and "

@@ -28,26 +28,18 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(next(stream).strip(" .,") or "ka" for _ in range(n))
 
 
-def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
-    """A value that fits a JSON schema (the common keywords: type, properties, items, enum, const)."""
-    if not isinstance(schema, dict):
-        return _words(rng, 2)
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
+def _type_of(schema: dict[Any, Any]) -> Any:
+    """The schema's type: the first non-null one of a list, "object" where it only names properties."""
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties")
-        if not isinstance(props, dict):
-            props = {}
-        if depth >= _MAX_DEPTH:
-            return {}
-        return {str(k): value_for(v, rng, depth + 1) for k, v in props.items()}
-    if kind == "array":
-        return [] if depth >= _MAX_DEPTH else [value_for(schema.get("items"), rng, depth + 1) for _ in range(2)]
+    if kind is None and "properties" in schema:
+        return "object"
+    return kind
+
+
+def _scalar(kind: Any, rng: random.Random) -> Any:
+    """A value of a scalar type; words for a string or a type this sim does not know."""
     if kind == "integer":
         return rng.randint(1, 100)
     if kind == "number":
@@ -57,6 +49,27 @@ def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     if kind == "null":
         return None
     return _words(rng, rng.randint(1, 4))
+
+
+def value_for(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A value that fits a JSON schema (the common keywords: type, properties, items, enum, const)."""
+    if not isinstance(schema, dict):
+        return _words(rng, 2)
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = _type_of(schema)
+    if kind == "object":
+        props = schema.get("properties")
+        if not isinstance(props, dict):
+            props = {}
+        if depth >= _MAX_DEPTH:
+            return {}
+        return {str(k): value_for(v, rng, depth + 1) for k, v in props.items()}
+    if kind == "array":
+        return [] if depth >= _MAX_DEPTH else [value_for(schema.get("items"), rng, depth + 1) for _ in range(2)]
+    return _scalar(kind, rng)
 
 
 def format_answer(fmt: Any, seed: str) -> list[str] | None:

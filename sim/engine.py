@@ -247,14 +247,7 @@ class _Runner:
     async def _step(self, target_ns: int | None) -> int:
         """Run one batch step; returns its planned end on the virtual timeline."""
         profile = self.engine.profile
-        decoders = [j for j in self.jobs if j.decoding and not j.embed]
-        budget = max(self.num_batch - len(decoders), 0)
-        chunks: list[tuple[_Job, int]] = []
-        for j in self.jobs:
-            if not j.decoding and budget > 0:
-                n = min(budget, len(j.prompt_ids) - j.pos)
-                chunks.append((j, n))
-                budget -= n
+        decoders, chunks = self._batch()
         work = timing.StepWork([j.context_len for j in decoders], [seg for j, n in chunks for seg in _segments(j, n)])
         step_s = timing.step_seconds(self.model, profile, self.vram_fraction, work)
         floor_ns = int(timing.floor_seconds(self.model, profile, self.vram_fraction, work) * 1e9)
@@ -278,7 +271,25 @@ class _Runner:
         # Timers may fire a little early (uvloop counts whole milliseconds): hold the floor exactly.
         while (early_ns := start + floor_ns - time.monotonic_ns()) > 0:
             await asyncio.sleep(early_ns / 1e9)
-        end = time.monotonic_ns()
+        self._advance(decoders, chunks, time.monotonic_ns())
+        return target_ns
+
+    def _batch(self) -> tuple[list[_Job], list[tuple[_Job, int]]]:
+        """This step's work: every decoding generation's next token, then prompt chunks (oldest job first) filling
+        the rest of the batch's tokens."""
+        decoders = [j for j in self.jobs if j.decoding and not j.embed]
+        budget = max(self.num_batch - len(decoders), 0)
+        chunks: list[tuple[_Job, int]] = []
+        for j in self.jobs:
+            if not j.decoding and budget > 0:
+                n = min(budget, len(j.prompt_ids) - j.pos)
+                chunks.append((j, n))
+                budget -= n
+        return decoders, chunks
+
+    def _advance(self, decoders: list[_Job], chunks: list[tuple[_Job, int]], end: int) -> None:
+        """The step ended at ``end``: each decoder's token, each chunk read; a prompt read to its end yields its
+        first token (or its embedding)."""
         for j in decoders:
             if j.active:
                 self._emit(j, end)
@@ -291,7 +302,6 @@ class _Runner:
                         self._embedded(j, end)
                     else:
                         self._emit(j, end)
-        return target_ns
 
     def _stall_s(self, decoders: list[_Job], chunks: list[tuple[_Job, int]]) -> float:
         stall = 0.0

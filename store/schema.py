@@ -10,8 +10,10 @@ windows; ``*_ns`` are the collector's monotonic nanoseconds, kept to rebuild rec
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 DB_FILENAME = "phasewatch.sqlite3"
@@ -241,11 +243,10 @@ GPU_ROLLUP_SQL = rollup_upsert_sql(
 HOST_ROLLUP_SQL = rollup_upsert_sql("host_minutes", ("minute_unix_s",), HOST_MEAN_FIELDS, HOST_PEAK_FIELDS)
 
 
-def _v3(conn: sqlite3.Connection) -> None:
-    for stmt in _statements(_V3):
-        conn.execute(stmt)
-    # Backfill from the samples already stored.
+def _v3_backfill() -> tuple[str, ...]:
+    """The v3 statements that fill the new minute rows from the samples already stored."""
     minute = f"CAST(ts_unix_s / {ROLLUP_S} AS INTEGER) * {ROLLUP_S}"
+    out = []
     for table, src, keys, extra, means, peaks in (
         ("gpu_minutes", "gpu_samples", ("gpu_index",), ("name", "uuid", "simulated"), GPU_MEAN_FIELDS, GPU_PEAK_FIELDS),
         ("host_minutes", "host_samples", (), (), HOST_MEAN_FIELDS, HOST_PEAK_FIELDS),
@@ -258,18 +259,49 @@ def _v3(conn: sqlite3.Connection) -> None:
         for f in peaks:
             cols.append(f"{f}_peak")
             sel.append(f"MAX({f})")
-        conn.execute(
+        out.append(
             f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} FROM {src} GROUP BY {', '.join([minute, *keys])}"
         )
+    return tuple(out)
 
 
-def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
+def _run_steps(*steps: str) -> Callable[[sqlite3.Connection], None]:
     def step(conn: sqlite3.Connection) -> None:
         # executescript would COMMIT first; run statement by statement inside our transaction.
-        for stmt in _statements(sql):
-            conn.execute(stmt)
+        for sql in steps:
+            for stmt in _statements(sql):
+                conn.execute(stmt)
 
     return step
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: a name that says what it does, the SQL text it runs, and how it runs it.
+
+    ``steps`` is what identifies a shipped migration (``sha256``): a store already past it never runs it again, so
+    its text must never change; tests/store/test_store_migrations_frozen.py holds the recorded checksums.
+    """
+
+    name: str
+    steps: tuple[str, ...]
+    run: Callable[[sqlite3.Connection], None]
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        self.run(conn)
+
+    @property
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for text in self.steps:
+            digest.update(text.encode())
+            digest.update(b"\0")  # so that moving text from one step to the next changes the sum
+        return digest.hexdigest()
+
+
+def _sql(name: str, *steps: str) -> Migration:
+    """A migration that is its SQL alone, run statement by statement."""
+    return Migration(name, steps, _run_steps(*steps))
 
 
 def _statements(sql: str) -> list[str]:
@@ -568,7 +600,7 @@ CREATE TRIGGER request_minutes_delete AFTER DELETE ON requests BEGIN {_REMOVE_OL
 CREATE TRIGGER request_minutes_move AFTER UPDATE OF started_at_unix_s ON requests
     WHEN {_MINUTE_OF_OLD} IS NOT {_MINUTE_OF_NEW} BEGIN {_REMOVE_OLD} {_ADD_NEW} END;
 """
-request_minutes_step = _script(_V19)
+request_minutes_step = _sql("request_minutes", _V19)
 
 # v20: which program sent each request (NULL: not known): its User-Agent's first product and version
 # (analysis.client_program), and the local process behind a loopback client's socket: name, pid and user
@@ -583,28 +615,30 @@ ALTER TABLE requests ADD COLUMN client_user TEXT;
 CREATE INDEX requests_program_started ON requests(client_program, started_at_unix_s);
 """
 
-# MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _script(_V1),
-    _script(_V2),
-    _v3,
-    _script(_V4),
-    _script(_V5),
-    _script(_V6),
-    _script(_V7),
-    _script(_V8),
-    _v9,
-    _script(_V10),
-    _script(_V11),
-    _script(_V12),
-    _script(_V13),
-    _script(_V14),
-    _script(_V15),
-    _script(_V16),
-    _script(_V17),
-    _script(_V18),
+# MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step: a store
+# already past it would never run the new text (tests/store/test_store_migrations_frozen.py checks their checksums).
+MIGRATIONS: list[Migration] = [
+    _sql("base", _V1),
+    _sql("lab_experiments_and_phase_times", _V2),
+    _sql("minute_rollups", _V3, *_v3_backfill()),
+    _sql("phase_split_version_and_host_bandwidth", _V4),
+    _sql("progress_samples", _V5),
+    _sql("request_kinds_thinking_and_sources", _V6),
+    _sql("prompt_chars", _V7),
+    _sql("installed_models", _V8),
+    # Its Python part rewrites the requests table's schema text: the pairs it swaps are part of what it is.
+    Migration("direct_records", (_V9, *(f"{old}\n{new}" for old, new in _NULLABLE_V9)), _v9),
+    _sql("heartbeat_runner_and_log_problems", _V10),
+    _sql("runners", _V11),
+    _sql("heartbeat_proxy_refused", _V12),
+    _sql("runner_devices", _V13),
+    _sql("host_apple_chip", _V14),
+    _sql("prompt_fit_and_ollama_settings", _V15),
+    _sql("request_waits", _V16),
+    _sql("client_unverified", _V17),
+    _sql("heartbeat_runner_lines_missing_and_ollama_queued", _V18),
     request_minutes_step,
-    _script(_V20),
+    _sql("client_program", _V20),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -430,6 +430,47 @@ def _runner_itself(view: HostView, runner: Runner, me: ProcInfo, parent: ProcInf
     return None
 
 
+def _unreachable(view: HostView, me: ProcInfo, parent: ProcInfo) -> str | None:
+    """Why the runner's port cannot be checked from here at all (another namespace, no socket table), or None."""
+    if view.my_netns is not None and me.netns is not None and me.netns != view.my_netns:
+        return (
+            f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
+            f"port cannot be reached from here; run the collector in that namespace (docker run "
+            f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)"
+        )
+    if view.listening is None:
+        return f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
+    return None
+
+
+def _judge_other_user(
+    view: HostView, parent: ProcInfo, server_sockets: Sequence[Listener], port: int, watched: str
+) -> str | None:
+    """Why ``parent``, whose sockets another user's process cannot read, is not the Ollama on ``watched``; None when
+    it is, as far as its command line, its user and the other servers tell."""
+    is_server, its_port = server_port(parent)
+    if not is_server:
+        return f"its parent (pid {parent.pid}, {parent.name}) is not an Ollama server (ollama serve)"
+    if its_port is not None and its_port != port:
+        return f"its parent (pid {parent.pid}) serves port {its_port}: another Ollama"
+    if {lis.uid for lis in server_sockets} != {parent.uid}:
+        return (
+            f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but {watched} is held by "
+            f"{_owners(server_sockets)}: another Ollama"
+        )
+    rivals = [
+        p
+        for p in view.procs.values()
+        if p.pid != parent.pid and p.uid == parent.uid and server_port(p)[0] and server_port(p)[1] in (None, port)
+    ]
+    if rivals:
+        return (
+            f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
+            f"which one listens on {watched}; {_as_user(parent.uid)}"
+        )
+    return None
+
+
 def _judge(
     view: HostView, runner: Runner, port: int, addresses: Sequence[IPAddress] = (ipaddress.IPv4Address("127.0.0.1"),)
 ) -> tuple[str | None, str | None]:
@@ -439,14 +480,9 @@ def _judge(
     parent = view.procs.get(me.ppid) if me is not None else None
     if me is None or parent is None:
         return None, "its parent process cannot be read"
-    if view.my_netns is not None and me.netns is not None and me.netns != view.my_netns:
-        return None, (
-            f"it runs in another network namespace ({me.netns}; a container such as Docker): its "
-            f"port cannot be reached from here; run the collector in that namespace (docker run "
-            f"--network container:NAME ..., or nsenter --net=/proc/{me.pid}/ns/net ... as root)"
-        )
-    if view.listening is None:
-        return None, f"the system's socket table (/proc/net/tcp) cannot be read; {_as_user(parent.uid)}"
+    why = _unreachable(view, me, parent)
+    if why is not None:
+        return None, why
     watched = _where(addresses, port)
     server_sockets = _reached(view, addresses, port)
     if not server_sockets:
@@ -458,27 +494,8 @@ def _judge(
         if _held_by(server_sockets, parent):
             return FOUND_SAME_USER, None
         return None, f"its parent (pid {parent.pid}, {parent.name}) does not listen on {watched}: another Ollama"
-    is_server, its_port = server_port(parent)
-    if not is_server:
-        return None, f"its parent (pid {parent.pid}, {parent.name}) is not an Ollama server (ollama serve)"
-    if its_port is not None and its_port != port:
-        return None, f"its parent (pid {parent.pid}) serves port {its_port}: another Ollama"
-    if {lis.uid for lis in server_sockets} != {parent.uid}:
-        return None, (
-            f"its parent (pid {parent.pid}) runs as {_user(parent.uid)}, but {watched} is held by "
-            f"{_owners(server_sockets)}: another Ollama"
-        )
-    rivals = [
-        p
-        for p in view.procs.values()
-        if p.pid != parent.pid and p.uid == parent.uid and server_port(p)[0] and server_port(p)[1] in (None, port)
-    ]
-    if rivals:
-        return None, (
-            f"{len(rivals) + 1} Ollama servers run as {_user(parent.uid)} and another user cannot tell "
-            f"which one listens on {watched}; {_as_user(parent.uid)}"
-        )
-    return FOUND_OTHER_USER, None
+    why = _judge_other_user(view, parent, server_sockets, port, watched)
+    return (None, why) if why is not None else (FOUND_OTHER_USER, None)
 
 
 def decide(view: HostView, port: int, addresses: Sequence[IPAddress] = (ipaddress.IPv4Address("127.0.0.1"),)) -> Discovery:

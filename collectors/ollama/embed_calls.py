@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.ollama.access_fit import ACCESS_SLACK_S
-from collectors.ollama.log import AccessLine, LogEvent
+from collectors.ollama.log import AccessLine, EventKind, LogEvent
 
 MAX_CALL_LINES = 1024  # embed access lines kept to gather inputs (a flood keeps the latest)
 # An input waits this long after its end for the access line of its call: Ollama writes the line when the whole call
 # ends, and a call of a few hundred chunks on a CPU runner lasts minutes.
 CALL_LINE_WAIT_S = 600.0
 MAX_WAITING_INPUTS = 65_536  # inputs waiting for their call's line; past it the oldest are recorded alone
-TIMING_KINDS = frozenset({"prompt_eval", "eval", "total", "progress", "done"})
+TIMING_KINDS = frozenset({EventKind.PROMPT_EVAL, EventKind.EVAL, EventKind.TOTAL, EventKind.PROGRESS, EventKind.DONE})
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ def input_tokens(lines: Iterable[LogEvent], *, decoded: bool, final_ctx: int | N
     for event in lines:
         if event.kind in TIMING_KINDS:
             return None  # a generation's lines (or a forger's: either way not confirmed as an embedding)
-        if event.kind == "new_prompt":
+        if event.kind == EventKind.NEW_PROMPT:
             prompts.append(event.tokens)
-        elif event.kind == "release":
+        elif event.kind == EventKind.RELEASE:
             releases.append(event.tokens)
     if decoded or len(prompts) != 1 or releases != prompts:
         return None

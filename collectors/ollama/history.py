@@ -34,7 +34,7 @@ from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
 from analysis.runner_waits import TaskWaits, WaitJoiner
 from collectors.ollama.direct import ACCESS_SLACK_S, GENERATION_PATHS, LOAD_FOLLOWS_S, LOG_TIMING_BOUND_S
 from collectors.ollama.discovery import runner_from_argv
-from collectors.ollama.log import AccessLine, LogEvent, parse_line
+from collectors.ollama.log import AccessLine, EventKind, LogEvent, parse_line
 
 READ_CHUNK_BYTES = 1 << 20  # the file is read this much at a time: memory stays flat whatever its size
 MAX_LINE_BYTES = 64 << 10  # a longer line is skipped whole (the parser looks at none that long)
@@ -162,9 +162,9 @@ class LogHistory:
         if event is None:
             return
         self.counts.known_lines += 1
-        if event.kind == "access" and event.access is not None:
+        if event.kind == EventKind.ACCESS and event.access is not None:
             self._stamped(event.access.ended_unix_s, event.access.ended_unix_s + 1)  # gin prints whole seconds
-            event = LogEvent("access", self._stamp or event.access.ended_unix_s, 0, access=event.access)
+            event = LogEvent(EventKind.ACCESS, self._stamp or event.access.ended_unix_s, 0, access=event.access)
         if self._stamp is None:
             if len(self._unstamped) < MAX_UNSTAMPED_EVENTS:
                 self._unstamped.append((line, event))
@@ -200,19 +200,25 @@ class LogHistory:
 
     def _event(self, line: str, event: LogEvent) -> None:
         kind = event.kind
-        if kind == "runner_start" and event.port is not None:
+        if kind == EventKind.RUNNER_START and event.port is not None:
             self._runner_started(line, event)
-        elif kind == "runner_started" and self._port is not None and event.duration_ms is not None:
+        elif kind == EventKind.RUNNER_STARTED and self._port is not None and event.duration_ms is not None:
             self._runner_up(self._runners[self._port], event)
-        elif kind == "runner_listening" and self._port is not None and event.port == self._port:
+        elif kind == EventKind.RUNNER_LISTENING and self._port is not None and event.port == self._port:
             self._runners[self._port].up = True
-        elif kind == "runner_load" and event.load is not None:
+        elif kind == EventKind.RUNNER_LOAD and event.load is not None:
             self._load_line(event.load, event.read_unix_s)
-        elif kind == "access" and event.access is not None:
+        elif kind == EventKind.ACCESS and event.access is not None:
             self._access(event.access)
-        elif kind == "runner_wait" and event.wait is not None:
+        elif kind == EventKind.RUNNER_WAIT and event.wait is not None:
             self._joiner().wait(event.wait)  # like the load lines, the newest started runner's
-        elif event.task_id is not None and kind in ("launch", "new_prompt", "prompt_eval", "eval", "release"):
+        elif event.task_id is not None and kind in (
+            EventKind.LAUNCH,
+            EventKind.NEW_PROMPT,
+            EventKind.PROMPT_EVAL,
+            EventKind.EVAL,
+            EventKind.RELEASE,
+        ):
             self._task_line(event)
 
     def _load_line(self, fact: LoadLine, read_unix_s: float) -> None:
@@ -266,7 +272,7 @@ class LogHistory:
         assert event.task_id is not None
         key = (self._port, event.task_id)
         task = self._open.get(key)
-        if event.kind == "launch":
+        if event.kind == EventKind.LAUNCH:
             if task is not None:
                 self.counts.incomplete_tasks += 1  # the same id launched again (a restarted runner): the first never ended
             task = self._open[key] = _Task(self._port, event.task_id, event.read_unix_s, event.slot_id)
@@ -278,18 +284,18 @@ class LogHistory:
                 self.counts.dropped_tasks += 1
             return
         if task is None:
-            self.counts.dropped_tasks += event.kind == "release"  # its start is not in this log
+            self.counts.dropped_tasks += event.kind == EventKind.RELEASE  # its start is not in this log
             return
         if event.slot_id is not None and event.slot_id != task.slot_id:
             task.lines_disagree = True
-        if event.kind == "new_prompt":
+        if event.kind == EventKind.NEW_PROMPT:
             task.prompt_total = event.tokens
             self._joiner().new_prompt(event.task_id)
-        elif event.kind == "prompt_eval" and event.duration_ms is not None:
+        elif event.kind == EventKind.PROMPT_EVAL and event.duration_ms is not None:
             task.prompt_eval = (event.duration_ms, event.tokens)
-        elif event.kind == "eval" and event.duration_ms is not None:
+        elif event.kind == EventKind.EVAL and event.duration_ms is not None:
             task.eval = (event.duration_ms, event.tokens)
-        elif event.kind == "release":
+        elif event.kind == EventKind.RELEASE:
             self._joiner().release(event.slot_id, event.task_id)
             del self._open[key]
             if task.prompt_eval is None or task.eval is None:

@@ -40,8 +40,9 @@ import errno
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
@@ -88,20 +89,58 @@ class AccessLine:
     read_unix_s: float | None = None  # when it was read: the request ended no later (None: not known)
 
 
+class EventKind(StrEnum):
+    """What an understood log line is (``LogEvent.kind``). The values are the words the readers have always used."""
+
+    PROGRESS = "progress"
+    DONE = "done"
+    PROMPT_EVAL = "prompt_eval"
+    EVAL = "eval"
+    TOTAL = "total"
+    LAUNCH = "launch"
+    NEW_PROMPT = "new_prompt"
+    RELEASE = "release"
+    ACCESS = "access"
+    RUNNER_START = "runner_start"
+    RUNNER_LISTENING = "runner_listening"
+    RUNNER_STARTED = "runner_started"
+    RUNNER_LOAD = "runner_load"
+    PROMPT_FIT = "prompt_fit"
+    RUNNER_WAIT = "runner_wait"
+    MLX = "mlx"
+
+
+# What each kind of line is, in words: one line per member (tests/collectors/ollama/test_log_event_kinds.py).
+EVENT_KINDS: dict[EventKind, str] = {
+    EventKind.PROGRESS: "the runner's prompt-reading progress for a task (n_tokens, progress)",
+    EventKind.DONE: "the runner finished reading a task's prompt",
+    EventKind.PROMPT_EVAL: "the runner's prompt eval timing line",
+    EventKind.EVAL: "the runner's eval (decode) timing line",
+    EventKind.TOTAL: "the runner's total timing line",
+    EventKind.LAUNCH: "the runner launched a task on a slot",
+    EventKind.NEW_PROMPT: "the size of a task's prompt",
+    EventKind.RELEASE: "the runner released a task's slot",
+    EventKind.ACCESS: "Ollama's access line (gin): route, status, latency, client",
+    EventKind.RUNNER_START: "Ollama starting a runner: its port, from the command line",
+    EventKind.RUNNER_LISTENING: "the runner's own last line of its start, naming its port",
+    EventKind.RUNNER_STARTED: "Ollama's word that a runner loaded, with its load time",
+    EventKind.RUNNER_LOAD: "one of the runner's load lines: where it put the model (analysis.runner_load)",
+    EventKind.PROMPT_FIT: "a prompt Ollama cut, or a start line with the settings in force (analysis.prompt_fit)",
+    EventKind.RUNNER_WAIT: "a prompt-cache save or load, a context checkpoint, a re-processing (analysis.runner_waits)",
+    EventKind.MLX: "one of the MLX runner's per-request lines (collectors.ollama.mlx_log)",
+}
+# The runner's timing block names its lines in words.
+_TIMING_KINDS = {"prompt eval": EventKind.PROMPT_EVAL, "eval": EventKind.EVAL, "total": EventKind.TOTAL}
+
+
 @dataclass(frozen=True)
 class LogEvent:
-    """One understood line. ``kind``: progress | done | prompt_eval | eval | total (the runner's per-task lines),
-    launch | new_prompt | release (a task's start, its prompt's size, its end), access (Ollama's access line),
-    runner_start | runner_listening | runner_started (a load: the runner's port from Ollama's line, the runner's own
-    last line of its start naming its port, then Ollama's word of its load time), runner_load (one of the runner's
-    load lines: where it put the model, ``analysis.runner_load``), prompt_fit (a prompt Ollama cut, or one of its
-    start lines with the settings in force, ``analysis.prompt_fit``), runner_wait (a prompt-cache save or load, a
-    context checkpoint, a forced re-processing: ``analysis.runner_waits``).
+    """One understood line, of a kind in ``EVENT_KINDS``.
 
     ``slot_id`` and ``task_id`` are the runner's own (what its ``/slots`` shows, to confirm a line against);
     ``port`` is the runner's port where the line names it (a load line)."""
 
-    kind: str
+    kind: EventKind
     read_unix_s: float  # when the line was read (the line itself has no time)
     tokens: int  # n_tokens of the progress line, or the token count of a timing line
     slot_id: int | None = None
@@ -118,7 +157,7 @@ class LogEvent:
     @property
     def prompt_size_tokens(self) -> int | None:
         """The prompt size implied by a progress line (n_tokens / progress), when the fraction is usable."""
-        if self.kind != "progress" or not self.fraction or self.fraction <= 0 or self.fraction > 1:
+        if self.kind is not EventKind.PROGRESS or not self.fraction or self.fraction <= 0 or self.fraction > 1:
             return None
         return round(self.tokens / self.fraction)
 
@@ -157,7 +196,7 @@ def _access(line: str, read_unix_s: float) -> LogEvent | None:
     line_ = AccessLine(
         stamp, int(m.group("status")), latency_s, m.group("client"), m.group("method"), m.group("path"), read_unix_s
     )
-    return LogEvent("access", read_unix_s, 0, access=line_)
+    return LogEvent(EventKind.ACCESS, read_unix_s, 0, access=line_)
 
 
 def _ollama_line(line: str, read_unix_s: float) -> LogEvent | None:
@@ -167,7 +206,7 @@ def _ollama_line(line: str, read_unix_s: float) -> LogEvent | None:
     if slog is None:
         return None
     if (fit := fit_of(slog)) is not None:
-        return LogEvent("prompt_fit", read_unix_s, 0, fit=fit)
+        return LogEvent(EventKind.PROMPT_FIT, read_unix_s, 0, fit=fit)
     if slog.level != "INFO":
         return None
     if slog.msg in RUNNER_START_MSGS:
@@ -177,11 +216,11 @@ def _ollama_line(line: str, read_unix_s: float) -> LogEvent | None:
         if len(ports) != 1:
             return None  # none, or two that disagree: not a command line to believe
         [port] = ports
-        return LogEvent("runner_start", read_unix_s, 0, port=port) if 0 < port < 65536 else None
+        return LogEvent(EventKind.RUNNER_START, read_unix_s, 0, port=port) if 0 < port < 65536 else None
     started = _RUNNER_STARTED_MSG.fullmatch(slog.msg)
     if started and not slog.attrs:
         took_s = _float(started.group("s"), MAX_DURATION_MS / 1000)
-        return LogEvent("runner_started", read_unix_s, 0, duration_ms=took_s * 1000) if took_s is not None else None
+        return LogEvent(EventKind.RUNNER_STARTED, read_unix_s, 0, duration_ms=took_s * 1000) if took_s is not None else None
     return None
 
 
@@ -192,39 +231,62 @@ def _timing(text: str, read_unix_s: float, slot: int | None, task: int | None) -
     ms, n = _float(m.group("ms"), MAX_DURATION_MS), _int(m.group("n"))
     if ms is None or n is None:
         return None
-    kind = {"prompt eval": "prompt_eval", "eval": "eval", "total": "total"}[m.group("kind")]
+    kind = _TIMING_KINDS[m.group("kind")]
     return LogEvent(kind, read_unix_s, n, slot, task, duration_ms=ms)
+
+
+def _progress(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    if f is None or n is None or ("batch.n_tokens" in f and _int(f["batch.n_tokens"]) is None):
+        return None
+    frac = _float(f.get("progress"), 1e6)
+    return LogEvent(EventKind.PROGRESS, read_unix_s, n, slot, task, fraction=frac) if frac is not None else None
+
+
+def _done(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    return LogEvent(EventKind.DONE, read_unix_s, n, slot, task) if n is not None else None
+
+
+def _launch(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    if rest and _fields(rest) is None:  # "processing task, is_child = 0"; older builds print no fields
+        return None
+    return LogEvent(EventKind.LAUNCH, read_unix_s, 0, slot, task) if task is not None else None
+
+
+def _new_prompt(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("task.n_tokens")) if f else None
+    return LogEvent(EventKind.NEW_PROMPT, read_unix_s, n, slot, task) if n is not None and task is not None else None
+
+
+def _release(rest: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
+    f = _fields(rest)
+    n = _int(f.get("n_tokens")) if f else None
+    return LogEvent(EventKind.RELEASE, read_unix_s, n, slot, task) if n is not None and task is not None else None
+
+
+# A slot message's head (the text before its first ", ") and what reads the rest. Newer builds print "prompt
+# processing" where older ones printed "prompt processing progress".
+_SLOT_HEADS: dict[str, Callable[[str, float, int, int | None], LogEvent | None]] = {
+    "prompt processing progress": _progress,
+    "prompt processing": _progress,
+    "prompt processing done": _done,
+    "processing task": _launch,
+    "new prompt": _new_prompt,
+}
 
 
 def _slot_message(msg: str, read_unix_s: float, slot: int, task: int | None) -> LogEvent | None:
     """The message of a ``slot …: id N | task N |`` line: its head names it, its fields are split, not matched."""
     head, _, rest = msg.partition(", ")
-    if head in ("prompt processing progress", "prompt processing"):  # newer builds print the latter
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        if f is None or n is None or ("batch.n_tokens" in f and _int(f["batch.n_tokens"]) is None):
-            return None
-        frac = _float(f.get("progress"), 1e6)
-        if frac is None:
-            return None
-        return LogEvent("progress", read_unix_s, n, slot, task, fraction=frac)
-    if head == "prompt processing done":
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        return LogEvent("done", read_unix_s, n, slot, task) if n is not None else None
-    if head == "processing task":  # "processing task, is_child = 0"; older builds print no fields
-        if rest and _fields(rest) is None:
-            return None
-        return LogEvent("launch", read_unix_s, 0, slot, task) if task is not None else None
-    if head == "new prompt":
-        f = _fields(rest)
-        n = _int(f.get("task.n_tokens")) if f else None
-        return LogEvent("new_prompt", read_unix_s, n, slot, task) if n is not None and task is not None else None
+    if (read := _SLOT_HEADS.get(head)) is not None:
+        return read(rest, read_unix_s, slot, task)
     stop, colon, rest = msg.partition(": ")
     if stop == "stop processing" and colon:
-        f = _fields(rest)
-        n = _int(f.get("n_tokens")) if f else None
-        return LogEvent("release", read_unix_s, n, slot, task) if n is not None and task is not None else None
+        return _release(rest, read_unix_s, slot, task)
     return _timing(msg, read_unix_s, slot, task)
 
 
@@ -235,11 +297,11 @@ def _runner_line(text: str, read_unix_s: float) -> LogEvent | None:
     if line is None:
         return _timing(strip_llama_prefix(text), read_unix_s, None, None)  # the older timing block's own lines
     if (load := load_of(line)) is not None:
-        return LogEvent("runner_load", read_unix_s, 0, load=load)
+        return LogEvent(EventKind.RUNNER_LOAD, read_unix_s, 0, load=load)
     if (port := listening_port(line)) is not None:
-        return LogEvent("runner_listening", read_unix_s, 0, port=port)
+        return LogEvent(EventKind.RUNNER_LISTENING, read_unix_s, 0, port=port)
     if (wait := wait_of(line)) is not None:
-        return LogEvent("runner_wait", read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
+        return LogEvent(EventKind.RUNNER_WAIT, read_unix_s, 0, wait.slot_id, wait.task_id, wait=wait)
     if not line.is_slot:
         return None
     assert line.slot_id is not None
@@ -258,7 +320,7 @@ def parse_line(line: str, read_unix_s: float) -> LogEvent | None:
         return _access(line, read_unix_s)
     if line.startswith("time="):
         if (mlx := parse_mlx_line(line)) is not None:  # the MLX runner's own lines: its anchored, whole-line patterns
-            return LogEvent("mlx", read_unix_s, 0, mlx=mlx)
+            return LogEvent(EventKind.MLX, read_unix_s, 0, mlx=mlx)
         return _ollama_line(line, read_unix_s)
     return _runner_line(line, read_unix_s)
 

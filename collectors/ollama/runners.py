@@ -54,7 +54,7 @@ from collectors.ollama.discovery import (
     discover,
     off_loop_daemon,
 )
-from collectors.ollama.log import LogEvent, LogSource, LogTail
+from collectors.ollama.log import EventKind, LogEvent, LogSource, LogTail
 from collectors.ollama.mlx_direct import MlxDirect
 from collectors.ollama.slots import MAX_SLOTS, SlotReading, SlotsFormatError, parse_slots, slots_cap
 
@@ -88,7 +88,18 @@ SLOTS_TIMEOUT_S = 2.0
 MAX_PREFILL_ROWS_KEPT = 1024
 MAX_DECODE_ROWS_KEPT = 8
 # The runner's per-task lines (a task's start, prompt, progress, timings, end): any one shows they reach the log.
-RUNNER_TASK_KINDS = frozenset({"launch", "new_prompt", "progress", "done", "prompt_eval", "eval", "total", "release"})
+RUNNER_TASK_KINDS = frozenset(
+    {
+        EventKind.LAUNCH,
+        EventKind.NEW_PROMPT,
+        EventKind.PROGRESS,
+        EventKind.DONE,
+        EventKind.PROMPT_EVAL,
+        EventKind.EVAL,
+        EventKind.TOTAL,
+        EventKind.RELEASE,
+    }
+)
 LINES_LOST_AFTER = 2  # generations ended in the log, a llama-server runner serving, none of its lines: they are lost
 RUNNER_LINES_MISSING = (
     "generations end in it but the runner's per-request lines (prompt and timing) never come: this Ollama writes "
@@ -342,13 +353,13 @@ class RunnerReader:
         line, to the runner's listening line): one after the runner is up, or with no start, is dropped and counted."""
         for event in events:
             seq = self._sequences[-1] if self._sequences else None
-            if event.kind == "runner_start" and event.port is not None:
+            if event.kind == EventKind.RUNNER_START and event.port is not None:
                 self._loading_port = event.port
                 self._sequences.append(_StartSequence(event.port, event.read_unix_s))
-            elif event.kind == "runner_load" and event.load is not None:
+            elif event.kind == EventKind.RUNNER_LOAD and event.load is not None:
                 if seq is None or seq.up or not seq.reader.feed(event.load):
                     self.load_lines_dropped += 1
-            elif event.kind in ("runner_listening", "runner_started") and seq is not None:
+            elif event.kind in (EventKind.RUNNER_LISTENING, EventKind.RUNNER_STARTED) and seq is not None:
                 seq.up = seq.up or event.port in (None, seq.port)
         self._adopt_sequences()
 
@@ -404,7 +415,7 @@ class RunnerReader:
         """The runner's waits and task lines, in the order it printed them: the (port, task, when read) whose waits
         changed, to join to requests on the loop. Runs in the log's worker thread; each line costs the same however
         many came before (the joiner's tables are bounded: analysis.runner_waits)."""
-        started = [e.port for e in events if e.kind == "runner_start" and e.port is not None]
+        started = [e.port for e in events if e.kind == EventKind.RUNNER_START and e.port is not None]
         if started:
             port = started[-1]  # like _fold_load_lines: the lines after a start are that runner's
         joiner = self._waits.get(port)
@@ -416,13 +427,13 @@ class RunnerReader:
         changed: dict[tuple[int | None, int], float] = {}
         for event in events:
             tasks = []
-            if event.kind == "runner_wait" and event.wait is not None:
+            if event.kind == EventKind.RUNNER_WAIT and event.wait is not None:
                 tasks = joiner.wait(event.wait)
-            elif event.task_id is not None and event.kind == "launch":
+            elif event.task_id is not None and event.kind == EventKind.LAUNCH:
                 tasks = joiner.launch(event.slot_id, event.task_id)
-            elif event.task_id is not None and event.kind == "new_prompt":
+            elif event.task_id is not None and event.kind == EventKind.NEW_PROMPT:
                 tasks = joiner.new_prompt(event.task_id)
-            elif event.task_id is not None and event.kind == "release":
+            elif event.task_id is not None and event.kind == EventKind.RELEASE:
                 tasks = joiner.release(event.slot_id, event.task_id)
             for task in tasks:
                 changed[(port, task.task_id)] = event.read_unix_s
@@ -827,7 +838,7 @@ class RunnerReader:
         if not events:
             return
         self._watch_runner_lines(events)
-        if any(e.kind in ("runner_start", "runner_started") for e in events):
+        if any(e.kind in (EventKind.RUNNER_START, EventKind.RUNNER_STARTED) for e in events):
             self._look_now = True  # Ollama started a runner: find it now, not at the next round
         self._fold_load_lines(events)
         self._look_at_launches(events)
@@ -837,7 +848,7 @@ class RunnerReader:
         # request (or to a direct task), and its count fits that slot's context: anyone can make the runner print
         # text into this log, so a line naming no task, or a task no request holds, is dropped and counted.
         for event in events:
-            if event.kind not in ("progress", "done", "prompt_eval", "eval"):
+            if event.kind not in (EventKind.PROGRESS, EventKind.DONE, EventKind.PROMPT_EVAL, EventKind.EVAL):
                 continue  # a task's start and end, access and load lines: the direct records' (above)
             rid = self._log_request(event)
             if rid is None:
@@ -852,7 +863,7 @@ class RunnerReader:
         requests sent together was lost so. The line only makes the reader look sooner (at most once a step): what
         it finds is the runner's own answer."""
         shown = {slot.task_id for state in self.runners.values() for slot in state.slots}
-        if not any(e.kind == "launch" and e.task_id not in shown for e in events):
+        if not any(e.kind == EventKind.LAUNCH and e.task_id not in shown for e in events):
             return
         now = time.monotonic()
         for state in self.runners.values():
@@ -887,7 +898,7 @@ class RunnerReader:
                     self.runner_lines_missing = None
                     log.info("Ollama's log: the runner's per-request lines are back")
             elif (
-                event.kind == "access"
+                event.kind == EventKind.ACCESS
                 and event.access is not None
                 and event.access.status == 200
                 and event.access.method == "POST"
@@ -904,17 +915,17 @@ class RunnerReader:
         size = event.prompt_size_tokens
         if size is not None and track.prompt_tokens is None:
             self._sized(track, size, exact=False)  # a slots reading after decoding began replaces it with the exact size
-        if event.kind in ("progress", "done", "prompt_eval"):
+        if event.kind in (EventKind.PROGRESS, EventKind.DONE, EventKind.PROMPT_EVAL):
             self._queue.append(
                 ProgressSample(
                     rid,
                     event.read_unix_s,
                     ProgressSource.LOG,
                     event.tokens,
-                    prompt_tokens=event.tokens if event.kind == "done" else track.prompt_tokens,
+                    prompt_tokens=event.tokens if event.kind == EventKind.DONE else track.prompt_tokens,
                 )
             )
-        elif event.kind == "eval":
+        elif event.kind == EventKind.EVAL:
             self._queue.append(
                 ProgressSample(
                     rid, event.read_unix_s, ProgressSource.LOG, 0, prompt_tokens=track.prompt_tokens, decoded_tokens=event.tokens

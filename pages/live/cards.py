@@ -198,19 +198,7 @@ def in_flight_cards(
     for rec in ordered:
         now_ns = rec.received_ns + int((now_unix_s - rec.started_at_unix_s) * 1e9)
         samples = progress.get(rec.id, [])
-        base = Card(
-            request_id=rec.id,
-            model=rec.model,
-            client=rec.client_addr or UNKNOWN_CLIENT,
-            program=program_text(rec),
-            endpoint=rec.endpoint or UNKNOWN_ROUTE,
-            phase="waiting",
-            elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
-            n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
-            reply_text=rec.response_text,
-            prompt_chars=rec.prompt_chars,
-            direct=rec.direct,
-        )
+        base = _waiting_card(rec, samples, loaded, now_unix_s)
         # No chunk seen (direct, or not streamed to its client): whether it decodes is what the runner says now.
         decoded = _decoded_readings(samples) if not rec.token_chunk_ns else []
         if decoded:
@@ -224,23 +212,50 @@ def in_flight_cards(
             ready = {**ready_unix_s, **ready}
             cards.append(_load_card(base, rec, head, loaded, runner_busy, ready, loads, loading_seen, now_unix_s))
             continue
-        view = prefill_view(samples)
-        if view is None and rec.direct:
-            cards.append(base)  # the runner took its task (that is how it was seen), no reading of it yet
-            continue
-        if view is None:
-            has_runner = runner_busy.get(rec.model, 0) > 0
-            if has_runner:
-                n = queued_seen.get(rec.model, 0) + 1
-                queued_seen[rec.model] = n
-                slot = f"a free slot of {rec.model}"
-                cards.append(replace(base, phase="queued", queue_position=n, waits_for=slot, state_s=base.elapsed_s))
-            else:
-                cards.append(base)  # no reading yet: waiting for a slot or reading the prompt
-            continue
-        began = min(s.ts_unix_s for s in preferred(samples))
-        cards.append(replace(base, phase="prefill", prefill=view, phase_started_unix_s=began))
+        cards.append(_before_decode_card(base, rec, samples, runner_busy, queued_seen))
     return cards
+
+
+def _waiting_card(
+    rec: RequestRecord, samples: Sequence[ProgressSample], loaded: dict[str, int | None], now_unix_s: float
+) -> Card:
+    """What every card shows, as a request that waits: the phase-specific cards replace parts of it."""
+    return Card(
+        request_id=rec.id,
+        model=rec.model,
+        client=rec.client_addr or UNKNOWN_CLIENT,
+        program=program_text(rec),
+        endpoint=rec.endpoint or UNKNOWN_ROUTE,
+        phase="waiting",
+        elapsed_s=max(0.0, now_unix_s - rec.started_at_unix_s),
+        n_ctx=rec.num_ctx or _context_of(rec.model, loaded) or _last(samples, "n_ctx"),
+        reply_text=rec.response_text,
+        prompt_chars=rec.prompt_chars,
+        direct=rec.direct,
+    )
+
+
+def _before_decode_card(
+    base: Card,
+    rec: RequestRecord,
+    samples: Sequence[ProgressSample],
+    runner_busy: dict[str, int],
+    queued_seen: dict[str, int],
+) -> Card:
+    """A request whose model is loaded and that decodes nothing yet: reading its prompt, queued, or waiting.
+    ``queued_seen`` counts the queued ones of each model so far (the next one's position), and is updated."""
+    view = prefill_view(samples)
+    if view is None and rec.direct:
+        return base  # the runner took its task (that is how it was seen), no reading of it yet
+    if view is None:
+        if runner_busy.get(rec.model, 0) > 0:
+            n = queued_seen.get(rec.model, 0) + 1
+            queued_seen[rec.model] = n
+            slot = f"a free slot of {rec.model}"
+            return replace(base, phase="queued", queue_position=n, waits_for=slot, state_s=base.elapsed_s)
+        return base  # no reading yet: waiting for a slot or reading the prompt
+    began = min(s.ts_unix_s for s in preferred(samples))
+    return replace(base, phase="prefill", prefill=view, phase_started_unix_s=began)
 
 
 def _chunk_decode_card(
@@ -475,26 +490,40 @@ def now_strip(
     running = [c for c in cards if c.phase != "finished"]
     prefill_rates = [c.prefill.rate_tok_s for c in running if c.phase == "prefill" and c.prefill and c.prefill.rate_tok_s]
     decode_rates = [c.live_tok_s for c in running if c.phase == "decoding" and c.live_tok_s is not None]
-    start = now_unix_s - window_s
-    prefill_s = decode_s = 0.0
-    for r in recent:
-        if r.outcome is Outcome.IN_FLIGHT:
-            continue
-        prefill_s += _overlap(r.prefill_start_unix_s, r.decode_start_unix_s, start, now_unix_s)
-        decode_s += _overlap(r.decode_start_unix_s, r.decode_end_unix_s, start, now_unix_s)
-    for c in running:
-        if c.phase == "prefill":
-            prefill_s += _overlap(c.phase_started_unix_s, now_unix_s, start, now_unix_s)
-        elif c.phase == "decoding":
-            decode_s += _overlap(c.phase_started_unix_s, now_unix_s, start, now_unix_s)
+    prefill_s, decode_s = _phase_seconds(running, recent, now_unix_s - window_s, now_unix_s)
     busy = prefill_s + decode_s
     return NowStrip(
-        prefill_tok_s=sum(prefill_rates) if prefill_rates else (0.0 if not any(c.phase == "prefill" for c in running) else None),
-        decode_tok_s=sum(decode_rates) if decode_rates else (0.0 if not any(c.phase == "decoding" for c in running) else None),
+        prefill_tok_s=_summed_rate(prefill_rates, running, "prefill"),
+        decode_tok_s=_summed_rate(decode_rates, running, "decoding"),
         prefill_share=prefill_s / busy if busy > 0 else None,
         decode_share=decode_s / busy if busy > 0 else None,
         waiting=sum(1 for c in running if c.phase in WAITING_PHASES),
     )
+
+
+def _summed_rate(rates: Sequence[float], running: Sequence[Card], phase: str) -> float | None:
+    """The rates summed; 0 when no generation is in ``phase``; None when some are and none has a rate yet."""
+    if rates:
+        return sum(rates)
+    return 0.0 if not any(c.phase == phase for c in running) else None
+
+
+def _phase_seconds(
+    running: Sequence[Card], recent: Iterable[RequestSummary], start_unix_s: float, now_unix_s: float
+) -> tuple[float, float]:
+    """(prefill, decode) seconds inside [start, now]: finished requests' phases, running ones' up to now."""
+    prefill_s = decode_s = 0.0
+    for r in recent:
+        if r.outcome is Outcome.IN_FLIGHT:
+            continue
+        prefill_s += _overlap(r.prefill_start_unix_s, r.decode_start_unix_s, start_unix_s, now_unix_s)
+        decode_s += _overlap(r.decode_start_unix_s, r.decode_end_unix_s, start_unix_s, now_unix_s)
+    for c in running:
+        if c.phase == "prefill":
+            prefill_s += _overlap(c.phase_started_unix_s, now_unix_s, start_unix_s, now_unix_s)
+        elif c.phase == "decoding":
+            decode_s += _overlap(c.phase_started_unix_s, now_unix_s, start_unix_s, now_unix_s)
+    return prefill_s, decode_s
 
 
 def _overlap(a: float | None, b: float | None, lo: float, hi: float) -> float:

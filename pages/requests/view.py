@@ -326,6 +326,9 @@ def time_origin(rec: RequestRecord) -> str:
     return "the runner started the task"
 
 
+_Point = tuple[str, int | None, int | None]  # a span's label, start and end on the record's clock (ns)
+
+
 def waterfall_spans(
     rec: RequestRecord, ph: Phases, waits: TaskWaits | None = None, split: WaitSplit | None = None
 ) -> tuple[list[Span], list[Span], float | None]:
@@ -339,9 +342,30 @@ def waterfall_spans(
         return (ns - rec.received_ns) / 1e6
 
     answer_ns = rec.first_answer_ns if rec.thinking_chunks else None
-    ollama: list[Span] = []
-    points: list[tuple[str, int | None, int | None]] = []
-    # Phases placed by durations: Ollama's, or for a direct record the runner's (its log, else /slots readings).
+    ollama = [
+        Span(label, rel(a), rel(b))
+        for label, a, b in _ollama_points(rec, ph, answer_ns, waits, split)
+        if a is not None and b is not None and b > a
+    ]
+    if rec.direct:
+        return ollama, [], None  # no proxy saw it: there is no client's view
+    client: list[Span] = []
+    for label, a_ns, b_ns in _client_points(rec, answer_ns):
+        if a_ns is None or b_ns is None:
+            continue
+        start_ms = 0.0 if label == "waiting for first byte" else rel(a_ns)
+        end_ms = rel(b_ns)
+        if end_ms - start_ms > 0.05:
+            client.append(Span(label, start_ms, end_ms))
+    ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None and rec.stream else None
+    return ollama, client, ttft_ms
+
+
+def _ollama_points(
+    rec: RequestRecord, ph: Phases, answer_ns: int | None, waits: TaskWaits | None, split: WaitSplit | None
+) -> list[_Point]:
+    """The phases placed by durations: Ollama's, or for a direct record the runner's (its log, else /slots readings)."""
+    points: list[_Point] = []
     timed = {PhaseSource.OLLAMA, PhaseSource.LOG, PhaseSource.SLOTS} if rec.direct else {PhaseSource.OLLAMA}
     if ph.load_source in timed:
         points.append(("load", ph.load_start_ns, ph.load_end_ns))
@@ -354,30 +378,20 @@ def waterfall_spans(
             points += [("thinking", ph.decode_start_ns, answer_ns), ("answer", answer_ns, ph.decode_end_ns)]
         else:
             points.append(("decode", ph.decode_start_ns, ph.decode_end_ns))
-    for label, a, b in points:
-        if a is not None and b is not None and b > a:
-            ollama.append(Span(label, rel(a), rel(b)))
-    client: list[Span] = []
-    if rec.direct:
-        return ollama, client, None  # no proxy saw it: there is no client's view
-    streaming: list[tuple[str, int | None, int | None]] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
+    return points
+
+
+def _client_points(rec: RequestRecord, answer_ns: int | None) -> list[_Point]:
+    """What the client saw, as the proxy timed it; a thinking model's stream split at its first answer token."""
+    streaming: list[_Point] = [("streaming tokens", rec.first_token_ns, rec.final_chunk_ns)]
     if answer_ns is not None:
         streaming = [("streaming thinking", rec.first_token_ns, answer_ns), ("streaming answer", answer_ns, rec.final_chunk_ns)]
-    marks = [
+    return [
         ("waiting for first byte", rec.received_ns, rec.first_byte_ns),
         ("first byte to first token", rec.first_byte_ns, rec.first_token_ns),
         *streaming,
         ("after last token", rec.final_chunk_ns, rec.closed_ns),
     ]
-    for label, a_ns, b_ns in marks:
-        if a_ns is None or b_ns is None:
-            continue
-        start_ms = 0.0 if label == "waiting for first byte" else rel(a_ns)
-        end_ms = rel(b_ns)
-        if end_ms - start_ms > 0.05:
-            client.append(Span(label, start_ms, end_ms))
-    ttft_ms = rel(rec.first_token_ns) if rec.first_token_ns is not None and rec.stream else None
-    return ollama, client, ttft_ms
 
 
 MODEL_NOT_KNOWN = "model not known"  # a direct request recorded from Ollama's access line alone: the line names none

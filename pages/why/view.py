@@ -235,22 +235,30 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
     return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes)
 
 
+def _summed(pairs: Sequence[tuple[float, int]]) -> tuple[float | None, int | None, float | None]:
+    """(joules, tokens, joules per token) over (joules, tokens) pairs; all None when there is none."""
+    if not pairs:
+        return None, None, None
+    joules, tokens = sum(j for j, _ in pairs), sum(n for _, n in pairs)
+    return joules, tokens or None, joules / tokens if tokens else None
+
+
 def _aggregate_energy(parts: Sequence[PhaseEnergy]) -> PhaseEnergy | None:
     """Joules summed over requests, divided by the tokens they covered: a per-token figure for the model."""
     pre = [(e.prefill_j, e.prompt_tokens_computed) for e in parts if e.prefill_j is not None and e.prompt_tokens_computed]
     dec = [(e.decode_j, e.output_intervals) for e in parts if e.decode_j is not None and e.output_intervals]
     if not pre and not dec:
         return None
-    pre_j, pre_n = sum(j for j, _ in pre if j is not None), sum(n for _, n in pre if n)
-    dec_j, dec_n = sum(j for j, _ in dec if j is not None), sum(n for _, n in dec if n)
+    pre_j, pre_n, pre_per = _summed(pre)
+    dec_j, dec_n, dec_per = _summed(dec)
     methods = {e.method for e in parts if e.method}
     return PhaseEnergy(
-        prefill_j=pre_j if pre else None,
-        decode_j=dec_j if dec else None,
-        prompt_tokens_computed=pre_n or None,
-        output_intervals=dec_n or None,
-        j_per_prompt_token=pre_j / pre_n if pre_n else None,
-        j_per_output_token=dec_j / dec_n if dec_n else None,
+        prefill_j=pre_j,
+        decode_j=dec_j,
+        prompt_tokens_computed=pre_n,
+        output_intervals=dec_n,
+        j_per_prompt_token=pre_per,
+        j_per_output_token=dec_per,
         method=methods.pop() if len(methods) == 1 else "mixed",
         coarse=any(e.coarse for e in parts),
     )

@@ -10,7 +10,7 @@ import pytest
 from analysis.diagnose import CODES, Diagnosis, Severity, diagnose_request
 from analysis.phases import Phases, split_record
 from analysis.records import GpuSample, RequestRecord
-from analysis.runner_waits import MIB, TaskWaits
+from analysis.runner_waits import MIB, TaskWaits, WaitKind
 from tests.support.diagnose_cases import FACTS, SPEC, T0_UNIX, loaded, make_record
 
 
@@ -131,8 +131,8 @@ def test_one_token_reply() -> None:
 def saved_16k_state() -> TaskWaits:
     """The H200 run's 272-token prompt after a 16k one: what the runner's lines said it did first."""
     t = TaskWaits(1112, 0, 2, 0)
-    t.add("prompt_cache_save", round(1362.016 * MIB), 16669)
-    t.add("full_reprocess", None, None)
+    t.add(WaitKind.PROMPT_CACHE_SAVE, round(1362.016 * MIB), 16669)
+    t.add(WaitKind.FULL_REPROCESS, None, None)
     return t
 
 

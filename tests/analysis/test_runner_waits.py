@@ -6,55 +6,55 @@ from __future__ import annotations
 import pytest
 
 from analysis.log_grammar import MAX_LINE_CHARS
-from analysis.runner_waits import MIB, WaitJoiner, WaitLine, parse_wait_line, waits_label, what_changes
+from analysis.runner_waits import MIB, WaitJoiner, WaitKind, WaitLine, WaitLineKind, parse_wait_line, waits_label, what_changes
 from collectors.ollama.log import parse_line
 from tests.support.real_gpu import LOG
 
 LINES: list[tuple[str, WaitLine]] = [
     (
         "srv    load_model: initializing, n_slots = 2, n_ctx_slot = 20480, kv_unified = 'false'",
-        WaitLine("n_slots", tokens=2),
+        WaitLine(WaitLineKind.N_SLOTS, tokens=2),
     ),
     (
         "srv   prompt_save:  - saving prompt with length 16669, total state size = 1362.016 MiB (draft: 0.000 MiB)",
-        WaitLine("save", size_bytes=round(1362.016 * MIB), tokens=16669),
+        WaitLine(WaitLineKind.SAVE, size_bytes=round(1362.016 * MIB), tokens=16669),
     ),
-    ("srv         alloc:  - prompt is already in the cache, skipping", WaitLine("save_skipped")),
+    ("srv         alloc:  - prompt is already in the cache, skipping", WaitLine(WaitLineKind.SAVE_SKIPPED)),
     (
         "srv         alloc:  - prompt state size 9000.000 MiB exceeds cache size limit 8192.000 MiB, skipping",
-        WaitLine("save_skipped"),
+        WaitLine(WaitLineKind.SAVE_SKIPPED),
     ),
     (
         "srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 593.063 MiB)",
-        WaitLine("cache_evict", size_bytes=round(593.063 * MIB)),
+        WaitLine(WaitLineKind.CACHE_EVICT, size_bytes=round(593.063 * MIB)),
     ),
-    ("srv          load:  - found better prompt with f_keep = 0.950, f_sim = 0.990", WaitLine("cache_load")),
-    ("srv  get_availabl: prompt cache update took 1.08 ms", WaitLine("cache_update", duration_ms=1.08)),
-    ("slot process_sing: id  1 | task -1 | saving idle slot to prompt cache", WaitLine("idle_save", slot_id=1)),
+    ("srv          load:  - found better prompt with f_keep = 0.950, f_sim = 0.990", WaitLine(WaitLineKind.CACHE_LOAD)),
+    ("srv  get_availabl: prompt cache update took 1.08 ms", WaitLine(WaitLineKind.CACHE_UPDATE, duration_ms=1.08)),
+    ("slot process_sing: id  1 | task -1 | saving idle slot to prompt cache", WaitLine(WaitLineKind.IDLE_SAVE, slot_id=1)),
     (
         "slot   operator(): id  0 | task 7 | restored context checkpoint (pos_min = 0, pos_max = 267, n_tokens = 268, "
         "n_past = 268, size = 83.754 MiB)",
-        WaitLine("checkpoint_restore", 0, 7, round(83.754 * MIB), 268),
+        WaitLine(WaitLineKind.CHECKPOINT_RESTORE, 0, 7, round(83.754 * MIB), 268),
     ),
     (
         "slot   operator(): id  1 | task 806 | forcing full prompt re-processing due to lack of cache data (likely due to SWA "
         "or hybrid/recurrent memory, see https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)",
-        WaitLine("full_reprocess", 1, 806),
+        WaitLine(WaitLineKind.FULL_REPROCESS, 1, 806),
     ),
     (
         "slot   operator(): id  0 | task 1112 | erased invalidated context checkpoint (pos_min = 2065, pos_max = 3600, "
         "n_tokens = 3601, n_swa = 1024, pos_next = 0, size = 320.013 MiB)",
-        WaitLine("checkpoint_erase", 0, 1112, round(320.013 * MIB), 3601),
+        WaitLine(WaitLineKind.CHECKPOINT_ERASE, 0, 1112, round(320.013 * MIB), 3601),
     ),
     (
         "slot create_check: id  0 | task 5 | created context checkpoint 1 of 32 (pos_min = 0, pos_max = 267, n_tokens = 268, "
         "size = 83.754 MiB)",
-        WaitLine("checkpoint_create", 0, 5, round(83.754 * MIB), 268),
+        WaitLine(WaitLineKind.CHECKPOINT_CREATE, 0, 5, round(83.754 * MIB), 268),
     ),
     # With --log-prefix --log-timestamps the runner puts its clock and level first.
     (
         "0.12.345.678 I srv   prompt_save:  - saving prompt with length 5, total state size = 1.876 MiB (draft: 0.000 MiB)",
-        WaitLine("save", size_bytes=round(1.876 * MIB), tokens=5),
+        WaitLine(WaitLineKind.SAVE, size_bytes=round(1.876 * MIB), tokens=5),
     ),
 ]
 
@@ -105,9 +105,9 @@ def test_the_h200_runs_waits_are_joined_to_the_task_they_precede() -> None:
     # "already in the cache" and copied nothing.
     t = j.tasks[1112]
     assert (t.slot_id, t.n_slots, t.other_slots_busy) == (0, 2, 0)
-    save = t.waits["prompt_cache_save"]
+    save = t.waits[WaitKind.PROMPT_CACHE_SAVE]
     assert (save.count, save.size_bytes, save.tokens) == (1, round(1362.016 * MIB), 16669)
-    assert t.waits["checkpoint_erase"].count == 2 and "full_reprocess" in t.waits
+    assert t.waits[WaitKind.CHECKPOINT_ERASE].count == 2 and "full_reprocess" in t.waits
     said = "prompt-cache save 1,362 MiB + 2 context checkpoints erased (640 MiB) + full re-processing (cache lost)"
     assert waits_label(t) == said
     assert "--cache-ram 0" in what_changes(t) and "OLLAMA_NUM_PARALLEL" in what_changes(t)
@@ -165,8 +165,8 @@ def test_launch_lines_on_new_slot_ids_fold_in_linear_time_and_bounded_tables() -
 def test_a_slot_or_slot_count_the_runner_does_not_run_with_is_dropped() -> None:
     joiner = WaitJoiner(2)  # started with -np 2
     assert joiner.launch(7, 5) == [] and 5 not in joiner.tasks
-    assert joiner.wait(WaitLine("n_slots", tokens=64)) == [] and joiner.n_slots == 2
-    assert joiner.wait(WaitLine("idle_save", slot_id=9)) == []
+    assert joiner.wait(WaitLine(WaitLineKind.N_SLOTS, tokens=64)) == [] and joiner.n_slots == 2
+    assert joiner.wait(WaitLine(WaitLineKind.IDLE_SAVE, slot_id=9)) == []
     assert joiner.dropped == 3
     (task,) = joiner.launch(1, 6)
     assert (task.slot_id, task.n_slots) == (1, 2)

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from analysis.runner_load import MIB
+from analysis.runner_load import MIB, LoadLineKind
 from analysis.speculative import Speculation
 from collectors.ollama.discovery import runner_from_argv
 from sim.catalog import BY_NAME
@@ -102,7 +102,7 @@ def test_every_layer_when_the_model_fits_the_gpus_the_build_lists(tmp_path: Path
     devices = asyncio.run(LlamaServerEngine.devices(engine))
     assert [(d.device, d.description, d.free_bytes) for d in devices] == [("CUDA0", "NVIDIA H200", 142629 * MIB)]
     assert LlamaServerEngine._gpu_layers(engine, 20480, devices) == MODEL.block_count + 1
-    small = [devices[0].__class__("device", device="CUDA0", free_bytes=MODEL.size_bytes // 2)]
+    small = [devices[0].__class__(LoadLineKind.DEVICE, device="CUDA0", free_bytes=MODEL.size_bytes // 2)]
     assert 0 < LlamaServerEngine._gpu_layers(engine, 20480, small) < MODEL.block_count + 1, (
         "a partial offload when it does not fit"
     )

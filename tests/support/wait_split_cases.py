@@ -14,7 +14,7 @@ import httpx
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.phases import split_record
 from analysis.records import RequestRecord, RunnerFlags
-from analysis.runner_waits import TaskWaits
+from analysis.runner_waits import TaskWaits, WaitKind
 from analysis.wait_split import WaitSplit, split_for
 from collectors.proxy.recording import RECORD_ID_HEADER
 from store.ops import PutRequest, PutRunners
@@ -61,7 +61,7 @@ def saved_state(n_slots: int) -> TaskWaits:
     """The runner's lines for a task launched after another ended: it copied that conversation's state (20 MiB) into
     its prompt cache first, as llama-server prints for every task that takes a slot someone used."""
     waits = TaskWaits(task_id=7, slot_id=0, n_slots=n_slots, other_slots_busy=0)
-    waits.add("prompt_cache_save", 20 * 1024 * 1024, 4095)
+    waits.add(WaitKind.PROMPT_CACHE_SAVE, 20 * 1024 * 1024, 4095)
     return waits
 
 

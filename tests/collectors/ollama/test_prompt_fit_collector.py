@@ -15,7 +15,7 @@ import pytest
 
 from analysis.prompt_fit import FitLine, LineKind, ServerSettings, verdict
 from analysis.records import FinalMetrics, Outcome, RequestRecord
-from collectors.ollama.log import LogEvent
+from collectors.ollama.log import EventKind, LogEvent
 from collectors.ollama.prompt_fit import FitBook, read_start_lines
 from sim.tokens import make_prompt
 from tests.support.collector_process import MODEL, collector, listen_url, query
@@ -97,7 +97,7 @@ def _rec(prompt_eval_count: int, started: float) -> RequestRecord:
 
 
 def _cut(new: int, read_s: float) -> LogEvent:
-    return LogEvent("prompt_fit", read_s, 0, fit=FitLine(LineKind.TRUNCATED, limit=new, prompt=6000, keep=5, new=new))
+    return LogEvent(EventKind.PROMPT_FIT, read_s, 0, fit=FitLine(LineKind.TRUNCATED, limit=new, prompt=6000, keep=5, new=new))
 
 
 def test_a_line_read_after_its_request_was_written_writes_it_again() -> None:
