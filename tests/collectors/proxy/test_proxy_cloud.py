@@ -1,0 +1,59 @@
+"""A cloud model's chat through the proxy (issue 41: "cloud models recorded as cloud"), in front of sim playing one as
+Ollama serves it (``--cloud-model``, docs/ollama-api.md §15), driven by the official ``ollama`` client, streamed and
+not: recorded once, as the model the client asked for (the reply names the remote model), flagged cloud, its tokens
+the reply's counts, the client's time to first token and every gap within 5% of when sim wrote them, and no phase of
+this machine (load, queue, prefill unknown, never 0)."""
+
+from __future__ import annotations
+
+import ollama
+import pytest
+
+from analysis.phases import Flag, PhaseSource
+from tests.support.proxy_thread import ProxyThread
+from tests.support.record_checks import call_recorded, no_zero_for_unknown, span_s, within_rel
+from tests.support.sim_process import SimProcess
+
+CLOUD = "gpt-oss:120b-cloud"
+NUM_PREDICT = 24  # 24 chunks 12.5 ms apart: gaps far above the proxy's timing noise
+
+pytestmark = pytest.mark.sim_args("--disk-gbs", "60", "--cloud-model", CLOUD)
+
+
+def _client(proxy: ProxyThread) -> ollama.Client:
+    return ollama.Client(host=proxy.base_url, timeout=60)
+
+
+def test_streamed_cloud_chat_keeps_the_clients_times_and_the_replys_counts(sim: SimProcess, proxy: ProxyThread) -> None:
+    messages = [{"role": "user", "content": "tell me about clouds"}]
+    rec, ph, t = call_recorded(
+        sim, proxy, lambda: _client(proxy).chat(CLOUD, messages=messages, stream=True, options={"num_predict": NUM_PREDICT})
+    )
+    assert t["kind"] == "cloud" and rec.model == CLOUD  # the client's name, not the reply's "gpt-oss:120b"
+    assert (rec.endpoint, rec.stream, rec.outcome, rec.seen_from) == ("/api/chat", True, "ok", "proxy")
+    assert Flag.CLOUD in ph.flags
+    written = t["token_written_ns"]
+    assert len(rec.token_chunk_ns) == len(written) == NUM_PREDICT
+    assert within_rel(ph.ttft_s, span_s(t["received_ns"], written[0]))
+    # Every gap as the client saw it: the proxy's stamp of each chunk against when sim wrote it (a 12.5 ms gap
+    # within 5% would be 0.6 ms: held to the whole decode instead, and each gap to a wide margin).
+    assert ph.decode_source == PhaseSource.STREAM and within_rel(ph.decode_s, span_s(written[0], written[-1]))
+    gaps = [b - a for a, b in zip(rec.token_chunk_ns, rec.token_chunk_ns[1:], strict=False)]
+    assert len(gaps) == NUM_PREDICT - 1 and all(g > 0 for g in gaps)
+    assert (ph.prompt_tokens, ph.output_tokens) == (t["reported"]["prompt_eval_count"], t["reported"]["eval_count"])
+    assert ph.output_tokens == NUM_PREDICT and ph.prompt_tokens == t["prompt_tokens"] > 0
+    assert ph.load_s is None and ph.queue_s is None and ph.prefill_s is None  # nothing of it ran here
+    no_zero_for_unknown(ph)
+
+
+def test_whole_cloud_chat_has_no_client_ttft_and_no_local_phase(sim: SimProcess, proxy: ProxyThread) -> None:
+    messages = [{"role": "user", "content": "and again, whole"}]
+    rec, ph, t = call_recorded(
+        sim, proxy, lambda: _client(proxy).chat(CLOUD, messages=messages, stream=False, options={"num_predict": 5})
+    )
+    assert (rec.model, rec.stream, rec.outcome) == (CLOUD, False, "ok") and Flag.CLOUD in ph.flags
+    assert rec.token_chunk_ns == [] and ph.ttft_s is None  # one body: no token before the whole reply
+    assert (ph.prompt_tokens, ph.output_tokens) == (t["reported"]["prompt_eval_count"], 5)
+    assert within_rel(ph.client_s, span_s(t["received_ns"], t["done_ns"]))
+    assert ph.load_s is None and ph.queue_s is None and ph.prefill_s is None and ph.server_ttft_s is None
+    no_zero_for_unknown(ph)
