@@ -25,6 +25,7 @@ from aiohttp import web
 
 from analysis.model_names import is_cloud
 from sim.backend import Done, Event, Token
+from sim.catalog import find_model
 from sim.http import NDJSON, ApiError, dumps, prompt_ids_chat, prompt_ids_generate
 from sim.ollama_time import rfc3339nano
 from sim.streaming import EventStream
@@ -70,8 +71,12 @@ def digest(name: str) -> str:
     return hashlib.sha256(("phasewatch-sim-cloud:" + name).encode()).hexdigest()
 
 
-def _details() -> dict[str, Any]:
-    """A pulled cloud model's details: its manifest says nothing of a local file."""
+def _details(name: str) -> dict[str, Any]:
+    """A cloud model's details: those of the library model it runs where sim's catalog has it (``qwen2.5:0.5b-cloud``
+    → ``qwen2.5:0.5b``'s), else empty (its manifest says nothing of a local file)."""
+    remote = find_model(remote_name(name))
+    if remote is not None:
+        return remote.details() | {"format": ""}
     return {"parent_model": "", "format": "", "family": "", "families": None, "parameter_size": "", "quantization_level": ""}
 
 
@@ -85,18 +90,20 @@ def tags_entry(name: str) -> dict[str, Any]:
         "modified_at": MODIFIED_AT,
         "size": MANIFEST_BYTES,
         "digest": digest(name),
-        "details": _details(),
+        "details": _details(name),
         "capabilities": ["completion"],
     }
 
 
 def show_body(name: str) -> dict[str, Any]:
-    """``/api/show`` of the model: what ollama.com says of it, with where it runs."""
+    """``/api/show`` of the model: what ollama.com says of it (the library model's architecture, where sim's catalog
+    has it), with where it runs."""
+    remote = find_model(remote_name(name))
     return {
-        "details": _details(),
+        "details": _details(name),
         "remote_model": remote_name(name),
         "remote_host": REMOTE_HOST,
-        "model_info": {},
+        "model_info": remote.model_info() if remote is not None else {},
         "capabilities": ["completion"],
         "modified_at": MODIFIED_AT,
     }

@@ -12,7 +12,7 @@ import ollama
 import pytest
 
 from sim.cloud import remote_name
-from tests.support.sim_process import SimProcess, truth_by_id
+from tests.support.sim_process import SimProcess, start_sim, truth_by_id
 
 CLOUD = "gpt-oss:120b-cloud"
 COLON_CLOUD = "glm-4.6:cloud"
@@ -35,6 +35,7 @@ def test_listed_with_where_it_runs_and_never_loaded(sim: SimProcess) -> None:
     assert rows[COLON_CLOUD]["remote_model"] == "glm-4.6"
     assert rows[CLOUD]["size"] < 4096  # a manifest, no weights here
     assert "remote_host" not in rows[LOCAL]
+    assert rows[CLOUD]["details"]["family"] == ""  # no library model of that name in sim's catalog
     show = httpx.post(sim.base_url + "/api/show", json={"model": CLOUD}, timeout=10).json()
     assert show["remote_model"] == "gpt-oss:120b" and show["remote_host"] == "https://ollama.com:443"
     ollama.Client(sim.base_url).chat(CLOUD, messages=[{"role": "user", "content": "hi"}], options={"num_predict": 2})
@@ -90,6 +91,14 @@ def test_only_cloud_names_are_cloud_models() -> None:
     assert parse_args(["--cloud-model", CLOUD]).cloud_model == [CLOUD]
     with pytest.raises(SystemExit):
         parse_args(["--cloud-model", "qwen2.5:0.5b"])
+
+
+def test_a_cloud_model_of_a_library_model_shows_its_architecture() -> None:
+    with start_sim("--cloud-model", "qwen2.5:0.5b-cloud") as sim:
+        show = httpx.post(sim.base_url + "/api/show", json={"model": "qwen2.5:0.5b-cloud"}, timeout=10).json()
+        local = httpx.post(sim.base_url + "/api/show", json={"model": LOCAL}, timeout=10).json()
+    assert show["model_info"] == local["model_info"] and show["details"]["family"] == local["details"]["family"]
+    assert show["remote_model"] == LOCAL
 
 
 def test_an_unknown_cloud_model_is_not_found(sim: SimProcess) -> None:
