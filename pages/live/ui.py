@@ -192,6 +192,8 @@ def wait_caption(card: Card, last_load_s: float | None) -> str | None:
             so_far += f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
         return f"Ollama is loading {model} into memory: {so_far}.{last}{wait}"
     if card.phase == "waiting":
+        if card.waits_for:
+            return f"Waiting for {waits_for}: {so_far}."
         if card.direct:
             return "The runner took it; no reading of its progress yet."
         return "No token yet and no progress reading: it waits for a slot or reads its prompt."
