@@ -7,9 +7,10 @@ back as it arrives: the chunks name the remote model (``gpt-oss:120b``), and the
 log has its access line only (``sim.server.gin_log`` writes it). ``/api/tags`` lists a pulled cloud model with
 ``remote_model`` and ``remote_host``, its size that of its manifest.
 
-``python -m sim --cloud-model NAME`` serves NAME so on ``/api/generate`` and ``/api/chat``. The timing is a
-datacenter's seen from here, not this machine's roofline: a round trip and ollama.com's queue and prefill before
-the first token, then tokens at a steady rate. ``/sim/truth`` records each request with ``kind: "cloud"``.
+``python -m sim --cloud-model NAME`` serves NAME so on ``/api/generate``, ``/api/chat`` and ``/v1/chat/completions``
+(``sim.openai_api``). The timing is a datacenter's seen from here, not this machine's roofline: a round trip and
+ollama.com's queue and prefill before the first token, then tokens at a steady rate. ``/sim/truth`` records each
+request with ``kind: "cloud"``.
 """
 
 from __future__ import annotations
@@ -192,8 +193,14 @@ async def answer(
     if not isinstance(num_predict, int) or isinstance(num_predict, bool):
         raise ApiError(500, "option 'num_predict' must be of type integer")
     stream = body.get("stream", True) is not False
-    truth.kind, truth.model, truth.stream, truth.prompt_tokens = "cloud", name, stream, len(prompt_ids)
-    seed = f"cloud:{hash(tuple(prompt_ids[-64:]))}"
     fmt = CloudFormat(chat, remote_name(name), received_ns + int(ROUND_TRIP_S / 2 * 1e9), truth)
     events = EventStream(request, request_id, truth, received_ns, fmt, stream=stream, faults=faults)
+    return await play(events, name, prompt_ids, num_predict)
+
+
+async def play(events: EventStream, name: str, prompt_ids: list[int], num_predict: int) -> web.StreamResponse:
+    """ollama.com's answer to ``prompt_ids`` written by ``events`` (its route's format), recorded as a cloud request."""
+    truth = events.truth
+    truth.kind, truth.model, truth.stream, truth.prompt_tokens = "cloud", name, events.stream, len(prompt_ids)
+    seed = f"cloud:{hash(tuple(prompt_ids[-64:]))}"
     return await events.run(_tokens(len(prompt_ids), num_predict, seed, truth))

@@ -6,9 +6,11 @@ log has the access line only. The official ``ollama`` client reads every reply."
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import ollama
+import openai
 import pytest
 
 from sim.cloud import remote_name
@@ -104,3 +106,20 @@ def test_a_cloud_model_of_a_library_model_shows_its_architecture() -> None:
 def test_an_unknown_cloud_model_is_not_found(sim: SimProcess) -> None:
     r = httpx.post(sim.base_url + "/api/chat", json={"model": "nope:cloud", "messages": []}, timeout=10)
     assert r.status_code == 404
+
+
+def test_openai_chat_to_a_cloud_model_as_ollama_passes_it_on(sim: SimProcess) -> None:
+    client = openai.OpenAI(base_url=sim.base_url + "/v1", api_key="ollama", timeout=60, max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    chunks = list(
+        client.chat.completions.create(
+            model=CLOUD, messages=messages, max_tokens=6, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert all(c.model == "gpt-oss:120b" for c in chunks)
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 6
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 6 and usage.prompt_tokens > 0
+    whole = client.chat.completions.create(model=CLOUD, messages=messages, max_tokens=4)
+    assert whole.usage is not None and whole.usage.completion_tokens == 4 and whole.model == "gpt-oss:120b"
+    assert httpx.get(sim.base_url + "/api/ps", timeout=10).json() == {"models": []}
