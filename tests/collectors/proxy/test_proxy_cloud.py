@@ -46,11 +46,11 @@ def test_streamed_cloud_chat_keeps_the_clients_times_and_the_replys_counts(sim: 
     assert len(rec.token_chunk_ns) == len(written) == NUM_PREDICT
     assert client_saw(ph.ttft_s, span_s(t["received_ns"], written[0]))
     # Every gap as the client saw it: the proxy's stamp of each chunk (a 12.5 ms gap within 5% would be 0.6 ms, below
-    # a busy machine's scheduling noise: the whole decode is held to sim's, and each gap is there and positive).
+    # a busy machine's scheduling noise: the whole decode is held to sim's, and each gap is there, never negative).
     assert ph.decode_source == PhaseSource.STREAM and ph.decode_s is not None
     assert abs(ph.decode_s - span_s(written[0], written[-1])) <= HOP_MARGIN_S  # first to last chunk, as written
     gaps = [b - a for a, b in zip(rec.token_chunk_ns, rec.token_chunk_ns[1:], strict=False)]
-    assert len(gaps) == NUM_PREDICT - 1 and all(g > 0 for g in gaps)
+    assert len(gaps) == NUM_PREDICT - 1 and all(g >= 0 for g in gaps)  # 0: two chunks came in one read (a busy machine)
     assert (ph.prompt_tokens, ph.output_tokens) == (t["reported"]["prompt_eval_count"], t["reported"]["eval_count"])
     assert ph.output_tokens == NUM_PREDICT and ph.prompt_tokens == t["prompt_tokens"] > 0
     assert ph.load_s is None and ph.queue_s is None and ph.prefill_s is None  # nothing of it ran here
