@@ -33,7 +33,7 @@ from analysis.ceilings import ceilings_for_request
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
 from analysis.model_facts import model_facts_from_show
-from analysis.model_names import same_model
+from analysis.model_names import is_cloud, same_model
 from analysis.records import (
     GPU_SOURCE_NAMES,
     CollectorInfo,
@@ -453,6 +453,8 @@ class CollectorService:
             self.stats.observe(row, token_gaps_s or ())
             if not self._has_gpu_source():
                 return  # neither list can ever be drained: no energy, no ceiling without a GPU
+            if is_cloud(row.model):
+                return  # ran on ollama.com: no ceiling of this GPU judges it, none of its energy was for it
             if row.decode_tok_s and self.stats.ceiling_ratio_of(row) is None:
                 # Without its text: up to CEILING_PENDING_MAX rows wait, and with --record-text each may hold MBs.
                 self._ceiling_pending.append((time.monotonic(), _without_text(row)))
@@ -635,7 +637,10 @@ class CollectorService:
         self._ceiling_pending = waiting
 
     def _decode_ceiling_ratio(self, row: RequestRow) -> float | None:
-        """A finished request's decode rate over its memory-bandwidth ceiling on this GPU; None when either is unknown."""
+        """A finished request's decode rate over its memory-bandwidth ceiling on this GPU; None when either is unknown,
+        and for a cloud model's request, which ran on ollama.com (docs/ollama-api.md §15)."""
+        if is_cloud(row.model):
+            return None
         poller, gpu = self.poller, self.latest_gpus[0] if self.latest_gpus else None
         if not row.decode_tok_s or poller is None or gpu is None or (show := poller.shows.get(row.model)) is None:
             return None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sim import ollama_log
+from sim import cloud, ollama_log
 from sim.catalog import MODELS
 from sim.context_fit import log_start_lines
 from sim.engine import SimEngine
@@ -141,6 +141,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "scripts/build_llama_server.sh builds, or llama-server on PATH)",
     )
     ap.add_argument(
+        "--cloud-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve NAME (a ':cloud' or '-cloud' tag) as Ollama serves a cloud model: listed with remote_model and "
+        "remote_host, answered as ollama.com answers, no runner (sim/cloud.py); may be given more than once",
+    )
+    ap.add_argument(
         "--log-file",
         default=None,
         metavar="PATH",
@@ -167,6 +175,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--max-loaded-models must be >= 0")
     if args.max_queue < 0:
         ap.error("--max-queue must be >= 0")
+    try:
+        cloud.check_names(args.cloud_model)
+    except ValueError as e:
+        ap.error(f"--cloud-model: {e}")
     try:
         args.keep_alive_ns = keep_alive_ns(args.keep_alive if not args.keep_alive.lstrip("-").isdigit() else int(args.keep_alive))
     except ValueError as e:
@@ -216,17 +228,17 @@ async def serve(args: argparse.Namespace) -> None:
         except EngineUnavailable as e:
             print(f"sim: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
-        app = build_app(child, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
+        app = build_app(child, _config(args), faults)
         add_engine_routes(app, child)
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"
     elif args.engine == "mlx":
         from sim.mlx_engine import MlxEngine
 
         mlx = MlxEngine(args.model_name, default_keep_alive_ns=args.keep_alive_ns)
-        app = build_app(mlx, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
+        app = build_app(mlx, _config(args), faults)
         args.hardware = f"a stand-in MLX runner for {mlx.model.name}"
     else:
-        app = build_app(engine, ServerConfig(ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics), faults)
+        app = build_app(engine, _config(args), faults)
     _start_lines(args, profile)
     # handler_cancellation: a client that disconnects cancels its handler, which frees its slot at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -251,6 +263,12 @@ async def serve(args: argparse.Namespace) -> None:
         await runner.cleanup()
         print("sim: stopped", file=sys.stderr, flush=True)
         ollama_log.close_file()
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
+        ollama_version=args.ollama_version, seed=args.seed, metrics=args.metrics, cloud_models=tuple(args.cloud_model)
+    )
 
 
 def _start_lines(args: argparse.Namespace, profile: SimProfile) -> None:

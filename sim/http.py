@@ -41,6 +41,7 @@ class ServerConfig:
     ollama_version: str = "0.33.3"
     seed: int = 0
     metrics: bool = False  # serve /metrics, as Ollama would with OLLAMA_METRICS set (docs/ollama-api.md §13)
+    cloud_models: tuple[str, ...] = ()  # cloud models served as Ollama passes on ollama.com's answers (sim.cloud)
 
     @property
     def counts_only_new_prompt_tokens(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import answers, tokens
+from sim import answers, cloud, tokens
 from sim.backend import Done, GenRequest
 from sim.http import (
     BACKEND_KEY,
@@ -160,6 +160,27 @@ class _OpenAiGeneration:
 
     async def _run(self) -> web.StreamResponse:
         body = await read_json(self.request)
+        name = cloud.served(self.request.app[CONFIG_KEY].cloud_models, body.get("model"))
+        if name is not None and self.chat:
+            return await self._cloud(body, name)
+        return await self._local(body)
+
+    async def _cloud(self, body: dict[str, Any], name: str) -> web.StreamResponse:
+        """A chat to a cloud model: ollama.com's own /v1 answer, passed on by Ollama (sim.cloud), the chunks naming
+        the remote model, usage its counts."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "invalid message format")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        stream = bool(body.get("stream", False))
+        include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+        fmt = OpenAiFormat(True, self.oai_id, self.created, cloud.remote_name(name), include_usage, self.truth)
+        faults = self.request.app[FAULTS_KEY].take_generation()
+        events = EventStream(self.request, self.rid, self.truth, self.t0, fmt, stream=stream, faults=faults)
+        return await cloud.play(events, name, prompt_ids_chat(messages), max_tokens if isinstance(max_tokens, int) else -1)
+
+    async def _local(self, body: dict[str, Any]) -> web.StreamResponse:
+        """A request to a model served here, by the backend."""
         model_str = body.get("model")
         if not isinstance(model_str, str) or not model_str:
             raise ApiError(400, "model is required")

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sim import answers, anthropic_api, embed_api, ollama_log, openai_api, registry, responses_api
+from sim import answers, anthropic_api, cloud, embed_api, ollama_log, openai_api, registry, responses_api
 from sim.backend import Backend, Done, EngineError, GenRequest
 from sim.catalog import ModelFacts
 from sim.faults import FaultError, Faults
@@ -168,6 +168,7 @@ async def tags(request: web.Request) -> web.Response:
                 "capabilities": list(m.capabilities),
             }
         )
+    out += [cloud.tags_entry(name) for name in request.app[CONFIG_KEY].cloud_models]
     return web.json_response({"models": out})
 
 
@@ -211,6 +212,9 @@ async def ps(request: web.Request) -> web.Response:
 async def show(request: web.Request) -> web.Response:
     try:
         body = await read_json(request)
+        name = cloud.served(request.app[CONFIG_KEY].cloud_models, body.get("model") or body.get("name"))
+        if name is not None:
+            return web.json_response(cloud.show_body(name))
         model = model_or_404(body.get("model") or body.get("name"), request.app[BACKEND_KEY])
     except ApiError as e:
         return error_response(e.status, e.message)
@@ -331,6 +335,23 @@ class _Generation:
 
     async def _run(self) -> web.StreamResponse:
         body = await read_json(self.request)
+        cloud_name = cloud.served(self.cfg.cloud_models, body.get("model"))
+        if cloud_name is None:
+            return await self._local(body)
+        # ollama.com answers it: no runner, no load (sim.cloud)
+        return await cloud.answer(
+            self.request,
+            body,
+            cloud_name,
+            chat=self.endpoint == "/api/chat",
+            truth=self.truth,
+            received_ns=self.t0,
+            request_id=self.rid,
+            faults=self.app[FAULTS_KEY].take_generation(),
+        )
+
+    async def _local(self, body: dict[str, Any]) -> web.StreamResponse:
+        """A request to a model served here, by the backend."""
         chat = self.endpoint == "/api/chat"
         model_field = body.get("model")
         if chat and not model_field:

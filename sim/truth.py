@@ -32,7 +32,7 @@ class TruthRecord:
     status: int | None = None
     error: str | None = None
     reported: dict[str, Any] = field(default_factory=dict)  # metrics as sent in the final chunk
-    kind: str = "generate"  # "generate" | "load" | "unload" | "embed"
+    kind: str = "generate"  # "generate" | "load" | "unload" | "embed" | "cloud" (sim.cloud: ollama.com answered)
     inputs: int | None = None  # embed: texts in the batch
     thinking_tokens: int = 0  # the first tokens sampled were thinking
     thinking_chunks: int = 0  # the first chunks written were thinking (/v1/completions writes none)

@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from analysis.model_names import same_model
+from analysis.model_names import is_cloud, same_model
 from analysis.records import LoadedModel, ProgressSample, ProgressSource, RequestRecord, RunnerFlags, SeenFrom
 from analysis.runner_load import PlacementReader, RunnerDeviceRow, RunnerPlacement, placement_rows
 from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
@@ -541,7 +541,8 @@ class RunnerReader:
         return (
             self._look_now
             or now >= self._next_discover_s
-            or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests}))
+            # (a cloud model's request runs on ollama.com: no runner will ever serve it here, none is looked for)
+            or (since_s >= REDISCOVER_BUSY_S and uncovered({r.model for r in requests if not is_cloud(r.model)}))
             # a model loaded without a runner found: a direct client's generation may be running on it
             or (since_s >= REDISCOVER_LOADED_S and uncovered({m.name for m in models}))
         )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from analysis.client_program import process_label, program_label
-from analysis.model_names import same_model, value_for_model
+from analysis.model_names import is_cloud, same_model, value_for_model
 from analysis.phases import Flag
 from analysis.progress import READ_SOURCES, preferred, prefill_eta_unix_s, prefill_rate_tok_s, prompt_size_tokens
 from analysis.prompt_fit import cut_sentence
@@ -29,6 +29,7 @@ from store.tables import RequestSummary
 FINISHED_KEEP_S = 8.0  # a finished generation's card stays this long
 SPARK_S = 20  # the sparkline's span: tok/s per second over the last this many seconds
 NOW_WINDOW_S = 60.0  # the "now" strip's share of GPU time: over the last minute
+CLOUD_WAITS_FOR = "ollama.com (a cloud model: nothing of it runs on this machine)"
 WAITING_PHASES = ("queued", "other_load", "unload_wait", "loading", "waiting")
 
 DecodeCeiling = Callable[[str, int], float | None]  # (model, context tokens) → decode ceiling tok/s
@@ -174,6 +175,19 @@ def _loaded(model: str, loaded: dict[str, int | None]) -> bool:
     return any(same_model(model, name) for name in loaded)
 
 
+def _needing_load(
+    ordered: list[RequestRecord], loaded: dict[str, int | None], runner_busy: Mapping[str, int]
+) -> list[RequestRecord]:
+    """The requests whose model is not in memory and no runner works on (a cloud model's loads nothing here: it runs
+    on ollama.com)."""
+    return [r for r in ordered if not is_cloud(r.model) and not _loaded(r.model, loaded) and not runner_busy.get(r.model)]
+
+
+def _local_only(decode_ceiling: DecodeCeiling) -> DecodeCeiling:
+    """The ceiling of this machine for its own models; none for a cloud model's request (it runs on ollama.com)."""
+    return lambda model, context_tokens: None if is_cloud(model) else decode_ceiling(model, context_tokens)
+
+
 def in_flight_cards(
     records: Sequence[RequestRecord],
     progress: dict[str, list[ProgressSample]],
@@ -184,13 +198,14 @@ def in_flight_cards(
 ) -> list[Card]:
     """A card per running generation, oldest first. ``loaded``: loaded model name → its context length."""
     loads = loads or LoadContext()
+    decode_ceiling = _local_only(decode_ceiling)
     cards: list[Card] = []
     # Queue: a token-less request with no reading, behind others of its model the runner is working on.
     runner_busy, ready_unix_s = _runner_work(records, progress, loads.served_unix_s)
     ordered = sorted(records, key=lambda r: r.started_at_unix_s)
     # Ollama's scheduler loads one model at a time, in the order requests came: the oldest request whose model is
     # not in memory names the model being loaded (or waiting for room); requests for other models wait behind it.
-    needs_load = [r for r in ordered if not _loaded(r.model, loaded) and not runner_busy.get(r.model)]
+    needs_load = _needing_load(ordered, loaded, runner_busy)
     head = needs_load[0] if needs_load else None
     needs_load_ids = {r.id for r in needs_load}
     queued_seen: dict[str, int] = {}
@@ -206,6 +221,9 @@ def in_flight_cards(
             continue
         if rec.token_chunk_ns:
             cards.append(_chunk_decode_card(base, rec, samples, now_ns, decode_ceiling))
+            continue
+        if is_cloud(rec.model):  # no runner, no load, no slot here: only ollama.com's answer is awaited
+            cards.append(replace(base, waits_for=CLOUD_WAITS_FOR, state_s=base.elapsed_s))
             continue
         if head is not None and rec.id in needs_load_ids:
             ready = {m: min(t, ready_unix_s.get(m, t)) for m, t in loads.loaded_since_unix_s.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from analysis.model_names import value_for_model
+from analysis.model_names import is_cloud, value_for_model
 from pages.live.cards import Card
 
 LOAD_PHASES = ("other_load", "unload_wait", "loading")  # waiting for a model to load (its own or another)
@@ -97,6 +97,8 @@ def queue_cards(
             groups.setdefault(card.model, []).append(i)
     queues: list[ModelQueue] = []
     for model, group in groups.items():
+        if is_cloud(model):
+            continue  # ollama.com's queue and slots are not seen from here
         known = value_for_model(dict(slots), model)
         queued, busy = _waiting_for_slot(cards, group, known)
         for i in group:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.model_names import is_cloud
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
 from pages.live.cards import Card, PrefillView
 from pages.live.queue import ModelQueue, queue_caption
@@ -41,6 +42,7 @@ DIRECT_NOTE = (
     "Only the proxy adds the client's own time to first token, every gap between tokens and the client's address."
 )
 SPARK_WIDTH_PX = 240
+CLOUD_NO_CEILING = "a cloud model: it runs on ollama.com, so no ceiling of this machine applies"
 
 
 def sparkline_svg(values: tuple[float, ...], ceiling: float | None, width: int = 240, height: int = 44) -> str | None:
@@ -192,6 +194,8 @@ def wait_caption(card: Card, last_load_s: float | None) -> str | None:
             so_far += f" (it waited {fmt.seconds(card.elapsed_s - card.state_s)} before that)"
         return f"Ollama is loading {model} into memory: {so_far}.{last}{wait}"
     if card.phase == "waiting":
+        if card.waits_for:
+            return f"Waiting for {waits_for}: {so_far}."
         if card.direct:
             return "The runner took it; no reading of its progress yet."
         return "No token yet and no progress reading: it waits for a slot or reads its prompt."
@@ -252,6 +256,8 @@ def _decoding_body(card: Card, record_text: bool) -> None:
                 f"tok/s each second, last {len(card.spark_tok_s)} s; dashed: the decode ceiling for this model "
                 f"at this context, {fmt.rate(ceiling)} ({_share(card.live_tok_s, ceiling)})"
             )
+        elif is_cloud(card.model):
+            caption = f"tok/s each second, last {len(card.spark_tok_s)} s ({CLOUD_NO_CEILING})"
         else:
             caption = f"tok/s each second, last {len(card.spark_tok_s)} s (no decode ceiling known for this model and GPU)"
         st.image(svg, caption=caption, width=SPARK_WIDTH_PX)

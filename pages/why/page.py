@@ -119,6 +119,10 @@ def preview(db: Path) -> None:
                 "no decode to set against prefill)."
             )
         )
+    if choices.cloud:
+        st.caption(
+            fmt.md_escape(f"Left out: {', '.join(choices.cloud)} (cloud: runs on ollama.com, so no ceiling of this GPU applies).")
+        )
     show_why(why)
 
 

@@ -194,6 +194,7 @@ class PreviewChoices:
     embedding: list[str]  # embedding models left out: decode does not apply to them
     default: str | None  # the loaded one, else the largest that fits the GPU's memory, else the first
     memory_bytes: int | None  # the GPU memory the default was fitted into (None: not known)
+    cloud: list[str] = field(default_factory=list)  # cloud models left out: they run on ollama.com, not on this GPU
 
 
 def default_preview_model(offered: Sequence[InstalledModel], loaded: Sequence[str], memory_bytes: int | None) -> str | None:
@@ -222,7 +223,11 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
         gpus = [] if picked is not None else latest_gpus(conn, now)
     offered: list[InstalledModel] = []
     embedding: list[str] = []
+    cloud: list[str] = []
     for m in installed:
+        if is_cloud(m.name):  # its listed size is a manifest's, and it never runs here: no ceiling of this GPU
+            cloud.append(m.name)
+            continue
         # Older Ollama lists no capabilities in /api/tags; /api/show has them (parsed only then).
         info = shows.get(m.digest) if not m.capabilities else None
         caps = m.capabilities or (info.show.get("capabilities") if info is not None else None) or ()
@@ -232,7 +237,7 @@ def preview_choices(db: Path, picked: HardwareSpec | None, now_unix_s: float | N
             offered.append(m)
     memory = picked.memory_bytes if picked is not None else (gpus[0].mem_total_bytes if gpus else None)
     memory_bytes = int(memory) if memory else None
-    return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes)
+    return PreviewChoices(offered, embedding, default_preview_model(offered, loaded, memory_bytes), memory_bytes, cloud)
 
 
 def _summed(pairs: Sequence[tuple[float, int]]) -> tuple[float | None, int | None, float | None]:
