@@ -102,6 +102,8 @@ def test_the_requests_page_shows_usage_per_client(tmp_path: Path, monkeypatch: p
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     at.switch_page("pages/requests/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not [c for c in at.segmented_control if c.key == "usage_by"]  # built only when asked
+    at.toggle(key="usage_show").set_value(True).run()
     at.segmented_control(key="usage_by").set_value("client").run()
     assert not at.exception, [e.value for e in at.exception]
     frame = next(d.value for d in at.dataframe if "requests" in d.value.columns)  # the usage table
