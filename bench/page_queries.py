@@ -38,7 +38,7 @@ def trace_pages(data_dir: Path, window: str) -> dict[str, list[str]]:
     real_connect = sqlite3.connect
 
     def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
-        conn = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        conn = real_connect(*args, **kwargs)  # type: ignore[call-overload]
         conn.set_trace_callback(current.append)
         return conn
 
@@ -59,7 +59,7 @@ def trace_pages(data_dir: Path, window: str) -> dict[str, list[str]]:
             seen[page] = list(current)
             print(f"{page}: script {elapsed * 1000:.0f} ms, {len(current)} statements", flush=True)
     finally:
-        sqlite3.connect = real_connect  # type: ignore[assignment]
+        sqlite3.connect = real_connect
     return seen
 
 

@@ -33,7 +33,7 @@ def counted_connections(counter: list[int]) -> Iterator[None]:
     def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
         conn = real_connect(*args, **kwargs)  # type: ignore[call-overload]
         conn.set_progress_handler(tick, STEP_UNIT)
-        return conn  # type: ignore[no-any-return]
+        return conn
 
     sqlite3.connect = connect  # type: ignore[assignment]
     try:
