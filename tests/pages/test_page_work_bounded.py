@@ -21,7 +21,7 @@ from pages.shared import basis
 from store.ops import PutGpuSamples, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
-from tests.support.page_steps import PAGES, page_steps
+from tests.support.page_steps import PAGES, full_scans, page_work
 
 pytestmark = pytest.mark.slow  # two stores (22,000 requests) written and four pages rendered over each: ~20-40 s
 
@@ -64,14 +64,17 @@ def test_no_page_does_work_that_grows_with_the_store(stores: tuple[Path, Path], 
     monkeypatch.setattr(basis, "POINTS_LIMIT", POINTS_LIMIT)
     monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
     monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
-    steps = []
+    work = []
     for data_dir in stores:
         monkeypatch.setenv("PHASEWATCH_DATA", str(data_dir))
-        steps.append(page_steps("1 h"))
-    small, large = steps
+        work.append(page_work("1 h"))
+    small, large = ({p: w[p].steps for p in PAGES} for w in work)
     assert all(small[p] > 0 for p in PAGES), small  # every page read the store: the count sees its queries
     grown = {p: round(large[p] / small[p], 2) for p in PAGES}
     assert all(g <= MAX_GROWTH for g in grown.values()), (
         f"steps at {LARGE:,} requests ÷ steps at {SMALL:,}, per page: {grown} (small {small}, large {large}); "
         "a page over 2 reads rows in proportion to the store (bench/page_queries.py names its statements)"
     )
+    # And no statement any page ran reads all of requests or request_tokens, whatever its LIMIT.
+    scans = {p: full_scans(db_path(stores[1]), work[1][p].statements) for p in PAGES}
+    assert not any(scans.values()), scans
