@@ -190,26 +190,41 @@ def usage_rows(db: str, minute: int) -> list[UsageRow]:
     return load_usage(Path(db), minute * 60.0) or []
 
 
-usage = usage_rows(str(ctx.db_path), int(now // 60))
-u1, u2 = st.columns(2)
-period = u1.segmented_control("Over the last", list(PERIODS_S), default="7 days", key="usage_period") or "7 days"
-by = u2.segmented_control("Totals per", list(GROUPINGS), default="model", key="usage_by") or "model"
-frame = usage_frame(usage, by, period)
-if frame.empty:
-    st.caption(f"No finished request in the last {period}.")
-else:
-    st.dataframe(frame, hide_index=True, key="usage_table")
-    st.caption(
-        'Empty: no record gave that figure. "Records without" counts the requests a figure applies to that did not '
-        "give it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used "
-        "meanwhile, idle draw included and shared by requests that ran at once."
+def show_usage() -> None:
+    usage = usage_rows(str(ctx.db_path), int(now // 60))
+    u1, u2 = st.columns(2)
+    period = u1.segmented_control("Over the last", list(PERIODS_S), default="7 days", key="usage_period") or "7 days"
+    by = u2.segmented_control("Totals per", list(GROUPINGS), default="model", key="usage_by") or "model"
+    frame = usage_frame(usage, by, period)
+    if frame.empty:
+        st.caption(f"No finished request in the last {period}.")
+    else:
+        st.dataframe(frame, hide_index=True, key="usage_table")
+        st.caption(
+            'Empty: no record gave that figure. "Records without" counts the requests a figure applies to that did not '
+            "give it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used "
+            "meanwhile, idle draw included and shared by requests that ran at once."
+        )
+    st.download_button(
+        "Download usage CSV",
+        data=lambda: usage_csv(usage),
+        file_name="phasewatch-usage.csv",
+        mime="text/csv",
+        key="usage_csv",
+        on_click="ignore",
+        help="Totals per model, per client and per program over 1, 7 and 30 days, with the records without each figure.",
     )
-st.download_button(
-    "Download usage CSV",
-    data=lambda: usage_csv(usage),
-    file_name="phasewatch-usage.csv",
-    mime="text/csv",
-    key="usage_csv",
-    on_click="ignore",
-    help="Totals per model, per client and per program over 1, 7 and 30 days, with the records without each figure.",
-)
+
+
+# Built on demand, as Why's report: the totals read every request of the last 30 days (and the GPU samples over
+# each), work that grows with the store; a page that shows them on every run waits for them (docs in bench/README.md,
+# "Where a page's time goes at 200,000 requests").
+if st.toggle(
+    "Show usage totals",
+    key="usage_show",
+    help="Requests, tokens, GPU time and energy per model, per client and per program over the last 1, 7 and 30 days. "
+    "Read from every request of the last 30 days, so only when asked.",
+):
+    show_usage()
+else:
+    st.caption("Turn on “Show usage totals” for requests, tokens, GPU time and energy per model, client and program.")

@@ -35,6 +35,7 @@ DIRECT_CLIENT = "direct (client not known)"
 UNKNOWN_PROGRAM = "program not known"  # no User-Agent naming a product (or a direct record): a group, never ""
 GROUPINGS = ("model", "client", "program")
 CLUSTER_GAP_S = 5.0  # GPU samples are read once for requests closer than this
+CLUSTER_MAX_S = 60.0  # a cluster spans this at most: its samples are read raw (1 Hz), not as a long window's rollups
 SAMPLE_PAD_S = 3.0  # samples read around each window, so both of its ends have one on either side
 
 
@@ -153,9 +154,12 @@ def energies_j(conn: sqlite3.Connection, rows: Sequence[RequestSummary]) -> dict
                 out[r.id] = e.joules
         cluster.clear()
 
+    cluster_end = 0.0  # the latest end in the cluster, kept as it grows (a max over the cluster per request was
+    # quadratic: a busy day is one cluster of every request, and 170,000 of them never finished)
     for w in _windows(rows):
-        if cluster and w[1] - max(x[2] for x in cluster) > CLUSTER_GAP_S:
+        if cluster and (w[1] - cluster_end > CLUSTER_GAP_S or w[1] - cluster[0][1] > CLUSTER_MAX_S):
             flush()
+        cluster_end = max(cluster_end, w[2]) if cluster else w[2]
         cluster.append(w)
     flush()
     return out

@@ -61,7 +61,7 @@ from analysis.story import (
     embed_story,
     plain_readings,
 )
-from analysis.wait_split import WaitSplit, split_for
+from analysis.wait_split import Neighbours, WaitSplit
 from pages.shared import fmt
 from pages.shared.basis import (
     BasisReads,
@@ -328,6 +328,11 @@ class _StoreReads(BasisReads):
     waits_by_id: dict[str, TaskWaits] = field(default_factory=dict)  # the runner's own waits before each prompt
     viewer_gpus: list[GpuSample] = field(default_factory=list)  # the GPUs reporting to this dashboard now
 
+    @cached_property
+    def neighbours(self) -> Neighbours:
+        """The recent requests' intervals, read once for every diagnosed request's wait split."""
+        return Neighbours([(s.record, s.phases) for s in self.recent])
+
 
 def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: float) -> _StoreReads:
     basis = read_basis(conn, model, now, window_s)
@@ -477,7 +482,7 @@ def _split(rec: RequestRecord, ph: Phases, reads: _StoreReads) -> WaitSplit:
     if slots is None:
         slots = num_parallel_setting(reads.server_settings)
     named = waits is not None and bool(waits.before_prefill())
-    return split_for(rec, ph, [(s.record, s.phases) for s in reads.recent], n_slots=slots, runner_named=named)
+    return reads.neighbours.split(rec, ph, n_slots=slots, runner_named=named)
 
 
 def _decode_use(reads: _StoreReads) -> DecodeUse | None:

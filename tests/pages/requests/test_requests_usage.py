@@ -4,9 +4,13 @@ GPU time; the CSV carries the same, with client-chosen names made safe for a spr
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import re
+import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -14,8 +18,18 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analysis.records import GpuSample, Outcome, RequestRecord
-from pages.requests.usage import DIRECT_CLIENT, client_of, load_usage, usage_csv, usage_frame
+from pages.requests.usage import (
+    CLUSTER_MAX_S,
+    DIRECT_CLIENT,
+    SAMPLE_PAD_S,
+    client_of,
+    energies_j,
+    load_usage,
+    usage_csv,
+    usage_frame,
+)
 from store.ops import PutGpuSamples, PutRequest
+from store.queries import recent_requests
 from store.schema import db_path
 from store.writer import StoreWriter
 from tests.support.paths import REPO
@@ -102,9 +116,29 @@ def test_the_requests_page_shows_usage_per_client(tmp_path: Path, monkeypatch: p
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     at.switch_page("pages/requests/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not [c for c in at.segmented_control if c.key == "usage_by"]  # built only when asked
+    at.toggle(key="usage_show").set_value(True).run()
     at.segmented_control(key="usage_by").set_value("client").run()
     assert not at.exception, [e.value for e in at.exception]
     frame = next(d.value for d in at.dataframe if "requests" in d.value.columns)  # the usage table
     assert sorted(frame["client"]) == ["10.0.0.1", "10.0.0.2"]
     y = frame[frame["client"] == "10.0.0.2"].iloc[0]
     assert pd.isna(y["prompt tokens"]) and y["prompt tokens: records without"] == 1
+
+
+def test_a_busy_month_is_read_in_clusters_of_bounded_span(store: Path) -> None:
+    """30,000 requests with no gap between them (a busy server's day) are one cluster by the gap rule: its end was
+    found again for every request (quadratic: minutes), and its samples were read as one long window's per-minute
+    rollups. Now the end is kept as the cluster grows, and a cluster spans CLUSTER_MAX_S at most."""
+    with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        (base,) = [r for r in recent_requests(conn, NOW - 2 * DAY, limit=10) if r.id == "a"]
+        rows = [replace(base, id=f"busy-{i}", prefill_start_unix_s=NOW - 3 * DAY + i * 0.5) for i in range(30_000)]
+        reads: list[str] = []
+        conn.set_trace_callback(reads.append)
+        started = time.perf_counter()
+        energies_j(conn, rows)
+        elapsed_s = time.perf_counter() - started
+    spans = [float(b) - float(a) for a, b in re.findall(r"BETWEEN ([\d.]+) AND ([\d.]+)", " ".join(reads))]
+    assert len(spans) >= 30_000 * 0.5 / CLUSTER_MAX_S  # one read per cluster, each cluster a minute at most
+    assert max(spans) <= CLUSTER_MAX_S + 2 * SAMPLE_PAD_S + GPU_S + 1
+    assert elapsed_s < 20.0  # ~1 s here; the quadratic search took minutes
