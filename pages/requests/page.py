@@ -9,7 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.error_notes import capability_advice
-from pages.requests.usage import GROUPINGS, PERIODS_S, UsageRow, load_usage, usage_csv, usage_frame
+from pages.requests.usage import GROUPINGS, PERIODS_S, UsageRow, load_usage, usage_csv, usage_display, usage_frame
 from pages.requests.view import (
     SHOWN_ROWS,
     DetailModel,
@@ -199,9 +199,9 @@ def show_usage() -> None:
     if frame.empty:
         st.caption(f"No finished request in the last {period}.")
     else:
-        st.dataframe(frame, hide_index=True, key="usage_table")
+        st.dataframe(usage_display(frame), hide_index=True, key="usage_table")
         st.caption(
-            'Empty: no record gave that figure. "Records without" counts the requests a figure applies to that did not '
+            '"—": no record gave that figure. "Records without" counts the requests a figure applies to that did not '
             "give it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used "
             "meanwhile, idle draw included and shared by requests that ran at once."
         )

@@ -216,6 +216,16 @@ def usage_frame(rows: Sequence[UsageRow], by: str, period: str) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def usage_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table as the page shows it: each figure in the units convention, an unknown one "—" (Streamlit would write
+    "None"), so an empty total is never read as a value."""
+    out = frame.copy()
+    for label, _, digits in (*FIGURES, ("energy (Wh)", "energy_wh", 3)):
+        if label in out:
+            out[label] = [fmt.UNKNOWN if v is None or pd.isna(v) else f"{v:,.{digits}f}" for v in out[label]]
+    return out
+
+
 def usage_csv(rows: Sequence[UsageRow]) -> bytes:
     """Every grouping and period in one CSV; an unknown total is an empty cell, with its count of records without."""
     out = io.StringIO()
