@@ -266,12 +266,17 @@ def _decoding_body(card: Card, record_text: bool) -> None:
             st.text(card.reply_text[-4000:])
 
 
+def finished_line(card: Card) -> str:
+    """ "ok · 20 tokens · prefill 0.1 s · decode 0.5 s": the outcome, tokens and each phase's time, only the parts
+    known (a request that failed before any phase has none, and no dangling separator)."""
+    outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
+    phases = [f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items()]
+    return " · ".join(part for part in (outcome, f"{card.tokens_so_far:,} tokens", *phases) if part)
+
+
 def _finished_body(card: Card) -> None:
     """The phase bar, the outcome, a cut prompt's warning and the link to the request's details."""
-    bar = phase_bar(card.phase_s)
-    words = " · ".join(f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items())
-    outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
-    st.markdown(f"{bar}  \n{outcome} · {card.tokens_so_far:,} tokens · {words}")
+    st.markdown(f"{phase_bar(card.phase_s)}  \n{finished_line(card)}")
     if card.runner_waits:  # the time before prefill, in the runner's own words (not a queue for a slot)
         st.caption(fmt.md_escape(fmt.label(f"before prefill, the runner: {card.runner_waits}", fmt.SENTENCE_MAX_CHARS)))
     if card.prompt_cut:

@@ -11,6 +11,7 @@ from pathlib import Path
 from analysis.prompt_fit import TOO_LONG_MESSAGE
 from analysis.records import Outcome
 from pages.live.cards import finished_cards
+from pages.live.ui import finished_line
 from store import queries
 from store.ops import PutRequest
 from store.schema import db_path
@@ -63,3 +64,26 @@ def test_the_finished_card_says_the_prompt_was_cut(tmp_path: Path) -> None:
         "your prompt was refused (400): longer than the context: num_ctx is 2,048 (set by the request's options.num_ctx)"
     )
     assert cards["plain"].prompt_cut is None
+
+
+def test_a_card_that_failed_before_any_phase_ends_without_a_dangling_separator(tmp_path: Path) -> None:
+    """A request refused before any phase ran has no phase times: its line ends with its tokens, not with " · "."""
+    now = time.time()
+    refused = replace(
+        make_record("refused", now - 2, n_tokens=0), metrics=None, status_code=500, outcome=Outcome.HTTP_ERROR
+    )
+    w = StoreWriter(db_path(tmp_path))
+    try:
+        w.write(PutRequest(refused))
+        w.write(PutRequest(make_record("plain", now - 1)))
+    finally:
+        w.close()
+    conn = sqlite3.connect(db_path(tmp_path))
+    try:
+        rows = queries.recent_requests(conn, now - 60)
+    finally:
+        conn.close()
+    cards = {c.request_id: c for c in finished_cards(rows, now + 1, keep_s=60)}
+    failed, plain = finished_line(cards["refused"]), finished_line(cards["plain"])
+    assert not failed.rstrip().endswith("·") and failed.endswith("tokens"), failed
+    assert plain.count(" · ") >= 2 and not plain.endswith("·"), plain  # its phases follow its tokens
