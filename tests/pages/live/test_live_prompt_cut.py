@@ -69,9 +69,7 @@ def test_the_finished_card_says_the_prompt_was_cut(tmp_path: Path) -> None:
 def test_a_card_that_failed_before_any_phase_ends_without_a_dangling_separator(tmp_path: Path) -> None:
     """A request refused before any phase ran has no phase times: its line ends with its tokens, not with " · "."""
     now = time.time()
-    refused = replace(
-        make_record("refused", now - 2, n_tokens=0), metrics=None, status_code=500, outcome=Outcome.HTTP_ERROR
-    )
+    refused = replace(make_record("refused", now - 2, n_tokens=0), metrics=None, status_code=500, outcome=Outcome.HTTP_ERROR)
     w = StoreWriter(db_path(tmp_path))
     try:
         w.write(PutRequest(refused))
