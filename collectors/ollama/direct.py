@@ -73,6 +73,9 @@ MAX_PENDING_TASKS = 256  # task ids whose lines wait at once; past it the oldest
 # more are someone else's text (a forged line can only make the task's log figures ambiguous, never pick them), and
 # past this many the rest are dropped, counted.
 MAX_LINES_PER_TASK = 16
+# Contexts kept per task from the polls that saw it read its prompt: one per batch it was seen in (a 2,048-token
+# batch: 64 of them is a 131,072-token prompt); past it the rest are not kept, so only those kept can confirm.
+MAX_PREFILL_CTX_KEPT = 64
 MAX_PENDING_LOADS = 8  # loads (a "started in" line after its "starting llama-server") waiting for a task on their port
 LOAD_KEPT_S = 60.0  # ...this long at most
 LOAD_SLACK_S = 1.0  # a load's stated seconds may pass the time between its two lines by this (each read within a tick)
@@ -127,6 +130,9 @@ class _Task:
     last_processing_s: float | None = None
     last_prefill_s: float | None = None  # the last poll that saw it reading its prompt
     prompt_tokens: int | None = None  # exact (processed + cached, once decoding began)
+    # The context polls saw while it read its prompt (at most its whole prompt): what confirms its log lines when no
+    # poll saw it decode or released (a reply shorter than a poll's interval, the next task in its slot at once).
+    prefill_ctx: set[int] = field(default_factory=set)
     cached_tokens: int | None = None
     decoded: list[tuple[float, int]] = field(default_factory=list)  # (poll time, tokens decoded): first and last
     output_exact: int | None = None  # from the slot's context after its release
@@ -541,6 +547,8 @@ class DirectTasks:
                     task.decoded = [task.decoded[0], point] if task.decoded else [point]
             else:
                 task.last_prefill_s = ts
+                if slot.ctx_tokens is not None and len(task.prefill_ctx) < MAX_PREFILL_CTX_KEPT:
+                    task.prefill_ctx.add(slot.ctx_tokens)
             task.end = None
         elif task.seen_processing and task.end is None:
             task.end = (prev if prev is not None else ts, ts)
@@ -619,7 +627,7 @@ class DirectTasks:
         """The task's figures from its log lines, when exactly one reading of them agrees with /slots."""
         if not task.log_done:
             return None
-        if task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None:
+        if task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None and not task.prefill_ctx:
             return None  # /slots told nothing to check them against
         kinds: dict[str, list[LogEvent]] = {k: [] for k in ("new_prompt", "prompt_eval", "eval", "release")}
         for event in task.lines:
@@ -648,14 +656,8 @@ class DirectTasks:
         """Whether the log's figures fit what /slots saw of the task: sizes, counts and the time between polls."""
         if f.computed > f.prompt_total or abs(f.release_ctx - (f.prompt_total + f.output - 1)) > 1:
             return False  # the runner's own lines always add up so
-        if task.prompt_tokens is not None and f.prompt_total != task.prompt_tokens:
+        if not DirectTasks._sizes_agree(task, f):
             return False
-        if task.final_ctx is not None and abs(f.release_ctx - task.final_ctx) > 1:
-            return False
-        if task.output_exact is not None and abs(f.output - task.output_exact) > 1:
-            return False
-        if task.decoded and f.output < task.decoded[-1][1] - 1:
-            return False  # fewer tokens than a poll already saw decoded
         took_s = (f.prefill_ms + f.decode_ms) / 1000
         if task.start_lo is not None and task.end is not None and took_s > task.end[1] - task.start_lo + WINDOW_SLACK_S:
             return False  # longer than the polls around it allow
@@ -665,6 +667,20 @@ class DirectTasks:
             if f.release_unix_s < task.last_processing_s - WINDOW_SLACK_S:
                 return False  # released before a poll saw it running
         return True
+
+    @staticmethod
+    def _sizes_agree(task: _Task, f: _LogFigures) -> bool:
+        """The log's prompt, output and context sizes against those /slots showed of the task."""
+        if task.prompt_tokens is not None and f.prompt_total != task.prompt_tokens:
+            return False
+        seen_only_reading = task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None
+        if seen_only_reading and f.prompt_total not in task.prefill_ctx:
+            return False  # the size its lines name must be a context a poll saw it reach while reading its prompt
+        if task.final_ctx is not None and abs(f.release_ctx - task.final_ctx) > 1:
+            return False
+        if task.output_exact is not None and abs(f.output - task.output_exact) > 1:
+            return False
+        return not (task.decoded and f.output < task.decoded[-1][1] - 1)  # not fewer than a poll saw decoded
 
     # -- deciding ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import ollama
 import pytest
 
 from analysis.diagnose import INTERFERENCE
+from analysis.records import Outcome
 from pages.requests.view import explain, load_request, runner_waits_of
 from store import queries
 from store.schema import db_path
@@ -150,15 +151,19 @@ def whole(base_url: str, prompt: str) -> None:
 
 
 def _direct_pair(data: Path, since: float, n: int) -> list[str] | None:
-    """The ``n`` direct records finished since ``since``, in the order they began (None: not all written yet)."""
+    """The ``n`` direct records finished since ``since``, in the order they began (None: not all written yet), the
+    last with the runner's figures. The others may have none: a long prompt whose short reply no poll saw (the queued
+    task took its slot at once, and no poll caught the context at its whole prompt) keeps no unconfirmed figure."""
     conn = queries.open_readonly(db_path(data))
     try:
         rows = [s.record for s in queries.requests_in_window(conn, since - 1, time.time() + 1)]
     finally:
         conn.close()
-    done = [r for r in rows if r.direct and r.metrics is not None and r.started_at_unix_s >= since - 1]
+    done = [r for r in rows if r.direct and r.outcome is not Outcome.IN_FLIGHT and r.started_at_unix_s >= since - 1]
     done.sort(key=lambda r: r.started_at_unix_s)
-    return [r.id for r in done] if len(done) >= n else None
+    if len(done) < n or done[n - 1].metrics is None:
+        return None
+    return [r.id for r in done]
 
 
 def test_direct_one_slot_queues_and_finished_first_gives_neither(tmp_path: Path) -> None:

@@ -605,3 +605,34 @@ def test_four_sent_at_once_on_one_slot_each_take_their_own_access_line() -> None
     assert set(recs) == {g.task for g in gens}
     assert [recs[g.task].client_addr for g in gens] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
     assert all((m := recs[g.task].metrics) is not None and m.total_duration_ns for g in gens)
+
+
+def _seen_only_reading_its_prompt(ctx_seen: int) -> RequestRecord:
+    """Task 7 seen by one poll reading its 136-token prompt (context ``ctx_seen``); the next poll finds task 8 in its
+    slot: its reply was shorter than a poll's interval, so no poll saw it decode or released."""
+    clock = Clock()
+    d = tasks(clock)
+    d.slots_read(RUNNER, [slot(None, busy=False)], clock.now, {})
+    log_lines(d, clock.now + 0.1, *TASK_LINES)
+    clock.now += 0.25
+    d.slots_read(RUNNER, [slot(7, busy=True, processed=64, cached=36, decoded=0, ctx=ctx_seen)], clock.now, {})
+    clock.now += 26.0
+    log_lines(d, clock.now - 0.1, *TIMING_LINES)
+    d.slots_read(RUNNER, [slot(8, busy=True, processed=4, cached=0, decoded=0, ctx=4)], clock.now, {})
+    d.step()
+    clock.now += GRACE_S + LOG_WAIT_S
+    d.step()
+    (rec,) = [r for r in finished(d) if r.runner_task_id == 7]
+    return rec
+
+
+def test_a_task_seen_only_reading_its_prompt_is_confirmed_by_the_context_a_poll_saw() -> None:
+    """Seen in full runs: a short reply on one slot, the queued task taking the slot at once; no poll saw it decode,
+    so /slots had no size to check its log lines against, and its record kept no figures of the runner's. A poll
+    that saw its context reach the whole prompt (136) confirms the lines that name that size; one that saw less
+    (100: the prompt still being queued) confirms nothing, as before."""
+    rec = _seen_only_reading_its_prompt(ctx_seen=136)
+    assert rec.runner_source == "log" and rec.metrics is not None
+    assert (rec.metrics.prompt_eval_count, rec.metrics.eval_count) == (136, 24)
+    partial = _seen_only_reading_its_prompt(ctx_seen=100)
+    assert partial.runner_source == "slots" and partial.metrics is None  # a size no poll saw: not the runner's word
