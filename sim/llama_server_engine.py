@@ -527,7 +527,9 @@ class LlamaServerEngine:
         """A request to the child failed on its connection before any answer: the child's death when it has exited
         (its exit status and last lines, as Ollama says it); else returns, for the caller to send it again, until
         ``CONNECTION_RETRIES``, after which the error itself is the answer (the child still runs: not terminated)."""
-        if await runner.has_exited(EXIT_REAP_S):
+        # The first failure is sent again at once while the child runs (a pooled connection it closed: Go's client
+        # does not wait either); a second waits for a crash's exit to be reaped before it calls the child alive.
+        if await runner.has_exited(EXIT_REAP_S if attempt else 0.0):
             raise EngineError(500, f"llama-server process has terminated: {runner.last_error()}") from exc
         if attempt >= CONNECTION_RETRIES:
             raise EngineError(500, f"llama-server {path}: {exc} (its process still running)") from exc

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sim.backend import Done, EngineError, Event, Failed, GenRequest
-from sim.llama_server_engine import LlamaServerEngine
+from sim.llama_server_engine import EXIT_REAP_S, LlamaServerEngine
 from sim.truth import TruthRecord
 from tests.support.engine_process import GREEDY, require_llama_server
 
@@ -81,6 +81,13 @@ def test_a_chat_and_a_background_request_on_one_slot_both_succeed() -> None:
         # The closed connection was met (the report's very error) and the request sent again on a fresh one.
         assert any("Can not write request body" in r["error"] and r["path"] == "/tokenize" for r in retries), retries
         assert all(r["attempt"] == 1 for r in retries), retries
+        # ...at once: the title's prompt went to the child well before a crash's exit could have been waited for
+        # (it waited EXIT_REAP_S, 0.5 s, each time: Ollama's handoff of a free slot looked 0.4-0.65 s slow).
+        records = list(engine.records)  # chat, title, chat, title, ...
+        ends_ns = [r.final_ns for r in records[::2]]
+        assert None not in ends_ns, ends_ns
+        handoffs_s = [(b.sent_ns - (a or 0)) / 1e9 for a, b in zip(ends_ns, records[1::2], strict=True)]
+        assert all(0 <= h < EXIT_REAP_S / 2 for h in handoffs_s), handoffs_s
     finally:
         loop.run_until_complete(engine.close())
         loop.close()
