@@ -68,6 +68,8 @@ def busy_of(rec: RequestRecord, ph: Phases) -> Busy:
     p0, p1, end = ph.prefill_start_ns, ph.decode_start_ns, ph.decode_end_ns
     prefill = (rec.wall_s(p0), rec.wall_s(p1)) if p0 is not None and p1 is not None and p1 >= p0 else None
     held = (rec.wall_s(p0), rec.wall_s(end)) if p0 is not None and end is not None and end >= p0 else None
+    if held is None:
+        held = _direct_task_held(rec)
     wait_start = rec.wall_s(ph.load_end_ns) if ph.load_end_ns is not None else rec.started_at_unix_s
     arrived = direct_arrival_s(rec, ph)
     if arrived is not None:
@@ -83,6 +85,15 @@ def busy_of(rec: RequestRecord, ph: Phases) -> Busy:
         tokens_s=tuple(rec.wall_s(t) for t in rec.token_chunk_ns),
         started_s=min(rec.started_at_unix_s, arrived) if arrived is not None else rec.started_at_unix_s,
     )
+
+
+def _direct_task_held(rec: RequestRecord) -> Interval | None:
+    """A direct task /slots saw but whose phases are unknown (no poll saw it decode, no log line confirmed them):
+    its slot was still held from the runner taking it (the record's start) to its release (its end)."""
+    end = rec.final_chunk_ns
+    if rec.seen_from is not SeenFrom.RUNNER or end is None or end < rec.received_ns:
+        return None
+    return (rec.wall_s(rec.received_ns), rec.wall_s(end))
 
 
 def direct_arrival_s(rec: RequestRecord, ph: Phases) -> float | None:

@@ -3,12 +3,15 @@ cost, from the overlap of measured intervals alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from analysis.diagnose import INTERFERENCE, diagnose_request
-from analysis.phases import Phases
-from analysis.records import Outcome, RequestRecord
-from analysis.wait_split import MAX_NEIGHBOURS, Busy, split_wait
+from analysis.phases import Phases, split_record
+from analysis.records import Outcome, RequestRecord, SeenFrom
+from analysis.wait_split import MAX_NEIGHBOURS, Busy, busy_of, split_wait
+from tests.support.records import make_record
 
 
 def busy(rid: str, arrive: float, prefill: tuple[float, float], end: float, tokens: int = 20, gap: float = 0.0) -> Busy:
@@ -117,3 +120,18 @@ def test_many_neighbours_the_sentence_stays_whole() -> None:
     ph = Phases(ttft_s=10.1, prefill_s=0.1, client_s=19.5, total_s=19.5, prompt_tokens=20, output_tokens=40)
     (d,) = [x for x in diagnose_request(_rec(), ph, split=split) if x.code == INTERFERENCE]
     assert "and 3 more" in d.sentence and len(d.sentence) <= 600, (len(d.sentence), d.sentence)
+
+
+def test_a_direct_task_with_no_known_phase_still_held_its_slot() -> None:
+    """Seen in full runs: a long prompt whose short reply no poll saw (the queued request took the slot at once) is
+    stored from /slots with no phase; it still held the one slot from the runner taking it to its release, so the
+    request queued behind it names it as the holder, not "the runner's own wait"."""
+    seen = replace(make_record("long", 1_700_000_000.0, n_tokens=0), metrics=None, seen_from=SeenFrom.RUNNER)
+    proxied = replace(seen, id="proxied", seen_from=SeenFrom.PROXY)
+    assert seen.final_chunk_ns is not None and split_record(seen).prefill_start_ns is None
+    held = busy_of(seen, split_record(seen)).held
+    assert held == (seen.wall_s(seen.received_ns), seen.wall_s(seen.final_chunk_ns))
+    assert busy_of(proxied, split_record(proxied)).held is None  # the proxy saw its client: no runner interval assumed
+    short = busy("short", held[0] + 0.05, (held[1] + 0.01, held[1] + 0.02), held[1] + 0.3)
+    split = split_wait(short, [busy_of(seen, split_record(seen))], n_slots=1)
+    assert [o.id for o in split.holders] == ["long"] and split.queue_s == pytest.approx(held[1] - held[0] - 0.05)
