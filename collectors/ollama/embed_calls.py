@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
-from collectors.ollama.access_fit import ACCESS_SLACK_S
+from collectors.ollama.access_fit import ACCESS_SLACK_S, ANSWER_LAG_S, READ_SLACK_S
 from collectors.ollama.log import AccessLine, EventKind, LogEvent
 
 MAX_CALL_LINES = 1024  # embed access lines kept to gather inputs (a flood keeps the latest)
@@ -72,8 +72,13 @@ def input_tokens(lines: Iterable[LogEvent], *, decoded: bool, final_ctx: int | N
 
 def could_be_in(inp: EmbedInput, line: AccessLine) -> bool:
     """Whether the input's task may have run within the call of ``line``: it began no earlier than the call and
-    ended no later (the line is stamped to the second; the runner's release may follow the call's answer)."""
+    ended no later (the line is stamped to the second; the runner's release may follow the call's answer by up to
+    ``ANSWER_LAG_S``). A line read before the input could have ended is not its call's: Ollama writes it once the
+    call's last input is answered (a call just after another, its first input seen only between two polls, was
+    otherwise the earlier call's)."""
     call_end_hi = line.ended_unix_s + 1 + ACCESS_SLACK_S
+    if line.read_unix_s is not None:
+        call_end_hi = min(call_end_hi, line.read_unix_s + ANSWER_LAG_S + READ_SLACK_S)
     call_start_lo = line.ended_unix_s - line.latency_s - ACCESS_SLACK_S
     return inp.end_lo <= call_end_hi and inp.start_hi >= call_start_lo
 

@@ -13,8 +13,8 @@ import time
 from analysis.phases import split_record
 from analysis.records import Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.ollama.direct import LOG_WAIT_S, DirectTasks, RunnerRef
-from collectors.ollama.embed_calls import CALL_LINE_WAIT_S
-from collectors.ollama.log import parse_line
+from collectors.ollama.embed_calls import CALL_LINE_WAIT_S, EmbedInput, could_be_in
+from collectors.ollama.log import AccessLine, parse_line
 from collectors.ollama.slots import SlotReading
 
 RUNNER = RunnerRef(pid=4343, port=39512, model="embedgemma:270m")
@@ -188,3 +188,18 @@ def test_a_proxied_embed_call_is_the_proxys_even_when_it_finishes_after_its_inpu
         clock.now += 1.0
         d.step()
     assert finished(d) == [] and d.embeds.proxied_inputs == len(INPUTS) and d.embeds.recorded_calls == 0
+
+
+def test_a_call_read_before_an_input_ended_is_not_its_call() -> None:
+    """Seen in a full run: a warm-up embed call, then 3 s later a call of 40 inputs whose first input a poll saw only
+    by stepping over its id (its end known no better than "after the last idle poll", 2 s after the warm-up's
+    line). The warm-up's line, stamped to the second and given 1.5 s of slack, took that input; but it was read
+    before the input could have ended, and Ollama writes a call's line only once its inputs are answered."""
+    t = 1_800_000_000.0
+    warm_up = AccessLine(t, 200, 3.7, "127.0.0.1", "POST", "/api/embed", read_unix_s=t + 0.3)
+    first_input = EmbedInput("direct-x", 1, 2, 5, "m", t + 2.1, t + 3.2, t + 2.1, t + 3.2, 9, None)
+    assert not could_be_in(first_input, warm_up)
+    unread = AccessLine(t, 200, 3.7, "127.0.0.1", "POST", "/api/embed")  # read time not known: the stamp's bounds
+    assert could_be_in(first_input, unread)
+    its_call = AccessLine(t + 4, 200, 2.5, "127.0.0.1", "POST", "/api/embed", read_unix_s=t + 4.2)
+    assert could_be_in(first_input, its_call)
