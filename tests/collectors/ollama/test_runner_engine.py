@@ -148,8 +148,10 @@ def test_slots_progress_of_a_4000_token_prompt(setup: Setup) -> None:
     rows = [by_ts[t] for t in sorted(by_ts)]
     before = [s for s in rows if not s.decoded_tokens and s.processed_tokens > 0 and s.ts_unix_s < result["first_token"]]
     processed = [s.processed_tokens for s in before]
-    assert len(processed) >= 3, processed
-    assert processed == sorted(set(processed)), "increasing"
+    # Two polls may read the same count: the last batch is done and the runner is sampling the first token while a
+    # loaded host delays the client's read of it (seen in CI: 3489 twice). Never fewer tokens than before, though.
+    assert len(set(processed)) >= 3, processed
+    assert processed == sorted(processed), "never decreasing"
     assert processed[-1] >= prompt_size - BATCH, (processed, prompt_size)
     unsized = [(s.ts_unix_s, s.processed_tokens, s.decoded_tokens, s.prompt_tokens) for s in rows]
     unsized = [u for u in unsized if u[3] != prompt_size]
