@@ -93,8 +93,9 @@ def test_prefill_progress_through_the_collector(tmp_path: Path) -> None:
         f"\n/slots readings before the first token: {processed} of {prompt_size}; log rows: "
         f"{[s.processed_tokens for s in rows if s.source is ProgressSource.LOG]}"
     )
-    assert len(processed) >= 3
-    assert processed == sorted(set(processed)), "increasing"
+    # Two polls may read the same count while the runner samples the first token on a loaded host (CI saw it once).
+    assert len(set(processed)) >= 3, processed
+    assert processed == sorted(processed), "never decreasing"
     assert processed[-1] >= prompt_size - BATCH
     assert all(s.prompt_tokens == prompt_size for s in slots), "the size, once known, reached every stored reading"
     assert any(s.decoded_tokens for s in slots) and all(s.n_ctx == 8192 for s in slots)
