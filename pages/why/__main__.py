@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from analysis.command_line import ExitCode
 from pages.shared.window import DEFAULT_WINDOW_S
 from pages.why.view import build_why, model_choices, why_json
 from store import queries
@@ -32,19 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     db = queries.resolve_db(args.data)
     if not db.exists():
         print(f"no store at {db}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     models = model_choices(db) or []
     model = args.model or (models[0] if models else None)
     if model is None:
         print(f"no generation is stored in {db} yet", file=sys.stderr)
-        return 2
+        return ExitCode.FAILED  # the store is there; it holds nothing to explain yet
     m = build_why(db, model, now_unix_s=args.now, window_s=args.window_s)
     if m is None:
         print(f"cannot read {db}", file=sys.stderr)
-        return 2
+        return ExitCode.FAILED
     json.dump(why_json(m), sys.stdout, indent=2, default=str)
     print()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
