@@ -192,7 +192,7 @@ def test_no_command_returns_a_bare_exit_number() -> None:
                 if isinstance(node, ast.Call) and _called(node) in ("exit", "SystemExit"):
                     value = node.args[0] if node.args else None
                 if isinstance(value, ast.Constant) and isinstance(value.value, int):
-                    bare.append(f"{path.relative_to(REPO)}:{node.lineno} {func.name}")
+                    bare.append(f"{path.relative_to(REPO)}:{value.lineno} {func.name}")
     assert bare == [], f"return an analysis.command_line.ExitCode member: {bare}"
 
 
