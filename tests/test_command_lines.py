@@ -197,7 +197,7 @@ def test_no_command_returns_a_bare_exit_number() -> None:
 
 
 def test_the_exit_code_table_in_the_docs_is_the_enum() -> None:
-    text = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    text = (REPO / "docs/settings.md").read_text(encoding="utf-8")
     section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `(\d+)` \| (\w+) \|", section, flags=re.MULTILINE)
     assert rows == [(str(int(code)), code.name) for code in ExitCode]
