@@ -201,3 +201,15 @@ def test_the_exit_code_table_in_the_docs_is_the_enum() -> None:
     section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `(\d+)` \| (\w+) \|", section, flags=re.MULTILINE)
     assert rows == [(str(int(code)), code.name) for code in ExitCode]
+
+
+@pytest.mark.slow
+def test_the_why_command_reads_its_end_time_in_the_same_forms(store_dir: Path) -> None:
+    outputs = []
+    for now in ("2025-06-15T18:00:00", "2025-06-15T20:00:00+02:00", str(T0 + 3 * 3600 - 400)):
+        done = _run("-m", "pages.why", "--json", "--data", str(store_dir), "--window-s", "21600", "--now", now)
+        assert done.returncode == ExitCode.OK, (now, done.stderr)
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0].strip().startswith("{")
+    bad = _run("-m", "pages.why", "--json", "--data", str(store_dir), "--now", "yesterday")
+    assert bad.returncode == ExitCode.USAGE and f"'yesterday' is not a time: give {TIME_HELP}" in bad.stderr

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
-from analysis.command_line import ExitCode
+from analysis.command_line import TIME_HELP, ExitCode, time_arg
 from pages.shared.window import DEFAULT_WINDOW_S
 from pages.why.view import build_why, model_choices, why_json
 from store import queries
@@ -24,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--now",
-        type=float,
-        help="the end of the window, Unix seconds (default: now; a window with no request of the model moves to end at "
+        type=time_arg,
+        metavar="TIME",
+        help=f"the end of the window: {TIME_HELP} (default: now; a window with no request of the model moves to end at "
         "its newest request, as the page's does)",
     )
     ap.add_argument("--json", action="store_true", help="print the story as JSON (the only output for now)")
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     if model is None:
         print(f"no generation is stored in {db} yet", file=sys.stderr)
         return ExitCode.FAILED  # the store is there; it holds nothing to explain yet
-    m = build_why(db, model, now_unix_s=args.now, window_s=args.window_s)
+    now_unix_s = args.now.at(time.time()) if args.now else None
+    m = build_why(db, model, now_unix_s=now_unix_s, window_s=args.window_s)
     if m is None:
         print(f"cannot read {db}", file=sys.stderr)
         return ExitCode.FAILED
