@@ -700,6 +700,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
     import sys
 
+    from analysis.command_line import ExitCode
+
     parser = argparse.ArgumentParser(
         prog="python -m analysis.phases",
         description="Read one Ollama final response object (JSON) on stdin; print its phases and rates as JSON.",
@@ -710,16 +712,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError as exc:
         print(f"error: input is not UTF-8 text: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         phases = parse_final_json(text)
     except PhaseSplitError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     full = phases.to_json_dict()
     out = full if args.all else {k: full[k] for k in CLI_KEYS}
     print(json.dumps(out, indent=2, ensure_ascii=False))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

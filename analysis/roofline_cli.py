@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 
 from analysis.ceilings import compute_ceilings, ollama_num_batch, starting_efficiencies
+from analysis.command_line import ExitCode
 from analysis.hardware import close_matches, resolve_spec
 from analysis.roofline import kv_bytes_per_token, speculative_decode_ceiling_tok_s
 from analysis.speculative import MAX_MEAN_LEN
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"error: unknown GPU {args.gpu!r}{hint}. Give --bandwidth-gbs and --tflops to use your own numbers.",
                 file=sys.stderr,
             )
-            return 2
+            return ExitCode.USAGE
     elif args.bandwidth_gbs is None or args.tflops is None:
         parser.error("give --gpu, or both --bandwidth-gbs and --tflops")
     bandwidth = args.bandwidth_gbs * 1e9 if args.bandwidth_gbs is not None else spec.bandwidth_bytes_s  # type: ignore[union-attr]
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     draft_ceiling = _draft_ceiling(parser, args.tokens_per_step, c.decode_ceiling_tok_s)
     out = c.as_dict()
     out["tokens_per_step"] = args.tokens_per_step
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     out["expected_ratio"] = c.expected_ratio
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
-        return 0
+        return ExitCode.OK
     label = spec.name if spec else "given numbers"
     print(
         f"{label}: {c.bandwidth_bytes_s / 1e9:.0f} GB/s, {c.peak_flops / 1e12:.1f} TFLOP/s "
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({bound}) for a {c.prompt_tokens}-token prompt, micro-batch {c.ubatch_tokens}"
     )
     print(f"expected prefill/decode ratio: {c.expected_ratio:.0f}× (at these prompt and context lengths)")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 
 from analysis import wording as w
 from analysis.ceilings import CeilingModel, Ceilings, Efficiencies, starting_efficiencies
+from analysis.command_line import ExitCode
 from analysis.hardware import HardwareSpec, close_matches, resolve_spec
 from analysis.memory import KV_TYPE_BYTES, KV_TYPES_NEEDING_FLASH_ATTN, MemoryPlan, RunnerSettings, SettingsError, plan_memory
 from analysis.model_facts import ModelFacts
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if spec is None:
         near = close_matches(args.gpu)
         print(f"error: unknown GPU {args.gpu!r}" + (f"; close matches: {', '.join(near)}" if near else ""), file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     facts = ModelFacts(
         architecture="given",
         params=args.params,
@@ -345,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         found = suggest(now, facts, spec, work, free_vram_bytes=vram, efficiencies=eff, host_bandwidth_bytes_s=host)
     except (ValueError, SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.json:
         print(json.dumps(_as_json(now, found), indent=2, sort_keys=True))
-        return 0
+        return ExitCode.OK
     m = now.memory
     fit = "fits" if m.fits else f"does not fit: {w.gb(m.spill_bytes)} spills to system memory"
     parts = f"weights {w.gb(m.weights_bytes)} + KV cache {w.gb(m.kv_bytes)} + compute {w.gb(m.compute_bytes)}"
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for s in found:
         print(f"- {s.sentence}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

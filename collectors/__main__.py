@@ -21,15 +21,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from analysis.command_line import ExitCode
 from collectors.config import Settings, SettingsError, load_settings
 from collectors.lock import LockHeldError
 from collectors.proxy.limits import raise_fd_limit
 from collectors.stopping import STOP_FILE, follow_parent, on_stop_signals, stop_collector, watch_stop_file
 
-EXIT_OK = 0
-EXIT_UNWRITTEN = 1
-EXIT_SETTINGS = 2
-EXIT_ALREADY_RUNNING = 3
+# The exit codes every command shares (analysis/command_line.py), by what they mean here.
+EXIT_OK = ExitCode.OK
+EXIT_UNWRITTEN = ExitCode.FAILED
+EXIT_SETTINGS = ExitCode.USAGE
+EXIT_ALREADY_RUNNING = ExitCode.BUSY
 # How long a worker thread (the store writer, discovery, samplers) may keep the GIL while the event loop that relays
 # every proxied chunk waits for it: Python's default is 5 ms, which a chunk waiting on a busy writer adds to its
 # delay (bench/README.md, what the collector costs per chunk).

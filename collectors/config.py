@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from analysis.loopback import is_loopback
 from collectors.ollama.journal import valid_unit_name
 from collectors.ollama.log_places import default_log
 from collectors.os_users import effective_uid, group_members, group_name, user_name
@@ -251,15 +252,6 @@ def _check_not_self(ollama_url: str, listen: ListenAddress) -> None:
             f"--ollama/OLLAMA_HOST ({ollama_url}) is this collector's own --listen address {listen}; "
             "point --ollama at Ollama itself, usually http://127.0.0.1:11434"
         )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def load_token(env: Mapping[str, str], listen: ListenAddress) -> str | None:

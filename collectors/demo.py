@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.command_line import ExitCode
 from collectors.file_lock import BACKEND
 from collectors.lock import LockInfo, open_no_follow, read_lock, read_no_follow, write_at_start
 from collectors.stopping import STOP_FILE, STOP_SIGNALS, follow_parent, request_stop, watch_stop_file
@@ -415,7 +416,7 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
     existing = read_lock(data_dir)
     if existing is not None:
         print(f"demo: a collector (process {existing.pid}) already records into {data_dir}; stop it first", file=sys.stderr)
-        return 2
+        return ExitCode.BUSY
     real = engine == "llama-cpp"
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
@@ -458,8 +459,8 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
             for child in children:
                 if child.poll() is not None:
                     print(f"demo: {child.args!r} exited with code {child.returncode}; stopping", file=sys.stderr)
-                    return 1
-        return 0
+                    return ExitCode.FAILED
+        return ExitCode.OK
     finally:
         stop.set()
         for child in reversed(children):
@@ -489,9 +490,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stop:
         if stop_demo(args.data.expanduser()):
             print(f"demo: none runs for {args.data} now")
-            return 0
+            return ExitCode.OK
         print(f"demo: the demo of {args.data} did not stop", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     stop = threading.Event()
     for name in STOP_SIGNALS:  # each where this OS has it
         if (sig := getattr(signal, name, None)) is not None:
@@ -503,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args.data.expanduser(), args.hardware, args.num_parallel, not args.no_traffic, stop, args.engine)
     except RuntimeError as exc:
         print(f"demo: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
 
 
 if __name__ == "__main__":

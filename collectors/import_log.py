@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
+from analysis.command_line import ExitCode
 from analysis.records import RequestRecord
 from analysis.runner_load import placement_rows
 from analysis.runner_waits import RequestWaitsRow, waits_row
@@ -47,10 +48,11 @@ from store.queries import open_readonly, request_waits, resolve_db
 from store.schema import StoreError
 from store.writer import StoreWriter
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_COLLECTOR_RUNS = 3
+# The exit codes every command shares (analysis/command_line.py), by what they mean here.
+EXIT_OK = ExitCode.OK
+EXIT_FAILED = ExitCode.FAILED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_COLLECTOR_RUNS = ExitCode.BUSY
 BATCH = 256  # generations checked against the store and written in one transaction
 MATCH_SLACK_S = 2.0  # a recorded end may lie this far outside the window the log places the generation in
 

@@ -32,6 +32,7 @@ from prometheus_client.exposition import generate_latest
 from analysis.ceilings import ceilings_for_request
 from analysis.energy import energy_between
 from analysis.hardware import match_gpu
+from analysis.loopback import is_loopback
 from analysis.model_facts import model_facts_from_show
 from analysis.model_names import is_cloud, same_model
 from analysis.records import (
@@ -46,7 +47,7 @@ from analysis.records import (
     RunnerFlags,
 )
 from analysis.runner_load import RunnerDeviceRow, placement_in_use
-from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
+from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
 from collectors.gpu.sim import SimGpuSource

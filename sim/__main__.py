@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from analysis.command_line import ExitCode
 from sim import cloud, ollama_log
 from sim.catalog import MODELS
 from sim.context_fit import log_start_lines
@@ -227,7 +228,7 @@ async def serve(args: argparse.Namespace) -> None:
             )
         except EngineUnavailable as e:
             print(f"sim: {e}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
+            raise SystemExit(ExitCode.USAGE) from None
         app = build_app(child, _config(args), faults)
         add_engine_routes(app, child)
         args.hardware = f"llama-server ({child.binary}) on the CPU, {args.threads} threads, {child.model.name} from {args.gguf}"

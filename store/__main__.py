@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.command_line import ExitCode, add_window_arguments
 from analysis.records import Outcome
-from store.export import ExportWindow, export_rows, parse_since, write_csv, write_jsonl
+from store.export import ExportWindow, export_rows, write_csv, write_jsonl
 from store.queries import open_readonly
 from store.schema import StoreError
 
@@ -31,8 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="data folder holding phasewatch.sqlite3 (default $PHASEWATCH_DATA)",
     )
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
-    export.add_argument("--since", help="Unix seconds, ISO 8601 time (UTC by default), or an age: 30m, 24h, 7d")
-    export.add_argument("--until", help="the window's end, in the same forms (default: no end)")
+    add_window_arguments(export)
     # The Requests page's filters, so that its Download CSV can be made here too.
     export.add_argument("--model", help="only this model (as the request named it)")
     export.add_argument("--endpoint", help="only this route, e.g. /api/chat")
@@ -51,25 +51,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.data:
         print("error: say where the store is: --data DIR (or set PHASEWATCH_DATA)", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     data = Path(args.data)
     if not data.is_dir():
         print(f"error: {data} is not a folder", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         now = time.time()
         window = ExportWindow(
-            since_unix_s=parse_since(args.since, now) if args.since else 0.0,
-            until_unix_s=parse_since(args.until, now) if args.until else None,
+            since_unix_s=args.since.at(now) if args.since else 0.0,
+            until_unix_s=args.until.at(now) if args.until else None,
             model=args.model,
             endpoint=args.endpoint,
             outcome=Outcome(args.outcome).value if args.outcome else None,
             program=args.program,
         )
         conn = open_readonly(data)
-    except (ValueError, StoreError) as exc:
+    except (ValueError, StoreError) as exc:  # an unknown --outcome, no store in the folder
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     write = write_jsonl if args.format == "jsonl" else write_csv
     try:
         if args.out:
@@ -87,13 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             write(export_rows(conn, window), sys.stdout)
     except BrokenPipeError:  # e.g. `| head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:
+        return ExitCode.OK
+    except OSError as exc:  # the output could not be written (disk full, no such folder)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.FAILED
     finally:
         conn.close()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ value is not known — an unknown value is empty, never 0).
 
 Times: ``started_at`` is UTC in ISO 8601 with its zone (``2026-12-07T02:54:29.123+00:00``), beside
 ``started_at_unix_s``. The Requests page's Download CSV is this export, of the page's window and filters
-(``csv_text``); ``python -m store export --since ... --until ...`` gives the same file.
+(``csv_text``); ``python -m store export --since ... --until ...`` gives the same file (the times: analysis/command_line.py).
 
 ``seen_from``: ``proxy``, or ``runner`` for a generation a client sent Ollama directly, recorded from its
 runner: ``runner_source`` says whether its figures are the runner's own timings from Ollama's log (exact) or
@@ -97,27 +97,6 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\x00")
 _FORMULA_AFTER_BLANKS = re.compile(r"[\s\x00-\x1f\x7f]*[=+\-@]")
 # RFC 4180's line end; with CR in it the csv module also quotes a cell that holds a lone CR.
 CSV_LINE_END = "\r\n"
-
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_since(text: str, now_unix_s: float) -> float:
-    """``--since``: Unix seconds, an ISO 8601 time (UTC unless it says otherwise), or an age like ``24h``/``7d``."""
-    match = _RELATIVE.match(text)
-    if match:
-        return now_unix_s - float(match.group(1)) * _UNIT_S[match.group(2)]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"--since {text!r}: give Unix seconds, an ISO 8601 time, or an age such as 30m, 24h, 7d") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -615,6 +616,19 @@ ALTER TABLE requests ADD COLUMN client_user TEXT;
 CREATE INDEX requests_program_started ON requests(client_program, started_at_unix_s);
 """
 
+# applied_migrations: which migration took the store to each version, by name and sha256 as it ran, so that a store
+# made by another build (a branch whose "v21" was some other step) is refused on open instead of being migrated on
+# from a schema this code never wrote (check_applied). applied_at_unix_s NULL: applied before this table existed
+# (recorded when it was made, with this code's name and checksum: shipped steps never change).
+APPLIED_MIGRATIONS_SQL = """
+CREATE TABLE applied_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    applied_at_unix_s REAL
+);
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step: a store
 # already past it would never run the new text (tests/store/test_store_migrations_frozen.py checks their checksums).
 MIGRATIONS: list[Migration] = [
@@ -639,8 +653,11 @@ MIGRATIONS: list[Migration] = [
     _sql("heartbeat_runner_lines_missing_and_ollama_queued", _V18),
     request_minutes_step,
     _sql("client_program", _V20),
+    _sql("applied_migrations", APPLIED_MIGRATIONS_SQL),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# The first version whose stores record their migrations (found by name: the lead may renumber at merge).
+RECORDED_FROM_VERSION = next(v for v, m in enumerate(MIGRATIONS, start=1) if m.name == "applied_migrations")
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -656,6 +673,8 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     before = schema_version(conn)
     if before > SCHEMA_VERSION:
         raise StoreError(f"store schema v{before} is newer than this Phasewatch (v{SCHEMA_VERSION}); upgrade Phasewatch")
+    check_applied(conn)
+    applied_now: set[int] = set()
     # A new store is created in one transaction: a page reading meanwhile sees no store, then the whole schema,
     # never a part it would take for an older Phasewatch's. An existing one moves a step per transaction.
     steps = [range(0, target)] if before == 0 else [range(v, v + 1) for v in range(before, target)]
@@ -668,6 +687,9 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
                 continue
             for version in step:
                 MIGRATIONS[version](conn)
+            applied_now.update(v + 1 for v in step)
+            if step.stop >= RECORDED_FROM_VERSION:
+                _record_applied(conn, step.stop, applied_now)
             conn.execute(f"PRAGMA user_version = {step.stop}")
             conn.execute("COMMIT")
         except BaseException:
@@ -676,6 +698,53 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     if schema_version(conn) < target:  # another process created it meanwhile, to a lower version: step on from there
         migrate(conn, target)
     return before
+
+
+def _record_applied(conn: sqlite3.Connection, version: int, applied_now: set[int]) -> None:
+    """One row for each version up to ``version`` not yet recorded; those run before this call have no time."""
+    now = time.time()
+    conn.executemany(
+        "INSERT OR IGNORE INTO applied_migrations (version, name, sha256, applied_at_unix_s) VALUES (?, ?, ?, ?)",
+        [(v, MIGRATIONS[v - 1].name, MIGRATIONS[v - 1].sha256, now if v in applied_now else None) for v in range(1, version + 1)],
+    )
+
+
+def applied_problem(conn: sqlite3.Connection) -> str | None:
+    """Why this code must not migrate or write the store: a version recorded under another step's name or checksum,
+    or a store past the version that records them with no record (made by another build). None: all agree."""
+    version = schema_version(conn)
+    if version < RECORDED_FROM_VERSION or version > SCHEMA_VERSION:
+        return None  # older: nothing recorded yet (migrate records it); newer: refused as newer
+    try:
+        rows = conn.execute("SELECT version, name, sha256 FROM applied_migrations ORDER BY version").fetchall()
+    except sqlite3.OperationalError:
+        rows = []
+    recorded = {int(v): (str(name), str(sha)) for v, name, sha in rows}
+    for v in range(1, version + 1):
+        ours = MIGRATIONS[v - 1]
+        if v not in recorded:
+            return f"its schema v{version} has no record of step v{v} (this Phasewatch's {ours.name!r})"
+        name, sha = recorded[v]
+        if (name, sha) != (ours.name, ours.sha256):
+            return (
+                f"its step v{v} was applied as {name!r} (sha256 {sha[:12]}…), "
+                f"but this Phasewatch's v{v} is {ours.name!r} (sha256 {ours.sha256[:12]}…)"
+            )
+    return None
+
+
+def check_applied(conn: sqlite3.Connection) -> None:
+    """Refuse a store another build's migrations made, saying what to do (never migrate on from a schema we did not write)."""
+    problem = applied_problem(conn)
+    if problem is None:
+        return
+    (_, _, file) = conn.execute("PRAGMA database_list").fetchone()
+    folder = Path(file).parent if file else "DIR"
+    raise StoreError(
+        f"{file or 'the store'} was made by another build of Phasewatch: {problem}. This build would read and write "
+        f"tables it did not make. Run the build that made it; or keep its data (python -m store export --data {folder}) "
+        f"and move {DB_FILENAME} out of the data folder so that this build starts a new store"
+    )
 
 
 def connect_writer(path: str | Path, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:

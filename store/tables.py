@@ -427,6 +427,16 @@ class ExperimentRow:
         return None if self.results_json is None else json.loads(self.results_json)
 
 
+@dataclass(frozen=True)
+class AppliedMigrationRow:
+    """Which migration took the store to ``version``, as it ran (store.schema.check_applied reads it on open)."""
+
+    version: int
+    name: str
+    sha256: str
+    applied_at_unix_s: float | None  # None: applied before the store recorded its migrations
+
+
 _ONE_ROW_ID = Column("id", "INTEGER", True)  # the CHECK (id = 1) key of a one-row table
 
 REQUESTS = Table.of("requests", RequestRow)
@@ -447,6 +457,7 @@ COLLECTOR_HEARTBEAT = Table.of("collector_heartbeat", CollectorInfo, key=(_ONE_R
 EXPERIMENTS = Table.of("experiments", ExperimentRow)
 HOST_BANDWIDTH = Table.of("host_bandwidth", HostBandwidth)
 PROGRESS_SAMPLES = Table.of("progress_samples", ProgressSample)
+APPLIED_MIGRATIONS = Table.of("applied_migrations", AppliedMigrationRow)
 
 TABLES: tuple[Table[Any], ...] = (
     REQUESTS,
@@ -467,6 +478,7 @@ TABLES: tuple[Table[Any], ...] = (
     RUNNER_DEVICES,
     OLLAMA_SETTINGS,
     REQUEST_WAITS,
+    APPLIED_MIGRATIONS,
 )
 
 

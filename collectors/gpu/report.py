@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from analysis.command_line import ExitCode
 from collectors.gpu.choose import GpuChoice, choose_gpu_sampler
 from collectors.gpu.nvml import NvmlGpuSource
 from collectors.gpu.state import NO_GPU_MEANING, GpuState
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
     else:
         print(_human(out))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

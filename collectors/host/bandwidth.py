@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
+from analysis.command_line import ExitCode
 from analysis.records import HostBandwidth
 
 __all__ = ["HostBandwidth", "measure_host_bandwidth", "same_machine"]
@@ -75,7 +76,7 @@ def main() -> int:
     """``python -m collectors.host.bandwidth``: measure and print this machine's figure."""
     hb = measure_host_bandwidth()
     print(f"host memory bandwidth: {hb.bandwidth_bytes_s / 1e9:.1f} GB/s ({hb.threads} threads, {hb.buffer_bytes >> 20} MiB)")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
+from analysis.command_line import ExitCode
 from analysis.model_names import same_model
 from collectors.lab.client import LabClient, LabError, normalize_url
 from collectors.lab.context import DEFAULT_CONTEXT_TOKENS
@@ -31,7 +32,8 @@ from collectors.lab.results import CANCELLED, DONE, FAILED, TIMED_OUT, Experimen
 from collectors.lab.runner import DEFAULT_TIMEOUT_S, preflight, run_experiment
 from collectors.stopping import on_stop_signals
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+# The exit codes every command shares (analysis/command_line.py).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.CANCELLED
 _TYPES: dict[str, type] = {"int": int, "float": float}
 
 

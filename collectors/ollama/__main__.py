@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from analysis.command_line import ExitCode
 from analysis.printable import printable
 from collectors.config import SettingsError, ollama_base_url
 from collectors.ollama.runners import read_once
@@ -26,11 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = ollama_base_url(args.ollama if args.ollama is not None else os.environ.get("OLLAMA_HOST"))
     except SettingsError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     found = read_once(url)
     if args.json:
         print(json.dumps(found, indent=2))
-        return 0
+        return ExitCode.OK
     # Names, paths and problems come from Ollama, its runners and their command lines: printed escaped.
     if found["found_by"]:
         print(printable(f"runners of {url} found {found['found_by']}"))
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  slot {s['slot_id']}: processing={s['is_processing']} ctx {s['ctx_tokens']}/{s['n_ctx']} "
                 f"prompt read {s['processed_tokens']} cached {s['cached_tokens']} decoded {s['decoded_tokens']}"
             )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

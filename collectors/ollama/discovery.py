@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from analysis.loopback import is_loopback
 from analysis.speculative import Speculation, draft_tokens_of, spec_types_of
 from collectors.host.proctable import Named, Owner, ProcessNames, bare_name, owner_of
 from collectors.os_users import user_name
@@ -127,15 +128,6 @@ class Runner:
         return f"http://{self.host}:{self.port}"
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def ollama_local_address(ollama_url: str) -> tuple[tuple[IPAddress, ...], int] | None:
     """(the addresses a client of ``ollama_url`` connects to, its port) for a watched Ollama on this machine;
     None for a remote one. ``localhost`` may mean either loopback address: both are checked."""
@@ -151,7 +143,7 @@ def ollama_local_address(ollama_url: str) -> tuple[tuple[IPAddress, ...], int] |
 def ollama_local_port(ollama_url: str) -> int | None:
     """The port of a watched Ollama on this machine, or None for a remote one (its runners are out of reach)."""
     parts = urlsplit(ollama_url)
-    if not parts.hostname or not is_loopback_host(parts.hostname):
+    if not parts.hostname or not is_loopback(parts.hostname):
         return None
     try:
         return parts.port or (443 if parts.scheme == "https" else 80)
@@ -226,7 +218,7 @@ def runner_from_argv(pid: int, name: str, argv: Sequence[str]) -> Runner | None:
     if port is None or not 0 < port < 65536:
         return None
     host = _option(argv, "--host") or "127.0.0.1"
-    if not is_loopback_host(host) and host not in ("0.0.0.0", "::"):
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):
         return None  # a runner bound elsewhere is not read (loopback only)
     return Runner(
         pid=pid,

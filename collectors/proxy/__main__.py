@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from analysis.command_line import ExitCode
 from analysis.records import RequestRecord
 from collectors.config import SettingsError, load_limits, load_token, parse_listen
 from collectors.proxy.access import split_list
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     raise_fd_limit()
     run_with_best_loop(_serve(args.upstream, listen.host, listen.port, args.record_text, args.print_records, token))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import threading
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from analysis.loopback import is_loopback
 from collectors.os_users import user_name
 
 log = logging.getLogger(__name__)
@@ -46,16 +46,6 @@ class ClientProcess:
 
 
 Found = Callable[[ClientProcess | None], None]
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback (::ffff:127.0.0.1)."""
-    try:
-        addr = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(addr, "ipv4_mapped", None)
-    return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def _same(a: Any, b: Address) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
+from analysis.command_line import TIME_HELP, ExitCode, time_arg
 from pages.shared.window import DEFAULT_WINDOW_S
 from pages.why.view import build_why, model_choices, why_json
 from store import queries
@@ -23,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--now",
-        type=float,
-        help="the end of the window, Unix seconds (default: now; a window with no request of the model moves to end at "
+        type=time_arg,
+        metavar="TIME",
+        help=f"the end of the window: {TIME_HELP} (default: now; a window with no request of the model moves to end at "
         "its newest request, as the page's does)",
     )
     ap.add_argument("--json", action="store_true", help="print the story as JSON (the only output for now)")
@@ -32,19 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     db = queries.resolve_db(args.data)
     if not db.exists():
         print(f"no store at {db}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     models = model_choices(db) or []
     model = args.model or (models[0] if models else None)
     if model is None:
         print(f"no generation is stored in {db} yet", file=sys.stderr)
-        return 2
-    m = build_why(db, model, now_unix_s=args.now, window_s=args.window_s)
+        return ExitCode.FAILED  # the store is there; it holds nothing to explain yet
+    now_unix_s = args.now.at(time.time()) if args.now else None
+    m = build_why(db, model, now_unix_s=now_unix_s, window_s=args.window_s)
     if m is None:
         print(f"cannot read {db}", file=sys.stderr)
-        return 2
+        return ExitCode.FAILED
     json.dump(why_json(m), sys.stdout, indent=2, default=str)
     print()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

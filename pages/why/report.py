@@ -9,7 +9,6 @@ it as a block to copy.
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from analysis import wording as w
 from analysis.diagnose import CODES, DiagnosisCode
+from analysis.loopback import is_loopback
 from analysis.model_names import ModelName, parse_model_name
 from analysis.phases import FLAG_CODES, Flag
 from analysis.printable import printable
@@ -68,27 +68,16 @@ NO_CEILING = " (no ceiling: GPU or model unknown)"
 QUEUE_FULL_FIX = "raise OLLAMA_MAX_QUEUE, or send fewer requests that need a load at the same time"
 
 
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _safe_client(client: str | None) -> str | None:
     """A loopback address as it is; any other as 'a client on another machine'."""
     if client is None:
         return None
-    return client if _is_loopback(client) else "a client on another machine"
+    return client if is_loopback(client) else "a client on another machine"
 
 
 def _ollama_where(base_url: str) -> str:
     url = urlsplit(base_url)
-    if _is_loopback(url.hostname):
+    if is_loopback(url.hostname):
         return f"at {url.hostname}:{url.port}" if url.port else f"at {url.hostname}"
     return "on another machine"
 
@@ -211,7 +200,7 @@ def _client_words(inputs: list[LoadInput]) -> str:
     with no client address (seen only in Ollama's log) apart."""
     by_client = Counter(i.client for i in inputs)
     direct = by_client.pop(None, 0)
-    loopback = sorted(c for c in by_client if c is not None and _is_loopback(c))
+    loopback = sorted(c for c in by_client if c is not None and is_loopback(c))
     others = len(by_client) - len(loopback)
     named = [*loopback, *([f"{others} on other machine{'' if others == 1 else 's'}"] if others else [])]
     parts = []

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from analysis.command_line import parse_time
 from analysis.phases import CLI_KEYS, split_record
 from store import queries
 from store.__main__ import main as store_main
-from store.export import EXPORT_KEYS, csv_cell, parse_since, write_csv
+from store.export import EXPORT_KEYS, csv_cell, write_csv
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -86,11 +87,11 @@ def test_bad_since_is_a_clear_error(data_dir: Path) -> None:
 
 def test_parse_since_forms() -> None:
     now = 2_000_000_000.0
-    assert parse_since("24h", now) == now - 86400
-    assert parse_since("30m", now) == now - 1800
-    assert parse_since("1700000000", now) == 1_700_000_000.0
-    assert parse_since("2025-06-15T15:06:40", now) == T0  # UTC unless it says otherwise
-    assert parse_since("2025-06-15T17:06:40+02:00", now) == T0
+    assert parse_time("24h").at(now) == now - 86400
+    assert parse_time("30m").at(now) == now - 1800
+    assert parse_time("1700000000").at(now) == 1_700_000_000.0
+    assert parse_time("2025-06-15T15:06:40").at(now) == T0  # UTC unless it says otherwise
+    assert parse_time("2025-06-15T17:06:40+02:00").at(now) == T0
 
 
 def test_empty_store_exports_a_header_only(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -74,7 +75,8 @@ def test_a_new_store_is_never_seen_half_made(tmp_path: Path, monkeypatch: pytest
 
         return run
 
-    monkeypatch.setattr("store.schema.MIGRATIONS", [watched(m) for m in MIGRATIONS])
+    # Each step wrapped, its name and checksum kept: the store records them (store.schema._record_applied).
+    monkeypatch.setattr("store.schema.MIGRATIONS", [dataclasses.replace(m, run=watched(m.run)) for m in MIGRATIONS])
     StoreWriter(path).close()
     assert len(seen) == SCHEMA_VERSION and set(seen) == {StoreState.CREATING}
     assert queries.store_state(tmp_path) is StoreState.READY

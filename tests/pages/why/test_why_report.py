@@ -103,7 +103,7 @@ def test_report_without_a_store_says_so(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1 and "no store" in done.stderr and str(tmp_path) not in done.stderr
+    assert done.returncode == 2 and "no store" in done.stderr and str(tmp_path) not in done.stderr  # usage: no store there
 
 
 def test_why_page_offers_the_report_as_a_block_to_copy(data_dir: Path) -> None:
