@@ -32,7 +32,9 @@ from analysis.log_grammar import slog_line, slog_time_unix_s
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
 from analysis.runner_waits import TaskWaits, WaitJoiner
-from collectors.ollama.direct import ACCESS_SLACK_S, GENERATION_PATHS, LOAD_FOLLOWS_S, LOG_TIMING_BOUND_S
+from collectors.ollama.access_fit import ACCESS_SLACK_S
+from collectors.ollama.direct import GENERATION_PATHS, LOAD_FOLLOWS_S
+from collectors.ollama.direct_record import LOG_TIMING_BOUND_S
 from collectors.ollama.discovery import runner_from_argv
 from collectors.ollama.log import AccessLine, EventKind, LogEvent, parse_line
 
