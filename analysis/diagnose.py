@@ -21,7 +21,8 @@ from analysis.model_facts import ModelFacts
 from analysis.model_names import is_cloud
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, WaitKind, part_words, what_changes
+from analysis.runner_wait_tasks import TaskWaits, WaitKind
+from analysis.runner_wait_words import part_words, what_changes
 from analysis.speculative import DraftAcceptance, Speculation, TokensPerStep, is_speculating, tokens_per_step
 from analysis.wait_split import Busy, Hit, WaitSplit
 

@@ -45,7 +45,8 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import RunnerDeviceRow, placement_in_use
+from analysis.runner_load_rows import RunnerDeviceRow
+from analysis.runner_load_words import placement_in_use
 from collectors.config import Settings, SettingsError, is_loopback, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler

@@ -30,8 +30,10 @@ from typing import BinaryIO
 
 from analysis.log_grammar import slog_line, slog_time_unix_s
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
-from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
-from analysis.runner_waits import TaskWaits, WaitJoiner
+from analysis.runner_load_lines import LoadLine
+from analysis.runner_placement import PlacementReader, RunnerPlacement
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_tasks import TaskWaits
 from collectors.ollama.access_fit import ACCESS_SLACK_S
 from collectors.ollama.direct import GENERATION_PATHS, LOAD_FOLLOWS_S
 from collectors.ollama.direct_record import LOG_TIMING_BOUND_S

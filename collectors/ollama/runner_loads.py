@@ -9,8 +9,10 @@ one's.
 from __future__ import annotations
 
 from analysis.model_names import same_model
-from analysis.runner_load import RunnerDeviceRow, RunnerPlacement, placement_rows
-from analysis.runner_waits import RequestWaitsRow, WaitJoiner, waits_row
+from analysis.runner_load_rows import RunnerDeviceRow, placement_rows
+from analysis.runner_placement import RunnerPlacement
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_tasks import RequestWaitsRow, waits_row
 from collectors.ollama.log import EventKind, LogEvent
 from collectors.ollama.runner_state import ReaderState, RunnerState, StartSequence
 

@@ -12,8 +12,9 @@ from typing import Any
 import psutil
 
 from analysis.records import LoadedModel, ProgressSample, RequestRecord
-from analysis.runner_load import PlacementReader
-from analysis.runner_waits import RequestWaitsRow, WaitJoiner
+from analysis.runner_placement import PlacementReader
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_tasks import RequestWaitsRow
 from collectors.ollama.direct import DirectTasks
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogSource

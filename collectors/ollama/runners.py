@@ -35,8 +35,9 @@ import aiohttp
 
 from analysis.model_names import is_cloud, same_model
 from analysis.records import LoadedModel, ProgressSample, RequestRecord, RunnerFlags
-from analysis.runner_load import PlacementReader
-from analysis.runner_waits import RequestWaitsRow, WaitJoiner
+from analysis.runner_placement import PlacementReader
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_tasks import RequestWaitsRow
 from collectors.ollama.direct import DirectTasks
 from collectors.ollama.discovery import (
     MLX_RUNNER,

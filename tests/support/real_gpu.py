@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_waits import waits_row
+from analysis.runner_wait_tasks import waits_row
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail, parse_line
 from collectors.ollama.runner_state import RunnerState

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_load import MIB
+from analysis.runner_load_lines import MIB
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail, parse_line
 from collectors.ollama.runner_state import RunnerState

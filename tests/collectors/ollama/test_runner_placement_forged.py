@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_load import MAX_DEVICES
+from analysis.runner_placement import MAX_DEVICES
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail
 from collectors.ollama.runner_loads import START_LINE_READ_LAG_S
