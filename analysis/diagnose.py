@@ -239,11 +239,11 @@ def diagnose_request(
     """Every diagnosis that applies to this request, most costly first; [] for a clean one.
 
     ``waits``: what the runner said it did for this request's task besides reading its prompt (its log lines,
-    ``analysis.runner_waits``); None when its log was not read. ``all_slots_busy``: whether every slot of the runner
+    ``analysis.runner_wait_fold``); None when its log was not read. ``all_slots_busy``: whether every slot of the runner
     was taken by other requests when this one arrived (None: not known).
 
     ``gpu_fraction``: the share of the model on the GPU when a better source than /api/ps said it (the runner's own
-    load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size.
+    load lines, ``analysis.runner_load_words.placement_in_use``); else /api/ps's size_vram ÷ size.
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
     (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused).

@@ -21,6 +21,10 @@ A task that ran wholly between two polls shows as a step of the slot's ``id_task
 as tasks too, so only a slot's own change means a generation): it is still recorded, filled from the log
 where there is one, else with its counts unknown.
 
+Its parts, one module each: ``direct_task`` (a task and what /slots showed of it), ``direct_confirm`` (whether
+its log lines are believed), ``direct_owner`` (whether it was a proxied request), ``direct_access`` (which access
+line is its) and ``direct_record`` (its figures and record). This module tracks the tasks and decides them.
+
 Never twice: a task claimed by a proxied request (``RunnerReader._join``) is the proxy's. The live claim pairs
 the oldest request with the oldest new task (start order: a tie-break only); when the request finishes, its
 prompt size, the runner's own count in its reply, must agree with the task's (/slots or the log): a claim whose

@@ -106,7 +106,7 @@ class Generation:
     runner: RunnerStart | None
     end_lo_unix_s: float  # its end lies in [end_lo, end_hi]
     end_hi_unix_s: float
-    waits: TaskWaits | None = None  # the runner's own waits before its prompt (analysis.runner_waits)
+    waits: TaskWaits | None = None  # the runner's own waits before its prompt (analysis.runner_wait_fold)
 
 
 @dataclass

@@ -18,7 +18,12 @@ Where no runner can be read (remote or older Ollama, ``--no-slots``, a 404/501/g
 port, a runner gone mid-request) nothing is written from slots and the request keeps its estimate
 (written elsewhere); ``problems`` says why. Nothing here raises into the collector.
 
-``python -m collectors.ollama --ollama URL --json`` prints the runners found and their slots now.
+Its parts, one module each, are base classes of ``RunnerReader`` over the state ``runner_state.ReaderState``
+declares: ``runner_join`` (readings joined to requests, their rows queued), ``runner_loads`` (placements and waits
+from the log's load and wait lines) and ``runner_log`` (the log read and its lines joined); ``runner_slots`` asks a
+runner for its /slots and reads the answer. This module is the loop: discovery, the polling pace, the polls.
+
+``python -m collectors.ollama --ollama URL --json`` (``runner_slots.read_once``) prints the runners found and their slots now.
 """
 
 from __future__ import annotations
