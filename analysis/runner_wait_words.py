@@ -1,4 +1,5 @@
-"""The runner's waits in words: each named part, a task's time before prefill, and what changes it."""
+"""The runner's waits in words: each named part, a task's time before prefill, what changes it, and whether every
+slot was busy (only then can a wait before prefill be a queue for a slot)."""
 
 from __future__ import annotations
 
