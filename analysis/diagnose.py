@@ -21,7 +21,8 @@ from analysis.model_facts import ModelFacts
 from analysis.model_names import is_cloud
 from analysis.phases import Flag, Phases
 from analysis.records import GpuSample, LoadedModel, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, WaitKind, part_words, what_changes
+from analysis.runner_wait_tasks import TaskWaits, WaitKind
+from analysis.runner_wait_words import part_words, what_changes
 from analysis.speculative import DraftAcceptance, Speculation, TokensPerStep, is_speculating, tokens_per_step
 from analysis.wait_split import Busy, Hit, WaitSplit
 
@@ -238,11 +239,11 @@ def diagnose_request(
     """Every diagnosis that applies to this request, most costly first; [] for a clean one.
 
     ``waits``: what the runner said it did for this request's task besides reading its prompt (its log lines,
-    ``analysis.runner_waits``); None when its log was not read. ``all_slots_busy``: whether every slot of the runner
+    ``analysis.runner_wait_fold``); None when its log was not read. ``all_slots_busy``: whether every slot of the runner
     was taken by other requests when this one arrived (None: not known).
 
     ``gpu_fraction``: the share of the model on the GPU when a better source than /api/ps said it (the runner's own
-    load lines, ``analysis.runner_load.placement_in_use``); else /api/ps's size_vram ÷ size.
+    load lines, ``analysis.runner_load_words.placement_in_use``); else /api/ps's size_vram ÷ size.
 
     ``split``: this request's time among queue, the runner's own wait and other requests' prefills
     (``analysis.wait_split``); when given it decides the wait before prefill (``all_slots_busy`` is then unused).

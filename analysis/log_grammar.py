@@ -1,6 +1,6 @@
 """The one grammar of the lines Ollama's log holds: its runner's (llama.cpp's ``llama-server``) and Ollama's own.
 
-Every reader of the log (``collectors.ollama.log``, ``analysis.runner_load``, ``analysis.runner_waits``,
+Every reader of the log (``collectors.ollama.log``, ``analysis.runner_load_lines``, ``analysis.runner_wait_lines``,
 ``analysis.prompt_fit``, ``store import-log``) splits a line here and reads only the message that is left. The
 forms, as the programs print them (docs/ollama-api.md §13):
 

@@ -29,10 +29,10 @@ from typing import BinaryIO
 
 from analysis.command_line import ExitCode
 from analysis.records import RequestRecord
-from analysis.runner_load import placement_rows
-from analysis.runner_waits import RequestWaitsRow, waits_row
+from analysis.runner_load_rows import placement_rows
+from analysis.runner_wait_tasks import RequestWaitsRow, waits_row
 from collectors.lock import CollectorLock, LockHeldError, UnsafeFileError, lock_path, read_lock
-from collectors.ollama.direct import DURATION_MATCH_NS
+from collectors.ollama.direct_owner import DURATION_MATCH_NS
 from collectors.ollama.history import Generation, HistoryCounts, LogHistory, RunnerStart, read_lines
 from collectors.stopping import stop_collector
 from store.history import (

@@ -46,7 +46,8 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import RunnerDeviceRow, placement_in_use
+from analysis.runner_load_rows import RunnerDeviceRow
+from analysis.runner_load_words import placement_in_use
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
@@ -564,7 +565,7 @@ class CollectorService:
         if self.fit.settings_changed:
             writer.submit(PutOllamaSettings(self.fit.rows(self._clock())))
         waits = self.runners.drain_waits() if self.runners is not None else []
-        if waits:  # the runner's own waits before these requests' prompts (analysis.runner_waits)
+        if waits:  # the runner's own waits before these requests' prompts (analysis.runner_wait_fold)
             writer.submit(PutRequestWaits(waits))
 
     def _write_runners(self, writer: BackgroundWriter) -> None:
@@ -653,7 +654,7 @@ class CollectorService:
         except (ValueError, KeyError, TypeError):  # a show without the architecture's numbers
             return None
         loaded = next((m for m in poller.state.models if m.name == row.model), None)
-        # Where the model sits as the pages take it: the runner's own load lines, else /api/ps (analysis.runner_load).
+        # Where the model sits as the pages take it: the runner's own load lines, else /api/ps (analysis.runner_load_words).
         placement = placement_in_use(
             self.runners.placement_of(row.model) if self.runners is not None else None,
             loaded.size_bytes if loaded else None,

@@ -46,15 +46,8 @@ from aiohttp import web
 
 from analysis.log_grammar import runner_line
 from analysis.memory import KV_TYPE_BYTES
-from analysis.runner_load import (
-    LoadLine,
-    PlacementReader,
-    gpu_layers_to_ask,
-    listening_port,
-    load_of,
-    parse_device_list,
-    ps_sizes,
-)
+from analysis.runner_load_lines import LoadLine, listening_port, load_of
+from analysis.runner_placement import PlacementReader
 from sim import ollama_log
 from sim.backend import (
     Done,
@@ -83,6 +76,7 @@ from sim.gguf_model import (
     render_prompt,
     stop_strings,
 )
+from sim.ollama_placement import gpu_layers_to_ask, parse_device_list, ps_sizes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILT_BINARY = REPO_ROOT / ".cache" / "llama-server" / "bin" / "llama-server"

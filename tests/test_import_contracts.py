@@ -7,37 +7,16 @@ one module, and runs the real ``lint-imports`` there.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-COPIED = ("analysis", "store", "collectors", "pages", "sim", "scripts", "pyproject.toml")
+from tests.support.import_lint import contract_line as contract_line_of
+from tests.support.import_lint import copy_of_repo, lint_imports
+
 CONTRACT = "under pages/, only page and ui files import Streamlit"
-LINT_TIMEOUT_S = 120  # ~1 s alone; generous for a loaded 2-core machine
-
-
-def copy_of_repo(into: Path) -> Path:
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, into / name)
-    return into
-
-
-def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True, text=True, timeout=LINT_TIMEOUT_S, check=False
-    )
 
 
 def contract_line(output: str) -> str:
-    """The summary line of our contract (import-linter may wrap a long name, so match its start)."""
-    return next(line for line in output.splitlines() if line.startswith(CONTRACT[:40]) and line.endswith(("KEPT", "BROKEN")))
+    return contract_line_of(output, CONTRACT)
 
 
 def test_the_copy_as_it_stands_keeps_the_contract(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from analysis.command_line import ExitCode
 from analysis.printable import printable
 from collectors.config import SettingsError, ollama_base_url
-from collectors.ollama.runners import read_once
+from collectors.ollama.runner_slots import read_once
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Generations clients send Ollama directly, recorded from its runner: a runner task no proxied request claims.
 
 ``RunnerReader`` reads each runner's ``/slots`` and Ollama's log; it hands both to ``DirectTasks``, which keeps
-one ``_Task`` per (runner pid, task id) and turns each unclaimed one into a ``RequestRecord`` with
+one ``Task`` (``direct_task``) per (runner pid, task id) and turns each unclaimed one into a ``RequestRecord`` with
 ``seen_from = runner`` ("direct"): model, start and end, outcome, prompt and cached tokens, prefill time, decode
 tokens and time, and the load just before it.
 
@@ -20,6 +20,10 @@ Where the figures come from, best first:
 A task that ran wholly between two polls shows as a step of the slot's ``id_task`` (/slots counts its polls
 as tasks too, so only a slot's own change means a generation): it is still recorded, filled from the log
 where there is one, else with its counts unknown.
+
+Its parts, one module each: ``direct_task`` (a task and what /slots showed of it), ``direct_confirm`` (whether
+its log lines are believed), ``direct_owner`` (whether it was a proxied request), ``direct_access`` (which access
+line is its) and ``direct_record`` (its figures and record). This module tracks the tasks and decides them.
 
 Never twice: a task claimed by a proxied request (``RunnerReader._join``) is the proxy's. The live claim pairs
 the oldest request with the oldest new task (start order: a tie-break only); when the request finishes, its
@@ -44,16 +48,20 @@ that failed before a runner took it: recorded from the line alone (``access_fail
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from analysis.model_names import same_model
-from analysis.records import AGENT_ENDPOINTS, EMBED_ENDPOINTS, FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
+from analysis.records import AGENT_ENDPOINTS, EMBED_ENDPOINTS, RequestRecord
 from collectors.ollama.access_failures import FAILED_WAIT_S, FailureBudget, failed_record, is_failure
-from collectors.ollama.access_fit import ACCESS_SLACK_S, ANSWER_LAG_S, Claimant, fits_line
+from collectors.ollama.access_fit import ACCESS_SLACK_S, Claimant, fits_line
+from collectors.ollama.direct_access import assign, claimant, proxied, span
+from collectors.ollama.direct_confirm import confirmed_log
+from collectors.ollama.direct_owner import owner_by_figures, owner_by_time
+from collectors.ollama.direct_record import Figures, log_figures, slots_figures, task_record
+from collectors.ollama.direct_task import RunnerRef, Task, read_slot
 from collectors.ollama.embed_calls import EmbedCalls, EmbedInput, input_tokens
 from collectors.ollama.log import AccessLine, LogEvent
 from collectors.ollama.slots import SlotReading
@@ -73,19 +81,13 @@ MAX_PENDING_TASKS = 256  # task ids whose lines wait at once; past it the oldest
 # more are someone else's text (a forged line can only make the task's log figures ambiguous, never pick them), and
 # past this many the rest are dropped, counted.
 MAX_LINES_PER_TASK = 16
-# Contexts kept per task from the polls that saw it read its prompt: one per batch it was seen in (a 2,048-token
-# batch: 64 of them is a 131,072-token prompt); past it the rest are not kept, so only those kept can confirm.
-MAX_PREFILL_CTX_KEPT = 64
 MAX_PENDING_LOADS = 8  # loads (a "started in" line after its "starting llama-server") waiting for a task on their port
 LOAD_KEPT_S = 60.0  # ...this long at most
 LOAD_SLACK_S = 1.0  # a load's stated seconds may pass the time between its two lines by this (each read within a tick)
-LOG_TIMING_BOUND_S = 5e-6  # the runner prints its timings to 0.01 ms
 # A task starting within this of a load's end on its runner (a log read or a poll later) is the one that waited for
 # it; a load for an empty prompt (a client's preload) runs no task, and the next task is not its.
 LOAD_FOLLOWS_S = 1.0
 GENERATION_PATHS = frozenset({"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions"} | AGENT_ENDPOINTS)
-DURATION_MATCH_NS = 20_000  # the log's 0.01 ms rounding, twice
-WINDOW_SLACK_S = 0.5  # the log's durations against the polls around the task: a log read's tick and the rounding
 TASK_LINE_KINDS = frozenset({"launch", "new_prompt", "prompt_eval", "eval", "release"})
 # Task ids a slot stepped over between two polls (an embed call's inputs run tens of milliseconds each): kept per
 # runner and slot, so a task's lines that name that slot and an id in between are its runner's (``_between``).
@@ -93,112 +95,11 @@ MAX_STEPS = 64
 
 
 @dataclass
-class RunnerRef:
-    """The runner a task ran on."""
-
-    pid: int
-    port: int
-    model: str | None
-
-
-@dataclass(frozen=True)
-class _LogFigures:
-    """One task's figures from its log lines, once /slots agrees with them."""
-
-    prompt_total: int  # task.n_tokens (the computed count when no "new prompt" line was read)
-    computed: int  # prompt tokens evaluated (the cached part not)
-    has_total: bool
-    prefill_ms: float
-    output: int
-    decode_ms: float
-    release_unix_s: float  # when its release line was read
-    release_ctx: int  # the slot's context at release: prompt + output - 1
-
-
-@dataclass
-class _Task:
-    runner: RunnerRef
-    task_id: int
-    slot_id: int | None
-    first_seen_unix_s: float  # when this collector first knew of it (a poll)
-    # /slots: each moment lies between the last poll that did not see it and the first that did
-    start: tuple[float, float] | None = None
-    start_lo: float | None = None  # the poll before it was first seen, when there was one (its start's lower bound)
-    decode_start: tuple[float, float] | None = None
-    end: tuple[float, float] | None = None
-    first_processing_s: float | None = None  # the first and last polls that saw it running
-    last_processing_s: float | None = None
-    last_prefill_s: float | None = None  # the last poll that saw it reading its prompt
-    prompt_tokens: int | None = None  # exact (processed + cached, once decoding began)
-    # The context polls saw while it read its prompt (at most its whole prompt): what confirms its log lines when no
-    # poll saw it decode or released (a reply shorter than a poll's interval, the next task in its slot at once).
-    prefill_ctx: set[int] = field(default_factory=set)
-    cached_tokens: int | None = None
-    decoded: list[tuple[float, int]] = field(default_factory=list)  # (poll time, tokens decoded): first and last
-    output_exact: int | None = None  # from the slot's context after its release
-    final_ctx: int | None = None  # the slot's context after its release (prompt + output - 1)
-    seen_processing: bool = False
-    gone: bool = False  # its runner went away: no line is its any more
-    lines: list[LogEvent] = field(default_factory=list)  # its log lines, as read (at most MAX_LINES_PER_TASK)
-    load_s: float | None = None
-    between: bool = False  # known only from its slot's step over its id between two polls: an embedding input or nothing
-    # deciding
-    claimed_by: str | None = None  # a proxied request's id, from the live join
-    emitted: bool = False  # an in-flight direct row was written
-    unclaimed_polls: int = 0
-    access: AccessLine | None = None
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.runner.pid, self.task_id)
-
-    @property
-    def ended_unix_s(self) -> float | None:
-        """When /slots saw it end (a log line alone never ends a task: anyone can write one)."""
-        return self.end[1] if self.end is not None else None
-
-    @property
-    def log_done(self) -> bool:
-        """Its prompt eval, eval and release lines were read (whether /slots agrees is decided later)."""
-        kinds = {e.kind for e in self.lines}
-        return {"prompt_eval", "eval", "release"} <= kinds
-
-    @property
-    def id(self) -> str:
-        return f"direct-{self.runner.port}-{self.runner.pid}-{self.task_id}-{int(self.first_seen_unix_s)}"
-
-
-@dataclass
-class _Figures:
-    """What a record says of its task's times and counts, from the log (exact) or from /slots (bounded)."""
-
-    source: str  # "log" | "slots"
-    start: float
-    decode_start: float | None
-    end: float | None
-    ends_bound: float
-    prompt: int | None
-    cached: int | None
-    prefill_s: float | None
-    prefill_bound: float | None
-    decode_s: float | None
-    decode_bound: float | None
-    output: int | None
-    output_bound: int | None
-
-
-@dataclass
 class _Pending:
+    """A task id's log lines while no runner's /slots has shown that task."""
+
     first_read_unix_s: float
     lines: list[LogEvent] = field(default_factory=list)
-
-
-def _mid(interval: tuple[float, float]) -> float:
-    return (interval[0] + interval[1]) / 2
-
-
-def _half(interval: tuple[float, float]) -> float:
-    return (interval[1] - interval[0]) / 2
 
 
 class DirectTasks:
@@ -219,7 +120,7 @@ class DirectTasks:
         self.log_wait_s = log_wait_s
         self.log_read_bound_s = log_read_bound_s  # how late a log line is stamped: the reader's pace
         self.log_readable = False  # the reader says whether Ollama's log is being read now
-        self._tasks: dict[tuple[int, int], _Task] = {}
+        self._tasks: dict[tuple[int, int], Task] = {}
         self._pids_of: dict[int, set[int]] = {}  # task id → pids of the runners whose /slots showed a task of that id
         self._claims: dict[str, tuple[int, int]] = {}  # proxied request id → the task it claims
         self._disowned: deque[tuple[tuple[int, int], str]] = deque(maxlen=256)  # claims found wrong: never again
@@ -301,7 +202,7 @@ class DirectTasks:
             task = self._slot_task(runner, slot, ts, prev, claims)
             if task is None:
                 continue
-            self._read_slot(task, slot, ts, prev)
+            read_slot(task, slot, ts, prev)
             if slot.is_processing and task.claimed_by is None:
                 task.unclaimed_polls += 1
                 if task.unclaimed_polls >= 2 or task.emitted:  # a proxied request arriving meanwhile had a poll to claim it
@@ -389,7 +290,7 @@ class DirectTasks:
             figures = self._figures(task, count_dropped=True)
             self._fit_access(task, figures)
             if task.access is None:
-                self._decided.append(self._claimant(task, figures))
+                self._decided.append(claimant(task, figures))
             self._out.append(self._record(task, final=True, figures=figures))
             self.recorded += 1
         self._out += self.embeds.step(
@@ -401,7 +302,7 @@ class DirectTasks:
         )
         self._record_failures(now)
 
-    def _embedding_input(self, task: _Task) -> bool:
+    def _embedding_input(self, task: Task) -> bool:
         """An unclaimed task its own lines and /slots show to be one input of an embed call: handed to ``embeds``
         (its in-flight row, if one was written, taken back)."""
         if task.claimed_by is not None or task.gone or task.end is None:
@@ -440,7 +341,7 @@ class DirectTasks:
 
     def _slot_task(
         self, runner: RunnerRef, slot: SlotReading, ts: float, prev: float | None, claims: Mapping[int, str]
-    ) -> _Task | None:
+    ) -> Task | None:
         """The task this slot reading is about (tracked from now on), or None (idle, or a task from before)."""
         key = (runner.pid, slot.slot_id)
         before = self._last_task.get(key, -1)
@@ -498,8 +399,8 @@ class DirectTasks:
         for key in [k for k in self._last_task if k[0] == runner.pid and k[1] not in seen_slots]:
             self._ended_unseen_after(runner, self._last_task.pop(key), ts, prev)
 
-    def _new(self, runner: RunnerRef, task_id: int, slot_id: int | None, ts: float) -> _Task:
-        task = self._tasks[(runner.pid, task_id)] = _Task(RunnerRef(runner.pid, runner.port, runner.model), task_id, slot_id, ts)
+    def _new(self, runner: RunnerRef, task_id: int, slot_id: int | None, ts: float) -> Task:
+        task = self._tasks[(runner.pid, task_id)] = Task(RunnerRef(runner.pid, runner.port, runner.model), task_id, slot_id, ts)
         self._pids_of.setdefault(task_id, set()).add(runner.pid)
         load = self._loads.get(runner.port)
         if load is not None and 0 <= ts - load[0] <= LOAD_FOLLOWS_S:
@@ -511,7 +412,7 @@ class DirectTasks:
                 self._task_line(event)
         return task
 
-    def _forget(self, task: _Task) -> None:
+    def _forget(self, task: Task) -> None:
         del self._tasks[task.key]
         pids = self._pids_of.get(task.task_id)
         if pids is not None:
@@ -526,35 +427,6 @@ class DirectTasks:
         task = self._tasks.get((runner.pid, task_id)) if task_id is not None else None
         if task is not None and task.end is None and task.seen_processing and prev is not None:
             task.end = (prev, ts)
-
-    def _read_slot(self, task: _Task, slot: SlotReading, ts: float, prev: float | None) -> None:
-        if slot.is_processing:
-            if not task.seen_processing:
-                task.seen_processing = True
-                task.start = (prev if prev is not None else ts, ts)
-                task.start_lo = prev
-                task.first_processing_s = ts
-            task.last_processing_s = ts
-            if slot.decoding:
-                if task.decode_start is None:
-                    since = task.last_prefill_s if task.last_prefill_s is not None else task.start[0] if task.start else ts
-                    task.decode_start = (since, ts)
-                if slot.prompt_size_tokens is not None:
-                    task.prompt_tokens = max(task.prompt_tokens or 0, slot.prompt_size_tokens)
-                    task.cached_tokens = slot.cached_tokens
-                if slot.decoded_tokens is not None:
-                    point = (ts, slot.decoded_tokens)
-                    task.decoded = [task.decoded[0], point] if task.decoded else [point]
-            else:
-                task.last_prefill_s = ts
-                if slot.ctx_tokens is not None and len(task.prefill_ctx) < MAX_PREFILL_CTX_KEPT:
-                    task.prefill_ctx.add(slot.ctx_tokens)
-            task.end = None
-        elif task.seen_processing and task.end is None:
-            task.end = (prev if prev is not None else ts, ts)
-            task.final_ctx = slot.ctx_tokens
-            if slot.ctx_tokens is not None and task.prompt_tokens is not None and slot.ctx_tokens >= task.prompt_tokens:
-                task.output_exact = slot.ctx_tokens - task.prompt_tokens + 1  # the last token is not put in the context
 
     # -- the log ---------------------------------------------------------------------------------
 
@@ -623,68 +495,9 @@ class DirectTasks:
             self._drop("load")
         self._loads[port] = (event.read_unix_s, seconds)
 
-    def _confirmed_log(self, task: _Task) -> _LogFigures | None:
-        """The task's figures from its log lines, when exactly one reading of them agrees with /slots."""
-        if not task.log_done:
-            return None
-        if task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None and not task.prefill_ctx:
-            return None  # /slots told nothing to check them against
-        kinds: dict[str, list[LogEvent]] = {k: [] for k in ("new_prompt", "prompt_eval", "eval", "release")}
-        for event in task.lines:
-            if event.kind in kinds and (event.kind in ("new_prompt", "release") or event.duration_ms is not None):
-                kinds[event.kind].append(event)
-        totals: list[LogEvent | None] = [*kinds["new_prompt"]] or [None]
-        fits: set[_LogFigures] = set()
-        for total, pe, ev, rel in itertools.product(totals, kinds["prompt_eval"], kinds["eval"], kinds["release"]):
-            assert pe.duration_ms is not None and ev.duration_ms is not None
-            figures = _LogFigures(
-                prompt_total=total.tokens if total is not None else pe.tokens,
-                computed=pe.tokens,
-                has_total=total is not None,
-                prefill_ms=pe.duration_ms,
-                output=ev.tokens,
-                decode_ms=ev.duration_ms,
-                release_unix_s=rel.read_unix_s,
-                release_ctx=rel.tokens,
-            )
-            if self._agrees(task, figures):
-                fits.add(figures)
-        return fits.pop() if len(fits) == 1 else None
-
-    @staticmethod
-    def _agrees(task: _Task, f: _LogFigures) -> bool:
-        """Whether the log's figures fit what /slots saw of the task: sizes, counts and the time between polls."""
-        if f.computed > f.prompt_total or abs(f.release_ctx - (f.prompt_total + f.output - 1)) > 1:
-            return False  # the runner's own lines always add up so
-        if not DirectTasks._sizes_agree(task, f):
-            return False
-        took_s = (f.prefill_ms + f.decode_ms) / 1000
-        if task.start_lo is not None and task.end is not None and took_s > task.end[1] - task.start_lo + WINDOW_SLACK_S:
-            return False  # longer than the polls around it allow
-        if task.first_processing_s is not None and task.last_processing_s is not None:
-            if took_s < task.last_processing_s - task.first_processing_s - WINDOW_SLACK_S:
-                return False  # shorter than the polls that saw it running
-            if f.release_unix_s < task.last_processing_s - WINDOW_SLACK_S:
-                return False  # released before a poll saw it running
-        return True
-
-    @staticmethod
-    def _sizes_agree(task: _Task, f: _LogFigures) -> bool:
-        """The log's prompt, output and context sizes against those /slots showed of the task."""
-        if task.prompt_tokens is not None and f.prompt_total != task.prompt_tokens:
-            return False
-        seen_only_reading = task.prompt_tokens is None and task.final_ctx is None and task.output_exact is None
-        if seen_only_reading and f.prompt_total not in task.prefill_ctx:
-            return False  # the size its lines name must be a context a poll saw it reach while reading its prompt
-        if task.final_ctx is not None and abs(f.release_ctx - task.final_ctx) > 1:
-            return False
-        if task.output_exact is not None and abs(f.output - task.output_exact) > 1:
-            return False
-        return not (task.decoded and f.output < task.decoded[-1][1] - 1)  # not fewer than a poll saw decoded
-
     # -- deciding ------------------------------------------------------------------------------------
 
-    def _due(self, task: _Task, now: float) -> bool:
+    def _due(self, task: Task, now: float) -> bool:
         ended = task.ended_unix_s
         if ended is None:
             return False
@@ -703,11 +516,11 @@ class DirectTasks:
         self._failure_owners.discard(rec.id)
         self._finished_ids.discard(rec.id)
 
-    def _prompt_size(self, task: _Task) -> int | None:
+    def _prompt_size(self, task: Task) -> int | None:
         """The task's prompt size in the runner's own count: /slots once decoding began, else its confirmed log."""
         if task.prompt_tokens is not None:
             return task.prompt_tokens
-        log = self._confirmed_log(task)
+        log = confirmed_log(task)
         return log.prompt_total if log is not None and log.has_total else None
 
     def _check_claim(self, rec: RequestRecord, end: float) -> None:
@@ -742,74 +555,26 @@ class DirectTasks:
             self.claimed(fits[0].runner, fits[0].task_id, rec.id)
 
     @staticmethod
-    def _rough_start(task: _Task) -> float:
+    def _rough_start(task: Task) -> float:
         return task.start[0] if task.start is not None else task.first_seen_unix_s
 
-    def _proxied_owner(self, task: _Task, now: float) -> str | None:
+    def _proxied_owner(self, task: Task, now: float) -> str | None:
         """The proxied request this ended task was, or None: it was a direct one."""
         model = task.runner.model or ""  # none known: no request is of it
         finished = [rec for _, rec in self._finished if rec.id not in self._owned and same_model(rec.model, model)]
-        log = self._confirmed_log(task)
+        log = confirmed_log(task)
         if log is not None:
-            return self._owner_by_figures(task, log, finished)
+            return owner_by_figures(task, log, finished)
         if task.claimed_by is not None:
             return task.claimed_by
-        return self._owner_by_time(task, finished, now)
-
-    def _owner_by_figures(self, task: _Task, log: _LogFigures, finished: list[RequestRecord]) -> str | None:
-        """A task the log timed: the finished request with its exact figures, else the live claim when nothing
-        can disprove it (still running, or a /v1 reply without durations)."""
-        for rec in finished:
-            if self._same_figures(log, rec):
-                return rec.id
-        if task.claimed_by is not None:
-            claimer = next((rec for rec in finished if rec.id == task.claimed_by), None)
-            if claimer is None or not self._has_durations(claimer):
-                return task.claimed_by
-        return None
-
-    def _owner_by_time(self, task: _Task, finished: list[RequestRecord], now: float) -> str | None:
-        """A task without log figures: a finished request of its model that claims no task, ran at the same time,
-        and whose prompt count does not disagree with the task's."""
-        start = task.start[0] if task.start else task.first_seen_unix_s
-        end = task.end[1] if task.end else (task.ended_unix_s or now)
-        for rec in finished:
-            if rec.id in self._claims:
-                continue
-            rec_end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
-            rec_end = rec.wall_s(rec_end_ns) if rec_end_ns is not None else now
-            if rec.started_at_unix_s > end + 0.5 or rec_end < start - 0.5:
-                continue  # not at the same time
-            counted = rec.metrics.prompt_eval_count if rec.metrics is not None else None
-            if task.prompt_tokens is not None and counted is not None and counted != task.prompt_tokens:
-                continue  # another prompt
-            return rec.id
-        return None
-
-    @staticmethod
-    def _has_durations(rec: RequestRecord) -> bool:
-        return rec.metrics is not None and rec.metrics.prompt_eval_duration_ns is not None
-
-    @staticmethod
-    def _same_figures(log: _LogFigures, rec: RequestRecord) -> bool:
-        m = rec.metrics
-        if m is None:
-            return False
-        if m.prompt_eval_count != log.prompt_total or m.eval_count is None or abs(m.eval_count - log.output) > 1:
-            return False
-        if m.prompt_eval_duration_ns is None or m.eval_duration_ns is None:
-            return True  # a /v1 reply: its counts are all it has
-        return (
-            abs(m.prompt_eval_duration_ns - log.prefill_ms * 1e6) <= DURATION_MATCH_NS
-            and abs(m.eval_duration_ns - log.decode_ms * 1e6) <= DURATION_MATCH_NS
-        )
+        return owner_by_time(task, finished, self._claims, now)
 
     # -- the access line -------------------------------------------------------------------------------
 
-    def _fit_access(self, task: _Task, figures: _Figures) -> None:
+    def _fit_access(self, task: Task, figures: Figures) -> None:
         """This task's access line: the one that fits it once every generation that fits one line alone has
         taken it (tasks still tracked, proxied requests, tasks decided without one); none while two still fit."""
-        me = self._claimant(task, figures)
+        me = claimant(task, figures)
         if not any(fits_line(a, me) for a in self._access):
             return
         # every line of about that second: a rival's other choices free this task's
@@ -818,7 +583,7 @@ class DirectTasks:
         hi = max(a.ended_unix_s for a in lines) + 1 + ACCESS_SLACK_S
         claimants = [me, *self._rivals(lo, hi)]
         candidates = [{i for i, a in enumerate(lines) if fits_line(a, c)} for c in claimants]
-        mine = self._assign(candidates).get(0)
+        mine = assign(candidates).get(0)
         if mine is not None:
             task.access = lines[mine]
             self._access.remove(task.access)
@@ -850,193 +615,42 @@ class DirectTasks:
         for end, rec in self._finished:
             if rec.id in self._failure_owners or rec.status_code != line.status:
                 continue
-            if fits_line(line, _proxied(rec, end)):
+            if fits_line(line, proxied(rec, end)):
                 return rec.id
         return None
 
     def _undecided(self) -> list[Claimant]:
         """The unclaimed tasks that ended and wait to be decided, as possible owners of an access line."""
-        return [self._span(t) for t in self._tasks.values() if t.ended_unix_s is not None and t.claimed_by is None]
-
-    @staticmethod
-    def _claimant(task: _Task, figures: _Figures) -> Claimant:
-        """The task as an access line's possible owner: its span (its load included), and whether the runner ran it
-        to its end (it decoded and its runner did not go away: Ollama answered it, so a 5xx line is not its)."""
-        start = figures.start - (task.load_s or 0.0)
-        end = figures.end if figures.end is not None else figures.start
-        lo, hi = task.end if task.end is not None else (end, end)
-        return Claimant(start, max(end, hi), answered=figures.decode_start is not None and not task.gone, earliest_end=lo)
+        return [span(t) for t in self._tasks.values() if t.ended_unix_s is not None and t.claimed_by is None]
 
     def _rivals(self, lo: float, hi: float) -> list[Claimant]:
         """Every other generation that ended between ``lo`` and ``hi``: an access line may be its. A finished
         proxied request's line has its status."""
         rivals = [
-            self._span(t)
+            span(t)
             for t in self._tasks.values()
             if (e := t.ended_unix_s) is not None and lo <= e <= hi and t.claimed_by is None  # a claimed one: its request's
         ]
-        rivals += [_proxied(rec, e) for e, rec in self._finished if lo <= e <= hi]
+        rivals += [proxied(rec, e) for e, rec in self._finished if lo <= e <= hi]
         rivals += [c for c in self._decided if lo <= c.end <= hi]
         return rivals
 
-    @staticmethod
-    def _assign(candidates: list[set[int]]) -> dict[int, int]:
-        """Generation → line, where it follows: a generation left with one line takes it, unless another is left
-        with that same line alone (then neither does); repeated until nothing more follows."""
-        assigned: dict[int, int] = {}
-        while True:
-            taken = set(assigned.values())
-            wanted: dict[int, list[int]] = {}  # line → the generations it is the only line left for
-            for k, cands in enumerate(candidates):
-                left = cands - taken
-                if k not in assigned and len(left) == 1:
-                    wanted.setdefault(next(iter(left)), []).append(k)
-            alone = {line: ks[0] for line, ks in wanted.items() if len(ks) == 1}
-            if not alone:
-                return assigned
-            for line, k in alone.items():
-                assigned[k] = line
-
-    @classmethod
-    def _span(cls, task: _Task) -> Claimant:
-        """A rival task as an access line's possible owner: as late a start and as wide an end as its polls allow."""
-        lo, hi = task.end if task.end is not None else (task.first_seen_unix_s, task.first_seen_unix_s)
-        return Claimant(cls._late_start(task), hi, earliest_end=lo)
-
-    @staticmethod
-    def _late_start(task: _Task) -> float:
-        """A rival's start, as late as its polls allow: it fits every line it may own."""
-        return task.start[1] if task.start is not None else task.first_seen_unix_s
-
     # -- the record ------------------------------------------------------------------------------------
 
-    def _figures(self, task: _Task, *, count_dropped: bool = False) -> _Figures:
+    def _figures(self, task: Task, *, count_dropped: bool = False) -> Figures:
         """The record's times and counts: the log's, when /slots agrees with them, else the /slots readings'."""
-        log = self._confirmed_log(task)
+        log = confirmed_log(task)
         if log is not None:
-            return self._log_figures(task, log)
+            return log_figures(task, log, self.log_read_bound_s)
         if count_dropped and task.lines:
             self._drop("disagrees" if task.log_done else "unconfirmed", len(task.lines))
-        return self._slots_figures(task)
+        return slots_figures(task, self.log_read_bound_s)
 
-    def _log_figures(self, task: _Task, log: _LogFigures) -> _Figures:
-        """Exact: the runner's own timings; the end is when its release line was read (or the poll that saw it)."""
-        prefill_s, decode_s = log.prefill_ms / 1000, log.decode_ms / 1000
-        end = log.release_unix_s if task.end is None else min(_mid(task.end), log.release_unix_s)
-        cached = log.prompt_total - log.computed if log.has_total else None
-        return _Figures(
-            source="log",
-            start=end - prefill_s - decode_s,
-            decode_start=end - decode_s,
-            end=end,
-            ends_bound=_half(task.end) if task.end is not None else self.log_read_bound_s,
-            prompt=log.prompt_total,
-            cached=cached,
-            prefill_s=prefill_s,
-            prefill_bound=LOG_TIMING_BOUND_S,
-            decode_s=decode_s,
-            decode_bound=LOG_TIMING_BOUND_S,
-            output=log.output,
-            output_bound=0,
-        )
-
-    def _slots_figures(self, task: _Task) -> _Figures:
-        """Bounded: each moment between two polls, kept with the half-widths of those intervals."""
-        start = _mid(task.start) if task.start else task.first_seen_unix_s
-        start_bound = _half(task.start) if task.start else 0.0
-        decode_start = _mid(task.decode_start) if task.decode_start else None
-        ds_bound = _half(task.decode_start) if task.decode_start else 0.0
-        end = _mid(task.end) if task.end else None
-        prefill_s = decode_start - start if decode_start is not None else None
-        decode_s = (end - decode_start) if end is not None and decode_start is not None else None
-        output, output_bound = self._slots_output(task, end)
-        return _Figures(
-            source="slots",
-            start=start,
-            decode_start=decode_start,
-            end=end,
-            ends_bound=max(start_bound, _half(task.end) if task.end else self.log_read_bound_s),
-            prompt=task.prompt_tokens,
-            cached=task.cached_tokens,
-            prefill_s=prefill_s,
-            prefill_bound=start_bound + ds_bound if prefill_s is not None else None,
-            decode_s=decode_s,
-            decode_bound=ds_bound + (_half(task.end) if task.end else 0.0) if decode_s is not None else None,
-            output=output,
-            output_bound=output_bound,
-        )
-
-    def _record(self, task: _Task, *, final: bool = False, figures: _Figures | None = None) -> RequestRecord:
+    def _record(self, task: Task, *, final: bool = False, figures: Figures | None = None) -> RequestRecord:
         """The task as a request record (in flight until ``final``)."""
         now = self._clock()
         f = figures if figures is not None else self._figures(task)
-        metrics = None
-        if final and (f.prompt is not None or f.output is not None):
-            metrics = FinalMetrics(
-                load_duration_ns=round(task.load_s * 1e9) if task.load_s is not None else None,
-                prompt_eval_count=f.prompt,
-                prompt_eval_cached_count=f.cached,
-                prompt_eval_duration_ns=round(f.prefill_s * 1e9) if f.prefill_s is not None else None,
-                eval_count=f.output,
-                eval_duration_ns=round(f.decode_s * 1e9) if f.decode_s is not None and f.decode_s >= 0 else None,
-                total_duration_ns=round(task.access.latency_s * 1e9) if task.access is not None else None,
-            )
-        started = f.start - (task.load_s or 0.0)
-        received_ns = self._to_mono(started, now)
-        access = task.access
-        return RequestRecord(
-            id=task.id,
-            started_at_unix_s=started,
-            client_addr=access.client if access is not None else None,
-            client_unverified=access is not None,
-            endpoint=access.path if access is not None else None,
-            model=task.runner.model or "",
-            stream=None,
-            kind=RequestKind.GENERATE,
-            received_ns=received_ns,
-            forwarded_ns=received_ns,
-            first_token_ns=self._to_mono(f.decode_start, now) if f.decode_start is not None else None,
-            final_chunk_ns=self._to_mono(f.end, now) if final and f.end is not None else None,
-            status_code=access.status if access is not None else None,
-            outcome=self._outcome(access) if final else Outcome.IN_FLIGHT,
-            metrics=metrics,
-            thinking_chunks=None,
-            seen_from=SeenFrom.RUNNER,
-            runner_port=task.runner.port,
-            runner_task_id=task.task_id,
-            runner_source=f.source,
-            ends_bound_s=f.ends_bound,
-            prefill_bound_s=f.prefill_bound,
-            decode_bound_s=f.decode_bound,
-            output_tokens_bound=f.output_bound,
-        )
-
-    @staticmethod
-    def _outcome(access: AccessLine | None) -> Outcome:
-        if access is None or access.status < 400:
-            return Outcome.OK
-        return Outcome.CANCELLED if access.status == 499 else Outcome.HTTP_ERROR
-
-    @staticmethod
-    def _slots_output(task: _Task, end: float | None) -> tuple[int | None, int | None]:
-        """Output tokens from /slots: exact from the released context, else the last count and the rate after it."""
-        if task.output_exact is not None:
-            return task.output_exact, 0
-        if not task.decoded:
-            return None, None
-        (t0, n0), (t1, n1) = task.decoded[0], task.decoded[-1]
-        if end is None or t1 <= t0:
-            return n1, None  # the rate is not known: at least n1
-        rate = (n1 - n0) / (t1 - t0)
-        extra = rate * max(0.0, end - t1)
-        bound = rate * (_half(task.end) if task.end else 0.0) + 1
-        return n1 + round(extra), round(bound + 0.5)
+        return task_record(task, f, final=final, to_mono=lambda wall_s: self._to_mono(wall_s, now))
 
     def _to_mono(self, wall_s: float, now_wall_s: float) -> int:
         return self._mono_ns() - round((now_wall_s - wall_s) * 1e9)
-
-
-def _proxied(rec: RequestRecord, end: float) -> Claimant:
-    """A finished proxied request as an access line's possible owner: its last chunk reached the proxy at ``end``,
-    a moment after Ollama wrote it and about when its handler returned (the line's end)."""
-    return Claimant(rec.started_at_unix_s, end, status=rec.status_code, earliest_end=end - ANSWER_LAG_S)

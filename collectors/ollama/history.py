@@ -30,9 +30,13 @@ from typing import BinaryIO
 
 from analysis.log_grammar import slog_line, slog_time_unix_s
 from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
-from analysis.runner_load import LoadLine, PlacementReader, RunnerPlacement
-from analysis.runner_waits import TaskWaits, WaitJoiner
-from collectors.ollama.direct import ACCESS_SLACK_S, GENERATION_PATHS, LOAD_FOLLOWS_S, LOG_TIMING_BOUND_S
+from analysis.runner_load_lines import LoadLine
+from analysis.runner_placement import PlacementReader, RunnerPlacement
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_tasks import TaskWaits
+from collectors.ollama.access_fit import ACCESS_SLACK_S
+from collectors.ollama.direct import GENERATION_PATHS, LOAD_FOLLOWS_S
+from collectors.ollama.direct_record import LOG_TIMING_BOUND_S
 from collectors.ollama.discovery import runner_from_argv
 from collectors.ollama.log import AccessLine, EventKind, LogEvent, parse_line
 
@@ -102,7 +106,7 @@ class Generation:
     runner: RunnerStart | None
     end_lo_unix_s: float  # its end lies in [end_lo, end_hi]
     end_hi_unix_s: float
-    waits: TaskWaits | None = None  # the runner's own waits before its prompt (analysis.runner_waits)
+    waits: TaskWaits | None = None  # the runner's own waits before its prompt (analysis.runner_wait_fold)
 
 
 @dataclass

@@ -48,8 +48,8 @@ from typing import Protocol
 
 from analysis.log_grammar import INT, MAX_LINE_CHARS, NUM, runner_line, slog_line, strip_llama_prefix, to_float, to_int
 from analysis.prompt_fit import FitLine, fit_of
-from analysis.runner_load import LoadLine, listening_port, load_of
-from analysis.runner_waits import WaitLine, wait_of
+from analysis.runner_load_lines import LoadLine, listening_port, load_of
+from analysis.runner_wait_lines import WaitLine, wait_of
 from collectors.ollama.go_duration import MAX_GO_DURATION_S, go_duration_s
 from collectors.ollama.mlx_log import MlxLine, parse_mlx_line
 

@@ -10,7 +10,8 @@ import pytest
 from analysis.diagnose import CODES, Diagnosis, Severity, diagnose_request
 from analysis.phases import Phases, split_record
 from analysis.records import GpuSample, RequestRecord
-from analysis.runner_waits import MIB, TaskWaits, WaitKind
+from analysis.runner_wait_lines import MIB
+from analysis.runner_wait_tasks import TaskWaits, WaitKind
 from tests.support.diagnose_cases import FACTS, SPEC, T0_UNIX, loaded, make_record
 
 

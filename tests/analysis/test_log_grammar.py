@@ -10,8 +10,8 @@ import pytest
 
 from analysis.log_grammar import MAX_LINE_CHARS, go_unquote, runner_line, slog_line, strip_llama_prefix
 from analysis.prompt_fit import parse_fit_line
-from analysis.runner_load import parse_load_line
-from analysis.runner_waits import parse_wait_line
+from analysis.runner_load_lines import parse_load_line
+from analysis.runner_wait_lines import parse_wait_line
 from collectors.ollama.log import parse_line
 
 FIXTURE = Path(__file__).parents[1] / "data" / "real_gpu_h200" / "ollama.log"

@@ -17,15 +17,10 @@ from __future__ import annotations
 import pytest
 
 from analysis.log_grammar import MAX_LINE_CHARS
-from analysis.runner_load import (
-    MIB,
-    PlacementReader,
-    parse_load_line,
-    placement_from_lines,
-    placement_from_rows,
-    placement_rows,
-    ps_sizes,
-)
+from analysis.runner_load_lines import MIB, parse_load_line
+from analysis.runner_load_rows import placement_from_rows, placement_rows
+from analysis.runner_placement import PlacementReader, placement_from_lines
+from sim.ollama_placement import ps_sizes
 from tests.support.paths import REPO
 
 DATA = REPO / "tests" / "data" / "runner_load"

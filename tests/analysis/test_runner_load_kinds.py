@@ -3,7 +3,7 @@ parses to it."""
 
 from __future__ import annotations
 
-from analysis.runner_load import LoadLineKind, parse_load_line
+from analysis.runner_load_lines import LoadLineKind, parse_load_line
 
 RELEASED = {"device", "offloaded", "buffer", "layer", "draft"}
 # One line of each kind as llama.cpp prints it (analysis/runner_load.py's docstring).

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import json
 
-from analysis.runner_waits import (
-    BEFORE_PREFILL,
-    WAIT_NAMES,
-    WAIT_OF_LINE,
-    TaskWaits,
-    WaitKind,
-    WaitLineKind,
-    parse_wait_line,
-)
+from analysis.runner_wait_fold import WAIT_OF_LINE
+from analysis.runner_wait_lines import WaitLineKind, parse_wait_line
+from analysis.runner_wait_tasks import BEFORE_PREFILL, TaskWaits, WaitKind
+from analysis.runner_wait_words import WAIT_NAMES
 
 LINE_KINDS = {
     "n_slots",

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from analysis.log_grammar import MAX_LINE_CHARS
-from analysis.runner_waits import MIB, WaitJoiner, WaitKind, WaitLine, WaitLineKind, parse_wait_line, waits_label, what_changes
+from analysis.runner_wait_fold import WaitJoiner
+from analysis.runner_wait_lines import MIB, WaitLine, WaitLineKind, parse_wait_line
+from analysis.runner_wait_tasks import WaitKind
+from analysis.runner_wait_words import waits_label, what_changes
 from collectors.ollama.log import parse_line
 from tests.support.real_gpu import LOG
 
@@ -146,7 +149,7 @@ FLOOD_BUDGET_S = 5.0  # room for two CPU-bound processes beside it
 def test_launch_lines_on_new_slot_ids_fold_in_linear_time_and_bounded_tables() -> None:
     import time
 
-    from analysis.runner_waits import MAX_SLOTS_BELIEVED, MAX_TASKS_KEPT
+    from analysis.runner_wait_fold import MAX_SLOTS_BELIEVED, MAX_TASKS_KEPT
 
     for slots in (None, 2):
         joiner = WaitJoiner(slots)

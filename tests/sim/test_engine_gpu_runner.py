@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from analysis.runner_load import MIB, LoadLineKind
+from analysis.runner_load_lines import MIB, LoadLineKind
 from analysis.speculative import Speculation
 from collectors.ollama.discovery import runner_from_argv
 from sim.catalog import BY_NAME

@@ -11,10 +11,11 @@ import shutil
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_waits import waits_row
+from analysis.runner_wait_tasks import waits_row
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail, parse_line
-from collectors.ollama.runners import RunnerReader, RunnerState
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import RunnerReader
 from store import queries
 from store.ops import PutRequestWaits, PutRunnerPlacement
 from store.schema import connect_writer, db_path

@@ -14,7 +14,7 @@ import httpx
 from analysis.diagnose import Diagnosis, diagnose_request
 from analysis.phases import split_record
 from analysis.records import RequestRecord, RunnerFlags
-from analysis.runner_waits import TaskWaits, WaitKind
+from analysis.runner_wait_tasks import TaskWaits, WaitKind
 from analysis.wait_split import WaitSplit, split_for
 from collectors.proxy.recording import RECORD_ID_HEADER
 from store.ops import PutRequest, PutRunners

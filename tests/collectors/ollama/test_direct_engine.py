@@ -31,7 +31,7 @@ import ollama
 import openai
 import pytest
 
-from collectors.ollama.direct import ACCESS_SLACK_S
+from collectors.ollama.access_fit import ACCESS_SLACK_S
 from collectors.ollama.runners import IDLE_INTERVAL_S
 from store.schema import db_path
 from tests.support.engine_process import GREEDY, MODEL, engine_log, engine_state, start_server_engine, words_prompt

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from collectors.ollama.discovery import FOUND_OTHER_USER, MAX_HASHED_BYTES, DigestCache, discover
-from collectors.ollama.runners import read_once
+from collectors.ollama.runner_slots import read_once
 from tests.support.fake_ollama import discovery_cli_as, fake_ollama
 from tests.support.os_users import ensure_user, require_root
 from tests.support.ports import free_port

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collectors.ollama.direct import TASK_LINE_KINDS
 from collectors.ollama.embed_calls import TIMING_KINDS
 from collectors.ollama.log import EVENT_KINDS, EventKind, parse_line
-from collectors.ollama.runners import RUNNER_TASK_KINDS
+from collectors.ollama.runner_log import RUNNER_TASK_KINDS
 
 RELEASED = {
     "progress",

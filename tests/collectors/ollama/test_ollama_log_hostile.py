@@ -293,8 +293,8 @@ GRAMMAR_PREFIXES = [
 )
 def test_fuzzed_wait_load_fit_and_settings_lines_parse_within_a_time_budget(runs: list[tuple[str, int]], prefix: str) -> None:
     from analysis.prompt_fit import parse_fit_line
-    from analysis.runner_load import parse_load_line
-    from analysis.runner_waits import parse_wait_line
+    from analysis.runner_load_lines import parse_load_line
+    from analysis.runner_wait_lines import parse_wait_line
 
     line = (prefix + "".join(fragment * count for fragment, count in runs))[: 2 * MAX_LOG_LINE_CHARS]
     for parse in (parse_wait_line, parse_load_line, parse_fit_line, lambda x: parse_line(x, 1.0)):
@@ -309,8 +309,8 @@ def test_fuzzed_wait_load_fit_and_settings_lines_parse_within_a_time_budget(runs
 
 def test_repeated_grammar_fragments_at_the_length_cap_parse_in_bounded_time() -> None:
     from analysis.prompt_fit import parse_fit_line
-    from analysis.runner_load import parse_load_line
-    from analysis.runner_waits import parse_wait_line
+    from analysis.runner_load_lines import parse_load_line
+    from analysis.runner_wait_lines import parse_wait_line
 
     for fragment in GRAMMAR_FRAGMENTS:
         for prefix in GRAMMAR_PREFIXES:

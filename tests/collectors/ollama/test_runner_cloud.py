@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 
 from collectors.ollama.discovery import Discovery, Runner
-from collectors.ollama.runners import REDISCOVER_BUSY_S, RunnerReader, RunnerState
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import REDISCOVER_BUSY_S, RunnerReader
 from collectors.ollama.slots import SlotReading
 from tests.support.reader_run import in_flight_record
 

@@ -9,15 +9,13 @@ from typing import Any, cast
 from analysis.records import ProgressSource
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import parse_line
+from collectors.ollama.runner_state import MAX_DECODE_ROWS_KEPT, MAX_PREFILL_ROWS_KEPT, RunnerState
 from collectors.ollama.runners import (
     BUSY_INTERVAL_S,
     FIRST_READING_GRACE_S,
     IDLE_INTERVAL_S,
-    MAX_DECODE_ROWS_KEPT,
-    MAX_PREFILL_ROWS_KEPT,
     STREAMED_DECODE_INTERVAL_S,
     RunnerReader,
-    RunnerState,
 )
 from collectors.ollama.slots import SlotReading
 from tests.support.reader_run import in_flight_record

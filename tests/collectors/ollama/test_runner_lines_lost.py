@@ -14,7 +14,8 @@ import pytest
 from analysis.records import CollectorInfo
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail
-from collectors.ollama.runners import RunnerReader, RunnerState
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import RunnerReader
 from pages.shared.sidebar import _with_code
 from store import queries
 from store.ops import PutHeartbeat

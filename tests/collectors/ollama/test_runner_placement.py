@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_load import MIB
+from analysis.runner_load_lines import MIB
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail, parse_line
-from collectors.ollama.runners import RunnerReader, RunnerState
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import RunnerReader
 from store import queries
 from store.ops import PutRunnerPlacement
 from store.schema import db_path

@@ -13,7 +13,7 @@ from pathlib import Path
 import ollama
 import pytest
 
-from analysis.runner_load import MIB
+from analysis.runner_load_lines import MIB
 from store import queries
 from store.schema import StoreError, db_path
 from tests.support.collector_process import collector

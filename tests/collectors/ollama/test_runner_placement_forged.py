@@ -11,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_load import MAX_DEVICES
+from analysis.runner_placement import MAX_DEVICES
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail
-from collectors.ollama.runners import START_LINE_READ_LAG_S, RunnerReader, RunnerState
+from collectors.ollama.runner_loads import START_LINE_READ_LAG_S
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import RunnerReader
 from tests.support.paths import REPO
 
 H200 = REPO / "tests" / "data" / "runner_load" / "h200_cuda_gemma3_12b.log"

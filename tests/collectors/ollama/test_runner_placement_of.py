@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.runner_load import SOURCE_RUNNER_WORDS, placement_in_use
+from analysis.runner_load_words import SOURCE_RUNNER_WORDS, placement_in_use
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogTail
-from collectors.ollama.runners import RunnerReader, RunnerState
+from collectors.ollama.runner_state import RunnerState
+from collectors.ollama.runners import RunnerReader
 from tests.support.real_gpu import LOG, MODEL
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from collectors.ollama.runners import classify_slots_answer, read_once
+from collectors.ollama.runner_slots import classify_slots_answer, read_once
 from collectors.ollama.slots import MAX_SLOTS, SlotsFormatError, parse_slots, slots_cap
 from tests.support.reader_run import in_flight_record, loaded, run_reader
 from tests.support.runner_process import OllamaStandIn, ps_entry, start_bad_runner

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis.ceilings import starting_efficiencies
-from analysis.runner_load import SOURCE_PS, SOURCE_RUNNER_WORDS
+from analysis.runner_load_words import SOURCE_PS, SOURCE_RUNNER_WORDS
 from analysis.story import Status
 from pages.why.view import WhyModel, build_why, facts_line
 from store import queries
