@@ -74,7 +74,7 @@ def chart_marks(at: AppTest) -> dict[str, int]:
     A line is one path whatever its points, so its points are not counted."""
     out: dict[str, int] = {}
     for i, el in enumerate(at.get("plotly_chart")):
-        spec = json.loads(el.proto.spec)  # type: ignore[attr-defined]
+        spec = json.loads(el.proto.spec)
         title = spec.get("layout", {}).get("title", {})
         name = f"{i}: {(title.get('text') if isinstance(title, dict) else title) or ''}"[:60]
         n = 0
