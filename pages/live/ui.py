@@ -308,8 +308,8 @@ def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None
         st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
     if model.bands_left_out:
         st.caption(
-            f"Request phases: the newest {model.bands_drawn:,} requests are drawn, {model.bands_left_out:,} older ones "
-            "are not (narrow the window in the sidebar to see each one)."
+            f"Request phases: drawn for the newest {model.bands_drawn:,} requests; {model.bands_left_out:,} older ones "
+            "in the window are not drawn (a narrower window in the sidebar shows fewer requests, each wider)."
         )
     if model.direct_in_window:
         n = model.direct_in_window

@@ -93,3 +93,7 @@ def test_no_chart_draws_every_request(stores: tuple[Path, Path], monkeypatch: py
     marks = {page: work[page].marks for page in ("Live", "pages/why/page.py")}
     assert all(sum(m.values()) > 0 for m in marks.values()), marks  # each page drew its charts: the count sees them
     assert all(sum(m.values()) <= MARKS_MAX for m in marks.values()), marks
+    # Each page says that it draws a sample, and of how many.
+    live, why = (" ".join(work[p].captions) for p in ("Live", "pages/why/page.py"))
+    assert "drawn for the newest 500 requests; 1,500 older ones in the window are not drawn" in live, live
+    assert "each kind of point is drawn for at most 1,000 of them" in why, why

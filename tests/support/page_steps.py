@@ -55,6 +55,7 @@ class PageWork:
     steps: int  # VM steps, in STEP_UNITs
     statements: list[str] = field(default_factory=list)  # every statement run, values bound
     marks: dict[str, int] = field(default_factory=dict)  # chart title → markers and bars it draws (chart_marks)
+    captions: list[str] = field(default_factory=list)  # the page's captions, as written
 
 
 _ITEM_BYTES = {"f8": 8, "f4": 4, "i4": 4, "u4": 4, "i2": 2, "u2": 2, "i1": 1, "u1": 1}
@@ -101,7 +102,7 @@ def page_work(window: str, timeout_s: float = 120.0) -> dict[str, PageWork]:
             else:
                 at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
-        out[page] = PageWork(counter[0], statements, chart_marks(at))
+        out[page] = PageWork(counter[0], statements, chart_marks(at), [c.value for c in at.caption])
     return out
 
 
