@@ -306,6 +306,11 @@ def show_timeline(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
 def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None:
     if refresh_s > 1:
         st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
+    if model.bands_left_out:
+        st.caption(
+            f"Request phases: drawn for the newest {model.bands_drawn:,} requests; {model.bands_left_out:,} older ones "
+            "in the window are not drawn (a narrower window in the sidebar shows fewer requests, each wider)."
+        )
     if model.direct_in_window:
         n = model.direct_in_window
         st.caption(

@@ -42,7 +42,10 @@ from store.tables import RequestSummary
 
 _open = queries.open_reader  # None while there is no store yet
 
-BANDS_LIMIT = 2000  # requests drawn under the GPU timeline
+BANDS_LIMIT = 2000  # requests read for the GPU timeline: their busy time explains the GPU's
+# Requests whose phases are drawn as bands, the newest: 2,000 requests' bars (~6,000, 1 MB of figure) took the
+# browser seconds to lay out on every visit (issue 48), and on a wide window each is thinner than a pixel anyway.
+BANDS_DRAWN_MAX = 500
 
 
 @dataclass
@@ -290,6 +293,17 @@ class LiveModel:
     notes: list[str] = field(default_factory=list)
     vram_used_bytes: int | None = None  # the latest GPU sample's memory in use (all GPUs)
     direct_in_window: int = 0  # generations sent to Ollama directly (recorded from its runner) in the window
+    bands_drawn: int = 0  # requests whose phases the timeline draws (the newest, BANDS_DRAWN_MAX at most)
+    bands_left_out: int = 0  # older requests read for the timeline whose phases are not drawn
+
+
+def newest_bands(bands: Sequence[Band], max_requests: int) -> list[Band]:
+    """The bands of the ``max_requests`` requests that started last (every phase of each)."""
+    starts: dict[str, float] = {}
+    for b in bands:
+        starts[b.request_id] = min(b.start_unix_s, starts.get(b.request_id, b.start_unix_s))
+    kept = set(sorted(starts, key=lambda rid: starts[rid])[-max_requests:]) if max_requests > 0 else set()
+    return [b for b in bands if b.request_id in kept]
 
 
 def timeline_refresh_s(window_s: float) -> float:
@@ -319,7 +333,8 @@ def build_live(
     start = now_unix_s - window_s
     names = loaded_names(snap.loaded)
     in_flight = [in_flight_view(r, now_unix_s, names) for r in snap.in_flight]
-    bands = assign_lanes(snap.bands)
+    drawn = newest_bands(snap.bands, BANDS_DRAWN_MAX)
+    bands = assign_lanes(drawn)
     # Per GPU: a bypassing client shows up on the GPU it runs on.
     unexplained_by_gpu = {i: unexplained_gpu_activity(samples, snap.busy_intervals) for i, samples in snap.gpu_by_index.items()}
     unexplained = sorted((u for found in unexplained_by_gpu.values() for u in found), key=lambda u: u.start_unix_s)
@@ -363,6 +378,8 @@ def build_live(
         requests_in_window=snap.requests_in_window,
         vram_used_bytes=snap.vram_used_bytes,
         direct_in_window=snap.direct_in_window,
+        bands_drawn=len({b.request_id for b in drawn}),
+        bands_left_out=len({b.request_id for b in snap.bands}) - len({b.request_id for b in drawn}),
     )
 
 

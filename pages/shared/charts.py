@@ -12,6 +12,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import plotly.graph_objects as go
@@ -21,6 +22,7 @@ from analysis.records import GpuSample, HostSample, LoadedModel
 from pages.shared import fmt
 from pages.shared.derive import PHASE_ORDER, Band, Interval, stall_threshold_ms
 
+T = TypeVar("T")
 OTHERS_ROW = "other requests"  # the waterfall's row for other requests' prefills beside this one
 PHASE_COLOURS = {
     "queue": "#9e9e9e",
@@ -92,6 +94,17 @@ def downsample(
             warnings.simplefilter("ignore", category=RuntimeWarning)
             out[name] = np.nanmean(block, axis=1)
     return x_out, out
+
+
+def evenly(items: Sequence[T], limit: int) -> list[T]:
+    """At most ``limit`` of ``items``, evenly spaced in their order, the first and the last kept: what a chart of a
+    long window draws, so that the browser lays out a bounded number of markers whatever the store holds."""
+    n = len(items)
+    if n <= limit:
+        return list(items)
+    if limit <= 1:
+        return list(items[-1:]) if limit == 1 else []
+    return [items[round(i * (n - 1) / (limit - 1))] for i in range(limit)]
 
 
 def gap_ends(ts_s: np.ndarray, factor: float = GAP_FACTOR, min_gap_s: float = MIN_GAP_S) -> np.ndarray:

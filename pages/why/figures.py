@@ -17,7 +17,7 @@ from analysis import wording as w
 from analysis.ceilings import MIN_RATE_TOKENS, CurvePoint, Efficiencies
 from analysis.story import Reading, Status
 from pages.shared import fmt
-from pages.shared.charts import plain
+from pages.shared.charts import evenly, plain
 
 MEASURED_COLOUR = "#1e88e5"
 CEILING_COLOUR = "#e53935"
@@ -28,6 +28,10 @@ IMPOSSIBLE_COLOUR = "#6d4c41"
 EMBED_COLOUR = "#2e7d32"
 HEADROOM = 1.1  # the y axis ends this far above the highest ceiling or counted reading
 EDGE = 0.98  # impossible readings sit at this share of the y range
+# Markers drawn per series at most: past this the browser's layout of the page's two charts, not the reading, is
+# what a visit waits for (5,000 readings each took seconds to mount, issue 48); the medians, the calibration and the
+# axes still use every reading.
+POINTS_DRAWN_MAX = 1000
 
 MEASURED_NAME = "measured (one per request)"
 TINY_NAME = f"under {MIN_RATE_TOKENS} tokens: too short to time well, not in medians"
@@ -118,17 +122,17 @@ def _add_points(
     fig: go.Figure, readings: Sequence[Reading], embed: Sequence[Reading], top: float | None, x_label: str
 ) -> float | None:
     """The readings that count, then those drawn apart (embeddings, too short, impossible); returns the y axis's top."""
-    counted = [r for r in readings if r.status is Status.COUNTED]
-    tiny = [r for r in readings if r.status is Status.TINY]
+    counted = evenly([r for r in readings if r.status is Status.COUNTED], POINTS_DRAWN_MAX)
+    tiny = evenly([r for r in readings if r.status is Status.TINY], POINTS_DRAWN_MAX)
     # Embeddings: their own diamonds; one above its ceiling joins the impossible markers at the edge.
-    embed_drawn = [r for r in embed if r.status is not Status.IMPOSSIBLE]
-    impossible = [r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE]
+    embed_drawn = evenly([r for r in embed if r.status is not Status.IMPOSSIBLE], POINTS_DRAWN_MAX)
+    impossible = evenly([r for r in (*readings, *embed) if r.status is Status.IMPOSSIBLE], POINTS_DRAWN_MAX)
     fig.add_trace(_points(counted, MEASURED_NAME, x_label, {"color": MEASURED_COLOUR, "size": 7, "opacity": 0.75}))
     if embed_drawn:
         marker = {"color": EMBED_COLOUR, "size": 9, "symbol": "diamond", "line": {"color": "white", "width": 1}}
         fig.add_trace(_points(embed_drawn, EMBED_NAME, x_label, marker, y=_at_edge(embed_drawn, top)))
     if top is None and tiny:
-        top = HEADROOM * max(r.rate_tok_s for r in tiny)  # nothing else to scale by
+        top = HEADROOM * max(r.rate_tok_s for r in readings if r.status is Status.TINY)  # nothing else to scale by
     if tiny:
         marker = {"color": MEASURED_COLOUR, "size": 7, "symbol": "circle-open"}
         fig.add_trace(_points(tiny, TINY_NAME, x_label, marker, y=_at_edge(tiny, top)))
@@ -249,3 +253,14 @@ def flagged_note(kind: str, readings: Sequence[Reading]) -> str | None:
     if impossible:
         bits.append(f"{impossible:,} above the ceiling, which cannot be true (triangles at the top edge, value in the hover)")
     return "; ".join(bits) + ". Only the readings that count set the medians, the calibration and the axes."
+
+
+def points_note(kind_counts: dict[str, int], where: str) -> str:
+    """The line under the charts: how many readings they come from, and how many of them are drawn."""
+    counts = " and ".join(f"{n:,} {kind}" for kind, n in kind_counts.items())
+    if all(n <= POINTS_DRAWN_MAX for n in kind_counts.values()):
+        return f"{counts} points from the requests of {where}; one point per request."
+    return (
+        f"{counts} readings from the requests of {where}; each kind of point is drawn for at most {POINTS_DRAWN_MAX:,} "
+        "of them, evenly spread over the readings (the medians, the expected lines and the axes use them all)."
+    )

@@ -23,6 +23,7 @@ from analysis.records import InstalledModel
 from pages.shared import common, fmt
 from pages.shared.window import window_words
 from pages.why import whatif
+from pages.why.figures import points_note
 from pages.why.report import build_report
 from pages.why.view import (
     WhyModel,
@@ -226,10 +227,8 @@ def _show_charts(m: WhyModel) -> None:
                 f"{w.pct(eff.eta_compute)} of its ceiling ({eff.source_compute}).{pending}"
             )
         )
-    st.caption(
-        f"{len(m.prefill_points):,} prefill and {len(m.decode_points):,} decode points from the requests of "
-        f"{window_words(m.window) if m.window else 'the window'}; one point per request."
-    )
+    where = window_words(m.window) if m.window else "the window"
+    st.caption(points_note({"prefill": len(m.prefill_points), "decode": len(m.decode_points)}, where))
 
 
 def _show_explanation(m: WhyModel) -> None:

@@ -78,3 +78,22 @@ def test_no_page_does_work_that_grows_with_the_store(stores: tuple[Path, Path], 
     # And no statement any page ran reads all of requests or request_tokens, whatever its LIMIT.
     scans = {p: full_scans(db_path(stores[1]), work[1][p].statements) for p in PAGES}
     assert not any(scans.values()), scans
+
+
+MARKS_MAX = 4_000  # markers and bars one page's charts draw at most: what a browser mounts in well under a second
+
+
+def test_no_chart_draws_every_request(stores: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the larger store (10,000 requests of each model in the window), Why's and Live's charts draw a bounded
+    sample: 5,000 readings a chart on Why and 2,000 requests' bars on Live took the browser seconds per visit."""
+    monkeypatch.delenv("PHASEWATCH_DEMO", raising=False)
+    monkeypatch.setenv("PHASEWATCH_COLLECTOR", "off")
+    monkeypatch.setenv("PHASEWATCH_DATA", str(stores[1]))
+    work = page_work("1 h")
+    marks = {page: work[page].marks for page in ("Live", "pages/why/page.py")}
+    assert all(sum(m.values()) > 0 for m in marks.values()), marks  # each page drew its charts: the count sees them
+    assert all(sum(m.values()) <= MARKS_MAX for m in marks.values()), marks
+    # Each page says that it draws a sample, and of how many.
+    live, why = (" ".join(work[p].captions) for p in ("Live", "pages/why/page.py"))
+    assert "drawn for the newest 500 requests; 1,500 older ones in the window are not drawn" in live, live
+    assert "each kind of point is drawn for at most 1,000 of them" in why, why

@@ -8,7 +8,9 @@ Used by tests/pages/test_page_work_bounded.py; bench/page_queries.py prints the 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -52,6 +54,36 @@ def counted_connections(counter: list[int], statements: list[str] | None = None)
 class PageWork:
     steps: int  # VM steps, in STEP_UNITs
     statements: list[str] = field(default_factory=list)  # every statement run, values bound
+    marks: dict[str, int] = field(default_factory=dict)  # chart title → markers and bars it draws (chart_marks)
+    captions: list[str] = field(default_factory=list)  # the page's captions, as written
+
+
+_ITEM_BYTES = {"f8": 8, "f4": 4, "i4": 4, "u4": 4, "i2": 2, "u2": 2, "i1": 1, "u1": 1}
+
+
+def _length(values: object) -> int:
+    """How many values a trace's array holds, as Plotly sends it: a list, or a typed array (base64 ``bdata``)."""
+    if isinstance(values, list):
+        return len(values)
+    if isinstance(values, dict) and "bdata" in values:
+        return len(base64.b64decode(values["bdata"])) // _ITEM_BYTES[str(values["dtype"])]
+    return 0
+
+
+def chart_marks(at: AppTest) -> dict[str, int]:
+    """Per chart on the page (by its title), the markers and bars it draws: what the browser lays out one by one.
+    A line is one path whatever its points, so its points are not counted."""
+    out: dict[str, int] = {}
+    for i, el in enumerate(at.get("plotly_chart")):
+        spec = json.loads(el.proto.spec)
+        title = spec.get("layout", {}).get("title", {})
+        name = f"{i}: {(title.get('text') if isinstance(title, dict) else title) or ''}"[:60]
+        n = 0
+        for trace in spec.get("data", []):
+            drawn = trace.get("type") == "bar" or "markers" in str(trace.get("mode", "markers"))
+            n += _length(trace.get("x")) if drawn else 0
+        out[name] = n
+    return out
 
 
 def page_work(window: str, timeout_s: float = 120.0) -> dict[str, PageWork]:
@@ -70,7 +102,7 @@ def page_work(window: str, timeout_s: float = 120.0) -> dict[str, PageWork]:
             else:
                 at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]
-        out[page] = PageWork(counter[0], statements)
+        out[page] = PageWork(counter[0], statements, chart_marks(at), [c.value for c in at.caption])
     return out
 
 
