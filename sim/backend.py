@@ -38,6 +38,9 @@ from typing import Any, Protocol, runtime_checkable
 from sim.catalog import ModelFacts
 from sim.truth import TruthRecord
 
+# Ollama's 503 body when OLLAMA_MAX_QUEUE requests already wait (docs/ollama-api.md §7); every backend refuses with it.
+QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
+
 
 class EngineError(Exception):
     """A failure before the stream starts; the HTTP layer answers ``status`` with ``{"error": message}``."""

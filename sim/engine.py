@@ -24,6 +24,7 @@ from typing import Any
 
 from sim import timing
 from sim.backend import (
+    QUEUE_FULL_MESSAGE,
     Done,
     EmbedDone,
     EmbedRequest,
@@ -43,7 +44,6 @@ from sim.gpu import VirtualGpu
 from sim.profiles import SimProfile
 from sim.tokens import TextStream, special_id, token_id
 
-QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 GRAPH_BYTES = 256 * 1024**2  # llama.cpp compute buffers
 MODELS_PER_GPU = 3  # OLLAMA_MAX_LOADED_MODELS's default (0, "auto"): 3 per GPU, and the sim has one
 EOS_TOKEN_ID = special_id(2)  # <|eot_id|>

@@ -33,7 +33,6 @@ from sim.ollama_time import rfc3339_from_unix_s
 DEFAULT_MODEL_NAME = "gemma3:270m"
 DEFAULT_NUM_CTX = 4096  # Ollama's default below 23 GiB of VRAM (none here)
 DEFAULT_NUM_BATCH = 512  # Ollama's automatic num_batch for contexts up to 4K (-b/-ub)
-QUEUE_FULL_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 # Ollama's sampling defaults (api/types.go DefaultOptions).
 OLLAMA_DEFAULT_SAMPLING: dict[str, float] = {
     "temperature": 0.8,

@@ -50,6 +50,7 @@ from analysis.runner_load_lines import LoadLine, listening_port, load_of
 from analysis.runner_placement import PlacementReader
 from sim import ollama_log
 from sim.backend import (
+    QUEUE_FULL_MESSAGE,
     Done,
     EmbedDone,
     EmbedRequest,
@@ -68,7 +69,6 @@ from sim.gguf_model import (
     DEFAULT_MODEL_NAME,
     DEFAULT_NUM_BATCH,
     DEFAULT_NUM_CTX,
-    QUEUE_FULL_MESSAGE,
     EngineUnavailable,
     GgufModelFacts,
     ollama_sampling,
