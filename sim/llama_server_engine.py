@@ -20,7 +20,7 @@ The child's raw ``timings`` and counts per request, and the child itself (pid, p
 ``keep_alive: 0`` or when the keep-alive runs out: the child process is started and stopped.
 ``/api/tags`` and ``/api/show`` come from the GGUF header (``sim.gguf_model``). A build with a GPU backend
 (``--list-devices`` names one) gets ``-ngl`` as Ollama passes it (every layer when the model fits the GPUs' free
-memory), and ``/api/ps`` answers size and size_vram from the child's own load lines (``analysis.runner_load``), as
+memory), and ``/api/ps`` answers size and size_vram from the child's own load lines (``analysis.runner_load_lines``), as
 Ollama >= 0.30 does; a CPU build's answer is the GGUF's size plus its cache, size_vram 0.
 """
 

@@ -34,8 +34,8 @@ from analysis.records import (
     SeenFrom,
 )
 from analysis.runner_fill import split_with_readings, wants_readings
-from analysis.runner_load import RunnerDeviceRow
-from analysis.runner_waits import RequestWaitsRow
+from analysis.runner_load_rows import RunnerDeviceRow
+from analysis.runner_wait_tasks import RequestWaitsRow
 from store.rows import encode_token_times, record_of, request_row
 from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
 from store.tables import (

@@ -36,8 +36,9 @@ from analysis.records import (
     RunnerFlags,
 )
 from analysis.reloads import LoadInput, PsRow, client_host
-from analysis.runner_load import RunnerPlacement, placement_from_rows
-from analysis.runner_waits import TaskWaits
+from analysis.runner_load_rows import placement_from_rows
+from analysis.runner_placement import RunnerPlacement
+from analysis.runner_wait_tasks import TaskWaits
 from store.rows import phases_of, record_of
 from store.schema import (
     DB_FILENAME,

@@ -495,7 +495,7 @@ ALTER TABLE collector_heartbeat ADD COLUMN proxy_refused TEXT;
 """
 
 # v13: where each runner put its model, per device, in its own words (its load lines in Ollama's log,
-# analysis.runner_load): one row per (runner port, device), replaced at each load; device 'CPU' is what stayed in
+# analysis.runner_load_lines): one row per (runner port, device), replaced at each load; device 'CPU' is what stayed in
 # system memory. NULL where the runner did not say.
 _V13 = """
 CREATE TABLE runner_devices (
@@ -544,7 +544,7 @@ CREATE TABLE ollama_settings (
 """
 
 # v16: the runner's own waits before each request's prompt was read (prompt-cache saves and loads, context checkpoints,
-# a forced re-processing: analysis.runner_waits), from its lines in Ollama's log, one row per request, replaced as
+# a forced re-processing: analysis.runner_wait_lines), from its lines in Ollama's log, one row per request, replaced as
 # more of its task's lines are read; they go with their request. No row: the log was not read, or named none.
 _V16 = """
 CREATE TABLE request_waits (

@@ -36,8 +36,8 @@ from analysis.records import (
     RunnerFlags,
     SeenFrom,
 )
-from analysis.runner_load import RunnerDeviceRow
-from analysis.runner_waits import RequestWaitsRow
+from analysis.runner_load_rows import RunnerDeviceRow
+from analysis.runner_wait_tasks import RequestWaitsRow
 
 SqlValue = int | float | str | bytes | None
 R = TypeVar("R")

@@ -124,9 +124,9 @@ EVENT_KINDS: dict[EventKind, str] = {
     EventKind.RUNNER_START: "Ollama starting a runner: its port, from the command line",
     EventKind.RUNNER_LISTENING: "the runner's own last line of its start, naming its port",
     EventKind.RUNNER_STARTED: "Ollama's word that a runner loaded, with its load time",
-    EventKind.RUNNER_LOAD: "one of the runner's load lines: where it put the model (analysis.runner_load)",
+    EventKind.RUNNER_LOAD: "one of the runner's load lines: where it put the model (analysis.runner_load_lines)",
     EventKind.PROMPT_FIT: "a prompt Ollama cut, or a start line with the settings in force (analysis.prompt_fit)",
-    EventKind.RUNNER_WAIT: "a prompt-cache save or load, a context checkpoint, a re-processing (analysis.runner_waits)",
+    EventKind.RUNNER_WAIT: "a prompt-cache save or load, a context checkpoint, a re-processing (analysis.runner_wait_lines)",
     EventKind.MLX: "one of the MLX runner's per-request lines (collectors.ollama.mlx_log)",
 }
 # The runner's timing block names its lines in words.
@@ -291,8 +291,8 @@ def _slot_message(msg: str, read_unix_s: float, slot: int, task: int | None) -> 
 
 
 def _runner_line(text: str, read_unix_s: float) -> LogEvent | None:
-    """A line llama-server wrote, after its optional log prefix: a load line (``analysis.runner_load``), a wait
-    (``analysis.runner_waits``), a slot line, or a bare line of the older timing block."""
+    """A line llama-server wrote, after its optional log prefix: a load line (``analysis.runner_load_lines``), a wait
+    (``analysis.runner_wait_lines``), a slot line, or a bare line of the older timing block."""
     line = runner_line(text)
     if line is None:
         return _timing(strip_llama_prefix(text), read_unix_s, None, None)  # the older timing block's own lines

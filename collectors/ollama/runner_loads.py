@@ -1,5 +1,5 @@
 """Where each runner put its model, and the runner's own waits before each prompt, from their lines in Ollama's log
-(``analysis.runner_load``, ``analysis.runner_waits``): a part of ``RunnerReader`` (``collectors.ollama.runners``).
+(``analysis.runner_placement``, ``analysis.runner_wait_fold``): a part of ``RunnerReader`` (``collectors.ollama.runners``).
 
 Load lines carry no port: they count only inside a start sequence (``StartSequence``) that a runner found on that
 port confirms as its own. Wait lines carry no port either: they are the runner's Ollama started last, or the only
@@ -120,7 +120,7 @@ class RunnerLoads(ReaderState):
     ) -> list[tuple[int | None, int, float]]:
         """The runner's waits and task lines, in the order it printed them: the (port, task, when read) whose waits
         changed, to join to requests on the loop. Runs in the log's worker thread; each line costs the same however
-        many came before (the joiner's tables are bounded: analysis.runner_waits)."""
+        many came before (the joiner's tables are bounded: analysis.runner_wait_fold)."""
         started = [e.port for e in events if e.kind == EventKind.RUNNER_START and e.port is not None]
         if started:
             port = started[-1]  # like _fold_load_lines: the lines after a start are that runner's

@@ -153,7 +153,7 @@ class RunnerReader(RunnerLog):
         self._sequences: deque[StartSequence] = deque(maxlen=MAX_START_SEQUENCES)
         self._loading_port: int | None = None
         self.load_lines_dropped = 0  # load lines outside a start sequence, or beyond a load's bounds
-        # The runner's own waits before each task's prompt (analysis.runner_waits), per runner port (None: not known),
+        # The runner's own waits before each task's prompt (analysis.runner_wait_fold), per runner port (None: not known),
         # and the tasks whose waits changed and are not yet joined to a request (joined when /slots shows the task).
         self._waits: dict[int | None, WaitJoiner] = {}
         self._waits_unjoined: dict[tuple[int | None, int], float] = {}  # (port, task) → when read

@@ -22,7 +22,8 @@ from analysis.phases import Flag
 from analysis.progress import READ_SOURCES, preferred, prefill_eta_unix_s, prefill_rate_tok_s, prompt_size_tokens
 from analysis.prompt_fit import cut_sentence
 from analysis.records import Outcome, ProgressSample, ProgressSource, RequestRecord
-from analysis.runner_waits import TaskWaits, waits_label
+from analysis.runner_wait_tasks import TaskWaits
+from analysis.runner_wait_words import waits_label
 from pages.live.timeline import UNKNOWN_CLIENT, UNKNOWN_ROUTE, live_tok_s
 from store.tables import RequestSummary
 
@@ -458,7 +459,7 @@ def finished_cards(
     splits: Mapping[str, dict[str, float]] | None = None,
 ) -> list[Card]:
     """Generations that ended in the last ``keep_s``, newest last, with their phase durations; ``waits``: the
-    runner's own waits before each one's prompt (``analysis.runner_waits``), by request id."""
+    runner's own waits before each one's prompt (``analysis.runner_wait_lines``), by request id."""
     cards = []
     for r in rows:
         if r.outcome is Outcome.IN_FLIGHT or r.ended_at_unix_s is None or now_unix_s - r.ended_at_unix_s > keep_s:

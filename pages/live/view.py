@@ -20,8 +20,8 @@ import plotly.graph_objects as go
 
 from analysis.model_names import same_model
 from analysis.records import GpuSample, HostSample, LoadedModel, Outcome, ProgressSample, RequestRecord
-from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers
-from analysis.runner_waits import TaskWaits
+from analysis.runner_load_words import SOURCE_ASSUMED, PlacementInUse, describe_layers
+from analysis.runner_wait_tasks import TaskWaits
 from pages.live.cards import Card, DecodeCeiling, LoadContext, NowStrip, finished_cards, in_flight_cards, now_strip
 from pages.live.queue import ModelQueue, SlotCount, queue_cards
 from pages.live.slowed import finished_phases, slowed_cards

@@ -18,7 +18,8 @@ from analysis.diagnose import Diagnosis
 from analysis.explain import explain_request
 from analysis.phases import Flag, Phases, PhaseSource
 from analysis.records import GpuSample, Outcome, RequestKind, RequestRecord
-from analysis.runner_waits import TaskWaits, waits_label
+from analysis.runner_wait_tasks import TaskWaits
+from analysis.runner_wait_words import waits_label
 from analysis.wait_split import BATCH, QUEUE, RUNNER, UNEXPLAINED, WaitSplit, direct_arrival_s, split_for
 from pages.requests.figures import rates_figure
 from pages.shared import charts, fmt
@@ -334,7 +335,7 @@ def waterfall_spans(
 ) -> tuple[list[Span], list[Span], float | None]:
     """Ollama's phases (only those its durations give) and the client's view, in ms since the proxy received
     the request. A thinking model's decode is split at its first answer token. ``waits``: what the runner said it
-    did before reading the prompt (``analysis.runner_waits``); the time before prefill is named after it. ``split``
+    did before reading the prompt (``analysis.runner_wait_lines``); the time before prefill is named after it. ``split``
     (``analysis.wait_split``): the time before prefill drawn in its parts (queue, another request's batches, the
     runner's own work, unexplained) instead of one bar."""
 

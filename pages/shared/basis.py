@@ -35,8 +35,8 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
-from analysis.runner_waits import TaskWaits
+from analysis.runner_load_words import SOURCE_ASSUMED, PlacementInUse, describe_layers, placement_in_use
+from analysis.runner_wait_tasks import TaskWaits
 from analysis.story import RateSample, Reading, Status, Story, build_story, counted_median, plain_readings
 from analysis.wait_split import WaitSplit
 from pages.shared import fmt

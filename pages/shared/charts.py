@@ -29,7 +29,7 @@ PHASE_COLOURS = {
     "waiting for another request's batches": "#e53935",  # a free slot, another prompt being read (wait_split)
     "another request's prefill": "#ef9a9a",
     "wait (unexplained)": "#cfd8dc",
-    "runner": "#ef6c00",  # the runner's own work before prefill, named from its log (analysis.runner_waits)
+    "runner": "#ef6c00",  # the runner's own work before prefill, named from its log (analysis.runner_wait_lines)
     "load": "#ab47bc",
     "prefill": "#42a5f5",
     "decode": "#66bb6a",

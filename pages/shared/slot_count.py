@@ -8,7 +8,7 @@ import re
 import sqlite3
 from collections.abc import Sequence
 
-from analysis.runner_waits import TaskWaits
+from analysis.runner_wait_tasks import TaskWaits
 from store import queries
 from store.tables import OllamaSettingRow
 

@@ -49,8 +49,8 @@ from analysis.records import (
     RequestRecord,
     RunnerFlags,
 )
-from analysis.runner_load import PlacementInUse, describe_layers
-from analysis.runner_waits import TaskWaits
+from analysis.runner_load_words import PlacementInUse, describe_layers
+from analysis.runner_wait_tasks import TaskWaits
 from analysis.story import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_PROMPT_TOKENS,

@@ -1,4 +1,4 @@
-"""Where a runner put its model, from its own load lines (analysis.runner_load).
+"""Where a runner put its model, from its own load lines (analysis.runner_load_lines, runner_placement).
 
 The H200 lines are the real runner's (llama.cpp from llama-cpp-python 0.3.36, built with CUDA, Gemma 3 12B's
 shape); the two-GPU partial offload is printed with the format strings of that llama.cpp's ``src/llama.cpp``

@@ -1,4 +1,4 @@
-"""The runner's own waits read from its lines (analysis.runner_waits): the exact forms llama-server prints
+"""The runner's own waits read from its lines (analysis.runner_wait_lines, runner_wait_fold): the exact forms llama-server prints
 (tools/server/server-context.cpp, server-task.cpp of the llama.cpp the project builds), and the H200 run's log."""
 
 from __future__ import annotations

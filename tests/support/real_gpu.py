@@ -2,7 +2,7 @@
 12B-shaped Q4_0 GGUF, sim in Ollama's place; tests/data/real_gpu_h200/), as the collector of the time wrote it
 (schema v11: no runner placement), and the same store with the runner's placement recorded the way today's
 collector records it: its runner reader reads the log's load lines and the writer stores them; with ``with_waits``,
-the runner's own waits before each prompt too (its prompt-cache saves, context checkpoints: analysis.runner_waits),
+the runner's own waits before each prompt too (its prompt-cache saves, context checkpoints: analysis.runner_wait_lines),
 joined to the requests as the collector joins them once /slots has shown each request's task."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_reads_the_units_entries_with_their_journal_timestamps(tmp_path: Path, t
     expected = [e for e in (parse_line(line, ts / 1e6) for line, ts in written) if e is not None]
     # 8 progress lines, the 3 timing lines, the task's launch, new prompt and release, and 7 load lines (the runner's
     # device, its model, output, KV and compute buffers: where it put the model), and 4 wait lines (its slot count, the
-    # cache update's time, two context checkpoints written: analysis.runner_waits), and its listening line (the end of
+    # cache update's time, two context checkpoints written: analysis.runner_wait_lines), and its listening line (the end of
     # its start: no load line after it is its own)
     assert len(expected) == 26
     got = read_until(tail, lambda got: len(got) >= len([e for e in expected if e.read_unix_s * 1e6 < written[half][1]]))

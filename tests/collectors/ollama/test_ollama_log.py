@@ -39,7 +39,7 @@ def test_captured_llama_server_output() -> None:
     assert [e.fraction for e in progress][:2] == [0.14, 0.28]
     assert {(e.slot_id, e.task_id) for e in events if e.kind not in ("runner_wait", "runner_listening")} == {(0, 1)}
     assert [e.port for e in events if e.kind == "runner_listening"] == [36233]  # the end of its start
-    # The runner's slot count (analysis.runner_waits): nothing was cached yet, so no save and no forced re-processing.
+    # The runner's slot count (analysis.runner_wait_lines): nothing was cached yet, so no save and no forced re-processing.
     assert [e.wait.kind for e in events if e.wait is not None] == ["n_slots"]
     sizes = [e.prompt_size_tokens for e in progress]
     assert all(s is not None and abs(s - 3601) / 3601 < 0.04 for s in sizes), sizes  # the fraction is printed to 2 places
