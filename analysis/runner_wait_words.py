@@ -3,11 +3,7 @@ slot was busy (only then can a wait before prefill be a queue for a slot)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from analysis import wording as w
-from analysis.model_names import same_model
-from analysis.records import RequestRecord
 from analysis.runner_wait_tasks import RunnerWait, TaskWaits, WaitKind
 
 # The named parts of the time before prefill, and what each one is in words.
@@ -62,18 +58,3 @@ def what_changes(waits: TaskWaits) -> str:
             "llama-server's --ctx-checkpoints sets how many are kept"
         )
     return "; ".join(out)
-
-
-def all_slots_busy(rec: RequestRecord, others: Sequence[RequestRecord], slots: int | None) -> bool | None:
-    """Whether every one of the runner's ``slots`` served another request of the model when ``rec`` arrived (None:
-    the slot count is not known). Only then can its wait before prefill be a queue for a slot."""
-    if not slots or slots <= 0:
-        return None
-    busy = 0
-    for o in others:
-        end_ns = o.final_chunk_ns or o.closed_ns
-        if o.id == rec.id or not same_model(o.model, rec.model) or end_ns is None:
-            continue
-        if o.started_at_unix_s <= rec.started_at_unix_s < o.wall_s(end_ns):
-            busy += 1
-    return busy >= slots
