@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.proxy_overhead import Path_, _burst, start_python, start_sim, wait_started_up  # noqa: E402
+from bench.proxy_overhead import Path_, _burst, start_python, start_sim, wait_started_up
 
 MODEL = "llama3.2"
 TOKENS = 100
@@ -85,7 +85,8 @@ def _profile(runner: asyncio.Runner, path: Path_, sim_url: str, streams: int, se
     spy.wait(timeout=60)
     shares = _shares(raw)
     total = sum(shares.values()) or 1
-    print(f"\n{path.name}: {cpu_us:.1f} µs of CPU per chunk over {chunks} chunks ({total} busy samples), load {os.getloadavg()[0]:.2f}")
+    load = os.getloadavg()[0]
+    print(f"\n{path.name}: {cpu_us:.1f} µs of CPU per chunk over {chunks} chunks ({total} busy samples), load {load:.2f}")
     for name, n in shares.most_common():
         print(f"  {n / total * cpu_us:6.1f} µs ({n / total:4.0%})  {name}")
 
@@ -103,9 +104,8 @@ def main() -> int:
         runner = stack.enter_context(asyncio.Runner(loop_factory=uvloop.new_event_loop))
         sim = stack.enter_context(start_sim("--hardware", "rtx-3060", "--num-parallel", "64", "--disk-gbs", "20"))
         data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="pw-prof-"))
-        collector = stack.enter_context(
-            start_python("collector", ["-m", "collectors", "--ollama", sim.base_url, "--listen", "127.0.0.1:{port}", "--data", data_dir])
-        )
+        collector_args = ["-m", "collectors", "--ollama", sim.base_url, "--listen", "127.0.0.1:{port}", "--data", data_dir]
+        collector = stack.enter_context(start_python("collector", collector_args))
         proxy = stack.enter_context(
             start_python("proxy", ["-m", "collectors.proxy", "--upstream", sim.base_url, "--listen", "127.0.0.1:{port}"])
         )
