@@ -3,12 +3,13 @@
     .venv/bin/python bench/long_generation_cost.py [--tokens 30000] [--window-s 10] [--before DIR]
 
 One sim (``--hardware m3-max``, ``qwen2.5:0.5b``, a q4_0 KV cache so that the steps slow little as the context
-grows: about 300 tokens a second, a reasoning model's pace on a fast machine) serves one streamed generation of ``--tokens`` tokens through the collector (``python -m collectors``, as
-users run it). While it runs, the collector's CPU time (schedstat, all its threads and worker processes) and the
-lines the client has read are sampled every 0.2 s. Over the first ``--window-s`` seconds after the first token and
-the last ``--window-s`` before the final line it prints the collector's CPU per second of the generation and per
-token, and each at the end over the same at the start. A collector that rewrites a running request's whole token
-list every second costs more each second the longer the reply (the issue's target: within 1.5x per second).
+grows: about 300 tokens a second, a reasoning model's pace on a fast machine) serves one streamed generation of
+``--tokens`` tokens through the collector (``python -m collectors``, as users run it). While it runs, the
+collector's CPU time (schedstat, all its threads and worker processes) and the lines the client has read are sampled
+every 0.2 s. Over the first ``--window-s`` seconds after the first token and the last ``--window-s`` before the
+final line it prints the collector's CPU per second of the generation and per token, and each at the end over the
+same at the start. A collector that rewrites a running request's whole token list every second costs more each
+second the longer the reply (the issue's target: within 1.5x per second).
 
 The sim's steps still slow as the context grows, so fewer tokens arrive per second at the end: the relay's own
 cost per second falls with them. CPU per token is printed beside CPU per second so that this cannot hide a write
