@@ -77,3 +77,7 @@ class RunningReplies:
         it is followed no longer."""
         gaps = self._gaps.pop(request_id, None)
         return gaps.update(token_chunk_ns) if gaps is not None else None
+
+    def forget(self, request_id: str) -> None:
+        """Follow it no longer (a late snapshot of a request already written finished)."""
+        self._gaps.pop(request_id, None)

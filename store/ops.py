@@ -254,7 +254,8 @@ class PutRequest(Op[RequestRow | None]):
         gaps = tx.running.sorted_gaps(rec.id, chunks) if running else tx.running.finish(rec.id, chunks)
         row = request_row(rec, _split(tx.conn, rec, gaps), tx.now_unix_s, PHASES_VERSION)
         if tx.conn.execute(f"{self._UPSERT} RETURNING id", REQUESTS.params(row)).fetchone() is None:
-            return None  # a stale in-flight row for a request already finished
+            tx.running.forget(rec.id)  # a stale in-flight row for a request already finished: not followed
+            return None
         if running:
             _append_token_piece(tx.conn, rec)  # what is new since its last write
         else:

@@ -79,6 +79,7 @@ def test_each_running_write_stores_only_the_chunks_new_since_the_last(store: Sto
     assert stored is not None and stored.record == final and stored.phases == split_record(final)
     store.write(PutRequest(_running(final, 10)))  # a snapshot taken before the end, written after it
     assert _pieces(conn, final.id) == [] and queries.request_detail(conn, final.id) == stored
+    assert len(store._running) == 0  # and its gaps are not kept for a request that will not be written again
 
 
 def test_a_write_dropped_from_a_batch_loses_no_chunk(store: StoreWriter) -> None:
