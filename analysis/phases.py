@@ -430,9 +430,12 @@ def split_response(obj: object) -> Phases:
     return split_metrics(metrics_from_response(obj))
 
 
-def split_record(rec: RequestRecord) -> Phases:
+def split_record(rec: RequestRecord, sorted_gaps_ns: Sequence[int] | None = None) -> Phases:
     """Phases of a recorded request: Ollama's numbers placed on the proxy's clock, the stream's timing where
     Ollama sends no numbers (the OpenAI-compatible routes), each value with its source.
+
+    ``sorted_gaps_ns``: the gaps between its token chunks, sorted, where the caller keeps them as they grow
+    (``analysis.running_gaps``); None: sorted here.
 
     Never raises for a record's content: metrics that cannot be real are ignored and
     flagged ``invalid_metrics``; an in-flight or failed request gets what the proxy saw.
@@ -461,7 +464,7 @@ def split_record(rec: RequestRecord) -> Phases:
         flags.add(Flag.MISSING_METRICS, f"no final metrics: {why}")
     _counts_only_flags(rec, flags, cloud=cloud, openai=openai)
 
-    chunks = list(rec.token_chunk_ns)
+    chunks = rec.token_chunk_ns  # read, never changed: no copy (a running reply's may hold 30,000 times)
     values["token_chunks"] = len(chunks)
     # Only a streamed reply shows the client a first token; a whole JSON body has none.
     if rec.first_token_ns is not None and rec.stream:
@@ -469,7 +472,7 @@ def split_record(rec: RequestRecord) -> Phases:
     end_ns = rec.final_chunk_ns if rec.final_chunk_ns is not None else rec.closed_ns
     if end_ns is not None:
         values["client_s"] = (end_ns - rec.received_ns) / NS_PER_S
-    gaps = sorted(token_gaps_ns(chunks))
+    gaps = sorted(token_gaps_ns(chunks)) if sorted_gaps_ns is None else sorted_gaps_ns
     if gaps:
         values["itl_p50_ms"] = percentile(gaps, 50) / 1e6
         values["itl_p99_ms"] = percentile(gaps, 99) / 1e6
@@ -608,7 +611,7 @@ def _place_load(rec: RequestRecord, values: dict[str, Any]) -> None:
         values.update(load_start_ns=start, load_end_ns=start + round(values["load_s"] * NS_PER_S))
 
 
-def _decode_from_stream(chunks: list[int], values: dict[str, Any], flags: _Flags) -> None:
+def _decode_from_stream(chunks: Sequence[int], values: dict[str, Any], flags: _Flags) -> None:
     """Decode timed from the first to the last content chunk; tokens counted where the reply gave no count."""
     if values.get("output_tokens") is None:
         values.update(output_tokens=len(chunks), output_tokens_source=PhaseSource.COUNTED)
@@ -622,7 +625,7 @@ def _decode_from_stream(chunks: list[int], values: dict[str, Any], flags: _Flags
         values["decode_tok_s"] = (len(chunks) - 1) / (decode_ns / NS_PER_S)
 
 
-def _split_thinking(rec: RequestRecord, chunks: list[int], values: dict[str, Any]) -> None:
+def _split_thinking(rec: RequestRecord, chunks: Sequence[int], values: dict[str, Any]) -> None:
     """Decode split at the first answer chunk: thinking before it, the answer from it on (counted from the stream)."""
     if rec.first_answer_ns is not None:
         values["ttfa_s"] = (rec.first_answer_ns - rec.received_ns) / NS_PER_S

@@ -68,9 +68,11 @@ def _prompt_size(rows: Sequence[ProgressSample], source: PhaseSource) -> int | N
     return max(sizes) if sizes else None
 
 
-def split_with_readings(rec: RequestRecord, readings: Sequence[ProgressSample]) -> Phases:
-    """``split_record(rec)``, with what the runner's readings of the same request bound (module doc)."""
-    phases = split_record(rec)
+def split_with_readings(
+    rec: RequestRecord, readings: Sequence[ProgressSample], sorted_gaps_ns: Sequence[int] | None = None
+) -> Phases:
+    """``split_record(rec, sorted_gaps_ns)``, with what the runner's readings of the same request bound (module doc)."""
+    phases = split_record(rec, sorted_gaps_ns)
     picked = _read_rows(readings) if wants_readings(rec) else None
     if picked is None:
         return phases

@@ -14,8 +14,10 @@ added time to first byte, added delay of each chunk (p50, p99; a chunk's delay i
 the client's arrival time minus sim's truth of when it wrote that token, on the
 same monotonic clock), and the proxy's CPU time per chunk; then the idle CPU of a
 proxy doing nothing. Runs of the paths alternate so that drift in the
-machine's load hits them alike. Last, one number per stream count: the
-collector's CPU per chunk over nginx's.
+machine's load hits them alike. Last, per stream count: the collector's CPU per
+chunk over nginx's, and over the proxy alone's with the added p99 of each (issue
+44's targets: the collector at most 1.3x the proxy alone per chunk, its added p99
+at 64 streams at most the proxy alone's + 1.0 ms).
 
 ``--before DIR`` adds a sixth path, ``collector-before``: ``python -m collectors``
 run from another checkout (``git worktree add DIR main``, or ``git archive main | tar
@@ -56,6 +58,9 @@ from tests.support.sim_process import free_port, start_sim  # noqa: E402
 NGINX = "/usr/sbin/nginx"
 TARGETS_16 = {"p50_ms": 0.5, "p99_ms": 2.0, "ttfb_ms": 5.0, "cpu_us": 20.0}
 TARGET_64_P99_MS = 1.5  # issue 33
+# issue 44: what recording adds over relaying, against the proxy alone (the floor under any Python relay)
+TARGET_OVER_PROXY = 1.3
+TARGET_64_P99_OVER_PROXY_MS = 1.0
 IDLE_TARGET_PCT = 0.5  # of one core (bench/collector_idle.py measures it over longer windows)
 # Ollama sizes the KV cache for num_ctx x num_parallel: at its default 4096 x 64 slots the model would spill
 # out of the sim GPU's memory and every step would take ~130 ms instead of ~6 ms.
@@ -352,6 +357,33 @@ def _ratios(counts: list[int], paths: list[Path_], results: dict[tuple[int, str]
     return "\n".join(out)
 
 
+def _over_proxy(counts: list[int], paths: list[Path_], results: dict[tuple[int, str], Run]) -> str:
+    """Per stream count: each collector's CPU per chunk over the proxy alone's, and the p99 delay each adds to
+    direct beside the proxy alone's (what recording adds over relaying)."""
+    names = {p.name for p in paths}
+    out = []
+    for n in counts:
+        direct = _cell(results[(n, "direct")], False).delay_p99_ms
+        proxy = _cell(results[(n, "proxy")], True)
+        proxy_cpu, proxy_p99 = proxy.cpu_us_per_chunk, proxy.delay_p99_ms - direct
+        parts = []
+        for name in ("collector", "collector-before"):
+            if name not in names:
+                continue
+            ours = _cell(results[(n, name)], True)
+            over = ours.cpu_us_per_chunk / proxy_cpu if ours.cpu_us_per_chunk and proxy_cpu else None
+            ratio = "-" if over is None else f"{over:.2f}x"
+            ok = "ok" if over is not None and over <= TARGET_OVER_PROXY else "MISSED"
+            added = ours.delay_p99_ms - direct
+            p99 = f"added p99 {added:+.2f} ms against the proxy alone's {proxy_p99:+.2f}"
+            if n == 64:
+                p99 += f" ({'ok' if added <= proxy_p99 + TARGET_64_P99_OVER_PROXY_MS else 'MISSED'}"
+                p99 += f": target <= +{TARGET_64_P99_OVER_PROXY_MS} ms over it)"
+            parts.append(f"{name} {ratio} ({ok}: target <= {TARGET_OVER_PROXY}x), {p99}")
+        out.append(f"over the proxy alone, {n} streams: " + "; ".join(parts))
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="1,16,64", help="concurrent streams per burst, comma-separated")
@@ -410,6 +442,7 @@ def main() -> int:
         print("idle CPU: " + ", ".join(f"{k} {v:.3f}% of one core" for k, v in idle.items()))
         print(_verdict(counts, results, idle["collector"]))
         print(_ratios(counts, paths, results))
+        print(_over_proxy(counts, paths, results))
         print(f"load average at the end: {os.getloadavg()[0]:.2f} on {psutil.cpu_count()} cores")
     return 0
 

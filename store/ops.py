@@ -36,6 +36,8 @@ from analysis.records import (
 from analysis.runner_fill import split_with_readings, wants_readings
 from analysis.runner_load_rows import RunnerDeviceRow
 from analysis.runner_wait_tasks import RequestWaitsRow
+from analysis.running_gaps import RunningReplies
+from store.queries import join_token_pieces
 from store.rows import encode_token_times, record_of, request_row
 from store.schema import GPU_ROLLUP_SQL, HOST_ROLLUP_SQL, ROLLUP_S
 from store.tables import (
@@ -53,6 +55,7 @@ from store.tables import (
     PHASES_VERSION,
     PROGRESS_SAMPLES,
     PS_SNAPSHOTS,
+    REQUEST_TOKEN_PIECES,
     REQUEST_TOKENS,
     REQUEST_WAITS,
     REQUESTS,
@@ -63,6 +66,7 @@ from store.tables import (
     OllamaSettingRow,
     PsSnapshotRow,
     RequestRow,
+    RequestTokenPieceRow,
     RequestTokensRow,
     SqlValue,
 )
@@ -108,6 +112,8 @@ class Tx:
     now_unix_s: float
     retention: RetentionPolicy
     page_size: int
+    # The sorted token gaps of the running requests the writer follows (kept across transactions by its writer).
+    running: RunningReplies = field(default_factory=RunningReplies)
 
     def used_bytes(self) -> int:
         """Bytes of the main file that hold data (free pages excluded)."""
@@ -185,9 +191,27 @@ def _readings(conn: sqlite3.Connection, rec: RequestRecord) -> list[ProgressSamp
     return [PROGRESS_SAMPLES.from_values(v) for v in conn.execute(sql, (rec.id,)).fetchall()]
 
 
-def _split(conn: sqlite3.Connection, rec: RequestRecord) -> Phases:
+def _split(conn: sqlite3.Connection, rec: RequestRecord, sorted_gaps_ns: Sequence[int] | None = None) -> Phases:
     """The record's phases, with what the runner's readings of it bound (analysis.runner_fill)."""
-    return split_with_readings(rec, _readings(conn, rec))
+    return split_with_readings(rec, _readings(conn, rec), sorted_gaps_ns)
+
+
+_LAST_PIECE = "SELECT first_chunk + n_chunks FROM request_token_pieces WHERE request_id = ? ORDER BY first_chunk DESC LIMIT 1"
+
+
+def _append_token_piece(conn: sqlite3.Connection, rec: RequestRecord) -> None:
+    """A running request's chunk times since its last write, as one more piece (schema v22): what is new only."""
+    stored = conn.execute(_LAST_PIECE, (rec.id,)).fetchone()
+    n_stored, chunks = (int(stored[0]) if stored else 0), rec.token_chunk_ns
+    if n_stored > len(chunks):  # never seen: a record's chunks only grow; write them again whole rather than wrong
+        conn.execute("DELETE FROM request_token_pieces WHERE request_id = ?", (rec.id,))
+        n_stored = 0
+    if n_stored == len(chunks):
+        return
+    prev_ns = chunks[n_stored - 1] if n_stored else rec.received_ns
+    piece = encode_token_times(prev_ns, chunks[n_stored:])
+    row = RequestTokenPieceRow(rec.id, n_stored, len(chunks) - n_stored, piece)
+    conn.execute(REQUEST_TOKEN_PIECES.insert_sql(), REQUEST_TOKEN_PIECES.params(row))
 
 
 @dataclass(frozen=True)
@@ -223,11 +247,21 @@ class PutRequest(Op[RequestRow | None]):
 
     def apply(self, tx: Tx) -> RequestRow | None:
         rec = self.record
-        row = request_row(rec, _split(tx.conn, rec), tx.now_unix_s, PHASES_VERSION)
+        running = Outcome(rec.outcome) is Outcome.IN_FLIGHT
+        # A running request's gaps are kept sorted as they grow; a finished one's are sorted once (None), or taken
+        # from what was kept while it ran.
+        chunks = rec.token_chunk_ns
+        gaps = tx.running.sorted_gaps(rec.id, chunks) if running else tx.running.finish(rec.id, chunks)
+        row = request_row(rec, _split(tx.conn, rec, gaps), tx.now_unix_s, PHASES_VERSION)
         if tx.conn.execute(f"{self._UPSERT} RETURNING id", REQUESTS.params(row)).fetchone() is None:
-            return None  # a stale in-flight row for a request already finished
-        tokens = RequestTokensRow(rec.id, len(rec.token_chunk_ns), encode_token_times(rec.received_ns, rec.token_chunk_ns))
-        tx.conn.execute(REQUEST_TOKENS.insert_sql("INSERT OR REPLACE"), REQUEST_TOKENS.params(tokens))
+            tx.running.forget(rec.id)  # a stale in-flight row for a request already finished: not followed
+            return None
+        if running:
+            _append_token_piece(tx.conn, rec)  # what is new since its last write
+        else:
+            tokens = RequestTokensRow(rec.id, len(chunks), encode_token_times(rec.received_ns, chunks))
+            tx.conn.execute(REQUEST_TOKENS.insert_sql("INSERT OR REPLACE"), REQUEST_TOKENS.params(tokens))
+            tx.conn.execute("DELETE FROM request_token_pieces WHERE request_id = ?", (rec.id,))
         exact = row.prompt_tokens is not None and row.prompt_tokens_source in EXACT_PROMPT_SOURCES
         if exact and row.outcome != Outcome.IN_FLIGHT:
             # The runner's readings sized the prompt from a log fraction, or not at all when decoding ended between
@@ -261,6 +295,24 @@ class MarkInterrupted(Op[int]):
     reason: str
 
     def apply(self, tx: Tx) -> int:
+        # Their token times as last written, joined from their pieces into request_tokens, where every reader of a
+        # finished row looks.
+        ids = [
+            r[0]
+            for r in tx.conn.execute(
+                "SELECT DISTINCT p.request_id FROM request_token_pieces p JOIN requests r ON r.id = p.request_id "
+                "WHERE r.outcome = ?",
+                (Outcome.IN_FLIGHT.value,),
+            ).fetchall()
+        ]
+        for rid in ids:
+            blob = join_token_pieces(tx.conn, rid)
+            if blob is not None:
+                tx.conn.execute(
+                    "INSERT OR REPLACE INTO request_tokens (request_id, n_chunks, gaps_le_i64) VALUES (?, ?, ?)",
+                    (rid, len(blob) // 8, blob),
+                )
+        tx.conn.execute("DELETE FROM request_token_pieces")
         cur = tx.conn.execute(
             "UPDATE requests SET outcome = ?, error = ?, updated_at_unix_s = ?, "
             "ended_at_unix_s = COALESCE(ended_at_unix_s, last_token_unix_s, ?) WHERE outcome = ?",

@@ -306,15 +306,28 @@ _RECORD_SQL = (
 _RECORD_SQL_NO_TOKENS = f"SELECT {REQUESTS.select_list('r.')}, NULL FROM requests r"
 
 
-def _stored(values: Sequence[Any]) -> StoredRequest:
+def join_token_pieces(conn: sqlite3.Connection, request_id: str) -> bytes | None:
+    """A running request's token times as written so far, joined from its pieces (schema v22) into request_tokens'
+    format; None: none written."""
+    rows = conn.execute(
+        "SELECT gaps_le_i64 FROM request_token_pieces WHERE request_id = ? ORDER BY first_chunk", (request_id,)
+    ).fetchall()
+    return b"".join(r[0] for r in rows) if rows else None
+
+
+def _stored(values: Sequence[Any], conn: sqlite3.Connection | None = None) -> StoredRequest:
+    """A row of ``_RECORD_SQL`` (``conn``: where a running request's token pieces are read) or of the same columns."""
     row = REQUESTS.from_values(values[:-1])
-    return StoredRequest(record_of(row, values[-1]), phases_of(row), row.phases_version)
+    blob = values[-1]
+    if blob is None and conn is not None and Outcome(row.outcome) is Outcome.IN_FLIGHT:
+        blob = join_token_pieces(conn, row.id)  # a running request's times are written piece by piece
+    return StoredRequest(record_of(row, blob), phases_of(row), row.phases_version)
 
 
 def request_detail(conn: sqlite3.Connection, id: str) -> StoredRequest | None:
     """One request rebuilt as the proxy recorded it, token times included, with its phases; None if unknown."""
     rows = _rows(conn, f"{_RECORD_SQL} WHERE r.id = ?", (id,))
-    return _stored(rows[0]) if rows else None
+    return _stored(rows[0], conn) if rows else None
 
 
 def stored_requests(
@@ -347,7 +360,7 @@ def stored_requests(
     cur.row_factory = None
     cur.execute(f"{_RECORD_SQL} WHERE {' AND '.join(where)} ORDER BY r.started_at_unix_s, r.id", args)
     for values in cur:
-        yield _stored(values)
+        yield _stored(values, conn)
 
 
 def in_flight_requests(conn: sqlite3.Connection, now_unix_s: float, stale_after_s: float = 30.0) -> list[RequestRecord]:
@@ -358,7 +371,7 @@ def in_flight_requests(conn: sqlite3.Connection, now_unix_s: float, stale_after_
         f"{_RECORD_SQL} WHERE r.outcome = 'in_flight' AND r.updated_at_unix_s >= ? ORDER BY r.started_at_unix_s",
         (now_unix_s - stale_after_s,),
     )
-    return [_stored(r).record for r in rows]
+    return [_stored(r, conn).record for r in rows]
 
 
 def requests_in_window(
@@ -409,7 +422,7 @@ def requests_in_window(
         f"{base} WHERE r.rowid IN (SELECT value FROM json_each(?)) ORDER BY r.started_at_unix_s DESC",
         (json.dumps(picked),),
     )
-    return [_stored(r) for r in reversed(rows)]
+    return [_stored(r, conn if with_tokens else None) for r in reversed(rows)]
 
 
 # A direct record timed from /slots readings alone enters the rate charts and medians only when both its prefill

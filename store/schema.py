@@ -629,6 +629,21 @@ CREATE TABLE applied_migrations (
 );
 """
 
+# v22 (running_token_pieces): a running request's token times, written by what is new: each in-flight write appends
+# the gaps of the chunks since the last one as a piece (first_chunk: the index of its first chunk), so that a second's
+# write costs the same at token 50 and token 50,000. The finished row's times go to request_tokens whole, as before,
+# and its pieces are deleted; a collector that starts after a crash joins the pieces of what it marks interrupted into
+# request_tokens (store.ops.MarkInterrupted), so the tokens up to the last write are kept.
+_V22 = """
+CREATE TABLE request_token_pieces (
+    request_id TEXT NOT NULL REFERENCES requests(id) ON DELETE CASCADE,
+    first_chunk INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL,
+    gaps_le_i64 BLOB NOT NULL,  -- as request_tokens: the first gap is from the chunk before (or from received_ns)
+    PRIMARY KEY (request_id, first_chunk)
+) WITHOUT ROWID;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step: a store
 # already past it would never run the new text (tests/store/test_store_migrations_frozen.py checks their checksums).
 MIGRATIONS: list[Migration] = [
@@ -654,6 +669,7 @@ MIGRATIONS: list[Migration] = [
     request_minutes_step,
     _sql("client_program", _V20),
     _sql("applied_migrations", APPLIED_MIGRATIONS_SQL),
+    _sql("running_token_pieces", _V22),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # The first version whose stores record their migrations (found by name: the lead may renumber at merge).

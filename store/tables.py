@@ -383,6 +383,17 @@ class RequestTokensRow:
 
 
 @dataclass(frozen=True)
+class RequestTokenPieceRow:
+    """A running request's chunk times written since its last write: int64 gaps as in ``request_tokens``, the first
+    from the chunk before (``received_ns`` for the first piece). Joined in ``first_chunk`` order they are its times."""
+
+    request_id: str
+    first_chunk: int  # index of the piece's first chunk
+    n_chunks: int
+    gaps_le_i64: bytes
+
+
+@dataclass(frozen=True)
 class PsSnapshotRow:
     """One /api/ps poll (also when nothing is loaded); its models are in ``loaded_models``."""
 
@@ -441,6 +452,7 @@ _ONE_ROW_ID = Column("id", "INTEGER", True)  # the CHECK (id = 1) key of a one-r
 
 REQUESTS = Table.of("requests", RequestRow)
 REQUEST_TOKENS = Table.of("request_tokens", RequestTokensRow)
+REQUEST_TOKEN_PIECES = Table.of("request_token_pieces", RequestTokenPieceRow)
 GPU_SAMPLES = Table.of("gpu_samples", GpuSample, rename={"index": "gpu_index"})
 HOST_SAMPLES = Table.of("host_samples", HostSample)
 PS_SNAPSHOTS = Table.of("ps_snapshots", PsSnapshotRow)
@@ -479,6 +491,7 @@ TABLES: tuple[Table[Any], ...] = (
     OLLAMA_SETTINGS,
     REQUEST_WAITS,
     APPLIED_MIGRATIONS,
+    REQUEST_TOKEN_PIECES,
 )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from analysis.running_gaps import RunningReplies
 from store.no_follow import SymlinkRefused, open_no_follow
 from store.ops import (
     DAY_S,
@@ -104,6 +105,7 @@ class StoreWriter:
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)  # the file opened: a path replaced or deleted later differs
         self._page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+        self._running = RunningReplies()  # running requests' sorted token gaps, extended at each in-flight write
         # The -wal file counts against the bound too: checkpoint it often enough and cut it back after each
         # checkpoint (it never shrinks by itself), both scaled to the bound.
         wal_bytes = max(WAL_MIN_BYTES, min(WAL_MAX_BYTES, self.retention.max_bytes // 4))
@@ -196,7 +198,7 @@ class StoreWriter:
         self._conn.close()
 
     def _tx(self, now_unix_s: float) -> Tx:
-        return Tx(self._conn, now_unix_s, self.retention, self._page_size)
+        return Tx(self._conn, now_unix_s, self.retention, self._page_size, self._running)
 
     def _apply(self, ops: Sequence[Op[Any]]) -> list[Any]:
         ops = drop_superseded(ops)

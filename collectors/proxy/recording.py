@@ -475,7 +475,7 @@ class RecordingProxy:
         if parser is None:
             return
         summary = parser.finish() if final else parser.summary.copy()
-        record.token_chunk_ns = summary.token_chunk_ns if final else list(summary.token_chunk_ns)
+        record.token_chunk_ns = summary.token_chunk_ns  # final: the parser is done with it; else copy()'s own list
         record.first_token_ns = summary.first_token_ns
         record.final_chunk_ns = summary.final_chunk_ns
         record.metrics = summary.metrics
