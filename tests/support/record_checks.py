@@ -11,6 +11,7 @@ import ollama
 
 from analysis.phases import Phases, PhaseSource, split_record
 from analysis.records import RequestKind, RequestRecord
+from tests.support.proxy_process import ProxyChild
 from tests.support.proxy_thread import ProxyThread
 from tests.support.sim_process import SimProcess, http_json, truth
 
@@ -20,7 +21,9 @@ NUM_PREDICT = 64  # ~0.6 s of decode
 REL = 0.05  # the issue's bound: within 5% of sim's truth
 
 
-def call_recorded(sim: SimProcess, proxy: ProxyThread, call: Callable[[], Any]) -> tuple[RequestRecord, Phases, dict[str, Any]]:
+def call_recorded(
+    sim: SimProcess, proxy: ProxyThread | ProxyChild, call: Callable[[], Any]
+) -> tuple[RequestRecord, Phases, dict[str, Any]]:
     """Run one client call; its record, the record's phases, and sim's truth about it."""
     status, _ = http_json(sim, "DELETE", "/sim/truth")
     assert status in (200, 204)

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from analysis.phases import PhaseSource
-from tests.support.proxy_thread import ProxyThread
+from tests.support.proxy_process import ProxyChild
 from tests.support.record_checks import MODEL, NUM_PREDICT, PROMPT, call_recorded, no_zero_for_unknown, span_s, within_rel
 from tests.support.sim_process import SimProcess
 
@@ -24,11 +24,17 @@ pytestmark = pytest.mark.sim_args("--hardware", "cpu", "--disk-gbs", "0.5")
 THINKER = "qwen3:0.6b"
 
 
-def _anthropic(proxy: ProxyThread) -> anthropic.Anthropic:
+@pytest.fixture(scope="module")
+def proxy(proxy_child: ProxyChild) -> ProxyChild:
+    """The proxy in its own process: these tests hold its stamps to sim's truth (tests/conftest.py, proxy_child)."""
+    return proxy_child
+
+
+def _anthropic(proxy: ProxyChild) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=proxy.base_url, api_key="ollama", timeout=60, max_retries=0)
 
 
-def _openai(proxy: ProxyThread) -> openai.OpenAI:
+def _openai(proxy: ProxyChild) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.base_url + "/v1", api_key="ollama", timeout=60, max_retries=0)
 
 
@@ -59,7 +65,7 @@ def _check_whole(rec: Any, ph: Any, t: dict[str, Any], endpoint: str) -> None:
     no_zero_for_unknown(ph)
 
 
-def test_anthropic_messages_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_anthropic_messages_streamed(sim: SimProcess, proxy: ProxyChild) -> None:
     client = _anthropic(proxy)
     messages = [{"role": "user", "content": "claude " + PROMPT}]
     stream = client.messages.stream(model=MODEL, max_tokens=NUM_PREDICT, system="be brief", messages=messages)  # type: ignore[arg-type]
@@ -69,14 +75,14 @@ def test_anthropic_messages_streamed(sim: SimProcess, proxy: ProxyThread) -> Non
     assert rec.num_predict == NUM_PREDICT and rec.metrics is not None and rec.metrics.done_reason == "max_tokens"
 
 
-def test_anthropic_messages_not_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_anthropic_messages_not_streamed(sim: SimProcess, proxy: ProxyChild) -> None:
     client = _anthropic(proxy)
     messages = [{"role": "user", "content": [{"type": "text", "text": "whole " + PROMPT}]}]
     rec, ph, t = call_recorded(sim, proxy, lambda: client.messages.create(model=MODEL, max_tokens=NUM_PREDICT, messages=messages))  # type: ignore[arg-type]
     _check_whole(rec, ph, t, "/v1/messages")
 
 
-def test_openai_responses_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_openai_responses_streamed(sim: SimProcess, proxy: ProxyChild) -> None:
     client = _openai(proxy)
 
     def call() -> Any:
@@ -87,7 +93,7 @@ def test_openai_responses_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
     assert rec.num_predict == NUM_PREDICT and rec.metrics is not None and rec.metrics.done_reason == "completed"
 
 
-def test_openai_responses_not_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_openai_responses_not_streamed(sim: SimProcess, proxy: ProxyChild) -> None:
     client = _openai(proxy)
 
     def call() -> Any:
@@ -101,7 +107,7 @@ def test_openai_responses_not_streamed(sim: SimProcess, proxy: ProxyThread) -> N
 
 
 @pytest.mark.parametrize("route", ["/v1/messages", "/v1/responses"])
-def test_thinking_apart(sim: SimProcess, proxy: ProxyThread, route: str) -> None:
+def test_thinking_apart(sim: SimProcess, proxy: ProxyChild, route: str) -> None:
     """qwen3 thinks first (32 to 96 tokens): its thinking events are tokens apart from the answer's, the first
     answer timed."""
     ask = route + " why is the sky blue? " + PROMPT  # a long prompt: TTFT ~0.4 s, so 5% is tens of ms
@@ -120,7 +126,7 @@ def test_thinking_apart(sim: SimProcess, proxy: ProxyThread, route: str) -> None
     assert ph.output_tokens == t["reported"]["eval_count"] >= len(rec.token_chunk_ns)  # it counts an end token, never sent
 
 
-def test_errors_are_recorded_in_each_apis_shape(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_errors_are_recorded_in_each_apis_shape(sim: SimProcess, proxy: ProxyChild) -> None:
     """An unknown model: each SDK raises its own NotFoundError (the body parsed in its API's shape), and the
     record keeps the route, the status and the message."""
     before = len(proxy.records)

@@ -17,7 +17,7 @@ import pytest
 
 from analysis.phases import Phases, PhaseSource
 from analysis.records import RequestKind
-from tests.support.proxy_thread import ProxyThread
+from tests.support.proxy_process import ProxyChild
 from tests.support.record_checks import (
     MODEL,
     NUM_PREDICT,
@@ -35,12 +35,18 @@ from tests.support.sim_process import SimProcess
 pytestmark = pytest.mark.sim_args("--hardware", "cpu", "--disk-gbs", "0.5")
 
 
+@pytest.fixture(scope="module")
+def proxy(proxy_child: ProxyChild) -> ProxyChild:
+    """The proxy in its own process: these tests hold its stamps to sim's truth (tests/conftest.py, proxy_child)."""
+    return proxy_child
+
+
 def _warm(sim: SimProcess) -> None:
     ollama.Client(host=sim.base_url, timeout=60).generate(model=MODEL, prompt="warm", options={"num_predict": 1})
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
-def test_ollama_generate(sim: SimProcess, proxy: ProxyThread, stream: bool) -> None:
+def test_ollama_generate(sim: SimProcess, proxy: ProxyChild, stream: bool) -> None:
     unload(sim)  # a cold load, so load is a real phase to measure
     client = ollama.Client(host=proxy.base_url, timeout=60)
     opts = {"num_predict": NUM_PREDICT}
@@ -53,7 +59,7 @@ def test_ollama_generate(sim: SimProcess, proxy: ProxyThread, stream: bool) -> N
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
-def test_ollama_chat(sim: SimProcess, proxy: ProxyThread, stream: bool) -> None:
+def test_ollama_chat(sim: SimProcess, proxy: ProxyChild, stream: bool) -> None:
     _warm(sim)
     client = ollama.Client(host=proxy.base_url, timeout=60)
     messages = [{"role": "user", "content": PROMPT + str(stream)}]
@@ -65,7 +71,7 @@ def test_ollama_chat(sim: SimProcess, proxy: ProxyThread, stream: bool) -> None:
     check_native(rec, ph, t, stream=stream)
 
 
-def test_langchain_ollama_streaming(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_langchain_ollama_streaming(sim: SimProcess, proxy: ProxyChild) -> None:
     from langchain_ollama import ChatOllama
 
     _warm(sim)
@@ -75,12 +81,12 @@ def test_langchain_ollama_streaming(sim: SimProcess, proxy: ProxyThread) -> None
     check_native(rec, ph, t, stream=True)
 
 
-def _openai(proxy: ProxyThread) -> openai.OpenAI:
+def _openai(proxy: ProxyChild) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.base_url + "/v1", api_key="ollama", timeout=60, max_retries=0)
 
 
 @pytest.mark.parametrize("include_usage", [True, False], ids=["include_usage", "no-usage"])
-def test_openai_chat_streamed(sim: SimProcess, proxy: ProxyThread, include_usage: bool) -> None:
+def test_openai_chat_streamed(sim: SimProcess, proxy: ProxyChild, include_usage: bool) -> None:
     """No durations on /v1: load and prefill unknown (a cold load included), decode and TTFT from the stream."""
     unload(sim)
     client = _openai(proxy)
@@ -108,7 +114,7 @@ def test_openai_chat_streamed(sim: SimProcess, proxy: ProxyThread, include_usage
         assert (ph.prompt_tokens, ph.prompt_tokens_source) == (None, None)
 
 
-def test_openai_completions_not_streamed(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_openai_completions_not_streamed(sim: SimProcess, proxy: ProxyChild) -> None:
     _warm(sim)
     client = _openai(proxy)
     rec, ph, t = call_recorded(sim, proxy, lambda: client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=NUM_PREDICT))
@@ -120,7 +126,7 @@ def test_openai_completions_not_streamed(sim: SimProcess, proxy: ProxyThread) ->
     assert within_rel(ph.client_s, span_s(t["received_ns"], t["done_ns"]))
 
 
-def test_load_and_unload_are_their_own_kind(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_load_and_unload_are_their_own_kind(sim: SimProcess, proxy: ProxyChild) -> None:
     """An empty prompt loads the model: the record carries sim's load time; keep_alive 0 unloads it."""
     client = ollama.Client(host=proxy.base_url, timeout=60)
     unload(sim)
@@ -142,7 +148,7 @@ def test_load_and_unload_are_their_own_kind(sim: SimProcess, proxy: ProxyThread)
 # -- embeddings: prefill only ------------------------------------------------------------------
 
 
-def test_ollama_embed_batch(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_ollama_embed_batch(sim: SimProcess, proxy: ProxyChild) -> None:
     unload(sim)
     client = ollama.Client(host=proxy.base_url, timeout=60)
     rec, ph, t = call_recorded(sim, proxy, lambda: client.embed(model=MODEL, input=["word " * 150, "other " * 80, "third " * 40]))
@@ -150,7 +156,7 @@ def test_ollama_embed_batch(sim: SimProcess, proxy: ProxyThread) -> None:
     check_embed(rec, ph, t, durations=True)
 
 
-def test_ollama_embeddings_legacy(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_ollama_embeddings_legacy(sim: SimProcess, proxy: ProxyChild) -> None:
     _warm(sim)
     client = ollama.Client(host=proxy.base_url, timeout=60)
     rec, ph, t = call_recorded(sim, proxy, lambda: client.embeddings(model=MODEL, prompt="word " * 100))
@@ -158,7 +164,7 @@ def test_ollama_embeddings_legacy(sim: SimProcess, proxy: ProxyThread) -> None:
     check_embed(rec, ph, t, durations=False)  # Ollama's older route answers the vector alone
 
 
-def test_openai_embeddings_and_models(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_openai_embeddings_and_models(sim: SimProcess, proxy: ProxyChild) -> None:
     _warm(sim)
     client = _openai(proxy)
     rec, ph, t = call_recorded(sim, proxy, lambda: client.embeddings.create(model=MODEL, input=["word " * 100, "other " * 60]))
@@ -189,7 +195,7 @@ def _check_thinking(ph: Phases, t: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("route", ["generate", "chat", "openai"])
-def test_thinking_streamed(sim: SimProcess, proxy: ProxyThread, route: str) -> None:
+def test_thinking_streamed(sim: SimProcess, proxy: ProxyChild, route: str) -> None:
     ollama.Client(host=sim.base_url, timeout=60).generate(model=THINKER, prompt="warm", options={"num_predict": 1})
     client = ollama.Client(host=proxy.base_url, timeout=60)
     opts = {"num_predict": 160, "seed": 7}
@@ -210,7 +216,7 @@ def test_thinking_streamed(sim: SimProcess, proxy: ProxyThread, route: str) -> N
         assert within_rel(ph.thinking_s + ph.answer_s, ph.decode_s)
 
 
-def test_thinking_not_streamed_is_unknown_not_zero(sim: SimProcess, proxy: ProxyThread) -> None:
+def test_thinking_not_streamed_is_unknown_not_zero(sim: SimProcess, proxy: ProxyChild) -> None:
     client = ollama.Client(host=proxy.base_url, timeout=60)
     think = {"num_predict": 160, "seed": 7}
     rec, ph, t = call_recorded(sim, proxy, lambda: client.generate(model=THINKER, prompt=PROMPT, options=think))
