@@ -47,6 +47,15 @@ def within_rel(got: float | None, want: float) -> bool:
     return got is not None and math.isclose(got, want, rel_tol=REL)
 
 
+def ttft_within(got: float | None, t: dict[str, Any]) -> bool:
+    """The proxy's time to first token against sim's, within REL of the bracket sim's truth gives: sim stamps its
+    first token before its write (sampled) and after it (written), and a loaded machine may pause sim between the
+    two while the proxy already reads the chunk, so the proxy's span may be shorter than sim's written one."""
+    made_s = span_s(t["received_ns"], t["token_sampled_ns"][0])
+    written_s = span_s(t["received_ns"], t["token_written_ns"][0])
+    return got is not None and made_s * (1 - REL) <= got <= written_s * (1 + REL)
+
+
 def no_zero_for_unknown(ph: Phases) -> None:
     """A phase without a source is unknown, and then None; a phase with one has a value."""
     for name in ("load", "queue", "prefill", "decode"):
@@ -72,7 +81,7 @@ def check_native(rec: RequestRecord, ph: Phases, t: dict[str, Any], *, stream: b
     # Server side: request received → first token sampled.
     assert within_rel(ph.server_ttft_s, span_s(t["received_ns"], t["prefill_end_ns"]))
     if stream:
-        assert within_rel(ph.ttft_s, span_s(t["received_ns"], t["token_written_ns"][0]))
+        assert ttft_within(ph.ttft_s, t)
         assert ph.token_chunks == len(t["token_written_ns"]) and ph.thinking_tokens == 0
         assert ph.ttfa_s == ph.ttft_s
     else:  # no token reached the client before the whole body: no client TTFT
