@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.proxy_process import ProxyChild, run_proxy_child
 from tests.support.proxy_thread import ProxyThread, run_proxy
 from tests.support.sim_process import SimFactory, SimProcess, start_sim
 
@@ -42,6 +43,14 @@ def sim(request: pytest.FixtureRequest, start_sims: SimFactory) -> SimProcess:
 def proxy(sim: SimProcess) -> Iterator[ProxyThread]:
     """The recording proxy on a free port in this process, in front of the module's sim."""
     with run_proxy(sim.base_url) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def proxy_child(sim: SimProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyChild]:
+    """The recording proxy in its own process, in front of the module's sim: for tests that hold its stamps to
+    sim's truth, which a proxy sharing this process's GIL with the client misses on a loaded machine."""
+    with run_proxy_child(sim.base_url, tmp_path_factory.mktemp("proxy")) as p:
         yield p
 
 

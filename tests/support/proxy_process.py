@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from analysis.records import FinalMetrics, Outcome, RequestKind, RequestRecord, SeenFrom
 from collectors.proxy.recording import RECORD_ID_HEADER
 from tests.support.ports import free_port
 from tests.support.sim_process import REPO_ROOT
@@ -153,3 +154,62 @@ class StampErrors:
             f"token lag behind sim p50 {statistics.median(self.lag_ms):.3f} / p99 {p99(self.lag_ms):.3f} ms "
             f"(min {min(self.lag_ms):.3f}, max {max(self.lag_ms):.3f})"
         )
+
+
+class ProxyChild:
+    """The proxy in its own process, read as a ``ProxyThread`` is (``base_url``, ``records``, ``wait_records``,
+    ``wait_record``), for tests that compare its stamps with sim's: a proxy in a thread of the test process shares
+    the GIL with the client, and on a loaded machine its stamps wait for the client's thread to let go of it (seen:
+    a stream's decode recorded at 1.5 s for sim's 0.7 s). In its own process, as in production, it stamps when the
+    bytes arrive."""
+
+    def __init__(self, process: ProxyProcess) -> None:
+        self.base_url = process.base_url
+        self._path = process.records_path
+        self._read_bytes = 0
+        self._records: list[RequestRecord] = []
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every record the child printed so far (a complete line each; a line being written waits)."""
+        with self._path.open("rb") as f:
+            f.seek(self._read_bytes)
+            text = f.read()
+        done = text[: text.rfind(b"\n") + 1]
+        self._read_bytes += len(done)
+        self._records.extend(record_from_json(json.loads(line)) for line in done.splitlines() if line.strip())
+        return list(self._records)
+
+    def wait_records(self, n: int, timeout_s: float = 30.0) -> list[RequestRecord]:
+        """Wait until at least n records arrived; return them all."""
+        deadline = time.monotonic() + timeout_s
+        while len(records := self.records) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"expected {n} records, got {len(records)}: {records}")
+            time.sleep(0.01)
+        return records
+
+    def wait_record(self, record_id: str, timeout_s: float = 30.0) -> RequestRecord:
+        """The record with this id (from the X-Phasewatch-Request-Id response header), once it arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for record in self.records:
+                if record.id == record_id:
+                    return record
+            time.sleep(0.01)
+        raise TimeoutError(f"no record {record_id} within {timeout_s}s")
+
+
+def record_from_json(d: dict[str, Any]) -> RequestRecord:
+    """A record as ``--print-records`` printed it (``dataclasses.asdict``), back as a RequestRecord."""
+    metrics = d["metrics"]
+    return RequestRecord(
+        **(d | {"metrics": None if metrics is None else FinalMetrics(**metrics)})
+        | {"outcome": Outcome(d["outcome"]), "kind": RequestKind(d["kind"]), "seen_from": SeenFrom(d["seen_from"])}
+    )
+
+
+@contextlib.contextmanager
+def run_proxy_child(upstream: str, folder: Path) -> Iterator[ProxyChild]:
+    with start_proxy_process(upstream, folder) as process:
+        yield ProxyChild(process)

@@ -11,6 +11,7 @@ import ollama
 
 from analysis.phases import Phases, PhaseSource, split_record
 from analysis.records import RequestKind, RequestRecord
+from tests.support.proxy_process import ProxyChild
 from tests.support.proxy_thread import ProxyThread
 from tests.support.sim_process import SimProcess, http_json, truth
 
@@ -18,9 +19,16 @@ MODEL = "qwen2.5:0.5b"
 PROMPT = "word " * 200  # ~0.4 s of prefill on the cpu profile
 NUM_PREDICT = 64  # ~0.6 s of decode
 REL = 0.05  # the issue's bound: within 5% of sim's truth
+# A span the proxy stamps itself (a stream's chunks, its request's arrival) meets sim's truth within REL and, at each
+# end, the proxy process's wait for a CPU: on the loaded 2-core machine, a wakeup waits up to a scheduler period or
+# two (seen: 35 ms at load 4.5 with two CPU-bound processes beside it). Durations Ollama reports are copied, so they
+# stay within REL alone.
+HOP_S = 0.05
 
 
-def call_recorded(sim: SimProcess, proxy: ProxyThread, call: Callable[[], Any]) -> tuple[RequestRecord, Phases, dict[str, Any]]:
+def call_recorded(
+    sim: SimProcess, proxy: ProxyThread | ProxyChild, call: Callable[[], Any]
+) -> tuple[RequestRecord, Phases, dict[str, Any]]:
     """Run one client call; its record, the record's phases, and sim's truth about it."""
     status, _ = http_json(sim, "DELETE", "/sim/truth")
     assert status in (200, 204)
@@ -42,6 +50,21 @@ def span_s(a_ns: int, b_ns: int) -> float:
 
 def within_rel(got: float | None, want: float) -> bool:
     return got is not None and math.isclose(got, want, rel_tol=REL)
+
+
+def ttft_within(got: float | None, t: dict[str, Any]) -> bool:
+    """The proxy's time to first token against sim's, within REL of the bracket sim's truth gives (and HOP_S for the
+    proxy's wakeups): sim stamps its first token before its write (sampled) and after it (written), and a loaded
+    machine may pause sim between the two while the proxy already reads the chunk, so the proxy's span may be shorter
+    than sim's written one."""
+    made_s = span_s(t["received_ns"], t["token_sampled_ns"][0])
+    written_s = span_s(t["received_ns"], t["token_written_ns"][0])
+    return got is not None and made_s * (1 - REL) <= got <= written_s * (1 + REL) + HOP_S
+
+
+def stamped_within(got: float | None, want_s: float) -> bool:
+    """A span the proxy timed from its own stamps against sim's: within REL, and HOP_S for the proxy's wakeups."""
+    return got is not None and abs(got - want_s) <= want_s * REL + HOP_S
 
 
 def no_zero_for_unknown(ph: Phases) -> None:
@@ -69,7 +92,7 @@ def check_native(rec: RequestRecord, ph: Phases, t: dict[str, Any], *, stream: b
     # Server side: request received → first token sampled.
     assert within_rel(ph.server_ttft_s, span_s(t["received_ns"], t["prefill_end_ns"]))
     if stream:
-        assert within_rel(ph.ttft_s, span_s(t["received_ns"], t["token_written_ns"][0]))
+        assert ttft_within(ph.ttft_s, t)
         assert ph.token_chunks == len(t["token_written_ns"]) and ph.thinking_tokens == 0
         assert ph.ttfa_s == ph.ttft_s
     else:  # no token reached the client before the whole body: no client TTFT

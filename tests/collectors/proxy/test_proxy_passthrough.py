@@ -6,7 +6,6 @@ import dataclasses
 import json
 import re
 import socket
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -209,7 +208,10 @@ def test_a_streamed_generation_is_recorded_with_its_facts(sim: SimProcess, proxy
         "options": {"num_predict": 15, "num_ctx": 2048},
     }
     with httpx.stream("POST", proxy.base_url + "/api/generate", json=body, timeout=30) as r:
-        lines = [json.loads(line) for line in r.iter_lines()]
+        lines, read_ns = [], []  # each line, and when this client had it
+        for line in r.iter_lines():
+            read_ns.append(time.monotonic_ns())
+            lines.append(json.loads(line))
         record_id, sim_id = r.headers[RECORD_ID_HEADER], r.headers["x-sim-request-id"]
     rec = proxy.wait_record(record_id)
     truth = sim_truth(sim.base_url, sim_id)
@@ -222,10 +224,12 @@ def test_a_streamed_generation_is_recorded_with_its_facts(sim: SimProcess, proxy
     assert rec.closed_ns is not None
     assert rec.received_ns <= rec.forwarded_ns <= truth["received_ns"] <= rec.first_byte_ns <= rec.first_token_ns
     assert rec.token_chunk_ns == sorted(rec.token_chunk_ns) and rec.token_chunk_ns[-1] <= rec.final_chunk_ns <= rec.closed_ns
-    # Token i was stamped about when sim wrote token i (sim stamps just after its write returns, so either may come
-    # first; the median keeps a loaded machine's hiccups out). How close is test_proxy_concurrency's business.
-    lags_ms = [(ours - theirs) / 1e6 for ours, theirs in zip(rec.token_chunk_ns, truth["token_written_ns"], strict=True)]
-    assert -2 < statistics.median(lags_ms) < 50, lags_ms
+    # Token i was stamped between sim making it (before its write) and this client reading it (after the proxy's
+    # write): an order no load can change. This proxy shares the test's process and GIL, so on a loaded machine its
+    # stamp may trail sim's by hundreds of ms (seen: a median of 507 ms); how close it is in production, in its own
+    # process, is test_proxy_concurrency's business.
+    made, ours = truth["token_sampled_ns"], rec.token_chunk_ns
+    assert all(m <= o <= r for m, o, r in zip(made, ours, read_ns[: len(ours)], strict=True)), (made, ours, read_ns)
     final = lines[-1]
     assert rec.metrics is not None
     assert rec.metrics.done_reason == final["done_reason"] == "length"
