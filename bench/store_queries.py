@@ -32,7 +32,7 @@ from analysis.records import (
     Outcome,
     RequestRecord,
 )
-from store import queries
+from store import queries, sample_queries
 from store.ops import PutGpuSamples, PutHeartbeat, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -161,8 +161,8 @@ def live_refresh(conn: sqlite3.Connection, now: float, window_s: float, q: Calla
     total = sum(
         [
             q(f"{label} in_flight_requests", lambda: queries.in_flight_requests(conn, now)),
-            q(f"{label} gpu_samples", lambda: queries.gpu_samples(conn, w0, now)),
-            q(f"{label} host_samples", lambda: queries.host_samples(conn, w0, now)),
+            q(f"{label} gpu_samples", lambda: sample_queries.gpu_samples(conn, w0, now)),
+            q(f"{label} host_samples", lambda: sample_queries.host_samples(conn, w0, now)),
             q(f"{label} requests_in_window", lambda: queries.requests_in_window(conn, w0, now)),
             q(f"{label} recent_requests (bands)", lambda: queries.recent_requests(conn, w0 - 600, limit=500, until_unix_s=now)),
             q(f"{label} latest_loaded_models", lambda: queries.latest_loaded_models(conn)),
@@ -206,7 +206,7 @@ def main() -> int:
         live = 0.0
         for window_s in (300.0, 900.0, 3600.0):
             live = max(live, live_refresh(conn, now, window_s, q))
-        q("gpu_samples 24 h (downsampled)", lambda: queries.gpu_samples(conn, now - 86400, now))
+        q("gpu_samples 24 h (downsampled)", lambda: sample_queries.gpu_samples(conn, now - 86400, now))
         q("requests page: recent_requests 24 h, limit 5000", lambda: queries.recent_requests(conn, now - 86400))
         q("requests page: request_models 24 h", lambda: queries.request_models(conn, now - 86400))
         some_id = queries.recent_requests(conn, 0, limit=1)[0].id

@@ -37,7 +37,7 @@ from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis, placement_of
 from pages.shared.derive import Band, Interval
 from pages.shared.slot_count import num_parallel_setting
-from store import queries
+from store import queries, sample_queries
 from store.tables import RequestSummary
 
 _open = queries.open_reader  # None while there is no store yet
@@ -80,14 +80,14 @@ def load_live(
         if flight or timeline:
             in_flight = queries.in_flight_requests(conn, now_unix_s)
         if timeline:
-            for s in queries.gpu_samples(conn, start, now_unix_s + 1):
+            for s in sample_queries.gpu_samples(conn, start, now_unix_s + 1):
                 gpu_by_index.setdefault(s.index, []).append(s)
             # Requests that started up to 10 min before the window may still reach into it.
             rows = queries.recent_requests(conn, start - 600, limit=BANDS_LIMIT, until_unix_s=now_unix_s)
         vram_used: int | None = None
         if context:
-            host = queries.host_samples(conn, start, now_unix_s + 1)
-            latest: dict[int, GpuSample] = {s.index: s for s in queries.gpu_samples(conn, now_unix_s - 10, now_unix_s + 1)}
+            host = sample_queries.host_samples(conn, start, now_unix_s + 1)
+            latest: dict[int, GpuSample] = {s.index: s for s in sample_queries.gpu_samples(conn, now_unix_s - 10, now_unix_s + 1)}
             used = [s.mem_used_bytes for s in latest.values() if s.mem_used_bytes is not None]
             vram_used = sum(used) if used else None
         loaded = queries.latest_loaded_models(conn)
@@ -169,7 +169,7 @@ def load_cards(db: Path, now_unix_s: float, window_s: float, recent_s: float = 6
             return None
         in_flight = queries.in_flight_requests(conn, now_unix_s)
         loaded = queries.latest_loaded_models(conn)
-        gpus = queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
+        gpus = sample_queries.gpu_samples(conn, now_unix_s - 60, now_unix_s + 5)
         heartbeat = queries.latest_heartbeat(conn)
         waits = _load_waits(conn, in_flight, loaded, now_unix_s)
         recent = _recent(conn, now_unix_s, recent_s)

@@ -25,7 +25,7 @@ import pandas as pd
 from analysis.energy import energy_between
 from analysis.records import RequestKind
 from pages.shared import fmt
-from store import queries
+from store import queries, sample_queries
 from store.export import CSV_LINE_END, csv_cell
 from store.tables import RequestSummary
 
@@ -147,7 +147,7 @@ def energies_j(conn: sqlite3.Connection, rows: Sequence[RequestSummary]) -> dict
         if not cluster:
             return
         t0, t1 = cluster[0][1] - SAMPLE_PAD_S, max(w[2] for w in cluster) + SAMPLE_PAD_S
-        samples = queries.gpu_samples(conn, t0, t1)
+        samples = sample_queries.gpu_samples(conn, t0, t1)
         for r, a, b in cluster:
             e = energy_between(samples, a, b) if samples else None
             if e is not None:

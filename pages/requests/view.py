@@ -26,7 +26,7 @@ from pages.shared import charts, fmt
 from pages.shared.basis import ModelBasis, cached_basis
 from pages.shared.charts import Span
 from pages.shared.slot_count import slot_count
-from store import queries
+from store import queries, sample_queries
 from store.export import ExportWindow, csv_text
 from store.queries import StoredRequest
 from store.tables import RequestSummary
@@ -131,7 +131,7 @@ def load_request_context(db: Path, rec: RequestRecord, end_unix_s: float) -> Req
     with _open(db) as conn:
         if conn is None:
             return RequestContext([], None)
-        samples = queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
+        samples = sample_queries.gpu_samples(conn, rec.started_at_unix_s - 1, end_unix_s + 1)
         # The GPU it ran on (the samples up to its end); the basis is kept a few seconds for the next detail drawn.
         basis = cached_basis(db, conn, rec.model, end_unix_s)
     return RequestContext(samples, basis)

@@ -41,7 +41,7 @@ from analysis.story import RateSample, Reading, Status, Story, build_story, coun
 from analysis.wait_split import WaitSplit
 from pages.shared import fmt
 from pages.shared.window import ModelWindow, model_window
-from store import queries
+from store import queries, sample_queries
 from store.tables import ModelInfoRow, RequestSummary
 
 POINTS_LIMIT = 5000  # requests the story is told from (newest first): the Why charts' points
@@ -52,7 +52,7 @@ def latest_gpus(conn: sqlite3.Connection, now_unix_s: float) -> list[GpuSample]:
     """The newest sample of each GPU: from the last minute, else the last day (per-minute rollups)."""
     for lookback in (60.0, GPU_LOOKBACK_S):
         latest: dict[int, GpuSample] = {}
-        for s in queries.gpu_samples(conn, now_unix_s - lookback, now_unix_s + 5):
+        for s in sample_queries.gpu_samples(conn, now_unix_s - lookback, now_unix_s + 5):
             latest[s.index] = s
         if latest:
             return [latest[i] for i in sorted(latest)]

@@ -14,7 +14,7 @@ from analysis.records import (
     GpuSample,
     OllamaStatus,
 )
-from store import queries
+from store import queries, sample_queries
 from store.schema import db_path as _db_path
 
 
@@ -44,7 +44,7 @@ def load_status(db: Path, now_unix_s: float | None = None) -> Status:
         if conn is None:
             return Status()
         latest: dict[int, GpuSample] = {}
-        for s in queries.gpu_samples(conn, now - 60, now + 5):
+        for s in sample_queries.gpu_samples(conn, now - 60, now + 5):
             latest[s.index] = s
         ollama = queries.latest_ollama_status(conn)
         return Status(

@@ -76,7 +76,7 @@ from pages.shared.basis import (
 from pages.shared.slot_count import num_parallel_setting
 from pages.shared.window import ModelWindow, model_window
 from pages.why.figures import decode_figure, flagged_note, prefill_figure
-from store import queries
+from store import queries, sample_queries
 from store.queries import StoredRequest
 from store.tables import OllamaSettingRow, RequestSummary
 
@@ -347,7 +347,7 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
     if basis.gpus:
         for rec in mine:
             end_ns = rec.closed_ns or rec.final_chunk_ns or rec.received_ns
-            samples_by_id[rec.id] = queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
+            samples_by_id[rec.id] = sample_queries.gpu_samples(conn, rec.started_at_unix_s - 2, rec.wall_s(end_ns) + 2)
     return _StoreReads(
         **vars(basis),
         waits_by_id=queries.request_waits(conn, [r.id for r in mine]),
@@ -361,7 +361,7 @@ def _read_store(conn: sqlite3.Connection, model: str, now: float, window_s: floa
 
 def _fresh_gpus(conn: sqlite3.Connection, wall_unix_s: float) -> list[GpuSample]:
     latest: dict[int, GpuSample] = {}
-    for s in queries.gpu_samples(conn, wall_unix_s - FRESH_GPU_S, wall_unix_s + 5):
+    for s in sample_queries.gpu_samples(conn, wall_unix_s - FRESH_GPU_S, wall_unix_s + 5):
         latest[s.index] = s
     return [latest[i] for i in sorted(latest)]
 

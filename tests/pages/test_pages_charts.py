@@ -14,7 +14,7 @@ from pages.live import timeline
 from pages.shared import charts, derive
 from pages.shared.charts import Span
 from pages.shared.derive import Band, Interval
-from store import queries
+from store import queries, sample_queries
 from store.ops import PutGpuSamples
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -220,7 +220,7 @@ def test_gaps_break_gpu_lines_read_through_the_stores_buckets(tmp_path: Path) ->
         w.close()
     with queries.open_reader(db_path(tmp_path)) as conn:
         assert conn is not None
-        samples = queries.gpu_samples(conn, T0, T0 + 3600)
+        samples = sample_queries.gpu_samples(conn, T0, T0 + 3600)
     assert len(samples) < 2400  # bucketed, as a page reads an hour
     fig = charts.gpu_timeline_figure(samples, [], T0, T0 + 3600)
     busy = next(t for t in fig.data if t.name == "GPU busy (% of time)")

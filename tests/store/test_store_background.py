@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.records import HostSample, RequestRecord
-from store import queries
+from store import queries, sample_queries
 from store.ops import ApplyRetention, MarkInterrupted, PutHostSample, PutRequest
 from store.schema import db_path
 from store.writer import BackgroundWriter, StoreWriter
@@ -253,7 +253,7 @@ def test_readers_query_while_the_writer_writes(bg: BackgroundWriter, path: Path)
             conn = queries.open_readonly(path)
             try:
                 n = len(queries.recent_requests(conn, 0, limit=10_000))
-                queries.host_samples(conn, 0, 2e9)
+                sample_queries.host_samples(conn, 0, 2e9)
                 queries.in_flight_requests(conn, time.time())
             finally:
                 conn.close()

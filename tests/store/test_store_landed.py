@@ -13,7 +13,7 @@ import pytest
 
 from analysis.phases import Phases, split_record
 from analysis.records import FinalMetrics, Outcome, RequestRecord
-from store import queries
+from store import queries, sample_queries
 from store.ops import RederivePhases
 from store.queries import StoreState
 from store.schema import SCHEMA_VERSION, StoreError, db_path
@@ -98,9 +98,9 @@ def test_migrates_and_reads_the_same_requests_with_the_same_phases(landed: Path)
                 else:
                     assert all(getattr(stored.phases, k) == getattr(phases, k) for k in same), rec.id
         # The rest of what the landed collector wrote.
-        gpu = queries.gpu_samples(conn, T0 - 1, T0 + 10)
+        gpu = sample_queries.gpu_samples(conn, T0 - 1, T0 + 10)
         assert [s.util_gpu_pct for s in gpu] == [90.0, 89.0, 88.0, 87.0, 86.0] and gpu[0].pstate == 2
-        assert queries.host_samples(conn, T0 - 1, T0 + 1)[0].mem_total_bytes == 64 << 30
+        assert sample_queries.host_samples(conn, T0 - 1, T0 + 1)[0].mem_total_bytes == 64 << 30
         (loaded,) = queries.latest_loaded_models(conn)
         assert loaded.name == "llama3.2:latest" and loaded.family == "llama"
         info = queries.model_info(conn, "llama3.2")

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.phases import split_record
 from analysis.records import GpuSample, HostSample, LoadedModel, Outcome
-from store import queries
+from store import queries, sample_queries
 from store.ops import PutGpuSamples, PutHostSample, PutLoadedModels, PutModelInfo, PutRequest
 from store.schema import ROLLUP_S, db_path
 from store.writer import StoreWriter
@@ -109,10 +109,10 @@ def test_long_windows_are_averaged_into_buckets_in_sql(writer: StoreWriter, conn
     samples = [_gpu(T0 + i, g, 100.0 * (i % 2)) for i in range(3600) for g in (0, 1)]
     writer.write(PutGpuSamples(samples))
     writer.write(PutHostSample(HostSample(T0, 10.0, 100, 1000)))
-    raw = queries.gpu_samples(conn, T0, T0 + 99)
+    raw = sample_queries.gpu_samples(conn, T0, T0 + 99)
     assert len(raw) == 200  # 100 s × 2 GPUs, under the limit: untouched
     assert raw[:2] == samples[:2]
-    coarse = queries.gpu_samples(conn, T0, T0 + 3600, max_points=60)
+    coarse = sample_queries.gpu_samples(conn, T0, T0 + 3600, max_points=60)
     for g in (0, 1):
         mine = [s for s in coarse if s.index == g]
         assert 55 <= len(mine) <= 61
@@ -127,7 +127,7 @@ def test_long_windows_are_averaged_into_buckets_in_sql(writer: StoreWriter, conn
 def test_rollups_keep_unsupported_fields_missing(writer: StoreWriter, conn: sqlite3.Connection) -> None:
     # A GPU whose driver reports no utilisation and no power: the summary says "unknown", not 0.
     writer.write(PutGpuSamples([GpuSample(T0 + i, 0, "G", "U", mem_used_bytes=i) for i in range(7200)]))
-    coarse = queries.gpu_samples(conn, T0, T0 + 7200, max_points=60)
+    coarse = sample_queries.gpu_samples(conn, T0, T0 + 7200, max_points=60)
     assert coarse and all(s.util_gpu_pct is None and s.power_w is None for s in coarse)
     assert coarse[-1].mem_used_bytes == 7199
 
@@ -137,12 +137,12 @@ def test_host_samples_downsample(writer: StoreWriter, conn: sqlite3.Connection) 
         for j in range(i, i + 100):
             writer.write(PutHostSample(HostSample(T0 + j, float(j % 2) * 20, 5_000 + j, 10_000)))
     # 100 buckets of 10 s: averaged from the raw samples.
-    fine = queries.host_samples(conn, T0, T0 + 1000, max_points=100)
+    fine = sample_queries.host_samples(conn, T0, T0 + 1000, max_points=100)
     assert len(fine) == 100
     assert all(s.cpu_pct == pytest.approx(10.0) for s in fine)
     assert fine[0].mem_used_bytes == 5_009  # peak of the first 10 s
     # Buckets of 100 s or more: whole minutes (2 here) from the per-minute rollups.
-    coarse = queries.host_samples(conn, T0, T0 + 1000, max_points=10)
+    coarse = sample_queries.host_samples(conn, T0, T0 + 1000, max_points=10)
     assert 9 <= len(coarse) <= 10
     assert all(s.cpu_pct == pytest.approx(10.0) for s in coarse)
     first_minute = (int(T0) // ROLLUP_S) * ROLLUP_S
@@ -189,8 +189,8 @@ def test_model_info_name_variants(writer: StoreWriter, conn: sqlite3.Connection)
 
 def test_empty_store_answers_with_nothing(conn: sqlite3.Connection) -> None:
     assert queries.recent_requests(conn, 0) == []
-    assert queries.gpu_samples(conn, 0, 2e9) == []
-    assert queries.host_samples(conn, 0, 2e9) == []
+    assert sample_queries.gpu_samples(conn, 0, 2e9) == []
+    assert sample_queries.host_samples(conn, 0, 2e9) == []
     assert queries.latest_loaded_models(conn) == []
     assert queries.latest_ps_snapshot_unix_s(conn) is None
     assert queries.latest_ollama_status(conn) is None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus
-from store import queries
+from store import queries, sample_queries
 from store.ops import ApplyRetention, PutExperiment, PutGpuSamples, PutHostSample, PutLoadedModels, PutOllamaStatus, PutRequest
 from store.schema import ROLLUP_S, db_path
 from store.writer import DAY_S, BackgroundWriter, RetentionPolicy, StoreWriter
@@ -68,7 +68,7 @@ def test_rows_past_their_age_are_deleted(tmp_path: Path) -> None:
     }
     conn = queries.open_readonly(path)
     assert [r.id for r in queries.recent_requests(conn, 0)] == ["kept"]
-    assert [s.ts_unix_s for s in queries.gpu_samples(conn, 0, NOW)] == [new_s]
+    assert [s.ts_unix_s for s in sample_queries.gpu_samples(conn, 0, NOW)] == [new_s]
 
 
 def test_custom_ages_are_honoured(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from analysis.records import (
     Outcome,
     RequestRecord,
 )
-from store import queries
+from store import queries, sample_queries
 from store.ops import (
     MarkInterrupted,
     PutExperiment,
@@ -165,8 +165,8 @@ def test_samples_models_status_heartbeat_and_experiments_round_trip(store: Store
     store.write(PutExperiment("e1", "prompt_sweep", {"lengths": [128, 512]}, t, "done", t + 60, {"rows": [1, 2]}))
 
     conn = queries.open_readonly(store.path)
-    assert queries.gpu_samples(conn, t - 1, t + 1) == [gpu, gpu2]
-    assert queries.host_samples(conn, t - 1, t + 1) == [host]
+    assert sample_queries.gpu_samples(conn, t - 1, t + 1) == [gpu, gpu2]
+    assert sample_queries.host_samples(conn, t - 1, t + 1) == [host]
     assert queries.latest_loaded_models(conn) == [m]
     got = queries.model_info(conn, "llama3.2")
     assert got is not None
@@ -232,11 +232,11 @@ def test_migrates_a_v1_store_and_keeps_its_rows(tmp_path: Path) -> None:
     assert {r.id for r in queries.recent_requests(rconn, 0)} == {"old", rec.id}
     assert _record(rconn, rec.id) == rec
     # A six-hour window reads the rollups that migration 3 built from the old samples.
-    gpu = queries.gpu_samples(rconn, t0, t0 + 6 * 3600, max_points=180)  # 2-minute buckets: one 0 and one 100
+    gpu = sample_queries.gpu_samples(rconn, t0, t0 + 6 * 3600, max_points=180)  # 2-minute buckets: one 0 and one 100
     assert len(gpu) == 180
     assert all(s.util_gpu_pct == pytest.approx(50.0) for s in gpu)
     assert gpu[-1].mem_used_bytes == 1359
-    host = queries.host_samples(rconn, t0, t0 + 6 * 3600, max_points=180)
+    host = sample_queries.host_samples(rconn, t0, t0 + 6 * 3600, max_points=180)
     assert len(host) == 180 and host[0].cpu_pct == pytest.approx(50.0)
 
 

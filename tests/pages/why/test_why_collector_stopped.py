@@ -13,7 +13,7 @@ import pytest
 from analysis.story import Status
 from pages.shared.window import DEFAULT_WINDOW_S, WINDOWS_S
 from pages.why.view import build_why
-from store import queries
+from store import queries, sample_queries
 from store.schema import db_path
 from tests.support.collector_process import collector, listen_url
 from tests.support.sim_process import start_sim
@@ -28,7 +28,9 @@ HOUR_S = 3600.0
 
 def _stored(data: Path, n: int) -> bool:
     with queries.open_reader(db_path(data)) as conn:
-        return conn is not None and len(queries.rate_rows(conn, MODEL, 0.0)) >= n and bool(queries.gpu_samples(conn, 0, 4e9))
+        return (
+            conn is not None and len(queries.rate_rows(conn, MODEL, 0.0)) >= n and bool(sample_queries.gpu_samples(conn, 0, 4e9))
+        )
 
 
 def test_an_hour_after_the_collector_stopped_the_readings_keep_their_gpu(tmp_path: Path) -> None:
