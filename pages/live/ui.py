@@ -14,7 +14,7 @@ from analysis.model_names import is_cloud
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
 from pages.live.cards import Card, PrefillView
 from pages.live.queue import ModelQueue, queue_caption
-from pages.live.view import CardsModel, LiveModel
+from pages.live.view import BANDS_LIMIT, CardsModel, LiveModel
 from pages.shared import fmt
 
 # "behind others": another request's prompt read with a slot free; "before prefill": the runner's work or unexplained.
@@ -97,8 +97,8 @@ def show_strip(model: CardsModel) -> None:
     """One row: what runs, what waits, tokens in and out now, and how the last minute's GPU time split."""
     strip = model.strip
     cols = st.columns(6)
-    cols[0].metric("Generations in flight", model.running)
-    cols[1].metric("Generations waiting", strip.waiting, help="Queued for a slot, or waiting for their model to load.")
+    cols[0].metric("Generations in flight", fmt.count(model.running))
+    cols[1].metric("Generations waiting", fmt.count(strip.waiting), help="Queued for a slot, or waiting for their model to load.")
     cols[2].metric(
         "Prompt tok/s in",
         _tok_s(strip.prefill_tok_s),
@@ -115,7 +115,9 @@ def show_strip(model: CardsModel) -> None:
         share,
         help="Over the last minute: of the time generations spent reading prompts or writing replies, the share of each.",
     )
-    cols[5].metric("Requests in window", model.requests_in_window, help="Requests that started in the sidebar's time window.")
+    cols[5].metric(
+        "Requests in window", fmt.count(model.requests_in_window), help="Requests that started in the sidebar's time window."
+    )
     if model.queues:
         with st.container(key="live_queues"):
             for line in queue_lines(model.queues):
@@ -321,6 +323,12 @@ def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None
         )
         if proxy_line:  # none in the demo
             st.code(proxy_line, language="bash")
+    if model.unexplained_checked_from_unix_s is not None:
+        st.caption(
+            f"GPU time is checked against the recorded generations from {fmt.clock(model.unexplained_checked_from_unix_s)} "
+            f"on: the window holds more requests than the page reads (the newest {fmt.count(BANDS_LIMIT)}), so the GPU's "
+            "earlier busy time is neither explained nor called unexplained. A narrower window in the sidebar checks all of it."
+        )
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]
