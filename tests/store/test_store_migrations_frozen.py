@@ -44,6 +44,7 @@ SHIPPED: tuple[tuple[int, str, str], ...] = (
     (19, "request_minutes", "e34a1c01837d29794ab1d141c2ed170ce318cd84e9428ca4ac592073453866fd"),
     (20, "client_program", "d71ea2c29193b805f481d881c5a3561ef31ab1495688d1d8eb36594e15564d5c"),
     (21, "applied_migrations", "6bc60df792f579a1e7fd40cc2b65697292e574aa0748deaac43f0ab2d41eb894"),
+    (22, "usage_days", "ab79602b5df3e45210819631186b2d7ca793bcba5d981d48acc73a7386fe3f17"),
 )
 
 
