@@ -253,6 +253,9 @@ def usage_display(frame: pd.DataFrame) -> pd.DataFrame:
     for label, _, digits in (*FIGURES, ("energy (Wh)", "energy_wh", 3)):
         if label in out:
             out[label] = [fmt.UNKNOWN if v is None or pd.isna(v) else f"{v:,.{digits}f}" for v in out[label]]
+    for label in out.columns:  # the counts, as every count on the pages (fmt.count: "3,200")
+        if label in ("requests", "of which embeddings") or label.endswith(": records without"):
+            out[label] = [fmt.count(v) for v in out[label]]
     return out
 
 

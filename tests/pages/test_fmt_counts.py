@@ -8,10 +8,12 @@ import re
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench.pages_fixture import make_request
+from pages.requests.usage import usage_display
 from store.ops import PutRequest
 from store.schema import db_path
 from store.writer import StoreWriter
@@ -47,3 +49,24 @@ def test_live_shows_requests_in_window_with_a_separator(tmp_path: Path, monkeypa
     assert not at.exception, [e.value for e in at.exception]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests in window"] == "1,234"
+
+
+def test_the_usage_table_shows_its_counts_with_a_separator() -> None:
+    frame = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "requests": 3200,
+                "of which embeddings": 1200,
+                "prompt tokens": 5e6,
+                "prompt tokens: records without": 1500,
+            }
+        ]
+    )
+    shown = usage_display(frame).iloc[0]
+    assert (shown["requests"], shown["of which embeddings"], shown["prompt tokens: records without"]) == (
+        "3,200",
+        "1,200",
+        "1,500",
+    )
+    assert shown["prompt tokens"] == "5,000,000"
