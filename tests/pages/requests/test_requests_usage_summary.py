@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -82,18 +82,19 @@ def _raw(rows: Sequence[RequestSummary]) -> dict[tuple[str, str, str], tuple[obj
         for by in ("model", "client", "program"):
             groups: dict[str, list[RequestSummary]] = {}
             for r in inside:
-                key = {"model": r.model, "client": client_of(r.client_addr), "program": r.client_program or UNKNOWN_PROGRAM}
-                groups.setdefault(key[by], []).append(r)
+                keys = {"model": r.model, "client": client_of(r.client_addr), "program": r.client_program or UNKNOWN_PROGRAM}
+                groups.setdefault(keys[by], []).append(r)
             for key, group in groups.items():
                 gen = [r for r in group if r.kind is RequestKind.GENERATE]
                 work = [r for r in group if r.kind in (RequestKind.GENERATE, RequestKind.EMBED)]
                 figures: list[object] = [len(group), sum(r.kind is RequestKind.EMBED for r in group)]
-                for applies, value in (
+                values: tuple[tuple[list[RequestSummary], Callable[[RequestSummary], float | None]], ...] = (
                     (work, lambda r: r.prompt_tokens),
                     (gen, lambda r: r.output_tokens),
                     (work, gpu_s_of),
-                ):
-                    known = [value(r) for r in applies if value(r) is not None]
+                )
+                for applies, value in values:
+                    known = [v for v in (value(r) for r in applies) if v is not None]
                     figures += [round(sum(known), 6) if known else None, len(applies) - len(known)]
                 out[(period, by, key)] = tuple(figures)
     return out
