@@ -644,6 +644,105 @@ CREATE TABLE request_token_pieces (
 ) WITHOUT ROWID;
 """
 
+# v23 (usage_days): the Requests page's usage totals per UTC day × model × client host × program, of finished requests
+# (ended_at set): requests, embed calls, and per figure (prompt tokens, output tokens, GPU seconds) the requests it
+# applies to, those that gave it and its sum, so a total of no known value stays unknown, never 0
+# (pages.requests.usage). Kept by triggers as rows are inserted, finished, corrected (the log's figures arrive after the
+# reply) and deleted, so 30 days read a bounded number of rows whatever the store holds. Energy is not here: it comes
+# from the GPU samples over each request's GPU time, which a trigger on requests cannot read.
+USAGE_DAY_S = 86_400
+# The client's host: the address without ":port" (digits after the last colon) and without IPv6 brackets, as
+# pages.requests.usage.client_of; NULL or '' (a direct record) is its own group.
+_USAGE_KEY = {
+    "day": f"(CAST({{r}}.started_at_unix_s / {USAGE_DAY_S}.0 AS INTEGER) * {USAGE_DAY_S})",
+    "model": "{r}.model",
+    "client": (
+        "CASE WHEN {r}.client_addr IS NULL OR {r}.client_addr = '' THEN '' "
+        "WHEN rtrim({r}.client_addr, '0123456789') LIKE '%:' "
+        "AND length(rtrim({r}.client_addr, '0123456789')) < length({r}.client_addr) "
+        "THEN trim(substr({r}.client_addr, 1, length(rtrim({r}.client_addr, '0123456789')) - 1), '[]') "
+        "ELSE {r}.client_addr END"
+    ),
+    "program": "COALESCE({r}.client_program, '')",
+}
+_GPU_KNOWN = (
+    "(({r}.kind = 'embed' AND {r}.prefill_s IS NOT NULL) "
+    "OR ({r}.kind = 'generate' AND {r}.prefill_s IS NOT NULL AND {r}.decode_s IS NOT NULL))"
+)
+_USAGE_VALUES = {
+    "requests": "1",
+    "embeddings": "({r}.kind = 'embed')",
+    "prompt_n": "({r}.kind IN ('generate', 'embed'))",
+    "prompt_known": "({r}.kind IN ('generate', 'embed') AND {r}.prompt_tokens IS NOT NULL)",
+    "prompt_tokens": "(CASE WHEN {r}.kind IN ('generate', 'embed') THEN COALESCE({r}.prompt_tokens, 0) ELSE 0 END)",
+    "output_n": "({r}.kind = 'generate')",
+    "output_known": "({r}.kind = 'generate' AND {r}.output_tokens IS NOT NULL)",
+    "output_tokens": "(CASE WHEN {r}.kind = 'generate' THEN COALESCE({r}.output_tokens, 0) ELSE 0 END)",
+    "gpu_n": "({r}.kind IN ('generate', 'embed'))",
+    "gpu_known": _GPU_KNOWN,
+    "gpu_s": f"(CASE WHEN {_GPU_KNOWN} THEN {{r}}.prefill_s + (CASE WHEN {{r}}.kind = 'generate' THEN {{r}}.decode_s ELSE 0 END) "
+    "ELSE 0 END)",
+}
+
+
+def _usage_add(r: str) -> str:
+    """Add row ``r``'s (NEW) figures to its day's group, when it is finished."""
+    keys, values = ", ".join(_USAGE_KEY), ", ".join(_USAGE_VALUES)
+    select = ", ".join(e.format(r=r) for e in (*_USAGE_KEY.values(), *_USAGE_VALUES.values()))
+    sums = ", ".join(f"{v} = {v} + excluded.{v}" for v in _USAGE_VALUES)
+    return (
+        f"INSERT INTO usage_days ({keys}, {values}) SELECT {select} WHERE {r}.ended_at_unix_s IS NOT NULL "
+        f"ON CONFLICT({keys}) DO UPDATE SET {sums};"
+    )
+
+
+def _usage_remove(r: str) -> str:
+    """Take row ``r``'s (OLD) figures off its day's group, when it was finished; a group with no request left goes."""
+    where = " AND ".join(f"{k} = {e.format(r=r)}" for k, e in _USAGE_KEY.items())
+    less = ", ".join(f"{v} = {v} - {e.format(r=r)}" for v, e in _USAGE_VALUES.items())
+    return (
+        f"UPDATE usage_days SET {less} WHERE {where} AND {r}.ended_at_unix_s IS NOT NULL; "
+        f"DELETE FROM usage_days WHERE {where} AND requests <= 0;"
+    )
+
+
+_USAGE_COLUMNS = (
+    "started_at_unix_s, ended_at_unix_s, model, client_addr, client_program, kind, prompt_tokens, output_tokens, "
+    "prefill_s, decode_s"
+)
+_USAGE_NAMES = ", ".join((*_USAGE_KEY, *_USAGE_VALUES))
+_USAGE_OF_ROW = ", ".join(f"{e.format(r='requests')} AS {k}" for k, e in (*_USAGE_KEY.items(), *_USAGE_VALUES.items()))
+_USAGE_SUMS = ", ".join(f"SUM({v})" for v in _USAGE_VALUES)
+_V23 = f"""
+CREATE TABLE usage_days (
+    day INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    client TEXT NOT NULL,
+    program TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    embeddings INTEGER NOT NULL,
+    prompt_n INTEGER NOT NULL,
+    prompt_known INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    output_n INTEGER NOT NULL,
+    output_known INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    gpu_n INTEGER NOT NULL,
+    gpu_known INTEGER NOT NULL,
+    gpu_s REAL NOT NULL,
+    PRIMARY KEY (day, model, client, program)
+);
+INSERT INTO usage_days ({_USAGE_NAMES})
+    SELECT day, model, client, program, {_USAGE_SUMS} FROM (
+        SELECT {_USAGE_OF_ROW} FROM requests WHERE ended_at_unix_s IS NOT NULL
+    ) GROUP BY day, model, client, program;
+CREATE TRIGGER usage_days_insert AFTER INSERT ON requests BEGIN {_usage_add("NEW")} END;
+CREATE TRIGGER usage_days_delete AFTER DELETE ON requests BEGIN {_usage_remove("OLD")} END;
+CREATE TRIGGER usage_days_update AFTER UPDATE OF {_USAGE_COLUMNS} ON requests
+    WHEN OLD.ended_at_unix_s IS NOT NULL OR NEW.ended_at_unix_s IS NOT NULL
+    BEGIN {_usage_remove("OLD")} {_usage_add("NEW")} END;
+"""
+
 # MIGRATIONS[i] takes a store from version i to version i + 1. Append only; never edit a shipped step: a store
 # already past it would never run the new text (tests/store/test_store_migrations_frozen.py checks their checksums).
 MIGRATIONS: list[Migration] = [
@@ -670,6 +769,7 @@ MIGRATIONS: list[Migration] = [
     _sql("client_program", _V20),
     _sql("applied_migrations", APPLIED_MIGRATIONS_SQL),
     _sql("running_token_pieces", _V22),
+    _sql("usage_days", _V23),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # The first version whose stores record their migrations (found by name: the lead may renumber at merge).

@@ -17,6 +17,7 @@ from analysis.ceilings import ceilings_for, curve_tokens, decode_curve, prefill_
 from analysis.hardware import HardwareSpec
 from analysis.model_facts import ModelFacts, ModelFactsError, model_facts_from_show
 from collectors.api import ExperimentResult
+from pages.shared import fmt
 
 COLORS = ("#4C9BE8", "#F2A541", "#59C3A0", "#E86A6A", "#B48EE0", "#9AA5B1")
 CEILING_DASH = "dot"
@@ -209,7 +210,7 @@ def interference_figure(runs: Sequence[ExperimentResult], spec: HardwareSpec | N
                 fillcolor="#F2A541",
                 opacity=0.18,
                 line_width=0,
-                annotation_text=f"long prompt prefill ({int(s.get('long_prompt_tokens') or 0):,} tokens)",
+                annotation_text=f"long prompt prefill ({fmt.count(int(s.get('long_prompt_tokens') or 0))} tokens)",
                 annotation_position="top left",
             )
         if s.get("long_prompt_sent_s") is not None:

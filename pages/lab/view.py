@@ -65,7 +65,7 @@ def _none_count(rates: Rates) -> str:
     if not rates.requests or rates.window is None:
         return "no reading of this model that counts yet"
     return (
-        f"none of this model's {rates.requests:,} readings over {window_words(rates.window)} counts: too short to time, "
+        f"none of this model's {fmt.count(rates.requests)} readings over {window_words(rates.window)} counts: too short to time, "
         "or above the ceiling of the hardware they ran on (the Why page shows which)"
     )
 
@@ -81,7 +81,8 @@ def cost_sentence(cost: Cost, rates: Rates) -> str:
     )
     warm = " (the first a warm-up that gives no point)" if cost.warm_up_requests else ""
     text = (
-        f"Sends {cost.requests} requests{warm}: about {cost.prompt_tokens:,} prompt tokens and {cost.output_tokens:,} "
+        f"Sends {fmt.count(cost.requests)} requests{warm}: about {fmt.count(cost.prompt_tokens)} prompt tokens and "
+        f"{fmt.count(cost.output_tokens)} "
         f"output tokens; about {seconds:,.0f} s {basis}."
     )
     for note in cost.notes:

@@ -15,6 +15,7 @@ from analysis.records import Outcome
 from analysis.wait_split import Busy, split_wait
 from pages.live.cards import FINISHED_KEEP_S, Card
 from pages.live.queue import SlotCount
+from pages.shared import fmt
 from store.rows import busy_of_row
 from store.tables import RequestSummary
 
@@ -50,7 +51,7 @@ def _fills_first(other: Card, card: Card) -> bool:
 def slowed_words(tokens: int | None, estimated: bool = False) -> str:
     """``estimated``: the size from the prompt's characters (the runner has not said it yet), marked "~" as Live's
     progress bars mark it."""
-    size = f"{'~' if estimated else ''}{tokens:,}-token " if tokens else ""
+    size = f"{'~' if estimated else ''}{fmt.count(tokens)}-token " if tokens else ""
     return f"slowed: another request's {size}prompt is being read"
 
 

@@ -14,7 +14,7 @@ from analysis.model_names import is_cloud
 from analysis.records import UNIFIED_MEMORY_KINDS, UNIFIED_MEMORY_NOTE
 from pages.live.cards import Card, PrefillView
 from pages.live.queue import ModelQueue, queue_caption
-from pages.live.view import CardsModel, LiveModel
+from pages.live.view import BANDS_LIMIT, CardsModel, LiveModel
 from pages.shared import fmt
 
 # "behind others": another request's prompt read with a slot free; "before prefill": the runner's work or unexplained.
@@ -97,8 +97,8 @@ def show_strip(model: CardsModel) -> None:
     """One row: what runs, what waits, tokens in and out now, and how the last minute's GPU time split."""
     strip = model.strip
     cols = st.columns(6)
-    cols[0].metric("Generations in flight", model.running)
-    cols[1].metric("Generations waiting", strip.waiting, help="Queued for a slot, or waiting for their model to load.")
+    cols[0].metric("Generations in flight", fmt.count(model.running))
+    cols[1].metric("Generations waiting", fmt.count(strip.waiting), help="Queued for a slot, or waiting for their model to load.")
     cols[2].metric(
         "Prompt tok/s in",
         _tok_s(strip.prefill_tok_s),
@@ -115,7 +115,9 @@ def show_strip(model: CardsModel) -> None:
         share,
         help="Over the last minute: of the time generations spent reading prompts or writing replies, the share of each.",
     )
-    cols[5].metric("Requests in window", model.requests_in_window, help="Requests that started in the sidebar's time window.")
+    cols[5].metric(
+        "Requests in window", fmt.count(model.requests_in_window), help="Requests that started in the sidebar's time window."
+    )
     if model.queues:
         with st.container(key="live_queues"):
             for line in queue_lines(model.queues):
@@ -163,7 +165,7 @@ def estimate_note(card: Card, chars_measured: bool | None) -> str:
             if chars_measured
             else "the default: no finished request of this model to measure it on yet"
         )
-        size = f"{card.prompt_chars:,} characters × {per_char:.2f} tokens per character ({how})"
+        size = f"{fmt.count(card.prompt_chars)} characters × {per_char:.2f} tokens per character ({how})"
     else:
         size = "the prompt's length"
     return f" · estimated from {size}, at this model's usual prefill rate"
@@ -230,21 +232,21 @@ def show_card(card: Card, record_text: bool, chars_measured: bool | None = None,
 def _prefill_body(card: Card, p: PrefillView, chars_measured: bool | None) -> None:
     """The prompt read so far, as a progress bar with its rate and ETA."""
     about = "~" if p.size_estimated else ""  # the size from the prompt's characters, until the runner says it
-    of = f" of {about}{p.prompt_tokens:,}" if p.prompt_tokens is not None else ""
+    of = f" of {about}{fmt.count(p.prompt_tokens)}" if p.prompt_tokens is not None else ""
     at_end = p.prompt_tokens is not None and p.processed_tokens >= p.prompt_tokens - 1
     eta = "any moment now" if p.estimated and at_end else fmt.seconds(p.eta_s)
-    text = f"{p.processed_tokens:,}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
+    text = f"{fmt.count(p.processed_tokens)}{of} prompt tokens read · {fmt.rate(p.rate_tok_s)} · ETA {eta}"
     text += estimate_note(card, chars_measured)
     st.progress(p.fraction if p.fraction is not None else 0.0, text=text)
 
 
 def _decoding_body(card: Card, record_text: bool) -> None:
     """Tokens so far, the rate now against the decode ceiling, and the reply's tail when text is recorded."""
-    ctx = "—" if card.ctx_used_tokens is None else f"{card.ctx_used_tokens:,}"
-    n_ctx = "—" if card.n_ctx is None else f"{card.n_ctx:,}"
+    ctx, n_ctx = fmt.count(card.ctx_used_tokens), fmt.count(card.n_ctx)
     counted = " (the runner's count)" if card.counted_by_runner else ""
     so_far = f" · {fmt.rate(card.rate_so_far_tok_s)} so far" if card.rate_so_far_tok_s is not None else ""
-    line = f"{card.tokens_so_far:,} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now{so_far} · context {ctx} of {n_ctx}"
+    tokens = fmt.count(card.tokens_so_far)
+    line = f"{tokens} tokens so far{counted} · {fmt.rate(card.live_tok_s)} now{so_far} · context {ctx} of {n_ctx}"
     if card.silent_s is not None:
         line += f" · no token for {card.silent_s:.0f} s"
     st.markdown(line)
@@ -271,7 +273,7 @@ def finished_line(card: Card) -> str:
     known (a request that failed before any phase has none, and no dangling separator)."""
     outcome = fmt.md_escape(fmt.label(card.outcome or "", fmt.SENTENCE_MAX_CHARS))
     phases = [f"{name} {fmt.seconds(s)}" for name, s in card.phase_s.items()]
-    return " · ".join(part for part in (outcome, f"{card.tokens_so_far:,} tokens", *phases) if part)
+    return " · ".join(part for part in (outcome, f"{fmt.count(card.tokens_so_far)} tokens", *phases) if part)
 
 
 def _finished_body(card: Card) -> None:
@@ -308,19 +310,26 @@ def _timeline_notes(model: LiveModel, proxy_line: str, refresh_s: float) -> None
         st.caption(f"Redrawn every {refresh_s:.0f} s (less often at wide windows, or while nothing runs).")
     if model.bands_left_out:
         st.caption(
-            f"Request phases: drawn for the newest {model.bands_drawn:,} requests; {model.bands_left_out:,} older ones "
-            "in the window are not drawn (a narrower window in the sidebar shows fewer requests, each wider)."
+            f"Request phases: drawn for the newest {fmt.count(model.bands_drawn)} requests; "
+            f"{fmt.count(model.bands_left_out)} older ones in the window are not drawn (a narrower window in the sidebar "
+            "shows fewer requests, each wider)."
         )
     if model.direct_in_window:
         n = model.direct_in_window
         st.caption(
-            f"{n:,} generation{'s' if n != 1 else ''} in this window came to Ollama directly, not through the proxy: "
+            f"{fmt.count(n)} generation{'s' if n != 1 else ''} in this window came to Ollama directly, not through the proxy: "
             "seen from its runner (the model, the prompt read, the tokens written, prefill and decode times). Pointing "
             "a client at the proxy adds its own time to first token, every gap between tokens and its address"
             + (":" if proxy_line else ".")
         )
         if proxy_line:  # none in the demo
             st.code(proxy_line, language="bash")
+    if model.unexplained_checked_from_unix_s is not None:
+        st.caption(
+            f"GPU time is checked against the recorded generations from {fmt.clock(model.unexplained_checked_from_unix_s)} "
+            f"on: the window holds more requests than the page reads (the newest {fmt.count(BANDS_LIMIT)}), so the GPU's "
+            "earlier busy time is neither explained nor called unexplained. A narrower window in the sidebar checks all of it."
+        )
     if model.unexplained:
         total_s = sum(u.duration_s for u in model.unexplained)
         last = model.unexplained[-1]

@@ -42,7 +42,7 @@ from store.tables import RequestSummary
 
 _open = queries.open_reader  # None while there is no store yet
 
-BANDS_LIMIT = 2000  # requests read for the GPU timeline: their busy time explains the GPU's
+BANDS_LIMIT = 2000  # requests read for the GPU timeline: their busy time explains the GPU's (from the oldest read on)
 # Requests whose phases are drawn as bands, the newest: 2,000 requests' bars (~6,000, 1 MB of figure) took the
 # browser seconds to lay out on every visit (issue 48), and on a wide window each is thinner than a pixel anyway.
 BANDS_DRAWN_MAX = 500
@@ -62,6 +62,15 @@ class LiveSnapshot:
     vram_used_bytes: int | None = None  # the latest GPU samples' memory in use (with ``context``)
     direct_in_window: int = 0  # of requests_in_window: sent to Ollama directly, recorded from its runner
     placements: dict[str, PlacementInUse] = field(default_factory=dict)  # loaded model → where it sits (with ``context``)
+    # Where the read requests stop explaining the GPU: the oldest read one's start when the window held more than
+    # BANDS_LIMIT (older busy time is not judged: a verdict never rests on requests not read); None: all were read.
+    explained_from_unix_s: float | None = None
+
+
+def explained_from(rows: Sequence[RequestSummary], limit: int) -> float | None:
+    """The start of the oldest of ``rows`` when the read stopped at ``limit`` (older requests were left unread), else
+    None: the rows are every request of the window, and explain all of its GPU time."""
+    return min(r.started_at_unix_s for r in rows) if rows and len(rows) >= limit else None
 
 
 def load_live(
@@ -110,6 +119,7 @@ def load_live(
         vram_used_bytes=vram_used,
         direct_in_window=direct + sum(1 for r in in_flight if r.started_at_unix_s >= start and r.direct),
         placements=placements,
+        explained_from_unix_s=explained_from(rows, BANDS_LIMIT),
     )
 
 
@@ -295,6 +305,8 @@ class LiveModel:
     direct_in_window: int = 0  # generations sent to Ollama directly (recorded from its runner) in the window
     bands_drawn: int = 0  # requests whose phases the timeline draws (the newest, BANDS_DRAWN_MAX at most)
     bands_left_out: int = 0  # older requests read for the timeline whose phases are not drawn
+    # GPU time before this is not checked against the requests (more in the window than the page reads); None: all is.
+    unexplained_checked_from_unix_s: float | None = None
 
 
 def newest_bands(bands: Sequence[Band], max_requests: int) -> list[Band]:
@@ -336,7 +348,11 @@ def build_live(
     drawn = newest_bands(snap.bands, BANDS_DRAWN_MAX)
     bands = assign_lanes(drawn)
     # Per GPU: a bypassing client shows up on the GPU it runs on.
-    unexplained_by_gpu = {i: unexplained_gpu_activity(samples, snap.busy_intervals) for i, samples in snap.gpu_by_index.items()}
+    checked_from = snap.explained_from_unix_s
+    unexplained_by_gpu = {
+        i: unexplained_gpu_activity(_judged(samples, checked_from), snap.busy_intervals)
+        for i, samples in snap.gpu_by_index.items()
+    }
     unexplained = sorted((u for found in unexplained_by_gpu.values() for u in found), key=lambda u: u.start_unix_s)
     gpu_figures = [
         (index, charts.gpu_timeline_figure(samples, bands, start, now_unix_s, unexplained=unexplained_by_gpu[index]))
@@ -380,7 +396,13 @@ def build_live(
         direct_in_window=snap.direct_in_window,
         bands_drawn=len({b.request_id for b in drawn}),
         bands_left_out=len({b.request_id for b in snap.bands}) - len({b.request_id for b in drawn}),
+        unexplained_checked_from_unix_s=checked_from,
     )
+
+
+def _judged(samples: list[GpuSample], checked_from_unix_s: float | None) -> list[GpuSample]:
+    """The GPU samples the read requests can explain: those from ``checked_from_unix_s`` on (all when None)."""
+    return samples if checked_from_unix_s is None else [s for s in samples if s.ts_unix_s >= checked_from_unix_s]
 
 
 def _on_gpu_pct(m: LoadedModel, p: PlacementInUse | None) -> int | None:

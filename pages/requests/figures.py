@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from analysis.ceilings import MIN_RATE_TOKENS
 from analysis.phases import Flag
-from pages.shared import charts
+from pages.shared import charts, fmt
 from store.tables import RequestSummary
 
 # Flags that say a rate cannot be true: such readings are drawn apart and set no axis range.
@@ -126,9 +126,9 @@ def _apart_note(apart_n: dict[str, int]) -> str | None:
     """What the hollow points are, in counts (None: there are none)."""
     bits = []
     if n := apart_n["too short"]:
-        bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
+        bits.append(f"{fmt.count(n)} {'rate' if n == 1 else 'rates'} timed over fewer than {MIN_RATE_TOKENS} tokens")
     if n := apart_n["impossible"]:
-        bits.append(f"{n:,} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
+        bits.append(f"{fmt.count(n)} {'rate' if n == 1 else 'rates'} beyond any hardware, which cannot be true")
     if not bits:
         return None
     return (

@@ -9,7 +9,16 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.error_notes import capability_advice
-from pages.requests.usage import GROUPINGS, PERIODS_S, UsageRow, load_usage, usage_csv, usage_display, usage_frame
+from pages.requests.usage import (
+    GROUPINGS,
+    PERIODS_S,
+    UsageRow,
+    load_usage,
+    usage_csv,
+    usage_display,
+    usage_frame,
+    usage_sources,
+)
 from pages.requests.view import (
     SHOWN_ROWS,
     DetailModel,
@@ -186,7 +195,7 @@ st.subheader("Usage")
 
 @st.cache_data(ttl=60, show_spinner=False, max_entries=4)
 def usage_rows(db: str, minute: int) -> list[UsageRow]:
-    """Read again once a minute at most: 20,000 requests over 30 days took 2.6 s on a busy 2-core machine."""
+    """Read again once a minute at most (the summary's rows and the newest requests' GPU samples for energy)."""
     return load_usage(Path(db), minute * 60.0) or []
 
 
@@ -200,11 +209,7 @@ def show_usage() -> None:
         st.caption(f"No finished request in the last {period}.")
     else:
         st.dataframe(usage_display(frame), hide_index=True, key="usage_table")
-        st.caption(
-            '"—": no record gave that figure. "Records without" counts the requests a figure applies to that did not '
-            "give it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used "
-            "meanwhile, idle draw included and shared by requests that ran at once."
-        )
+        st.caption(usage_sources(usage, period))
     st.download_button(
         "Download usage CSV",
         data=lambda: usage_csv(usage),
@@ -216,14 +221,13 @@ def show_usage() -> None:
     )
 
 
-# Built on demand, as Why's report: the totals read every request of the last 30 days (and the GPU samples over
-# each), work that grows with the store; a page that shows them on every run waits for them (docs in bench/README.md,
-# "Where a page's time goes at 200,000 requests").
+# Built on demand: the totals read the store's per-day summary (bounded), and the GPU samples over the newest requests
+# for energy; the page's first content never waits for them.
 if st.toggle(
     "Show usage totals",
     key="usage_show",
     help="Requests, tokens, GPU time and energy per model, per client and per program over the last 1, 7 and 30 days. "
-    "Read from every request of the last 30 days, so only when asked.",
+    "Read from the store's per-day summary; energy from the GPU samples of the newest requests.",
 ):
     show_usage()
 else:

@@ -9,6 +9,12 @@ generations, prompt tokens, GPU time and energy for generations and embeddings (
 GPU time is a request's prefill plus decode (an embedding's prefill): the time the GPU worked on it, overlapping
 requests each counted whole. Energy is what all GPUs used over that time (``analysis.energy``: the energy counter,
 else power samples), idle draw included and shared by the requests that ran at once, as for one request on Why.
+
+Where each number comes from (issue 48): requests, tokens and GPU time from ``usage_days``, the store's summary per UTC
+day kept as records arrive (store/usage_days.py), so 30 days read a bounded number of rows; a period is whole UTC days,
+today's so far included ("7 days": today and the 6 days before). Energy needs the GPU samples over each request's GPU
+time, which no summary holds: it is read for the newest ``ENERGY_ROWS_MAX`` finished requests, and an older request's
+energy counts among the records without (``UsageRow.energy_unread`` says how many), never as 0.
 """
 
 from __future__ import annotations
@@ -27,31 +33,18 @@ from analysis.records import RequestKind
 from pages.shared import fmt
 from store import queries, sample_queries
 from store.export import CSV_LINE_END, csv_cell
+from store.schema import USAGE_DAY_S
 from store.tables import RequestSummary
+from store.usage_days import UsageDay, day_of, usage_days
 
 PERIODS_S = {"1 day": 86_400.0, "7 days": 7 * 86_400.0, "30 days": 30 * 86_400.0}
-USAGE_ROWS_MAX = 200_000  # requests read for the 30 days at most (the newest)
+ENERGY_ROWS_MAX = 2_000  # requests whose energy is read from the GPU samples (the newest finished ones)
 DIRECT_CLIENT = "direct (client not known)"
 UNKNOWN_PROGRAM = "program not known"  # no User-Agent naming a product (or a direct record): a group, never ""
 GROUPINGS = ("model", "client", "program")
 CLUSTER_GAP_S = 5.0  # GPU samples are read once for requests closer than this
 CLUSTER_MAX_S = 60.0  # a cluster spans this at most: its samples are read raw (1 Hz), not as a long window's rollups
 SAMPLE_PAD_S = 3.0  # samples read around each window, so both of its ends have one on either side
-
-
-@dataclass(frozen=True)
-class RequestUsage:
-    """One request's figures (None: not known; a figure that does not apply to its kind is None and not counted)."""
-
-    model: str
-    client: str
-    started_at_unix_s: float
-    kind: RequestKind
-    prompt_tokens: int | None
-    output_tokens: int | None
-    gpu_s: float | None
-    energy_j: float | None
-    program: str = UNKNOWN_PROGRAM  # the User-Agent's product (its versions together)
 
 
 @dataclass(frozen=True)
@@ -71,6 +64,7 @@ class UsageRow:
     output_tokens: Total
     gpu_s: Total
     energy_wh: Total
+    energy_unread: int = 0  # of energy_wh's records without: older than the newest ENERGY_ROWS_MAX, so not read
 
 
 def client_of(client_addr: str | None) -> str:
@@ -78,7 +72,8 @@ def client_of(client_addr: str | None) -> str:
     if not client_addr:
         return DIRECT_CLIENT
     host, sep, port = client_addr.rpartition(":")
-    return host.strip("[]") if sep and port.isdigit() else client_addr
+    # ASCII digits only, as the store's summary reads a port (store/schema.py, usage_days)
+    return host.strip("[]") if sep and port.isascii() and port.isdigit() else client_addr
 
 
 def gpu_s_of(row: RequestSummary) -> float | None:
@@ -93,39 +88,6 @@ def _applies(kind: RequestKind, figure: str) -> bool:
     if kind is RequestKind.GENERATE:
         return True
     return kind is RequestKind.EMBED and figure != "output_tokens"
-
-
-def _total(items: Sequence[RequestUsage], figure: str, scale: float = 1.0) -> Total:
-    values = [getattr(u, figure) for u in items if _applies(u.kind, figure)]
-    known = [v for v in values if v is not None]
-    return Total(sum(known) * scale if known else None, len(values) - len(known))
-
-
-def usage_totals(items: Sequence[RequestUsage], now_unix_s: float) -> list[UsageRow]:
-    """Per period, per model, per client and per program (most requests first), the totals of the requests started
-    in it."""
-    out: list[UsageRow] = []
-    for period, span_s in PERIODS_S.items():
-        inside = [u for u in items if u.started_at_unix_s >= now_unix_s - span_s]
-        for by in GROUPINGS:
-            groups: dict[str, list[RequestUsage]] = {}
-            for u in inside:
-                groups.setdefault(getattr(u, by), []).append(u)
-            for key, group in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-                out.append(
-                    UsageRow(
-                        by,
-                        key,
-                        period,
-                        len(group),
-                        sum(1 for u in group if u.kind is RequestKind.EMBED),
-                        _total(group, "prompt_tokens"),
-                        _total(group, "output_tokens"),
-                        _total(group, "gpu_s"),
-                        _total(group, "energy_j", 1 / 3600),
-                    )
-                )
-    return out
 
 
 def _windows(rows: Iterable[RequestSummary]) -> list[tuple[RequestSummary, float, float]]:
@@ -166,29 +128,97 @@ def energies_j(conn: sqlite3.Connection, rows: Sequence[RequestSummary]) -> dict
 
 
 def load_usage(db: Path, now_unix_s: float) -> list[UsageRow] | None:
-    """The totals over the last 30 days (and 7 and 1) from the store; None while there is no store."""
+    """The totals over the last 30 UTC days (and 7 and 1) from the store; None while there is no store."""
+    today = day_of(now_unix_s)
+    first_day = today - (_days(max(PERIODS_S.values())) - 1) * USAGE_DAY_S
     with queries.open_reader(db) as conn:
         if conn is None:
             return None
-        since = now_unix_s - max(PERIODS_S.values())
-        rows = queries.recent_requests(conn, since, limit=USAGE_ROWS_MAX, until_unix_s=now_unix_s)
+        days = usage_days(conn, first_day, today)
+        rows = queries.recent_requests(conn, first_day, limit=ENERGY_ROWS_MAX, until_unix_s=now_unix_s)
+        energy_read_all = len(rows) < ENERGY_ROWS_MAX
         rows = [r for r in rows if r.ended_at_unix_s is not None]  # finished: a running one's figures are not in
         energy = energies_j(conn, rows)
-    items = [
-        RequestUsage(
-            r.model,
-            client_of(r.client_addr),
-            r.started_at_unix_s,
-            r.kind,
-            r.prompt_tokens,
-            r.output_tokens,
-            gpu_s_of(r),
-            energy.get(r.id),
-            r.client_program if r.client_program is not None else UNKNOWN_PROGRAM,
-        )
+    read = [
+        _EnergyRead(r.started_at_unix_s, _keys(r.model, client_of(r.client_addr), r.client_program), energy.get(r.id), r.kind)
         for r in rows
     ]
-    return usage_totals(items, now_unix_s)
+    return _usage_rows(days, read, energy_read_all, today)
+
+
+@dataclass(frozen=True)
+class _EnergyRead:
+    """A finished request read for its energy: when, its group in each grouping, its energy (None: not known)."""
+
+    started_at_unix_s: float
+    keys: dict[str, str]
+    energy_j: float | None
+    kind: RequestKind
+
+
+def _days(span_s: float) -> int:
+    return round(span_s / USAGE_DAY_S)
+
+
+def _keys(model: str, client: str, program: str | None) -> dict[str, str]:
+    return {"model": model, "client": client or DIRECT_CLIENT, "program": program or UNKNOWN_PROGRAM}
+
+
+def _usage_rows(days: Sequence[UsageDay], read: Sequence[_EnergyRead], energy_read_all: bool, today: int) -> list[UsageRow]:
+    """Per period and grouping (most requests first) the summary's totals, with the energy of the requests read."""
+    out: list[UsageRow] = []
+    for period, span_s in PERIODS_S.items():
+        since = today - (_days(span_s) - 1) * USAGE_DAY_S
+        inside = [d for d in days if d.day_unix_s >= since]
+        read_inside = [e for e in read if e.started_at_unix_s >= since and _applies(e.kind, "energy_j")]
+        for by in GROUPINGS:
+            groups: dict[str, list[UsageDay]] = {}
+            for d in inside:
+                groups.setdefault(_keys(d.model, d.client, d.program)[by], []).append(d)
+            for key, group in sorted(groups.items(), key=lambda kv: (-sum(d.requests for d in kv[1]), kv[0])):
+                out.append(_row(by, key, period, group, [e for e in read_inside if e.keys[by] == key], energy_read_all))
+    return out
+
+
+def _summed(group: Sequence[UsageDay], n: str, known: str, total: str, scale: float = 1.0) -> Total:
+    n_known = sum(getattr(d, known) for d in group)
+    value = sum(getattr(d, total) for d in group) * scale if n_known else None
+    return Total(value, sum(getattr(d, n) for d in group) - n_known)
+
+
+def _row(by: str, key: str, period: str, group: Sequence[UsageDay], read: Sequence[_EnergyRead], read_all: bool) -> UsageRow:
+    gpu_n = sum(d.gpu_n for d in group)
+    known = [e.energy_j for e in read if e.energy_j is not None]
+    return UsageRow(
+        by,
+        key,
+        period,
+        sum(d.requests for d in group),
+        sum(d.embeddings for d in group),
+        _summed(group, "prompt_n", "prompt_known", "prompt_tokens"),
+        _summed(group, "output_n", "output_known", "output_tokens"),
+        _summed(group, "gpu_n", "gpu_known", "gpu_s"),
+        Total(sum(known) / 3600 if known else None, gpu_n - len(known)),
+        0 if read_all else max(gpu_n - len(read), 0),
+    )
+
+
+def usage_sources(rows: Sequence[UsageRow], period: str) -> str:
+    """Where the table's numbers come from, and how many requests' energy was not read (a count, never a fixed text)."""
+    unread = sum(r.energy_unread for r in rows if r.period == period and r.by == GROUPINGS[0])
+    energy = (
+        f" Energy is read for the newest {fmt.count(ENERGY_ROWS_MAX)} finished requests only: {fmt.count(unread)} older "
+        "ones of this period are among its records without."
+        if unread
+        else ""
+    )
+    return (
+        f"Over the last {period}: whole UTC days, today's so far included. Requests, tokens and GPU time from the "
+        "store's summary per day, kept as requests finish. "
+        '"—": no record gave that figure. "Records without" counts the requests a figure applies to that did not give '
+        "it (never counted as 0). GPU time is each request's prefill and decode; energy is what the GPUs used meanwhile "
+        "(from their samples), idle draw included and shared by requests that ran at once." + energy
+    )
 
 
 def _value(t: Total, digits: int) -> float | int | None:
@@ -223,6 +253,9 @@ def usage_display(frame: pd.DataFrame) -> pd.DataFrame:
     for label, _, digits in (*FIGURES, ("energy (Wh)", "energy_wh", 3)):
         if label in out:
             out[label] = [fmt.UNKNOWN if v is None or pd.isna(v) else f"{v:,.{digits}f}" for v in out[label]]
+    for label in out.columns:  # the counts, as every count on the pages (fmt.count: "3,200")
+        if label in ("requests", "of which embeddings") or label.endswith(": records without"):
+            out[label] = [fmt.count(v) for v in out[label]]
     return out
 
 

@@ -308,7 +308,7 @@ def neighbour_spans(rec: RequestRecord, split: WaitSplit | None) -> list[Span]:
         if h.other.prefill is None or h.lost_s <= 0:
             continue
         a, b = ((t - rec.started_at_unix_s) * 1000 for t in h.other.prefill)
-        size = f"{h.other.prompt_tokens:,}-token " if h.other.prompt_tokens else ""
+        size = f"{fmt.count(h.other.prompt_tokens)}-token " if h.other.prompt_tokens else ""
         # Its size only: the model is this one's (the same runner), and a client's text never goes into a label.
         out.append(Span(f"another request's prefill: {size}prompt", max(a, 0.0), b))
     return out
@@ -420,7 +420,7 @@ def sources_frame(ph: Phases) -> pd.DataFrame:
         }
 
     def count(n: int | None) -> str:
-        return "—" if n is None else f"{n:,}"
+        return fmt.count(n)
 
     rows = [
         row("load", fmt.seconds(ph.load_s), ph.load_source),
@@ -451,7 +451,7 @@ def headlines(rec: RequestRecord, ph: Phases, split: WaitSplit | None = None) ->
     if rec.kind in (RequestKind.LOAD, RequestKind.UNLOAD):
         out.append(Headline("Kind", str(rec.kind), "An empty prompt: Ollama only loads (or unloads) the model."))
     elif rec.kind is RequestKind.EMBED:
-        out.append(Headline("Inputs", "—" if rec.batch_size is None else f"{rec.batch_size:,}", "Texts in the embed request."))
+        out.append(Headline("Inputs", fmt.count(rec.batch_size), "Texts in the embed request."))
     elif rec.stream:
         out.append(Headline("First token", fmt.seconds(ph.ttft_s), "As the client saw it: request → first streamed token."))
     else:
@@ -536,8 +536,8 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
         if ph.cached_tokens:
             computed = ph.prompt_tokens - ph.cached_tokens
             why = (
-                f"Ollama divides all {ph.prompt_tokens:,} prompt tokens by the time of the {computed:,} computed; "
-                "we count only those."
+                f"Ollama divides all {fmt.count(ph.prompt_tokens)} prompt tokens by the time of the "
+                f"{fmt.count(computed)} computed; we count only those."
             )
         elif ph.cached_tokens is None:
             why = "This Ollama does not report cached prompt tokens: if part of the prompt was cached, both numbers overstate."
@@ -556,8 +556,8 @@ def rates_frame(rec: RequestRecord, ph: Phases) -> pd.DataFrame:
             why = "One token: no interval to time, so there is no real decode rate."
         else:
             why = (
-                f"eval_duration runs from the first to the last token: {ph.output_tokens - 1:,} intervals for "
-                f"{ph.output_tokens:,} tokens. Ollama divides by {ph.output_tokens:,}, so it reads "
+                f"eval_duration runs from the first to the last token: {fmt.count(ph.output_tokens - 1)} intervals for "
+                f"{fmt.count(ph.output_tokens)} tokens. Ollama divides by {fmt.count(ph.output_tokens)}, so it reads "
                 f"{100 / (ph.output_tokens - 1):.1f}% high."
             )
         rows.append(
@@ -723,14 +723,14 @@ def history_caption(rows: Sequence[RequestSummary], window: str, truncated: bool
     """The history's caption: how many requests, the embed calls among them counted apart (a direct one of many
     inputs is one call, not a request per input)."""
     embeds = sum(1 for r in rows if r.kind is RequestKind.EMBED)
-    of_which = f" ({embeds:,} of them embed call{'s' if embeds != 1 else ''})" if embeds else ""
+    of_which = f" ({fmt.count(embeds)} of them embed call{'s' if embeds != 1 else ''})" if embeds else ""
     if truncated:
         return (
-            f"The latest {shown_max:,} requests{of_which}, newest first; more match: narrow the window or filters, or"
+            f"The latest {fmt.count(shown_max)} requests{of_which}, newest first; more match: narrow the window or filters, or"
             " download them all."
         )
     n = len(rows)
-    return f"{n:,} request{'s' if n != 1 else ''}{of_which} in the last {window}, newest first."
+    return f"{fmt.count(n)} request{'s' if n != 1 else ''}{of_which} in the last {window}, newest first."
 
 
 def detail_heading(rec: RequestRecord) -> str:

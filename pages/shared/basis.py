@@ -237,10 +237,10 @@ def ubatch_for(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[
     """The runner's micro-batch (its -ub when its command line was read, else Ollama's for the loaded context),
     and where that figure comes from."""
     if runner is not None and runner.ubatch_tokens:
-        return runner.ubatch_tokens, f"the runner's micro-batch (-ub {runner.ubatch_tokens:,} on its command line)"
+        return runner.ubatch_tokens, f"the runner's micro-batch (-ub {fmt.count(runner.ubatch_tokens)} on its command line)"
     ubatch = ollama_num_batch(loaded.context_length if loaded is not None else None)
     if loaded is not None and loaded.context_length:
-        return ubatch, f"Ollama's batch for the loaded {loaded.context_length:,}-token context"
+        return ubatch, f"Ollama's batch for the loaded {fmt.count(loaded.context_length)}-token context"
     return ubatch, "llama.cpp's default"
 
 

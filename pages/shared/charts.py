@@ -379,7 +379,7 @@ def model_groups(models: Sequence[str], max_groups: int = MAX_MODEL_GROUPS) -> t
         counts[m] = counts.get(m, 0) + 1
     ranked = sorted(counts, key=lambda m: -counts[m])  # stable: ties keep first-seen order
     own = ranked if len(ranked) <= max_groups else ranked[: max_groups - 1]
-    names = fmt.labels(own) + ([] if len(own) == len(ranked) else [f"{len(ranked) - len(own):,} {OTHER_MODELS}"])
+    names = fmt.labels(own) + ([] if len(own) == len(ranked) else [f"{fmt.count(len(ranked) - len(own))} {OTHER_MODELS}"])
     index = {m: i for i, m in enumerate(own)}
     return names, [index.get(m, len(own)) for m in models]
 

@@ -331,7 +331,7 @@ def whole_text_on_demand(what: str, text: str, shown_chars: int, key: str) -> No
     clicked: nothing of it goes to the browser before (issue 25 #7: a 30 MB reply shown whole took 25 s)."""
     if len(text) > shown_chars:
         st.download_button(
-            f"Download the whole {what} ({len(text):,} characters)",
+            f"Download the whole {what} ({fmt.count(len(text))} characters)",
             data=lambda: text.encode("utf-8", "replace"),
             file_name=f"{what.replace(' ', '-')}.txt",
             mime="text/plain",

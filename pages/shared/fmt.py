@@ -113,7 +113,7 @@ def excerpt(text: str, max_chars: int = TEXT_MAX_CHARS) -> str:
     """The start of a long text (prompt, reply, error) as a page shows it, saying how much more there is."""
     if len(text) <= max_chars:
         return text
-    return f"{text[:max_chars]}\n{ELLIPSIS} ({len(text) - max_chars:,} more characters: download the whole text)"
+    return f"{text[:max_chars]}\n{ELLIPSIS} ({count(len(text) - max_chars)} more characters: download the whole text)"
 
 
 def md_escape(text: str) -> str:

@@ -207,7 +207,7 @@ def prefill_figure(
         readings,
         curve,
         eff,
-        f"Prefill: prompt tokens/s against prompt length<br><sup>{what}, micro-batch {ubatch_tokens:,} tokens</sup>",
+        f"Prefill: prompt tokens/s against prompt length<br><sup>{what}, micro-batch {fmt.count(ubatch_tokens)} tokens</sup>",
         "prompt length (tokens computed, cache hits excluded; log scale)",
         ceiling_name="ceiling (memory, then compute)",
         embed=embed,
@@ -247,20 +247,22 @@ def flagged_note(kind: str, readings: Sequence[Reading]) -> str | None:
     counted = len(readings) - impossible - tiny
     if not impossible and not tiny:
         return None
-    bits = [f"{counted:,} {kind} reading counts" if counted == 1 else f"{counted:,} {kind} readings count"]
+    bits = [f"{fmt.count(counted)} {kind} reading counts" if counted == 1 else f"{fmt.count(counted)} {kind} readings count"]
     if tiny:
-        bits.append(f"{tiny:,} timed over fewer than {MIN_RATE_TOKENS} tokens (hollow)")
+        bits.append(f"{fmt.count(tiny)} timed over fewer than {MIN_RATE_TOKENS} tokens (hollow)")
     if impossible:
-        bits.append(f"{impossible:,} above the ceiling, which cannot be true (triangles at the top edge, value in the hover)")
+        bits.append(
+            f"{fmt.count(impossible)} above the ceiling, which cannot be true (triangles at the top edge, value in the hover)"
+        )
     return "; ".join(bits) + ". Only the readings that count set the medians, the calibration and the axes."
 
 
 def points_note(kind_counts: dict[str, int], where: str) -> str:
     """The line under the charts: how many readings they come from, and how many of them are drawn."""
-    counts = " and ".join(f"{n:,} {kind}" for kind, n in kind_counts.items())
+    counts = " and ".join(f"{fmt.count(n)} {kind}" for kind, n in kind_counts.items())
     if all(n <= POINTS_DRAWN_MAX for n in kind_counts.values()):
         return f"{counts} points from the requests of {where}; one point per request."
     return (
-        f"{counts} readings from the requests of {where}; each kind of point is drawn for at most {POINTS_DRAWN_MAX:,} "
+        f"{counts} readings from the requests of {where}; each kind of point is drawn for at most {fmt.count(POINTS_DRAWN_MAX)} "
         "of them, evenly spread over the readings (the medians, the expected lines and the axes use them all)."
     )

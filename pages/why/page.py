@@ -253,13 +253,13 @@ def _show_diagnoses(m: WhyModel) -> None:
     if not m.diagnosed_requests:
         st.caption(f"No finished requests of this model in {window}.")
     elif not m.diagnoses:
-        st.success(f"Nothing held back the {m.diagnosed_requests:,} requests of {window}.", icon=":material/check:")
+        st.success(f"Nothing held back the {fmt.count(m.diagnosed_requests)} requests of {window}.", icon=":material/check:")
     else:
-        st.caption(f"Over the {m.diagnosed_requests:,} finished requests of {window}, with the newest case's numbers:")
+        st.caption(f"Over the {fmt.count(m.diagnosed_requests)} finished requests of {window}, with the newest case's numbers:")
         with st.container(key="why_diagnoses"):
             for g in m.diagnoses:
                 mark = ":material/warning:" if g.severity == Severity.WARNING else ":material/info:"
-                head = f"{mark} **{g.requests:,} of {m.diagnosed_requests:,}** · {fmt.md_escape(g.what)}"
+                head = f"{mark} **{fmt.count(g.requests)} of {fmt.count(m.diagnosed_requests)}** · {fmt.md_escape(g.what)}"
                 st.markdown(f"{head}  \n{fmt.md_escape(g.latest)}")
 
 
@@ -280,7 +280,7 @@ def _calibrated_error(m: WhyModel) -> str:
     h = m.story.held_out_error("decode") if m.story is not None else None
     if h is None:
         return "the calibrated model's error not measured yet"
-    return f"the calibrated model was off by a median of {w.pct(h.median_abs_error)} on {h.readings:,} later requests"
+    return f"the calibrated model was off by a median of {w.pct(h.median_abs_error)} on {fmt.count(h.readings)} later requests"
 
 
 def _show_whatif(m: WhyModel) -> None:
@@ -305,7 +305,7 @@ def _show_whatif(m: WhyModel) -> None:
         ctx_choices,
         index=ctx_choices.index(force.settings.num_ctx),
         key=key + "_ctx",
-        format_func=lambda n: f"{n:,}",
+        format_func=fmt.count,
         help="Context per request (Ollama's num_ctx)",
     )
     kv_types = sorted({"f16", "q8_0", "q4_0", force.settings.kv_type}, key=lambda t: -KV_TYPE_BYTES.get(t, 0))
@@ -349,9 +349,9 @@ def _show_whatif(m: WhyModel) -> None:
         fit = f"does not fit: {w.gb(mem.spill_bytes)} spill to system memory ({on_gpu})"
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Memory", w.gb(mem.total_bytes), help=fit)
-    m2.metric("Prefill, tok/s", w.num(p.prefill_tok_s), help=f"For your median prompt, {work.prompt_tokens:,} tokens")
-    m3.metric("Decode, tok/s", w.num(p.decode_tok_s), help=f"At your median context, {work.context_tokens:,} tokens")
-    prompts = f"{work.prompt_tokens:,} and {work.prompt_p90_tokens:,} tokens"
+    m2.metric("Prefill, tok/s", w.num(p.prefill_tok_s), help=f"For your median prompt, {fmt.count(work.prompt_tokens)} tokens")
+    m3.metric("Decode, tok/s", w.num(p.decode_tok_s), help=f"At your median context, {fmt.count(work.context_tokens)} tokens")
+    prompts = f"{fmt.count(work.prompt_tokens)} and {fmt.count(work.prompt_p90_tokens)} tokens"
     m4.metric(
         "First token, s", f"{p.ttft_s():.2g} / {p.ttft_s(p90=True):.2g}", help=f"Reading your median and p90 prompts ({prompts})"
     )

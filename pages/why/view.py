@@ -628,7 +628,7 @@ def hardware_line(hw: Hardware) -> str:
     if hw.bandwidth_bytes_s:
         src = ""
         if hw.bandwidth is not None and hw.bandwidth.source == "nvml" and hw.mem_clock_max_mhz and hw.bus_width_bits:
-            src = f" (NVML: 2 × {hw.mem_clock_max_mhz:,} MHz × {hw.bus_width_bits} bit ÷ 8)"
+            src = f" (NVML: 2 × {fmt.count(hw.mem_clock_max_mhz)} MHz × {hw.bus_width_bits} bit ÷ 8)"
         elif hw.bandwidth is not None and hw.bandwidth.source == "table":
             src = " (datasheet)"
         elif hw.kind == "cpu" and hw.host_bandwidth_bytes_s:
@@ -639,7 +639,7 @@ def hardware_line(hw: Hardware) -> str:
         if hw.kind != "cpu":
             parts.append(f"{w.gb(hw.spec.memory_bytes)} of memory")
     if hw.mem_clock_mhz is not None and hw.mem_clock_max_mhz:
-        parts.append(f"memory clock now {hw.mem_clock_mhz:,} of {hw.mem_clock_max_mhz:,} MHz")
+        parts.append(f"memory clock now {fmt.count(hw.mem_clock_mhz)} of {fmt.count(hw.mem_clock_max_mhz)} MHz")
     if hw.gpu_count > 1:
         parts.append(f"{hw.gpu_count} GPUs; ceilings for GPU 0")
     return " · ".join(parts)
@@ -654,7 +654,7 @@ def facts_line(m: WhyModel) -> str | None:
         f"{fmt.label(m.model)}: {f.architecture}",
         f"{f.params / 1e9:.2f} B parameters per token{moe}",
         f"{f.layers} layers",
-        f"hidden size {f.hidden:,}",
+        f"hidden size {fmt.count(f.hidden)}",
         f"{w.count(f.kv_heads) if float(f.kv_heads).is_integer() else w.num(f.kv_heads)} KV heads × {f.head_dim}",
         f.quantization or "quantization unknown",
         f"weights {w.gb(f.weights_bytes)}" + (" (estimated)" if f.weights_bytes_estimated else ""),

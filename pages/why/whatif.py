@@ -81,11 +81,11 @@ def _flash_attn(runner: RunnerFlags | None) -> tuple[bool, Setting]:
 def _num_ctx(loaded: LoadedModel | None, runner: RunnerFlags | None) -> tuple[int, Setting]:
     if loaded is not None and loaded.context_length:
         num_ctx = loaded.context_length
-        return num_ctx, Setting("num_ctx", f"{num_ctx:,}", "/api/ps (context_length)")
+        return num_ctx, Setting("num_ctx", fmt.count(num_ctx), "/api/ps (context_length)")
     if runner is not None and runner.ctx_size_tokens:
         num_ctx = max(runner.ctx_size_tokens // (runner.parallel or 1), 1)  # Ollama starts it with -c num_ctx × np
-        return num_ctx, Setting("num_ctx", f"{num_ctx:,}", _read("-c ÷ -np", runner))
-    return ASSUMED_NUM_CTX, Setting("num_ctx", f"{ASSUMED_NUM_CTX:,}", f"not loaded: {DEFAULT_NOTE}")
+        return num_ctx, Setting("num_ctx", fmt.count(num_ctx), _read("-c ÷ -np", runner))
+    return ASSUMED_NUM_CTX, Setting("num_ctx", fmt.count(ASSUMED_NUM_CTX), f"not loaded: {DEFAULT_NOTE}")
 
 
 def _shown_only(runner: RunnerFlags | None) -> list[Setting]:
@@ -145,9 +145,11 @@ def in_force(m: WhyModel) -> InForce:
     flash, fa_row = _flash_attn(runner)
     ubatch = m.ubatch_tokens or DEFAULT_UBATCH_TOKENS
     if runner is not None and runner.ubatch_tokens:
-        batch_row = Setting("batch / micro-batch", f"{runner.batch_tokens or ubatch:,} / {ubatch:,}", _read("-b/-ub", runner))
+        batch_row = Setting(
+            "batch / micro-batch", f"{fmt.count(runner.batch_tokens or ubatch)} / {fmt.count(ubatch)}", _read("-b/-ub", runner)
+        )
     else:
-        batch_row = Setting("batch / micro-batch", f"{ubatch:,}", "Ollama's batch for this context")
+        batch_row = Setting("batch / micro-batch", fmt.count(ubatch), "Ollama's batch for this context")
     ctx_row = _ctx_origin(ctx_row, num_ctx, m.server_settings)
     rows = [ctx_row, par_row, kv_row, fa_row, batch_row, *_shown_only(runner), *_started_with(m.server_settings)]
     free, free_source = _free_vram(m)

@@ -45,6 +45,7 @@ SHIPPED: tuple[tuple[int, str, str], ...] = (
     (20, "client_program", "d71ea2c29193b805f481d881c5a3561ef31ab1495688d1d8eb36594e15564d5c"),
     (21, "applied_migrations", "6bc60df792f579a1e7fd40cc2b65697292e574aa0748deaac43f0ab2d41eb894"),
     (22, "running_token_pieces", "bc704203f5875c5e15818c40694c60377b79d0cdb45433a03d164d8b66148314"),
+    (23, "usage_days", "ab79602b5df3e45210819631186b2d7ca793bcba5d981d48acc73a7386fe3f17"),
 )
 
 

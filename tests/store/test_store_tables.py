@@ -37,7 +37,7 @@ def test_declaration_equals_the_migrated_schema(conn: sqlite3.Connection, table:
 
 def test_every_table_of_the_schema_is_declared(conn: sqlite3.Connection) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    rollups = {"gpu_minutes", "host_minutes", "request_minutes"}  # summaries, kept by upserts and triggers
+    rollups = {"gpu_minutes", "host_minutes", "request_minutes", "usage_days"}  # summaries, kept by upserts and triggers
     assert names - rollups - {"sqlite_sequence"} == {t.name for t in TABLES}
 
 

@@ -22,7 +22,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.support.paths import REPO
 
-PAGES = ("Live", "pages/requests/page.py", "pages/why/page.py", "pages/lab/page.py")
+USAGE = "Requests: usage totals"  # the Requests page again, its "Show usage totals" toggle turned on
+PAGES = ("Live", "pages/requests/page.py", USAGE, "pages/why/page.py", "pages/lab/page.py")
 STEP_UNIT = 100  # the handler runs every STEP_UNIT VM instructions: fine enough for a page that reads a few rows
 
 
@@ -89,7 +90,7 @@ def chart_marks(at: AppTest) -> dict[str, int]:
 def page_work(window: str, timeout_s: float = 120.0) -> dict[str, PageWork]:
     """Each page's SQLite work for one script run over the store the environment names (``PHASEWATCH_DATA``, with
     ``PHASEWATCH_COLLECTOR=off``: set by the caller): Live rendered from app.py, then a switch to each other page,
-    as a user clicks through them."""
+    as a user clicks through them, turning on the Requests page's usage totals on the way."""
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=timeout_s)
     at.session_state["pw_window"] = window
     out: dict[str, PageWork] = {}
@@ -99,6 +100,8 @@ def page_work(window: str, timeout_s: float = 120.0) -> dict[str, PageWork]:
         with counted_connections(counter, statements):
             if page == "Live":
                 at.run()
+            elif page == USAGE:
+                at.toggle(key="usage_show").set_value(True).run()
             else:
                 at.switch_page(page).run()
         assert not at.exception, [e.value for e in at.exception]

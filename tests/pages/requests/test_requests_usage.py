@@ -123,7 +123,7 @@ def test_the_requests_page_shows_usage_per_client(tmp_path: Path, monkeypatch: p
     frame = next(d.value for d in at.dataframe if "requests" in d.value.columns)  # the usage table
     assert sorted(frame["client"]) == ["10.0.0.1", "10.0.0.2"]
     y = frame[frame["client"] == "10.0.0.2"].iloc[0]
-    assert y["prompt tokens"] == "—" and y["prompt tokens: records without"] == 1  # unknown, shown as such
+    assert y["prompt tokens"] == "—" and y["prompt tokens: records without"] == "1"  # unknown, shown as such
     assert frame[frame["client"] == "10.0.0.1"].iloc[0]["prompt tokens"] != "—"
 
 
