@@ -439,7 +439,10 @@ def run_demo(data_dir: Path, hardware: str, num_parallel: int, traffic: bool, st
             "--ollama",
             sim_url,
             "--listen",
-            f"127.0.0.1:{free_port()}",
+            # Port 0: the collector binds a port the OS picks and writes it in its lock (read below). A port picked
+            # here and bound later could meanwhile be the local end of one of this machine's own connections (the
+            # polls above use the same ephemeral range): seen in a full run as "address already in use".
+            "127.0.0.1:0",
             "--data",
             str(data_dir),
             *mode,

@@ -29,7 +29,7 @@ PROMPT_WORDS = 2500  # about as many tokens: prefill lasts about a second on two
 WATCH = """
 import json, sys, urllib.request
 from collectors.ollama.discovery import discover
-from collectors.ollama.runners import classify_slots_answer
+from collectors.ollama.runner_slots import classify_slots_answer
 while True:
     found = discover(sys.argv[1])
     for runner in found.runners:
