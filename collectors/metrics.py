@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from analysis.records import GpuSample, HostSample, LoadedModel, OllamaStatus, Outcome
 from analysis.reloads import QUEUE_FULL, is_queue_full
+from analysis.wait_split import WaitSplit
 from collectors.wait_metrics import WaitSplits
 from store.tables import RequestRow
 
@@ -529,10 +530,14 @@ class RequestStats:
             hist = self.histograms[(name, labels)] = Histogram(HISTOGRAMS[name].bounds)
         hist.observe_many(gaps_s)
 
-    def observe(self, row: RequestRow, token_gaps_s: Iterable[float] = ()) -> None:
+    def observe(
+        self, row: RequestRow, token_gaps_s: Iterable[float] = (), *, split: WaitSplit | Literal["here"] | None = "here"
+    ) -> None:
         """Count one finished request as the store wrote it (its phases as stored, not split again).
 
-        ``token_gaps_s``: the gaps between its token chunks as the proxy received them.
+        ``token_gaps_s``: the gaps between its token chunks as the proxy received them. ``split``: its wait split
+        (``waits.split(row)``) when the caller took it elsewhere (the collector: on the store writer's thread);
+        "here" takes it now.
         """
         model = self.models.admit(row.model)
         outcome = Outcome(row.outcome).value
@@ -555,7 +560,7 @@ class RequestStats:
         self._observe("gen_ai_client_token_usage", row.output_tokens, base, "output")
         for phase in PHASES:
             self._observe(f"phasewatch_request_{phase}_time_seconds", getattr(row, f"{phase}_s"), base)
-        self._observe_split(row, base)
+        self._observe_split(self.waits.split(row) if isinstance(split, str) else split, base)
         self._observe("phasewatch_request_thinking_time_seconds", self.thinking_of(row), base)
         if row.thinking_tokens:
             self._observe("phasewatch_request_time_to_first_answer_token_seconds", row.ttfa_s, base)
@@ -579,9 +584,8 @@ class RequestStats:
             if seconds is not None and seconds > 0:
                 self.phase_s[(model, phase)] = self.phase_s.get((model, phase), 0.0) + seconds
 
-    def _observe_split(self, row: RequestRow, base: tuple[str, ...]) -> None:
+    def _observe_split(self, split: WaitSplit | None, base: tuple[str, ...]) -> None:
         """The queue for a slot and the interference, from the one split the pages show (unknown: not observed)."""
-        split = self.waits.split(row)
         if split is None:
             return
         self._observe("phasewatch_request_slot_queue_seconds", split.queue_s, base)

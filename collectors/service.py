@@ -48,6 +48,7 @@ from analysis.records import (
 )
 from analysis.runner_load_rows import RunnerDeviceRow
 from analysis.runner_load_words import placement_in_use
+from analysis.wait_split import WaitSplit
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
@@ -69,7 +70,7 @@ from collectors.metrics import (
 from collectors.ollama.discovery import ProcessWatch, ollama_local_port, with_loaded_models
 from collectors.ollama.journal import JournalTail
 from collectors.ollama.log import LogSource, LogTail
-from collectors.ollama.log_access import can_read_journal, has_ollama_unit, log_problem
+from collectors.ollama.log_access import LogAccessFacts, log_problem
 from collectors.ollama.poller import PS_AFTER_FINISH_S, OllamaPoller, ps_at_interval
 from collectors.ollama.progress_estimate import ProgressEstimator
 from collectors.ollama.prompt_fit import FitBook, FitTap, count_tokens, read_ollama_start_lines, wants_count, with_count
@@ -196,6 +197,8 @@ class CollectorService:
         self._sim_source: SimGpuSource | None = None
         self._host: HostSampler | None = None
         self._lab: LabIngester | None = None
+        self._host_facts = LogAccessFacts()  # what the sidebar's log advice rests on (looked up every 30 s)
+        self._ollama_is_local = ollama_local_port(settings.ollama_url) is not None
         self._estimator = ProgressEstimator(settings.db_path, clock)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -246,7 +249,7 @@ class CollectorService:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10), trust_env=False)
         processes = OllamaProcesses(pids=s.ollama_pids, demo=s.demo)
         if s.demo:
-            self._sim_source = SimGpuSource(s.ollama_url, self._session, clock=self._clock)
+            self._sim_source = SimGpuSource(s.ollama_url, clock=self._clock)
             self.gpu_state = self._sim_source.state
         else:
             nvml = self._nvml
@@ -287,7 +290,7 @@ class CollectorService:
             )
 
         kwargs = {} if self._max_backoff_s is None else {"max_backoff_s": self._max_backoff_s}
-        watch = ProcessWatch() if ollama_local_port(s.ollama_url) is not None else None  # a remote one's are not here
+        watch = ProcessWatch() if self._ollama_is_local else None  # a remote one's processes are not here
         self.poller = OllamaPoller(
             s.ollama_url,
             self._session,
@@ -357,6 +360,8 @@ class CollectorService:
         if self._gpu is not None:
             await asyncio.to_thread(self._gpu.close)
             self._gpu = None
+        if self._sim_source is not None:
+            self._sim_source.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -428,8 +433,9 @@ class CollectorService:
         task.add_done_callback(self._counting.discard)
 
     def _slots_of(self, model: str) -> int | None:
-        """The slot count (-np) of the runner serving ``model`` now, for /metrics' wait split; None: not known."""
-        for state in self.runners.runners.values() if self.runners is not None else ():
+        """The slot count (-np) of the runner serving ``model`` now, for /metrics' wait split; None: not known. Called
+        on the writer's thread: the reader replaces its ``runners`` dict whole, never changes one in place."""
+        for state in list(self.runners.runners.values()) if self.runners is not None else ():
             if state.model is not None and same_model(state.model, model) and state.runner.n_parallel:
                 return int(state.runner.n_parallel)
         return None
@@ -443,16 +449,23 @@ class CollectorService:
 
     def _written(self, row: RequestRow | None, token_chunk_ns: list[int] | None = None) -> None:
         """On the writer's thread, once a finished request is stored: count it, on the loop, from the stored row.
-        Its token gaps are taken here, off the loop that relays the proxy's chunks."""
+        Its token gaps and its wait split are taken here, off the loop that relays the proxy's chunks: the split of
+        one request against its neighbours took 2-4 ms, and 64 requests ending together held every stream that long
+        each (issue 44's added p99). Only this thread splits (``stats.waits`` keeps the rows split so far)."""
         loop = self._loop
         if row is not None and loop is not None and not loop.is_closed():
             gaps_s = [(b - a) / 1e9 for a, b in itertools.pairwise(token_chunk_ns or ())]
+            try:
+                split = self.stats.waits.split(row)
+            except Exception:  # statistics must never cost a record
+                log.exception("metrics could not split the wait of request %s", row.id)
+                split = None
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._count, row, gaps_s)
+                loop.call_soon_threadsafe(self._count, row, gaps_s, split)
 
-    def _count(self, row: RequestRow, token_gaps_s: list[float] | None = None) -> None:
+    def _count(self, row: RequestRow, token_gaps_s: list[float], split: WaitSplit | None) -> None:
         try:
-            self.stats.observe(row, token_gaps_s or ())
+            self.stats.observe(row, token_gaps_s, split=split)
             if not self._has_gpu_source():
                 return  # neither list can ever be drained: no energy, no ceiling without a GPU
             if is_cloud(row.model):
@@ -515,18 +528,27 @@ class CollectorService:
         with queries.open_reader(self.settings.db_path) as conn:
             return None if conn is None else queries.latest_host_bandwidth(conn)
 
-    def _sample_blocking(self) -> tuple[list[GpuSample], HostSample | None]:
-        gpus = self._gpu.sample(self._clock()) if self._gpu is not None else []
+    def _tick_blocking(self) -> tuple[list[GpuSample], HostSample | None]:
+        """A tick's blocking work, in one worker thread's trip (each trip wakes two threads): the GPU and host
+        samples, and the Lab's folder looked at for new results."""
+        if self._sim_source is not None:
+            gpus = self._sim_source.sample()
+        else:
+            gpus = self._gpu.sample(self._clock()) if self._gpu is not None else []
         host = self._host.sample() if self._host is not None else None
+        if self._lab is not None:
+            try:
+                self._lab.poll()
+            except Exception:  # the tick's samples are kept; the next tick looks again
+                log.exception("could not read the Lab's results")
         return gpus, host
 
     async def _tick(self) -> None:
         writer = self.writer
         if writer is None:
             return
-        gpus, host = await asyncio.to_thread(self._sample_blocking)
+        gpus, host = await asyncio.to_thread(self._tick_blocking)
         if self._sim_source is not None:
-            gpus = await self._sim_source.sample()
             self.gpu_state = self._sim_source.state
         elif self._gpu is not None:
             self.gpu_state = self._gpu.state
@@ -555,8 +577,6 @@ class CollectorService:
         self._count_state(gpus, running)
         self._write_runners(writer)
         writer.submit(PutHeartbeat(self.heartbeat()))
-        if self._lab is not None:
-            await asyncio.to_thread(self._lab.poll)
 
     def _write_log_findings(self, writer: BackgroundWriter) -> None:
         """What Ollama's log told since the last tick: cut prompts read late, its start-line settings, the runner's waits."""
@@ -711,7 +731,7 @@ class CollectorService:
         found = self.runners.discovery if self.runners is not None else None
         n = len(self.runners.runners) if self.runners is not None else 0
         source, s = self._log_source, self.settings
-        local = ollama_local_port(s.ollama_url) is not None
+        local = self._ollama_is_local
         return {
             "runners_found": f"{n} runner{'s' if n != 1 else ''} found {found.found_by}" if found and found.found_by else None,
             "runners_problem": (
@@ -724,8 +744,8 @@ class CollectorService:
                 source_problem=source.problem if source is not None else None,
                 log_file=s.ollama_log,
                 container=found is not None and found.container,
-                unit_installed=local and has_ollama_unit(),
-                journal_readable=can_read_journal(),
+                unit_installed=local and self._host_facts.unit_installed(),
+                journal_readable=self._host_facts.journal_readable(),
             ),
         }
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
 import math
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
-
-import aiohttp
 
 from analysis.records import GpuKind, GpuSample
 from collectors.gpu.state import GpuState
 
 __all__ = ["SimGpuSource", "gpu_samples_from_sim"]
+
+SIM_GPU_TIMEOUT_S = 2.0
+SIM_GPU_MAX_BYTES = 256 * 1024  # an answer past this is not the sim's few GPUs: refused, not read on
 
 _SIM_TEXT_FIELDS = ("name", "uuid")
 _SIM_INT_FIELDS = (
@@ -76,24 +81,49 @@ def gpu_samples_from_sim(payload: Any, ts_unix_s: float) -> list[GpuSample]:
 
 
 class SimGpuSource:
-    """Reads the simulator's virtual GPU from ``GET {base_url}/sim/gpu`` (demo mode)."""
+    """Reads the simulator's virtual GPU from ``GET {base_url}/sim/gpu`` (demo mode).
 
-    def __init__(self, base_url: str, session: aiohttp.ClientSession, *, clock: Callable[[], float] = time.time) -> None:
-        self._url = base_url.rstrip("/") + "/sim/gpu"
-        self._session = session
+    Blocking, over one kept-alive connection: the collector calls it in its tick's worker thread with the other
+    samplers, where an aiohttp request on the event loop cost the idle collector a tenth of its CPU (bench/README.md).
+    """
+
+    def __init__(self, base_url: str, *, clock: Callable[[], float] = time.time, timeout_s: float = SIM_GPU_TIMEOUT_S) -> None:
+        parts = urllib.parse.urlsplit(base_url.rstrip("/") + "/sim/gpu")
+        self._url = parts.geturl()
+        self._https = parts.scheme == "https"
+        self._host, self._port, self._path = parts.hostname or "127.0.0.1", parts.port, parts.path
+        self._timeout_s = timeout_s
+        self._conn: http.client.HTTPConnection | None = None
         self._clock = clock
         self.state = GpuState(GpuKind.SIMULATED, "the simulator's virtual GPU (demo mode)")
 
-    async def sample(self) -> list[GpuSample]:
+    def sample(self) -> list[GpuSample]:
         """Samples, or [] when the sim cannot be read (the state message says why)."""
         try:
-            async with self._session.get(self._url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                if resp.status != 200:
-                    raise ValueError(f"HTTP {resp.status}")
-                payload = await resp.json(content_type=None)
+            payload = json.loads(self._get())
             samples = gpu_samples_from_sim(payload, self._clock())
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            self.close()  # the next sample opens a new connection
             self.state = GpuState(GpuKind.SIMULATED, f"cannot read {self._url}: {exc or type(exc).__name__}")
             return []
         self.state = GpuState(GpuKind.SIMULATED, "the simulator's virtual GPU (demo mode)")
         return samples
+
+    def _get(self) -> bytes:
+        if self._conn is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = kind(self._host, self._port, timeout=self._timeout_s)
+        self._conn.request("GET", self._path)
+        resp = self._conn.getresponse()
+        body = resp.read(SIM_GPU_MAX_BYTES + 1)
+        if resp.status != 200:
+            raise ValueError(f"HTTP {resp.status}")
+        if len(body) > SIM_GPU_MAX_BYTES:
+            raise ValueError(f"an answer over {SIM_GPU_MAX_BYTES} bytes")
+        return body
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._conn = None

@@ -60,6 +60,7 @@ class ProcessNames:
         self._owners = owners
         self._check_entries = owners and os.path.isdir("/proc/self")
         self.reads = 0
+        self.generation = 0  # changes whenever a refresh found a process come, go or read differently
 
     def refresh(self) -> dict[int, Named]:
         now_s = self._clock()
@@ -67,12 +68,16 @@ class ProcessNames:
         for pid in self._known.keys() - pids:
             del self._known[pid]
             self._entries.pop(pid, None)
+            self.generation += 1
         for pid in pids:
             known = self._known.get(pid)
             if known is not None and self._check_entries and self._entry_changed(pid):
                 known = None  # another process under the same pid
             if known is None or now_s - known.first_seen_s < self._settle_s:
-                self._known[pid] = self._read(pid, known.first_seen_s if known else now_s)
+                named = self._read(pid, known.first_seen_s if known else now_s)
+                if named != known:
+                    self.generation += 1
+                self._known[pid] = named
         return dict(self._known)
 
     def _entry_changed(self, pid: int) -> bool:

@@ -125,7 +125,9 @@ class HostSampler:
     @staticmethod
     def _disk_read_bytes() -> tuple[float, int] | None:
         try:
-            counters = psutil.disk_io_counters(perdisk=False)
+            # nowrap=False: the counters are 64-bit where the rate matters, and wrapping them is psutil's dearest step
+            # here (a third of the call, once a second); a counter that went back reads as no rate (below).
+            counters = psutil.disk_io_counters(perdisk=False, nowrap=False)
         except (OSError, RuntimeError):
             return None
         if counters is None:  # no disks visible (some containers)
@@ -137,7 +139,9 @@ class HostSampler:
         last, self._last_disk = self._last_disk, now
         if now is None or last is None or now[0] <= last[0]:
             return None
-        return max(0, now[1] - last[1]) / (now[0] - last[0])
+        if now[1] < last[1]:  # a counter wrapped or a disk went: no rate this once, never a negative one
+            return None
+        return (now[1] - last[1]) / (now[0] - last[0])
 
     def sample(self) -> HostSample:
         mem = psutil.virtual_memory()

@@ -814,14 +814,20 @@ class ProcessWatch:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._names = ProcessNames(clock)
         self._runners: RunnerSet | None = None
+        self._now: tuple[int, RunnerSet] | None = None  # the table's generation and the runner set read from it
 
     def runner_set(self) -> RunnerSet:
-        """The runner (and ``ollama``) processes now."""
-        return frozenset(
-            (pid, named.create_time, named.name)
-            for pid, named in self._names.refresh().items()
-            if bare_name(named.name) in RUNNER_PROCESS_NAMES
-        )
+        """The runner (and ``ollama``) processes now (looked through again only when the process table changed:
+        asked every second, a home machine's few hundred processes otherwise cost a millisecond each time)."""
+        table = self._names.refresh()
+        if self._now is None or self._now[0] != self._names.generation:
+            found = frozenset(
+                (pid, named.create_time, named.name)
+                for pid, named in table.items()
+                if bare_name(named.name) in RUNNER_PROCESS_NAMES
+            )
+            self._now = (self._names.generation, found)
+        return self._now[1]
 
     def runners_changed(self) -> bool:
         """True when the set of runner (and ``ollama``) processes differs from the last call's (on the first: any)."""

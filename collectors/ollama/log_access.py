@@ -9,7 +9,8 @@ names with ``--ollama-log``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from collectors.os_users import effective_uid, group_id, group_name
@@ -18,11 +19,37 @@ OLLAMA_UNIT = "ollama"
 UNIT_DIRS = (Path("/etc/systemd/system"), Path("/lib/systemd/system"), Path("/usr/lib/systemd/system"))
 JOURNAL_GROUPS = ("systemd-journal", "adm", "wheel")  # journald lets these read the system journal
 MEANWHILE = "recording goes on from the runners' /slots meanwhile"
+# The heartbeat (once a second) says why the log is not read; what that rests on changes when a person installs
+# Ollama's unit or changes groups, not from one second to the next: looked up at most this often.
+LOG_ACCESS_FACTS_EVERY_S = 30.0
 
 
 def has_ollama_unit(unit_dirs: Iterable[Path] = UNIT_DIRS) -> bool:
     """Whether Ollama is installed as a systemd unit here (its install script writes ollama.service)."""
     return any((d / f"{OLLAMA_UNIT}.service").is_file() for d in unit_dirs)
+
+
+class LogAccessFacts:
+    """``has_ollama_unit()`` and ``can_read_journal()``, each looked up again at most every ``every_s``."""
+
+    def __init__(self, every_s: float = LOG_ACCESS_FACTS_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every_s = every_s
+        self._clock = clock
+        self._at_s: float | None = None
+        self._unit = self._journal = False
+
+    def _refresh(self) -> None:
+        now_s = self._clock()
+        if self._at_s is None or now_s - self._at_s >= self._every_s:
+            self._unit, self._journal, self._at_s = has_ollama_unit(), can_read_journal(), now_s
+
+    def unit_installed(self) -> bool:
+        self._refresh()
+        return self._unit
+
+    def journal_readable(self) -> bool:
+        self._refresh()
+        return self._journal
 
 
 def can_read_journal() -> bool:

@@ -227,15 +227,17 @@ class RunnerReader(RunnerLog):
 
     async def run(self, stop: asyncio.Event) -> None:
         pending: set[asyncio.Task[None]] = set()
-        while not stop.is_set():
-            try:
-                self._step(pending)
-            except Exception:  # a bug here must never stop the collector
-                self.errors += 1
-                log.exception("runner reader step failed")
-            with_timeout = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({with_timeout}, timeout=self._until_next_step_s())
-            with_timeout.cancel()
+        stopped = asyncio.ensure_future(stop.wait())  # one waiter for every step (a task each step cost more)
+        try:
+            while not stop.is_set():
+                try:
+                    self._step(pending)
+                except Exception:  # a bug here must never stop the collector
+                    self.errors += 1
+                    log.exception("runner reader step failed")
+                await asyncio.wait({stopped}, timeout=self._until_next_step_s())
+        finally:
+            stopped.cancel()
         if self._log_read is not None:  # a worker thread cannot be cancelled: let its read end (it is bounded)
             await asyncio.gather(self._log_read, return_exceptions=True)
         for task in pending:

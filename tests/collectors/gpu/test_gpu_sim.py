@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
+import http.server
+import threading
 
-import aiohttp
 import pytest
 
-from collectors.gpu.sim import SimGpuSource, gpu_samples_from_sim
+from collectors.gpu.sim import SIM_GPU_MAX_BYTES, SimGpuSource, gpu_samples_from_sim
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
 
@@ -41,15 +41,42 @@ def test_bad_payloads_are_a_clear_value_error(bad: object, needle: str) -> None:
 
 
 def test_reads_the_running_sim_and_says_when_it_cannot() -> None:
-    async def scenario(base_url: str, dead_url: str) -> None:
-        async with aiohttp.ClientSession() as session:
-            live = SimGpuSource(base_url, session, clock=lambda: 1.0)
-            (s,) = await live.sample()
-            assert s.simulated and "RTX 3090" in s.name and s.mem_total_bytes and s.mem_total_bytes > 20e9
-            assert live.state.kind == "simulated"
-            dead = SimGpuSource(dead_url, session)
-            assert await dead.sample() == []
-            assert dead.state.kind == "simulated" and dead.state.message and "cannot read" in dead.state.message
-
     with start_sim("--hardware", "rtx-3090") as sim:
-        asyncio.run(scenario(sim.base_url, f"http://127.0.0.1:{free_port()}"))
+        live = SimGpuSource(sim.base_url, clock=lambda: 1.0)
+        (s,) = live.sample()
+        assert s.simulated and "RTX 3090" in s.name and s.mem_total_bytes and s.mem_total_bytes > 20e9
+        assert live.state.kind == "simulated"
+        (again,) = live.sample()  # over the same kept-alive connection
+        assert again.mem_total_bytes == s.mem_total_bytes
+    # The sim gone: the kept connection fails, and so does a new one; the state says why.
+    assert live.sample() == [] and live.state.message and "cannot read" in live.state.message
+    dead = SimGpuSource(f"http://127.0.0.1:{free_port()}")
+    assert dead.sample() == []
+    assert dead.state.kind == "simulated" and dead.state.message and "cannot read" in dead.state.message
+
+
+def test_an_answer_past_the_bound_or_not_200_is_refused() -> None:
+    answers = [(200, b"[" + b" " * SIM_GPU_MAX_BYTES + b"]"), (503, b"{}")]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answers.pop(0)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = SimGpuSource(f"http://127.0.0.1:{server.server_address[1]}")
+        assert source.sample() == []
+        assert source.state.message and f"over {SIM_GPU_MAX_BYTES} bytes" in source.state.message
+        assert source.sample() == []
+        assert source.state.message and "HTTP 503" in source.state.message
+    finally:
+        server.shutdown()
+        server.server_close()
