@@ -100,7 +100,14 @@ class SimGpuSource:
     def sample(self) -> list[GpuSample]:
         """Samples, or [] when the sim cannot be read (the state message says why)."""
         try:
-            payload = json.loads(self._get())
+            try:
+                body = self._get()
+            except (OSError, http.client.HTTPException):
+                if self._conn is None:
+                    raise
+                self.close()  # the kept connection may have been closed by the sim since: once more on a new one
+                body = self._get()
+            payload = json.loads(body)
             samples = gpu_samples_from_sim(payload, self._clock())
         except (OSError, http.client.HTTPException, ValueError) as exc:
             self.close()  # the next sample opens a new connection

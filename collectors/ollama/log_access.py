@@ -32,16 +32,22 @@ def has_ollama_unit(unit_dirs: Iterable[Path] = UNIT_DIRS) -> bool:
 class LogAccessFacts:
     """``has_ollama_unit()`` and ``can_read_journal()``, each looked up again at most every ``every_s``."""
 
-    def __init__(self, every_s: float = LOG_ACCESS_FACTS_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        every_s: float = LOG_ACCESS_FACTS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        unit_dirs: Iterable[Path] = UNIT_DIRS,
+    ) -> None:
         self._every_s = every_s
         self._clock = clock
+        self._unit_dirs = tuple(unit_dirs)
         self._at_s: float | None = None
         self._unit = self._journal = False
 
     def _refresh(self) -> None:
         now_s = self._clock()
         if self._at_s is None or now_s - self._at_s >= self._every_s:
-            self._unit, self._journal, self._at_s = has_ollama_unit(), can_read_journal(), now_s
+            self._unit, self._journal, self._at_s = has_ollama_unit(self._unit_dirs), can_read_journal(), now_s
 
     def unit_installed(self) -> bool:
         self._refresh()

@@ -80,3 +80,32 @@ def test_an_answer_past_the_bound_or_not_200_is_refused() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_kept_connection_the_server_closed_costs_no_sample() -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # says keep-alive, then closes: as a server's idle timeout does
+
+        def do_GET(self) -> None:
+            body = b'{"gpus": [{"name": "sim", "mem_total_bytes": 1000}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = SimGpuSource(f"http://127.0.0.1:{server.server_address[1]}")
+        for _ in range(3):
+            (s,) = source.sample()
+            assert s.mem_total_bytes == 1000
+            assert source.state.message and "cannot read" not in source.state.message
+    finally:
+        source.close()
+        server.shutdown()
+        server.server_close()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.ollama.log_access import MEANWHILE, has_ollama_unit, log_problem, own_group
+from collectors.ollama.log_access import (
+    LOG_ACCESS_FACTS_EVERY_S,
+    MEANWHILE,
+    LogAccessFacts,
+    has_ollama_unit,
+    log_problem,
+    own_group,
+)
 
 
 def problem(
@@ -59,3 +66,14 @@ def test_the_unit_is_found_where_systemd_keeps_units(tmp_path: Path) -> None:
     assert not has_ollama_unit([tmp_path])
     (tmp_path / "ollama.service").write_text("[Service]\nExecStart=/usr/local/bin/ollama serve\n")
     assert has_ollama_unit([tmp_path / "none", tmp_path])
+
+
+def test_the_facts_behind_the_advice_are_looked_up_again_after_their_interval(tmp_path: Path) -> None:
+    now = [0.0]
+    facts = LogAccessFacts(clock=lambda: now[0], unit_dirs=[tmp_path])
+    assert not facts.unit_installed()
+    (tmp_path / "ollama.service").write_text("[Unit]\n")  # a person installs Ollama's unit meanwhile
+    now[0] = LOG_ACCESS_FACTS_EVERY_S - 1
+    assert not facts.unit_installed()  # not looked at again yet: once a heartbeat cost a stat per place every second
+    now[0] = LOG_ACCESS_FACTS_EVERY_S
+    assert facts.unit_installed()
