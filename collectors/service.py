@@ -272,6 +272,7 @@ class CollectorService:
             allowed_hosts=s.allowed_hosts,
             allowed_origins=s.allowed_origins,
             token=s.token,
+            on_begin=self._request_began,
         )
         self.proxy.add_local_route("GET", METRICS_PATH, self._metrics_handler)
         try:
@@ -401,6 +402,10 @@ class CollectorService:
             running_models=[r.model for r in self.proxy.in_flight_heads()] if self.proxy is not None else [],
             slots_models=[state.model for state in runners if state.model and state.slots and state.problem is None],
         )
+
+    def _request_began(self) -> None:
+        if self.runners is not None:  # a quiet runner reader steps now, to read the runner of its model at once
+            self.runners.wake()
 
     def _on_record(self, record: RequestRecord) -> None:
         """Called by the proxy once per finished request (and by the tick for a finished direct one), on the loop:

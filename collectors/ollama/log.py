@@ -336,6 +336,11 @@ class LogSource(Protocol):
     unknown_lines: int  # lines (or entries) read that are not progress or timing lines
     problem: str | None  # why nothing can be read now, in words; None while reading works
 
+    @property
+    def watched_path(self) -> Path | None:
+        """The file whose changes the kernel can tell of (collectors.ollama.log_watch); None: look every step."""
+        ...
+
     def read(self, now_unix_s: float) -> list[LogEvent]: ...
 
     def unchanged(self) -> bool:
@@ -358,6 +363,7 @@ class LogTail:
 
     def __init__(self, path: Path, *, from_start: bool = False) -> None:
         self.path = path
+        self.watched_path: Path | None = path
         self.unknown_lines = 0
         self.known_lines = 0
         self.problem: str | None = None

@@ -260,6 +260,10 @@ class FitTap:
     def problem(self, value: str | None) -> None:
         self.source.problem = value
 
+    @property
+    def watched_path(self) -> Path | None:
+        return self.source.watched_path
+
     def unchanged(self) -> bool:
         return self.source.unchanged()
 

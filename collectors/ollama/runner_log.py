@@ -90,13 +90,25 @@ class RunnerLog(RunnerJoin, RunnerLoads):
                 events = source.read(self._clock())
                 return events, self._fold_waits(events, *target)
 
+            began_s = time.monotonic()
             events, changed = await asyncio.to_thread(read_and_fold)
+            self._check_notices(source, began_s, events)
             self._take_log(source, events, list(self._in_flight()), changed)
         except Exception:
             self.errors += 1
             log.exception("reading Ollama's log failed")
         finally:
             self._log_read = None
+
+    def _check_notices(self, source: LogSource, began_s: float, events: list[LogEvent]) -> None:
+        """Lines read count as activity (the reader keeps the busy pace a while); with a change watch, lines read
+        after a read that reached the log's end must have been told of (else the watch is dropped)."""
+        if events:
+            self._active_s = time.monotonic()
+        notices = self.log_notices
+        if self._log_read_to_end_s is not None:
+            notices.check_read(self._log_read_to_end_s, bool(events))
+        self._log_read_to_end_s = began_s if notices.working and source.unchanged() else None
 
     def _take_log(
         self,

@@ -18,6 +18,7 @@ from analysis.runner_wait_tasks import RequestWaitsRow
 from collectors.ollama.direct import DirectTasks
 from collectors.ollama.discovery import Runner
 from collectors.ollama.log import LogSource
+from collectors.ollama.log_watch import LogNotices
 from collectors.ollama.mlx_direct import MlxDirect
 from collectors.ollama.slots import SlotReading
 
@@ -114,6 +115,9 @@ class ReaderState:
     _log: LogSource | None
     _log_problem: str | None
     _log_read: asyncio.Future[None] | None
+    log_notices: LogNotices
+    _log_read_to_end_s: float | None
+    _active_s: float
     _generations_without_runner_lines: int
     runner_lines_missing: str | None
     log_lines_dropped: int

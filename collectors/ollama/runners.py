@@ -55,6 +55,7 @@ from collectors.ollama.discovery import (
     off_loop_daemon,
 )
 from collectors.ollama.log import LogSource, LogTail
+from collectors.ollama.log_watch import LogNotices
 from collectors.ollama.mlx_direct import MlxDirect
 from collectors.ollama.runner_loads import MAX_START_SEQUENCES
 from collectors.ollama.runner_log import RunnerLog
@@ -74,6 +75,11 @@ MIN_STEP_S = 0.01  # the reader's steps never come closer than this
 # No proxied request to its model: still once a second, so a generation a client sends Ollama directly is seen
 # starting (collectors.ollama.direct); 4 Hz again while the runner has a slot busy.
 IDLE_INTERVAL_S = 1.0
+# Nothing running, nothing read from the log, no runner busy for this long, and the kernel tells of the log's
+# changes (collectors.ollama.log_watch): the reader steps at the idle interval, woken early by a log line or a
+# proxied request. Longer than the direct tracker's waits after a task ends (GRACE_S, LOG_WAIT_S), so what ended is
+# decided at the busy pace. Looking four times a second was the largest part of an idle collector (issue 44).
+QUIET_AFTER_S = 5.0
 RETRY_INTERVAL_S = 2.0  # a runner that could not be read while its model is busy: try again this often
 DISCOVER_EVERY_S = 10.0
 STREAMED_DECODE_INTERVAL_S = 1.0  # see the module doc
@@ -102,6 +108,7 @@ class RunnerReader(RunnerLog):
         busy_interval_s: float = BUSY_INTERVAL_S,
         idle_interval_s: float = IDLE_INTERVAL_S,
         discover_every_s: float = DISCOVER_EVERY_S,
+        quiet_after_s: float = QUIET_AFTER_S,
         discover: Callable[[str], Discovery] | None = None,  # default: a Discoverer of this reader's own
         watch: ProcessWatch | None = None,
     ) -> None:
@@ -113,6 +120,7 @@ class RunnerReader(RunnerLog):
         self.busy_interval_s = busy_interval_s
         self.idle_interval_s = idle_interval_s
         self.discover_every_s = discover_every_s
+        self.quiet_after_s = quiet_after_s
         self._discover = discover if discover is not None else Discoverer()
         # With a process watch, the timer's round is skipped while the runner processes are those of the last
         # round and that round's answer cannot change without one coming or going (``Discovery.recheck``).
@@ -135,6 +143,13 @@ class RunnerReader(RunnerLog):
         self._generations_without_runner_lines = 0
         self.runner_lines_missing: str | None = None
         self._log_read: asyncio.Future[None] | None = None  # the log read in a worker thread now, if any
+        self.log_notices = LogNotices(self._log.watched_path if self._log is not None else None)
+        # When the last read that reached the log's end began (None: the last read stopped short, or no watch):
+        # lines read after it must have come with a change notice (LogNotices.check_read).
+        self._log_read_to_end_s: float | None = None
+        self._active_s = float("-inf")  # monotonic: the last step with anything running, or lines read
+        self._woken: asyncio.Future[None] | None = None  # set by wake(): the next step now
+        self.steps = 0
         self.errors = 0  # unexpected failures caught (each logged once per kind)
         self.log_lines_dropped = 0  # progress lines of no task /slots showed joined (see _read_log)
         self.claims_by_order = 0  # live joins where more tasks than requests began: paired by start order (see _join)
@@ -227,7 +242,9 @@ class RunnerReader(RunnerLog):
 
     async def run(self, stop: asyncio.Event) -> None:
         pending: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
         stopped = asyncio.ensure_future(stop.wait())  # one waiter for every step (a task each step cost more)
+        self.log_notices.start(loop, self.wake)
         try:
             while not stop.is_set():
                 try:
@@ -235,23 +252,43 @@ class RunnerReader(RunnerLog):
                 except Exception:  # a bug here must never stop the collector
                     self.errors += 1
                     log.exception("runner reader step failed")
-                await asyncio.wait({stopped}, timeout=self._until_next_step_s())
+                stepped_s = time.monotonic()
+                self._woken = loop.create_future()
+                waiters: set[asyncio.Future[Any]] = {stopped, self._woken}
+                await asyncio.wait(waiters, timeout=self._until_next_step_s(), return_when=asyncio.FIRST_COMPLETED)
+                # Woken (a log line, a proxied request): no sooner than the busy pace after the last step, so a
+                # chatty log is read no more often than it was looked at, and a line still waits at most one step.
+                rest_s = stepped_s + self.busy_interval_s - time.monotonic()
+                if self._woken.done() and rest_s > 0:
+                    await asyncio.wait({stopped}, timeout=rest_s)
         finally:
             stopped.cancel()
+            self.log_notices.close()
         if self._log_read is not None:  # a worker thread cannot be cancelled: let its read end (it is bounded)
             await asyncio.gather(self._log_read, return_exceptions=True)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    def wake(self) -> None:
+        """Step now, not at the quiet pace: something began (the service calls it when a proxied request does)."""
+        if self._woken is not None and not self._woken.done():
+            self._woken.set_result(None)
+
+    def quiet(self) -> bool:
+        """Stepping at the idle interval: nothing for ``quiet_after_s`` and the log's changes are told, not looked for."""
+        return self.log_notices.working and time.monotonic() - self._active_s >= self.quiet_after_s
+
     def _until_next_step_s(self) -> float:
-        """The busy interval, or less when a runner's next poll is due sooner (the prefill pace). A poll still
-        running past its next due time (a slow answer) sets the next one when it ends: it does not hurry the steps."""
+        """The busy interval (the idle one while quiet), or less when a runner's next poll is due sooner (the
+        prefill pace). A poll still running past its next due time (a slow answer) sets the next one when it ends:
+        it does not hurry the steps."""
         now = time.monotonic()
+        pace_s = self.idle_interval_s if self.quiet() else self.busy_interval_s
         due = [s.next_poll_s for s in self.runners.values() if not (s.polling and s.next_poll_s <= now)]
         if not due:
-            return self.busy_interval_s
-        return min(self.busy_interval_s, max(MIN_STEP_S, min(due) - now))
+            return pace_s
+        return min(pace_s, max(MIN_STEP_S, min(due) - now))
 
     def _spawn(self, pending: set[asyncio.Task[None]], coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -260,8 +297,11 @@ class RunnerReader(RunnerLog):
 
     def _step(self, pending: set[asyncio.Task[None]]) -> None:
         now = time.monotonic()
+        self.steps += 1
         requests = list(self._in_flight())
         live_ids = {r.id for r in requests} | self.direct.active_ids()
+        if live_ids or self._log_read is not None:
+            self._active_s = now
         for rid in [rid for rid in self._tracks if rid not in live_ids]:
             del self._tracks[rid]
         self._tasks = {k: v for k, v in self._tasks.items() if v in live_ids}
@@ -273,12 +313,15 @@ class RunnerReader(RunnerLog):
             if state.model is None:
                 state.model = model_of(state.digest, models)
             interval_s = self._interval_s(state, requests)
+            if interval_s < self.idle_interval_s:
+                self._active_s = now
             if state.next_poll_s > now + interval_s and state.problem is None:
                 state.next_poll_s = now  # a request began, or one needs more: poll now, not at the slower pace
             if not state.polling and now >= state.next_poll_s:
                 state.polling = True
                 state.next_poll_s = now + interval_s  # known while it runs: the reader's next step is timed by it
                 self._spawn(pending, self._poll(state, requests, interval_s))
+        self.log_notices.keep_open()
         self._read_log_if_written()
         self.direct.log_readable = self._log is not None and self._log.problem is None
         self.direct.step()

@@ -217,8 +217,10 @@ class RecordingProxy:
         allowed_hosts: tuple[str, ...] = (),
         allowed_origins: tuple[str, ...] = (),
         token: str | None = None,
+        on_begin: Callable[[], None] = lambda: None,
     ) -> None:
         self.upstream_url = upstream_url.rstrip("/")
+        self._on_begin = on_begin  # a recorded request began (the runner reader, quiet, steps now)
         self._upstream = _upstream_target(self.upstream_url)
         self._on_record = on_record
         self.record_text = record_text
@@ -373,6 +375,7 @@ class RecordingProxy:
         if not self.client_processes.find(head.connection, head.peer, head.ours, ex.process_found):
             ex.process_known.set_result(None)  # not looked up: unknown
         self._live[record.id] = ex
+        self._on_begin()
         # Ask for an uncompressed body: we parse it (Ollama does not compress anyway).
         return self._upstream, ex, drop | {b"accept-encoding"}
 

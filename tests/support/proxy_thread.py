@@ -25,13 +25,18 @@ T = TypeVar("T")
 
 class ProxyThread:
     def __init__(
-        self, upstream_url: str, *, record_text: bool = False, on_record: Callable[[RequestRecord], None] | None = None
+        self,
+        upstream_url: str,
+        *,
+        record_text: bool = False,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        on_begin: Callable[[], None] = lambda: None,
     ) -> None:
         self.records: list[RequestRecord] = []  # appended on the proxy's loop, read here (list ops are atomic)
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy-loop", daemon=True)
         self._extra = on_record
-        self.proxy = RecordingProxy(upstream_url, self._on_record, record_text=record_text)
+        self.proxy = RecordingProxy(upstream_url, self._on_record, record_text=record_text, on_begin=on_begin)
 
     def _on_record(self, record: RequestRecord) -> None:
         self.records.append(record)
@@ -95,9 +100,13 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 @contextlib.contextmanager
 def run_proxy(
-    upstream_url: str, *, record_text: bool = False, on_record: Callable[[RequestRecord], None] | None = None
+    upstream_url: str,
+    *,
+    record_text: bool = False,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    on_begin: Callable[[], None] = lambda: None,
 ) -> Iterator[ProxyThread]:
-    proxy = ProxyThread(upstream_url, record_text=record_text, on_record=on_record)
+    proxy = ProxyThread(upstream_url, record_text=record_text, on_record=on_record, on_begin=on_begin)
     proxy.start()
     try:
         yield proxy

@@ -272,3 +272,32 @@ def test_json_nested_past_the_parsers_depth_is_counted_and_reading_goes_on(tmp_p
     events = tail.take_output(deep + b"\n" + nested_message + b"\n" + good.encode() + b"\n", 1.0)
     assert [(e.kind, e.tokens) for e in events] == [("prompt_eval", 2048)]
     assert tail.garbled_lines == 2 and tail.entries == 1
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"waited {WAIT_S:g} s for {what}"
+        time.sleep(0.02)
+
+
+def test_a_quiet_journal_is_known_unchanged_without_reading(tmp_path: Path, tails: list[JournalTail]) -> None:
+    """The runner reader asks ``unchanged()`` each step before sending a read to a worker thread: while journalctl
+    prints nothing it says so (no read, no thread); an entry, or journalctl's end, makes it say read again."""
+    require_journal_tools()
+    journal = JournalFiles(tmp_path)
+    journal.append([unit_entry("Started ollama.service", ts_us=now_us() - 1_000_000)])
+    tail = JournalTail("ollama", journal_dir=tmp_path)
+    tails.append(tail)
+    assert not tail.unchanged(), "not started yet: read"
+    following(tail)
+    assert tail.unchanged(), "following, nothing new"
+    journal.append([unit_entry(SLOT + "prompt processing, n_tokens = 64, progress = 0.25", ts_us=now_us())])
+    wait_for(lambda: not tail.unchanged(), "the new entry to show")
+    assert [e.tokens for e in read_until(tail, lambda got: len(got) >= 1)] == [64]
+    assert tail.unchanged(), "read: nothing new again"
+    assert tail.pid is not None
+    os.kill(tail.pid, signal.SIGKILL)
+    wait_for(lambda: not tail.unchanged(), "journalctl's end to show")
+    tail.read(time.time())
+    assert tail.problem is not None and "journalctl" in tail.problem, tail.problem
