@@ -49,6 +49,7 @@ from analysis.records import (
 from analysis.runner_load_rows import RunnerDeviceRow
 from analysis.runner_load_words import placement_in_use
 from analysis.wait_split import WaitSplit
+from collectors.beat import until_next_beat_s
 from collectors.config import Settings, SettingsError, prepare_data_dir
 from collectors.gpu.apple import detect_apple_gpu
 from collectors.gpu.choose import LOAD_PYNVML, GpuChoice, choose_gpu_sampler
@@ -764,18 +765,15 @@ class CollectorService:
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self.settings.interval_s
-        next_at = loop.time()
         while not self._stop.is_set():
             try:
                 await self._tick()
             except Exception:  # one bad tick must not end sampling
                 log.exception("sampling failed")
-            next_at += interval
-            now = loop.time()
-            if next_at < now:  # fell behind (a slow NVML call): skip, don't burst
-                next_at = now + interval
+            # On the collector's beat (collectors.beat): one wake-up with the poller and the runner reader. A tick
+            # that ran long (a slow NVML call) skips the beats it missed: it does not burst.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), next_at - now)
+                await asyncio.wait_for(self._stop.wait(), until_next_beat_s(loop.time(), interval))
 
     async def _retention_loop(self) -> None:
         while not self._stop.is_set():

@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.model_names import same_model
 from analysis.records import InstalledModel, LoadedModel, OllamaStatus
+from collectors.beat import until_next_beat_s
 from store.ops import Op, PutInstalledModels, PutLoadedModels, PutModelInfo, PutOllamaStatus
 
 log = logging.getLogger(__name__)
@@ -525,7 +526,13 @@ class OllamaPoller:
             if self.due(started - last_poll):
                 last_poll = started
                 await self.poll_once()
-            delay = self.next_delay_s() - (time.monotonic() - started)
+            # On the collector's beat (collectors.beat) while Ollama answers: one wake-up with the sampler's tick.
+            period_s = self.next_delay_s()
+            delay = (
+                until_next_beat_s(asyncio.get_running_loop().time(), period_s)
+                if self.state.consecutive_failures == 0
+                else period_s - (time.monotonic() - started)
+            )
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)

@@ -43,6 +43,7 @@ from analysis.records import LoadedModel, ProgressSample, RequestRecord, RunnerF
 from analysis.runner_placement import PlacementReader
 from analysis.runner_wait_fold import WaitJoiner
 from analysis.runner_wait_tasks import RequestWaitsRow
+from collectors.beat import until_next_beat_s
 from collectors.ollama.direct import DirectTasks
 from collectors.ollama.discovery import (
     MLX_RUNNER,
@@ -284,7 +285,9 @@ class RunnerReader(RunnerLog):
         prefill pace). A poll still running past its next due time (a slow answer) sets the next one when it ends:
         it does not hurry the steps."""
         now = time.monotonic()
-        pace_s = self.idle_interval_s if self.quiet() else self.busy_interval_s
+        # On the collector's beat (collectors.beat): a quiet step wakes the loop with the sampler's tick.
+        period_s = self.idle_interval_s if self.quiet() else self.busy_interval_s
+        pace_s = until_next_beat_s(asyncio.get_running_loop().time(), period_s)
         due = [s.next_poll_s for s in self.runners.values() if not (s.polling and s.next_poll_s <= now)]
         if not due:
             return pace_s

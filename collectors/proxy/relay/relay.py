@@ -10,6 +10,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from collectors.beat import until_next_beat_s
 from collectors.proxy.bind import BACKLOG, exclusive_socket
 from collectors.proxy.limits import Limits, fd_soft_limit
 from collectors.proxy.refusals import Refusals
@@ -102,8 +103,9 @@ class Relay:
         lim = self.limits
         shortest_s = min(lim.head_timeout_s, lim.body_timeout_s, lim.body_rate_window_s, lim.idle_timeout_s)
         interval_s = min(1.0, max(0.05, shortest_s / 4))
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(until_next_beat_s(loop.time(), interval_s))  # with the collector's other periodic work
             now_ns = time.monotonic_ns()
             for client in list(self.clients):
                 try:
