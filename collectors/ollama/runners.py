@@ -277,8 +277,10 @@ class RunnerReader(RunnerLog):
             self._woken.set_result(None)
 
     def quiet(self) -> bool:
-        """Stepping at the idle interval: nothing for ``quiet_after_s`` and the log's changes are told, not looked for."""
-        return self.log_notices.working and time.monotonic() - self._active_s >= self.quiet_after_s
+        """Stepping at the idle interval: nothing for ``quiet_after_s``, and the log's changes are told, not looked
+        for (or no log is read)."""
+        told = self._log is None or self.log_notices.working  # no log: no line's stamp rests on looking
+        return told and time.monotonic() - self._active_s >= self.quiet_after_s
 
     def _until_next_step_s(self) -> float:
         """The busy interval (the idle one while quiet), or less when a runner's next poll is due sooner (the

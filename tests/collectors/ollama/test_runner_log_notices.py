@@ -207,3 +207,23 @@ def test_a_watch_that_stays_silent_while_lines_come_is_dropped(tmp_path: Path) -
         await task
 
     asyncio.run(scenario())
+
+
+def test_with_no_log_at_all_the_reader_falls_quiet_too() -> None:
+    """No log read (demo mode without one, a remote Ollama): no line's stamp rests on looking, so quiet it steps
+    at the idle pace."""
+    reader = _reader(cast(Any, None))
+
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        task = asyncio.create_task(reader.run(stop))
+        await _until_quiet(reader)
+        before = reader.steps
+        await asyncio.sleep(1.0)
+        steps = reader.steps - before
+        stop.set()
+        await task
+        return steps
+
+    steps = asyncio.run(scenario())
+    assert steps <= 2, f"{steps} steps in a quiet second"
