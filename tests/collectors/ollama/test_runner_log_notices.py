@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -75,6 +76,19 @@ async def _until_quiet(reader: RunnerReader, limit_s: float = 10.0) -> None:
     while not reader.quiet():
         assert time.monotonic() < deadline, "the reader never fell quiet"
         await asyncio.sleep(0.02)
+
+
+async def _steps_in_a_second(reader: RunnerReader, settled: Callable[[], Awaitable[None]]) -> int:
+    """The reader's steps over one second, once ``settled()`` returned."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(reader.run(stop))
+    await settled()
+    before = reader.steps
+    await asyncio.sleep(1.0)
+    steps = reader.steps - before
+    stop.set()
+    await task
+    return steps
 
 
 def test_the_watch_tells_of_the_log_and_not_of_its_neighbours(tmp_path: Path) -> None:
@@ -162,19 +176,11 @@ def test_without_a_watch_the_reader_keeps_looking_every_busy_step(tmp_path: Path
     log.write_text("before the collector\n")
     reader = _reader(Unwatched(log))
 
-    async def scenario() -> int:
-        stop = asyncio.Event()
-        task = asyncio.create_task(reader.run(stop))
+    async def settled() -> None:
         await asyncio.sleep(QUIET_AFTER_S + 0.2)
         assert not reader.quiet(), "never quiet without a watch: a line's stamp rests on looking"
-        before = reader.steps
-        await asyncio.sleep(1.0)
-        steps = reader.steps - before
-        stop.set()
-        await task
-        return steps
 
-    steps = asyncio.run(scenario())
+    steps = asyncio.run(_steps_in_a_second(reader, settled))
     assert steps >= 5, f"{steps} steps in a second at a {BUSY_S} s busy step"
 
 
@@ -214,16 +220,5 @@ def test_with_no_log_at_all_the_reader_falls_quiet_too() -> None:
     at the idle pace."""
     reader = _reader(cast(Any, None))
 
-    async def scenario() -> int:
-        stop = asyncio.Event()
-        task = asyncio.create_task(reader.run(stop))
-        await _until_quiet(reader)
-        before = reader.steps
-        await asyncio.sleep(1.0)
-        steps = reader.steps - before
-        stop.set()
-        await task
-        return steps
-
-    steps = asyncio.run(scenario())
+    steps = asyncio.run(_steps_in_a_second(reader, lambda: _until_quiet(reader)))
     assert steps <= 2, f"{steps} steps in a quiet second"
