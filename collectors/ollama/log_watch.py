@@ -95,7 +95,8 @@ def open_log_watch(path: Path) -> LogWatch | None:
     except AttributeError:  # libc without inotify_init1: macOS, the BSDs
         return None
     except OSError as exc:  # the folder missing or unreadable, or the user's watch limit reached
-        log.info("no change watch on %s (%s): its log is looked at every step", path.parent, exc.strerror or exc)
+        # debug: retried every REOPEN_EVERY_S while the folder is missing, and looking instead loses nothing
+        log.debug("no change watch on %s (%s): its log is looked at every step", path.parent, exc.strerror or exc)
         return None
 
 
