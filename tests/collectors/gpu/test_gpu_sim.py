@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from collectors.gpu.sim import SIM_GPU_MAX_BYTES, SimGpuSource, gpu_samples_from_sim
 from tests.support.ports import free_port
 from tests.support.sim_process import start_sim
+
+
+@contextlib.contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on loopback answering with ``handler``; yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_sim_payload_becomes_simulated_samples() -> None:
@@ -69,17 +83,12 @@ def test_an_answer_past_the_bound_or_not_200_is_refused() -> None:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        source = SimGpuSource(f"http://127.0.0.1:{server.server_address[1]}")
+    with _serving(Handler) as url:
+        source = SimGpuSource(url)
         assert source.sample() == []
         assert source.state.message and f"over {SIM_GPU_MAX_BYTES} bytes" in source.state.message
         assert source.sample() == []
         assert source.state.message and "HTTP 503" in source.state.message
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_kept_connection_the_server_closed_costs_no_sample() -> None:
@@ -97,15 +106,12 @@ def test_a_kept_connection_the_server_closed_costs_no_sample() -> None:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        source = SimGpuSource(f"http://127.0.0.1:{server.server_address[1]}")
-        for _ in range(3):
-            (s,) = source.sample()
-            assert s.mem_total_bytes == 1000
-            assert source.state.message and "cannot read" not in source.state.message
-    finally:
-        source.close()
-        server.shutdown()
-        server.server_close()
+    with _serving(Handler) as url:
+        source = SimGpuSource(url)
+        try:
+            for _ in range(3):
+                (s,) = source.sample()
+                assert s.mem_total_bytes == 1000
+                assert source.state.message and "cannot read" not in source.state.message
+        finally:
+            source.close()
